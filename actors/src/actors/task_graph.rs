@@ -1,0 +1,209 @@
+//! The TaskGraph actor: owns one run's [`RunGraph`], journals every change before acting on
+//! it, and tells Dispatch and the agents what changed.
+//!
+//! Each message is handled in three steps: the graph command validates and emits events
+//! (applied in memory), the journal appends them (`ctx.wait`, so no later message is handled
+//! until the append finished and effects keep journal order), and only then are the effects
+//! sent: ready tasks to Dispatch, decisions to the proposing agent, cancellations to agents,
+//! and every event to the live stream.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tracing::{error, warn};
+
+use crate::graph::{GraphError, RunGraph};
+use crate::ports::Journal;
+use crate::protocol::{
+    Event, EventKind, FailureReason, GetSnapshot, Published, RunId, SubtasksCompleted, TaskDecompositionAccepted,
+    TaskDecompositionRejected, TaskId, ToAgent, ToDispatch, ToTaskGraph,
+};
+
+pub struct TaskGraph {
+    run: RunId,
+    graph: RunGraph,
+    journal: Arc<dyn Journal>,
+    dispatch: Recipient<ToDispatch>,
+    /// Where journaled events go next (the daemon's stream hub; a probe in tests).
+    observer: Option<Recipient<Published>>,
+    /// The agent currently responsible for each dispatched task. Addresses are not state:
+    /// after a restart, tasks are dispatched again and re-register.
+    agents: HashMap<TaskId, Recipient<ToAgent>>,
+}
+
+impl TaskGraph {
+    pub fn new(
+        run: RunId,
+        graph: RunGraph,
+        journal: Arc<dyn Journal>,
+        dispatch: Recipient<ToDispatch>,
+        observer: Option<Recipient<Published>>,
+    ) -> Self {
+        TaskGraph { run, graph, journal, dispatch, observer, agents: HashMap::new() }
+    }
+
+    /// Journals `events`, then performs their effects. Nothing else is handled meanwhile.
+    fn commit(&mut self, events: Vec<EventKind>, ctx: &mut Context<Self>) {
+        if events.is_empty() {
+            return;
+        }
+        let append = self.journal.append(self.run, events);
+        ctx.wait(append.into_actor(self).map(|result, act, ctx| match result {
+            Ok(journaled) => act.perform(journaled, ctx),
+            Err(e) => {
+                // The in-memory graph is now ahead of the journal; continuing would act on
+                // state that a restart would not see. Stop; recovery replays the journal.
+                error!(run = %act.run, error = %e, "journal append failed; stopping the run's task graph");
+                ctx.stop();
+            }
+        }));
+    }
+
+    fn perform(&mut self, events: Vec<Event>, ctx: &mut Context<Self>) {
+        let mut ready = Vec::new();
+        for event in &events {
+            match &event.kind {
+                EventKind::TaskReady { task } => ready.extend(self.graph.ready_task(task)),
+                EventKind::TaskRetried { task, .. } => {
+                    self.agents.remove(task);
+                    self.dispatch.do_send(ToDispatch::Release { task: task.clone() });
+                    ready.extend(self.graph.ready_task(task));
+                }
+                EventKind::TaskCompleted { task, .. } => {
+                    self.agents.remove(task);
+                    self.dispatch.do_send(ToDispatch::Release { task: task.clone() });
+                }
+                EventKind::TaskFailed { task, reason, .. } => {
+                    self.dispatch.do_send(ToDispatch::Release { task: task.clone() });
+                    let agent = self.agents.remove(task);
+                    // The agent reported these itself; any other failure it must hear about.
+                    let from_agent =
+                        matches!(reason, FailureReason::AgentFailed { .. } | FailureReason::Blocked { .. });
+                    if let (Some(agent), false) = (agent, from_agent) {
+                        let reason = format!("task failed: {reason:?}");
+                        agent.do_send(ToAgent::Cancel { task: task.clone(), reason });
+                    }
+                }
+                EventKind::TaskCancelled { task, reason, .. } => {
+                    self.dispatch.do_send(ToDispatch::Release { task: task.clone() });
+                    if let Some(agent) = self.agents.remove(task) {
+                        agent.do_send(ToAgent::Cancel { task: task.clone(), reason: reason.clone() });
+                    }
+                }
+                EventKind::DecompositionAccepted { parent, subtasks, .. } => {
+                    // A waiting parent holds no worker slot and no scope lock: its subtasks
+                    // need both.
+                    self.dispatch.do_send(ToDispatch::Release { task: parent.clone() });
+                    self.tell_agent(
+                        parent,
+                        ToAgent::DecompositionAccepted(TaskDecompositionAccepted {
+                            parent: parent.clone(),
+                            subtasks: subtasks.clone(),
+                        }),
+                    );
+                    self.arm_deadline(parent, ctx);
+                }
+                EventKind::DecompositionRejected { parent, reason, .. } => {
+                    self.tell_agent(
+                        parent,
+                        ToAgent::DecompositionRejected(TaskDecompositionRejected {
+                            parent: parent.clone(),
+                            reason: reason.clone(),
+                        }),
+                    );
+                }
+                EventKind::SubtasksCompleted { parent } => {
+                    let results = self.graph.subtask_results(parent);
+                    self.tell_agent(
+                        parent,
+                        ToAgent::SubtasksCompleted(SubtasksCompleted { parent: parent.clone(), results }),
+                    );
+                }
+                _ => {}
+            }
+            if let Some(observer) = &self.observer {
+                observer.do_send(Published(event.clone()));
+            }
+        }
+        if !ready.is_empty() {
+            self.dispatch.do_send(ToDispatch::Ready(ready));
+        }
+    }
+
+    fn tell_agent(&self, task: &TaskId, message: ToAgent) {
+        match self.agents.get(task) {
+            Some(agent) => agent.do_send(message),
+            None => warn!(run = %self.run, %task, "no agent registered for the task; message dropped"),
+        }
+    }
+
+    /// Rule (j): the parent fails unless its subtasks all end within `deadline_factor` × its
+    /// wall-time budget.
+    fn arm_deadline(&self, parent: &TaskId, ctx: &mut Context<Self>) {
+        let (Some(ms), Some(node)) = (self.graph.deadline_ms(parent), self.graph.task(parent)) else { return };
+        let decomposition = node.decompositions;
+        let task = parent.clone();
+        ctx.run_later(Duration::from_millis(ms), move |_, ctx| {
+            ctx.notify(ToTaskGraph::DecompositionDeadline { task, decomposition });
+        });
+    }
+}
+
+impl Actor for TaskGraph {
+    type Context = Context<Self>;
+}
+
+impl Handler<ToTaskGraph> for TaskGraph {
+    type Result = ();
+
+    fn handle(&mut self, msg: ToTaskGraph, ctx: &mut Context<Self>) {
+        let result: Result<Vec<EventKind>, GraphError> = match msg {
+            ToTaskGraph::SubmitTasks { tasks } => self.graph.submit(tasks),
+            ToTaskGraph::PlanningFinished => self.graph.planning_finished(),
+            ToTaskGraph::TaskDispatched { task, attempt, profile, route, agent } => {
+                let result = self.graph.dispatched(&task, attempt, &profile, route);
+                let accepted =
+                    matches!(&result, Ok(ev) if ev.iter().any(|e| matches!(e, EventKind::TaskDispatched { .. })));
+                if accepted {
+                    self.agents.insert(task, agent);
+                } else {
+                    // Cancelled while it sat in Dispatch's queue: call the agent off and give
+                    // the slot back.
+                    agent.do_send(ToAgent::Cancel {
+                        task: task.clone(),
+                        reason: "the task is no longer runnable".into(),
+                    });
+                    self.dispatch.do_send(ToDispatch::Release { task });
+                }
+                result
+            }
+            ToTaskGraph::Undispatchable { task, attempt, reason } => self.graph.undispatchable(&task, attempt, &reason),
+            ToTaskGraph::TaskStarted { task, attempt } => self.graph.started(&task, attempt),
+            ToTaskGraph::TaskCompleted(report) => self.graph.complete(*report),
+            ToTaskGraph::TaskFailed { task, attempt, error } => self.graph.failed(&task, attempt, &error),
+            ToTaskGraph::Cancel { task, reason } => self.graph.cancel(task.as_ref(), &reason),
+            ToTaskGraph::UserDecision { task, proceed } => self.graph.user_decision(&task, proceed),
+            ToTaskGraph::DecompositionDeadline { task, decomposition } => {
+                self.graph.deadline_passed(&task, decomposition)
+            }
+        };
+        match result {
+            Ok(events) => self.commit(events, ctx),
+            Err(e) => {
+                // Commands only emit events that apply; this is a bug, not bad input.
+                error!(run = %self.run, error = %e, "task graph invariant broken; stopping");
+                ctx.stop();
+            }
+        }
+    }
+}
+
+impl Handler<GetSnapshot> for TaskGraph {
+    type Result = MessageResult<GetSnapshot>;
+
+    fn handle(&mut self, _: GetSnapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.graph.snapshot())
+    }
+}

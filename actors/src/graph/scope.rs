@@ -1,0 +1,169 @@
+//! Scope paths: parsing LLM-written paths into normalized repo-relative form, the "covers"
+//! relation between paths, and the lock table Dispatch uses so that two running tasks never
+//! share a file. A path covers itself and, when it names a directory, everything below it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::PathProblem;
+
+/// A normalized repo-relative path: `/`-separated, no `.`/`..`/empty components, no leading
+/// or trailing slash, nothing under `.git`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ScopePath(String);
+
+impl ScopePath {
+    pub fn parse(raw: &str, max_bytes: usize) -> Result<ScopePath, PathProblem> {
+        let raw = raw.trim();
+        if raw.len() > max_bytes {
+            return Err(PathProblem::TooLong);
+        }
+        if raw.contains('\\') || raw.chars().any(char::is_control) {
+            return Err(PathProblem::BadCharacter);
+        }
+        let has_drive = raw.len() >= 2 && raw.as_bytes()[1] == b':' && raw.as_bytes()[0].is_ascii_alphabetic();
+        if raw.starts_with('/') || raw.starts_with('~') || has_drive {
+            return Err(PathProblem::Absolute);
+        }
+        let mut parts = Vec::new();
+        for part in raw.split('/') {
+            match part {
+                "" | "." => continue,
+                ".." => return Err(PathProblem::ParentTraversal),
+                ".git" => return Err(PathProblem::GitDirectory),
+                p => parts.push(p),
+            }
+        }
+        if parts.is_empty() {
+            return Err(PathProblem::Empty);
+        }
+        Ok(ScopePath(parts.join("/")))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `self` is `other` or a directory above it.
+    pub fn covers(&self, other: &ScopePath) -> bool {
+        other.0 == self.0
+            || (other.0.len() > self.0.len()
+                && other.0.starts_with(&self.0)
+                && other.0.as_bytes()[self.0.len()] == b'/')
+    }
+
+    pub fn overlaps(&self, other: &ScopePath) -> bool {
+        self.covers(other) || other.covers(self)
+    }
+
+    /// `a/b/c` yields `a`, `a/b`, `a/b/c`.
+    fn self_and_ancestors(&self) -> impl Iterator<Item = &str> {
+        self.0.match_indices('/').map(|(i, _)| &self.0[..i]).chain(std::iter::once(self.0.as_str()))
+    }
+}
+
+impl fmt::Display for ScopePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The scope locks held by running tasks. Checking a scope costs O(paths × depth + matches),
+/// independent of how many locks are held.
+#[derive(Debug, Default)]
+pub struct ScopeLocks {
+    held: BTreeMap<String, u32>,
+}
+
+impl ScopeLocks {
+    /// Whether any path of `scope` overlaps a held lock.
+    pub fn conflicts(&self, scope: &[ScopePath]) -> bool {
+        scope.iter().any(|p| {
+            p.self_and_ancestors().any(|a| self.held.contains_key(a))
+                || self.held.range(format!("{}/", p.0)..format!("{}0", p.0)).next().is_some()
+        })
+    }
+
+    pub fn acquire(&mut self, scope: &[ScopePath]) {
+        for p in scope {
+            *self.held.entry(p.0.clone()).or_default() += 1;
+        }
+    }
+
+    pub fn release(&mut self, scope: &[ScopePath]) {
+        for p in scope {
+            if let Some(n) = self.held.get_mut(&p.0) {
+                *n -= 1;
+                if *n == 0 {
+                    self.held.remove(&p.0);
+                }
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> ScopePath {
+        ScopePath::parse(s, 1024).unwrap()
+    }
+
+    #[test]
+    fn paths_are_normalized() {
+        assert_eq!(p("./src//lib.rs").as_str(), "src/lib.rs");
+        assert_eq!(p("src/").as_str(), "src");
+        assert_eq!(p(" docs/a.md ").as_str(), "docs/a.md");
+    }
+
+    #[test]
+    fn escaping_and_malformed_paths_are_rejected() {
+        let cases = [
+            ("", PathProblem::Empty),
+            ("./", PathProblem::Empty),
+            ("/etc/passwd", PathProblem::Absolute),
+            ("C:/x", PathProblem::Absolute),
+            ("~/.ssh", PathProblem::Absolute),
+            ("src/../../x", PathProblem::ParentTraversal),
+            (".git/config", PathProblem::GitDirectory),
+            ("vendor/.git/HEAD", PathProblem::GitDirectory),
+            ("a\\b", PathProblem::BadCharacter),
+            ("a\nb", PathProblem::BadCharacter),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(ScopePath::parse(raw, 1024), Err(want), "{raw:?}");
+        }
+        assert_eq!(ScopePath::parse(&"a".repeat(20), 10), Err(PathProblem::TooLong));
+    }
+
+    #[test]
+    fn covers_respects_component_boundaries() {
+        assert!(p("src").covers(&p("src/lib.rs")));
+        assert!(p("src/lib.rs").covers(&p("src/lib.rs")));
+        assert!(!p("src").covers(&p("srcx/lib.rs")));
+        assert!(!p("src/lib.rs").covers(&p("src")));
+        assert!(p("src/lib.rs").overlaps(&p("src")));
+    }
+
+    #[test]
+    fn locks_detect_ancestors_descendants_and_equals_only() {
+        let mut locks = ScopeLocks::default();
+        locks.acquire(&[p("src/net")]);
+        assert!(locks.conflicts(&[p("src/net/tcp.rs")]));
+        assert!(locks.conflicts(&[p("src")]));
+        assert!(locks.conflicts(&[p("src/net")]));
+        assert!(!locks.conflicts(&[p("src/netx")]));
+        assert!(!locks.conflicts(&[p("src/lib.rs")]));
+        locks.release(&[p("src/net")]);
+        assert!(locks.is_empty());
+        assert!(!locks.conflicts(&[p("src")]));
+    }
+}

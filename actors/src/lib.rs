@@ -1,0 +1,15 @@
+//! flotilla-actors: the protocol, the task graph and the actors of flotilla.
+//!
+//! - [`protocol`]: every id, payload, message and event, in one place.
+//! - [`config`]: the run's limits with their defaults.
+//! - [`graph`]: the task graph as plain data (a fold of events) and subplan validation.
+//! - [`ports`]: traits for side effects (journal, LLM, agent, repo, clock) and in-memory fakes.
+//! - [`actors`]: TaskGraph and Dispatch, one actor per file.
+//!
+//! See ARCHITECTURE.md for the map and the invariants.
+
+pub mod actors;
+pub mod config;
+pub mod graph;
+pub mod ports;
+pub mod protocol;

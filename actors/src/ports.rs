@@ -1,0 +1,200 @@
+//! Ports: the side effects actors need, as small traits, so that every actor runs against
+//! fakes in tests and against SQLite, git, HTTP providers and child processes in the daemon.
+//!
+//! Every method returns a `'static` future. Implementations that block (SQLite, git2) must
+//! move the work onto a blocking thread inside that future; an actor awaiting a port never
+//! blocks its own thread (ARCHITECTURE.md, invariant 5).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{Assignment, Event, EventKind, RunId, TaskCompleted, Usd};
+
+/// Wall-clock time for event timestamps. Timers use the runtime's clock, which tests pause.
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> u64;
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    }
+}
+
+/// A clock tests set by hand.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    pub fn set(&self, ms: u64) {
+        self.0.store(ms, Ordering::SeqCst)
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JournalError {
+    #[error("journal storage failed: {0}")]
+    Storage(String),
+    #[error("journal entry {seq} is unreadable: {detail}")]
+    Corrupt { seq: u64, detail: String },
+}
+
+/// The durable, append-only record of every run. Appends are atomic per call and assign
+/// consecutive, increasing `seq`s.
+pub trait Journal: Send + Sync + 'static {
+    fn append(&self, run: RunId, events: Vec<EventKind>) -> BoxFuture<'static, Result<Vec<Event>, JournalError>>;
+    /// The run's events with `seq > after`, in order.
+    fn read(&self, run: RunId, after: u64) -> BoxFuture<'static, Result<Vec<Event>, JournalError>>;
+}
+
+/// An in-memory journal: for tests and for the actors' own unit of work in benchmarks.
+pub struct MemoryJournal {
+    clock: Arc<dyn Clock>,
+    events: Mutex<Vec<Event>>,
+}
+
+impl MemoryJournal {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        MemoryJournal { clock, events: Mutex::new(Vec::new()) }
+    }
+
+    /// Everything appended so far, all runs.
+    pub fn all(&self) -> Vec<Event> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+}
+
+impl Journal for MemoryJournal {
+    fn append(&self, run: RunId, events: Vec<EventKind>) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
+        let at_ms = self.clock.now_ms();
+        let result = match self.events.lock() {
+            Ok(mut log) => {
+                let first = log.last().map_or(1, |e| e.seq + 1);
+                let new: Vec<Event> = events
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, kind)| Event { seq: first + i as u64, run, at_ms, kind })
+                    .collect();
+                log.extend(new.iter().cloned());
+                Ok(new)
+            }
+            Err(_) => Err(JournalError::Storage("journal lock poisoned".into())),
+        };
+        Box::pin(async move { result })
+    }
+
+    fn read(&self, run: RunId, after: u64) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
+        let result = match self.events.lock() {
+            Ok(log) => Ok(log.iter().filter(|e| e.run == run && e.seq > after).cloned().collect()),
+            Err(_) => Err(JournalError::Storage("journal lock poisoned".into())),
+        };
+        Box::pin(async move { result })
+    }
+}
+
+/// Which conversation an LLM call belongs to; selects the model and the system prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Planner,
+    Subplanner,
+    Worker,
+    Reconciler,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: ChatRole,
+    pub content: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatRole {
+    System,
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmRequest {
+    pub role: Role,
+    pub messages: Vec<ChatMessage>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: Usd,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmResponse {
+    pub content: String,
+    pub usage: Usage,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    #[error("the provider could not be reached: {0}")]
+    Transport(String),
+    #[error("the provider is rate limiting; retry after {retry_after_ms} ms")]
+    RateLimited { retry_after_ms: u64 },
+    #[error("the provider answered with something unusable: {0}")]
+    Malformed(String),
+    #[error("the provider did not answer in time")]
+    Timeout,
+}
+
+/// Chat completion: the root planner, subplanner and reconciler conversations.
+pub trait Llm: Send + Sync + 'static {
+    fn complete(&self, request: LlmRequest) -> BoxFuture<'static, Result<LlmResponse, LlmError>>;
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AgentError {
+    #[error("the agent crashed: {0}")]
+    Crashed(String),
+    #[error("the agent's output could not be parsed: {0}")]
+    Malformed(String),
+    #[error("the agent exceeded its time budget")]
+    Timeout,
+}
+
+/// A coding agent that runs one task in one workspace and reports back: a handoff, a
+/// subplan, or both.
+pub trait Agent: Send + Sync + 'static {
+    fn run(&self, assignment: Assignment, workspace: PathBuf) -> BoxFuture<'static, Result<TaskCompleted, AgentError>>;
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RepoError {
+    #[error("git: {0}")]
+    Git(String),
+    #[error("{0} is not a git repository")]
+    NotARepository(PathBuf),
+}
+
+/// The target repository, read side: what workers changed and where `main` is. Moving
+/// `main` is the merge queue's alone and is not on this port.
+pub trait Repo: Send + Sync + 'static {
+    /// The commit `main` points at.
+    fn main_tip(&self) -> BoxFuture<'static, Result<String, RepoError>>;
+    /// Repo-relative paths changed on `branch` since it left `base`: for scope enforcement.
+    fn changed_paths(&self, branch: String, base: String) -> BoxFuture<'static, Result<Vec<String>, RepoError>>;
+}

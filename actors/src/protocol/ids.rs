@@ -1,0 +1,189 @@
+//! Identifiers. flotilla generates every id itself: run ids are UUIDv7 (time ordered, so
+//! `runs` lists oldest first for free) and task ids are hierarchical paths (`t3`, `t3.1`)
+//! whose length *is* the task's depth. Nothing here is ever taken from LLM output: an LLM
+//! may only *refer* to an id flotilla showed it, and such references are checked to exist.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use uuid::Uuid;
+
+/// One run: one request, one task graph, one journal stream.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RunId(Uuid);
+
+impl RunId {
+    /// A fresh, time-ordered run id.
+    pub fn generate() -> Self {
+        RunId(Uuid::now_v7())
+    }
+
+    pub fn from_uuid(uuid: Uuid) -> Self {
+        RunId(uuid)
+    }
+
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+
+    /// The first 8 hex digits: what humans type and what branch names embed. UUIDv7 starts
+    /// with a millisecond timestamp, so two runs started in the same ~65 s window share a
+    /// prefix; the CLI resolves prefixes against the full list and reports ambiguity.
+    pub fn short(&self) -> String {
+        self.0.simple().to_string()[..8].to_string()
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0.hyphenated())
+    }
+}
+
+impl fmt::Debug for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RunId({})", self.short())
+    }
+}
+
+impl FromStr for RunId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(s).map(RunId).map_err(|_| IdError::MalformedRunId(s.chars().take(64).collect()))
+    }
+}
+
+/// A task's place in the run: `t3` is the third task the root planner created, `t3.1` the
+/// first subtask of `t3`. Cheap to clone (one `Arc`), ordered by path.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(Arc<[u32]>);
+
+/// Ids deeper than this are refused when parsed; the graph's own depth limit is far lower.
+const MAX_ID_DEPTH: usize = 16;
+
+impl TaskId {
+    /// The `n`th (1-based) task planned at the top level of a run.
+    pub fn root(n: u32) -> Self {
+        assert!(n >= 1, "task numbers start at 1");
+        TaskId(Arc::from(vec![n]))
+    }
+
+    /// The `n`th (1-based) subtask of this task.
+    pub fn child(&self, n: u32) -> Self {
+        assert!(n >= 1, "task numbers start at 1");
+        let mut path = self.0.to_vec();
+        path.push(n);
+        TaskId(Arc::from(path))
+    }
+
+    /// 1 for a root-planned task, 2 for its subtasks, and so on.
+    pub fn depth(&self) -> u32 {
+        self.0.len() as u32
+    }
+
+    pub fn parent(&self) -> Option<TaskId> {
+        (self.0.len() > 1).then(|| TaskId(Arc::from(&self.0[..self.0.len() - 1])))
+    }
+
+    pub fn path(&self) -> &[u32] {
+        &self.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("t")?;
+        for (i, n) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            write!(f, "{n}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for TaskId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || IdError::MalformedTaskId(s.chars().take(64).collect());
+        let rest = s.strip_prefix('t').ok_or_else(bad)?;
+        let mut path = Vec::new();
+        for part in rest.split('.') {
+            // Digits only, no sign, no leading zero: exactly one spelling per id.
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) || part.starts_with('0') {
+                return Err(bad());
+            }
+            path.push(part.parse::<u32>().map_err(|_| bad())?);
+            if path.len() > MAX_ID_DEPTH {
+                return Err(bad());
+            }
+        }
+        Ok(TaskId(Arc::from(path)))
+    }
+}
+
+impl Serialize for TaskId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The branch a task's worker commits to. Derived from ids flotilla generated, so an LLM can
+/// never choose a branch name (let alone `main`).
+pub fn branch_name(run: RunId, task: &TaskId) -> String {
+    format!("flotilla/{}/{}", run.short(), task)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("malformed task id {0:?}: expected t<N>[.<N>…] such as t3 or t3.1")]
+    MalformedTaskId(String),
+    #[error("malformed run id {0:?}: expected a UUID")]
+    MalformedRunId(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_round_trip_and_know_their_depth() {
+        let t = TaskId::root(3).child(1).child(12);
+        assert_eq!(t.to_string(), "t3.1.12");
+        assert_eq!(t.depth(), 3);
+        assert_eq!(t.parent().unwrap().to_string(), "t3.1");
+        assert_eq!("t3.1.12".parse::<TaskId>().unwrap(), t);
+        assert_eq!(serde_json::to_string(&t).unwrap(), "\"t3.1.12\"");
+    }
+
+    #[test]
+    fn malformed_task_ids_are_rejected() {
+        for bad in ["", "t", "3", "t0", "t01", "t1.", "t.1", "t1..2", "t-1", "t1.x", "main", "t99999999999"] {
+            assert!(bad.parse::<TaskId>().is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn branch_names_come_from_flotilla_ids_only() {
+        let run = RunId::generate();
+        let b = branch_name(run, &TaskId::root(2).child(1));
+        assert_eq!(b, format!("flotilla/{}/t2.1", run.short()));
+    }
+}

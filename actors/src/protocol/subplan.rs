@@ -1,0 +1,195 @@
+//! ADR-009 progressive decomposition: an agent may answer a task with a [`ProposedSubplan`]
+//! instead of (or alongside) its deliverable. The task graph validates it and replies
+//! [`TaskDecompositionAccepted`] or [`TaskDecompositionRejected`] with a typed
+//! [`RejectionReason`]; when the subtasks are done the parent's agent receives
+//! [`SubtasksCompleted`] and synthesizes the final result.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::handoff::{ArtifactKind, Handoff};
+use super::ids::TaskId;
+use super::task::{Budget, Priority, TaskState};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProposedSubplan {
+    /// Must equal the task the proposal answers; a mismatch is rejected.
+    pub parent: TaskId,
+    pub reason: DecompositionReason,
+    pub subtasks: Vec<SubtaskProposal>,
+    #[serde(default)]
+    pub stop_when: StopCondition,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecompositionReason {
+    TooLarge,
+    MissingInfo,
+    DependencyDiscovered,
+    Ambiguity,
+    ExternalToolRequired,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskProposal {
+    pub description: String,
+    pub scope: Vec<String>,
+    #[serde(default)]
+    pub acceptance: String,
+    #[serde(default)]
+    pub capabilities: BTreeSet<String>,
+    /// Indexes of sibling subtasks in the same proposal that must complete first.
+    #[serde(default)]
+    pub depends_on: Vec<usize>,
+    /// `None`: share what the capped siblings leave of the parent's remaining budget.
+    #[serde(default)]
+    pub budget_cap: Option<Budget>,
+    #[serde(default)]
+    pub expected_outputs: Vec<ArtifactKind>,
+    /// `None` inherits the parent's priority.
+    #[serde(default)]
+    pub priority: Option<Priority>,
+}
+
+impl SubtaskProposal {
+    pub fn new(description: impl Into<String>, scope: &[&str]) -> Self {
+        SubtaskProposal {
+            description: description.into(),
+            scope: scope.iter().map(|s| s.to_string()).collect(),
+            acceptance: String::new(),
+            capabilities: BTreeSet::new(),
+            depends_on: Vec::new(),
+            budget_cap: None,
+            expected_outputs: Vec::new(),
+            priority: None,
+        }
+    }
+
+    pub fn after(mut self, deps: &[usize]) -> Self {
+        self.depends_on = deps.to_vec();
+        self
+    }
+}
+
+/// When a parent's subtasks count as done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopCondition {
+    /// Every subtask completed; any failure fails the parent.
+    #[default]
+    AllSubtasksComplete,
+    /// Exploration: the first completed subtask wins and its siblings are cancelled.
+    FirstSuccess,
+    /// A human decides once every subtask has ended.
+    UserDecision,
+}
+
+/// Sent to the proposer when its subplan was inserted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDecompositionAccepted {
+    pub parent: TaskId,
+    pub subtasks: Vec<TaskId>,
+}
+
+/// Sent to the proposer when its subplan was refused; the graph is unchanged and the task is
+/// still the proposer's to finish or to propose again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDecompositionRejected {
+    pub parent: TaskId,
+    pub reason: RejectionReason,
+}
+
+/// Sent to the parent's agent when the stop condition holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubtasksCompleted {
+    pub parent: TaskId,
+    pub results: Vec<SubtaskResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskResult {
+    pub task: TaskId,
+    pub state: TaskState,
+    pub handoff: Option<Handoff>,
+}
+
+/// Why a path in a scope was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+pub enum PathProblem {
+    #[error("the path is empty")]
+    Empty,
+    #[error("the path is absolute")]
+    Absolute,
+    #[error("the path climbs out with '..'")]
+    ParentTraversal,
+    #[error("the path is inside .git")]
+    GitDirectory,
+    #[error("the path contains a backslash or a control character")]
+    BadCharacter,
+    #[error("the path is too long")]
+    TooLong,
+}
+
+/// Why a proposal (or a planner's batch) was refused. One variant per validation rule, so that
+/// the proposer (and a test) can tell exactly which rule fired. `subtask` is the 0-based index
+/// of the offending item in the proposal or batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum RejectionReason {
+    /// Rule (a).
+    #[error("{proposed} subtasks proposed; at most {max} are allowed")]
+    TooManySubtasks { proposed: usize, max: usize },
+    /// Rule (b).
+    #[error("subtasks would sit at depth {depth}; the maximum is {max}")]
+    DepthExceeded { depth: u32, max: u32 },
+    /// Rule (c).
+    #[error("the run would hold {would_hold} tasks; the maximum is {max}")]
+    NodeLimitExceeded { would_hold: usize, max: usize },
+    /// Rule (d).
+    #[error("subtask budgets need {needed:?} but the parent has {remaining:?} left")]
+    BudgetExceeded { needed: Budget, remaining: Budget },
+    /// Rule (e).
+    #[error("subtask {subtask} depends on {dependency}, which is not a sibling index")]
+    DependencyOutOfRange { subtask: usize, dependency: usize },
+    /// Rule (e).
+    #[error("subtask {subtask} depends on itself")]
+    SelfDependency { subtask: usize },
+    /// Rule (e).
+    #[error("subtasks {cycle:?} depend on each other in a cycle")]
+    DependencyCycle { cycle: Vec<usize> },
+    /// Rule (f).
+    #[error("subtask {subtask}'s path {path:?} is outside the parent's scope")]
+    ScopeOutsideParent { subtask: usize, path: String },
+    /// Rule (f).
+    #[error("subtasks {first} and {second} both touch {path:?} and neither depends on the other")]
+    ScopeOverlap { first: usize, second: usize, path: String },
+    /// Rule (g).
+    #[error("subtask {subtask}'s path {path:?} is invalid: {problem}")]
+    InvalidPath { subtask: usize, path: String, problem: PathProblem },
+    /// Rule (g).
+    #[error("subtask {subtask} has an empty scope")]
+    EmptyScope { subtask: usize },
+    /// Rule (h).
+    #[error("subtask {subtask} duplicates {existing}")]
+    DuplicateTask { subtask: usize, existing: String },
+    /// Rule (i).
+    #[error("this task attempt has already proposed {max} subplans")]
+    AttemptDecompositionCap { max: u32 },
+    /// Rule (i).
+    #[error("this run has already accepted {max} decompositions")]
+    RunDecompositionCap { max: u32 },
+    /// A submitted batch refers to a task that does not exist in this run.
+    #[error("item {subtask} depends on {task}, which does not exist in this run")]
+    UnknownDependency { subtask: usize, task: String },
+    #[error("the proposal contains no subtasks")]
+    NoSubtasks,
+    #[error("subtask {subtask}'s {field} is {size} bytes/items; the limit is {max}")]
+    PayloadTooLarge { subtask: usize, field: String, size: usize, max: usize },
+    #[error("the proposal names parent {named} but answers task {actual}")]
+    ParentMismatch { named: TaskId, actual: TaskId },
+    #[error("the parent is {state}; only a running task can be decomposed")]
+    ParentNotRunning { state: TaskState },
+}

@@ -1,0 +1,305 @@
+//! What a task is: its spec, its budget, and the state machine it moves through.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::handoff::ArtifactKind;
+use super::ids::TaskId;
+
+/// What a task must achieve. Root tasks come from the planner; subtasks come from an accepted
+/// [`ProposedSubplan`](super::subplan::ProposedSubplan). Either way the spec is LLM output, so
+/// the task graph normalizes and validates it before it is stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    pub description: String,
+    /// Repo-relative files or directories the task may change. A directory covers everything
+    /// below it.
+    pub scope: Vec<String>,
+    #[serde(default)]
+    pub acceptance: String,
+    #[serde(default)]
+    pub priority: Priority,
+    #[serde(default)]
+    pub capabilities: BTreeSet<String>,
+    /// `None` takes the run's default task budget.
+    #[serde(default)]
+    pub budget: Option<Budget>,
+    /// Tasks that must complete first: ids of existing tasks, or indexes into the same batch.
+    /// Stored specs have this resolved into the graph's edges and left empty.
+    #[serde(default)]
+    pub dependencies: Vec<DependencyRef>,
+    /// What the task is expected to produce (ADR-008 artifact kinds).
+    #[serde(default)]
+    pub expected_outputs: Vec<ArtifactKind>,
+}
+
+impl TaskSpec {
+    /// A spec with defaults for everything but the description and scope.
+    pub fn new(description: impl Into<String>, scope: &[&str]) -> Self {
+        TaskSpec {
+            description: description.into(),
+            scope: scope.iter().map(|s| s.to_string()).collect(),
+            acceptance: String::new(),
+            priority: Priority::default(),
+            capabilities: BTreeSet::new(),
+            budget: None,
+            dependencies: Vec::new(),
+            expected_outputs: Vec::new(),
+        }
+    }
+}
+
+/// A dependency as written in a submitted batch: `"t3"` (an existing task) or `2` (the third
+/// task of the same batch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DependencyRef {
+    Batch(usize),
+    Task(TaskId),
+}
+
+/// 1 is the most urgent, 10 the least; 5 by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Priority(u8);
+
+impl Priority {
+    pub const MOST_URGENT: Priority = Priority(1);
+    pub const LEAST_URGENT: Priority = Priority(10);
+
+    pub fn new(value: u8) -> Result<Self, String> {
+        if (1..=10).contains(&value) {
+            Ok(Priority(value))
+        } else {
+            Err(format!("priority must be 1 (most urgent) to 10, got {value}"))
+        }
+    }
+
+    pub fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl Default for Priority {
+    fn default() -> Self {
+        Priority(5)
+    }
+}
+
+impl<'de> Deserialize<'de> for Priority {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = i64::deserialize(d)?;
+        u8::try_from(v)
+            .map_err(|_| format!("priority must be 1 (most urgent) to 10, got {v}"))
+            .and_then(Priority::new)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// US dollars, held as whole micro-dollars so that budget sums are exact. Serialized as a
+/// decimal number of dollars.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Usd(u64);
+
+impl Usd {
+    pub const ZERO: Usd = Usd(0);
+
+    pub fn from_micros(micros: u64) -> Self {
+        Usd(micros)
+    }
+
+    pub fn micros(self) -> u64 {
+        self.0
+    }
+
+    pub fn from_dollars(dollars: f64) -> Result<Self, String> {
+        if !dollars.is_finite() || !(0.0..=1e9).contains(&dollars) {
+            return Err(format!("cost must be a finite amount between 0 and 1e9 USD, got {dollars}"));
+        }
+        Ok(Usd((dollars * 1e6).round() as u64))
+    }
+
+    pub fn dollars(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+}
+
+impl fmt::Display for Usd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "${:.4}", self.dollars())
+    }
+}
+
+impl Serialize for Usd {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.dollars())
+    }
+}
+
+impl<'de> Deserialize<'de> for Usd {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Usd::from_dollars(f64::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// What a task may spend: tokens, money and wall time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Budget {
+    pub tokens: u64,
+    pub cost_usd: Usd,
+    pub wall_time_ms: u64,
+}
+
+impl Budget {
+    pub fn new(tokens: u64, cost_usd: Usd, wall_time_ms: u64) -> Self {
+        Budget { tokens, cost_usd, wall_time_ms }
+    }
+
+    pub fn saturating_sub(self, other: Budget) -> Budget {
+        Budget {
+            tokens: self.tokens.saturating_sub(other.tokens),
+            cost_usd: Usd(self.cost_usd.0.saturating_sub(other.cost_usd.0)),
+            wall_time_ms: self.wall_time_ms.saturating_sub(other.wall_time_ms),
+        }
+    }
+
+    pub fn saturating_add(self, other: Budget) -> Budget {
+        Budget {
+            tokens: self.tokens.saturating_add(other.tokens),
+            cost_usd: Usd(self.cost_usd.0.saturating_add(other.cost_usd.0)),
+            wall_time_ms: self.wall_time_ms.saturating_add(other.wall_time_ms),
+        }
+    }
+}
+
+/// The task lifecycle. See [`TaskState::TRANSITIONS`] for every legal move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Waiting for dependencies.
+    Pending,
+    /// All dependencies completed; queued in Dispatch.
+    Ready,
+    /// Handed to an agent that has not started yet.
+    Dispatched,
+    /// An agent is working on it.
+    Running,
+    /// Its accepted subplan's subtasks are running.
+    WaitingForSubtasks,
+    /// Its agent is merging the subtasks' results.
+    Synthesizing,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+use TaskState::*;
+
+impl TaskState {
+    /// Every legal transition. Anything else is an [`IllegalTransition`]; in particular
+    /// nothing leaves a terminal state, so a late message can never overwrite one.
+    pub const TRANSITIONS: &'static [(TaskState, TaskState)] = &[
+        (Pending, Ready),
+        (Pending, Cancelled),
+        (Ready, Dispatched),
+        (Ready, Failed), // no worker profile can run it
+        (Ready, Cancelled),
+        (Dispatched, Running),
+        (Dispatched, Ready), // retry: the agent failed before it started
+        (Dispatched, Failed),
+        (Dispatched, Cancelled),
+        (Running, Completed),
+        (Running, Failed),
+        (Running, Ready), // retry with attempt + 1
+        (Running, WaitingForSubtasks),
+        (Running, Cancelled),
+        (WaitingForSubtasks, Synthesizing),
+        (WaitingForSubtasks, Failed),
+        (WaitingForSubtasks, Cancelled),
+        (Synthesizing, Completed),
+        (Synthesizing, Failed),
+        (Synthesizing, Cancelled),
+    ];
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Completed | Failed | Cancelled)
+    }
+
+    pub fn can_become(self, next: TaskState) -> bool {
+        Self::TRANSITIONS.contains(&(self, next))
+    }
+
+    /// Checks a move against the table.
+    pub fn transition(self, task: &TaskId, next: TaskState) -> Result<TaskState, IllegalTransition> {
+        if self.can_become(next) {
+            Ok(next)
+        } else {
+            Err(IllegalTransition { task: task.clone(), from: self, to: next })
+        }
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_owned));
+        f.write_str(s.as_deref().unwrap_or("?"))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("task {task}: illegal transition {from} -> {to}")]
+pub struct IllegalTransition {
+    pub task: TaskId,
+    pub from: TaskState,
+    pub to: TaskState,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [TaskState; 9] =
+        [Pending, Ready, Dispatched, Running, WaitingForSubtasks, Synthesizing, Completed, Failed, Cancelled];
+
+    #[test]
+    fn terminal_states_have_no_way_out() {
+        for from in ALL.iter().filter(|s| s.is_terminal()) {
+            for to in ALL {
+                assert!(!from.can_become(to), "{from} -> {to} must be illegal");
+            }
+        }
+    }
+
+    #[test]
+    fn illegal_transitions_are_typed_errors() {
+        let t = TaskId::root(1);
+        let err = Pending.transition(&t, Completed).unwrap_err();
+        assert_eq!(err.to_string(), "task t1: illegal transition pending -> completed");
+        assert_eq!(Running.transition(&t, WaitingForSubtasks), Ok(WaitingForSubtasks));
+    }
+
+    #[test]
+    fn priorities_outside_one_to_ten_are_rejected() {
+        assert!(serde_json::from_str::<Priority>("0").is_err());
+        assert!(serde_json::from_str::<Priority>("11").is_err());
+        assert!(serde_json::from_str::<Priority>("-3").is_err());
+        assert_eq!(serde_json::from_str::<Priority>("1").unwrap(), Priority::MOST_URGENT);
+    }
+
+    #[test]
+    fn usd_is_exact_and_rejects_nonsense() {
+        let a = Usd::from_dollars(0.1).unwrap();
+        let b = Usd::from_dollars(0.2).unwrap();
+        assert_eq!(Usd(a.0 + b.0), Usd::from_dollars(0.3).unwrap());
+        assert!(serde_json::from_str::<Usd>("-1.0").is_err());
+        assert!(Usd::from_dollars(f64::NAN).is_err());
+    }
+
+    #[test]
+    fn dependencies_parse_as_batch_indexes_or_task_ids() {
+        let deps: Vec<DependencyRef> = serde_json::from_str(r#"[0, "t2.1"]"#).unwrap();
+        assert_eq!(deps, vec![DependencyRef::Batch(0), DependencyRef::Task("t2.1".parse().unwrap())]);
+    }
+}

@@ -1,0 +1,31 @@
+//! Read-only views of a run, for status output, the API and tests.
+
+use serde::{Deserialize, Serialize};
+
+use super::event::{FailureReason, RunOutcome};
+use super::ids::TaskId;
+use super::task::{Budget, Priority, TaskState};
+
+/// A serializable view of the whole graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphSnapshot {
+    pub tasks: Vec<TaskView>,
+    pub planning_finished: bool,
+    pub outcome: Option<RunOutcome>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskView {
+    pub id: TaskId,
+    pub state: TaskState,
+    pub attempt: u32,
+    pub description: String,
+    pub scope: Vec<String>,
+    pub priority: Priority,
+    pub parent: Option<TaskId>,
+    pub depends_on: Vec<TaskId>,
+    pub budget: Budget,
+    pub spent: Budget,
+    pub summary: Option<String>,
+    pub failure: Option<FailureReason>,
+}

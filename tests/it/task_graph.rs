@@ -1,0 +1,314 @@
+//! The TaskGraph actor alone, with probes for Dispatch, the agent and the event stream.
+
+use std::time::Duration;
+
+use flotilla_actors::config::Limits;
+use flotilla_actors::protocol::*;
+
+use crate::harness::*;
+
+fn one_retry() -> Limits {
+    Limits { max_attempts: 2, ..Limits::default() }
+}
+
+#[actix::test]
+async fn failure_cancels_dependents_transitively_with_reasons() {
+    virtual_time();
+    let mut h = GraphHarness::start(one_retry());
+    let mut b = spec("b", &["b"]);
+    b.dependencies = vec![DependencyRef::Batch(0)];
+    let mut c = spec("c", &["c"]);
+    c.dependencies = vec![DependencyRef::Batch(1)];
+    let ready = h.submit(vec![spec("a", &["a"]), b, c, spec("d", &["d"])]).await;
+    assert_eq!(ready, vec![task("t1"), task("t4")]);
+
+    h.start_task("t1", 1);
+    h.send(ToTaskGraph::TaskFailed { task: task("t1"), attempt: 1, error: "boom".into() });
+    // First failure: retried as attempt 2, released and re-queued in that order.
+    assert!(matches!(h.dispatch.expect().await, ToDispatch::Release { task } if task == self::task("t1")));
+    match h.dispatch.expect().await {
+        ToDispatch::Ready(tasks) => assert_eq!((tasks[0].task.clone(), tasks[0].attempt), (task("t1"), 2)),
+        other => panic!("expected Ready, got {other:?}"),
+    }
+    h.start_task("t1", 2);
+    h.send(ToTaskGraph::TaskFailed { task: task("t1"), attempt: 2, error: "boom again".into() });
+
+    let failed = h.events.expect_kind("task_failed").await;
+    assert!(matches!(failed, EventKind::TaskFailed { reason: FailureReason::AgentFailed { .. }, .. }));
+    let c2 = h.events.expect_kind("task_cancelled").await;
+    assert_eq!(
+        c2,
+        EventKind::TaskCancelled {
+            task: task("t2"),
+            was: TaskState::Pending,
+            reason: "dependency t1 is failed".into()
+        }
+    );
+    let c3 = h.events.expect_kind("task_cancelled").await;
+    assert_eq!(
+        c3,
+        EventKind::TaskCancelled {
+            task: task("t3"),
+            was: TaskState::Pending,
+            reason: "dependency t2 is cancelled".into()
+        }
+    );
+    assert_eq!(h.state_of("t4").await, TaskState::Ready);
+
+    // The journal holds everything: replaying it rebuilds the same graph.
+    let kinds: Vec<EventKind> = h.journal.all().into_iter().map(|e| e.kind).collect();
+    let replayed = flotilla_actors::graph::RunGraph::replay(one_retry(), &kinds).unwrap();
+    assert_eq!(replayed.snapshot(), h.snapshot().await);
+}
+
+#[actix::test]
+async fn a_failed_subtask_fails_its_parent_instead_of_leaving_it_waiting() {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits { max_attempts: 1, ..Limits::default() });
+    h.submit(vec![spec("parent", &["src"])]).await;
+    h.start_task("t1", 1);
+    h.propose(
+        "t1",
+        1,
+        vec![SubtaskProposal::new("x", &["src/x"]), SubtaskProposal::new("y", &["src/y"])],
+        StopCondition::AllSubtasksComplete,
+    );
+    h.expect_decision().await.unwrap();
+    h.start_task("t1.1", 1);
+    h.send(ToTaskGraph::TaskFailed { task: task("t1.1"), attempt: 1, error: "compile error".into() });
+
+    let failed = h
+        .events
+        .fish_for("parent failure", |Published(e)| match &e.kind {
+            EventKind::TaskFailed { task: t, reason, .. } if *t == task("t1") => Some(reason.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(failed, FailureReason::SubtaskFailed { subtask: task("t1.1") });
+    assert_eq!(h.state_of("t1.2").await, TaskState::Cancelled);
+    // The parent's agent is told, so it does not wait for SubtasksCompleted forever.
+    let told = h
+        .agent_inbox
+        .fish_for("Cancel t1", |m| match m {
+            ToAgent::Cancel { task: t, .. } if *t == task("t1") => Some(()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(told, ());
+}
+
+#[actix::test]
+async fn first_success_cancels_the_remaining_siblings() {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits::default());
+    h.submit(vec![spec("find a fast hash", &["src/hash"])]).await;
+    h.start_task("t1", 1);
+    h.propose(
+        "t1",
+        1,
+        vec![
+            SubtaskProposal::new("try fxhash", &["src/hash/fx.rs"]),
+            SubtaskProposal::new("try ahash", &["src/hash/a.rs"]),
+        ],
+        StopCondition::FirstSuccess,
+    );
+    h.expect_decision().await.unwrap();
+    h.start_task("t1.1", 1);
+    h.start_task("t1.2", 1);
+    h.complete("t1.2", 1);
+
+    let cancelled = h.events.expect_kind("task_cancelled").await;
+    assert_eq!(
+        cancelled,
+        EventKind::TaskCancelled {
+            task: task("t1.1"),
+            was: TaskState::Running,
+            reason: "a sibling completed t1 first".into()
+        }
+    );
+    assert_eq!(h.events.expect_kind("subtasks_completed").await, EventKind::SubtasksCompleted { parent: task("t1") });
+    // The running loser is called off; the parent's agent gets the results.
+    let mut saw_cancel = false;
+    let results = h
+        .agent_inbox
+        .fish_for("SubtasksCompleted", |m| match m {
+            ToAgent::Cancel { task: t, .. } if *t == task("t1.1") => {
+                saw_cancel = true;
+                None
+            }
+            ToAgent::SubtasksCompleted(s) => Some(s.results.clone()),
+            _ => None,
+        })
+        .await;
+    assert!(saw_cancel, "the cancelled sibling's agent must be told");
+    assert_eq!(results.iter().map(|r| r.state).collect::<Vec<_>>(), [TaskState::Cancelled, TaskState::Completed]);
+    h.complete("t1", 1);
+    h.events.expect_kind("task_completed").await;
+    assert_eq!(h.state_of("t1").await, TaskState::Completed);
+}
+
+#[actix::test]
+async fn user_decision_waits_for_an_explicit_answer() {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits::default());
+    h.submit(vec![spec("pick a design", &["docs"])]).await;
+    h.start_task("t1", 1);
+    h.propose(
+        "t1",
+        1,
+        vec![SubtaskProposal::new("option a", &["docs/a.md"]), SubtaskProposal::new("option b", &["docs/b.md"])],
+        StopCondition::UserDecision,
+    );
+    h.expect_decision().await.unwrap();
+    for t in ["t1.1", "t1.2"] {
+        h.start_task(t, 1);
+        h.complete(t, 1);
+    }
+    h.events.expect_kind("awaiting_user_decision").await;
+    h.agent_inbox.expect_none().await;
+    assert_eq!(h.state_of("t1").await, TaskState::WaitingForSubtasks);
+
+    h.send(ToTaskGraph::UserDecision { task: task("t1"), proceed: true });
+    h.events.expect_kind("subtasks_completed").await;
+    assert!(matches!(h.agent_inbox.expect().await, ToAgent::SubtasksCompleted(_)));
+    assert_eq!(h.state_of("t1").await, TaskState::Synthesizing);
+}
+
+#[actix::test]
+async fn the_decomposition_deadline_fails_the_parent_and_cancels_its_subtasks() {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits::default());
+    let mut parent = spec("slow parent", &["src"]);
+    parent.budget = Some(Budget::new(10_000, Usd::from_micros(1_000_000), 1_000));
+    h.submit(vec![parent]).await;
+    h.start_task("t1", 1);
+    h.propose(
+        "t1",
+        1,
+        vec![SubtaskProposal::new("a", &["src/a"]), SubtaskProposal::new("b", &["src/b"])],
+        StopCondition::AllSubtasksComplete,
+    );
+    h.expect_decision().await.unwrap();
+    h.start_task("t1.1", 1);
+    h.complete("t1.1", 1);
+    h.events.expect_kind("task_completed").await;
+
+    // 2 × 1 s budget: nothing at 1.9 s, failure at 2 s.
+    tokio::time::advance(Duration::from_millis(1_900)).await;
+    assert_eq!(h.state_of("t1").await, TaskState::WaitingForSubtasks);
+    tokio::time::advance(Duration::from_millis(200)).await;
+    let failed = h
+        .events
+        .fish_for("deadline failure", |Published(e)| match &e.kind {
+            EventKind::TaskFailed { task: t, reason, .. } if *t == task("t1") => Some(reason.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(failed, FailureReason::DecompositionDeadline { deadline_ms: 2_000 });
+    assert_eq!(h.state_of("t1.2").await, TaskState::Cancelled);
+    assert_eq!(h.state_of("t1.1").await, TaskState::Completed);
+}
+
+#[actix::test]
+async fn a_late_completion_after_cancellation_is_ignored() {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits::default());
+    h.submit(vec![spec("a", &["a"])]).await;
+    h.start_task("t1", 1);
+    h.send(ToTaskGraph::Cancel { task: Some(task("t1")), reason: "user asked".into() });
+    assert!(matches!(h.agent_inbox.expect().await, ToAgent::Cancel { .. }));
+    h.complete("t1", 1);
+
+    let ignored = h.events.expect_kind("message_ignored").await;
+    assert_eq!(
+        ignored,
+        EventKind::MessageIgnored {
+            task: Some(task("t1")),
+            message: "TaskCompleted".into(),
+            why: "the task is already cancelled".into()
+        }
+    );
+    assert_eq!(h.state_of("t1").await, TaskState::Cancelled);
+    let snap = h.snapshot().await;
+    assert!(snap.tasks[0].summary.is_none(), "the late handoff must not be recorded");
+}
+
+#[actix::test]
+async fn a_completion_for_a_stale_attempt_is_ignored() {
+    virtual_time();
+    let mut h = GraphHarness::start(one_retry());
+    h.submit(vec![spec("a", &["a"])]).await;
+    h.start_task("t1", 1);
+    h.send(ToTaskGraph::TaskFailed { task: task("t1"), attempt: 1, error: "timeout".into() });
+    h.events.expect_kind("task_retried").await;
+    h.complete("t1", 1);
+    let ignored = h.events.expect_kind("message_ignored").await;
+    assert!(matches!(ignored, EventKind::MessageIgnored { why, .. } if why.contains("stale attempt 1")));
+    assert_eq!(h.state_of("t1").await, TaskState::Ready);
+}
+
+#[actix::test]
+async fn handoff_status_is_honoured() {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits::default());
+    h.submit(vec![spec("a", &["a"]), spec("b", &["b"])]).await;
+    h.start_task("t1", 1);
+    let mut blocked = Handoff::complete("need database credentials");
+    blocked.status = HandoffStatus::Blocked;
+    h.report("t1", 1, Some(blocked), None);
+    let failed = h.events.expect_kind("task_failed").await;
+    assert!(
+        matches!(failed, EventKind::TaskFailed { reason: FailureReason::Blocked { summary }, .. } if summary == "need database credentials")
+    );
+
+    h.start_task("t2", 1);
+    let mut partial = Handoff::complete("half of it");
+    partial.status = HandoffStatus::Partial;
+    partial.concerns = vec!["error paths untested".into()];
+    h.report("t2", 1, Some(partial), None);
+    h.events.expect_kind("task_completed").await;
+    assert_eq!(h.state_of("t2").await, TaskState::Completed);
+}
+
+#[actix::test]
+async fn a_bad_planner_batch_is_rejected_whole() {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits::default());
+    let mut cyclic_a = spec("a", &["a"]);
+    cyclic_a.dependencies = vec![DependencyRef::Batch(2)];
+    let mut cyclic_b = spec("b", &["b"]);
+    cyclic_b.dependencies = vec![DependencyRef::Batch(1)];
+    h.send(ToTaskGraph::SubmitTasks { tasks: vec![spec("fine", &["c"]), cyclic_a, cyclic_b] });
+    let rejected = h.events.expect_kind("tasks_rejected").await;
+    assert_eq!(rejected, EventKind::TasksRejected { reason: RejectionReason::DependencyCycle { cycle: vec![1, 2] } });
+
+    let mut unknown = spec("x", &["x"]);
+    unknown.dependencies = vec![DependencyRef::Task(task("t9"))];
+    h.send(ToTaskGraph::SubmitTasks { tasks: vec![unknown] });
+    let rejected = h.events.expect_kind("tasks_rejected").await;
+    assert!(matches!(rejected, EventKind::TasksRejected { reason: RejectionReason::UnknownDependency { .. } }));
+    h.send(ToTaskGraph::SubmitTasks { tasks: vec![spec("escape", &["../../etc"])] });
+    let rejected = h.events.expect_kind("tasks_rejected").await;
+    assert!(matches!(
+        rejected,
+        EventKind::TasksRejected { reason: RejectionReason::InvalidPath { problem: PathProblem::ParentTraversal, .. } }
+    ));
+
+    assert!(h.snapshot().await.tasks.is_empty());
+    h.dispatch.expect_none().await;
+}
+
+#[actix::test]
+async fn cancelling_the_run_cancels_everything_and_finishes_it() {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits::default());
+    let mut b = spec("b", &["b"]);
+    b.dependencies = vec![DependencyRef::Batch(0)];
+    h.submit(vec![spec("a", &["a"]), b]).await;
+    h.start_task("t1", 1);
+    h.send(ToTaskGraph::Cancel { task: None, reason: "user cancelled the run".into() });
+    assert_eq!(h.events.expect_kind("run_finished").await, EventKind::RunFinished { outcome: RunOutcome::Cancelled });
+    let snap = h.snapshot().await;
+    assert!(snap.tasks.iter().all(|t| t.state == TaskState::Cancelled));
+    assert!(matches!(h.agent_inbox.expect().await, ToAgent::Cancel { .. }));
+}
