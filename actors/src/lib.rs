@@ -3,13 +3,15 @@
 //! - [`protocol`]: every id, payload, message and event, in one place.
 //! - [`config`]: the run's limits with their defaults.
 //! - [`graph`]: the task graph as plain data (a fold of events) and subplan validation.
+//! - [`llm_output`]: parsing untrusted LLM answers into typed structs.
 //! - [`ports`]: traits for side effects (journal, LLM, agent, repo, clock) and in-memory fakes.
-//! - [`actors`]: TaskGraph and Dispatch, one actor per file.
+//! - [`actors`]: TaskGraph, Dispatch, Planner and Worker, one actor per file.
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
 
 pub mod actors;
 pub mod config;
 pub mod graph;
+pub mod llm_output;
 pub mod ports;
 pub mod protocol;

@@ -13,7 +13,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Assignment, Event, EventKind, RunId, TaskCompleted, Usd};
+use crate::protocol::{
+    ArtifactRef, Assignment, Event, EventKind, Handoff, ProposedSubplan, RejectionReason, RunId, SubtaskResult, TaskId,
+    Usage,
+};
 
 /// Wall-clock time for event timestamps. Timers use the runtime's clock, which tests pause.
 pub trait Clock: Send + Sync + 'static {
@@ -136,13 +139,6 @@ pub struct LlmRequest {
     pub messages: Vec<ChatMessage>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    pub tokens_in: u64,
-    pub tokens_out: u64,
-    pub cost_usd: Usd,
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LlmResponse {
     pub content: String,
@@ -176,10 +172,34 @@ pub enum AgentError {
     Timeout,
 }
 
-/// A coding agent that runs one task in one workspace and reports back: a handoff, a
-/// subplan, or both.
+/// What an agent reports: a handoff, a subplan, or both (ADR-009). The worker wraps it in a
+/// `TaskCompleted` with the task id and attempt it assigned: ids never come from the agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentReport {
+    #[serde(default)]
+    pub handoff: Option<Handoff>,
+    #[serde(default)]
+    pub artifacts: Vec<ArtifactRef>,
+    #[serde(default)]
+    pub subplan: Option<ProposedSubplan>,
+}
+
+/// A coding agent that runs one task in one workspace and reports back.
 pub trait Agent: Send + Sync + 'static {
-    fn run(&self, assignment: Assignment, workspace: PathBuf) -> BoxFuture<'static, Result<TaskCompleted, AgentError>>;
+    /// Works on the assignment.
+    fn run(&self, assignment: Assignment, workspace: PathBuf) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
+    /// The agent's subplan was rejected: it may propose again or finish the task as it is.
+    fn revise(
+        &self,
+        assignment: Assignment,
+        rejection: RejectionReason,
+    ) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
+    /// The subtasks of `parent` ended: merge their results into the parent's final report.
+    fn synthesize(
+        &self,
+        parent: TaskId,
+        results: Vec<SubtaskResult>,
+    ) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -125,7 +125,7 @@ pub fn spec(description: &str, scope: &[&str]) -> TaskSpec {
 }
 
 pub fn ready(id: &str, spec: TaskSpec, critical_path: u32, created: u64) -> ReadyTask {
-    ReadyTask { task: task(id), attempt: 1, spec: Arc::new(spec), critical_path, created }
+    ReadyTask { task: task(id), attempt: 1, spec: Arc::new(spec), critical_path, created, budget: Budget::default() }
 }
 
 /// A TaskGraph actor under test, with probes for Dispatch, the agent and the event stream.

@@ -2,7 +2,11 @@
 //! [`crate::protocol::messages`].
 
 pub mod dispatch;
+pub mod planner;
 pub mod task_graph;
+pub mod worker;
 
 pub use dispatch::{Dispatch, WorkerProfile, best_profile};
-pub use task_graph::TaskGraph;
+pub use planner::{Exchange, Planner, PlannerConfig};
+pub use task_graph::{Recovery, TaskGraph};
+pub use worker::Worker;

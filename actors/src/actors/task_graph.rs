@@ -17,8 +17,9 @@ use tracing::{error, warn};
 use crate::graph::{GraphError, RunGraph};
 use crate::ports::Journal;
 use crate::protocol::{
-    Event, EventKind, FailureReason, GetSnapshot, Published, RunId, SubtasksCompleted, TaskDecompositionAccepted,
-    TaskDecompositionRejected, TaskId, ToAgent, ToDispatch, ToTaskGraph,
+    Event, EventKind, FailureReason, GetSnapshot, Published, RootHandoff, RunId, SubtasksCompleted,
+    TaskDecompositionAccepted, TaskDecompositionRejected, TaskId, TaskState, ToAgent, ToDispatch, ToPlanner,
+    ToTaskGraph,
 };
 
 pub struct TaskGraph {
@@ -31,6 +32,20 @@ pub struct TaskGraph {
     /// The agent currently responsible for each dispatched task. Addresses are not state:
     /// after a restart, tasks are dispatched again and re-register.
     agents: HashMap<TaskId, Recipient<ToAgent>>,
+    /// Who synthesizes for a parent whose agent is unknown (after a restart).
+    default_agent: Option<Recipient<ToAgent>>,
+    planner: Option<Recipient<ToPlanner>>,
+    /// Set when the graph was rebuilt from the journal: `started` resumes the run.
+    recovery: Option<Recovery>,
+}
+
+/// What resuming a replayed run needs beyond the graph.
+#[derive(Debug, Default)]
+pub struct Recovery {
+    /// Root handoffs the planner had not yet read when the daemon stopped.
+    pub unread_handoffs: Vec<RootHandoff>,
+    /// Decomposition deadlines still pending, as milliseconds from now (0 = already due).
+    pub deadlines_in_ms: Vec<(TaskId, u64)>,
 }
 
 impl TaskGraph {
@@ -41,7 +56,104 @@ impl TaskGraph {
         dispatch: Recipient<ToDispatch>,
         observer: Option<Recipient<Published>>,
     ) -> Self {
-        TaskGraph { run, graph, journal, dispatch, observer, agents: HashMap::new() }
+        TaskGraph {
+            run,
+            graph,
+            journal,
+            dispatch,
+            observer,
+            agents: HashMap::new(),
+            default_agent: None,
+            planner: None,
+            recovery: None,
+        }
+    }
+
+    /// The root planner, told of root handoffs and of quiescence.
+    pub fn with_planner(mut self, planner: Recipient<ToPlanner>) -> Self {
+        self.planner = Some(planner);
+        self
+    }
+
+    /// The agent that synthesizes for parents whose own agent is gone.
+    pub fn with_default_agent(mut self, agent: Recipient<ToAgent>) -> Self {
+        self.default_agent = Some(agent);
+        self
+    }
+
+    /// Resume a graph replayed from the journal when the actor starts.
+    pub fn resuming(mut self, recovery: Recovery) -> Self {
+        self.recovery = Some(recovery);
+        self
+    }
+
+    /// Journals the interruption of in-flight attempts, then puts every runnable task back
+    /// in Dispatch, re-sends pending syntheses, re-arms deadlines and wakes the planner.
+    fn resume(&mut self, recovery: Recovery, ctx: &mut Context<Self>) {
+        let events = match self.graph.interrupt_in_flight() {
+            Ok(events) => events,
+            Err(e) => {
+                error!(run = %self.run, error = %e, "cannot resume run");
+                ctx.stop();
+                return;
+            }
+        };
+        let append = self.journal.append(self.run, events);
+        ctx.wait(append.into_actor(self).map(move |result, act, ctx| {
+            let journaled = match result {
+                Ok(journaled) => journaled,
+                Err(e) => {
+                    error!(run = %act.run, error = %e, "journal append failed while resuming");
+                    ctx.stop();
+                    return;
+                }
+            };
+            if let Some(observer) = &act.observer {
+                for event in journaled {
+                    observer.do_send(Published(event));
+                }
+            }
+            let ready: Vec<_> =
+                act.graph.tasks_in(TaskState::Ready).iter().filter_map(|t| act.graph.ready_task(t)).collect();
+            if !ready.is_empty() {
+                act.dispatch.do_send(ToDispatch::Ready(ready));
+            }
+            for parent in act.graph.tasks_in(TaskState::Synthesizing) {
+                act.send_subtasks_completed(&parent);
+            }
+            for (task, ms) in recovery.deadlines_in_ms {
+                act.arm_deadline_in(&task, ms, ctx);
+            }
+            if let Some(planner) = &act.planner {
+                for handoff in recovery.unread_handoffs {
+                    planner.do_send(ToPlanner::Handoff(handoff));
+                }
+                if act.graph.is_quiescent() {
+                    planner.do_send(ToPlanner::Quiescent);
+                }
+            }
+        }));
+    }
+
+    fn send_subtasks_completed(&self, parent: &TaskId) {
+        let results = self.graph.subtask_results(parent);
+        let attempt = self.graph.task(parent).map_or(1, |n| n.attempt);
+        self.tell_agent(
+            parent,
+            ToAgent::SubtasksCompleted(SubtasksCompleted { parent: parent.clone(), attempt, results }),
+        );
+    }
+
+    fn tell_planner_root_ended(&self, task: &TaskId) {
+        let (Some(planner), Some(node)) = (&self.planner, self.graph.task(task)) else { return };
+        if node.parent.is_none() {
+            planner.do_send(ToPlanner::Handoff(RootHandoff {
+                task: task.clone(),
+                state: node.state,
+                description: node.spec.description.clone(),
+                handoff: node.handoff.as_deref().cloned(),
+            }));
+        }
     }
 
     /// Journals `events`, then performs their effects. Nothing else is handled meanwhile.
@@ -63,8 +175,21 @@ impl TaskGraph {
 
     fn perform(&mut self, events: Vec<Event>, ctx: &mut Context<Self>) {
         let mut ready = Vec::new();
+        let mut something_ended = false;
         for event in &events {
+            if let EventKind::TaskCompleted { task, .. }
+            | EventKind::TaskFailed { task, .. }
+            | EventKind::TaskCancelled { task, .. } = &event.kind
+            {
+                something_ended = true;
+                self.tell_planner_root_ended(task);
+            }
             match &event.kind {
+                EventKind::TasksRejected { reason } => {
+                    if let Some(planner) = &self.planner {
+                        planner.do_send(ToPlanner::BatchRejected { reason: reason.clone() });
+                    }
+                }
                 EventKind::TaskReady { task } => ready.extend(self.graph.ready_task(task)),
                 EventKind::TaskRetried { task, .. } => {
                     self.agents.remove(task);
@@ -114,13 +239,7 @@ impl TaskGraph {
                         }),
                     );
                 }
-                EventKind::SubtasksCompleted { parent } => {
-                    let results = self.graph.subtask_results(parent);
-                    self.tell_agent(
-                        parent,
-                        ToAgent::SubtasksCompleted(SubtasksCompleted { parent: parent.clone(), results }),
-                    );
-                }
+                EventKind::SubtasksCompleted { parent } => self.send_subtasks_completed(parent),
                 _ => {}
             }
             if let Some(observer) = &self.observer {
@@ -130,10 +249,15 @@ impl TaskGraph {
         if !ready.is_empty() {
             self.dispatch.do_send(ToDispatch::Ready(ready));
         }
+        if something_ended && self.graph.is_quiescent() {
+            if let Some(planner) = &self.planner {
+                planner.do_send(ToPlanner::Quiescent);
+            }
+        }
     }
 
     fn tell_agent(&self, task: &TaskId, message: ToAgent) {
-        match self.agents.get(task) {
+        match self.agents.get(task).or(self.default_agent.as_ref()) {
             Some(agent) => agent.do_send(message),
             None => warn!(run = %self.run, %task, "no agent registered for the task; message dropped"),
         }
@@ -142,7 +266,13 @@ impl TaskGraph {
     /// Rule (j): the parent fails unless its subtasks all end within `deadline_factor` × its
     /// wall-time budget.
     fn arm_deadline(&self, parent: &TaskId, ctx: &mut Context<Self>) {
-        let (Some(ms), Some(node)) = (self.graph.deadline_ms(parent), self.graph.task(parent)) else { return };
+        if let Some(ms) = self.graph.deadline_ms(parent) {
+            self.arm_deadline_in(parent, ms, ctx);
+        }
+    }
+
+    fn arm_deadline_in(&self, parent: &TaskId, ms: u64, ctx: &mut Context<Self>) {
+        let Some(node) = self.graph.task(parent) else { return };
         let decomposition = node.decompositions;
         let task = parent.clone();
         ctx.run_later(Duration::from_millis(ms), move |_, ctx| {
@@ -153,6 +283,12 @@ impl TaskGraph {
 
 impl Actor for TaskGraph {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(recovery) = self.recovery.take() {
+            self.resume(recovery, ctx);
+        }
+    }
 }
 
 impl Handler<ToTaskGraph> for TaskGraph {
@@ -162,6 +298,8 @@ impl Handler<ToTaskGraph> for TaskGraph {
         let result: Result<Vec<EventKind>, GraphError> = match msg {
             ToTaskGraph::SubmitTasks { tasks } => self.graph.submit(tasks),
             ToTaskGraph::PlanningFinished => self.graph.planning_finished(),
+            ToTaskGraph::PlannerAnswered(answer) => self.graph.planner_answered(*answer),
+            ToTaskGraph::PlannerGaveUp { error } => self.graph.planner_gave_up(&error),
             ToTaskGraph::TaskDispatched { task, attempt, profile, route, agent } => {
                 let result = self.graph.dispatched(&task, attempt, &profile, route);
                 let accepted =

@@ -49,6 +49,8 @@ pub struct TaskNode {
     pub decompositions: u32,
     /// Subplans proposed during the current attempt, accepted or rejected.
     pub proposals_this_attempt: u32,
+    /// Attempts ended by a daemon restart rather than by the agent; not charged as retries.
+    pub interruptions: u32,
     /// Dependencies that have not completed yet; 0 means the task may become ready.
     unfinished_deps: u32,
     open_children: u32,
@@ -95,6 +97,9 @@ pub struct RunGraph {
     open_fingerprints: HashMap<Fingerprint, NodeIndex>,
     planning_finished: bool,
     cancel_requested: bool,
+    planner_failed: bool,
+    /// Root-planner calls recorded so far; the next call's index.
+    planner_calls: u32,
     outcome: Option<RunOutcome>,
 }
 
@@ -114,6 +119,8 @@ impl RunGraph {
             open_fingerprints: HashMap::new(),
             planning_finished: false,
             cancel_requested: false,
+            planner_failed: false,
+            planner_calls: 0,
             outcome: None,
         }
     }
@@ -156,6 +163,24 @@ impl RunGraph {
         self.outcome
     }
 
+    pub fn planner_calls(&self) -> u32 {
+        self.planner_calls
+    }
+
+    pub fn is_planning_finished(&self) -> bool {
+        self.planning_finished
+    }
+
+    /// Nothing is live but the planner may still add work.
+    pub fn is_quiescent(&self) -> bool {
+        self.live == 0 && !self.planning_finished && self.outcome.is_none()
+    }
+
+    /// Tasks in `state`. O(graph): for recovery and queries only.
+    pub fn tasks_in(&self, state: TaskState) -> Vec<TaskId> {
+        self.dag.node_weights().filter(|n| n.state == state).map(|n| n.id.clone()).collect()
+    }
+
     pub fn task(&self, id: &TaskId) -> Option<&TaskNode> {
         self.index.get(id).map(|&ix| &self.dag[ix])
     }
@@ -181,6 +206,7 @@ impl RunGraph {
             spec: node.spec.clone(),
             critical_path: node.critical_path,
             created: node.created,
+            budget: node.budget,
         })
     }
 
@@ -232,6 +258,19 @@ impl RunGraph {
     /// Applies one event. The only mutator of the graph.
     pub fn apply(&mut self, event: &EventKind) -> Result<(), GraphError> {
         match event {
+            EventKind::PlannerResponded { call, .. } => self.planner_calls = self.planner_calls.max(call + 1),
+            EventKind::PlannerGaveUp { .. } => {
+                self.planning_finished = true;
+                self.planner_failed = true;
+            }
+            EventKind::TaskInterrupted { task, attempt } => {
+                let ix = self.ix_at(task, *attempt)?;
+                self.set_state(ix, TaskState::Ready)?;
+                let node = &mut self.dag[ix];
+                node.attempt += 1;
+                node.interruptions += 1;
+                node.proposals_this_attempt = 0;
+            }
             EventKind::RunStarted { .. }
             | EventKind::TasksRejected { .. }
             | EventKind::AwaitingUserDecision { .. }
@@ -351,6 +390,7 @@ impl RunGraph {
             stop_when: StopCondition::default(),
             decompositions: 0,
             proposals_this_attempt: 0,
+            interruptions: 0,
             unfinished_deps,
             open_children: 0,
             completed_children: 0,
@@ -477,15 +517,17 @@ impl RunGraph {
             self.ignore(&mut out, None, "SubmitTasks", "planning has finished for this run".into());
             return Ok(out);
         }
+        self.submit_into(&mut out, specs)?;
+        Ok(out)
+    }
+
+    fn submit_into(&mut self, out: &mut Emitted, specs: Vec<TaskSpec>) -> Result<(), GraphError> {
         if specs.is_empty() {
-            return Ok(out);
+            return Ok(());
         }
         let batch = match validate::validate_batch(self, specs) {
             Ok(batch) => batch,
-            Err(reason) => {
-                self.emit(&mut out, EventKind::TasksRejected { reason })?;
-                return Ok(out);
-            }
+            Err(reason) => return self.emit(out, EventKind::TasksRejected { reason }),
         };
         let ids: Vec<TaskId> = (0..batch.items.len()).map(|i| TaskId::root(self.next_root + i as u32)).collect();
         for &i in &batch.order {
@@ -493,15 +535,67 @@ impl RunGraph {
             let mut depends_on = item.existing_deps.clone();
             depends_on.extend(item.batch_deps.iter().map(|&j| ids[j].clone()));
             self.emit(
-                &mut out,
+                out,
                 EventKind::TaskAdded { task: ids[i].clone(), spec: item.spec.clone(), budget: item.budget, depends_on },
             )?;
         }
         let mut work = VecDeque::new();
         for id in &ids {
-            self.settle_new(&mut out, id, &mut work)?;
+            self.settle_new(out, id, &mut work)?;
         }
-        self.settle(&mut out, work)?;
+        self.settle(out, work)
+    }
+
+    /// One root-planner call: recorded first, then its tasks submitted. A valid empty answer
+    /// while nothing is live means the planner considers the request done.
+    pub fn planner_answered(&mut self, answer: crate::protocol::PlannerAnswer) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        if self.planning_finished {
+            self.ignore(&mut out, None, "PlannerAnswered", "planning has finished for this run".into());
+            return Ok(out);
+        }
+        let error = answer.tasks.as_ref().err().cloned();
+        let recorded = EventKind::PlannerResponded {
+            call: answer.call,
+            prompt: answer.prompt,
+            content: answer.content,
+            usage: answer.usage,
+            error,
+        };
+        self.emit(&mut out, recorded)?;
+        match answer.tasks {
+            Ok(tasks) if tasks.is_empty() && self.live == 0 => {
+                self.emit(&mut out, EventKind::PlanningFinished)?;
+                self.settle(&mut out, VecDeque::new())?;
+            }
+            Ok(tasks) => self.submit_into(&mut out, tasks)?,
+            Err(_) => {}
+        }
+        Ok(out)
+    }
+
+    pub fn planner_gave_up(&mut self, error: &str) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        if !self.planning_finished {
+            self.emit(&mut out, EventKind::PlannerGaveUp { error: error.into() })?;
+            self.settle(&mut out, VecDeque::new())?;
+        }
+        Ok(out)
+    }
+
+    /// After a restart: every attempt that was in flight is over. Each such task goes back to
+    /// Ready as a new attempt, without being charged a retry. O(graph), once per recovery.
+    pub fn interrupt_in_flight(&mut self) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let in_flight: Vec<(TaskId, u32)> = self
+            .dag
+            .node_weights()
+            .filter(|n| matches!(n.state, TaskState::Dispatched | TaskState::Running))
+            .map(|n| (n.id.clone(), n.attempt))
+            .collect();
+        for (task, attempt) in in_flight {
+            self.emit(&mut out, EventKind::TaskInterrupted { task, attempt })?;
+        }
         Ok(out)
     }
 
@@ -677,7 +771,8 @@ impl RunGraph {
         error: String,
     ) -> Result<Emitted, GraphError> {
         let task = self.dag[ix].id.clone();
-        let retryable = self.dag[ix].state != TaskState::Synthesizing && attempt < self.limits.max_attempts;
+        let charged = attempt.saturating_sub(self.dag[ix].interruptions);
+        let retryable = self.dag[ix].state != TaskState::Synthesizing && charged < self.limits.max_attempts;
         if retryable {
             self.emit(&mut out, EventKind::TaskRetried { task, attempt, error })?;
         } else {
@@ -819,7 +914,7 @@ impl RunGraph {
         if self.planning_finished && self.live == 0 && self.outcome.is_none() {
             let outcome = if self.cancel_requested {
                 RunOutcome::Cancelled
-            } else if self.unsuccessful_roots > 0 {
+            } else if self.unsuccessful_roots > 0 || self.planner_failed {
                 RunOutcome::Failed
             } else {
                 RunOutcome::Completed

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::handoff::{ArtifactRef, Handoff};
+use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
 use super::messages::Route;
 use super::subplan::{DecompositionReason, RejectionReason, StopCondition};
@@ -27,6 +27,20 @@ pub struct Event {
 pub enum EventKind {
     RunStarted {
         request: String,
+    },
+    /// One root-planner LLM call, recorded before its tasks are submitted, so that recovery
+    /// rebuilds the conversation instead of asking again. `error` is set when the answer
+    /// could not be used (its tasks, if any, were not submitted).
+    PlannerResponded {
+        call: u32,
+        prompt: String,
+        content: String,
+        usage: Usage,
+        error: Option<String>,
+    },
+    /// The planner stopped after too many consecutive errors; the run will fail.
+    PlannerGaveUp {
+        error: String,
     },
     /// A task entered the graph. `spec` is normalized; `depends_on` are resolved ids.
     TaskAdded {
@@ -57,6 +71,12 @@ pub enum EventKind {
         task: TaskId,
         attempt: u32,
         error: String,
+    },
+    /// The daemon stopped while the attempt was in flight; the task goes back to Ready as
+    /// attempt `attempt + 1` without being charged a retry.
+    TaskInterrupted {
+        task: TaskId,
+        attempt: u32,
     },
     TaskCompleted {
         task: TaskId,
@@ -120,6 +140,9 @@ impl EventKind {
     pub fn name(&self) -> &'static str {
         match self {
             EventKind::RunStarted { .. } => "run_started",
+            EventKind::PlannerResponded { .. } => "planner_responded",
+            EventKind::PlannerGaveUp { .. } => "planner_gave_up",
+            EventKind::TaskInterrupted { .. } => "task_interrupted",
             EventKind::TaskAdded { .. } => "task_added",
             EventKind::TasksRejected { .. } => "tasks_rejected",
             EventKind::TaskReady { .. } => "task_ready",

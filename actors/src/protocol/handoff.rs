@@ -72,6 +72,15 @@ impl HandoffMetrics {
     }
 }
 
+/// Tokens and money one LLM call or one task consumed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    #[serde(default)]
+    pub cost_usd: Usd,
+}
+
 /// A typed output (ADR-008). The locator is interpreted by the kind: a commit sha, a
 /// repo-relative path, a report's text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,10 +9,12 @@ use actix::{Message, Recipient};
 use serde::{Deserialize, Serialize};
 
 use super::event::Event;
-use super::handoff::{ArtifactRef, Handoff};
+use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
-use super::subplan::{ProposedSubplan, SubtasksCompleted, TaskDecompositionAccepted, TaskDecompositionRejected};
-use super::task::TaskSpec;
+use super::subplan::{
+    ProposedSubplan, RejectionReason, SubtasksCompleted, TaskDecompositionAccepted, TaskDecompositionRejected,
+};
+use super::task::{Budget, TaskSpec, TaskState};
 use super::view::GraphSnapshot;
 
 /// What a worker (or subplanner, or synthesizing parent) reports when it stops. It may carry
@@ -49,6 +51,8 @@ pub struct ReadyTask {
     pub critical_path: u32,
     /// Creation order within the run: lower is older.
     pub created: u64,
+    /// What the task may spend (its spec's budget or the run's default).
+    pub budget: Budget,
 }
 
 /// Dispatch → agent: run this task.
@@ -72,6 +76,13 @@ pub enum ToTaskGraph {
     },
     /// The planner will submit nothing more; the run ends when every task has ended.
     PlanningFinished,
+    /// The root planner's answer to one LLM call: recorded, then its tasks submitted. An
+    /// empty, valid answer while no task is live finishes planning.
+    PlannerAnswered(Box<PlannerAnswer>),
+    /// The planner gave up (too many consecutive errors or iterations).
+    PlannerGaveUp {
+        error: String,
+    },
     /// Dispatch handed the task to `agent`.
     TaskDispatched {
         task: TaskId,
@@ -126,6 +137,43 @@ pub struct GetSnapshot;
 #[rtype(result = "()")]
 pub struct Published(pub Event);
 
+/// One root-planner call and what came of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannerAnswer {
+    pub call: u32,
+    pub prompt: String,
+    pub content: String,
+    pub usage: Usage,
+    /// The tasks parsed from `content`, or why it could not be parsed.
+    pub tasks: Result<Vec<TaskSpec>, String>,
+}
+
+/// A root task ended: what the planner reads before its next sprint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RootHandoff {
+    pub task: TaskId,
+    pub state: TaskState,
+    pub description: String,
+    pub handoff: Option<Handoff>,
+}
+
+/// The Planner actor's inbox.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub enum ToPlanner {
+    /// Plan the first sprint.
+    Start,
+    Handoff(RootHandoff),
+    /// No task is live and planning has not finished: plan the next sprint (or finish).
+    Quiescent,
+    /// The planner's last batch was refused; the reason goes into its next prompt.
+    BatchRejected {
+        reason: RejectionReason,
+    },
+    /// Timer: retry after an error.
+    Retry,
+}
+
 /// The Dispatch actor's inbox.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
@@ -154,6 +202,8 @@ impl fmt::Debug for ToTaskGraph {
         match self {
             ToTaskGraph::SubmitTasks { tasks } => write!(f, "SubmitTasks({} tasks)", tasks.len()),
             ToTaskGraph::PlanningFinished => f.write_str("PlanningFinished"),
+            ToTaskGraph::PlannerAnswered(a) => write!(f, "PlannerAnswered(call {})", a.call),
+            ToTaskGraph::PlannerGaveUp { error } => write!(f, "PlannerGaveUp({error})"),
             ToTaskGraph::TaskDispatched { task, attempt, profile, route, .. } => {
                 write!(f, "TaskDispatched({task}#{attempt} {route:?} {profile})")
             }

@@ -18,10 +18,11 @@ pub mod task;
 pub mod view;
 
 pub use event::{Event, EventKind, FailureReason, RunOutcome};
-pub use handoff::{ArtifactKind, ArtifactRef, Handoff, HandoffMetrics, HandoffStatus};
+pub use handoff::{ArtifactKind, ArtifactRef, Handoff, HandoffMetrics, HandoffStatus, Usage};
 pub use ids::{IdError, RunId, TaskId, branch_name};
 pub use messages::{
-    Assignment, GetSnapshot, Published, ReadyTask, Route, TaskCompleted, ToAgent, ToDispatch, ToTaskGraph,
+    Assignment, GetSnapshot, PlannerAnswer, Published, ReadyTask, RootHandoff, Route, TaskCompleted, ToAgent,
+    ToDispatch, ToPlanner, ToTaskGraph,
 };
 pub use subplan::{
     DecompositionReason, PathProblem, ProposedSubplan, RejectionReason, StopCondition, SubtaskProposal, SubtaskResult,

@@ -105,6 +105,8 @@ pub struct TaskDecompositionRejected {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubtasksCompleted {
     pub parent: TaskId,
+    /// The parent's attempt, for the synthesis report.
+    pub attempt: u32,
     pub results: Vec<SubtaskResult>,
 }
 

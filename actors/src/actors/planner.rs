@@ -1,0 +1,252 @@
+//! The Planner actor: the root planner's LLM conversation, run in sprints.
+//!
+//! It plans the first sprint on `Start`, then again when at least `min_handoffs_for_replan`
+//! root handoffs are unread, when the graph is quiescent (nothing live), or when its last
+//! batch was refused. Every answer goes to the TaskGraph, which journals it
+//! (`PlannerResponded`) before submitting its tasks; an empty answer while nothing is live
+//! ends planning. LLM errors and unusable answers back off exponentially; after
+//! `max_consecutive_errors` in a row, or `max_iterations` calls, the planner gives up.
+//! Nothing polls: every step is a message or a timer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::llm_output::{PlannerOutput, parse_json_answer};
+use crate::ports::{ChatMessage, ChatRole, Llm, LlmError, LlmRequest, LlmResponse, Role};
+use crate::protocol::{PlannerAnswer, RejectionReason, RootHandoff, RunId, ToPlanner, ToTaskGraph};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlannerConfig {
+    pub max_iterations: u32,
+    pub min_handoffs_for_replan: usize,
+    pub max_consecutive_errors: u32,
+    pub max_answer_bytes: usize,
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+    /// Characters of each handoff summary shown to the planner.
+    pub max_summary_chars: usize,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        PlannerConfig {
+            max_iterations: 50,
+            min_handoffs_for_replan: 3,
+            max_consecutive_errors: 10,
+            max_answer_bytes: 256 * 1024,
+            backoff_base_ms: 1_000,
+            backoff_max_ms: 60_000,
+            max_summary_chars: 2_000,
+        }
+    }
+}
+
+/// One recorded exchange of the conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exchange {
+    pub prompt: String,
+    pub answer: String,
+}
+
+pub struct Planner {
+    run: RunId,
+    request: String,
+    system_prompt: String,
+    llm: Arc<dyn Llm>,
+    graph: Recipient<ToTaskGraph>,
+    config: PlannerConfig,
+    /// Every recorded exchange; rebuilt from the journal after a restart.
+    conversation: Vec<Exchange>,
+    unread: Vec<RootHandoff>,
+    rejections: Vec<RejectionReason>,
+    /// The last answer was unusable; say why in the next prompt.
+    last_error: Option<String>,
+    busy: bool,
+    consecutive_errors: u32,
+    gave_up: bool,
+}
+
+impl Planner {
+    pub fn new(
+        run: RunId,
+        request: String,
+        system_prompt: String,
+        llm: Arc<dyn Llm>,
+        graph: Recipient<ToTaskGraph>,
+        config: PlannerConfig,
+    ) -> Self {
+        Planner {
+            run,
+            request,
+            system_prompt,
+            llm,
+            graph,
+            config,
+            conversation: Vec::new(),
+            unread: Vec::new(),
+            rejections: Vec::new(),
+            last_error: None,
+            busy: false,
+            consecutive_errors: 0,
+            gave_up: false,
+        }
+    }
+
+    /// Continues a conversation recorded in the journal.
+    pub fn resuming(mut self, conversation: Vec<Exchange>) -> Self {
+        self.conversation = conversation;
+        self
+    }
+
+    fn prompt(&mut self) -> String {
+        let mut msg = String::new();
+        if self.conversation.is_empty() {
+            msg.push_str(&format!("## Request\n{}\n\n", self.request));
+            msg.push_str("This is the first planning call. Plan the first sprint: only tasks you can fully specify now.\n");
+            return msg;
+        }
+        if let Some(error) = self.last_error.take() {
+            msg.push_str(&format!("## Your last answer could not be used\n{error}\n\n"));
+        }
+        for reason in self.rejections.drain(..) {
+            msg.push_str(&format!("## Your last batch was refused\n{reason}\nNothing from it was added.\n\n"));
+        }
+        if !self.unread.is_empty() {
+            msg.push_str("## Handoffs since your last plan\n");
+            for h in self.unread.drain(..) {
+                msg.push_str(&format!("### {} ({}): {}\n", h.task, h.state, h.description));
+                if let Some(handoff) = &h.handoff {
+                    let summary: String = handoff.summary.chars().take(self.config.max_summary_chars).collect();
+                    msg.push_str(&format!("status: {:?}\nsummary: {summary}\n", handoff.status));
+                    let files: Vec<&str> = handoff.files_changed.iter().take(10).map(String::as_str).collect();
+                    if !files.is_empty() {
+                        msg.push_str(&format!("files changed: {}\n", files.join(", ")));
+                    }
+                    for c in &handoff.concerns {
+                        msg.push_str(&format!("concern: {c}\n"));
+                    }
+                    for s in &handoff.suggestions {
+                        msg.push_str(&format!("suggestion: {s}\n"));
+                    }
+                }
+                msg.push('\n');
+            }
+        }
+        msg.push_str("Plan the next sprint, or answer with an empty task list if the request is fully done.\n");
+        msg
+    }
+
+    fn plan(&mut self, ctx: &mut Context<Self>) {
+        if self.busy || self.gave_up {
+            return;
+        }
+        let call = self.conversation.len() as u32;
+        if call >= self.config.max_iterations {
+            self.give_up(format!("the planner reached its limit of {} planning calls", self.config.max_iterations));
+            return;
+        }
+        let prompt = self.prompt();
+        let mut messages = vec![ChatMessage { role: ChatRole::System, content: self.system_prompt.clone() }];
+        for ex in &self.conversation {
+            messages.push(ChatMessage { role: ChatRole::User, content: ex.prompt.clone() });
+            messages.push(ChatMessage { role: ChatRole::Assistant, content: ex.answer.clone() });
+        }
+        messages.push(ChatMessage { role: ChatRole::User, content: prompt.clone() });
+        self.busy = true;
+        let request = self.llm.complete(LlmRequest { role: Role::Planner, messages });
+        ctx.spawn(request.into_actor(self).map(move |result, act, ctx| act.answered(call, prompt, result, ctx)));
+    }
+
+    fn answered(&mut self, call: u32, prompt: String, result: Result<LlmResponse, LlmError>, ctx: &mut Context<Self>) {
+        self.busy = false;
+        match result {
+            Ok(response) => {
+                let tasks = parse_json_answer::<PlannerOutput>(&response.content, self.config.max_answer_bytes)
+                    .map(|out| out.tasks);
+                self.conversation.push(Exchange { prompt: prompt.clone(), answer: response.content.clone() });
+                let failed = tasks.as_ref().err().cloned();
+                self.graph.do_send(ToTaskGraph::PlannerAnswered(Box::new(PlannerAnswer {
+                    call,
+                    prompt,
+                    content: response.content,
+                    usage: response.usage,
+                    tasks,
+                })));
+                match failed {
+                    Some(error) => {
+                        warn!(run = %self.run, call, %error, "the planner's answer was unusable");
+                        self.last_error = Some(error.clone());
+                        self.back_off(error, ctx);
+                    }
+                    None => {
+                        self.consecutive_errors = 0;
+                        if self.unread.len() >= self.config.min_handoffs_for_replan || !self.rejections.is_empty() {
+                            self.plan(ctx);
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                warn!(run = %self.run, call, %error, "the planner's LLM call failed");
+                let delay = match error {
+                    LlmError::RateLimited { retry_after_ms } => Some(retry_after_ms),
+                    _ => None,
+                };
+                self.back_off_for(error.to_string(), delay, ctx);
+            }
+        }
+    }
+
+    fn back_off(&mut self, error: String, ctx: &mut Context<Self>) {
+        self.back_off_for(error, None, ctx);
+    }
+
+    fn back_off_for(&mut self, error: String, at_least_ms: Option<u64>, ctx: &mut Context<Self>) {
+        self.consecutive_errors += 1;
+        if self.consecutive_errors >= self.config.max_consecutive_errors {
+            self.give_up(format!("{} consecutive planner errors; the last: {error}", self.consecutive_errors));
+            return;
+        }
+        let exp = self.config.backoff_base_ms.saturating_mul(1 << (self.consecutive_errors - 1).min(20));
+        let delay = exp.min(self.config.backoff_max_ms).max(at_least_ms.unwrap_or(0));
+        ctx.notify_later(ToPlanner::Retry, Duration::from_millis(delay));
+    }
+
+    fn give_up(&mut self, error: String) {
+        info!(run = %self.run, %error, "the planner gives up");
+        self.gave_up = true;
+        self.graph.do_send(ToTaskGraph::PlannerGaveUp { error });
+    }
+}
+
+impl Actor for Planner {
+    type Context = Context<Self>;
+}
+
+impl Handler<ToPlanner> for Planner {
+    type Result = ();
+
+    fn handle(&mut self, msg: ToPlanner, ctx: &mut Context<Self>) {
+        match msg {
+            ToPlanner::Start | ToPlanner::Quiescent => self.plan(ctx),
+            // A retry timer that outlived its error (a later call succeeded) does nothing.
+            ToPlanner::Retry if self.consecutive_errors > 0 => self.plan(ctx),
+            ToPlanner::Retry => {}
+            ToPlanner::Handoff(handoff) => {
+                self.unread.push(handoff);
+                if self.unread.len() >= self.config.min_handoffs_for_replan {
+                    self.plan(ctx);
+                }
+            }
+            ToPlanner::BatchRejected { reason } => {
+                self.rejections.push(reason);
+                self.plan(ctx);
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Parsing what LLMs answer. Their output is untrusted input: bounded in size, stripped of
+//! the Markdown fences models like to add, parsed into typed structs, and refused with a
+//! reason a human (and the model, on its next call) can act on.
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::protocol::TaskSpec;
+
+/// The root planner's answer (prompts/root-planner.md).
+/// Unknown fields are ignored: in particular any `id` or `branch` a model invents is never
+/// read, because flotilla names things itself.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct PlannerOutput {
+    #[serde(default)]
+    pub scratchpad: Option<String>,
+    pub tasks: Vec<TaskSpec>,
+}
+
+/// Parses one JSON object out of an LLM answer: the whole text, or the text inside a
+/// ```` ```json ```` fence, or from the first `{` to the last `}`.
+pub fn parse_json_answer<T: DeserializeOwned>(content: &str, max_bytes: usize) -> Result<T, String> {
+    if content.len() > max_bytes {
+        return Err(format!("the answer is {} bytes; at most {max_bytes} are accepted", content.len()));
+    }
+    let trimmed = content.trim();
+    let candidate = fenced(trimmed).unwrap_or(trimmed);
+    let candidate = match (candidate.find('{'), candidate.rfind('}')) {
+        (Some(start), Some(end)) if start < end => &candidate[start..=end],
+        _ => return Err("the answer contains no JSON object".into()),
+    };
+    serde_json::from_str(candidate).map_err(|e| format!("the answer is not valid: {e}"))
+}
+
+fn fenced(text: &str) -> Option<&str> {
+    let start = text.find("```")?;
+    let after = &text[start + 3..];
+    let body_start = after.find('\n')? + 1;
+    let body = &after[body_start..];
+    let end = body.find("```")?;
+    Some(&body[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_plain_and_fenced_json() {
+        let plain: PlannerOutput = parse_json_answer(r#"{"tasks": []}"#, 1000).unwrap();
+        assert!(plain.tasks.is_empty());
+        let fenced = "Here is the plan:\n```json\n{\"scratchpad\": \"s\", \"tasks\": [{\"description\": \"d\", \"scope\": [\"a\"]}]}\n```\n";
+        let out: PlannerOutput = parse_json_answer(fenced, 1000).unwrap();
+        assert_eq!(out.tasks[0].scope, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn refuses_malformed_and_oversize_answers_and_ignores_invented_ids() {
+        assert!(parse_json_answer::<PlannerOutput>("I think we should", 1000).unwrap_err().contains("no JSON object"));
+        assert!(parse_json_answer::<PlannerOutput>("{\"tasks\": [", 1000).is_err());
+        assert!(parse_json_answer::<PlannerOutput>(&"x".repeat(2000), 1000).unwrap_err().contains("2000 bytes"));
+        let ignored: PlannerOutput =
+            parse_json_answer(r#"{"tasks": [{"id": "main", "description": "d", "scope": ["a"]}]}"#, 1000).unwrap();
+        assert_eq!(ignored.tasks[0].description, "d");
+        let err = parse_json_answer::<PlannerOutput>(r#"{"tasks": [{"description": "d", "scope": ["a"], "priority": 0}]}"#, 1000)
+            .unwrap_err();
+        assert!(err.contains("priority"), "{err}");
+    }
+}
