@@ -1,6 +1,20 @@
 //! flotilla: the daemon and CLI around [`flotilla_actors`].
 //!
-//! The library half of the `flotilla` binary, so that integration tests can drive the same
-//! code the binary runs.
+//! - [`daemon`]: the long-running process: journal, run supervisor, HTTP API.
+//! - [`journal`]: the SQLite journal (the `Journal` port).
+//! - [`scripted`]: the scripted LLM provider and agent that replay a scenario file.
+//! - [`config`]: `flotilla.toml` and the per-run configuration.
+//! - [`client`]: the HTTP client the CLI uses (Unix socket or loopback TCP).
+//! - [`cli`]: the commands and how they print.
+//! - [`paths`]: the state directory and the files in it.
+
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod daemon;
+pub mod journal;
+pub mod paths;
+pub mod render;
+pub mod scripted;
 
 pub use flotilla_actors as actors;

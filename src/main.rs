@@ -1,13 +1,84 @@
-//! The `flotilla` command line.
+//! The `flotilla` binary: parses the command line, runs the daemon inside an actix System or
+//! a client command on a small tokio runtime, and turns errors into one line plus a hint.
+
+use std::process::ExitCode;
 
 use clap::Parser;
+use flotilla::cli::{Cli, CliError, Command, Exit, LogFormat, run_client};
+use flotilla::daemon::{self, Bound, DaemonOptions, Listen};
+use flotilla::paths;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
 
-/// flotilla orchestrates many LLM coding agents on one git repository.
-#[derive(Debug, Parser)]
-#[command(name = "flotilla", version, about)]
-struct Cli {}
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Daemon { listen, log_format } => run_daemon(&cli, *listen, *log_format),
+        _ => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(run_client(&cli)),
+            Err(e) => Err(CliError { message: format!("cannot start: {e}"), hint: None, exit: Exit::Failure }),
+        },
+    };
+    match result {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            if let Some(hint) = e.hint {
+                eprintln!("hint: {hint}");
+            }
+            ExitCode::from(e.exit as u8)
+        }
+    }
+}
 
-fn main() {
-    let _cli = Cli::parse();
-    println!("flotilla {}: the daemon and CLI arrive with M2; see README.md", env!("CARGO_PKG_VERSION"));
+fn run_daemon(cli: &Cli, listen: Option<std::net::SocketAddr>, log_format: LogFormat) -> Result<Exit, CliError> {
+    let filter = EnvFilter::try_from_env("FLOTILLA_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let subscriber = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    match log_format {
+        LogFormat::Human => subscriber.init(),
+        LogFormat::Json => subscriber.json().init(),
+    }
+    let state_dir = cli.state_dir();
+    let listen = match listen {
+        Some(addr) => Listen::Tcp(addr),
+        None => Listen::Unix(cli.socket.clone().unwrap_or_else(|| paths::socket_path(&state_dir))),
+    };
+    let options = DaemonOptions { state_dir: state_dir.clone(), listen };
+    let system = actix_rt::System::new();
+    let outcome = system.block_on(async move {
+        let shutdown = CancellationToken::new();
+        let signals = shutdown.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            tracing::info!("shutting down");
+            signals.cancel();
+        });
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            match ready_rx.await {
+                Ok(Bound::Unix(path)) => {
+                    tracing::info!("listening on {} (state: {})", path.display(), state_dir.display())
+                }
+                Ok(Bound::Tcp { addr, token_file }) => {
+                    tracing::info!("listening on http://{addr}; bearer token in {}", token_file.display())
+                }
+                Err(_) => {}
+            }
+        });
+        daemon::serve(options, shutdown, Some(ready_tx)).await
+    });
+    outcome.map(|()| Exit::Ok).map_err(|e| CliError {
+        message: format!("{e:#}"),
+        hint: Some("check the state directory (--state-dir) and that no other daemon uses it".into()),
+        exit: Exit::Failure,
+    })
 }

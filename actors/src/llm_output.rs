@@ -62,8 +62,11 @@ mod tests {
         let ignored: PlannerOutput =
             parse_json_answer(r#"{"tasks": [{"id": "main", "description": "d", "scope": ["a"]}]}"#, 1000).unwrap();
         assert_eq!(ignored.tasks[0].description, "d");
-        let err = parse_json_answer::<PlannerOutput>(r#"{"tasks": [{"description": "d", "scope": ["a"], "priority": 0}]}"#, 1000)
-            .unwrap_err();
+        let err = parse_json_answer::<PlannerOutput>(
+            r#"{"tasks": [{"description": "d", "scope": ["a"], "priority": 0}]}"#,
+            1000,
+        )
+        .unwrap_err();
         assert!(err.contains("priority"), "{err}");
     }
 }

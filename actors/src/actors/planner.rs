@@ -107,7 +107,9 @@ impl Planner {
         let mut msg = String::new();
         if self.conversation.is_empty() {
             msg.push_str(&format!("## Request\n{}\n\n", self.request));
-            msg.push_str("This is the first planning call. Plan the first sprint: only tasks you can fully specify now.\n");
+            msg.push_str(
+                "This is the first planning call. Plan the first sprint: only tasks you can fully specify now.\n",
+            );
             return msg;
         }
         if let Some(error) = self.last_error.take() {

@@ -1,0 +1,162 @@
+//! `flotilla daemon`: the long-running process. It opens the journal, resumes every
+//! unfinished run, and serves the API on a private Unix socket (default) or on a loopback TCP
+//! port with a bearer token.
+//!
+//! [`serve`] must run inside an actix `System` (it starts actors); `main` and the tests do
+//! exactly that.
+
+pub mod api;
+pub mod report;
+pub mod supervisor;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use actix::Actor;
+use anyhow::{Context as _, bail};
+use flotilla_actors::ports::{Clock, Journal, SystemClock};
+use tokio::sync::{broadcast, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::RunConfig;
+use crate::journal::SqliteJournal;
+use crate::paths;
+use supervisor::{StartRun, Supervisor};
+
+#[derive(Debug, Clone)]
+pub enum Listen {
+    /// A Unix socket, mode 0600.
+    Unix(PathBuf),
+    /// A loopback TCP address; requests need the bearer token.
+    Tcp(SocketAddr),
+}
+
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    pub state_dir: PathBuf,
+    pub listen: Listen,
+}
+
+/// Where the daemon ended up listening (a TCP port 0 becomes a real port).
+#[derive(Debug, Clone)]
+pub enum Bound {
+    Unix(PathBuf),
+    Tcp { addr: SocketAddr, token_file: PathBuf },
+}
+
+/// Runs the daemon until `shutdown` is cancelled. `ready` receives the bound address once the
+/// daemon accepts requests.
+pub async fn serve(
+    options: DaemonOptions,
+    shutdown: CancellationToken,
+    ready: Option<oneshot::Sender<Bound>>,
+) -> anyhow::Result<()> {
+    paths::ensure_private_dir(&options.state_dir)
+        .with_context(|| format!("cannot create the state directory {}", options.state_dir.display()))?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let journal_path = paths::journal_path(&options.state_dir);
+    let journal = SqliteJournal::open(&journal_path, clock.clone())
+        .with_context(|| format!("cannot open the journal {}", journal_path.display()))?;
+    let (hub, _) = broadcast::channel(4096);
+    let supervisor = Supervisor::new(journal.clone(), clock, hub.clone()).start();
+    resume_unfinished(&journal, &supervisor).await?;
+
+    let (listener, bound, token) = bind(&options).await?;
+    let state = api::AppState { journal, supervisor, hub, shutdown: shutdown.clone(), token };
+    let app = api::router(state);
+    if let Some(ready) = ready {
+        let _ = ready.send(bound.clone());
+    }
+    let result = match listener {
+        Listener::Unix(l) => axum::serve(l, app).with_graceful_shutdown(shutdown.cancelled_owned()).await,
+        Listener::Tcp(l) => axum::serve(l, app).with_graceful_shutdown(shutdown.cancelled_owned()).await,
+    };
+    if let Bound::Unix(path) = &bound {
+        let _ = std::fs::remove_file(path);
+    }
+    info!("daemon stopped");
+    result.context("the API server failed")
+}
+
+async fn resume_unfinished(journal: &SqliteJournal, supervisor: &actix::Addr<Supervisor>) -> anyhow::Result<()> {
+    for record in journal.runs().await?.into_iter().filter(|r| r.outcome.is_none()) {
+        let config: RunConfig = match serde_json::from_value(record.config.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(run = %record.id, error = %e, "cannot resume run: its stored config is unreadable");
+                continue;
+            }
+        };
+        let events = journal.read(record.id, 0).await?;
+        info!(run = %record.id, events = events.len(), "resuming run");
+        let started = supervisor
+            .send(StartRun {
+                run: record.id,
+                request: record.request.clone(),
+                repo: record.repo.clone(),
+                config,
+                journal: events,
+            })
+            .await?;
+        if let Err(e) = started {
+            warn!(run = %record.id, error = %e, "cannot resume run");
+        }
+    }
+    Ok(())
+}
+
+enum Listener {
+    Unix(tokio::net::UnixListener),
+    Tcp(tokio::net::TcpListener),
+}
+
+async fn bind(options: &DaemonOptions) -> anyhow::Result<(Listener, Bound, Option<Arc<String>>)> {
+    match &options.listen {
+        Listen::Unix(path) => {
+            if path.exists() {
+                if tokio::net::UnixStream::connect(path).await.is_ok() {
+                    bail!("a flotilla daemon is already listening on {}", path.display());
+                }
+                // Left behind by a daemon that died: nobody answers on it.
+                std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+            }
+            let listener =
+                tokio::net::UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+            Ok((Listener::Unix(listener), Bound::Unix(path.clone()), None))
+        }
+        Listen::Tcp(addr) => {
+            if !addr.ip().is_loopback() {
+                bail!("refusing to listen on {addr}: only loopback addresses (127.0.0.1, ::1) are allowed");
+            }
+            let token_file = paths::token_path(&options.state_dir);
+            let token = load_or_create_token(&token_file)?;
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            let addr = listener.local_addr()?;
+            Ok((Listener::Tcp(listener), Bound::Tcp { addr, token_file }, Some(Arc::new(token))))
+        }
+    }
+}
+
+/// The bearer token for TCP clients: 32 random bytes, hex, in a 0600 file.
+fn load_or_create_token(path: &Path) -> anyhow::Result<String> {
+    if let Ok(existing) = std::fs::read_to_string(path) {
+        let existing = existing.trim().to_string();
+        if existing.len() >= 32 {
+            return Ok(existing);
+        }
+    }
+    let mut bytes = [0u8; 32];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.write_all(token.as_bytes())?;
+    Ok(token)
+}

@@ -1,0 +1,296 @@
+//! The durable journal: SQLite (bundled) in WAL mode, one file under the state directory.
+//!
+//! Tables: `runs` (what was asked, where, with which config) and `events` (every event of
+//! every run, `seq` assigned by SQLite's AUTOINCREMENT, so it is monotonic across runs and
+//! restarts). A run's state is derived from its events; nothing else is stored.
+//!
+//! SQLite calls block, so every call runs on tokio's blocking pool (`spawn_blocking`); the
+//! connection sits behind a mutex that only those blocking tasks take.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use flotilla_actors::ports::{Clock, Journal, JournalError};
+use flotilla_actors::protocol::{Event, EventKind, RunId, RunOutcome};
+use futures::future::BoxFuture;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+/// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
+const MIGRATIONS: &[&str] = &[
+    // 1: runs and events.
+    "CREATE TABLE runs (
+         id TEXT PRIMARY KEY,
+         request TEXT NOT NULL,
+         repo TEXT NOT NULL,
+         config TEXT NOT NULL,
+         created_ms INTEGER NOT NULL
+     );
+     CREATE TABLE events (
+         seq INTEGER PRIMARY KEY AUTOINCREMENT,
+         run TEXT NOT NULL REFERENCES runs(id),
+         at_ms INTEGER NOT NULL,
+         kind TEXT NOT NULL,
+         data TEXT NOT NULL
+     );
+     CREATE INDEX events_by_run ON events(run, seq);
+     CREATE INDEX events_by_kind ON events(kind, run);",
+];
+
+/// A run as registered, before any event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub id: RunId,
+    pub request: String,
+    pub repo: PathBuf,
+    /// The run's configuration as JSON (see `config::RunConfig`).
+    pub config: serde_json::Value,
+    pub created_ms: u64,
+    /// Derived from the journal: set once `run_finished` is recorded.
+    pub outcome: Option<RunOutcome>,
+}
+
+#[derive(Clone)]
+pub struct SqliteJournal {
+    conn: Arc<Mutex<Connection>>,
+    clock: Arc<dyn Clock>,
+    path: PathBuf,
+}
+
+fn storage(e: impl std::fmt::Display) -> JournalError {
+    JournalError::Storage(e.to_string())
+}
+
+impl SqliteJournal {
+    /// Opens (creating if needed) the journal and brings its schema up to date. Called once
+    /// at daemon start-up, before any actor runs.
+    pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
+        let mut conn = Connection::open(path).map_err(storage)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(storage)?;
+        // WAL + NORMAL: a committed transaction survives a process crash (what a SIGKILL
+        // is); only an OS crash can lose the last transactions.
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(storage)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(storage)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(storage)?;
+        migrate(&mut conn)?;
+        Ok(SqliteJournal { conn: Arc::new(Mutex::new(conn)), clock, path: path.to_path_buf() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` with the connection on the blocking pool.
+    fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, JournalError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, JournalError>> {
+        let conn = self.conn.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let mut guard = conn.lock().map_err(|_| storage("journal connection poisoned"))?;
+                f(&mut guard)
+            })
+            .await
+            .map_err(storage)?
+        })
+    }
+
+    /// Registers a run and journals its `RunStarted` in one transaction.
+    pub fn create_run(&self, record: RunRecord) -> BoxFuture<'static, Result<Event, JournalError>> {
+        let at_ms = self.clock.now_ms();
+        self.blocking(move |conn| {
+            let tx = conn.transaction().map_err(storage)?;
+            tx.execute(
+                "INSERT INTO runs (id, request, repo, config, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    record.id.to_string(),
+                    record.request,
+                    record.repo.to_string_lossy(),
+                    record.config.to_string(),
+                    record.created_ms as i64
+                ],
+            )
+            .map_err(storage)?;
+            let kind = EventKind::RunStarted { request: record.request.clone() };
+            let event = insert_event(&tx, record.id, at_ms, kind)?;
+            tx.commit().map_err(storage)?;
+            Ok(event)
+        })
+    }
+
+    /// Every run, oldest first, with its outcome if it finished.
+    pub fn runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, JournalError>> {
+        self.blocking(|conn| {
+            let mut stmt = conn
+                .prepare(
+                    "SELECT r.id, r.request, r.repo, r.config, r.created_ms,
+                            (SELECT data FROM events e WHERE e.run = r.id AND e.kind = 'run_finished' LIMIT 1)
+                     FROM runs r ORDER BY r.created_ms, r.id",
+                )
+                .map_err(storage)?;
+            let rows = stmt
+                .query_map([], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, String>(3)?,
+                        row.get::<_, i64>(4)?,
+                        row.get::<_, Option<String>>(5)?,
+                    ))
+                })
+                .map_err(storage)?;
+            let mut runs = Vec::new();
+            for row in rows {
+                let (id, request, repo, config, created_ms, finished) = row.map_err(storage)?;
+                let outcome = match finished {
+                    Some(data) => match serde_json::from_str::<EventKind>(&data) {
+                        Ok(EventKind::RunFinished { outcome }) => Some(outcome),
+                        _ => None,
+                    },
+                    None => None,
+                };
+                runs.push(RunRecord {
+                    id: id.parse().map_err(storage)?,
+                    request,
+                    repo: PathBuf::from(repo),
+                    config: serde_json::from_str(&config).map_err(storage)?,
+                    created_ms: created_ms as u64,
+                    outcome,
+                });
+            }
+            Ok(runs)
+        })
+    }
+
+    /// The highest `seq` of a run, 0 if none.
+    pub fn last_seq(&self, run: RunId) -> BoxFuture<'static, Result<u64, JournalError>> {
+        self.blocking(move |conn| {
+            conn.query_row("SELECT MAX(seq) FROM events WHERE run = ?1", params![run.to_string()], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
+            .optional()
+            .map(|v| v.flatten().unwrap_or(0) as u64)
+            .map_err(storage)
+        })
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), JournalError> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(storage)?;
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(JournalError::Storage(format!(
+            "the journal has schema version {version}, newer than this flotilla knows ({known}); upgrade flotilla"
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction().map_err(storage)?;
+        tx.execute_batch(sql).map_err(storage)?;
+        tx.pragma_update(None, "user_version", i as i64 + 1).map_err(storage)?;
+        tx.commit().map_err(storage)?;
+    }
+    Ok(())
+}
+
+fn insert_event(conn: &Connection, run: RunId, at_ms: u64, kind: EventKind) -> Result<Event, JournalError> {
+    let data = serde_json::to_string(&kind).map_err(storage)?;
+    conn.execute(
+        "INSERT INTO events (run, at_ms, kind, data) VALUES (?1, ?2, ?3, ?4)",
+        params![run.to_string(), at_ms as i64, kind.name(), data],
+    )
+    .map_err(storage)?;
+    Ok(Event { seq: conn.last_insert_rowid() as u64, run, at_ms, kind })
+}
+
+impl Journal for SqliteJournal {
+    fn append(&self, run: RunId, events: Vec<EventKind>) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
+        let at_ms = self.clock.now_ms();
+        self.blocking(move |conn| {
+            let tx = conn.transaction().map_err(storage)?;
+            let mut out = Vec::with_capacity(events.len());
+            for kind in events {
+                out.push(insert_event(&tx, run, at_ms, kind)?);
+            }
+            tx.commit().map_err(storage)?;
+            Ok(out)
+        })
+    }
+
+    fn read(&self, run: RunId, after: u64) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
+        self.blocking(move |conn| {
+            let mut stmt = conn
+                .prepare("SELECT seq, at_ms, data FROM events WHERE run = ?1 AND seq > ?2 ORDER BY seq")
+                .map_err(storage)?;
+            let rows = stmt
+                .query_map(params![run.to_string(), after as i64], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+                })
+                .map_err(storage)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (seq, at_ms, data) = row.map_err(storage)?;
+                let kind = serde_json::from_str(&data)
+                    .map_err(|e| JournalError::Corrupt { seq: seq as u64, detail: e.to_string() })?;
+                out.push(Event { seq: seq as u64, run, at_ms: at_ms as u64, kind });
+            }
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_actors::ports::SystemClock;
+    use flotilla_actors::protocol::TaskId;
+
+    use super::*;
+
+    fn record(id: RunId) -> RunRecord {
+        RunRecord {
+            id,
+            request: "build it".into(),
+            repo: "/tmp/repo".into(),
+            config: serde_json::json!({}),
+            created_ms: 1,
+            outcome: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn events_survive_reopening_with_monotonic_seqs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.sqlite");
+        let run = RunId::generate();
+        {
+            let j = SqliteJournal::open(&path, Arc::new(SystemClock)).unwrap();
+            j.create_run(record(run)).await.unwrap();
+            let appended = j
+                .append(run, vec![EventKind::TaskReady { task: TaskId::root(1) }, EventKind::PlanningFinished])
+                .await
+                .unwrap();
+            assert_eq!(appended.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+        }
+        let j = SqliteJournal::open(&path, Arc::new(SystemClock)).unwrap();
+        let events = j.read(run, 1).await.unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].kind, EventKind::TaskReady { task: TaskId::root(1) });
+        let more = j.append(run, vec![EventKind::RunFinished { outcome: RunOutcome::Completed }]).await.unwrap();
+        assert_eq!(more[0].seq, 4);
+        let runs = j.runs().await.unwrap();
+        assert_eq!(runs[0].outcome, Some(RunOutcome::Completed));
+        assert_eq!(j.last_seq(run).await.unwrap(), 4);
+    }
+
+    #[test]
+    fn a_journal_from_a_newer_flotilla_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.sqlite");
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        drop(conn);
+        let err = SqliteJournal::open(&path, Arc::new(SystemClock)).err().unwrap();
+        assert!(err.to_string().contains("newer than this flotilla"), "{err}");
+    }
+}

@@ -1,0 +1,32 @@
+//! Where flotilla keeps its state: `$FLOTILLA_STATE_DIR`, else `$XDG_STATE_HOME/flotilla`,
+//! else `~/.local/state/flotilla`. The directory is private (0700): it holds the journal,
+//! the daemon's socket and its bearer token.
+
+use std::path::{Path, PathBuf};
+
+pub fn default_state_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("flotilla");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local/state/flotilla")
+}
+
+pub fn journal_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("journal.sqlite")
+}
+
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("daemon.sock")
+}
+
+pub fn token_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("token")
+}
+
+/// Creates the state directory with mode 0700 (and tightens an existing one).
+pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}

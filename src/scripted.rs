@@ -1,0 +1,403 @@
+//! The scripted provider and agent: an LLM and a coding agent that replay a scenario file
+//! instead of calling a model. Tests and the offline demo run on them. The format is
+//! documented in docs/scenarios.md.
+//!
+//! Both are stateless with respect to restarts: the planner's n-th answer is chosen by the
+//! number of assistant turns already in the conversation, and an agent's answer by task id
+//! and attempt, so a recovered run gets exactly the answers it would have got. Both record
+//! every request they receive, so tests can assert what each actor was asked.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use flotilla_actors::ports::{Agent, AgentError, AgentReport, ChatRole, Llm, LlmError, LlmRequest, LlmResponse, Role};
+use flotilla_actors::protocol::{
+    Assignment, DecompositionReason, Handoff, HandoffMetrics, HandoffStatus, ProposedSubplan, RejectionReason,
+    StopCondition, SubtaskProposal, SubtaskResult, TaskId, Usage,
+};
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+/// A whole scenario: what the planner answers, and what each task's agent does.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default)]
+    pub planner: PlannerScript,
+    /// What every task not listed under `tasks` does.
+    #[serde(default)]
+    pub agent: AgentStep,
+    /// Per task id (`t1`, `t2.1`, …): ids are predictable because flotilla assigns them in
+    /// submission order.
+    #[serde(default)]
+    pub tasks: BTreeMap<String, TaskScript>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannerScript {
+    /// One answer per planner call, in order. Calls beyond the list get an empty task list
+    /// (the planner's "done").
+    #[serde(default)]
+    pub answers: Vec<PlannerStep>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannerStep {
+    /// The tasks to answer with (serialized as the planner's JSON answer).
+    #[serde(default)]
+    pub tasks: Option<Vec<serde_json::Value>>,
+    /// Or the raw answer text, verbatim.
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub delay_ms: u64,
+    #[serde(default)]
+    pub fault: Option<PlannerFault>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlannerFault {
+    /// Answers text that is not the expected JSON.
+    Malformed,
+    /// The provider call fails (as a network error would).
+    Error,
+}
+
+/// A task's script: a default step, optional per-attempt steps, and what to do after a
+/// rejected subplan and when synthesizing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskScript {
+    #[serde(flatten)]
+    pub step: AgentStep,
+    /// Steps for attempt 1, 2, …; attempts beyond the list use `step`.
+    #[serde(default)]
+    pub attempts: Vec<AgentStep>,
+    #[serde(default)]
+    pub on_rejection: Option<AgentStep>,
+    #[serde(default)]
+    pub synthesis: Option<AgentStep>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentStep {
+    #[serde(default)]
+    pub outcome: Option<Outcome>,
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+    #[serde(default)]
+    pub summary: Option<String>,
+    #[serde(default)]
+    pub files_changed: Vec<String>,
+    #[serde(default)]
+    pub concerns: Vec<String>,
+    #[serde(default)]
+    pub suggestions: Vec<String>,
+    /// Tokens the work "used", reported in the handoff's metrics.
+    #[serde(default)]
+    pub tokens: Option<u64>,
+    #[serde(default)]
+    pub subplan: Option<ScriptedSubplan>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Complete,
+    Partial,
+    Blocked,
+    Failed,
+    /// Propose `subplan` instead of a deliverable.
+    Subplan,
+    /// The agent process dies.
+    Crash,
+    /// The agent answers something unparseable.
+    Malformed,
+    /// The agent never answers (the worker's wall-time limit ends it).
+    Hang,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedSubplan {
+    #[serde(default = "too_large")]
+    pub reason: DecompositionReason,
+    #[serde(default)]
+    pub stop_when: StopCondition,
+    pub subtasks: Vec<SubtaskProposal>,
+    /// Names a different parent than the task (to exercise the rejection).
+    #[serde(default)]
+    pub parent: Option<TaskId>,
+}
+
+fn too_large() -> DecompositionReason {
+    DecompositionReason::TooLarge
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("the scenario is not valid TOML: {0}")]
+    Syntax(String),
+    #[error("the scenario names task {0:?}; task keys look like t1 or t2.1")]
+    BadTaskKey(String),
+    #[error("task {task}: outcome \"subplan\" needs a [tasks.{task}.subplan] table")]
+    MissingSubplan { task: String },
+}
+
+impl Scenario {
+    pub fn from_toml(text: &str) -> Result<Scenario, ScenarioError> {
+        let scenario: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
+        scenario.check()?;
+        Ok(scenario)
+    }
+
+    pub fn check(&self) -> Result<(), ScenarioError> {
+        for (key, script) in &self.tasks {
+            key.parse::<TaskId>().map_err(|_| ScenarioError::BadTaskKey(key.clone()))?;
+            let steps = std::iter::once(&script.step).chain(&script.attempts).chain(&script.on_rejection);
+            for step in steps {
+                if step.outcome == Some(Outcome::Subplan) && step.subplan.is_none() {
+                    return Err(ScenarioError::MissingSubplan { task: key.clone() });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn script(&self, task: &TaskId) -> Option<&TaskScript> {
+        self.tasks.get(&task.to_string())
+    }
+}
+
+fn sleep_ms(ms: u64) -> impl std::future::Future<Output = ()> {
+    tokio::time::sleep(Duration::from_millis(ms))
+}
+
+/// The scripted LLM.
+pub struct ScriptedLlm {
+    scenario: Scenario,
+    requests: Mutex<Vec<LlmRequest>>,
+}
+
+impl ScriptedLlm {
+    pub fn new(scenario: Scenario) -> Self {
+        ScriptedLlm { scenario, requests: Mutex::new(Vec::new()) }
+    }
+
+    /// Every request received, in order.
+    pub fn requests(&self) -> Vec<LlmRequest> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+impl Llm for ScriptedLlm {
+    fn complete(&self, request: LlmRequest) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+        if let Ok(mut log) = self.requests.lock() {
+            log.push(request.clone());
+        }
+        let call = request.messages.iter().filter(|m| m.role == ChatRole::Assistant).count();
+        let step = match request.role {
+            Role::Planner => self.scenario.planner.answers.get(call).cloned(),
+            _ => None,
+        }
+        .unwrap_or_default();
+        let prompt_chars: usize = request.messages.iter().map(|m| m.content.len()).sum();
+        Box::pin(async move {
+            sleep_ms(step.delay_ms).await;
+            let content = match step.fault {
+                Some(PlannerFault::Error) => return Err(LlmError::Transport("scripted provider error".into())),
+                Some(PlannerFault::Malformed) => "I would suggest starting with the parser {".to_string(),
+                None => match (step.content, step.tasks) {
+                    (Some(content), _) => content,
+                    (None, tasks) => serde_json::json!({
+                        "scratchpad": format!("sprint {}", call + 1),
+                        "tasks": tasks.unwrap_or_default(),
+                    })
+                    .to_string(),
+                },
+            };
+            // Roughly four characters a token, like the real thing.
+            let usage = Usage {
+                tokens_in: (prompt_chars / 4) as u64,
+                tokens_out: (content.len() / 4) as u64,
+                ..Usage::default()
+            };
+            Ok(LlmResponse { content, usage })
+        })
+    }
+}
+
+/// One call the scripted agent received.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentCall {
+    Run { task: TaskId, attempt: u32 },
+    Revise { task: TaskId, reason: RejectionReason },
+    Synthesize { task: TaskId, subtasks: usize },
+}
+
+/// The scripted coding agent.
+pub struct ScriptedAgent {
+    scenario: Scenario,
+    calls: Mutex<Vec<AgentCall>>,
+}
+
+impl ScriptedAgent {
+    pub fn new(scenario: Scenario) -> Self {
+        ScriptedAgent { scenario, calls: Mutex::new(Vec::new()) }
+    }
+
+    pub fn calls(&self) -> Vec<AgentCall> {
+        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    fn record(&self, call: AgentCall) {
+        if let Ok(mut log) = self.calls.lock() {
+            log.push(call);
+        }
+    }
+
+    fn play(
+        &self,
+        task: &TaskId,
+        step: AgentStep,
+        fallback_summary: String,
+    ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
+        let defaults = self.scenario.agent.clone();
+        let task = task.clone();
+        Box::pin(async move {
+            sleep_ms(step.delay_ms.or(defaults.delay_ms).unwrap_or(0)).await;
+            let outcome = step.outcome.or(defaults.outcome).unwrap_or(Outcome::Complete);
+            let status = match outcome {
+                Outcome::Crash => return Err(AgentError::Crashed(format!("scripted crash of {task}"))),
+                Outcome::Malformed => return Err(AgentError::Malformed("scripted agent answered garbage".into())),
+                Outcome::Hang => futures::future::pending().await,
+                Outcome::Subplan => {
+                    let plan =
+                        step.subplan.clone().ok_or_else(|| AgentError::Malformed("no subplan scripted".into()))?;
+                    return Ok(AgentReport {
+                        handoff: None,
+                        artifacts: Vec::new(),
+                        subplan: Some(ProposedSubplan {
+                            parent: plan.parent.unwrap_or(task),
+                            reason: plan.reason,
+                            subtasks: plan.subtasks,
+                            stop_when: plan.stop_when,
+                        }),
+                    });
+                }
+                Outcome::Complete => HandoffStatus::Complete,
+                Outcome::Partial => HandoffStatus::Partial,
+                Outcome::Blocked => HandoffStatus::Blocked,
+                Outcome::Failed => HandoffStatus::Failed,
+            };
+            let tokens = step.tokens.or(defaults.tokens).unwrap_or(1_000);
+            let handoff = Handoff {
+                status,
+                summary: step.summary.or(defaults.summary).unwrap_or(fallback_summary),
+                files_changed: step.files_changed,
+                concerns: step.concerns,
+                suggestions: step.suggestions,
+                metrics: HandoffMetrics {
+                    tokens_in: tokens * 3 / 4,
+                    tokens_out: tokens / 4,
+                    tool_calls: 1,
+                    ..HandoffMetrics::default()
+                },
+                build_exit_code: Some(0),
+            };
+            Ok(AgentReport { handoff: Some(handoff), artifacts: Vec::new(), subplan: None })
+        })
+    }
+}
+
+impl Agent for ScriptedAgent {
+    fn run(&self, assignment: Assignment, _workspace: PathBuf) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
+        let task = assignment.task.task.clone();
+        let attempt = assignment.task.attempt;
+        self.record(AgentCall::Run { task: task.clone(), attempt });
+        let step = self
+            .scenario
+            .script(&task)
+            .map(|s| s.attempts.get(attempt as usize - 1).cloned().unwrap_or_else(|| s.step.clone()))
+            .unwrap_or_default();
+        self.play(&task, step, format!("{task}: {}", assignment.task.spec.description))
+    }
+
+    fn revise(
+        &self,
+        assignment: Assignment,
+        rejection: RejectionReason,
+    ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
+        let task = assignment.task.task.clone();
+        self.record(AgentCall::Revise { task: task.clone(), reason: rejection.clone() });
+        let step = self.scenario.script(&task).and_then(|s| s.on_rejection.clone()).unwrap_or_default();
+        self.play(&task, step, format!("{task}: finished as is after the subplan was refused ({rejection})"))
+    }
+
+    fn synthesize(
+        &self,
+        parent: TaskId,
+        results: Vec<SubtaskResult>,
+    ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
+        self.record(AgentCall::Synthesize { task: parent.clone(), subtasks: results.len() });
+        let step = self.scenario.script(&parent).and_then(|s| s.synthesis.clone()).unwrap_or_default();
+        let step = AgentStep { outcome: step.outcome.or(Some(Outcome::Complete)), ..step };
+        self.play(&parent, step, format!("{parent}: merged {} subtasks", results.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenario_errors_are_typed() {
+        assert!(matches!(Scenario::from_toml("[planner"), Err(ScenarioError::Syntax(_))));
+        assert!(matches!(
+            Scenario::from_toml("[tasks.main]\noutcome = \"complete\""),
+            Err(ScenarioError::BadTaskKey(_))
+        ));
+        assert!(matches!(
+            Scenario::from_toml("[tasks.t1]\noutcome = \"subplan\""),
+            Err(ScenarioError::MissingSubplan { .. })
+        ));
+        assert!(matches!(Scenario::from_toml("[planner]\nanswer = []"), Err(ScenarioError::Syntax(_))));
+    }
+
+    #[tokio::test]
+    async fn the_planner_answer_is_chosen_by_conversation_length() {
+        let scenario = Scenario::from_toml(
+            r#"
+            [[planner.answers]]
+            tasks = [{ description = "a", scope = ["a"] }]
+            [[planner.answers]]
+            fault = "malformed"
+            "#,
+        )
+        .unwrap();
+        let llm = ScriptedLlm::new(scenario);
+        use flotilla_actors::ports::ChatMessage;
+        let msg = |role, content: &str| ChatMessage { role, content: content.into() };
+        let first =
+            llm.complete(LlmRequest { role: Role::Planner, messages: vec![msg(ChatRole::User, "go")] }).await.unwrap();
+        assert!(first.content.contains("\"description\":\"a\""));
+        let second = llm
+            .complete(LlmRequest {
+                role: Role::Planner,
+                messages: vec![
+                    msg(ChatRole::User, "go"),
+                    msg(ChatRole::Assistant, &first.content),
+                    msg(ChatRole::User, "next"),
+                ],
+            })
+            .await
+            .unwrap();
+        assert!(!second.content.trim_start().starts_with('{'));
+        assert_eq!(llm.requests().len(), 2);
+    }
+}
