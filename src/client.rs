@@ -113,6 +113,18 @@ impl Client {
         ClientError::Api { status, message }
     }
 
+    /// Sends raw bytes and returns the status and body as they came: for tests and tools
+    /// that need to see errors unparsed.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
+        let (status, bytes) = Self::read(self.send(method, path, body, &[]).await?).await?;
+        Ok((status, bytes.to_vec()))
+    }
+
     /// A request whose answer is text (graph exports).
     pub async fn text(&self, method: Method, path: &str) -> Result<String, ClientError> {
         let (status, body) = Self::read(self.send(method, path, None, &[]).await?).await?;

@@ -1,5 +1,9 @@
 //! flotilla's integration tests: one binary, one shared harness.
 
+mod cli;
+mod crash;
+mod daemon;
+mod daemon_env;
 mod dispatch;
 mod harness;
 mod pipeline;

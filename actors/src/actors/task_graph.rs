@@ -249,10 +249,8 @@ impl TaskGraph {
         if !ready.is_empty() {
             self.dispatch.do_send(ToDispatch::Ready(ready));
         }
-        if something_ended && self.graph.is_quiescent() {
-            if let Some(planner) = &self.planner {
-                planner.do_send(ToPlanner::Quiescent);
-            }
+        if let (true, Some(planner)) = (something_ended && self.graph.is_quiescent(), &self.planner) {
+            planner.do_send(ToPlanner::Quiescent);
         }
     }
 
