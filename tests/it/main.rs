@@ -7,5 +7,7 @@ mod daemon_env;
 mod dispatch;
 mod harness;
 mod pipeline;
+mod planner;
 mod subplan_rules;
 mod task_graph;
+mod worker;

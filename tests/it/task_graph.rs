@@ -312,3 +312,30 @@ async fn cancelling_the_run_cancels_everything_and_finishes_it() {
     assert!(snap.tasks.iter().all(|t| t.state == TaskState::Cancelled));
     assert!(matches!(h.agent_inbox.expect().await, ToAgent::Cancel { .. }));
 }
+
+#[test]
+fn an_interrupted_attempt_is_requeued_without_charging_a_retry() {
+    use flotilla_actors::graph::RunGraph;
+    let mut g = RunGraph::new(Limits { max_attempts: 1, ..Limits::default() });
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    g.dispatched(&task("t1"), 1, "w", Route::Worker).unwrap();
+    g.started(&task("t1"), 1).unwrap();
+    let events = g.interrupt_in_flight().unwrap();
+    assert_eq!(events, vec![EventKind::TaskInterrupted { task: task("t1"), attempt: 1 }]);
+    assert_eq!((g.task(&task("t1")).unwrap().state, g.task(&task("t1")).unwrap().attempt), (TaskState::Ready, 2));
+    // max_attempts = 1 and this is attempt 2, yet the failure is the first charged one: no
+    // retry is left, so it fails (rather than having been refused a first try).
+    g.dispatched(&task("t1"), 2, "w", Route::Worker).unwrap();
+    g.started(&task("t1"), 2).unwrap();
+    let events = g.failed(&task("t1"), 2, "boom").unwrap();
+    assert!(matches!(events[0], EventKind::TaskFailed { .. }));
+
+    let mut g = RunGraph::new(Limits { max_attempts: 2, ..Limits::default() });
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    g.dispatched(&task("t1"), 1, "w", Route::Worker).unwrap();
+    g.interrupt_in_flight().unwrap();
+    g.dispatched(&task("t1"), 2, "w", Route::Worker).unwrap();
+    g.started(&task("t1"), 2).unwrap();
+    let events = g.failed(&task("t1"), 2, "boom").unwrap();
+    assert_eq!(events, vec![EventKind::TaskRetried { task: task("t1"), attempt: 2, error: "boom".into() }]);
+}

@@ -1,0 +1,138 @@
+//! The Planner actor alone: a scripted LLM (which records what it was asked) and a probe in
+//! place of the TaskGraph.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use flotilla::scripted::{Scenario, ScriptedLlm};
+use flotilla_actors::actors::{Exchange, Planner, PlannerConfig};
+use flotilla_actors::ports::ChatRole;
+use flotilla_actors::protocol::*;
+
+use crate::harness::*;
+
+fn start(scenario: &str, config: PlannerConfig) -> (Addr<Planner>, Arc<ScriptedLlm>, Inbox<ToTaskGraph>) {
+    virtual_time();
+    let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
+    let (graph, inbox) = probe::<ToTaskGraph>("task graph");
+    let planner =
+        Planner::new(RunId::generate(), "build a calculator".into(), "SYSTEM".into(), llm.clone(), graph, config)
+            .start();
+    (planner, llm, inbox)
+}
+
+async fn expect_answer(inbox: &mut Inbox<ToTaskGraph>) -> PlannerAnswer {
+    inbox
+        .fish_for("PlannerAnswered", |m| match m {
+            ToTaskGraph::PlannerAnswered(a) => Some((**a).clone()),
+            _ => None,
+        })
+        .await
+}
+
+fn handoff(id: &str) -> ToPlanner {
+    ToPlanner::Handoff(RootHandoff {
+        task: task(id),
+        state: TaskState::Completed,
+        description: format!("task {id}"),
+        handoff: Some(Handoff::complete(format!("{id} is done; watch the error paths"))),
+    })
+}
+
+const TWO_SPRINTS: &str = r#"
+[[planner.answers]]
+tasks = [{ description = "lexer", scope = ["lex.rs"] }]
+[[planner.answers]]
+tasks = [{ description = "parser", scope = ["parse.rs"] }]
+"#;
+
+#[actix::test]
+async fn plans_the_first_sprint_then_replans_only_after_three_handoffs() {
+    let (planner, llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    let first = expect_answer(&mut graph).await;
+    assert_eq!(first.call, 0);
+    assert_eq!(first.tasks.as_ref().unwrap()[0].description, "lexer");
+    assert!(first.prompt.contains("build a calculator"));
+
+    planner.do_send(handoff("t1"));
+    planner.do_send(handoff("t2"));
+    graph.expect_none().await;
+    planner.do_send(handoff("t3"));
+    let second = expect_answer(&mut graph).await;
+    assert_eq!(second.call, 1);
+    for id in ["t1", "t2", "t3"] {
+        assert!(second.prompt.contains(&format!("### {id} (completed)")), "{}", second.prompt);
+    }
+    assert!(second.prompt.contains("watch the error paths"));
+
+    // The second request carried the whole conversation: system, the first exchange, the new prompt.
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    let roles: Vec<ChatRole> = requests[1].messages.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [ChatRole::System, ChatRole::User, ChatRole::Assistant, ChatRole::User]);
+    assert_eq!(requests[1].messages[2].content, first.content);
+}
+
+#[actix::test]
+async fn quiescence_triggers_a_plan_and_a_refused_batch_is_explained_next_time() {
+    let (planner, _llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchRejected { reason: RejectionReason::EmptyScope { subtask: 0 } });
+    let next = expect_answer(&mut graph).await;
+    assert!(next.prompt.contains("Your last batch was refused"), "{}", next.prompt);
+    assert!(next.prompt.contains("empty scope"), "{}", next.prompt);
+    planner.do_send(ToPlanner::Quiescent);
+    let third = expect_answer(&mut graph).await;
+    assert_eq!(third.tasks, Ok(vec![]), "beyond the script the planner answers an empty sprint");
+}
+
+#[actix::test]
+async fn a_malformed_answer_is_recorded_and_retried_with_backoff_then_the_planner_gives_up() {
+    let scenario = r#"
+        [[planner.answers]]
+        fault = "malformed"
+        [[planner.answers]]
+        fault = "malformed"
+        [[planner.answers]]
+        fault = "malformed"
+    "#;
+    let config = PlannerConfig { max_consecutive_errors: 3, backoff_base_ms: 1_000, ..PlannerConfig::default() };
+    let (planner, _llm, mut graph) = start(scenario, config);
+    planner.do_send(ToPlanner::Start);
+    let first = expect_answer(&mut graph).await;
+    assert!(first.tasks.as_ref().unwrap_err().contains("no JSON object"));
+    // Backoff: nothing for the first second, then the retry explains the problem.
+    tokio::time::sleep(Duration::from_millis(700)).await; // + 200 ms of expect_none: still < 1 s
+    graph.expect_none().await;
+    let second = expect_answer(&mut graph).await;
+    assert!(second.prompt.contains("could not be used"), "{}", second.prompt);
+    let _third = expect_answer(&mut graph).await;
+    let gave_up = graph
+        .fish_for("PlannerGaveUp", |m| match m {
+            ToTaskGraph::PlannerGaveUp { error } => Some(error.clone()),
+            _ => None,
+        })
+        .await;
+    assert!(gave_up.contains("3 consecutive planner errors"), "{gave_up}");
+    planner.do_send(ToPlanner::Quiescent);
+    graph.expect_none().await;
+}
+
+#[actix::test]
+async fn a_resumed_planner_continues_its_recorded_conversation_without_asking_again() {
+    virtual_time();
+    let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(TWO_SPRINTS).unwrap()));
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let recorded = vec![Exchange { prompt: "first prompt".into(), answer: "{\"tasks\": []}".into() }];
+    let planner = Planner::new(RunId::generate(), "r".into(), "S".into(), llm.clone(), graph, PlannerConfig::default())
+        .resuming(recorded)
+        .start();
+    planner.do_send(ToPlanner::Quiescent);
+    let answer = expect_answer(&mut inbox).await;
+    assert_eq!(answer.call, 1, "call 0 was recorded; it is not asked again");
+    assert_eq!(answer.tasks.unwrap()[0].description, "parser");
+    assert_eq!(llm.requests().len(), 1);
+}
