@@ -141,7 +141,11 @@ pub struct CliError {
 
 impl CliError {
     fn usage(message: impl Into<String>, hint: Option<&str>) -> Self {
-        CliError { message: message.into(), hint: hint.map(str::to_owned), exit: Exit::Usage }
+        CliError {
+            message: message.into(),
+            hint: hint.map(str::to_owned),
+            exit: Exit::Usage,
+        }
     }
 }
 
@@ -150,20 +154,31 @@ impl From<ClientError> for CliError {
         match e {
             ClientError::DaemonNotRunning { .. } => CliError {
                 message: e.to_string(),
-                hint: Some("start it with `flotilla daemon` (in another terminal, or in the background)".into()),
+                hint: Some(
+                    "start it with `flotilla daemon` (in another terminal, or in the background)"
+                        .into(),
+                ),
                 exit: Exit::DaemonNotRunning,
             },
-            ClientError::Api { status, .. } if status.is_client_error() => {
-                CliError { message: e.to_string(), hint: None, exit: Exit::Usage }
-            }
-            other => CliError { message: other.to_string(), hint: None, exit: Exit::Failure },
+            ClientError::Api { status, .. } if status.is_client_error() => CliError {
+                message: e.to_string(),
+                hint: None,
+                exit: Exit::Usage,
+            },
+            other => CliError {
+                message: other.to_string(),
+                hint: None,
+                exit: Exit::Failure,
+            },
         }
     }
 }
 
 impl Cli {
     pub fn state_dir(&self) -> PathBuf {
-        self.state_dir.clone().unwrap_or_else(paths::default_state_dir)
+        self.state_dir
+            .clone()
+            .unwrap_or_else(paths::default_state_dir)
     }
 
     pub fn endpoint(&self) -> Result<Endpoint, CliError> {
@@ -171,13 +186,23 @@ impl Cli {
         if let Some(addr) = self.connect {
             let token_file = paths::token_path(&state_dir);
             let token = std::fs::read_to_string(&token_file).map_err(|e| CliError {
-                message: format!("cannot read the daemon's token {}: {e}", token_file.display()),
+                message: format!(
+                    "cannot read the daemon's token {}: {e}",
+                    token_file.display()
+                ),
                 hint: Some("use the same --state-dir as the daemon started with --listen".into()),
                 exit: Exit::Usage,
             })?;
-            return Ok(Endpoint::Tcp { addr, token: token.trim().to_string() });
+            return Ok(Endpoint::Tcp {
+                addr,
+                token: token.trim().to_string(),
+            });
         }
-        Ok(Endpoint::Unix(self.socket.clone().unwrap_or_else(|| paths::socket_path(&state_dir))))
+        Ok(Endpoint::Unix(
+            self.socket
+                .clone()
+                .unwrap_or_else(|| paths::socket_path(&state_dir)),
+        ))
     }
 }
 
@@ -186,17 +211,27 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
     let client = Client::new(cli.endpoint()?);
     match &cli.command {
         Command::Daemon { .. } => unreachable!("the daemon is started by main"),
-        Command::Submit { request, repo, config, detach, json } => {
-            submit(&client, request, repo, config.as_deref(), *detach, *json).await
-        }
+        Command::Submit {
+            request,
+            repo,
+            config,
+            detach,
+            json,
+        } => submit(&client, request, repo, config.as_deref(), *detach, *json).await,
         Command::Tail { run, json, since } => {
             let outcome = follow(&client, run, *since, *json).await?;
             Ok(exit_for(outcome))
         }
-        Command::Status { run: Some(run), json } => {
+        Command::Status {
+            run: Some(run),
+            json,
+        } => {
             let status: RunStatus = client.get(&format!("/v1/runs/{run}")).await?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&status).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&status).unwrap_or_default()
+                );
             } else {
                 print_status(&status, &Style::detect());
             }
@@ -228,19 +263,31 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                 GraphFormat::Dot => "dot",
                 GraphFormat::Json => "json",
             };
-            print!("{}", client.text(Method::GET, &format!("/v1/runs/{run}/graph?format={format}")).await?);
+            print!(
+                "{}",
+                client
+                    .text(
+                        Method::GET,
+                        &format!("/v1/runs/{run}/graph?format={format}")
+                    )
+                    .await?
+            );
             Ok(Exit::Ok)
         }
         Command::Cancel { run } => {
-            let answer: serde_json::Value =
-                client.json(Method::POST, &format!("/v1/runs/{run}/cancel"), None::<&()>).await?;
+            let answer: serde_json::Value = client
+                .json(Method::POST, &format!("/v1/runs/{run}/cancel"), None::<&()>)
+                .await?;
             println!("cancelling run {}", answer["id"].as_str().unwrap_or(run));
             Ok(Exit::Ok)
         }
         Command::Runs { json } => {
             let runs: Vec<RunSummary> = client.get("/v1/runs").await?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&runs).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&runs).unwrap_or_default()
+                );
             } else if runs.is_empty() {
                 println!("no runs yet; start one with `flotilla submit \"<request>\" --repo .`");
             } else {
@@ -284,13 +331,21 @@ async fn submit(
     detach: bool,
     json: bool,
 ) -> Result<Exit, CliError> {
-    let repo = std::fs::canonicalize(repo)
-        .map_err(|e| CliError::usage(format!("repository {}: {e}", repo.display()), Some("pass --repo PATH")))?;
-    let config_path = config.map(Path::to_path_buf).unwrap_or_else(|| repo.join("flotilla.toml"));
+    let repo = std::fs::canonicalize(repo).map_err(|e| {
+        CliError::usage(
+            format!("repository {}: {e}", repo.display()),
+            Some("pass --repo PATH"),
+        )
+    })?;
+    let config_path = config
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| repo.join("flotilla.toml"));
     let run_config = RunConfig::load(&config_path).map_err(|e| {
         CliError::usage(
             e.to_string(),
-            Some("see docs/scenarios.md for the config and scenario formats, or pass --config FILE"),
+            Some(
+                "see docs/scenarios.md for the config and scenario formats, or pass --config FILE",
+            ),
         )
     })?;
     let body = serde_json::json!({ "request": request, "repo": repo, "config": run_config });
@@ -300,7 +355,10 @@ async fn submit(
         return Ok(Exit::Ok);
     }
     if !json {
-        eprintln!("run {} submitted; following it (Ctrl-C stops following, not the run)", created.id);
+        eprintln!(
+            "run {} submitted; following it (Ctrl-C stops following, not the run)",
+            created.id
+        );
     }
     let outcome = follow(client, &created.id, None, json).await?;
     Ok(exit_for(outcome))
@@ -371,7 +429,10 @@ pub async fn follow(
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn print_status(status: &RunStatus, style: &Style) {
@@ -388,10 +449,22 @@ fn print_status(status: &RunStatus, style: &Style) {
         "tasks:   {} total · {} completed · {} running · {} waiting · {} pending · {} failed · {} cancelled",
         c.total, c.completed, c.running, c.waiting, c.pending, c.failed, c.cancelled
     );
-    println!("spent:   {} tokens in · {} tokens out · ${:.4}", status.tokens_in, status.tokens_out, status.cost_usd);
+    println!(
+        "spent:   {} tokens in · {} tokens out · ${:.4}",
+        status.tokens_in, status.tokens_out, status.cost_usd
+    );
     for t in &status.graph.tasks {
         let indent = "  ".repeat(t.id.depth() as usize - 1);
-        let summary = t.summary.as_deref().map(|s| format!(" — {}", shorten(s, 60))).unwrap_or_default();
-        println!("  {indent}{} [{}] {}{summary}", t.id, t.state, shorten(&t.description, 60));
+        let summary = t
+            .summary
+            .as_deref()
+            .map(|s| format!(" — {}", shorten(s, 60)))
+            .unwrap_or_default();
+        println!(
+            "  {indent}{} [{}] {}{summary}",
+            t.id,
+            t.state,
+            shorten(&t.description, 60)
+        );
     }
 }

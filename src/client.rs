@@ -61,11 +61,18 @@ impl Client {
     ) -> Result<hyper::Response<Body>, ClientError> {
         let not_running = |e: std::io::Error| match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                ClientError::DaemonNotRunning { endpoint: self.endpoint_label() }
+                ClientError::DaemonNotRunning {
+                    endpoint: self.endpoint_label(),
+                }
             }
-            _ => ClientError::Transport(format!("cannot connect to {}: {e}", self.endpoint_label())),
+            _ => {
+                ClientError::Transport(format!("cannot connect to {}: {e}", self.endpoint_label()))
+            }
         };
-        let mut builder = Request::builder().method(method).uri(path).header("host", "flotilla");
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "flotilla");
         for (k, v) in headers {
             builder = builder.header(*k, v);
         }
@@ -82,16 +89,24 @@ impl Client {
         let handshake_err = |e: hyper::Error| ClientError::Transport(e.to_string());
         let response = match &self.endpoint {
             Endpoint::Unix(path) => {
-                let stream = tokio::net::UnixStream::connect(path).await.map_err(not_running)?;
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(not_running)?;
                 let (mut sender, conn) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(handshake_err)?;
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .map_err(handshake_err)?;
                 tokio::spawn(conn);
                 sender.send_request(request).await
             }
             Endpoint::Tcp { addr, .. } => {
-                let stream = tokio::net::TcpStream::connect(addr).await.map_err(not_running)?;
+                let stream = tokio::net::TcpStream::connect(addr)
+                    .await
+                    .map_err(not_running)?;
                 let (mut sender, conn) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(handshake_err)?;
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .map_err(handshake_err)?;
                 tokio::spawn(conn);
                 sender.send_request(request).await
             }
@@ -101,7 +116,12 @@ impl Client {
 
     async fn read(response: hyper::Response<Body>) -> Result<(StatusCode, Bytes), ClientError> {
         let status = response.status();
-        let body = response.into_body().collect().await.map_err(|e| ClientError::Transport(e.to_string()))?.to_bytes();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?
+            .to_bytes();
         Ok((status, body))
     }
 
@@ -140,7 +160,10 @@ impl Client {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<T, ClientError> {
-        let body = body.map(|b| serde_json::to_vec(b)).transpose().map_err(|e| ClientError::Decode(e.to_string()))?;
+        let body = body
+            .map(|b| serde_json::to_vec(b))
+            .transpose()
+            .map_err(|e| ClientError::Decode(e.to_string()))?;
         let (status, bytes) = Self::read(self.send(method, path, body, &[]).await?).await?;
         if !status.is_success() {
             return Err(Self::api_error(status, &bytes));
@@ -158,15 +181,26 @@ impl Client {
         run: &str,
         since: Option<u64>,
     ) -> Result<impl Stream<Item = Result<Event, ClientError>> + use<>, ClientError> {
-        let headers: Vec<(&str, String)> = since.map(|s| ("last-event-id", s.to_string())).into_iter().collect();
-        let response = self.send(Method::GET, &format!("/v1/runs/{run}/events"), None, &headers).await?;
+        let headers: Vec<(&str, String)> = since
+            .map(|s| ("last-event-id", s.to_string()))
+            .into_iter()
+            .collect();
+        let response = self
+            .send(
+                Method::GET,
+                &format!("/v1/runs/{run}/events"),
+                None,
+                &headers,
+            )
+            .await?;
         if !response.status().is_success() {
             let (status, body) = Self::read(response).await?;
             return Err(Self::api_error(status, &body));
         }
         let frames = response.into_body().into_data_stream();
         Ok(frames.eventsource().map(|item| match item {
-            Ok(sse) => serde_json::from_str::<Event>(&sse.data).map_err(|e| ClientError::Decode(e.to_string())),
+            Ok(sse) => serde_json::from_str::<Event>(&sse.data)
+                .map_err(|e| ClientError::Decode(e.to_string())),
             Err(e) => Err(ClientError::Transport(e.to_string())),
         }))
     }

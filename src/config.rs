@@ -62,12 +62,20 @@ pub struct RunConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is not a valid flotilla config: {message}")]
     Invalid { path: PathBuf, message: String },
     #[error("{path}: {source}")]
-    Scenario { path: PathBuf, source: ScenarioError },
-    #[error("{path} names no scenario: the scripted provider needs `[provider] scenario = \"FILE\"`")]
+    Scenario {
+        path: PathBuf,
+        source: ScenarioError,
+    },
+    #[error(
+        "{path} names no scenario: the scripted provider needs `[provider] scenario = \"FILE\"`"
+    )]
     NoScenario { path: PathBuf },
 }
 
@@ -75,25 +83,43 @@ impl RunConfig {
     /// Loads `flotilla.toml` and the scenario it names.
     pub fn load(path: &Path) -> Result<RunConfig, ConfigError> {
         let text = read(path)?;
-        let file: FileConfig =
-            toml::from_str(&text).map_err(|e| ConfigError::Invalid { path: path.into(), message: e.to_string() })?;
+        let file: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
         let scenario_path = match &file.provider.scenario {
             Some(rel) => path.parent().unwrap_or(Path::new(".")).join(rel),
             None => return Err(ConfigError::NoScenario { path: path.into() }),
         };
-        let scenario = Scenario::from_toml(&read(&scenario_path)?)
-            .map_err(|source| ConfigError::Scenario { path: scenario_path, source })?;
-        Ok(RunConfig { limits: file.limits, planner: file.planner, workers: file.workers, scenario })
+        let scenario = Scenario::from_toml(&read(&scenario_path)?).map_err(|source| {
+            ConfigError::Scenario {
+                path: scenario_path,
+                source,
+            }
+        })?;
+        Ok(RunConfig {
+            limits: file.limits,
+            planner: file.planner,
+            workers: file.workers,
+            scenario,
+        })
     }
 
     /// The worker profiles to dispatch to: the configured ones, or one general profile.
     pub fn profiles(&self) -> Vec<WorkerProfile> {
-        if self.workers.is_empty() { vec![WorkerProfile::new("general", &[], 1)] } else { self.workers.clone() }
+        if self.workers.is_empty() {
+            vec![WorkerProfile::new("general", &[], 1)]
+        } else {
+            self.workers.clone()
+        }
     }
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.into(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -103,7 +129,11 @@ mod tests {
     #[test]
     fn loads_a_config_and_its_scenario() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("s.toml"), "[[planner.answers]]\ntasks = []\n").unwrap();
+        std::fs::write(
+            dir.path().join("s.toml"),
+            "[[planner.answers]]\ntasks = []\n",
+        )
+        .unwrap();
         std::fs::write(
             dir.path().join("flotilla.toml"),
             "[provider]\nscenario = \"s.toml\"\n[limits]\nmax_workers = 2\n",
@@ -122,6 +152,9 @@ mod tests {
         let err = RunConfig::load(&path).unwrap_err().to_string();
         assert!(err.contains("max_wrokers"), "{err}");
         std::fs::write(&path, "[limits]\n").unwrap();
-        assert!(matches!(RunConfig::load(&path), Err(ConfigError::NoScenario { .. })));
+        assert!(matches!(
+            RunConfig::load(&path),
+            Err(ConfigError::NoScenario { .. })
+        ));
     }
 }

@@ -66,14 +66,22 @@ impl SqliteJournal {
     /// at daemon start-up, before any actor runs.
     pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
         let mut conn = Connection::open(path).map_err(storage)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(storage)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(storage)?;
         // WAL + NORMAL: a committed transaction survives a process crash (what a SIGKILL
         // is); only an OS crash can lose the last transactions.
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(storage)?;
-        conn.pragma_update(None, "foreign_keys", "ON").map_err(storage)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(storage)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(storage)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(storage)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(storage)?;
         migrate(&mut conn)?;
-        Ok(SqliteJournal { conn: Arc::new(Mutex::new(conn)), clock, path: path.to_path_buf() })
+        Ok(SqliteJournal {
+            conn: Arc::new(Mutex::new(conn)),
+            clock,
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -88,7 +96,9 @@ impl SqliteJournal {
         let conn = self.conn.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                let mut guard = conn.lock().map_err(|_| storage("journal connection poisoned"))?;
+                let mut guard = conn
+                    .lock()
+                    .map_err(|_| storage("journal connection poisoned"))?;
                 f(&mut guard)
             })
             .await
@@ -167,9 +177,11 @@ impl SqliteJournal {
     /// The highest `seq` of a run, 0 if none.
     pub fn last_seq(&self, run: RunId) -> BoxFuture<'static, Result<u64, JournalError>> {
         self.blocking(move |conn| {
-            conn.query_row("SELECT MAX(seq) FROM events WHERE run = ?1", params![run.to_string()], |r| {
-                r.get::<_, Option<i64>>(0)
-            })
+            conn.query_row(
+                "SELECT MAX(seq) FROM events WHERE run = ?1",
+                params![run.to_string()],
+                |r| r.get::<_, Option<i64>>(0),
+            )
             .optional()
             .map(|v| v.flatten().unwrap_or(0) as u64)
             .map_err(storage)
@@ -178,7 +190,9 @@ impl SqliteJournal {
 }
 
 fn migrate(conn: &mut Connection) -> Result<(), JournalError> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(storage)?;
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(storage)?;
     let known = MIGRATIONS.len() as i64;
     if version > known {
         return Err(JournalError::Storage(format!(
@@ -188,24 +202,39 @@ fn migrate(conn: &mut Connection) -> Result<(), JournalError> {
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction().map_err(storage)?;
         tx.execute_batch(sql).map_err(storage)?;
-        tx.pragma_update(None, "user_version", i as i64 + 1).map_err(storage)?;
+        tx.pragma_update(None, "user_version", i as i64 + 1)
+            .map_err(storage)?;
         tx.commit().map_err(storage)?;
     }
     Ok(())
 }
 
-fn insert_event(conn: &Connection, run: RunId, at_ms: u64, kind: EventKind) -> Result<Event, JournalError> {
+fn insert_event(
+    conn: &Connection,
+    run: RunId,
+    at_ms: u64,
+    kind: EventKind,
+) -> Result<Event, JournalError> {
     let data = serde_json::to_string(&kind).map_err(storage)?;
     conn.execute(
         "INSERT INTO events (run, at_ms, kind, data) VALUES (?1, ?2, ?3, ?4)",
         params![run.to_string(), at_ms as i64, kind.name(), data],
     )
     .map_err(storage)?;
-    Ok(Event { seq: conn.last_insert_rowid() as u64, run, at_ms, kind })
+    Ok(Event {
+        seq: conn.last_insert_rowid() as u64,
+        run,
+        at_ms,
+        kind,
+    })
 }
 
 impl Journal for SqliteJournal {
-    fn append(&self, run: RunId, events: Vec<EventKind>) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
+    fn append(
+        &self,
+        run: RunId,
+        events: Vec<EventKind>,
+    ) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
         let at_ms = self.clock.now_ms();
         self.blocking(move |conn| {
             let tx = conn.transaction().map_err(storage)?;
@@ -221,19 +250,32 @@ impl Journal for SqliteJournal {
     fn read(&self, run: RunId, after: u64) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
         self.blocking(move |conn| {
             let mut stmt = conn
-                .prepare("SELECT seq, at_ms, data FROM events WHERE run = ?1 AND seq > ?2 ORDER BY seq")
+                .prepare(
+                    "SELECT seq, at_ms, data FROM events WHERE run = ?1 AND seq > ?2 ORDER BY seq",
+                )
                 .map_err(storage)?;
             let rows = stmt
                 .query_map(params![run.to_string(), after as i64], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
                 })
                 .map_err(storage)?;
             let mut out = Vec::new();
             for row in rows {
                 let (seq, at_ms, data) = row.map_err(storage)?;
-                let kind = serde_json::from_str(&data)
-                    .map_err(|e| JournalError::Corrupt { seq: seq as u64, detail: e.to_string() })?;
-                out.push(Event { seq: seq as u64, run, at_ms: at_ms as u64, kind });
+                let kind = serde_json::from_str(&data).map_err(|e| JournalError::Corrupt {
+                    seq: seq as u64,
+                    detail: e.to_string(),
+                })?;
+                out.push(Event {
+                    seq: seq as u64,
+                    run,
+                    at_ms: at_ms as u64,
+                    kind,
+                });
             }
             Ok(out)
         })
@@ -267,7 +309,15 @@ mod tests {
             let j = SqliteJournal::open(&path, Arc::new(SystemClock)).unwrap();
             j.create_run(record(run)).await.unwrap();
             let appended = j
-                .append(run, vec![EventKind::TaskReady { task: TaskId::root(1) }, EventKind::PlanningFinished])
+                .append(
+                    run,
+                    vec![
+                        EventKind::TaskReady {
+                            task: TaskId::root(1),
+                        },
+                        EventKind::PlanningFinished,
+                    ],
+                )
                 .await
                 .unwrap();
             assert_eq!(appended.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
@@ -275,8 +325,21 @@ mod tests {
         let j = SqliteJournal::open(&path, Arc::new(SystemClock)).unwrap();
         let events = j.read(run, 1).await.unwrap();
         assert_eq!(events.len(), 2);
-        assert_eq!(events[0].kind, EventKind::TaskReady { task: TaskId::root(1) });
-        let more = j.append(run, vec![EventKind::RunFinished { outcome: RunOutcome::Completed }]).await.unwrap();
+        assert_eq!(
+            events[0].kind,
+            EventKind::TaskReady {
+                task: TaskId::root(1)
+            }
+        );
+        let more = j
+            .append(
+                run,
+                vec![EventKind::RunFinished {
+                    outcome: RunOutcome::Completed,
+                }],
+            )
+            .await
+            .unwrap();
         assert_eq!(more[0].seq, 4);
         let runs = j.runs().await.unwrap();
         assert_eq!(runs[0].outcome, Some(RunOutcome::Completed));
@@ -290,7 +353,12 @@ mod tests {
         let conn = Connection::open(&path).unwrap();
         conn.pragma_update(None, "user_version", 99).unwrap();
         drop(conn);
-        let err = SqliteJournal::open(&path, Arc::new(SystemClock)).err().unwrap();
-        assert!(err.to_string().contains("newer than this flotilla"), "{err}");
+        let err = SqliteJournal::open(&path, Arc::new(SystemClock))
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("newer than this flotilla"),
+            "{err}"
+        );
     }
 }

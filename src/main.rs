@@ -14,9 +14,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Daemon { listen, log_format } => run_daemon(&cli, *listen, *log_format),
-        _ => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        _ => match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
             Ok(rt) => rt.block_on(run_client(&cli)),
-            Err(e) => Err(CliError { message: format!("cannot start: {e}"), hint: None, exit: Exit::Failure }),
+            Err(e) => Err(CliError {
+                message: format!("cannot start: {e}"),
+                hint: None,
+                exit: Exit::Failure,
+            }),
         },
     };
     match result {
@@ -31,11 +38,19 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_daemon(cli: &Cli, listen: Option<std::net::SocketAddr>, log_format: LogFormat) -> Result<Exit, CliError> {
+fn run_daemon(
+    cli: &Cli,
+    listen: Option<std::net::SocketAddr>,
+    log_format: LogFormat,
+) -> Result<Exit, CliError> {
     let filter = EnvFilter::try_from_env("FLOTILLA_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let subscriber = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let ansi = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match log_format {
         LogFormat::Human => subscriber.init(),
         LogFormat::Json => subscriber.json().init(),
@@ -43,16 +58,26 @@ fn run_daemon(cli: &Cli, listen: Option<std::net::SocketAddr>, log_format: LogFo
     let state_dir = cli.state_dir();
     let listen = match listen {
         Some(addr) => Listen::Tcp(addr),
-        None => Listen::Unix(cli.socket.clone().unwrap_or_else(|| paths::socket_path(&state_dir))),
+        None => Listen::Unix(
+            cli.socket
+                .clone()
+                .unwrap_or_else(|| paths::socket_path(&state_dir)),
+        ),
     };
-    let options = DaemonOptions { state_dir: state_dir.clone(), listen };
+    let options = DaemonOptions {
+        state_dir: state_dir.clone(),
+        listen,
+    };
     let system = actix_rt::System::new();
     let outcome = system.block_on(async move {
         let shutdown = CancellationToken::new();
         let signals = shutdown.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
                 return;
             };
             tokio::select! {
@@ -66,10 +91,17 @@ fn run_daemon(cli: &Cli, listen: Option<std::net::SocketAddr>, log_format: LogFo
         tokio::spawn(async move {
             match ready_rx.await {
                 Ok(Bound::Unix(path)) => {
-                    tracing::info!("listening on {} (state: {})", path.display(), state_dir.display())
+                    tracing::info!(
+                        "listening on {} (state: {})",
+                        path.display(),
+                        state_dir.display()
+                    )
                 }
                 Ok(Bound::Tcp { addr, token_file }) => {
-                    tracing::info!("listening on http://{addr}; bearer token in {}", token_file.display())
+                    tracing::info!(
+                        "listening on http://{addr}; bearer token in {}",
+                        token_file.display()
+                    )
                 }
                 Err(_) => {}
             }
@@ -78,7 +110,9 @@ fn run_daemon(cli: &Cli, listen: Option<std::net::SocketAddr>, log_format: LogFo
     });
     outcome.map(|()| Exit::Ok).map_err(|e| CliError {
         message: format!("{e:#}"),
-        hint: Some("check the state directory (--state-dir) and that no other daemon uses it".into()),
+        hint: Some(
+            "check the state directory (--state-dir) and that no other daemon uses it".into(),
+        ),
         exit: Exit::Failure,
     })
 }

@@ -18,15 +18,25 @@ impl Style {
     pub fn detect() -> Style {
         let tty = std::io::stdout().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        Style { color: tty && !no_color, live: tty }
+        Style {
+            color: tty && !no_color,
+            live: tty,
+        }
     }
 
     pub fn plain() -> Style {
-        Style { color: false, live: false }
+        Style {
+            color: false,
+            live: false,
+        }
     }
 
     fn paint(&self, code: &str, text: &str) -> String {
-        if self.color { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_string() }
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
     }
 
     pub fn good(&self, text: &str) -> String {
@@ -65,18 +75,42 @@ fn shorten(text: &str, max: usize) -> String {
 pub fn event_line(e: &Event, style: &Style) -> String {
     let what = match &e.kind {
         EventKind::RunStarted { request } => format!("run started: {}", shorten(request, 100)),
-        EventKind::PlannerResponded { call, error: Some(error), .. } => {
-            style.bad(&format!("planner call {} unusable: {}", call + 1, shorten(error, 120)))
-        }
+        EventKind::PlannerResponded {
+            call,
+            error: Some(error),
+            ..
+        } => style.bad(&format!(
+            "planner call {} unusable: {}",
+            call + 1,
+            shorten(error, 120)
+        )),
         EventKind::PlannerResponded { call, usage, .. } => {
-            format!("planner call {} answered ({} tokens)", call + 1, usage.tokens_in + usage.tokens_out)
+            format!(
+                "planner call {} answered ({} tokens)",
+                call + 1,
+                usage.tokens_in + usage.tokens_out
+            )
         }
-        EventKind::PlannerGaveUp { error } => style.bad(&format!("planner gave up: {}", shorten(error, 120))),
-        EventKind::TaskAdded { task, spec, depends_on, .. } => {
+        EventKind::PlannerGaveUp { error } => {
+            style.bad(&format!("planner gave up: {}", shorten(error, 120)))
+        }
+        EventKind::TaskAdded {
+            task,
+            spec,
+            depends_on,
+            ..
+        } => {
             let after = if depends_on.is_empty() {
                 String::new()
             } else {
-                format!(" after {}", depends_on.iter().map(TaskId::to_string).collect::<Vec<_>>().join(", "))
+                format!(
+                    " after {}",
+                    depends_on
+                        .iter()
+                        .map(TaskId::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
             };
             format!(
                 "{} added: {} [{}]{after}",
@@ -85,30 +119,59 @@ pub fn event_line(e: &Event, style: &Style) -> String {
                 spec.scope.join(", ")
             )
         }
-        EventKind::TasksRejected { reason } => style.bad(&format!("planner batch rejected: {reason}")),
+        EventKind::TasksRejected { reason } => {
+            style.bad(&format!("planner batch rejected: {reason}"))
+        }
         EventKind::TaskReady { task } => format!("{task} ready"),
-        EventKind::TaskDispatched { task, attempt, profile, route } => match route {
-            Route::Worker => format!("{task} dispatched to a worker ({profile}), attempt {attempt}"),
+        EventKind::TaskDispatched {
+            task,
+            attempt,
+            profile,
+            route,
+        } => match route {
+            Route::Worker => {
+                format!("{task} dispatched to a worker ({profile}), attempt {attempt}")
+            }
             Route::Subplanner => format!("{task} dispatched to the subplanner, attempt {attempt}"),
         },
         EventKind::TaskStarted { task, attempt } => format!("{task} started (attempt {attempt})"),
-        EventKind::TaskRetried { task, attempt, error } => {
-            format!("{task} attempt {attempt} failed ({}); retrying", shorten(error, 80))
+        EventKind::TaskRetried {
+            task,
+            attempt,
+            error,
+        } => {
+            format!(
+                "{task} attempt {attempt} failed ({}); retrying",
+                shorten(error, 80)
+            )
         }
         EventKind::TaskInterrupted { task, attempt } => {
             format!("{task} attempt {attempt} interrupted by a restart; queued again")
         }
         EventKind::TaskCompleted { task, handoff, .. } => {
-            let summary = handoff.as_ref().map(|h| format!(": {}", shorten(&h.summary, 100))).unwrap_or_default();
+            let summary = handoff
+                .as_ref()
+                .map(|h| format!(": {}", shorten(&h.summary, 100)))
+                .unwrap_or_default();
             style.good(&format!("{task} completed{summary}"))
         }
-        EventKind::TaskFailed { task, reason, .. } => {
-            style.bad(&format!("{task} failed: {}", shorten(&format!("{reason:?}"), 120)))
-        }
+        EventKind::TaskFailed { task, reason, .. } => style.bad(&format!(
+            "{task} failed: {}",
+            shorten(&format!("{reason:?}"), 120)
+        )),
         EventKind::TaskCancelled { task, reason, .. } => format!("{task} cancelled: {reason}"),
-        EventKind::DecompositionAccepted { parent, subtasks, reason, .. } => format!(
+        EventKind::DecompositionAccepted {
+            parent,
+            subtasks,
+            reason,
+            ..
+        } => format!(
             "{parent} decomposed ({reason:?}) into {}",
-            subtasks.iter().map(TaskId::to_string).collect::<Vec<_>>().join(", ")
+            subtasks
+                .iter()
+                .map(TaskId::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         EventKind::DecompositionRejected { parent, reason, .. } => {
             style.bad(&format!("{parent} subplan rejected: {reason}"))
@@ -117,16 +180,26 @@ pub fn event_line(e: &Event, style: &Style) -> String {
         EventKind::AwaitingUserDecision { parent } => format!("{parent} waits for your decision"),
         EventKind::MessageIgnored { task, message, why } => style.dim(&format!(
             "ignored {message}{}: {why}",
-            task.as_ref().map(|t| format!(" for {t}")).unwrap_or_default()
+            task.as_ref()
+                .map(|t| format!(" for {t}"))
+                .unwrap_or_default()
         )),
         EventKind::PlanningFinished => "planning finished".to_string(),
         EventKind::RunCancelRequested { reason } => format!("run cancelling: {reason}"),
         EventKind::RunFinished { outcome } => {
             let text = format!("run finished: {}", outcome_name(*outcome));
-            if *outcome == RunOutcome::Completed { style.good(&text) } else { style.bad(&text) }
+            if *outcome == RunOutcome::Completed {
+                style.good(&text)
+            } else {
+                style.bad(&text)
+            }
         }
     };
-    format!("{} {} {what}", style.dim(&clock(e.at_ms)), style.dim(&format!("#{:<5}", e.seq)))
+    format!(
+        "{} {} {what}",
+        style.dim(&clock(e.at_ms)),
+        style.dim(&format!("#{:<5}", e.seq))
+    )
 }
 
 pub fn outcome_name(outcome: RunOutcome) -> &'static str {
@@ -171,7 +244,9 @@ impl Tally {
             }
             EventKind::TaskFailed { task, .. } => set(task, TaskState::Failed),
             EventKind::TaskCancelled { task, .. } => set(task, TaskState::Cancelled),
-            EventKind::DecompositionAccepted { parent, .. } => set(parent, TaskState::WaitingForSubtasks),
+            EventKind::DecompositionAccepted { parent, .. } => {
+                set(parent, TaskState::WaitingForSubtasks)
+            }
             EventKind::PlannerResponded { usage, .. } => {
                 self.tokens += usage.tokens_in + usage.tokens_out;
                 self.cost += usage.cost_usd.micros();
@@ -183,11 +258,18 @@ impl Tally {
     pub fn summary(&self, now_ms: u64) -> String {
         let count = |f: fn(&TaskState) -> bool| self.states.values().filter(|s| f(s)).count();
         let done = count(|s| *s == TaskState::Completed);
-        let running =
-            count(|s| matches!(s, TaskState::Running | TaskState::WaitingForSubtasks | TaskState::Synthesizing));
+        let running = count(|s| {
+            matches!(
+                s,
+                TaskState::Running | TaskState::WaitingForSubtasks | TaskState::Synthesizing
+            )
+        });
         let pending = count(|s| matches!(s, TaskState::Pending | TaskState::Ready));
         let failed = count(|s| matches!(s, TaskState::Failed | TaskState::Cancelled));
-        let elapsed = now_ms.max(self.last_ms).saturating_sub(self.started_ms.unwrap_or(now_ms)) / 1000;
+        let elapsed = now_ms
+            .max(self.last_ms)
+            .saturating_sub(self.started_ms.unwrap_or(now_ms))
+            / 1000;
         format!(
             "{done} done · {running} running · {pending} pending · {failed} failed/cancelled · {} tokens · {} · {}m{:02}s",
             self.tokens,

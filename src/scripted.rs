@@ -12,10 +12,12 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use flotilla_actors::ports::{Agent, AgentError, AgentReport, ChatRole, Llm, LlmError, LlmRequest, LlmResponse, Role};
+use flotilla_actors::ports::{
+    Agent, AgentError, AgentReport, ChatRole, Llm, LlmError, LlmRequest, LlmResponse, Role,
+};
 use flotilla_actors::protocol::{
-    Assignment, DecompositionReason, Handoff, HandoffMetrics, HandoffStatus, ProposedSubplan, RejectionReason,
-    StopCondition, SubtaskProposal, SubtaskResult, TaskId, Usage,
+    Assignment, DecompositionReason, Handoff, HandoffMetrics, HandoffStatus, ProposedSubplan,
+    RejectionReason, StopCondition, SubtaskProposal, SubtaskResult, TaskId, Usage,
 };
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -151,15 +153,19 @@ pub enum ScenarioError {
 
 impl Scenario {
     pub fn from_toml(text: &str) -> Result<Scenario, ScenarioError> {
-        let scenario: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
+        let scenario: Scenario =
+            toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
         scenario.check()?;
         Ok(scenario)
     }
 
     pub fn check(&self) -> Result<(), ScenarioError> {
         for (key, script) in &self.tasks {
-            key.parse::<TaskId>().map_err(|_| ScenarioError::BadTaskKey(key.clone()))?;
-            let steps = std::iter::once(&script.step).chain(&script.attempts).chain(&script.on_rejection);
+            key.parse::<TaskId>()
+                .map_err(|_| ScenarioError::BadTaskKey(key.clone()))?;
+            let steps = std::iter::once(&script.step)
+                .chain(&script.attempts)
+                .chain(&script.on_rejection);
             for step in steps {
                 if step.outcome == Some(Outcome::Subplan) && step.subplan.is_none() {
                     return Err(ScenarioError::MissingSubplan { task: key.clone() });
@@ -186,7 +192,10 @@ pub struct ScriptedLlm {
 
 impl ScriptedLlm {
     pub fn new(scenario: Scenario) -> Self {
-        ScriptedLlm { scenario, requests: Mutex::new(Vec::new()) }
+        ScriptedLlm {
+            scenario,
+            requests: Mutex::new(Vec::new()),
+        }
     }
 
     /// Every request received, in order.
@@ -200,7 +209,11 @@ impl Llm for ScriptedLlm {
         if let Ok(mut log) = self.requests.lock() {
             log.push(request.clone());
         }
-        let call = request.messages.iter().filter(|m| m.role == ChatRole::Assistant).count();
+        let call = request
+            .messages
+            .iter()
+            .filter(|m| m.role == ChatRole::Assistant)
+            .count();
         let step = match request.role {
             Role::Planner => self.scenario.planner.answers.get(call).cloned(),
             _ => None,
@@ -210,8 +223,12 @@ impl Llm for ScriptedLlm {
         Box::pin(async move {
             sleep_ms(step.delay_ms).await;
             let content = match step.fault {
-                Some(PlannerFault::Error) => return Err(LlmError::Transport("scripted provider error".into())),
-                Some(PlannerFault::Malformed) => "I would suggest starting with the parser {".to_string(),
+                Some(PlannerFault::Error) => {
+                    return Err(LlmError::Transport("scripted provider error".into()));
+                }
+                Some(PlannerFault::Malformed) => {
+                    "I would suggest starting with the parser {".to_string()
+                }
                 None => match (step.content, step.tasks) {
                     (Some(content), _) => content,
                     (None, tasks) => serde_json::json!({
@@ -235,9 +252,18 @@ impl Llm for ScriptedLlm {
 /// One call the scripted agent received.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentCall {
-    Run { task: TaskId, attempt: u32 },
-    Revise { task: TaskId, reason: RejectionReason },
-    Synthesize { task: TaskId, subtasks: usize },
+    Run {
+        task: TaskId,
+        attempt: u32,
+    },
+    Revise {
+        task: TaskId,
+        reason: RejectionReason,
+    },
+    Synthesize {
+        task: TaskId,
+        subtasks: usize,
+    },
 }
 
 /// The scripted coding agent.
@@ -248,7 +274,10 @@ pub struct ScriptedAgent {
 
 impl ScriptedAgent {
     pub fn new(scenario: Scenario) -> Self {
-        ScriptedAgent { scenario, calls: Mutex::new(Vec::new()) }
+        ScriptedAgent {
+            scenario,
+            calls: Mutex::new(Vec::new()),
+        }
     }
 
     pub fn calls(&self) -> Vec<AgentCall> {
@@ -271,14 +300,25 @@ impl ScriptedAgent {
         let task = task.clone();
         Box::pin(async move {
             sleep_ms(step.delay_ms.or(defaults.delay_ms).unwrap_or(0)).await;
-            let outcome = step.outcome.or(defaults.outcome).unwrap_or(Outcome::Complete);
+            let outcome = step
+                .outcome
+                .or(defaults.outcome)
+                .unwrap_or(Outcome::Complete);
             let status = match outcome {
-                Outcome::Crash => return Err(AgentError::Crashed(format!("scripted crash of {task}"))),
-                Outcome::Malformed => return Err(AgentError::Malformed("scripted agent answered garbage".into())),
+                Outcome::Crash => {
+                    return Err(AgentError::Crashed(format!("scripted crash of {task}")));
+                }
+                Outcome::Malformed => {
+                    return Err(AgentError::Malformed(
+                        "scripted agent answered garbage".into(),
+                    ));
+                }
                 Outcome::Hang => futures::future::pending().await,
                 Outcome::Subplan => {
-                    let plan =
-                        step.subplan.clone().ok_or_else(|| AgentError::Malformed("no subplan scripted".into()))?;
+                    let plan = step
+                        .subplan
+                        .clone()
+                        .ok_or_else(|| AgentError::Malformed("no subplan scripted".into()))?;
                     return Ok(AgentReport {
                         handoff: None,
                         artifacts: Vec::new(),
@@ -298,7 +338,10 @@ impl ScriptedAgent {
             let tokens = step.tokens.or(defaults.tokens).unwrap_or(1_000);
             let handoff = Handoff {
                 status,
-                summary: step.summary.or(defaults.summary).unwrap_or(fallback_summary),
+                summary: step
+                    .summary
+                    .or(defaults.summary)
+                    .unwrap_or(fallback_summary),
                 files_changed: step.files_changed,
                 concerns: step.concerns,
                 suggestions: step.suggestions,
@@ -310,22 +353,42 @@ impl ScriptedAgent {
                 },
                 build_exit_code: Some(0),
             };
-            Ok(AgentReport { handoff: Some(handoff), artifacts: Vec::new(), subplan: None })
+            Ok(AgentReport {
+                handoff: Some(handoff),
+                artifacts: Vec::new(),
+                subplan: None,
+            })
         })
     }
 }
 
 impl Agent for ScriptedAgent {
-    fn run(&self, assignment: Assignment, _workspace: PathBuf) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
+    fn run(
+        &self,
+        assignment: Assignment,
+        _workspace: PathBuf,
+    ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         let task = assignment.task.task.clone();
         let attempt = assignment.task.attempt;
-        self.record(AgentCall::Run { task: task.clone(), attempt });
+        self.record(AgentCall::Run {
+            task: task.clone(),
+            attempt,
+        });
         let step = self
             .scenario
             .script(&task)
-            .map(|s| s.attempts.get(attempt as usize - 1).cloned().unwrap_or_else(|| s.step.clone()))
+            .map(|s| {
+                s.attempts
+                    .get(attempt as usize - 1)
+                    .cloned()
+                    .unwrap_or_else(|| s.step.clone())
+            })
             .unwrap_or_default();
-        self.play(&task, step, format!("{task}: {}", assignment.task.spec.description))
+        self.play(
+            &task,
+            step,
+            format!("{task}: {}", assignment.task.spec.description),
+        )
     }
 
     fn revise(
@@ -334,9 +397,20 @@ impl Agent for ScriptedAgent {
         rejection: RejectionReason,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         let task = assignment.task.task.clone();
-        self.record(AgentCall::Revise { task: task.clone(), reason: rejection.clone() });
-        let step = self.scenario.script(&task).and_then(|s| s.on_rejection.clone()).unwrap_or_default();
-        self.play(&task, step, format!("{task}: finished as is after the subplan was refused ({rejection})"))
+        self.record(AgentCall::Revise {
+            task: task.clone(),
+            reason: rejection.clone(),
+        });
+        let step = self
+            .scenario
+            .script(&task)
+            .and_then(|s| s.on_rejection.clone())
+            .unwrap_or_default();
+        self.play(
+            &task,
+            step,
+            format!("{task}: finished as is after the subplan was refused ({rejection})"),
+        )
     }
 
     fn synthesize(
@@ -344,10 +418,24 @@ impl Agent for ScriptedAgent {
         parent: TaskId,
         results: Vec<SubtaskResult>,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
-        self.record(AgentCall::Synthesize { task: parent.clone(), subtasks: results.len() });
-        let step = self.scenario.script(&parent).and_then(|s| s.synthesis.clone()).unwrap_or_default();
-        let step = AgentStep { outcome: step.outcome.or(Some(Outcome::Complete)), ..step };
-        self.play(&parent, step, format!("{parent}: merged {} subtasks", results.len()))
+        self.record(AgentCall::Synthesize {
+            task: parent.clone(),
+            subtasks: results.len(),
+        });
+        let step = self
+            .scenario
+            .script(&parent)
+            .and_then(|s| s.synthesis.clone())
+            .unwrap_or_default();
+        let step = AgentStep {
+            outcome: step.outcome.or(Some(Outcome::Complete)),
+            ..step
+        };
+        self.play(
+            &parent,
+            step,
+            format!("{parent}: merged {} subtasks", results.len()),
+        )
     }
 }
 
@@ -357,7 +445,10 @@ mod tests {
 
     #[test]
     fn scenario_errors_are_typed() {
-        assert!(matches!(Scenario::from_toml("[planner"), Err(ScenarioError::Syntax(_))));
+        assert!(matches!(
+            Scenario::from_toml("[planner"),
+            Err(ScenarioError::Syntax(_))
+        ));
         assert!(matches!(
             Scenario::from_toml("[tasks.main]\noutcome = \"complete\""),
             Err(ScenarioError::BadTaskKey(_))
@@ -366,7 +457,10 @@ mod tests {
             Scenario::from_toml("[tasks.t1]\noutcome = \"subplan\""),
             Err(ScenarioError::MissingSubplan { .. })
         ));
-        assert!(matches!(Scenario::from_toml("[planner]\nanswer = []"), Err(ScenarioError::Syntax(_))));
+        assert!(matches!(
+            Scenario::from_toml("[planner]\nanswer = []"),
+            Err(ScenarioError::Syntax(_))
+        ));
     }
 
     #[tokio::test]
@@ -382,9 +476,17 @@ mod tests {
         .unwrap();
         let llm = ScriptedLlm::new(scenario);
         use flotilla_actors::ports::ChatMessage;
-        let msg = |role, content: &str| ChatMessage { role, content: content.into() };
-        let first =
-            llm.complete(LlmRequest { role: Role::Planner, messages: vec![msg(ChatRole::User, "go")] }).await.unwrap();
+        let msg = |role, content: &str| ChatMessage {
+            role,
+            content: content.into(),
+        };
+        let first = llm
+            .complete(LlmRequest {
+                role: Role::Planner,
+                messages: vec![msg(ChatRole::User, "go")],
+            })
+            .await
+            .unwrap();
         assert!(first.content.contains("\"description\":\"a\""));
         let second = llm
             .complete(LlmRequest {

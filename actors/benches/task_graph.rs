@@ -13,14 +13,18 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::protocol::{
-    DecompositionReason, DependencyRef, EventKind, ProposedSubplan, Route, StopCondition, SubtaskProposal,
-    TaskCompleted, TaskId, TaskSpec,
+    DecompositionReason, DependencyRef, EventKind, ProposedSubplan, Route, StopCondition,
+    SubtaskProposal, TaskCompleted, TaskId, TaskSpec,
 };
 
 const SIZES: [usize; 3] = [1_000, 10_000, 100_000];
 
 fn unbounded() -> Limits {
-    Limits { max_nodes: usize::MAX, max_decompositions_per_run: u32::MAX, ..Limits::default() }
+    Limits {
+        max_nodes: usize::MAX,
+        max_decompositions_per_run: u32::MAX,
+        ..Limits::default()
+    }
 }
 
 fn run(graph: &mut RunGraph, id: &TaskId) {
@@ -31,7 +35,9 @@ fn run(graph: &mut RunGraph, id: &TaskId) {
 /// `n` independent root tasks, all running; task `i` owns directory `d{i}`.
 fn running_roots(n: usize) -> RunGraph {
     let mut graph = RunGraph::new(unbounded());
-    let specs = (0..n).map(|i| TaskSpec::new(format!("task {i}"), &[&format!("d{i}")])).collect();
+    let specs = (0..n)
+        .map(|i| TaskSpec::new(format!("task {i}"), &[&format!("d{i}")]))
+        .collect();
     graph.submit(specs).unwrap();
     for i in 1..=n as u32 {
         run(&mut graph, &TaskId::root(i));
@@ -59,7 +65,10 @@ fn running_pairs(n: usize) -> RunGraph {
 fn proposal(parent: u32) -> TaskCompleted {
     let subtasks = (0..10)
         .map(|j| {
-            let sub = SubtaskProposal::new(format!("part {j}"), &[&format!("d{}/part{j}.rs", parent - 1)]);
+            let sub = SubtaskProposal::new(
+                format!("part {j}"),
+                &[&format!("d{}/part{j}.rs", parent - 1)],
+            );
             if j > 0 { sub.after(&[j - 1]) } else { sub }
         })
         .collect();
@@ -78,7 +87,13 @@ fn proposal(parent: u32) -> TaskCompleted {
 }
 
 fn completion(task: u32) -> TaskCompleted {
-    TaskCompleted { task: TaskId::root(task), attempt: 1, handoff: None, artifacts: Vec::new(), subplan: None }
+    TaskCompleted {
+        task: TaskId::root(task),
+        attempt: 1,
+        handoff: None,
+        artifacts: Vec::new(),
+        subplan: None,
+    }
 }
 
 /// Times `op(graph, k)` for k = 0, 1, 2, … on fresh copies of `base`, `per_copy` ops a copy.
@@ -118,10 +133,18 @@ fn subplan_insert(c: &mut Criterion) {
         let base = running_roots(n);
         // Sanity, untimed: the proposal is accepted.
         let events = base.clone().complete(proposal(1)).unwrap();
-        assert!(events.iter().any(|e| matches!(e, EventKind::DecompositionAccepted { .. })));
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, EventKind::DecompositionAccepted { .. }))
+        );
         let per_copy = (n / 100).max(1);
         group.bench_function(BenchmarkId::from_parameter(n), |b| {
-            b.iter_custom(|iters| measure(&base, per_copy, iters, |g, k| g.complete(proposal(k as u32 + 1)).unwrap()))
+            b.iter_custom(|iters| {
+                measure(&base, per_copy, iters, |g, k| {
+                    g.complete(proposal(k as u32 + 1)).unwrap()
+                })
+            })
         });
     }
     group.finish();
@@ -132,11 +155,17 @@ fn frontier_update(c: &mut Criterion) {
     for n in SIZES {
         let base = running_pairs(n);
         let events = base.clone().complete(completion(1)).unwrap();
-        assert!(events.iter().any(|e| matches!(e, EventKind::TaskReady { .. })));
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, EventKind::TaskReady { .. }))
+        );
         let per_copy = (n / 20).max(1);
         group.bench_function(BenchmarkId::from_parameter(n), |b| {
             b.iter_custom(|iters| {
-                measure(&base, per_copy, iters, |g, k| g.complete(completion(2 * k as u32 + 1)).unwrap())
+                measure(&base, per_copy, iters, |g, k| {
+                    g.complete(completion(2 * k as u32 + 1)).unwrap()
+                })
             })
         });
     }

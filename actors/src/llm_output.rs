@@ -19,9 +19,15 @@ pub struct PlannerOutput {
 
 /// Parses one JSON object out of an LLM answer: the whole text, or the text inside a
 /// ```` ```json ```` fence, or from the first `{` to the last `}`.
-pub fn parse_json_answer<T: DeserializeOwned>(content: &str, max_bytes: usize) -> Result<T, String> {
+pub fn parse_json_answer<T: DeserializeOwned>(
+    content: &str,
+    max_bytes: usize,
+) -> Result<T, String> {
     if content.len() > max_bytes {
-        return Err(format!("the answer is {} bytes; at most {max_bytes} are accepted", content.len()));
+        return Err(format!(
+            "the answer is {} bytes; at most {max_bytes} are accepted",
+            content.len()
+        ));
     }
     let trimmed = content.trim();
     let candidate = fenced(trimmed).unwrap_or(trimmed);
@@ -56,11 +62,22 @@ mod tests {
 
     #[test]
     fn refuses_malformed_and_oversize_answers_and_ignores_invented_ids() {
-        assert!(parse_json_answer::<PlannerOutput>("I think we should", 1000).unwrap_err().contains("no JSON object"));
+        assert!(
+            parse_json_answer::<PlannerOutput>("I think we should", 1000)
+                .unwrap_err()
+                .contains("no JSON object")
+        );
         assert!(parse_json_answer::<PlannerOutput>("{\"tasks\": [", 1000).is_err());
-        assert!(parse_json_answer::<PlannerOutput>(&"x".repeat(2000), 1000).unwrap_err().contains("2000 bytes"));
-        let ignored: PlannerOutput =
-            parse_json_answer(r#"{"tasks": [{"id": "main", "description": "d", "scope": ["a"]}]}"#, 1000).unwrap();
+        assert!(
+            parse_json_answer::<PlannerOutput>(&"x".repeat(2000), 1000)
+                .unwrap_err()
+                .contains("2000 bytes")
+        );
+        let ignored: PlannerOutput = parse_json_answer(
+            r#"{"tasks": [{"id": "main", "description": "d", "scope": ["a"]}]}"#,
+            1000,
+        )
+        .unwrap();
         assert_eq!(ignored.tasks[0].description, "d");
         let err = parse_json_answer::<PlannerOutput>(
             r#"{"tasks": [{"description": "d", "scope": ["a"], "priority": 0}]}"#,

@@ -14,8 +14,8 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{
-    ArtifactRef, Assignment, Event, EventKind, Handoff, ProposedSubplan, RejectionReason, RunId, SubtaskResult, TaskId,
-    Usage,
+    ArtifactRef, Assignment, Event, EventKind, Handoff, ProposedSubplan, RejectionReason, RunId,
+    SubtaskResult, TaskId, Usage,
 };
 
 /// Wall-clock time for event timestamps. Timers use the runtime's clock, which tests pause.
@@ -28,7 +28,10 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
     }
 }
 
@@ -59,7 +62,11 @@ pub enum JournalError {
 /// The durable, append-only record of every run. Appends are atomic per call and assign
 /// consecutive, increasing `seq`s.
 pub trait Journal: Send + Sync + 'static {
-    fn append(&self, run: RunId, events: Vec<EventKind>) -> BoxFuture<'static, Result<Vec<Event>, JournalError>>;
+    fn append(
+        &self,
+        run: RunId,
+        events: Vec<EventKind>,
+    ) -> BoxFuture<'static, Result<Vec<Event>, JournalError>>;
     /// The run's events with `seq > after`, in order.
     fn read(&self, run: RunId, after: u64) -> BoxFuture<'static, Result<Vec<Event>, JournalError>>;
 }
@@ -72,7 +79,10 @@ pub struct MemoryJournal {
 
 impl MemoryJournal {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        MemoryJournal { clock, events: Mutex::new(Vec::new()) }
+        MemoryJournal {
+            clock,
+            events: Mutex::new(Vec::new()),
+        }
     }
 
     /// Everything appended so far, all runs.
@@ -82,7 +92,11 @@ impl MemoryJournal {
 }
 
 impl Journal for MemoryJournal {
-    fn append(&self, run: RunId, events: Vec<EventKind>) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
+    fn append(
+        &self,
+        run: RunId,
+        events: Vec<EventKind>,
+    ) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
         let at_ms = self.clock.now_ms();
         let result = match self.events.lock() {
             Ok(mut log) => {
@@ -90,7 +104,12 @@ impl Journal for MemoryJournal {
                 let new: Vec<Event> = events
                     .into_iter()
                     .enumerate()
-                    .map(|(i, kind)| Event { seq: first + i as u64, run, at_ms, kind })
+                    .map(|(i, kind)| Event {
+                        seq: first + i as u64,
+                        run,
+                        at_ms,
+                        kind,
+                    })
                     .collect();
                 log.extend(new.iter().cloned());
                 Ok(new)
@@ -102,7 +121,11 @@ impl Journal for MemoryJournal {
 
     fn read(&self, run: RunId, after: u64) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
         let result = match self.events.lock() {
-            Ok(log) => Ok(log.iter().filter(|e| e.run == run && e.seq > after).cloned().collect()),
+            Ok(log) => Ok(log
+                .iter()
+                .filter(|e| e.run == run && e.seq > after)
+                .cloned()
+                .collect()),
             Err(_) => Err(JournalError::Storage("journal lock poisoned".into())),
         };
         Box::pin(async move { result })
@@ -187,7 +210,11 @@ pub struct AgentReport {
 /// A coding agent that runs one task in one workspace and reports back.
 pub trait Agent: Send + Sync + 'static {
     /// Works on the assignment.
-    fn run(&self, assignment: Assignment, workspace: PathBuf) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
+    fn run(
+        &self,
+        assignment: Assignment,
+        workspace: PathBuf,
+    ) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
     /// The agent's subplan was rejected: it may propose again or finish the task as it is.
     fn revise(
         &self,
@@ -216,5 +243,9 @@ pub trait Repo: Send + Sync + 'static {
     /// The commit `main` points at.
     fn main_tip(&self) -> BoxFuture<'static, Result<String, RepoError>>;
     /// Repo-relative paths changed on `branch` since it left `base`: for scope enforcement.
-    fn changed_paths(&self, branch: String, base: String) -> BoxFuture<'static, Result<Vec<String>, RepoError>>;
+    fn changed_paths(
+        &self,
+        branch: String,
+        base: String,
+    ) -> BoxFuture<'static, Result<Vec<String>, RepoError>>;
 }

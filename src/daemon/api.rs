@@ -59,7 +59,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/events", get(events))
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/graph", get(graph))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint; see `flotilla --help`") })
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no such endpoint; see `flotilla --help`",
+            )
+        })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
@@ -74,13 +79,20 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        ApiError { status, message: message.into() }
+        ApiError {
+            status,
+            message: message.into(),
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(serde_json::json!({ "error": self.message }))).into_response()
+        (
+            self.status,
+            Json(serde_json::json!({ "error": self.message })),
+        )
+            .into_response()
     }
 }
 
@@ -116,7 +128,8 @@ async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
         if !constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
-            return ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response();
+            return ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
+                .into_response();
         }
     }
     next.run(req).await
@@ -129,8 +142,14 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// Finds the run `raw` names: a full id or a unique prefix.
 async fn resolve(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
     let wanted = raw.trim().to_ascii_lowercase();
-    if wanted.is_empty() || wanted.len() > 36 || !wanted.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("{raw:?} is not a run id or id prefix")));
+    if wanted.is_empty()
+        || wanted.len() > 36
+        || !wanted.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("{raw:?} is not a run id or id prefix"),
+        ));
     }
     let runs = state.journal.runs().await?;
     let compact = wanted.replace('-', "");
@@ -140,16 +159,23 @@ async fn resolve(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
     });
     match (matches.next(), matches.next()) {
         (Some(run), None) => Ok(run),
-        (None, _) => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no run matches {raw:?}"))),
-        (Some(_), Some(_)) => {
-            Err(ApiError::new(StatusCode::CONFLICT, format!("{raw:?} matches several runs; give more of the id")))
-        }
+        (None, _) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no run matches {raw:?}"),
+        )),
+        (Some(_), Some(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("{raw:?} matches several runs; give more of the id"),
+        )),
     }
 }
 
 fn run_config(record: &RunRecord) -> Result<RunConfig, ApiError> {
     serde_json::from_value(record.config.clone()).map_err(|e| {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("run {}: stored config unreadable: {e}", record.id))
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("run {}: stored config unreadable: {e}", record.id),
+        )
     })
 }
 
@@ -171,7 +197,10 @@ fn unprocessable(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
 }
 
-async fn create_run(State(state): State<AppState>, ApiJson(body): ApiJson<CreateRun>) -> Result<Response, ApiError> {
+async fn create_run(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateRun>,
+) -> Result<Response, ApiError> {
     let request = body.request.trim().to_string();
     if request.is_empty() {
         return Err(unprocessable("the request is empty"));
@@ -179,28 +208,44 @@ async fn create_run(State(state): State<AppState>, ApiJson(body): ApiJson<Create
     if request.len() > MAX_REQUEST_BYTES {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request is {} bytes; at most {MAX_REQUEST_BYTES}", request.len()),
+            format!(
+                "the request is {} bytes; at most {MAX_REQUEST_BYTES}",
+                request.len()
+            ),
         ));
     }
     if !body.repo.is_absolute() {
-        return Err(unprocessable(format!("repo {:?} must be an absolute path", body.repo)));
+        return Err(unprocessable(format!(
+            "repo {:?} must be an absolute path",
+            body.repo
+        )));
     }
     let repo = body.repo.clone();
     let config = body.config;
     // git2 and file reads block: off the runtime's thread.
-    let (repo, config) = tokio::task::spawn_blocking(move || -> Result<(PathBuf, RunConfig), ApiError> {
-        let opened = git2::Repository::open(&repo)
-            .map_err(|e| unprocessable(format!("{} is not a git repository: {}", repo.display(), e.message())))?;
-        let root = opened.workdir().map(|p| p.to_path_buf()).unwrap_or(repo);
-        let config = match config {
-            Some(c) => c,
-            None => RunConfig::load(&root.join("flotilla.toml")).map_err(|e| unprocessable(e.to_string()))?,
-        };
-        config.scenario.check().map_err(|e| unprocessable(e.to_string()))?;
-        Ok((root, config))
-    })
-    .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let (repo, config) =
+        tokio::task::spawn_blocking(move || -> Result<(PathBuf, RunConfig), ApiError> {
+            let opened = git2::Repository::open(&repo).map_err(|e| {
+                unprocessable(format!(
+                    "{} is not a git repository: {}",
+                    repo.display(),
+                    e.message()
+                ))
+            })?;
+            let root = opened.workdir().map(|p| p.to_path_buf()).unwrap_or(repo);
+            let config = match config {
+                Some(c) => c,
+                None => RunConfig::load(&root.join("flotilla.toml"))
+                    .map_err(|e| unprocessable(e.to_string()))?,
+            };
+            config
+                .scenario
+                .check()
+                .map_err(|e| unprocessable(e.to_string()))?;
+            Ok((root, config))
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
 
     let id = RunId::generate();
     let record = RunRecord {
@@ -218,9 +263,20 @@ async fn create_run(State(state): State<AppState>, ApiJson(body): ApiJson<Create
     let _ = state.hub.send(started.clone());
     state
         .supervisor
-        .send(StartRun { run: id, request, repo, config, journal: vec![started] })
+        .send(StartRun {
+            run: id,
+            request,
+            repo,
+            config,
+            journal: vec![started],
+        })
         .await
-        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the daemon is shutting down: {e}")))?
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the daemon is shutting down: {e}"),
+            )
+        })?
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     Ok((StatusCode::CREATED, Json(Created { id: id.to_string() })).into_response())
 }
@@ -256,27 +312,50 @@ async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, Api
     tokio::task::spawn_blocking(move || report::status(&record, config.limits, &events))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the journal does not replay: {e}")))
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the journal does not replay: {e}"),
+            )
+        })
 }
 
-async fn show_run(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<report::RunStatus>, ApiError> {
+async fn show_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<report::RunStatus>, ApiError> {
     Ok(Json(run_status(&state, &id).await?))
 }
 
-async fn cancel_run(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn cancel_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let record = resolve(&state, &id).await?;
     if let Some(outcome) = record.outcome {
-        return Err(ApiError::new(StatusCode::CONFLICT, format!("run {} already finished ({outcome:?})", record.id)));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("run {} already finished ({outcome:?})", record.id),
+        ));
     }
     let live = state
         .supervisor
-        .send(CancelRun { run: record.id, reason: "cancelled by the user".into() })
+        .send(CancelRun {
+            run: record.id,
+            reason: "cancelled by the user".into(),
+        })
         .await
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     if !live {
-        return Err(ApiError::new(StatusCode::CONFLICT, format!("run {} is not running in this daemon", record.id)));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("run {} is not running in this daemon", record.id),
+        ));
     }
-    Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "id": record.id.to_string(), "cancelling": true })))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({ "id": record.id.to_string(), "cancelling": true })),
+    )
         .into_response())
 }
 
@@ -295,12 +374,16 @@ async fn graph(
     let format = q.format.as_deref().unwrap_or("json");
     Ok(match format {
         "json" => Json(status.graph).into_response(),
-        "dot" => {
-            ([(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")], report::dot(&status.graph)).into_response()
-        }
-        "mermaid" => {
-            ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], report::mermaid(&status.graph)).into_response()
-        }
+        "dot" => (
+            [(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")],
+            report::dot(&status.graph),
+        )
+            .into_response(),
+        "mermaid" => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            report::mermaid(&status.graph),
+        )
+            .into_response(),
         other => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -350,7 +433,8 @@ impl Tail {
                 Ok(_) => {}
                 // Too slow to keep up with the live feed: catch up from the journal.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    self.backlog.extend(self.journal.read(self.run, self.last).await.ok()?);
+                    self.backlog
+                        .extend(self.journal.read(self.run, self.last).await.ok()?);
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
@@ -370,7 +454,12 @@ async fn events(
             v.to_str()
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok())
-                .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "Last-Event-ID must be a journal seq"))?,
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "Last-Event-ID must be a journal seq",
+                    )
+                })?,
         ),
         None => None,
     };
@@ -390,7 +479,10 @@ async fn events(
     let stream = futures::stream::unfold(tail, Tail::next)
         .map(|e| {
             let data = serde_json::to_string(&e).unwrap_or_else(|_| "{}".into());
-            Ok(SseEvent::default().id(e.seq.to_string()).event(e.kind.name()).data(data))
+            Ok(SseEvent::default()
+                .id(e.seq.to_string())
+                .event(e.kind.name())
+                .data(data))
         })
         // End streams promptly at shutdown, or graceful shutdown would wait on them.
         .take_until(state.shutdown.clone().cancelled_owned());

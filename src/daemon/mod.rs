@@ -43,7 +43,10 @@ pub struct DaemonOptions {
 #[derive(Debug, Clone)]
 pub enum Bound {
     Unix(PathBuf),
-    Tcp { addr: SocketAddr, token_file: PathBuf },
+    Tcp {
+        addr: SocketAddr,
+        token_file: PathBuf,
+    },
 }
 
 /// Runs the daemon until `shutdown` is cancelled. `ready` receives the bound address once the
@@ -53,8 +56,12 @@ pub async fn serve(
     shutdown: CancellationToken,
     ready: Option<oneshot::Sender<Bound>>,
 ) -> anyhow::Result<()> {
-    paths::ensure_private_dir(&options.state_dir)
-        .with_context(|| format!("cannot create the state directory {}", options.state_dir.display()))?;
+    paths::ensure_private_dir(&options.state_dir).with_context(|| {
+        format!(
+            "cannot create the state directory {}",
+            options.state_dir.display()
+        )
+    })?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let journal_path = paths::journal_path(&options.state_dir);
     let journal = SqliteJournal::open(&journal_path, clock.clone())
@@ -64,14 +71,28 @@ pub async fn serve(
     resume_unfinished(&journal, &supervisor).await?;
 
     let (listener, bound, token) = bind(&options).await?;
-    let state = api::AppState { journal, supervisor, hub, shutdown: shutdown.clone(), token };
+    let state = api::AppState {
+        journal,
+        supervisor,
+        hub,
+        shutdown: shutdown.clone(),
+        token,
+    };
     let app = api::router(state);
     if let Some(ready) = ready {
         let _ = ready.send(bound.clone());
     }
     let result = match listener {
-        Listener::Unix(l) => axum::serve(l, app).with_graceful_shutdown(shutdown.cancelled_owned()).await,
-        Listener::Tcp(l) => axum::serve(l, app).with_graceful_shutdown(shutdown.cancelled_owned()).await,
+        Listener::Unix(l) => {
+            axum::serve(l, app)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
+        Listener::Tcp(l) => {
+            axum::serve(l, app)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
     };
     if let Bound::Unix(path) = &bound {
         let _ = std::fs::remove_file(path);
@@ -80,8 +101,16 @@ pub async fn serve(
     result.context("the API server failed")
 }
 
-async fn resume_unfinished(journal: &SqliteJournal, supervisor: &actix::Addr<Supervisor>) -> anyhow::Result<()> {
-    for record in journal.runs().await?.into_iter().filter(|r| r.outcome.is_none()) {
+async fn resume_unfinished(
+    journal: &SqliteJournal,
+    supervisor: &actix::Addr<Supervisor>,
+) -> anyhow::Result<()> {
+    for record in journal
+        .runs()
+        .await?
+        .into_iter()
+        .filter(|r| r.outcome.is_none())
+    {
         let config: RunConfig = match serde_json::from_value(record.config.clone()) {
             Ok(c) => c,
             Err(e) => {
@@ -117,27 +146,38 @@ async fn bind(options: &DaemonOptions) -> anyhow::Result<(Listener, Bound, Optio
         Listen::Unix(path) => {
             if path.exists() {
                 if tokio::net::UnixStream::connect(path).await.is_ok() {
-                    bail!("a flotilla daemon is already listening on {}", path.display());
+                    bail!(
+                        "a flotilla daemon is already listening on {}",
+                        path.display()
+                    );
                 }
                 // Left behind by a daemon that died: nobody answers on it.
-                std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+                std::fs::remove_file(path)
+                    .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
             }
-            let listener =
-                tokio::net::UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+            let listener = tokio::net::UnixListener::bind(path)
+                .with_context(|| format!("cannot listen on {}", path.display()))?;
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
             Ok((Listener::Unix(listener), Bound::Unix(path.clone()), None))
         }
         Listen::Tcp(addr) => {
             if !addr.ip().is_loopback() {
-                bail!("refusing to listen on {addr}: only loopback addresses (127.0.0.1, ::1) are allowed");
+                bail!(
+                    "refusing to listen on {addr}: only loopback addresses (127.0.0.1, ::1) are allowed"
+                );
             }
             let token_file = paths::token_path(&options.state_dir);
             let token = load_or_create_token(&token_file)?;
-            let listener =
-                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
             let addr = listener.local_addr()?;
-            Ok((Listener::Tcp(listener), Bound::Tcp { addr, token_file }, Some(Arc::new(token))))
+            Ok((
+                Listener::Tcp(listener),
+                Bound::Tcp { addr, token_file },
+                Some(Arc::new(token)),
+            ))
         }
     }
 }
@@ -156,7 +196,12 @@ fn load_or_create_token(path: &Path) -> anyhow::Result<String> {
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
     file.write_all(token.as_bytes())?;
     Ok(token)
 }

@@ -47,14 +47,23 @@ pub fn state_name(outcome: Option<RunOutcome>) -> &'static str {
     }
 }
 
-pub fn status(record: &RunRecord, limits: Limits, events: &[Event]) -> Result<RunStatus, GraphError> {
+pub fn status(
+    record: &RunRecord,
+    limits: Limits,
+    events: &[Event],
+) -> Result<RunStatus, GraphError> {
     let graph = RunGraph::replay(limits, events.iter().map(|e| &e.kind))?;
     let snapshot = graph.snapshot();
-    let mut counts = Counts { total: snapshot.tasks.len(), ..Counts::default() };
+    let mut counts = Counts {
+        total: snapshot.tasks.len(),
+        ..Counts::default()
+    };
     for t in &snapshot.tasks {
         match t.state {
             TaskState::Pending | TaskState::Ready => counts.pending += 1,
-            TaskState::Dispatched | TaskState::Running | TaskState::Synthesizing => counts.running += 1,
+            TaskState::Dispatched | TaskState::Running | TaskState::Synthesizing => {
+                counts.running += 1
+            }
             TaskState::WaitingForSubtasks => counts.waiting += 1,
             TaskState::Completed => counts.completed += 1,
             TaskState::Failed => counts.failed += 1,
@@ -69,8 +78,12 @@ pub fn status(record: &RunRecord, limits: Limits, events: &[Event]) -> Result<Ru
                 tokens_out += usage.tokens_out;
                 cost += usage.cost_usd.micros();
             }
-            EventKind::TaskCompleted { handoff: Some(h), .. }
-            | EventKind::DecompositionAccepted { handoff: Some(h), .. } => {
+            EventKind::TaskCompleted {
+                handoff: Some(h), ..
+            }
+            | EventKind::DecompositionAccepted {
+                handoff: Some(h), ..
+            } => {
                 tokens_in += h.metrics.tokens_in;
                 tokens_out += h.metrics.tokens_out;
                 cost += h.metrics.cost_usd.micros();
@@ -102,14 +115,25 @@ fn label(description: &str) -> String {
 pub fn dot(graph: &GraphSnapshot) -> String {
     let mut out = String::from("digraph flotilla {\n  rankdir=LR;\n  node [shape=box];\n");
     for t in &graph.tasks {
-        let _ = writeln!(out, "  \"{}\" [label=\"{} [{}]\\n{}\"];", t.id, t.id, t.state, label(&t.description));
+        let _ = writeln!(
+            out,
+            "  \"{}\" [label=\"{} [{}]\\n{}\"];",
+            t.id,
+            t.id,
+            t.state,
+            label(&t.description)
+        );
     }
     for t in &graph.tasks {
         for d in &t.depends_on {
             let _ = writeln!(out, "  \"{d}\" -> \"{}\";", t.id);
         }
         if let Some(p) = &t.parent {
-            let _ = writeln!(out, "  \"{}\" -> \"{p}\" [style=dashed, label=\"subtask of\"];", t.id);
+            let _ = writeln!(
+                out,
+                "  \"{}\" -> \"{p}\" [style=dashed, label=\"subtask of\"];",
+                t.id
+            );
         }
     }
     out.push_str("}\n");
@@ -122,7 +146,14 @@ pub fn mermaid(graph: &GraphSnapshot) -> String {
     let mut out = String::from("flowchart LR\n");
     for t in &graph.tasks {
         let id = t.id.to_string();
-        let _ = writeln!(out, "  {}[\"{} ({}): {}\"]", node(&id), id, t.state, label(&t.description));
+        let _ = writeln!(
+            out,
+            "  {}[\"{} ({}): {}\"]",
+            node(&id),
+            id,
+            t.state,
+            label(&t.description)
+        );
     }
     for t in &graph.tasks {
         let id = t.id.to_string();

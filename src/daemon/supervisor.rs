@@ -13,7 +13,9 @@ use actix::prelude::*;
 use flotilla_actors::actors::{Dispatch, Exchange, Planner, Recovery, TaskGraph, Worker};
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{Agent, Clock, Journal, Llm};
-use flotilla_actors::protocol::{Event, EventKind, Published, RootHandoff, RunId, TaskState, ToPlanner, ToTaskGraph};
+use flotilla_actors::protocol::{
+    Event, EventKind, Published, RootHandoff, RunId, TaskState, ToPlanner, ToTaskGraph,
+};
 use tokio::sync::broadcast;
 use tracing::{error, info};
 
@@ -31,8 +33,17 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    pub fn new(journal: SqliteJournal, clock: Arc<dyn Clock>, hub: broadcast::Sender<Event>) -> Self {
-        Supervisor { journal, clock, hub, live: HashMap::new() }
+    pub fn new(
+        journal: SqliteJournal,
+        clock: Arc<dyn Clock>,
+        hub: broadcast::Sender<Event>,
+    ) -> Self {
+        Supervisor {
+            journal,
+            clock,
+            hub,
+            live: HashMap::new(),
+        }
     }
 }
 
@@ -64,7 +75,13 @@ impl Handler<StartRun> for Supervisor {
     type Result = Result<(), String>;
 
     fn handle(&mut self, msg: StartRun, ctx: &mut Context<Self>) -> Self::Result {
-        let StartRun { run, request, repo, config, journal } = msg;
+        let StartRun {
+            run,
+            request,
+            repo,
+            config,
+            journal,
+        } = msg;
         let graph_state = RunGraph::replay(config.limits.clone(), journal.iter().map(|e| &e.kind))
             .map_err(|e| format!("run {run}: the journal does not replay: {e}"))?;
         if graph_state.outcome().is_some() {
@@ -74,9 +91,12 @@ impl Handler<StartRun> for Supervisor {
         let conversation: Vec<Exchange> = journal
             .iter()
             .filter_map(|e| match &e.kind {
-                EventKind::PlannerResponded { prompt, content, .. } => {
-                    Some(Exchange { prompt: prompt.clone(), answer: content.clone() })
-                }
+                EventKind::PlannerResponded {
+                    prompt, content, ..
+                } => Some(Exchange {
+                    prompt: prompt.clone(),
+                    answer: content.clone(),
+                }),
                 _ => None,
             })
             .collect();
@@ -111,10 +131,15 @@ impl Handler<StartRun> for Supervisor {
         )
         .resuming(conversation)
         .start();
-        let mut task_graph =
-            TaskGraph::new(run, graph_state, journal_port, dispatch.recipient(), Some(ctx.address().recipient()))
-                .with_planner(planner.clone().recipient())
-                .with_default_agent(worker.recipient());
+        let mut task_graph = TaskGraph::new(
+            run,
+            graph_state,
+            journal_port,
+            dispatch.recipient(),
+            Some(ctx.address().recipient()),
+        )
+        .with_planner(planner.clone().recipient())
+        .with_default_agent(worker.recipient());
         if let Some(recovery) = recovery {
             task_graph = task_graph.resuming(recovery);
         }
@@ -131,7 +156,9 @@ impl Handler<StartRun> for Supervisor {
 /// What the replayed journal says the resumed actors must redo: handoffs the planner had not
 /// read, and deadline timers.
 fn recovery(graph: &RunGraph, journal: &[Event], now_ms: u64) -> Recovery {
-    let last_plan = journal.iter().rposition(|e| matches!(e.kind, EventKind::PlannerResponded { .. }));
+    let last_plan = journal
+        .iter()
+        .rposition(|e| matches!(e.kind, EventKind::PlannerResponded { .. }));
     let unread_handoffs = journal[last_plan.map_or(0, |i| i + 1)..]
         .iter()
         .filter_map(|e| match &e.kind {
@@ -162,7 +189,10 @@ fn recovery(graph: &RunGraph, journal: &[Event], now_ms: u64) -> Recovery {
             Some((task, due.saturating_sub(now_ms)))
         })
         .collect();
-    Recovery { unread_handoffs, deadlines_in_ms }
+    Recovery {
+        unread_handoffs,
+        deadlines_in_ms,
+    }
 }
 
 impl Handler<CancelRun> for Supervisor {
@@ -171,7 +201,10 @@ impl Handler<CancelRun> for Supervisor {
     fn handle(&mut self, msg: CancelRun, _: &mut Context<Self>) -> bool {
         match self.live.get(&msg.run) {
             Some(graph) => {
-                graph.do_send(ToTaskGraph::Cancel { task: None, reason: msg.reason });
+                graph.do_send(ToTaskGraph::Cancel {
+                    task: None,
+                    reason: msg.reason,
+                });
                 true
             }
             None => false,
@@ -195,7 +228,10 @@ impl Handler<Published> for Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         if !self.live.is_empty() {
-            error!(runs = self.live.len(), "supervisor stopped with live runs; they resume at the next start");
+            error!(
+                runs = self.live.len(),
+                "supervisor stopped with live runs; they resume at the next start"
+            );
         }
     }
 }

@@ -16,13 +16,21 @@ use crate::daemon_env::*;
 fn scenario() -> String {
     let mut s = String::from("[agent]\ndelay_ms = 80\n\n[[planner.answers]]\ntasks = [\n");
     for i in 0..30 {
-        let dep = if i >= 3 && i % 3 == 0 { format!(", dependencies = [{}]", i - 3) } else { String::new() };
-        s.push_str(&format!("  {{ description = \"sprint one task {i}\", scope = [\"src/one/{i}.rs\"]{dep} }},\n"));
+        let dep = if i >= 3 && i % 3 == 0 {
+            format!(", dependencies = [{}]", i - 3)
+        } else {
+            String::new()
+        };
+        s.push_str(&format!(
+            "  {{ description = \"sprint one task {i}\", scope = [\"src/one/{i}.rs\"]{dep} }},\n"
+        ));
     }
     s.push_str("]\n\n[[planner.answers]]\ntasks = [\n");
     s.push_str("  { description = \"the wide one\", scope = [\"src/w/a.rs\", \"src/w/b.rs\", \"src/w/c.rs\", \"src/w/d.rs\"] },\n");
     for i in 1..20 {
-        s.push_str(&format!("  {{ description = \"sprint two task {i}\", scope = [\"src/two/{i}.rs\"] }},\n"));
+        s.push_str(&format!(
+            "  {{ description = \"sprint two task {i}\", scope = [\"src/two/{i}.rs\"] }},\n"
+        ));
     }
     s.push_str(
         r#"]
@@ -49,7 +57,9 @@ struct Journal {
 
 fn read_journal(state_dir: &Path, run: &str) -> Journal {
     let conn = rusqlite::Connection::open(state_dir.join("journal.sqlite")).unwrap();
-    let mut stmt = conn.prepare("SELECT data FROM events WHERE run = ?1 ORDER BY seq").unwrap();
+    let mut stmt = conn
+        .prepare("SELECT data FROM events WHERE run = ?1 ORDER BY seq")
+        .unwrap();
     let kinds = stmt
         .query_map([run], |r| r.get::<_, String>(0))
         .unwrap()
@@ -60,7 +70,9 @@ fn read_journal(state_dir: &Path, run: &str) -> Journal {
 
 impl Journal {
     fn finished(&self) -> bool {
-        self.kinds.iter().any(|k| matches!(k, EventKind::RunFinished { .. }))
+        self.kinds
+            .iter()
+            .any(|k| matches!(k, EventKind::RunFinished { .. }))
     }
 
     /// The exactly-once checks.
@@ -68,10 +80,17 @@ impl Journal {
         let mut added = BTreeSet::new();
         for k in &self.kinds {
             if let EventKind::TaskAdded { task, .. } = k {
-                assert!(added.insert(task.clone()), "{context}: {task} was added twice");
+                assert!(
+                    added.insert(task.clone()),
+                    "{context}: {task} was added twice"
+                );
             }
         }
-        assert_eq!(added.len(), TASKS, "{context}: every task enters the graph once, with a stable id");
+        assert_eq!(
+            added.len(),
+            TASKS,
+            "{context}: every task enters the graph once, with a stable id"
+        );
 
         let mut completions: BTreeMap<String, usize> = BTreeMap::new();
         let mut handoffs = 0;
@@ -82,11 +101,19 @@ impl Journal {
             }
         }
         for task in &added {
-            assert_eq!(completions.get(&task.to_string()), Some(&1), "{context}: {task} must complete exactly once");
+            assert_eq!(
+                completions.get(&task.to_string()),
+                Some(&1),
+                "{context}: {task} must complete exactly once"
+            );
         }
         assert_eq!(handoffs, TASKS, "{context}: each handoff is recorded once");
 
-        let decompositions = self.kinds.iter().filter(|k| matches!(k, EventKind::DecompositionAccepted { .. })).count();
+        let decompositions = self
+            .kinds
+            .iter()
+            .filter(|k| matches!(k, EventKind::DecompositionAccepted { .. }))
+            .count();
         assert_eq!(decompositions, 1, "{context}: the subplan is accepted once");
 
         let calls: Vec<u32> = self
@@ -111,7 +138,11 @@ impl Journal {
                 _ => None,
             })
             .collect();
-        assert_eq!(finished, vec![RunOutcome::Completed], "{context}: the run finishes once, completed");
+        assert_eq!(
+            finished,
+            vec![RunOutcome::Completed],
+            "{context}: the run finishes once, completed"
+        );
     }
 }
 
@@ -136,20 +167,39 @@ async fn crash_and_recover(kill_after: &[u64]) {
         })
         .await
         .unwrap_or(false);
-        assert!(reached, "the journal never reached seq {point}; daemon log:\n{}", daemon.log());
+        assert!(
+            reached,
+            "the journal never reached seq {point}; daemon log:\n{}",
+            daemon.log()
+        );
         daemon.kill();
         let journal = read_journal(state.path(), &run);
-        assert!(!journal.finished(), "the kill at seq {point} came after the run had finished: not a mid-run crash");
+        assert!(
+            !journal.finished(),
+            "the kill at seq {point} came after the run had finished: not a mid-run crash"
+        );
         daemon = DaemonProcess::start(state.path());
     }
 
     let events = follow_to_end(&client, &run, None).await;
-    assert_eq!(outcome(&events), Some(RunOutcome::Completed), "daemon log:\n{}", daemon.log());
-    let interrupted = events.iter().filter(|e| matches!(e.kind, EventKind::TaskInterrupted { .. })).count();
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "daemon log:\n{}",
+        daemon.log()
+    );
+    let interrupted = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::TaskInterrupted { .. }))
+        .count();
     drop(daemon);
-    eprintln!("kills at {kill_after:?}: {} events, {interrupted} interrupted attempts", events.len());
-    read_journal(state.path(), &run)
-        .assert_exactly_once(&format!("kills at {kill_after:?} ({interrupted} interrupted attempts)"));
+    eprintln!(
+        "kills at {kill_after:?}: {} events, {interrupted} interrupted attempts",
+        events.len()
+    );
+    read_journal(state.path(), &run).assert_exactly_once(&format!(
+        "kills at {kill_after:?} ({interrupted} interrupted attempts)"
+    ));
 }
 
 #[tokio::test]

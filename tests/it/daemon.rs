@@ -28,9 +28,15 @@ async fn submit_then_the_tail_receives_every_event_in_order_and_can_resume() {
 
     assert!(matches!(events[0].kind, EventKind::RunStarted { .. }));
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "seqs must be consecutive: {seqs:?}");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "seqs must be consecutive: {seqs:?}"
+    );
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));
-    let completed = events.iter().filter(|e| matches!(e.kind, EventKind::TaskCompleted { .. })).count();
+    let completed = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::TaskCompleted { .. }))
+        .count();
     assert_eq!(completed, 3);
 
     // Resume from any point with Last-Event-ID: exactly the rest, in order.
@@ -38,21 +44,37 @@ async fn submit_then_the_tail_receives_every_event_in_order_and_can_resume() {
     let rest = follow_to_end(&daemon.client, &run, Some(cut)).await;
     assert_eq!(rest, events[5..].to_vec());
     // ?since= does the same.
-    let (status, body) =
-        daemon.client.raw(Method::GET, &format!("/v1/runs/{run}/events?since={cut}"), None).await.unwrap();
+    let (status, body) = daemon
+        .client
+        .raw(
+            Method::GET,
+            &format!("/v1/runs/{run}/events?since={cut}"),
+            None,
+        )
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::OK);
     let text = String::from_utf8(body).unwrap();
     assert!(
-        text.starts_with(&format!("id: {}\n", cut + 1)) || text.contains(&format!("\nid: {}\n", cut + 1)),
+        text.starts_with(&format!("id: {}\n", cut + 1))
+            || text.contains(&format!("\nid: {}\n", cut + 1)),
         "{text}"
     );
 
     // Status and graph agree with the stream; a prefix of the id is enough.
-    let status: serde_json::Value = daemon.client.get(&format!("/v1/runs/{}", &run[..8])).await.unwrap();
+    let status: serde_json::Value = daemon
+        .client
+        .get(&format!("/v1/runs/{}", &run[..8]))
+        .await
+        .unwrap();
     assert_eq!(status["state"], "completed");
     assert_eq!(status["counts"]["completed"], 3);
     assert_eq!(status["last_seq"], events.last().unwrap().seq);
-    let dot = daemon.client.text(Method::GET, &format!("/v1/runs/{run}/graph?format=dot")).await.unwrap();
+    let dot = daemon
+        .client
+        .text(Method::GET, &format!("/v1/runs/{run}/graph?format=dot"))
+        .await
+        .unwrap();
     assert!(dot.contains("\"t1\" -> \"t2\""), "{dot}");
     let runs: Vec<serde_json::Value> = daemon.client.get("/v1/runs").await.unwrap();
     assert_eq!(runs.len(), 1);
@@ -77,29 +99,53 @@ async fn cancel_stops_a_running_run() {
             break;
         }
     }
-    let answer: serde_json::Value =
-        daemon.client.json(Method::POST, &format!("/v1/runs/{run}/cancel"), None::<&()>).await.unwrap();
+    let answer: serde_json::Value = daemon
+        .client
+        .json(Method::POST, &format!("/v1/runs/{run}/cancel"), None::<&()>)
+        .await
+        .unwrap();
     assert_eq!(answer["cancelling"], true);
-    let rest: Vec<_> =
-        tokio::time::timeout(Duration::from_secs(10), stream.map(|e| e.unwrap()).collect::<Vec<_>>()).await.unwrap();
+    let rest: Vec<_> = tokio::time::timeout(
+        Duration::from_secs(10),
+        stream.map(|e| e.unwrap()).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome(&rest), Some(RunOutcome::Cancelled));
-    let cancelled = rest.iter().filter(|e| matches!(e.kind, EventKind::TaskCancelled { .. })).count();
+    let cancelled = rest
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::TaskCancelled { .. }))
+        .count();
     assert_eq!(cancelled, 2);
     // Cancelling again is a conflict, not a crash.
-    let (status, body) = daemon.client.raw(Method::POST, &format!("/v1/runs/{run}/cancel"), None).await.unwrap();
-    assert_eq!(status, StatusCode::CONFLICT, "{}", String::from_utf8_lossy(&body));
+    let (status, body) = daemon
+        .client
+        .raw(Method::POST, &format!("/v1/runs/{run}/cancel"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
     daemon.stop();
 }
 
 #[tokio::test]
 async fn tcp_requires_the_bearer_token() {
     let daemon = InProcessDaemon::start(true);
-    let flotilla::daemon::Bound::Tcp { addr, .. } = daemon.bound.clone() else { panic!("expected TCP") };
+    let flotilla::daemon::Bound::Tcp { addr, .. } = daemon.bound.clone() else {
+        panic!("expected TCP")
+    };
     assert!(addr.ip().is_loopback());
     for token in [None, Some("wrong")] {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-        let request = format!("GET /v1/runs HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let request =
+            format!("GET /v1/runs HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         stream.write_all(request.as_bytes()).await.unwrap();
         let mut response = String::new();
@@ -110,18 +156,28 @@ async fn tcp_requires_the_bearer_token() {
     // With the token (the client reads it from the 0600 file) everything works.
     let runs: Vec<serde_json::Value> = daemon.client.get("/v1/runs").await.unwrap();
     assert!(runs.is_empty());
-    let flotilla::daemon::Bound::Tcp { token_file, .. } = &daemon.bound else { unreachable!() };
+    let flotilla::daemon::Bound::Tcp { token_file, .. } = &daemon.bound else {
+        unreachable!()
+    };
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(token_file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(token_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     daemon.stop();
 }
 
 #[tokio::test]
 async fn the_unix_socket_is_private() {
     let daemon = InProcessDaemon::start(false);
-    let flotilla::daemon::Bound::Unix(path) = daemon.bound.clone() else { panic!("expected a socket") };
+    let flotilla::daemon::Bound::Unix(path) = daemon.bound.clone() else {
+        panic!("expected a socket")
+    };
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     daemon.stop();
     assert!(!path.exists(), "the socket is removed at shutdown");
 }
@@ -171,8 +227,12 @@ async fn bad_requests_get_json_errors_with_the_right_status() {
         let (status, answer) = post(body).await.unwrap();
         let answer = String::from_utf8_lossy(&answer).to_string();
         assert_eq!(status, want, "{answer}");
-        let json: serde_json::Value = serde_json::from_str(&answer).unwrap_or_else(|_| panic!("not JSON: {answer}"));
-        assert!(json["error"].as_str().unwrap().contains(needle), "{answer} should mention {needle:?}");
+        let json: serde_json::Value =
+            serde_json::from_str(&answer).unwrap_or_else(|_| panic!("not JSON: {answer}"));
+        assert!(
+            json["error"].as_str().unwrap().contains(needle),
+            "{answer} should mention {needle:?}"
+        );
     }
     for (path, want) in [
         ("/v1/runs/0123abcd", StatusCode::NOT_FOUND),
@@ -184,10 +244,20 @@ async fn bad_requests_get_json_errors_with_the_right_status() {
         assert!(serde_json::from_slice::<serde_json::Value>(&answer).unwrap()["error"].is_string());
     }
     let run = submit(c, repo.path(), run_config(THREE_TASKS, 1)).await;
-    let (status, _) = c.raw(Method::GET, &format!("/v1/runs/{run}/graph?format=png"), None).await.unwrap();
+    let (status, _) = c
+        .raw(
+            Method::GET,
+            &format!("/v1/runs/{run}/graph?format=png"),
+            None,
+        )
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, _) =
-        c.raw(Method::GET, &format!("/v1/runs/{run}/events"), None).await.map(|(s, b)| (s, b.len())).unwrap();
+    let (status, _) = c
+        .raw(Method::GET, &format!("/v1/runs/{run}/events"), None)
+        .await
+        .map(|(s, b)| (s, b.len()))
+        .unwrap();
     assert_eq!(status, StatusCode::OK);
     daemon.stop();
 }
@@ -208,7 +278,13 @@ async fn shutdown_closes_open_event_streams_promptly() {
     let token = daemon.shutdown_token();
     let stopper = std::thread::spawn(move || daemon.stop());
     token.cancel();
-    let drained = tokio::time::timeout(Duration::from_secs(5), async { while stream.next().await.is_some() {} }).await;
-    assert!(drained.is_ok(), "the event stream stayed open after shutdown");
+    let drained = tokio::time::timeout(Duration::from_secs(5), async {
+        while stream.next().await.is_some() {}
+    })
+    .await;
+    assert!(
+        drained.is_ok(),
+        "the event stream stayed open after shutdown"
+    );
     stopper.join().unwrap();
 }

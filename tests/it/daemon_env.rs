@@ -27,7 +27,10 @@ pub fn git_repo() -> TempDir {
 
 /// A run config (as the API takes it) around a scenario written in TOML.
 pub fn run_config(scenario_toml: &str, max_workers: usize) -> serde_json::Value {
-    let mut config = RunConfig { scenario: Scenario::from_toml(scenario_toml).unwrap(), ..RunConfig::default() };
+    let mut config = RunConfig {
+        scenario: Scenario::from_toml(scenario_toml).unwrap(),
+        ..RunConfig::default()
+    };
     config.limits.max_workers = max_workers;
     config.limits.max_nodes = 1_000;
     serde_json::to_value(config).unwrap()
@@ -51,7 +54,10 @@ impl InProcessDaemon {
         } else {
             Listen::Unix(state.path().join("daemon.sock"))
         };
-        let options = DaemonOptions { state_dir: state.path().to_path_buf(), listen };
+        let options = DaemonOptions {
+            state_dir: state.path().to_path_buf(),
+            listen,
+        };
         let shutdown = CancellationToken::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let token = shutdown.clone();
@@ -66,14 +72,26 @@ impl InProcessDaemon {
                 daemon::serve(options, token, Some(tx)).await
             })
         });
-        let bound = ready_rx.recv_timeout(Duration::from_secs(30)).expect("the daemon did not become ready");
+        let bound = ready_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the daemon did not become ready");
         let endpoint = match &bound {
             Bound::Unix(path) => Endpoint::Unix(path.clone()),
-            Bound::Tcp { addr, token_file } => {
-                Endpoint::Tcp { addr: *addr, token: std::fs::read_to_string(token_file).unwrap().trim().to_string() }
-            }
+            Bound::Tcp { addr, token_file } => Endpoint::Tcp {
+                addr: *addr,
+                token: std::fs::read_to_string(token_file)
+                    .unwrap()
+                    .trim()
+                    .to_string(),
+            },
         };
-        InProcessDaemon { client: Client::new(endpoint), bound, _state: state, shutdown, thread: Some(thread) }
+        InProcessDaemon {
+            client: Client::new(endpoint),
+            bound,
+            _state: state,
+            shutdown,
+            thread: Some(thread),
+        }
     }
 
     pub fn shutdown_token(&self) -> CancellationToken {
@@ -98,18 +116,27 @@ impl Drop for InProcessDaemon {
 /// Submits a run and returns its id.
 pub async fn submit(client: &Client, repo: &Path, config: serde_json::Value) -> String {
     let body = serde_json::json!({ "request": "build the thing", "repo": repo, "config": config });
-    let created: serde_json::Value = client.json(hyper::Method::POST, "/v1/runs", Some(&body)).await.unwrap();
+    let created: serde_json::Value = client
+        .json(hyper::Method::POST, "/v1/runs", Some(&body))
+        .await
+        .unwrap();
     created["id"].as_str().unwrap().to_string()
 }
 
 /// Follows a run's stream to its end (bounded by a timeout) and returns every event.
 pub async fn follow_to_end(client: &Client, run: &str, since: Option<u64>) -> Vec<Event> {
     let stream = client.events(run, since).await.unwrap();
-    let events = tokio::time::timeout(Duration::from_secs(60), stream.map(|e| e.unwrap()).collect::<Vec<_>>())
-        .await
-        .expect("the run did not finish within 60 s");
+    let events = tokio::time::timeout(
+        Duration::from_secs(60),
+        stream.map(|e| e.unwrap()).collect::<Vec<_>>(),
+    )
+    .await
+    .expect("the run did not finish within 60 s");
     assert!(
-        matches!(events.last().map(|e| &e.kind), Some(EventKind::RunFinished { .. })),
+        matches!(
+            events.last().map(|e| &e.kind),
+            Some(EventKind::RunFinished { .. })
+        ),
         "the stream ended before run_finished"
     );
     events
@@ -154,7 +181,10 @@ impl DaemonProcess {
         });
         if ready_rx.recv_timeout(Duration::from_secs(30)).is_err() {
             let _ = child.kill();
-            panic!("the daemon did not start; it logged:\n{}", log.lock().unwrap().join("\n"));
+            panic!(
+                "the daemon did not start; it logged:\n{}",
+                log.lock().unwrap().join("\n")
+            );
         }
         DaemonProcess { child, log }
     }

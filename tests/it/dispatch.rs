@@ -19,8 +19,21 @@ fn start(limits: Limits, profiles: Vec<WorkerProfile>) -> DispatchHarness {
     let (graph_addr, graph) = probe::<ToTaskGraph>("task graph");
     let (worker_addr, worker) = probe::<ToAgent>("worker");
     let (sub_addr, subplanner) = probe::<ToAgent>("subplanner");
-    let dispatch = Dispatch::new(RunId::generate(), limits, profiles, graph_addr, worker_addr, sub_addr).start();
-    DispatchHarness { dispatch, graph, worker, subplanner }
+    let dispatch = Dispatch::new(
+        RunId::generate(),
+        limits,
+        profiles,
+        graph_addr,
+        worker_addr,
+        sub_addr,
+    )
+    .start();
+    DispatchHarness {
+        dispatch,
+        graph,
+        worker,
+        subplanner,
+    }
 }
 
 fn general() -> Vec<WorkerProfile> {
@@ -42,7 +55,13 @@ fn with_priority(description: &str, scope: &[&str], priority: u8) -> TaskSpec {
 
 #[actix::test]
 async fn order_is_priority_then_critical_path_then_age() {
-    let mut h = start(Limits { max_workers: 1, ..Limits::default() }, general());
+    let mut h = start(
+        Limits {
+            max_workers: 1,
+            ..Limits::default()
+        },
+        general(),
+    );
     h.dispatch.do_send(ToDispatch::Ready(vec![
         ready("t1", with_priority("old, short chain", &["a"], 5), 1, 1),
         ready("t2", with_priority("urgent", &["b"], 1), 1, 2),
@@ -55,14 +74,21 @@ async fn order_is_priority_then_critical_path_then_age() {
         let a = assigned(&mut h.worker).await;
         h.worker.expect_none().await; // one slot: the next waits for a release
         order.push(a.task.task.to_string());
-        h.dispatch.do_send(ToDispatch::Release { task: a.task.task });
+        h.dispatch
+            .do_send(ToDispatch::Release { task: a.task.task });
     }
     assert_eq!(order, ["t2", "t3", "t1", "t4", "t5"]);
 }
 
 #[actix::test]
 async fn overlapping_scopes_never_run_together() {
-    let mut h = start(Limits { max_workers: 3, ..Limits::default() }, general());
+    let mut h = start(
+        Limits {
+            max_workers: 3,
+            ..Limits::default()
+        },
+        general(),
+    );
     h.dispatch.do_send(ToDispatch::Ready(vec![
         ready("t1", spec("net", &["src/net"]), 1, 1),
         ready("t2", spec("tcp", &["src/net/tcp.rs"]), 1, 2),
@@ -77,14 +103,30 @@ async fn overlapping_scopes_never_run_together() {
 
 #[actix::test]
 async fn max_workers_is_respected_and_the_graph_hears_of_each_dispatch_first() {
-    let mut h = start(Limits { max_workers: 2, ..Limits::default() }, general());
+    let mut h = start(
+        Limits {
+            max_workers: 2,
+            ..Limits::default()
+        },
+        general(),
+    );
     h.dispatch.do_send(ToDispatch::Ready(
-        (1..=4).map(|i| ready(&format!("t{i}"), spec("x", &[&format!("f{i}")]), 1, i)).collect(),
+        (1..=4)
+            .map(|i| ready(&format!("t{i}"), spec("x", &[&format!("f{i}")]), 1, i))
+            .collect(),
     ));
     for i in 1..=2 {
         match h.graph.expect().await {
-            ToTaskGraph::TaskDispatched { task: t, route, profile, .. } => {
-                assert_eq!((t, route, profile.as_str()), (task(&format!("t{i}")), Route::Worker, "general"))
+            ToTaskGraph::TaskDispatched {
+                task: t,
+                route,
+                profile,
+                ..
+            } => {
+                assert_eq!(
+                    (t, route, profile.as_str()),
+                    (task(&format!("t{i}")), Route::Worker, "general")
+                )
             }
             other => panic!("expected TaskDispatched, got {other:?}"),
         }
@@ -102,7 +144,12 @@ async fn wide_tasks_go_to_the_subplanner_unless_at_max_depth() {
     let wide = ["src/a", "src/b", "src/c", "src/d"];
     h.dispatch.do_send(ToDispatch::Ready(vec![
         ready("t1", spec("wide", &wide), 1, 1),
-        ready("t2.1.1", spec("wide but deep", &["lib/a", "lib/b", "lib/c", "lib/d"]), 1, 2),
+        ready(
+            "t2.1.1",
+            spec("wide but deep", &["lib/a", "lib/b", "lib/c", "lib/d"]),
+            1,
+            2,
+        ),
         ready("t3", spec("narrow", &["x", "y", "z"]), 1, 3),
     ]));
     let sub = assigned(&mut h.subplanner).await;
@@ -124,24 +171,43 @@ async fn the_best_fitting_profile_is_chosen_and_unfit_tasks_are_reported() {
     rust.capabilities = ["rust".to_string()].into();
     let mut gpu = spec("train a model", &["model"]);
     gpu.capabilities = ["gpu".to_string()].into();
-    h.dispatch.do_send(ToDispatch::Ready(vec![ready("t1", rust, 1, 1), ready("t2", gpu, 1, 2)]));
+    h.dispatch.do_send(ToDispatch::Ready(vec![
+        ready("t1", rust, 1, 1),
+        ready("t2", gpu, 1, 2),
+    ]));
     let a = assigned(&mut h.worker).await;
     assert_eq!((a.task.task, a.profile.as_str()), (task("t1"), "rust"));
     let undispatchable = h
         .graph
         .fish_for("Undispatchable", |m| match m {
-            ToTaskGraph::Undispatchable { task, reason, .. } => Some((task.clone(), reason.clone())),
+            ToTaskGraph::Undispatchable { task, reason, .. } => {
+                Some((task.clone(), reason.clone()))
+            }
             _ => None,
         })
         .await;
-    assert_eq!(undispatchable, (task("t2"), "no worker profile offers capabilities [gpu]".into()));
+    assert_eq!(
+        undispatchable,
+        (
+            task("t2"),
+            "no worker profile offers capabilities [gpu]".into()
+        )
+    );
 }
 
 #[actix::test]
 async fn a_released_queued_task_is_withdrawn() {
-    let mut h = start(Limits { max_workers: 1, ..Limits::default() }, general());
-    h.dispatch
-        .do_send(ToDispatch::Ready(vec![ready("t1", spec("a", &["a"]), 1, 1), ready("t2", spec("b", &["b"]), 1, 2)]));
+    let mut h = start(
+        Limits {
+            max_workers: 1,
+            ..Limits::default()
+        },
+        general(),
+    );
+    h.dispatch.do_send(ToDispatch::Ready(vec![
+        ready("t1", spec("a", &["a"]), 1, 1),
+        ready("t2", spec("b", &["b"]), 1, 2),
+    ]));
     assigned(&mut h.worker).await;
     h.dispatch.do_send(ToDispatch::Release { task: task("t2") }); // cancelled while queued
     h.dispatch.do_send(ToDispatch::Release { task: task("t1") });

@@ -51,7 +51,9 @@ pub struct Inbox<M> {
 }
 
 /// Starts a probe standing in for the actor called `name`.
-pub fn probe<M: Message<Result = ()> + Send + 'static>(name: &'static str) -> (Recipient<M>, Inbox<M>) {
+pub fn probe<M: Message<Result = ()> + Send + 'static>(
+    name: &'static str,
+) -> (Recipient<M>, Inbox<M>) {
     let (tx, rx) = mpsc::unbounded_channel();
     (Probe(tx).start().recipient(), Inbox { name, rx })
 }
@@ -62,13 +64,17 @@ impl<M: Debug> Inbox<M> {
         match tokio::time::timeout(TIMEOUT, self.rx.recv()).await {
             Ok(Some(m)) => m,
             Ok(None) => panic!("{}: the probe stopped before a message arrived", self.name),
-            Err(_) => panic!("{}: expected a message within {TIMEOUT:?}, none arrived", self.name),
+            Err(_) => panic!(
+                "{}: expected a message within {TIMEOUT:?}, none arrived",
+                self.name
+            ),
         }
     }
 
     /// Fails the test if any message arrives before the system goes quiet.
     pub async fn expect_none(&mut self) {
-        if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(200), self.rx.recv()).await {
+        if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(200), self.rx.recv()).await
+        {
             panic!("{}: expected no message, got {m:?}", self.name);
         }
     }
@@ -84,7 +90,11 @@ impl<M: Debug> Inbox<M> {
                     None => skipped.push(format!("{m:?}")),
                 },
                 _ => {
-                    panic!("{}: fished for {what} and never caught it; skipped:\n  {}", self.name, skipped.join("\n  "))
+                    panic!(
+                        "{}: fished for {what} and never caught it; skipped:\n  {}",
+                        self.name,
+                        skipped.join("\n  ")
+                    )
                 }
             }
         }
@@ -103,7 +113,10 @@ impl<M: Debug> Inbox<M> {
 impl Inbox<Published> {
     /// Fishes for the next event of kind `name` (see `EventKind::name`).
     pub async fn expect_kind(&mut self, name: &str) -> EventKind {
-        self.fish_for(name, |Published(e)| (e.kind.name() == name).then(|| e.kind.clone())).await
+        self.fish_for(name, |Published(e)| {
+            (e.kind.name() == name).then(|| e.kind.clone())
+        })
+        .await
     }
 
     /// The kinds of the next `n` events, in order.
@@ -125,7 +138,14 @@ pub fn spec(description: &str, scope: &[&str]) -> TaskSpec {
 }
 
 pub fn ready(id: &str, spec: TaskSpec, critical_path: u32, created: u64) -> ReadyTask {
-    ReadyTask { task: task(id), attempt: 1, spec: Arc::new(spec), critical_path, created, budget: Budget::default() }
+    ReadyTask {
+        task: task(id),
+        attempt: 1,
+        spec: Arc::new(spec),
+        critical_path,
+        created,
+        budget: Budget::default(),
+    }
 }
 
 /// A TaskGraph actor under test, with probes for Dispatch, the agent and the event stream.
@@ -146,9 +166,22 @@ impl GraphHarness {
         let (dispatch_addr, dispatch) = probe::<ToDispatch>("dispatch");
         let (events_addr, events) = probe::<Published>("events");
         let (agent, agent_inbox) = probe::<ToAgent>("agent");
-        let graph =
-            TaskGraph::new(run, RunGraph::new(limits), journal.clone(), dispatch_addr, Some(events_addr)).start();
-        GraphHarness { graph, journal, dispatch, events, agent, agent_inbox }
+        let graph = TaskGraph::new(
+            run,
+            RunGraph::new(limits),
+            journal.clone(),
+            dispatch_addr,
+            Some(events_addr),
+        )
+        .start();
+        GraphHarness {
+            graph,
+            journal,
+            dispatch,
+            events,
+            agent,
+            agent_inbox,
+        }
     }
 
     pub fn send(&self, msg: ToTaskGraph) {
@@ -156,7 +189,10 @@ impl GraphHarness {
     }
 
     pub async fn snapshot(&self) -> GraphSnapshot {
-        self.graph.send(GetSnapshot).await.expect("task graph stopped")
+        self.graph
+            .send(GetSnapshot)
+            .await
+            .expect("task graph stopped")
     }
 
     /// Submits root tasks and returns the ids Dispatch was told are ready.
@@ -183,10 +219,19 @@ impl GraphHarness {
             route: Route::Worker,
             agent: self.agent.clone(),
         });
-        self.send(ToTaskGraph::TaskStarted { task: task(id), attempt });
+        self.send(ToTaskGraph::TaskStarted {
+            task: task(id),
+            attempt,
+        });
     }
 
-    pub fn report(&self, id: &str, attempt: u32, handoff: Option<Handoff>, subplan: Option<ProposedSubplan>) {
+    pub fn report(
+        &self,
+        id: &str,
+        attempt: u32,
+        handoff: Option<Handoff>,
+        subplan: Option<ProposedSubplan>,
+    ) {
         self.send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
             task: task(id),
             attempt,
@@ -197,16 +242,34 @@ impl GraphHarness {
     }
 
     pub fn complete(&self, id: &str, attempt: u32) {
-        self.report(id, attempt, Some(Handoff::complete(format!("{id} done"))), None);
+        self.report(
+            id,
+            attempt,
+            Some(Handoff::complete(format!("{id} done"))),
+            None,
+        );
     }
 
-    pub fn propose(&self, id: &str, attempt: u32, subtasks: Vec<SubtaskProposal>, stop_when: StopCondition) {
-        let plan = ProposedSubplan { parent: task(id), reason: DecompositionReason::TooLarge, subtasks, stop_when };
+    pub fn propose(
+        &self,
+        id: &str,
+        attempt: u32,
+        subtasks: Vec<SubtaskProposal>,
+        stop_when: StopCondition,
+    ) {
+        let plan = ProposedSubplan {
+            parent: task(id),
+            reason: DecompositionReason::TooLarge,
+            subtasks,
+            stop_when,
+        };
         self.report(id, attempt, None, Some(plan));
     }
 
     /// The next decision the agent received about a proposal.
-    pub async fn expect_decision(&mut self) -> Result<TaskDecompositionAccepted, TaskDecompositionRejected> {
+    pub async fn expect_decision(
+        &mut self,
+    ) -> Result<TaskDecompositionAccepted, TaskDecompositionRejected> {
         self.agent_inbox
             .fish_for("a decomposition decision", |m| match m {
                 ToAgent::DecompositionAccepted(a) => Some(Ok(a.clone())),
@@ -218,7 +281,11 @@ impl GraphHarness {
 
     pub async fn state_of(&self, id: &str) -> TaskState {
         let snap = self.snapshot().await;
-        snap.tasks.iter().find(|t| t.id == task(id)).map(|t| t.state).expect("no such task")
+        snap.tasks
+            .iter()
+            .find(|t| t.id == task(id))
+            .map(|t| t.state)
+            .expect("no such task")
     }
 }
 
@@ -260,7 +327,13 @@ impl PipelineHarness {
             dispatch.recipient(),
             Some(events_addr),
         ));
-        PipelineHarness { graph, journal, events, worker, subplanner }
+        PipelineHarness {
+            graph,
+            journal,
+            events,
+            worker,
+            subplanner,
+        }
     }
 
     /// The next assignment the worker probe received.
@@ -275,13 +348,17 @@ impl PipelineHarness {
 
     /// Plays the worker: starts the assignment and completes it with a handoff.
     pub fn finish(&self, a: &Assignment) {
-        self.graph.do_send(ToTaskGraph::TaskStarted { task: a.task.task.clone(), attempt: a.task.attempt });
-        self.graph.do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+        self.graph.do_send(ToTaskGraph::TaskStarted {
             task: a.task.task.clone(),
             attempt: a.task.attempt,
-            handoff: Some(Handoff::complete(format!("{} done", a.task.task))),
-            artifacts: Vec::new(),
-            subplan: None,
-        })));
+        });
+        self.graph
+            .do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+                task: a.task.task.clone(),
+                attempt: a.task.attempt,
+                handoff: Some(Handoff::complete(format!("{} done", a.task.task))),
+                artifacts: Vec::new(),
+                subplan: None,
+            })));
     }
 }

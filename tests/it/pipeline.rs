@@ -12,7 +12,9 @@ async fn plan_dispatch_complete_run_done() {
     let mut h = PipelineHarness::start(Limits::default());
     let mut second = spec("write the tests", &["tests/a.rs"]);
     second.dependencies = vec![DependencyRef::Batch(0)];
-    h.graph.do_send(ToTaskGraph::SubmitTasks { tasks: vec![spec("write the code", &["src/a.rs"]), second] });
+    h.graph.do_send(ToTaskGraph::SubmitTasks {
+        tasks: vec![spec("write the code", &["src/a.rs"]), second],
+    });
     h.graph.do_send(ToTaskGraph::PlanningFinished);
 
     let first = h.expect_assign().await;
@@ -54,10 +56,15 @@ async fn plan_dispatch_complete_run_done() {
 async fn subplan_accepted_subtasks_dispatched_then_synthesis_completes_the_parent() {
     virtual_time();
     let mut h = PipelineHarness::start(Limits::default());
-    h.graph.do_send(ToTaskGraph::SubmitTasks { tasks: vec![spec("build the parser", &["src/parse"])] });
+    h.graph.do_send(ToTaskGraph::SubmitTasks {
+        tasks: vec![spec("build the parser", &["src/parse"])],
+    });
     h.graph.do_send(ToTaskGraph::PlanningFinished);
     let parent = h.expect_assign().await;
-    h.graph.do_send(ToTaskGraph::TaskStarted { task: task("t1"), attempt: 1 });
+    h.graph.do_send(ToTaskGraph::TaskStarted {
+        task: task("t1"),
+        attempt: 1,
+    });
 
     let plan = ProposedSubplan {
         parent: task("t1"),
@@ -68,13 +75,14 @@ async fn subplan_accepted_subtasks_dispatched_then_synthesis_completes_the_paren
         ],
         stop_when: StopCondition::AllSubtasksComplete,
     };
-    h.graph.do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
-        task: task("t1"),
-        attempt: parent.task.attempt,
-        handoff: None,
-        artifacts: Vec::new(),
-        subplan: Some(plan),
-    })));
+    h.graph
+        .do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+            task: task("t1"),
+            attempt: parent.task.attempt,
+            handoff: None,
+            artifacts: Vec::new(),
+            subplan: Some(plan),
+        })));
 
     let accepted = h
         .worker
@@ -102,20 +110,39 @@ async fn subplan_accepted_subtasks_dispatched_then_synthesis_completes_the_paren
         })
         .await;
     assert_eq!(done.parent, task("t1"));
-    let results: Vec<_> = done.results.iter().map(|r| (r.task.to_string(), r.state)).collect();
-    assert_eq!(results, [("t1.1".into(), TaskState::Completed), ("t1.2".into(), TaskState::Completed)]);
-    assert_eq!(done.results[1].handoff.as_ref().unwrap().summary, "t1.2 done");
+    let results: Vec<_> = done
+        .results
+        .iter()
+        .map(|r| (r.task.to_string(), r.state))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("t1.1".into(), TaskState::Completed),
+            ("t1.2".into(), TaskState::Completed)
+        ]
+    );
+    assert_eq!(
+        done.results[1].handoff.as_ref().unwrap().summary,
+        "t1.2 done"
+    );
 
     // Synthesis: the parent's agent reports the final result.
-    h.graph.do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
-        task: task("t1"),
-        attempt: 1,
-        handoff: Some(Handoff::complete("parser assembled")),
-        artifacts: Vec::new(),
-        subplan: None,
-    })));
+    h.graph
+        .do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+            task: task("t1"),
+            attempt: 1,
+            handoff: Some(Handoff::complete("parser assembled")),
+            artifacts: Vec::new(),
+            subplan: None,
+        })));
     let outcome = h.events.expect_kind("run_finished").await;
-    assert_eq!(outcome, EventKind::RunFinished { outcome: RunOutcome::Completed });
+    assert_eq!(
+        outcome,
+        EventKind::RunFinished {
+            outcome: RunOutcome::Completed
+        }
+    );
     let snap = h.graph.send(GetSnapshot).await.unwrap();
     let parent_view = snap.tasks.iter().find(|t| t.id == task("t1")).unwrap();
     assert_eq!(parent_view.state, TaskState::Completed);
@@ -131,8 +158,17 @@ async fn subplan_accepted_subtasks_dispatched_then_synthesis_completes_the_paren
 async fn a_wide_task_goes_to_the_subplanner_whose_proposal_is_validated_like_any_other() {
     virtual_time();
     let mut h = PipelineHarness::start(Limits::default());
-    let wide = spec("the whole http layer", &["src/http/a.rs", "src/http/b.rs", "src/http/c.rs", "src/http/d.rs"]);
-    h.graph.do_send(ToTaskGraph::SubmitTasks { tasks: vec![wide] });
+    let wide = spec(
+        "the whole http layer",
+        &[
+            "src/http/a.rs",
+            "src/http/b.rs",
+            "src/http/c.rs",
+            "src/http/d.rs",
+        ],
+    );
+    h.graph
+        .do_send(ToTaskGraph::SubmitTasks { tasks: vec![wide] });
     let assigned = h
         .subplanner
         .fish_for("Assign", |m| match m {
@@ -140,24 +176,34 @@ async fn a_wide_task_goes_to_the_subplanner_whose_proposal_is_validated_like_any
             _ => None,
         })
         .await;
-    assert_eq!((assigned.task.task.clone(), assigned.route), (task("t1"), Route::Subplanner));
+    assert_eq!(
+        (assigned.task.task.clone(), assigned.route),
+        (task("t1"), Route::Subplanner)
+    );
     h.worker.expect_none().await;
 
     // The subplanner answers with a subplan that escapes the parent's scope: refused, and the
     // refusal goes to the subplanner, not the worker.
-    h.graph.do_send(ToTaskGraph::TaskStarted { task: task("t1"), attempt: 1 });
-    h.graph.do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+    h.graph.do_send(ToTaskGraph::TaskStarted {
         task: task("t1"),
         attempt: 1,
-        handoff: None,
-        artifacts: Vec::new(),
-        subplan: Some(ProposedSubplan {
-            parent: task("t1"),
-            reason: DecompositionReason::TooLarge,
-            subtasks: vec![SubtaskProposal::new("a", &["src/http/a.rs"]), SubtaskProposal::new("b", &["Cargo.toml"])],
-            stop_when: StopCondition::AllSubtasksComplete,
-        }),
-    })));
+    });
+    h.graph
+        .do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+            task: task("t1"),
+            attempt: 1,
+            handoff: None,
+            artifacts: Vec::new(),
+            subplan: Some(ProposedSubplan {
+                parent: task("t1"),
+                reason: DecompositionReason::TooLarge,
+                subtasks: vec![
+                    SubtaskProposal::new("a", &["src/http/a.rs"]),
+                    SubtaskProposal::new("b", &["Cargo.toml"]),
+                ],
+                stop_when: StopCondition::AllSubtasksComplete,
+            }),
+        })));
     let rejected = h
         .subplanner
         .fish_for("DecompositionRejected", |m| match m {
@@ -165,6 +211,12 @@ async fn a_wide_task_goes_to_the_subplanner_whose_proposal_is_validated_like_any
             _ => None,
         })
         .await;
-    assert_eq!(rejected, RejectionReason::ScopeOutsideParent { subtask: 1, path: "Cargo.toml".into() });
+    assert_eq!(
+        rejected,
+        RejectionReason::ScopeOutsideParent {
+            subtask: 1,
+            path: "Cargo.toml".into()
+        }
+    );
     h.worker.expect_none().await;
 }

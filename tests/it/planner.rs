@@ -12,13 +12,22 @@ use flotilla_actors::protocol::*;
 
 use crate::harness::*;
 
-fn start(scenario: &str, config: PlannerConfig) -> (Addr<Planner>, Arc<ScriptedLlm>, Inbox<ToTaskGraph>) {
+fn start(
+    scenario: &str,
+    config: PlannerConfig,
+) -> (Addr<Planner>, Arc<ScriptedLlm>, Inbox<ToTaskGraph>) {
     virtual_time();
     let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
     let (graph, inbox) = probe::<ToTaskGraph>("task graph");
-    let planner =
-        Planner::new(RunId::generate(), "build a calculator".into(), "SYSTEM".into(), llm.clone(), graph, config)
-            .start();
+    let planner = Planner::new(
+        RunId::generate(),
+        "build a calculator".into(),
+        "SYSTEM".into(),
+        llm.clone(),
+        graph,
+        config,
+    )
+    .start();
     (planner, llm, inbox)
 }
 
@@ -36,7 +45,9 @@ fn handoff(id: &str) -> ToPlanner {
         task: task(id),
         state: TaskState::Completed,
         description: format!("task {id}"),
-        handoff: Some(Handoff::complete(format!("{id} is done; watch the error paths"))),
+        handoff: Some(Handoff::complete(format!(
+            "{id} is done; watch the error paths"
+        ))),
     })
 }
 
@@ -63,7 +74,11 @@ async fn plans_the_first_sprint_then_replans_only_after_three_handoffs() {
     let second = expect_answer(&mut graph).await;
     assert_eq!(second.call, 1);
     for id in ["t1", "t2", "t3"] {
-        assert!(second.prompt.contains(&format!("### {id} (completed)")), "{}", second.prompt);
+        assert!(
+            second.prompt.contains(&format!("### {id} (completed)")),
+            "{}",
+            second.prompt
+        );
     }
     assert!(second.prompt.contains("watch the error paths"));
 
@@ -71,7 +86,15 @@ async fn plans_the_first_sprint_then_replans_only_after_three_handoffs() {
     let requests = llm.requests();
     assert_eq!(requests.len(), 2);
     let roles: Vec<ChatRole> = requests[1].messages.iter().map(|m| m.role).collect();
-    assert_eq!(roles, [ChatRole::System, ChatRole::User, ChatRole::Assistant, ChatRole::User]);
+    assert_eq!(
+        roles,
+        [
+            ChatRole::System,
+            ChatRole::User,
+            ChatRole::Assistant,
+            ChatRole::User
+        ]
+    );
     assert_eq!(requests[1].messages[2].content, first.content);
 }
 
@@ -80,13 +103,23 @@ async fn quiescence_triggers_a_plan_and_a_refused_batch_is_explained_next_time()
     let (planner, _llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
     planner.do_send(ToPlanner::Start);
     expect_answer(&mut graph).await;
-    planner.do_send(ToPlanner::BatchRejected { reason: RejectionReason::EmptyScope { subtask: 0 } });
+    planner.do_send(ToPlanner::BatchRejected {
+        reason: RejectionReason::EmptyScope { subtask: 0 },
+    });
     let next = expect_answer(&mut graph).await;
-    assert!(next.prompt.contains("Your last batch was refused"), "{}", next.prompt);
+    assert!(
+        next.prompt.contains("Your last batch was refused"),
+        "{}",
+        next.prompt
+    );
     assert!(next.prompt.contains("empty scope"), "{}", next.prompt);
     planner.do_send(ToPlanner::Quiescent);
     let third = expect_answer(&mut graph).await;
-    assert_eq!(third.tasks, Ok(vec![]), "beyond the script the planner answers an empty sprint");
+    assert_eq!(
+        third.tasks,
+        Ok(vec![]),
+        "beyond the script the planner answers an empty sprint"
+    );
 }
 
 #[actix::test]
@@ -99,7 +132,11 @@ async fn a_malformed_answer_is_recorded_and_retried_with_backoff_then_the_planne
         [[planner.answers]]
         fault = "malformed"
     "#;
-    let config = PlannerConfig { max_consecutive_errors: 3, backoff_base_ms: 1_000, ..PlannerConfig::default() };
+    let config = PlannerConfig {
+        max_consecutive_errors: 3,
+        backoff_base_ms: 1_000,
+        ..PlannerConfig::default()
+    };
     let (planner, _llm, mut graph) = start(scenario, config);
     planner.do_send(ToPlanner::Start);
     let first = expect_answer(&mut graph).await;
@@ -108,7 +145,11 @@ async fn a_malformed_answer_is_recorded_and_retried_with_backoff_then_the_planne
     tokio::time::sleep(Duration::from_millis(700)).await; // + 200 ms of expect_none: still < 1 s
     graph.expect_none().await;
     let second = expect_answer(&mut graph).await;
-    assert!(second.prompt.contains("could not be used"), "{}", second.prompt);
+    assert!(
+        second.prompt.contains("could not be used"),
+        "{}",
+        second.prompt
+    );
     let _third = expect_answer(&mut graph).await;
     let gave_up = graph
         .fish_for("PlannerGaveUp", |m| match m {
@@ -116,7 +157,10 @@ async fn a_malformed_answer_is_recorded_and_retried_with_backoff_then_the_planne
             _ => None,
         })
         .await;
-    assert!(gave_up.contains("3 consecutive planner errors"), "{gave_up}");
+    assert!(
+        gave_up.contains("3 consecutive planner errors"),
+        "{gave_up}"
+    );
     planner.do_send(ToPlanner::Quiescent);
     graph.expect_none().await;
 }
@@ -126,10 +170,20 @@ async fn a_resumed_planner_continues_its_recorded_conversation_without_asking_ag
     virtual_time();
     let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(TWO_SPRINTS).unwrap()));
     let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
-    let recorded = vec![Exchange { prompt: "first prompt".into(), answer: "{\"tasks\": []}".into() }];
-    let planner = Planner::new(RunId::generate(), "r".into(), "S".into(), llm.clone(), graph, PlannerConfig::default())
-        .resuming(recorded)
-        .start();
+    let recorded = vec![Exchange {
+        prompt: "first prompt".into(),
+        answer: "{\"tasks\": []}".into(),
+    }];
+    let planner = Planner::new(
+        RunId::generate(),
+        "r".into(),
+        "S".into(),
+        llm.clone(),
+        graph,
+        PlannerConfig::default(),
+    )
+    .resuming(recorded)
+    .start();
     planner.do_send(ToPlanner::Quiescent);
     let answer = expect_answer(&mut inbox).await;
     assert_eq!(answer.call, 1, "call 0 was recorded; it is not asked again");

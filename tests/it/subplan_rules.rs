@@ -30,8 +30,14 @@ async fn expect_rejection(h: &mut GraphHarness, subtasks: Vec<SubtaskProposal>) 
     };
     assert_eq!(rejection.parent, task("t1"));
     let journaled = h.events.expect_kind("decomposition_rejected").await;
-    assert!(matches!(journaled, EventKind::DecompositionRejected { reason, .. } if reason == rejection.reason));
-    assert_eq!(h.snapshot().await, before, "a rejected subplan must leave the graph unchanged");
+    assert!(
+        matches!(journaled, EventKind::DecompositionRejected { reason, .. } if reason == rejection.reason)
+    );
+    assert_eq!(
+        h.snapshot().await,
+        before,
+        "a rejected subplan must leave the graph unchanged"
+    );
     h.dispatch.expect_none().await;
     rejection.reason
 }
@@ -48,7 +54,10 @@ async fn a_valid_subplan_is_inserted_atomically_with_its_edges() {
     h.propose(
         "t1",
         1,
-        vec![sub("api", &["src/api.rs"]).after(&[1]), sub("core", &["src/api.rs", "src/core.rs"])],
+        vec![
+            sub("api", &["src/api.rs"]).after(&[1]),
+            sub("core", &["src/api.rs", "src/core.rs"]),
+        ],
         StopCondition::AllSubtasksComplete,
     );
     let accepted = h.expect_decision().await.unwrap();
@@ -63,14 +72,38 @@ async fn a_valid_subplan_is_inserted_atomically_with_its_edges() {
 
 #[actix::test]
 async fn rule_a_too_many_subtasks() {
-    let mut h = running_parent(Limits { max_subtasks: 3, ..Limits::default() }, &["src"], None).await;
-    let subs = (0..4).map(|i| sub(&format!("part {i}"), &[&format!("src/{i}.rs")])).collect();
-    assert_eq!(expect_rejection(&mut h, subs).await, RejectionReason::TooManySubtasks { proposed: 4, max: 3 });
+    let mut h = running_parent(
+        Limits {
+            max_subtasks: 3,
+            ..Limits::default()
+        },
+        &["src"],
+        None,
+    )
+    .await;
+    let subs = (0..4)
+        .map(|i| sub(&format!("part {i}"), &[&format!("src/{i}.rs")]))
+        .collect();
+    assert_eq!(
+        expect_rejection(&mut h, subs).await,
+        RejectionReason::TooManySubtasks {
+            proposed: 4,
+            max: 3
+        }
+    );
 }
 
 #[actix::test]
 async fn rule_b_depth_beyond_the_maximum() {
-    let mut h = running_parent(Limits { max_depth: 1, ..Limits::default() }, &["src"], None).await;
+    let mut h = running_parent(
+        Limits {
+            max_depth: 1,
+            ..Limits::default()
+        },
+        &["src"],
+        None,
+    )
+    .await;
     assert_eq!(
         expect_rejection(&mut h, vec![sub("part", &["src/a.rs"])]).await,
         RejectionReason::DepthExceeded { depth: 2, max: 1 }
@@ -79,9 +112,27 @@ async fn rule_b_depth_beyond_the_maximum() {
 
 #[actix::test]
 async fn rule_c_node_limit_of_the_run() {
-    let mut h = running_parent(Limits { max_nodes: 3, ..Limits::default() }, &["src"], None).await;
-    let subs = vec![sub("a", &["src/a"]), sub("b", &["src/b"]), sub("c", &["src/c"])];
-    assert_eq!(expect_rejection(&mut h, subs).await, RejectionReason::NodeLimitExceeded { would_hold: 4, max: 3 });
+    let mut h = running_parent(
+        Limits {
+            max_nodes: 3,
+            ..Limits::default()
+        },
+        &["src"],
+        None,
+    )
+    .await;
+    let subs = vec![
+        sub("a", &["src/a"]),
+        sub("b", &["src/b"]),
+        sub("c", &["src/c"]),
+    ];
+    assert_eq!(
+        expect_rejection(&mut h, subs).await,
+        RejectionReason::NodeLimitExceeded {
+            would_hold: 4,
+            max: 3
+        }
+    );
 }
 
 #[actix::test]
@@ -105,11 +156,22 @@ async fn rule_d_uncapped_subtasks_share_what_is_left() {
     let mut h = running_parent(Limits::default(), &["src"], Some(parent_budget)).await;
     let mut a = sub("a", &["src/a"]);
     a.budget_cap = Some(Budget::new(400, Usd::from_dollars(0.5).unwrap(), 1_000));
-    h.propose("t1", 1, vec![a, sub("b", &["src/b"]), sub("c", &["src/c"])], StopCondition::AllSubtasksComplete);
+    h.propose(
+        "t1",
+        1,
+        vec![a, sub("b", &["src/b"]), sub("c", &["src/c"])],
+        StopCondition::AllSubtasksComplete,
+    );
     h.expect_decision().await.unwrap();
     let snap = h.snapshot().await;
-    let budgets: Vec<_> = snap.tasks[1..].iter().map(|t| (t.budget.tokens, t.budget.cost_usd)).collect();
-    let (quarter, half) = (Usd::from_dollars(0.25).unwrap(), Usd::from_dollars(0.5).unwrap());
+    let budgets: Vec<_> = snap.tasks[1..]
+        .iter()
+        .map(|t| (t.budget.tokens, t.budget.cost_usd))
+        .collect();
+    let (quarter, half) = (
+        Usd::from_dollars(0.25).unwrap(),
+        Usd::from_dollars(0.5).unwrap(),
+    );
     assert_eq!(budgets, [(400, half), (300, quarter), (300, quarter)]);
 }
 
@@ -117,35 +179,73 @@ async fn rule_d_uncapped_subtasks_share_what_is_left() {
 async fn rule_e_dependency_index_out_of_range() {
     let mut h = running_parent(Limits::default(), &["src"], None).await;
     let reason = expect_rejection(&mut h, vec![sub("a", &["src/a"]).after(&[5])]).await;
-    assert_eq!(reason, RejectionReason::DependencyOutOfRange { subtask: 0, dependency: 5 });
+    assert_eq!(
+        reason,
+        RejectionReason::DependencyOutOfRange {
+            subtask: 0,
+            dependency: 5
+        }
+    );
 }
 
 #[actix::test]
 async fn rule_e_self_dependency() {
     let mut h = running_parent(Limits::default(), &["src"], None).await;
-    let reason = expect_rejection(&mut h, vec![sub("a", &["src/a"]), sub("b", &["src/b"]).after(&[1])]).await;
+    let reason = expect_rejection(
+        &mut h,
+        vec![sub("a", &["src/a"]), sub("b", &["src/b"]).after(&[1])],
+    )
+    .await;
     assert_eq!(reason, RejectionReason::SelfDependency { subtask: 1 });
 }
 
 #[actix::test]
 async fn rule_e_dependency_cycle() {
     let mut h = running_parent(Limits::default(), &["src"], None).await;
-    let subs = vec![sub("a", &["src/a"]).after(&[2]), sub("b", &["src/b"]), sub("c", &["src/c"]).after(&[0])];
-    assert_eq!(expect_rejection(&mut h, subs).await, RejectionReason::DependencyCycle { cycle: vec![0, 2] });
+    let subs = vec![
+        sub("a", &["src/a"]).after(&[2]),
+        sub("b", &["src/b"]),
+        sub("c", &["src/c"]).after(&[0]),
+    ];
+    assert_eq!(
+        expect_rejection(&mut h, subs).await,
+        RejectionReason::DependencyCycle { cycle: vec![0, 2] }
+    );
 }
 
 #[actix::test]
 async fn rule_f_scope_outside_the_parent() {
     let mut h = running_parent(Limits::default(), &["src/net"], None).await;
-    let reason = expect_rejection(&mut h, vec![sub("a", &["src/net/tcp.rs"]), sub("b", &["src/network.rs"])]).await;
-    assert_eq!(reason, RejectionReason::ScopeOutsideParent { subtask: 1, path: "src/network.rs".into() });
+    let reason = expect_rejection(
+        &mut h,
+        vec![sub("a", &["src/net/tcp.rs"]), sub("b", &["src/network.rs"])],
+    )
+    .await;
+    assert_eq!(
+        reason,
+        RejectionReason::ScopeOutsideParent {
+            subtask: 1,
+            path: "src/network.rs".into()
+        }
+    );
 }
 
 #[actix::test]
 async fn rule_f_overlapping_scopes_without_a_dependency() {
     let mut h = running_parent(Limits::default(), &["src"], None).await;
-    let reason = expect_rejection(&mut h, vec![sub("a", &["src/net"]), sub("b", &["src/net/tcp.rs"])]).await;
-    assert_eq!(reason, RejectionReason::ScopeOverlap { first: 0, second: 1, path: "src/net/tcp.rs".into() });
+    let reason = expect_rejection(
+        &mut h,
+        vec![sub("a", &["src/net"]), sub("b", &["src/net/tcp.rs"])],
+    )
+    .await;
+    assert_eq!(
+        reason,
+        RejectionReason::ScopeOverlap {
+            first: 0,
+            second: 1,
+            path: "src/net/tcp.rs".into()
+        }
+    );
 }
 
 #[actix::test]
@@ -156,34 +256,71 @@ async fn rule_g_paths_that_escape_or_touch_git() {
         (".git/hooks/pre-commit", PathProblem::GitDirectory),
     ] {
         let mut h = running_parent(Limits::default(), &["src", ".github"], None).await;
-        let reason = expect_rejection(&mut h, vec![sub("a", &["src/a"]), sub("evil", &[path])]).await;
-        assert_eq!(reason, RejectionReason::InvalidPath { subtask: 1, path: path.into(), problem });
+        let reason =
+            expect_rejection(&mut h, vec![sub("a", &["src/a"]), sub("evil", &[path])]).await;
+        assert_eq!(
+            reason,
+            RejectionReason::InvalidPath {
+                subtask: 1,
+                path: path.into(),
+                problem
+            }
+        );
     }
 }
 
 #[actix::test]
 async fn rule_g_empty_scope() {
     let mut h = running_parent(Limits::default(), &["src"], None).await;
-    assert_eq!(expect_rejection(&mut h, vec![sub("a", &[])]).await, RejectionReason::EmptyScope { subtask: 0 });
+    assert_eq!(
+        expect_rejection(&mut h, vec![sub("a", &[])]).await,
+        RejectionReason::EmptyScope { subtask: 0 }
+    );
 }
 
 #[actix::test]
 async fn rule_h_duplicate_of_a_task_in_the_frontier() {
     virtual_time();
     let mut h = GraphHarness::start(Limits::default());
-    h.submit(vec![spec("the parent task", &["src"]), spec("Write  the Lexer", &["src/lex.rs"])]).await;
+    h.submit(vec![
+        spec("the parent task", &["src"]),
+        spec("Write  the Lexer", &["src/lex.rs"]),
+    ])
+    .await;
     h.start_task("t1", 1);
-    let reason =
-        expect_rejection(&mut h, vec![sub("parser", &["src/parse.rs"]), sub("write the lexer", &["./src/lex.rs"])])
-            .await;
-    assert_eq!(reason, RejectionReason::DuplicateTask { subtask: 1, existing: "t2".into() });
+    let reason = expect_rejection(
+        &mut h,
+        vec![
+            sub("parser", &["src/parse.rs"]),
+            sub("write the lexer", &["./src/lex.rs"]),
+        ],
+    )
+    .await;
+    assert_eq!(
+        reason,
+        RejectionReason::DuplicateTask {
+            subtask: 1,
+            existing: "t2".into()
+        }
+    );
 }
 
 #[actix::test]
 async fn rule_i_decomposition_cap_per_attempt() {
-    let mut h = running_parent(Limits { max_proposals_per_attempt: 1, ..Limits::default() }, &["src"], None).await;
+    let mut h = running_parent(
+        Limits {
+            max_proposals_per_attempt: 1,
+            ..Limits::default()
+        },
+        &["src"],
+        None,
+    )
+    .await;
     // The first proposal is refused for another reason; it still counts against the cap.
-    assert_eq!(expect_rejection(&mut h, vec![]).await, RejectionReason::NoSubtasks);
+    assert_eq!(
+        expect_rejection(&mut h, vec![]).await,
+        RejectionReason::NoSubtasks
+    );
     let reason = expect_rejection(&mut h, vec![sub("a", &["src/a"])]).await;
     assert_eq!(reason, RejectionReason::AttemptDecompositionCap { max: 1 });
 }
@@ -191,20 +328,40 @@ async fn rule_i_decomposition_cap_per_attempt() {
 #[actix::test]
 async fn rule_i_decomposition_cap_per_run() {
     virtual_time();
-    let mut h = GraphHarness::start(Limits { max_decompositions_per_run: 1, ..Limits::default() });
-    h.submit(vec![spec("other", &["lib"]), spec("the parent task", &["src"])]).await;
+    let mut h = GraphHarness::start(Limits {
+        max_decompositions_per_run: 1,
+        ..Limits::default()
+    });
+    h.submit(vec![
+        spec("other", &["lib"]),
+        spec("the parent task", &["src"]),
+    ])
+    .await;
     h.start_task("t1", 1);
-    h.propose("t1", 1, vec![sub("lib a", &["lib/a"])], StopCondition::AllSubtasksComplete);
+    h.propose(
+        "t1",
+        1,
+        vec![sub("lib a", &["lib/a"])],
+        StopCondition::AllSubtasksComplete,
+    );
     h.expect_decision().await.unwrap();
     h.expect_ready().await;
     // t2 is now the proposer; reuse the t1 helper by swapping roles explicitly.
     h.start_task("t2", 1);
     let before = h.snapshot().await;
-    h.propose("t2", 1, vec![sub("a", &["src/a"])], StopCondition::AllSubtasksComplete);
+    h.propose(
+        "t2",
+        1,
+        vec![sub("a", &["src/a"])],
+        StopCondition::AllSubtasksComplete,
+    );
     let rejection = h.expect_decision().await.unwrap_err();
     assert_eq!(
         rejection,
-        TaskDecompositionRejected { parent: task("t2"), reason: RejectionReason::RunDecompositionCap { max: 1 } }
+        TaskDecompositionRejected {
+            parent: task("t2"),
+            reason: RejectionReason::RunDecompositionCap { max: 1 }
+        }
     );
     assert_eq!(h.snapshot().await, before);
     h.dispatch.expect_none().await;
@@ -222,23 +379,49 @@ async fn a_proposal_naming_another_parent_is_rejected() {
     };
     h.report("t1", 1, None, Some(plan));
     let rejection = h.expect_decision().await.unwrap_err();
-    assert_eq!(rejection.reason, RejectionReason::ParentMismatch { named: task("t7"), actual: task("t1") });
+    assert_eq!(
+        rejection.reason,
+        RejectionReason::ParentMismatch {
+            named: task("t7"),
+            actual: task("t1")
+        }
+    );
     assert_eq!(h.snapshot().await, before);
 }
 
 #[actix::test]
 async fn oversize_descriptions_are_rejected() {
-    let mut h = running_parent(Limits { max_description_bytes: 64, ..Limits::default() }, &["src"], None).await;
+    let mut h = running_parent(
+        Limits {
+            max_description_bytes: 64,
+            ..Limits::default()
+        },
+        &["src"],
+        None,
+    )
+    .await;
     let reason = expect_rejection(&mut h, vec![sub(&"x".repeat(65), &["src/a"])]).await;
-    assert_eq!(reason, RejectionReason::PayloadTooLarge { subtask: 0, field: "description".into(), size: 65, max: 64 });
+    assert_eq!(
+        reason,
+        RejectionReason::PayloadTooLarge {
+            subtask: 0,
+            field: "description".into(),
+            size: 65,
+            max: 64
+        }
+    );
 }
 
 #[test]
 fn malformed_subplan_json_is_a_typed_error() {
-    let err =
-        serde_json::from_str::<ProposedSubplan>(r#"{"parent":"main","reason":"too_large","subtasks":[]}"#).unwrap_err();
+    let err = serde_json::from_str::<ProposedSubplan>(
+        r#"{"parent":"main","reason":"too_large","subtasks":[]}"#,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("malformed task id"), "{err}");
-    let err =
-        serde_json::from_str::<ProposedSubplan>(r#"{"parent":"t1","reason":"because","subtasks":[]}"#).unwrap_err();
+    let err = serde_json::from_str::<ProposedSubplan>(
+        r#"{"parent":"t1","reason":"because","subtasks":[]}"#,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("unknown variant"), "{err}");
 }

@@ -8,7 +8,10 @@ use flotilla_actors::protocol::*;
 use crate::harness::*;
 
 fn one_retry() -> Limits {
-    Limits { max_attempts: 2, ..Limits::default() }
+    Limits {
+        max_attempts: 2,
+        ..Limits::default()
+    }
 }
 
 #[actix::test]
@@ -19,22 +22,42 @@ async fn failure_cancels_dependents_transitively_with_reasons() {
     b.dependencies = vec![DependencyRef::Batch(0)];
     let mut c = spec("c", &["c"]);
     c.dependencies = vec![DependencyRef::Batch(1)];
-    let ready = h.submit(vec![spec("a", &["a"]), b, c, spec("d", &["d"])]).await;
+    let ready = h
+        .submit(vec![spec("a", &["a"]), b, c, spec("d", &["d"])])
+        .await;
     assert_eq!(ready, vec![task("t1"), task("t4")]);
 
     h.start_task("t1", 1);
-    h.send(ToTaskGraph::TaskFailed { task: task("t1"), attempt: 1, error: "boom".into() });
+    h.send(ToTaskGraph::TaskFailed {
+        task: task("t1"),
+        attempt: 1,
+        error: "boom".into(),
+    });
     // First failure: retried as attempt 2, released and re-queued in that order.
-    assert!(matches!(h.dispatch.expect().await, ToDispatch::Release { task } if task == self::task("t1")));
+    assert!(
+        matches!(h.dispatch.expect().await, ToDispatch::Release { task } if task == self::task("t1"))
+    );
     match h.dispatch.expect().await {
-        ToDispatch::Ready(tasks) => assert_eq!((tasks[0].task.clone(), tasks[0].attempt), (task("t1"), 2)),
+        ToDispatch::Ready(tasks) => {
+            assert_eq!((tasks[0].task.clone(), tasks[0].attempt), (task("t1"), 2))
+        }
         other => panic!("expected Ready, got {other:?}"),
     }
     h.start_task("t1", 2);
-    h.send(ToTaskGraph::TaskFailed { task: task("t1"), attempt: 2, error: "boom again".into() });
+    h.send(ToTaskGraph::TaskFailed {
+        task: task("t1"),
+        attempt: 2,
+        error: "boom again".into(),
+    });
 
     let failed = h.events.expect_kind("task_failed").await;
-    assert!(matches!(failed, EventKind::TaskFailed { reason: FailureReason::AgentFailed { .. }, .. }));
+    assert!(matches!(
+        failed,
+        EventKind::TaskFailed {
+            reason: FailureReason::AgentFailed { .. },
+            ..
+        }
+    ));
     let c2 = h.events.expect_kind("task_cancelled").await;
     assert_eq!(
         c2,
@@ -64,27 +87,44 @@ async fn failure_cancels_dependents_transitively_with_reasons() {
 #[actix::test]
 async fn a_failed_subtask_fails_its_parent_instead_of_leaving_it_waiting() {
     virtual_time();
-    let mut h = GraphHarness::start(Limits { max_attempts: 1, ..Limits::default() });
+    let mut h = GraphHarness::start(Limits {
+        max_attempts: 1,
+        ..Limits::default()
+    });
     h.submit(vec![spec("parent", &["src"])]).await;
     h.start_task("t1", 1);
     h.propose(
         "t1",
         1,
-        vec![SubtaskProposal::new("x", &["src/x"]), SubtaskProposal::new("y", &["src/y"])],
+        vec![
+            SubtaskProposal::new("x", &["src/x"]),
+            SubtaskProposal::new("y", &["src/y"]),
+        ],
         StopCondition::AllSubtasksComplete,
     );
     h.expect_decision().await.unwrap();
     h.start_task("t1.1", 1);
-    h.send(ToTaskGraph::TaskFailed { task: task("t1.1"), attempt: 1, error: "compile error".into() });
+    h.send(ToTaskGraph::TaskFailed {
+        task: task("t1.1"),
+        attempt: 1,
+        error: "compile error".into(),
+    });
 
     let failed = h
         .events
         .fish_for("parent failure", |Published(e)| match &e.kind {
-            EventKind::TaskFailed { task: t, reason, .. } if *t == task("t1") => Some(reason.clone()),
+            EventKind::TaskFailed {
+                task: t, reason, ..
+            } if *t == task("t1") => Some(reason.clone()),
             _ => None,
         })
         .await;
-    assert_eq!(failed, FailureReason::SubtaskFailed { subtask: task("t1.1") });
+    assert_eq!(
+        failed,
+        FailureReason::SubtaskFailed {
+            subtask: task("t1.1")
+        }
+    );
     assert_eq!(h.state_of("t1.2").await, TaskState::Cancelled);
     // The parent's agent is told, so it does not wait for SubtasksCompleted forever.
     let told = h
@@ -101,7 +141,8 @@ async fn a_failed_subtask_fails_its_parent_instead_of_leaving_it_waiting() {
 async fn first_success_cancels_the_remaining_siblings() {
     virtual_time();
     let mut h = GraphHarness::start(Limits::default());
-    h.submit(vec![spec("find a fast hash", &["src/hash"])]).await;
+    h.submit(vec![spec("find a fast hash", &["src/hash"])])
+        .await;
     h.start_task("t1", 1);
     h.propose(
         "t1",
@@ -126,7 +167,10 @@ async fn first_success_cancels_the_remaining_siblings() {
             reason: "a sibling completed t1 first".into()
         }
     );
-    assert_eq!(h.events.expect_kind("subtasks_completed").await, EventKind::SubtasksCompleted { parent: task("t1") });
+    assert_eq!(
+        h.events.expect_kind("subtasks_completed").await,
+        EventKind::SubtasksCompleted { parent: task("t1") }
+    );
     // The running loser is called off; the parent's agent gets the results.
     let mut saw_cancel = false;
     let results = h
@@ -141,7 +185,10 @@ async fn first_success_cancels_the_remaining_siblings() {
         })
         .await;
     assert!(saw_cancel, "the cancelled sibling's agent must be told");
-    assert_eq!(results.iter().map(|r| r.state).collect::<Vec<_>>(), [TaskState::Cancelled, TaskState::Completed]);
+    assert_eq!(
+        results.iter().map(|r| r.state).collect::<Vec<_>>(),
+        [TaskState::Cancelled, TaskState::Completed]
+    );
     h.complete("t1", 1);
     h.events.expect_kind("task_completed").await;
     assert_eq!(h.state_of("t1").await, TaskState::Completed);
@@ -156,7 +203,10 @@ async fn user_decision_waits_for_an_explicit_answer() {
     h.propose(
         "t1",
         1,
-        vec![SubtaskProposal::new("option a", &["docs/a.md"]), SubtaskProposal::new("option b", &["docs/b.md"])],
+        vec![
+            SubtaskProposal::new("option a", &["docs/a.md"]),
+            SubtaskProposal::new("option b", &["docs/b.md"]),
+        ],
         StopCondition::UserDecision,
     );
     h.expect_decision().await.unwrap();
@@ -168,9 +218,15 @@ async fn user_decision_waits_for_an_explicit_answer() {
     h.agent_inbox.expect_none().await;
     assert_eq!(h.state_of("t1").await, TaskState::WaitingForSubtasks);
 
-    h.send(ToTaskGraph::UserDecision { task: task("t1"), proceed: true });
+    h.send(ToTaskGraph::UserDecision {
+        task: task("t1"),
+        proceed: true,
+    });
     h.events.expect_kind("subtasks_completed").await;
-    assert!(matches!(h.agent_inbox.expect().await, ToAgent::SubtasksCompleted(_)));
+    assert!(matches!(
+        h.agent_inbox.expect().await,
+        ToAgent::SubtasksCompleted(_)
+    ));
     assert_eq!(h.state_of("t1").await, TaskState::Synthesizing);
 }
 
@@ -185,7 +241,10 @@ async fn the_decomposition_deadline_fails_the_parent_and_cancels_its_subtasks() 
     h.propose(
         "t1",
         1,
-        vec![SubtaskProposal::new("a", &["src/a"]), SubtaskProposal::new("b", &["src/b"])],
+        vec![
+            SubtaskProposal::new("a", &["src/a"]),
+            SubtaskProposal::new("b", &["src/b"]),
+        ],
         StopCondition::AllSubtasksComplete,
     );
     h.expect_decision().await.unwrap();
@@ -200,11 +259,16 @@ async fn the_decomposition_deadline_fails_the_parent_and_cancels_its_subtasks() 
     let failed = h
         .events
         .fish_for("deadline failure", |Published(e)| match &e.kind {
-            EventKind::TaskFailed { task: t, reason, .. } if *t == task("t1") => Some(reason.clone()),
+            EventKind::TaskFailed {
+                task: t, reason, ..
+            } if *t == task("t1") => Some(reason.clone()),
             _ => None,
         })
         .await;
-    assert_eq!(failed, FailureReason::DecompositionDeadline { deadline_ms: 2_000 });
+    assert_eq!(
+        failed,
+        FailureReason::DecompositionDeadline { deadline_ms: 2_000 }
+    );
     assert_eq!(h.state_of("t1.2").await, TaskState::Cancelled);
     assert_eq!(h.state_of("t1.1").await, TaskState::Completed);
 }
@@ -215,8 +279,14 @@ async fn a_late_completion_after_cancellation_is_ignored() {
     let mut h = GraphHarness::start(Limits::default());
     h.submit(vec![spec("a", &["a"])]).await;
     h.start_task("t1", 1);
-    h.send(ToTaskGraph::Cancel { task: Some(task("t1")), reason: "user asked".into() });
-    assert!(matches!(h.agent_inbox.expect().await, ToAgent::Cancel { .. }));
+    h.send(ToTaskGraph::Cancel {
+        task: Some(task("t1")),
+        reason: "user asked".into(),
+    });
+    assert!(matches!(
+        h.agent_inbox.expect().await,
+        ToAgent::Cancel { .. }
+    ));
     h.complete("t1", 1);
 
     let ignored = h.events.expect_kind("message_ignored").await;
@@ -230,7 +300,10 @@ async fn a_late_completion_after_cancellation_is_ignored() {
     );
     assert_eq!(h.state_of("t1").await, TaskState::Cancelled);
     let snap = h.snapshot().await;
-    assert!(snap.tasks[0].summary.is_none(), "the late handoff must not be recorded");
+    assert!(
+        snap.tasks[0].summary.is_none(),
+        "the late handoff must not be recorded"
+    );
 }
 
 #[actix::test]
@@ -239,11 +312,17 @@ async fn a_completion_for_a_stale_attempt_is_ignored() {
     let mut h = GraphHarness::start(one_retry());
     h.submit(vec![spec("a", &["a"])]).await;
     h.start_task("t1", 1);
-    h.send(ToTaskGraph::TaskFailed { task: task("t1"), attempt: 1, error: "timeout".into() });
+    h.send(ToTaskGraph::TaskFailed {
+        task: task("t1"),
+        attempt: 1,
+        error: "timeout".into(),
+    });
     h.events.expect_kind("task_retried").await;
     h.complete("t1", 1);
     let ignored = h.events.expect_kind("message_ignored").await;
-    assert!(matches!(ignored, EventKind::MessageIgnored { why, .. } if why.contains("stale attempt 1")));
+    assert!(
+        matches!(ignored, EventKind::MessageIgnored { why, .. } if why.contains("stale attempt 1"))
+    );
     assert_eq!(h.state_of("t1").await, TaskState::Ready);
 }
 
@@ -278,20 +357,41 @@ async fn a_bad_planner_batch_is_rejected_whole() {
     cyclic_a.dependencies = vec![DependencyRef::Batch(2)];
     let mut cyclic_b = spec("b", &["b"]);
     cyclic_b.dependencies = vec![DependencyRef::Batch(1)];
-    h.send(ToTaskGraph::SubmitTasks { tasks: vec![spec("fine", &["c"]), cyclic_a, cyclic_b] });
+    h.send(ToTaskGraph::SubmitTasks {
+        tasks: vec![spec("fine", &["c"]), cyclic_a, cyclic_b],
+    });
     let rejected = h.events.expect_kind("tasks_rejected").await;
-    assert_eq!(rejected, EventKind::TasksRejected { reason: RejectionReason::DependencyCycle { cycle: vec![1, 2] } });
+    assert_eq!(
+        rejected,
+        EventKind::TasksRejected {
+            reason: RejectionReason::DependencyCycle { cycle: vec![1, 2] }
+        }
+    );
 
     let mut unknown = spec("x", &["x"]);
     unknown.dependencies = vec![DependencyRef::Task(task("t9"))];
-    h.send(ToTaskGraph::SubmitTasks { tasks: vec![unknown] });
-    let rejected = h.events.expect_kind("tasks_rejected").await;
-    assert!(matches!(rejected, EventKind::TasksRejected { reason: RejectionReason::UnknownDependency { .. } }));
-    h.send(ToTaskGraph::SubmitTasks { tasks: vec![spec("escape", &["../../etc"])] });
+    h.send(ToTaskGraph::SubmitTasks {
+        tasks: vec![unknown],
+    });
     let rejected = h.events.expect_kind("tasks_rejected").await;
     assert!(matches!(
         rejected,
-        EventKind::TasksRejected { reason: RejectionReason::InvalidPath { problem: PathProblem::ParentTraversal, .. } }
+        EventKind::TasksRejected {
+            reason: RejectionReason::UnknownDependency { .. }
+        }
+    ));
+    h.send(ToTaskGraph::SubmitTasks {
+        tasks: vec![spec("escape", &["../../etc"])],
+    });
+    let rejected = h.events.expect_kind("tasks_rejected").await;
+    assert!(matches!(
+        rejected,
+        EventKind::TasksRejected {
+            reason: RejectionReason::InvalidPath {
+                problem: PathProblem::ParentTraversal,
+                ..
+            }
+        }
     ));
 
     assert!(h.snapshot().await.tasks.is_empty());
@@ -306,23 +406,49 @@ async fn cancelling_the_run_cancels_everything_and_finishes_it() {
     b.dependencies = vec![DependencyRef::Batch(0)];
     h.submit(vec![spec("a", &["a"]), b]).await;
     h.start_task("t1", 1);
-    h.send(ToTaskGraph::Cancel { task: None, reason: "user cancelled the run".into() });
-    assert_eq!(h.events.expect_kind("run_finished").await, EventKind::RunFinished { outcome: RunOutcome::Cancelled });
+    h.send(ToTaskGraph::Cancel {
+        task: None,
+        reason: "user cancelled the run".into(),
+    });
+    assert_eq!(
+        h.events.expect_kind("run_finished").await,
+        EventKind::RunFinished {
+            outcome: RunOutcome::Cancelled
+        }
+    );
     let snap = h.snapshot().await;
     assert!(snap.tasks.iter().all(|t| t.state == TaskState::Cancelled));
-    assert!(matches!(h.agent_inbox.expect().await, ToAgent::Cancel { .. }));
+    assert!(matches!(
+        h.agent_inbox.expect().await,
+        ToAgent::Cancel { .. }
+    ));
 }
 
 #[test]
 fn an_interrupted_attempt_is_requeued_without_charging_a_retry() {
     use flotilla_actors::graph::RunGraph;
-    let mut g = RunGraph::new(Limits { max_attempts: 1, ..Limits::default() });
+    let mut g = RunGraph::new(Limits {
+        max_attempts: 1,
+        ..Limits::default()
+    });
     g.submit(vec![spec("a", &["a"])]).unwrap();
     g.dispatched(&task("t1"), 1, "w", Route::Worker).unwrap();
     g.started(&task("t1"), 1).unwrap();
     let events = g.interrupt_in_flight().unwrap();
-    assert_eq!(events, vec![EventKind::TaskInterrupted { task: task("t1"), attempt: 1 }]);
-    assert_eq!((g.task(&task("t1")).unwrap().state, g.task(&task("t1")).unwrap().attempt), (TaskState::Ready, 2));
+    assert_eq!(
+        events,
+        vec![EventKind::TaskInterrupted {
+            task: task("t1"),
+            attempt: 1
+        }]
+    );
+    assert_eq!(
+        (
+            g.task(&task("t1")).unwrap().state,
+            g.task(&task("t1")).unwrap().attempt
+        ),
+        (TaskState::Ready, 2)
+    );
     // max_attempts = 1 and this is attempt 2, yet the failure is the first charged one: no
     // retry is left, so it fails (rather than having been refused a first try).
     g.dispatched(&task("t1"), 2, "w", Route::Worker).unwrap();
@@ -330,12 +456,22 @@ fn an_interrupted_attempt_is_requeued_without_charging_a_retry() {
     let events = g.failed(&task("t1"), 2, "boom").unwrap();
     assert!(matches!(events[0], EventKind::TaskFailed { .. }));
 
-    let mut g = RunGraph::new(Limits { max_attempts: 2, ..Limits::default() });
+    let mut g = RunGraph::new(Limits {
+        max_attempts: 2,
+        ..Limits::default()
+    });
     g.submit(vec![spec("a", &["a"])]).unwrap();
     g.dispatched(&task("t1"), 1, "w", Route::Worker).unwrap();
     g.interrupt_in_flight().unwrap();
     g.dispatched(&task("t1"), 2, "w", Route::Worker).unwrap();
     g.started(&task("t1"), 2).unwrap();
     let events = g.failed(&task("t1"), 2, "boom").unwrap();
-    assert_eq!(events, vec![EventKind::TaskRetried { task: task("t1"), attempt: 2, error: "boom".into() }]);
+    assert_eq!(
+        events,
+        vec![EventKind::TaskRetried {
+            task: task("t1"),
+            attempt: 2,
+            error: "boom".into()
+        }]
+    );
 }

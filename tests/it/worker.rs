@@ -14,7 +14,11 @@ fn start(scenario: &str) -> (Addr<Worker>, Arc<ScriptedAgent>, Inbox<ToTaskGraph
     virtual_time();
     let agent = Arc::new(ScriptedAgent::new(Scenario::from_toml(scenario).unwrap()));
     let (graph, inbox) = probe::<ToTaskGraph>("task graph");
-    (Worker::new(agent.clone(), graph, std::env::temp_dir()).start(), agent, inbox)
+    (
+        Worker::new(agent.clone(), graph, std::env::temp_dir()).start(),
+        agent,
+        inbox,
+    )
 }
 
 fn assign(id: &str, wall_ms: u64) -> ToAgent {
@@ -31,14 +35,20 @@ fn assign(id: &str, wall_ms: u64) -> ToAgent {
 
 #[actix::test]
 async fn reports_start_then_completion_with_the_ids_it_was_given() {
-    let (worker, _agent, mut graph) = start("[tasks.t1]\nsummary = \"lexer written\"\nconcerns = [\"no unicode\"]\n");
+    let (worker, _agent, mut graph) =
+        start("[tasks.t1]\nsummary = \"lexer written\"\nconcerns = [\"no unicode\"]\n");
     worker.do_send(assign("t1", 60_000));
-    assert!(matches!(graph.expect().await, ToTaskGraph::TaskStarted { task, attempt: 1 } if task == self::task("t1")));
+    assert!(
+        matches!(graph.expect().await, ToTaskGraph::TaskStarted { task, attempt: 1 } if task == self::task("t1"))
+    );
     match graph.expect().await {
         ToTaskGraph::TaskCompleted(c) => {
             assert_eq!((c.task.clone(), c.attempt), (task("t1"), 1));
             let h = c.handoff.unwrap();
-            assert_eq!((h.summary.as_str(), h.concerns.clone()), ("lexer written", vec!["no unicode".to_string()]));
+            assert_eq!(
+                (h.summary.as_str(), h.concerns.clone()),
+                ("lexer written", vec!["no unicode".to_string()])
+            );
         }
         other => panic!("expected TaskCompleted, got {other:?}"),
     }
@@ -46,7 +56,8 @@ async fn reports_start_then_completion_with_the_ids_it_was_given() {
 
 #[actix::test]
 async fn a_hung_agent_fails_at_the_wall_time_budget_and_a_crash_is_a_failure() {
-    let (worker, _agent, mut graph) = start("[tasks.t1]\noutcome = \"hang\"\n[tasks.t2]\noutcome = \"crash\"\n");
+    let (worker, _agent, mut graph) =
+        start("[tasks.t1]\noutcome = \"hang\"\n[tasks.t2]\noutcome = \"crash\"\n");
     worker.do_send(assign("t1", 5_000));
     worker.do_send(assign("t2", 5_000));
     let mut failures = Vec::new();
@@ -93,11 +104,17 @@ async fn a_rejected_subplan_goes_back_to_the_agent_and_cancel_drops_the_work() {
         })
         .await;
     assert_eq!(revised.summary, "did it in one go");
-    assert!(agent.calls().contains(&AgentCall::Revise { task: task("t1"), reason: RejectionReason::NoSubtasks }));
+    assert!(agent.calls().contains(&AgentCall::Revise {
+        task: task("t1"),
+        reason: RejectionReason::NoSubtasks
+    }));
 
     worker.do_send(assign("t2", 60_000));
     graph.expect().await; // TaskStarted
-    worker.do_send(ToAgent::Cancel { task: task("t2"), reason: "user".into() });
+    worker.do_send(ToAgent::Cancel {
+        task: task("t2"),
+        reason: "user".into(),
+    });
     tokio::time::sleep(Duration::from_secs(20)).await;
     graph.expect_none().await;
 }

@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::Limits;
 use crate::graph::scope::{ScopeLocks, ScopePath};
 use crate::protocol::{
-    Assignment, Priority, ReadyTask, Route, RunId, TaskId, ToAgent, ToDispatch, ToTaskGraph, branch_name,
+    Assignment, Priority, ReadyTask, Route, RunId, TaskId, ToAgent, ToDispatch, ToTaskGraph,
+    branch_name,
 };
 
 /// A kind of worker: what it can do and what it costs.
@@ -38,17 +39,26 @@ fn default_cost() -> u32 {
 
 impl WorkerProfile {
     pub fn new(name: &str, capabilities: &[&str], cost: u32) -> Self {
-        WorkerProfile { name: name.into(), capabilities: capabilities.iter().map(|c| c.to_string()).collect(), cost }
+        WorkerProfile {
+            name: name.into(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            cost,
+        }
     }
 }
 
 /// The cheapest profile offering every required capability; ties go to the profile with the
 /// fewest capabilities (keep specialists free), then to the name.
-pub fn best_profile<'a>(profiles: &'a [WorkerProfile], required: &BTreeSet<String>) -> Option<&'a WorkerProfile> {
+pub fn best_profile<'a>(
+    profiles: &'a [WorkerProfile],
+    required: &BTreeSet<String>,
+) -> Option<&'a WorkerProfile> {
     profiles
         .iter()
         .filter(|p| required.is_subset(&p.capabilities))
-        .min_by(|a, b| (a.cost, a.capabilities.len(), &a.name).cmp(&(b.cost, b.capabilities.len(), &b.name)))
+        .min_by(|a, b| {
+            (a.cost, a.capabilities.len(), &a.name).cmp(&(b.cost, b.capabilities.len(), &b.name))
+        })
 }
 
 /// Queue order: most urgent, then longest chain, then oldest.
@@ -100,7 +110,8 @@ impl Dispatch {
     }
 
     fn route(&self, task: &ReadyTask) -> Route {
-        if task.spec.scope.len() >= self.limits.subplanner_scope_threshold && task.task.depth() < self.limits.max_depth
+        if task.spec.scope.len() >= self.limits.subplanner_scope_threshold
+            && task.task.depth() < self.limits.max_depth
         {
             Route::Subplanner
         } else {
@@ -117,7 +128,12 @@ impl Dispatch {
 
     fn enqueue(&mut self, task: ReadyTask) {
         self.remove_queued(&task.task);
-        let key = (task.spec.priority, Reverse(task.critical_path), task.created, task.task.clone());
+        let key = (
+            task.spec.priority,
+            Reverse(task.critical_path),
+            task.created,
+            task.task.clone(),
+        );
         self.queued.insert(task.task.clone(), key.clone());
         self.queue.insert(key, task);
     }
@@ -163,8 +179,12 @@ impl Dispatch {
                 },
             };
             // Scopes were normalized when the task entered the graph.
-            let scope: Vec<ScopePath> =
-                task.spec.scope.iter().filter_map(|p| ScopePath::parse(p, usize::MAX).ok()).collect();
+            let scope: Vec<ScopePath> = task
+                .spec
+                .scope
+                .iter()
+                .filter_map(|p| ScopePath::parse(p, usize::MAX).ok())
+                .collect();
             if route == Route::Worker {
                 if self.locks.conflicts(&scope) {
                     continue;
@@ -174,7 +194,8 @@ impl Dispatch {
             } else {
                 self.busy_subplanners += 1;
             }
-            self.running.insert(task.task.clone(), Running { route, scope });
+            self.running
+                .insert(task.task.clone(), Running { route, scope });
             handed.push((key.clone(), route, profile));
         }
         for key in undispatchable {
@@ -184,12 +205,17 @@ impl Dispatch {
                 self.graph.do_send(ToTaskGraph::Undispatchable {
                     task: task.task,
                     attempt: task.attempt,
-                    reason: format!("no worker profile offers capabilities [{}]", wanted.join(", ")),
+                    reason: format!(
+                        "no worker profile offers capabilities [{}]",
+                        wanted.join(", ")
+                    ),
                 });
             }
         }
         for (key, route, profile) in handed {
-            let Some(task) = self.queue.remove(&key) else { continue };
+            let Some(task) = self.queue.remove(&key) else {
+                continue;
+            };
             self.queued.remove(&task.task);
             let agent = match route {
                 Route::Worker => self.worker.clone(),
@@ -204,7 +230,13 @@ impl Dispatch {
                 agent: agent.clone(),
             });
             let branch = branch_name(self.run, &task.task);
-            agent.do_send(ToAgent::Assign(Assignment { run: self.run, task, profile, route, branch }));
+            agent.do_send(ToAgent::Assign(Assignment {
+                run: self.run,
+                task,
+                profile,
+                route,
+                branch,
+            }));
         }
     }
 }
@@ -244,8 +276,16 @@ mod tests {
         ];
         let need = |caps: &[&str]| caps.iter().map(|c| c.to_string()).collect::<BTreeSet<_>>();
         assert_eq!(best_profile(&profiles, &need(&[])).unwrap().name, "general");
-        assert_eq!(best_profile(&profiles, &need(&["rust"])).unwrap().name, "rust");
-        assert_eq!(best_profile(&profiles, &need(&["rust", "web"])).unwrap().name, "big");
+        assert_eq!(
+            best_profile(&profiles, &need(&["rust"])).unwrap().name,
+            "rust"
+        );
+        assert_eq!(
+            best_profile(&profiles, &need(&["rust", "web"]))
+                .unwrap()
+                .name,
+            "big"
+        );
         assert!(best_profile(&profiles, &need(&["gpu"])).is_none());
     }
 }

@@ -113,19 +113,38 @@ impl Planner {
             return msg;
         }
         if let Some(error) = self.last_error.take() {
-            msg.push_str(&format!("## Your last answer could not be used\n{error}\n\n"));
+            msg.push_str(&format!(
+                "## Your last answer could not be used\n{error}\n\n"
+            ));
         }
         for reason in self.rejections.drain(..) {
-            msg.push_str(&format!("## Your last batch was refused\n{reason}\nNothing from it was added.\n\n"));
+            msg.push_str(&format!(
+                "## Your last batch was refused\n{reason}\nNothing from it was added.\n\n"
+            ));
         }
         if !self.unread.is_empty() {
             msg.push_str("## Handoffs since your last plan\n");
             for h in self.unread.drain(..) {
-                msg.push_str(&format!("### {} ({}): {}\n", h.task, h.state, h.description));
+                msg.push_str(&format!(
+                    "### {} ({}): {}\n",
+                    h.task, h.state, h.description
+                ));
                 if let Some(handoff) = &h.handoff {
-                    let summary: String = handoff.summary.chars().take(self.config.max_summary_chars).collect();
-                    msg.push_str(&format!("status: {:?}\nsummary: {summary}\n", handoff.status));
-                    let files: Vec<&str> = handoff.files_changed.iter().take(10).map(String::as_str).collect();
+                    let summary: String = handoff
+                        .summary
+                        .chars()
+                        .take(self.config.max_summary_chars)
+                        .collect();
+                    msg.push_str(&format!(
+                        "status: {:?}\nsummary: {summary}\n",
+                        handoff.status
+                    ));
+                    let files: Vec<&str> = handoff
+                        .files_changed
+                        .iter()
+                        .take(10)
+                        .map(String::as_str)
+                        .collect();
                     if !files.is_empty() {
                         msg.push_str(&format!("files changed: {}\n", files.join(", ")));
                     }
@@ -149,36 +168,71 @@ impl Planner {
         }
         let call = self.conversation.len() as u32;
         if call >= self.config.max_iterations {
-            self.give_up(format!("the planner reached its limit of {} planning calls", self.config.max_iterations));
+            self.give_up(format!(
+                "the planner reached its limit of {} planning calls",
+                self.config.max_iterations
+            ));
             return;
         }
         let prompt = self.prompt();
-        let mut messages = vec![ChatMessage { role: ChatRole::System, content: self.system_prompt.clone() }];
+        let mut messages = vec![ChatMessage {
+            role: ChatRole::System,
+            content: self.system_prompt.clone(),
+        }];
         for ex in &self.conversation {
-            messages.push(ChatMessage { role: ChatRole::User, content: ex.prompt.clone() });
-            messages.push(ChatMessage { role: ChatRole::Assistant, content: ex.answer.clone() });
+            messages.push(ChatMessage {
+                role: ChatRole::User,
+                content: ex.prompt.clone(),
+            });
+            messages.push(ChatMessage {
+                role: ChatRole::Assistant,
+                content: ex.answer.clone(),
+            });
         }
-        messages.push(ChatMessage { role: ChatRole::User, content: prompt.clone() });
+        messages.push(ChatMessage {
+            role: ChatRole::User,
+            content: prompt.clone(),
+        });
         self.busy = true;
-        let request = self.llm.complete(LlmRequest { role: Role::Planner, messages });
-        ctx.spawn(request.into_actor(self).map(move |result, act, ctx| act.answered(call, prompt, result, ctx)));
+        let request = self.llm.complete(LlmRequest {
+            role: Role::Planner,
+            messages,
+        });
+        ctx.spawn(
+            request
+                .into_actor(self)
+                .map(move |result, act, ctx| act.answered(call, prompt, result, ctx)),
+        );
     }
 
-    fn answered(&mut self, call: u32, prompt: String, result: Result<LlmResponse, LlmError>, ctx: &mut Context<Self>) {
+    fn answered(
+        &mut self,
+        call: u32,
+        prompt: String,
+        result: Result<LlmResponse, LlmError>,
+        ctx: &mut Context<Self>,
+    ) {
         self.busy = false;
         match result {
             Ok(response) => {
-                let tasks = parse_json_answer::<PlannerOutput>(&response.content, self.config.max_answer_bytes)
-                    .map(|out| out.tasks);
-                self.conversation.push(Exchange { prompt: prompt.clone(), answer: response.content.clone() });
+                let tasks = parse_json_answer::<PlannerOutput>(
+                    &response.content,
+                    self.config.max_answer_bytes,
+                )
+                .map(|out| out.tasks);
+                self.conversation.push(Exchange {
+                    prompt: prompt.clone(),
+                    answer: response.content.clone(),
+                });
                 let failed = tasks.as_ref().err().cloned();
-                self.graph.do_send(ToTaskGraph::PlannerAnswered(Box::new(PlannerAnswer {
-                    call,
-                    prompt,
-                    content: response.content,
-                    usage: response.usage,
-                    tasks,
-                })));
+                self.graph
+                    .do_send(ToTaskGraph::PlannerAnswered(Box::new(PlannerAnswer {
+                        call,
+                        prompt,
+                        content: response.content,
+                        usage: response.usage,
+                        tasks,
+                    })));
                 match failed {
                     Some(error) => {
                         warn!(run = %self.run, call, %error, "the planner's answer was unusable");
@@ -187,7 +241,9 @@ impl Planner {
                     }
                     None => {
                         self.consecutive_errors = 0;
-                        if self.unread.len() >= self.config.min_handoffs_for_replan || !self.rejections.is_empty() {
+                        if self.unread.len() >= self.config.min_handoffs_for_replan
+                            || !self.rejections.is_empty()
+                        {
                             self.plan(ctx);
                         }
                     }
@@ -211,11 +267,19 @@ impl Planner {
     fn back_off_for(&mut self, error: String, at_least_ms: Option<u64>, ctx: &mut Context<Self>) {
         self.consecutive_errors += 1;
         if self.consecutive_errors >= self.config.max_consecutive_errors {
-            self.give_up(format!("{} consecutive planner errors; the last: {error}", self.consecutive_errors));
+            self.give_up(format!(
+                "{} consecutive planner errors; the last: {error}",
+                self.consecutive_errors
+            ));
             return;
         }
-        let exp = self.config.backoff_base_ms.saturating_mul(1 << (self.consecutive_errors - 1).min(20));
-        let delay = exp.min(self.config.backoff_max_ms).max(at_least_ms.unwrap_or(0));
+        let exp = self
+            .config
+            .backoff_base_ms
+            .saturating_mul(1 << (self.consecutive_errors - 1).min(20));
+        let delay = exp
+            .min(self.config.backoff_max_ms)
+            .max(at_least_ms.unwrap_or(0));
         ctx.notify_later(ToPlanner::Retry, Duration::from_millis(delay));
     }
 

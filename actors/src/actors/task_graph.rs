@@ -18,8 +18,8 @@ use crate::graph::{GraphError, RunGraph};
 use crate::ports::Journal;
 use crate::protocol::{
     Event, EventKind, FailureReason, GetSnapshot, Published, RootHandoff, RunId, SubtasksCompleted,
-    TaskDecompositionAccepted, TaskDecompositionRejected, TaskId, TaskState, ToAgent, ToDispatch, ToPlanner,
-    ToTaskGraph,
+    TaskDecompositionAccepted, TaskDecompositionRejected, TaskId, TaskState, ToAgent, ToDispatch,
+    ToPlanner, ToTaskGraph,
 };
 
 pub struct TaskGraph {
@@ -113,8 +113,12 @@ impl TaskGraph {
                     observer.do_send(Published(event));
                 }
             }
-            let ready: Vec<_> =
-                act.graph.tasks_in(TaskState::Ready).iter().filter_map(|t| act.graph.ready_task(t)).collect();
+            let ready: Vec<_> = act
+                .graph
+                .tasks_in(TaskState::Ready)
+                .iter()
+                .filter_map(|t| act.graph.ready_task(t))
+                .collect();
             if !ready.is_empty() {
                 act.dispatch.do_send(ToDispatch::Ready(ready));
             }
@@ -140,12 +144,18 @@ impl TaskGraph {
         let attempt = self.graph.task(parent).map_or(1, |n| n.attempt);
         self.tell_agent(
             parent,
-            ToAgent::SubtasksCompleted(SubtasksCompleted { parent: parent.clone(), attempt, results }),
+            ToAgent::SubtasksCompleted(SubtasksCompleted {
+                parent: parent.clone(),
+                attempt,
+                results,
+            }),
         );
     }
 
     fn tell_planner_root_ended(&self, task: &TaskId) {
-        let (Some(planner), Some(node)) = (&self.planner, self.graph.task(task)) else { return };
+        let (Some(planner), Some(node)) = (&self.planner, self.graph.task(task)) else {
+            return;
+        };
         if node.parent.is_none() {
             planner.do_send(ToPlanner::Handoff(RootHandoff {
                 task: task.clone(),
@@ -187,40 +197,58 @@ impl TaskGraph {
             match &event.kind {
                 EventKind::TasksRejected { reason } => {
                     if let Some(planner) = &self.planner {
-                        planner.do_send(ToPlanner::BatchRejected { reason: reason.clone() });
+                        planner.do_send(ToPlanner::BatchRejected {
+                            reason: reason.clone(),
+                        });
                     }
                 }
                 EventKind::TaskReady { task } => ready.extend(self.graph.ready_task(task)),
                 EventKind::TaskRetried { task, .. } => {
                     self.agents.remove(task);
-                    self.dispatch.do_send(ToDispatch::Release { task: task.clone() });
+                    self.dispatch
+                        .do_send(ToDispatch::Release { task: task.clone() });
                     ready.extend(self.graph.ready_task(task));
                 }
                 EventKind::TaskCompleted { task, .. } => {
                     self.agents.remove(task);
-                    self.dispatch.do_send(ToDispatch::Release { task: task.clone() });
+                    self.dispatch
+                        .do_send(ToDispatch::Release { task: task.clone() });
                 }
                 EventKind::TaskFailed { task, reason, .. } => {
-                    self.dispatch.do_send(ToDispatch::Release { task: task.clone() });
+                    self.dispatch
+                        .do_send(ToDispatch::Release { task: task.clone() });
                     let agent = self.agents.remove(task);
                     // The agent reported these itself; any other failure it must hear about.
-                    let from_agent =
-                        matches!(reason, FailureReason::AgentFailed { .. } | FailureReason::Blocked { .. });
+                    let from_agent = matches!(
+                        reason,
+                        FailureReason::AgentFailed { .. } | FailureReason::Blocked { .. }
+                    );
                     if let (Some(agent), false) = (agent, from_agent) {
                         let reason = format!("task failed: {reason:?}");
-                        agent.do_send(ToAgent::Cancel { task: task.clone(), reason });
+                        agent.do_send(ToAgent::Cancel {
+                            task: task.clone(),
+                            reason,
+                        });
                     }
                 }
                 EventKind::TaskCancelled { task, reason, .. } => {
-                    self.dispatch.do_send(ToDispatch::Release { task: task.clone() });
+                    self.dispatch
+                        .do_send(ToDispatch::Release { task: task.clone() });
                     if let Some(agent) = self.agents.remove(task) {
-                        agent.do_send(ToAgent::Cancel { task: task.clone(), reason: reason.clone() });
+                        agent.do_send(ToAgent::Cancel {
+                            task: task.clone(),
+                            reason: reason.clone(),
+                        });
                     }
                 }
-                EventKind::DecompositionAccepted { parent, subtasks, .. } => {
+                EventKind::DecompositionAccepted {
+                    parent, subtasks, ..
+                } => {
                     // A waiting parent holds no worker slot and no scope lock: its subtasks
                     // need both.
-                    self.dispatch.do_send(ToDispatch::Release { task: parent.clone() });
+                    self.dispatch.do_send(ToDispatch::Release {
+                        task: parent.clone(),
+                    });
                     self.tell_agent(
                         parent,
                         ToAgent::DecompositionAccepted(TaskDecompositionAccepted {
@@ -249,7 +277,8 @@ impl TaskGraph {
         if !ready.is_empty() {
             self.dispatch.do_send(ToDispatch::Ready(ready));
         }
-        if let (true, Some(planner)) = (something_ended && self.graph.is_quiescent(), &self.planner) {
+        if let (true, Some(planner)) = (something_ended && self.graph.is_quiescent(), &self.planner)
+        {
             planner.do_send(ToPlanner::Quiescent);
         }
     }
@@ -257,7 +286,9 @@ impl TaskGraph {
     fn tell_agent(&self, task: &TaskId, message: ToAgent) {
         match self.agents.get(task).or(self.default_agent.as_ref()) {
             Some(agent) => agent.do_send(message),
-            None => warn!(run = %self.run, %task, "no agent registered for the task; message dropped"),
+            None => {
+                warn!(run = %self.run, %task, "no agent registered for the task; message dropped")
+            }
         }
     }
 
@@ -270,11 +301,16 @@ impl TaskGraph {
     }
 
     fn arm_deadline_in(&self, parent: &TaskId, ms: u64, ctx: &mut Context<Self>) {
-        let Some(node) = self.graph.task(parent) else { return };
+        let Some(node) = self.graph.task(parent) else {
+            return;
+        };
         let decomposition = node.decompositions;
         let task = parent.clone();
         ctx.run_later(Duration::from_millis(ms), move |_, ctx| {
-            ctx.notify(ToTaskGraph::DecompositionDeadline { task, decomposition });
+            ctx.notify(ToTaskGraph::DecompositionDeadline {
+                task,
+                decomposition,
+            });
         });
     }
 }
@@ -298,10 +334,15 @@ impl Handler<ToTaskGraph> for TaskGraph {
             ToTaskGraph::PlanningFinished => self.graph.planning_finished(),
             ToTaskGraph::PlannerAnswered(answer) => self.graph.planner_answered(*answer),
             ToTaskGraph::PlannerGaveUp { error } => self.graph.planner_gave_up(&error),
-            ToTaskGraph::TaskDispatched { task, attempt, profile, route, agent } => {
+            ToTaskGraph::TaskDispatched {
+                task,
+                attempt,
+                profile,
+                route,
+                agent,
+            } => {
                 let result = self.graph.dispatched(&task, attempt, &profile, route);
-                let accepted =
-                    matches!(&result, Ok(ev) if ev.iter().any(|e| matches!(e, EventKind::TaskDispatched { .. })));
+                let accepted = matches!(&result, Ok(ev) if ev.iter().any(|e| matches!(e, EventKind::TaskDispatched { .. })));
                 if accepted {
                     self.agents.insert(task, agent);
                 } else {
@@ -315,15 +356,24 @@ impl Handler<ToTaskGraph> for TaskGraph {
                 }
                 result
             }
-            ToTaskGraph::Undispatchable { task, attempt, reason } => self.graph.undispatchable(&task, attempt, &reason),
+            ToTaskGraph::Undispatchable {
+                task,
+                attempt,
+                reason,
+            } => self.graph.undispatchable(&task, attempt, &reason),
             ToTaskGraph::TaskStarted { task, attempt } => self.graph.started(&task, attempt),
             ToTaskGraph::TaskCompleted(report) => self.graph.complete(*report),
-            ToTaskGraph::TaskFailed { task, attempt, error } => self.graph.failed(&task, attempt, &error),
+            ToTaskGraph::TaskFailed {
+                task,
+                attempt,
+                error,
+            } => self.graph.failed(&task, attempt, &error),
             ToTaskGraph::Cancel { task, reason } => self.graph.cancel(task.as_ref(), &reason),
             ToTaskGraph::UserDecision { task, proceed } => self.graph.user_decision(&task, proceed),
-            ToTaskGraph::DecompositionDeadline { task, decomposition } => {
-                self.graph.deadline_passed(&task, decomposition)
-            }
+            ToTaskGraph::DecompositionDeadline {
+                task,
+                decomposition,
+            } => self.graph.deadline_passed(&task, decomposition),
         };
         match result {
             Ok(events) => self.commit(events, ctx),

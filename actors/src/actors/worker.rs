@@ -32,7 +32,13 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(agent: Arc<dyn Agent>, graph: Recipient<ToTaskGraph>, workspace: PathBuf) -> Self {
-        Worker { agent, graph, workspace, assignments: HashMap::new(), in_flight: HashMap::new() }
+        Worker {
+            agent,
+            graph,
+            workspace,
+            assignments: HashMap::new(),
+            in_flight: HashMap::new(),
+        }
     }
 
     /// Runs one agent call for `task`/`attempt` and reports its outcome.
@@ -44,7 +50,11 @@ impl Worker {
         call: BoxFuture<'static, Result<AgentReport, AgentError>>,
         ctx: &mut Context<Self>,
     ) {
-        let bounded = async move { tokio::time::timeout(limit, call).await.unwrap_or(Err(AgentError::Timeout)) };
+        let bounded = async move {
+            tokio::time::timeout(limit, call)
+                .await
+                .unwrap_or(Err(AgentError::Timeout))
+        };
         let key = task.clone();
         let handle = ctx.spawn(bounded.into_actor(self).map(move |result, act, _| {
             act.in_flight.remove(&task);
@@ -60,7 +70,11 @@ impl Worker {
                     artifacts: report.artifacts,
                     subplan: report.subplan,
                 })),
-                Err(error) => ToTaskGraph::TaskFailed { task, attempt, error: error.to_string() },
+                Err(error) => ToTaskGraph::TaskFailed {
+                    task,
+                    attempt,
+                    error: error.to_string(),
+                },
             };
             act.graph.do_send(message);
         }));
@@ -85,7 +99,10 @@ impl Handler<ToAgent> for Worker {
         match msg {
             ToAgent::Assign(a) => {
                 let (task, attempt) = (a.task.task.clone(), a.task.attempt);
-                self.graph.do_send(ToTaskGraph::TaskStarted { task: task.clone(), attempt });
+                self.graph.do_send(ToTaskGraph::TaskStarted {
+                    task: task.clone(),
+                    attempt,
+                });
                 let call = self.agent.run(a.clone(), self.workspace.clone());
                 let limit = wall_limit(&a);
                 self.assignments.insert(task.clone(), a);
@@ -100,10 +117,19 @@ impl Handler<ToAgent> for Worker {
                     return;
                 };
                 let call = self.agent.revise(a.clone(), rejected.reason);
-                self.drive(a.task.task.clone(), a.task.attempt, wall_limit(&a), call, ctx);
+                self.drive(
+                    a.task.task.clone(),
+                    a.task.attempt,
+                    wall_limit(&a),
+                    call,
+                    ctx,
+                );
             }
             ToAgent::SubtasksCompleted(done) => {
-                let limit = self.assignments.get(&done.parent).map_or(Duration::from_secs(30 * 60), wall_limit);
+                let limit = self
+                    .assignments
+                    .get(&done.parent)
+                    .map_or(Duration::from_secs(30 * 60), wall_limit);
                 let call = self.agent.synthesize(done.parent.clone(), done.results);
                 self.drive(done.parent, done.attempt, limit, call, ctx);
             }

@@ -24,8 +24,9 @@ use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::config::Limits;
 use crate::protocol::{
-    ArtifactRef, Budget, EventKind, FailureReason, GraphSnapshot, Handoff, HandoffStatus, ReadyTask, Route, RunOutcome,
-    StopCondition, SubtaskResult, TaskCompleted, TaskId, TaskSpec, TaskState, TaskView,
+    ArtifactRef, Budget, EventKind, FailureReason, GraphSnapshot, Handoff, HandoffStatus,
+    ReadyTask, Route, RunOutcome, StopCondition, SubtaskResult, TaskCompleted, TaskId, TaskSpec,
+    TaskState, TaskView,
 };
 use scope::ScopePath;
 pub use validate::{Fingerprint, fingerprint};
@@ -77,7 +78,11 @@ pub enum GraphError {
     #[error(transparent)]
     IllegalTransition(#[from] crate::protocol::IllegalTransition),
     #[error("event for {task} carries attempt {got}, the task is on attempt {expected}")]
-    AttemptMismatch { task: TaskId, got: u32, expected: u32 },
+    AttemptMismatch {
+        task: TaskId,
+        got: u32,
+        expected: u32,
+    },
 }
 
 /// The task graph of one run.
@@ -126,7 +131,10 @@ impl RunGraph {
     }
 
     /// Rebuilds a graph from journaled events.
-    pub fn replay<'a>(limits: Limits, events: impl IntoIterator<Item = &'a EventKind>) -> Result<Self, GraphError> {
+    pub fn replay<'a>(
+        limits: Limits,
+        events: impl IntoIterator<Item = &'a EventKind>,
+    ) -> Result<Self, GraphError> {
         let mut graph = RunGraph::new(limits);
         for e in events {
             graph.apply(e)?;
@@ -178,7 +186,11 @@ impl RunGraph {
 
     /// Tasks in `state`. O(graph): for recovery and queries only.
     pub fn tasks_in(&self, state: TaskState) -> Vec<TaskId> {
-        self.dag.node_weights().filter(|n| n.state == state).map(|n| n.id.clone()).collect()
+        self.dag
+            .node_weights()
+            .filter(|n| n.state == state)
+            .map(|n| n.id.clone())
+            .collect()
     }
 
     pub fn task(&self, id: &TaskId) -> Option<&TaskNode> {
@@ -193,7 +205,12 @@ impl RunGraph {
     pub fn dependencies(&self, id: &TaskId) -> Vec<TaskId> {
         self.index
             .get(id)
-            .map(|&ix| self.dag.neighbors_directed(ix, Direction::Incoming).map(|d| self.dag[d].id.clone()).collect())
+            .map(|&ix| {
+                self.dag
+                    .neighbors_directed(ix, Direction::Incoming)
+                    .map(|d| self.dag[d].id.clone())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -212,13 +229,19 @@ impl RunGraph {
 
     /// The children's results, for `SubtasksCompleted`.
     pub fn subtask_results(&self, parent: &TaskId) -> Vec<SubtaskResult> {
-        let Some(&ix) = self.index.get(parent) else { return Vec::new() };
+        let Some(&ix) = self.index.get(parent) else {
+            return Vec::new();
+        };
         self.dag[ix]
             .children
             .iter()
             .map(|&c| {
                 let child = &self.dag[c];
-                SubtaskResult { task: child.id.clone(), state: child.state, handoff: child.handoff.as_deref().cloned() }
+                SubtaskResult {
+                    task: child.id.clone(),
+                    state: child.state,
+                    handoff: child.handoff.as_deref().cloned(),
+                }
             })
             .collect()
     }
@@ -258,7 +281,9 @@ impl RunGraph {
     /// Applies one event. The only mutator of the graph.
     pub fn apply(&mut self, event: &EventKind) -> Result<(), GraphError> {
         match event {
-            EventKind::PlannerResponded { call, .. } => self.planner_calls = self.planner_calls.max(call + 1),
+            EventKind::PlannerResponded { call, .. } => {
+                self.planner_calls = self.planner_calls.max(call + 1)
+            }
             EventKind::PlannerGaveUp { .. } => {
                 self.planning_finished = true;
                 self.planner_failed = true;
@@ -275,7 +300,12 @@ impl RunGraph {
             | EventKind::TasksRejected { .. }
             | EventKind::AwaitingUserDecision { .. }
             | EventKind::MessageIgnored { .. } => {}
-            EventKind::TaskAdded { task, spec, budget, depends_on } => {
+            EventKind::TaskAdded {
+                task,
+                spec,
+                budget,
+                depends_on,
+            } => {
                 self.add_task(task, spec, *budget, depends_on)?;
             }
             EventKind::TaskReady { task } => {
@@ -297,7 +327,12 @@ impl RunGraph {
                 node.attempt += 1;
                 node.proposals_this_attempt = 0;
             }
-            EventKind::TaskCompleted { task, attempt, handoff, artifacts } => {
+            EventKind::TaskCompleted {
+                task,
+                attempt,
+                handoff,
+                artifacts,
+            } => {
                 let ix = self.ix_at(task, *attempt)?;
                 self.set_state(ix, TaskState::Completed)?;
                 let node = &mut self.dag[ix];
@@ -316,7 +351,14 @@ impl RunGraph {
                 let ix = self.ix(task)?;
                 self.set_state(ix, TaskState::Cancelled)?;
             }
-            EventKind::DecompositionAccepted { parent, attempt, stop_when, handoff, artifacts, .. } => {
+            EventKind::DecompositionAccepted {
+                parent,
+                attempt,
+                stop_when,
+                handoff,
+                artifacts,
+                ..
+            } => {
                 let ix = self.ix_at(parent, *attempt)?;
                 self.set_state(ix, TaskState::WaitingForSubtasks)?;
                 self.decompositions += 1;
@@ -330,7 +372,9 @@ impl RunGraph {
                 }
                 node.artifacts.extend(artifacts.iter().cloned());
             }
-            EventKind::DecompositionRejected { parent, attempt, .. } => {
+            EventKind::DecompositionRejected {
+                parent, attempt, ..
+            } => {
                 let ix = self.ix_at(parent, *attempt)?;
                 self.dag[ix].proposals_this_attempt += 1;
             }
@@ -349,19 +393,32 @@ impl RunGraph {
     }
 
     fn ix(&self, id: &TaskId) -> Result<NodeIndex, GraphError> {
-        self.index.get(id).copied().ok_or_else(|| GraphError::UnknownTask(id.clone()))
+        self.index
+            .get(id)
+            .copied()
+            .ok_or_else(|| GraphError::UnknownTask(id.clone()))
     }
 
     fn ix_at(&self, id: &TaskId, attempt: u32) -> Result<NodeIndex, GraphError> {
         let ix = self.ix(id)?;
         let expected = self.dag[ix].attempt;
         if expected != attempt {
-            return Err(GraphError::AttemptMismatch { task: id.clone(), got: attempt, expected });
+            return Err(GraphError::AttemptMismatch {
+                task: id.clone(),
+                got: attempt,
+                expected,
+            });
         }
         Ok(ix)
     }
 
-    fn add_task(&mut self, id: &TaskId, spec: &TaskSpec, budget: Budget, deps: &[TaskId]) -> Result<(), GraphError> {
+    fn add_task(
+        &mut self,
+        id: &TaskId,
+        spec: &TaskSpec,
+        budget: Budget,
+        deps: &[TaskId],
+    ) -> Result<(), GraphError> {
         if self.index.contains_key(id) {
             return Err(GraphError::DuplicateTask(id.clone()));
         }
@@ -369,14 +426,24 @@ impl RunGraph {
             Some(p) => Some(self.ix(&p)?),
             None => None,
         };
-        let dep_ixs = deps.iter().map(|d| self.ix(d)).collect::<Result<Vec<_>, _>>()?;
+        let dep_ixs = deps
+            .iter()
+            .map(|d| self.ix(d))
+            .collect::<Result<Vec<_>, _>>()?;
         // The spec in the event is already normalized, so parsing cannot fail; fall back to
         // skipping a path rather than refusing to replay a journal.
-        let scope: Vec<ScopePath> = spec.scope.iter().filter_map(|p| ScopePath::parse(p, usize::MAX).ok()).collect();
+        let scope: Vec<ScopePath> = spec
+            .scope
+            .iter()
+            .filter_map(|p| ScopePath::parse(p, usize::MAX).ok())
+            .collect();
         let fingerprint = fingerprint(&spec.description, &scope);
         // A subtask's work precedes its parent's synthesis, so its chain includes the parent's.
         let critical_path = parent.map_or(1, |p| self.dag[p].critical_path + 1);
-        let unfinished_deps = dep_ixs.iter().filter(|&&d| self.dag[d].state != TaskState::Completed).count() as u32;
+        let unfinished_deps = dep_ixs
+            .iter()
+            .filter(|&&d| self.dag[d].state != TaskState::Completed)
+            .count() as u32;
         let node = TaskNode {
             id: id.clone(),
             spec: Arc::new(spec.clone()),
@@ -425,7 +492,10 @@ impl RunGraph {
         let mut stack = vec![from];
         while let Some(ix) = stack.pop() {
             let needed = self.dag[ix].critical_path + 1;
-            let mut deps = self.dag.neighbors_directed(ix, Direction::Incoming).detach();
+            let mut deps = self
+                .dag
+                .neighbors_directed(ix, Direction::Incoming)
+                .detach();
             while let Some(d) = deps.next_node(&self.dag) {
                 if self.dag[d].critical_path < needed {
                     self.dag[d].critical_path = needed;
@@ -463,7 +533,10 @@ impl RunGraph {
                 None => {}
             }
             if next == TaskState::Completed {
-                let mut succ = self.dag.neighbors_directed(ix, Direction::Outgoing).detach();
+                let mut succ = self
+                    .dag
+                    .neighbors_directed(ix, Direction::Outgoing)
+                    .detach();
                 while let Some(s) = succ.next_node(&self.dag) {
                     self.dag[s].unfinished_deps -= 1;
                 }
@@ -482,19 +555,34 @@ impl RunGraph {
     }
 
     fn ignore(&self, out: &mut Emitted, task: Option<&TaskId>, message: &str, why: String) {
-        out.push(EventKind::MessageIgnored { task: task.cloned(), message: message.to_string(), why });
+        out.push(EventKind::MessageIgnored {
+            task: task.cloned(),
+            message: message.to_string(),
+            why,
+        });
     }
 
     /// Looks up the task a message is about. Unknown tasks, terminal tasks and stale attempts
     /// produce `MessageIgnored` and `None`: a late message never changes a settled task.
-    fn current(&self, out: &mut Emitted, task: &TaskId, attempt: u32, message: &str) -> Option<NodeIndex> {
+    fn current(
+        &self,
+        out: &mut Emitted,
+        task: &TaskId,
+        attempt: u32,
+        message: &str,
+    ) -> Option<NodeIndex> {
         let Some(&ix) = self.index.get(task) else {
             self.ignore(out, Some(task), message, "no such task in this run".into());
             return None;
         };
         let node = &self.dag[ix];
         if node.state.is_terminal() {
-            self.ignore(out, Some(task), message, format!("the task is already {}", node.state));
+            self.ignore(
+                out,
+                Some(task),
+                message,
+                format!("the task is already {}", node.state),
+            );
             return None;
         }
         if node.attempt != attempt {
@@ -502,7 +590,10 @@ impl RunGraph {
                 out,
                 Some(task),
                 message,
-                format!("stale attempt {attempt}; the task is on attempt {}", node.attempt),
+                format!(
+                    "stale attempt {attempt}; the task is on attempt {}",
+                    node.attempt
+                ),
             );
             return None;
         }
@@ -514,7 +605,12 @@ impl RunGraph {
     pub fn submit(&mut self, specs: Vec<TaskSpec>) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
         if self.planning_finished {
-            self.ignore(&mut out, None, "SubmitTasks", "planning has finished for this run".into());
+            self.ignore(
+                &mut out,
+                None,
+                "SubmitTasks",
+                "planning has finished for this run".into(),
+            );
             return Ok(out);
         }
         self.submit_into(&mut out, specs)?;
@@ -529,14 +625,21 @@ impl RunGraph {
             Ok(batch) => batch,
             Err(reason) => return self.emit(out, EventKind::TasksRejected { reason }),
         };
-        let ids: Vec<TaskId> = (0..batch.items.len()).map(|i| TaskId::root(self.next_root + i as u32)).collect();
+        let ids: Vec<TaskId> = (0..batch.items.len())
+            .map(|i| TaskId::root(self.next_root + i as u32))
+            .collect();
         for &i in &batch.order {
             let item = &batch.items[i];
             let mut depends_on = item.existing_deps.clone();
             depends_on.extend(item.batch_deps.iter().map(|&j| ids[j].clone()));
             self.emit(
                 out,
-                EventKind::TaskAdded { task: ids[i].clone(), spec: item.spec.clone(), budget: item.budget, depends_on },
+                EventKind::TaskAdded {
+                    task: ids[i].clone(),
+                    spec: item.spec.clone(),
+                    budget: item.budget,
+                    depends_on,
+                },
             )?;
         }
         let mut work = VecDeque::new();
@@ -548,10 +651,18 @@ impl RunGraph {
 
     /// One root-planner call: recorded first, then its tasks submitted. A valid empty answer
     /// while nothing is live means the planner considers the request done.
-    pub fn planner_answered(&mut self, answer: crate::protocol::PlannerAnswer) -> Result<Emitted, GraphError> {
+    pub fn planner_answered(
+        &mut self,
+        answer: crate::protocol::PlannerAnswer,
+    ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
         if self.planning_finished {
-            self.ignore(&mut out, None, "PlannerAnswered", "planning has finished for this run".into());
+            self.ignore(
+                &mut out,
+                None,
+                "PlannerAnswered",
+                "planning has finished for this run".into(),
+            );
             return Ok(out);
         }
         let error = answer.tasks.as_ref().err().cloned();
@@ -577,7 +688,12 @@ impl RunGraph {
     pub fn planner_gave_up(&mut self, error: &str) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
         if !self.planning_finished {
-            self.emit(&mut out, EventKind::PlannerGaveUp { error: error.into() })?;
+            self.emit(
+                &mut out,
+                EventKind::PlannerGaveUp {
+                    error: error.into(),
+                },
+            )?;
             self.settle(&mut out, VecDeque::new())?;
         }
         Ok(out)
@@ -600,7 +716,12 @@ impl RunGraph {
     }
 
     /// A just-added task: cancelled if a dependency already failed, ready if none is pending.
-    fn settle_new(&mut self, out: &mut Emitted, id: &TaskId, work: &mut VecDeque<NodeIndex>) -> Result<(), GraphError> {
+    fn settle_new(
+        &mut self,
+        out: &mut Emitted,
+        id: &TaskId,
+        work: &mut VecDeque<NodeIndex>,
+    ) -> Result<(), GraphError> {
         let ix = self.ix(id)?;
         let dead = self
             .dag
@@ -608,7 +729,14 @@ impl RunGraph {
             .find(|&d| matches!(self.dag[d].state, TaskState::Failed | TaskState::Cancelled));
         if let Some(d) = dead {
             let reason = format!("dependency {} is {}", self.dag[d].id, self.dag[d].state);
-            self.emit(out, EventKind::TaskCancelled { task: id.clone(), was: TaskState::Pending, reason })?;
+            self.emit(
+                out,
+                EventKind::TaskCancelled {
+                    task: id.clone(),
+                    was: TaskState::Pending,
+                    reason,
+                },
+            )?;
             work.push_back(ix);
         } else if self.dag[ix].unfinished_deps == 0 {
             self.emit(out, EventKind::TaskReady { task: id.clone() })?;
@@ -633,36 +761,85 @@ impl RunGraph {
         route: Route,
     ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
-        let Some(ix) = self.current(&mut out, task, attempt, "TaskDispatched") else { return Ok(out) };
+        let Some(ix) = self.current(&mut out, task, attempt, "TaskDispatched") else {
+            return Ok(out);
+        };
         if self.dag[ix].state != TaskState::Ready {
-            self.ignore(&mut out, Some(task), "TaskDispatched", format!("the task is {}", self.dag[ix].state));
+            self.ignore(
+                &mut out,
+                Some(task),
+                "TaskDispatched",
+                format!("the task is {}", self.dag[ix].state),
+            );
             return Ok(out);
         }
-        self.emit(&mut out, EventKind::TaskDispatched { task: task.clone(), attempt, profile: profile.into(), route })?;
+        self.emit(
+            &mut out,
+            EventKind::TaskDispatched {
+                task: task.clone(),
+                attempt,
+                profile: profile.into(),
+                route,
+            },
+        )?;
         Ok(out)
     }
 
-    pub fn undispatchable(&mut self, task: &TaskId, attempt: u32, reason: &str) -> Result<Emitted, GraphError> {
+    pub fn undispatchable(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        reason: &str,
+    ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
-        let Some(ix) = self.current(&mut out, task, attempt, "Undispatchable") else { return Ok(out) };
+        let Some(ix) = self.current(&mut out, task, attempt, "Undispatchable") else {
+            return Ok(out);
+        };
         if self.dag[ix].state != TaskState::Ready {
-            self.ignore(&mut out, Some(task), "Undispatchable", format!("the task is {}", self.dag[ix].state));
+            self.ignore(
+                &mut out,
+                Some(task),
+                "Undispatchable",
+                format!("the task is {}", self.dag[ix].state),
+            );
             return Ok(out);
         }
-        let reason = FailureReason::Undispatchable { reason: reason.into() };
-        self.emit(&mut out, EventKind::TaskFailed { task: task.clone(), attempt, reason })?;
+        let reason = FailureReason::Undispatchable {
+            reason: reason.into(),
+        };
+        self.emit(
+            &mut out,
+            EventKind::TaskFailed {
+                task: task.clone(),
+                attempt,
+                reason,
+            },
+        )?;
         self.settle(&mut out, VecDeque::from([ix]))?;
         Ok(out)
     }
 
     pub fn started(&mut self, task: &TaskId, attempt: u32) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
-        let Some(ix) = self.current(&mut out, task, attempt, "TaskStarted") else { return Ok(out) };
+        let Some(ix) = self.current(&mut out, task, attempt, "TaskStarted") else {
+            return Ok(out);
+        };
         if self.dag[ix].state != TaskState::Dispatched {
-            self.ignore(&mut out, Some(task), "TaskStarted", format!("the task is {}", self.dag[ix].state));
+            self.ignore(
+                &mut out,
+                Some(task),
+                "TaskStarted",
+                format!("the task is {}", self.dag[ix].state),
+            );
             return Ok(out);
         }
-        self.emit(&mut out, EventKind::TaskStarted { task: task.clone(), attempt })?;
+        self.emit(
+            &mut out,
+            EventKind::TaskStarted {
+                task: task.clone(),
+                attempt,
+            },
+        )?;
         Ok(out)
     }
 
@@ -671,26 +848,52 @@ impl RunGraph {
         let mut out = Vec::new();
         let task = report.task.clone();
         let attempt = report.attempt;
-        let Some(ix) = self.current(&mut out, &task, attempt, "TaskCompleted") else { return Ok(out) };
+        let Some(ix) = self.current(&mut out, &task, attempt, "TaskCompleted") else {
+            return Ok(out);
+        };
         // A report that overtook its own TaskStarted still means the agent ran.
         if self.dag[ix].state == TaskState::Dispatched {
-            self.emit(&mut out, EventKind::TaskStarted { task: task.clone(), attempt })?;
+            self.emit(
+                &mut out,
+                EventKind::TaskStarted {
+                    task: task.clone(),
+                    attempt,
+                },
+            )?;
         }
         let state = self.dag[ix].state;
         if !matches!(state, TaskState::Running | TaskState::Synthesizing) {
-            self.ignore(&mut out, Some(&task), "TaskCompleted", format!("the task is {state}"));
+            self.ignore(
+                &mut out,
+                Some(&task),
+                "TaskCompleted",
+                format!("the task is {state}"),
+            );
             return Ok(out);
         }
 
         if let Some(plan) = report.subplan {
-            let spent_now = report.handoff.as_ref().map(|h| h.metrics.spent()).unwrap_or_default();
+            let spent_now = report
+                .handoff
+                .as_ref()
+                .map(|h| h.metrics.spent())
+                .unwrap_or_default();
             match validate::validate_subplan(self, ix, &plan, spent_now) {
                 Err(reason) => {
-                    self.emit(&mut out, EventKind::DecompositionRejected { parent: task, attempt, reason })?;
+                    self.emit(
+                        &mut out,
+                        EventKind::DecompositionRejected {
+                            parent: task,
+                            attempt,
+                            reason,
+                        },
+                    )?;
                 }
                 Ok(valid) => {
                     let base = self.dag[ix].children.len() as u32;
-                    let ids: Vec<TaskId> = (0..valid.items.len()).map(|i| task.child(base + i as u32 + 1)).collect();
+                    let ids: Vec<TaskId> = (0..valid.items.len())
+                        .map(|i| task.child(base + i as u32 + 1))
+                        .collect();
                     for &i in &valid.order {
                         let item = &valid.items[i];
                         let depends_on = item.batch_deps.iter().map(|&j| ids[j].clone()).collect();
@@ -726,19 +929,31 @@ impl RunGraph {
             return Ok(out);
         }
 
-        let status = report.handoff.as_ref().map_or(HandoffStatus::Complete, |h| h.status);
+        let status = report
+            .handoff
+            .as_ref()
+            .map_or(HandoffStatus::Complete, |h| h.status);
         match status {
             HandoffStatus::Complete | HandoffStatus::Partial => {
                 self.emit(
                     &mut out,
-                    EventKind::TaskCompleted { task, attempt, handoff: report.handoff, artifacts: report.artifacts },
+                    EventKind::TaskCompleted {
+                        task,
+                        attempt,
+                        handoff: report.handoff,
+                        artifacts: report.artifacts,
+                    },
                 )?;
             }
             HandoffStatus::Blocked => {
                 let summary = report.handoff.map(|h| h.summary).unwrap_or_default();
                 self.emit(
                     &mut out,
-                    EventKind::TaskFailed { task, attempt, reason: FailureReason::Blocked { summary } },
+                    EventKind::TaskFailed {
+                        task,
+                        attempt,
+                        reason: FailureReason::Blocked { summary },
+                    },
                 )?;
             }
             HandoffStatus::Failed => {
@@ -751,11 +966,26 @@ impl RunGraph {
     }
 
     /// The agent crashed or gave up.
-    pub fn failed(&mut self, task: &TaskId, attempt: u32, error: &str) -> Result<Emitted, GraphError> {
+    pub fn failed(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        error: &str,
+    ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
-        let Some(ix) = self.current(&mut out, task, attempt, "TaskFailed") else { return Ok(out) };
-        if !matches!(self.dag[ix].state, TaskState::Dispatched | TaskState::Running | TaskState::Synthesizing) {
-            self.ignore(&mut out, Some(task), "TaskFailed", format!("the task is {}", self.dag[ix].state));
+        let Some(ix) = self.current(&mut out, task, attempt, "TaskFailed") else {
+            return Ok(out);
+        };
+        if !matches!(
+            self.dag[ix].state,
+            TaskState::Dispatched | TaskState::Running | TaskState::Synthesizing
+        ) {
+            self.ignore(
+                &mut out,
+                Some(task),
+                "TaskFailed",
+                format!("the task is {}", self.dag[ix].state),
+            );
             return Ok(out);
         }
         self.fail_attempt(out, ix, attempt, error.to_string())
@@ -772,11 +1002,26 @@ impl RunGraph {
     ) -> Result<Emitted, GraphError> {
         let task = self.dag[ix].id.clone();
         let charged = attempt.saturating_sub(self.dag[ix].interruptions);
-        let retryable = self.dag[ix].state != TaskState::Synthesizing && charged < self.limits.max_attempts;
+        let retryable =
+            self.dag[ix].state != TaskState::Synthesizing && charged < self.limits.max_attempts;
         if retryable {
-            self.emit(&mut out, EventKind::TaskRetried { task, attempt, error })?;
+            self.emit(
+                &mut out,
+                EventKind::TaskRetried {
+                    task,
+                    attempt,
+                    error,
+                },
+            )?;
         } else {
-            self.emit(&mut out, EventKind::TaskFailed { task, attempt, reason: FailureReason::AgentFailed { error } })?;
+            self.emit(
+                &mut out,
+                EventKind::TaskFailed {
+                    task,
+                    attempt,
+                    reason: FailureReason::AgentFailed { error },
+                },
+            )?;
             self.settle(&mut out, VecDeque::from([ix]))?;
         }
         Ok(out)
@@ -786,27 +1031,49 @@ impl RunGraph {
     pub fn cancel(&mut self, task: Option<&TaskId>, reason: &str) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
         if self.outcome.is_some() {
-            self.ignore(&mut out, task, "Cancel", "the run has already finished".into());
+            self.ignore(
+                &mut out,
+                task,
+                "Cancel",
+                "the run has already finished".into(),
+            );
             return Ok(out);
         }
         let targets: Vec<NodeIndex> = match task {
             Some(id) => match self.index.get(id) {
                 Some(&ix) if !self.dag[ix].state.is_terminal() => vec![ix],
                 Some(&ix) => {
-                    self.ignore(&mut out, Some(id), "Cancel", format!("the task is already {}", self.dag[ix].state));
+                    self.ignore(
+                        &mut out,
+                        Some(id),
+                        "Cancel",
+                        format!("the task is already {}", self.dag[ix].state),
+                    );
                     return Ok(out);
                 }
                 None => {
-                    self.ignore(&mut out, Some(id), "Cancel", "no such task in this run".into());
+                    self.ignore(
+                        &mut out,
+                        Some(id),
+                        "Cancel",
+                        "no such task in this run".into(),
+                    );
                     return Ok(out);
                 }
             },
             None => {
-                self.emit(&mut out, EventKind::RunCancelRequested { reason: reason.into() })?;
+                self.emit(
+                    &mut out,
+                    EventKind::RunCancelRequested {
+                        reason: reason.into(),
+                    },
+                )?;
                 // Whole-run cancellation visits every task once; it happens once per run.
                 self.dag
                     .node_indices()
-                    .filter(|&ix| self.dag[ix].parent.is_none() && !self.dag[ix].state.is_terminal())
+                    .filter(|&ix| {
+                        self.dag[ix].parent.is_none() && !self.dag[ix].state.is_terminal()
+                    })
                     .collect()
             }
         };
@@ -829,7 +1096,11 @@ impl RunGraph {
         if node.state.is_terminal() {
             return Ok(());
         }
-        let event = EventKind::TaskCancelled { task: node.id.clone(), was: node.state, reason };
+        let event = EventKind::TaskCancelled {
+            task: node.id.clone(),
+            was: node.state,
+            reason,
+        };
         self.emit(out, event)?;
         work.push_back(ix);
         Ok(())
@@ -844,16 +1115,30 @@ impl RunGraph {
                 && n.open_children == 0
         });
         let Some(ix) = waiting else {
-            self.ignore(&mut out, Some(task), "UserDecision", "the task is not awaiting a decision".into());
+            self.ignore(
+                &mut out,
+                Some(task),
+                "UserDecision",
+                "the task is not awaiting a decision".into(),
+            );
             return Ok(out);
         };
         if proceed {
-            self.emit(&mut out, EventKind::SubtasksCompleted { parent: task.clone() })?;
+            self.emit(
+                &mut out,
+                EventKind::SubtasksCompleted {
+                    parent: task.clone(),
+                },
+            )?;
         } else {
             let attempt = self.dag[ix].attempt;
             self.emit(
                 &mut out,
-                EventKind::TaskFailed { task: task.clone(), attempt, reason: FailureReason::UserDeclined },
+                EventKind::TaskFailed {
+                    task: task.clone(),
+                    attempt,
+                    reason: FailureReason::UserDeclined,
+                },
             )?;
             self.settle(&mut out, VecDeque::from([ix]))?;
         }
@@ -862,35 +1147,61 @@ impl RunGraph {
 
     /// The decomposition deadline of `task` passed. No-op unless the same decomposition is
     /// still waiting.
-    pub fn deadline_passed(&mut self, task: &TaskId, decomposition: u32) -> Result<Emitted, GraphError> {
+    pub fn deadline_passed(
+        &mut self,
+        task: &TaskId,
+        decomposition: u32,
+    ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
-        let Some(&ix) = self.index.get(task) else { return Ok(out) };
+        let Some(&ix) = self.index.get(task) else {
+            return Ok(out);
+        };
         let node = &self.dag[ix];
         if node.state != TaskState::WaitingForSubtasks || node.decompositions != decomposition {
             return Ok(out);
         }
-        let reason = FailureReason::DecompositionDeadline { deadline_ms: self.deadline_ms(task).unwrap_or(0) };
+        let reason = FailureReason::DecompositionDeadline {
+            deadline_ms: self.deadline_ms(task).unwrap_or(0),
+        };
         let attempt = node.attempt;
-        self.emit(&mut out, EventKind::TaskFailed { task: task.clone(), attempt, reason })?;
+        self.emit(
+            &mut out,
+            EventKind::TaskFailed {
+                task: task.clone(),
+                attempt,
+                reason,
+            },
+        )?;
         self.settle(&mut out, VecDeque::from([ix]))?;
         Ok(out)
     }
 
     /// How long a decomposed task may wait for its subtasks.
     pub fn deadline_ms(&self, task: &TaskId) -> Option<u64> {
-        self.task(task).map(|n| n.budget.wall_time_ms.saturating_mul(self.limits.deadline_factor as u64))
+        self.task(task).map(|n| {
+            n.budget
+                .wall_time_ms
+                .saturating_mul(self.limits.deadline_factor as u64)
+        })
     }
 
     /// Follows the consequences of tasks that just ended: dependents become ready or are
     /// cancelled, subtasks of an ended parent are cancelled, parents whose stop condition now
     /// holds move on, and the run finishes when nothing is left. Touches only the neighbours
     /// of what changed.
-    fn settle(&mut self, out: &mut Emitted, mut work: VecDeque<NodeIndex>) -> Result<(), GraphError> {
+    fn settle(
+        &mut self,
+        out: &mut Emitted,
+        mut work: VecDeque<NodeIndex>,
+    ) -> Result<(), GraphError> {
         while let Some(ix) = work.pop_front() {
             let state = self.dag[ix].state;
             let id = self.dag[ix].id.clone();
             if state == TaskState::Completed {
-                let mut succ = self.dag.neighbors_directed(ix, Direction::Outgoing).detach();
+                let mut succ = self
+                    .dag
+                    .neighbors_directed(ix, Direction::Outgoing)
+                    .detach();
                 while let Some(s) = succ.next_node(&self.dag) {
                     let n = &self.dag[s];
                     if n.state == TaskState::Pending && n.unfinished_deps == 0 {
@@ -902,7 +1213,10 @@ impl RunGraph {
                 for c in self.dag[ix].children.clone() {
                     self.cancel_one(out, c, format!("parent {id} is {state}"), &mut work)?;
                 }
-                let mut succ = self.dag.neighbors_directed(ix, Direction::Outgoing).detach();
+                let mut succ = self
+                    .dag
+                    .neighbors_directed(ix, Direction::Outgoing)
+                    .detach();
                 while let Some(s) = succ.next_node(&self.dag) {
                     self.cancel_one(out, s, format!("dependency {id} is {state}"), &mut work)?;
                 }
@@ -947,11 +1261,20 @@ impl RunGraph {
                     let failed = parent
                         .children
                         .iter()
-                        .find(|&&c| matches!(self.dag[c].state, TaskState::Failed | TaskState::Cancelled))
+                        .find(|&&c| {
+                            matches!(self.dag[c].state, TaskState::Failed | TaskState::Cancelled)
+                        })
                         .map(|&c| self.dag[c].id.clone())
                         .unwrap_or_else(|| id.clone());
                     let reason = FailureReason::SubtaskFailed { subtask: failed };
-                    self.emit(out, EventKind::TaskFailed { task: id, attempt, reason })?;
+                    self.emit(
+                        out,
+                        EventKind::TaskFailed {
+                            task: id,
+                            attempt,
+                            reason,
+                        },
+                    )?;
                     work.push_back(p);
                 } else if open == 0 {
                     self.emit(out, EventKind::SubtasksCompleted { parent: id })?;
@@ -965,7 +1288,14 @@ impl RunGraph {
                     self.emit(out, EventKind::SubtasksCompleted { parent: id })?;
                 } else if open == 0 {
                     let reason = FailureReason::NoSubtaskSucceeded;
-                    self.emit(out, EventKind::TaskFailed { task: id, attempt, reason })?;
+                    self.emit(
+                        out,
+                        EventKind::TaskFailed {
+                            task: id,
+                            attempt,
+                            reason,
+                        },
+                    )?;
                     work.push_back(p);
                 }
             }
@@ -981,7 +1311,10 @@ impl RunGraph {
 
 /// Not started, or running: the states in which a task "is in the frontier" for rule (h).
 fn is_open(state: TaskState) -> bool {
-    matches!(state, TaskState::Pending | TaskState::Ready | TaskState::Dispatched | TaskState::Running)
+    matches!(
+        state,
+        TaskState::Pending | TaskState::Ready | TaskState::Dispatched | TaskState::Running
+    )
 }
 
 /// Batch and subplan items after validation, shared by both paths.
@@ -1008,7 +1341,9 @@ impl RunGraph {
     }
 
     pub(crate) fn open_duplicate(&self, fingerprint: Fingerprint) -> Option<&TaskId> {
-        self.open_fingerprints.get(&fingerprint).map(|&ix| &self.dag[ix].id)
+        self.open_fingerprints
+            .get(&fingerprint)
+            .map(|&ix| &self.dag[ix].id)
     }
 
     pub(crate) fn decompositions(&self) -> u32 {

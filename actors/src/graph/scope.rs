@@ -24,7 +24,8 @@ impl ScopePath {
         if raw.contains('\\') || raw.chars().any(char::is_control) {
             return Err(PathProblem::BadCharacter);
         }
-        let has_drive = raw.len() >= 2 && raw.as_bytes()[1] == b':' && raw.as_bytes()[0].is_ascii_alphabetic();
+        let has_drive =
+            raw.len() >= 2 && raw.as_bytes()[1] == b':' && raw.as_bytes()[0].is_ascii_alphabetic();
         if raw.starts_with('/') || raw.starts_with('~') || has_drive {
             return Err(PathProblem::Absolute);
         }
@@ -61,7 +62,10 @@ impl ScopePath {
 
     /// `a/b/c` yields `a`, `a/b`, `a/b/c`.
     fn self_and_ancestors(&self) -> impl Iterator<Item = &str> {
-        self.0.match_indices('/').map(|(i, _)| &self.0[..i]).chain(std::iter::once(self.0.as_str()))
+        self.0
+            .match_indices('/')
+            .map(|(i, _)| &self.0[..i])
+            .chain(std::iter::once(self.0.as_str()))
     }
 }
 
@@ -83,7 +87,11 @@ impl ScopeLocks {
     pub fn conflicts(&self, scope: &[ScopePath]) -> bool {
         scope.iter().any(|p| {
             p.self_and_ancestors().any(|a| self.held.contains_key(a))
-                || self.held.range(format!("{}/", p.0)..format!("{}0", p.0)).next().is_some()
+                || self
+                    .held
+                    .range(format!("{}/", p.0)..format!("{}0", p.0))
+                    .next()
+                    .is_some()
         })
     }
 
@@ -141,7 +149,10 @@ mod tests {
         for (raw, want) in cases {
             assert_eq!(ScopePath::parse(raw, 1024), Err(want), "{raw:?}");
         }
-        assert_eq!(ScopePath::parse(&"a".repeat(20), 10), Err(PathProblem::TooLong));
+        assert_eq!(
+            ScopePath::parse(&"a".repeat(20), 10),
+            Err(PathProblem::TooLong)
+        );
     }
 
     #[test]

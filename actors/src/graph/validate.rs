@@ -26,7 +26,11 @@ pub type Fingerprint = u64;
 /// The identity of a task for duplicate detection: its description with case and whitespace
 /// folded, plus its sorted scope. Hashed with a fixed-key hasher, so it is the same on replay.
 pub fn fingerprint(description: &str, scope: &[ScopePath]) -> Fingerprint {
-    let mut fp = description.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>().join(" ");
+    let mut fp = description
+        .split_whitespace()
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ");
     fp.push('\0');
     let mut paths: Vec<&str> = scope.iter().map(ScopePath::as_str).collect();
     paths.sort_unstable();
@@ -39,7 +43,12 @@ pub fn fingerprint(description: &str, scope: &[ScopePath]) -> Fingerprint {
 
 fn too_large(subtask: usize, field: &str, size: usize, max: usize) -> Result<(), RejectionReason> {
     if size > max {
-        return Err(RejectionReason::PayloadTooLarge { subtask, field: field.into(), size, max });
+        return Err(RejectionReason::PayloadTooLarge {
+            subtask,
+            field: field.into(),
+            size,
+            max,
+        });
     }
     Ok(())
 }
@@ -53,25 +62,46 @@ fn check_payload(
     scope_len: usize,
     capabilities: &BTreeSet<String>,
 ) -> Result<(), RejectionReason> {
-    too_large(i, "description", description.len(), limits.max_description_bytes)?;
-    too_large(i, "acceptance", acceptance.len(), limits.max_description_bytes)?;
+    too_large(
+        i,
+        "description",
+        description.len(),
+        limits.max_description_bytes,
+    )?;
+    too_large(
+        i,
+        "acceptance",
+        acceptance.len(),
+        limits.max_description_bytes,
+    )?;
     too_large(i, "scope", scope_len, limits.max_scope_paths)?;
-    too_large(i, "capabilities", capabilities.len(), limits.max_capabilities)?;
+    too_large(
+        i,
+        "capabilities",
+        capabilities.len(),
+        limits.max_capabilities,
+    )?;
     let longest = capabilities.iter().map(String::len).max().unwrap_or(0);
     too_large(i, "capability name", longest, limits.max_path_bytes)
 }
 
 /// Rule (g): every path repo-relative and normalized; no empty scope.
-fn parse_scope(limits: &Limits, i: usize, raw: &[String]) -> Result<Vec<ScopePath>, RejectionReason> {
+fn parse_scope(
+    limits: &Limits,
+    i: usize,
+    raw: &[String],
+) -> Result<Vec<ScopePath>, RejectionReason> {
     if raw.is_empty() {
         return Err(RejectionReason::EmptyScope { subtask: i });
     }
     let mut scope = Vec::with_capacity(raw.len());
     for path in raw {
-        let parsed = ScopePath::parse(path, limits.max_path_bytes).map_err(|problem| RejectionReason::InvalidPath {
-            subtask: i,
-            path: path.chars().take(200).collect(),
-            problem,
+        let parsed = ScopePath::parse(path, limits.max_path_bytes).map_err(|problem| {
+            RejectionReason::InvalidPath {
+                subtask: i,
+                path: path.chars().take(200).collect(),
+                problem,
+            }
         })?;
         if !scope.contains(&parsed) {
             scope.push(parsed);
@@ -84,7 +114,10 @@ fn parse_scope(limits: &Limits, i: usize, raw: &[String]) -> Result<Vec<ScopePat
 fn check_indexes(i: usize, deps: &[usize], n: usize) -> Result<(), RejectionReason> {
     for &d in deps {
         if d >= n {
-            return Err(RejectionReason::DependencyOutOfRange { subtask: i, dependency: d });
+            return Err(RejectionReason::DependencyOutOfRange {
+                subtask: i,
+                dependency: d,
+            });
         }
         if d == i {
             return Err(RejectionReason::SelfDependency { subtask: i });
@@ -123,7 +156,11 @@ fn topo_order(deps: &[Vec<usize>]) -> Result<Vec<usize>, RejectionReason> {
 }
 
 fn normalized_spec(spec: TaskSpec, scope: &[ScopePath]) -> TaskSpec {
-    TaskSpec { scope: scope.iter().map(|p| p.as_str().to_string()).collect(), dependencies: Vec::new(), ..spec }
+    TaskSpec {
+        scope: scope.iter().map(|p| p.as_str().to_string()).collect(),
+        dependencies: Vec::new(),
+        ..spec
+    }
 }
 
 /// Rule (h) for a whole proposal: no item may duplicate an open task or another item.
@@ -131,27 +168,46 @@ fn check_duplicates(graph: &RunGraph, fingerprints: &[Fingerprint]) -> Result<()
     let mut seen: HashMap<Fingerprint, usize> = HashMap::new();
     for (i, &fp) in fingerprints.iter().enumerate() {
         if let Some(existing) = graph.open_duplicate(fp) {
-            return Err(RejectionReason::DuplicateTask { subtask: i, existing: existing.to_string() });
+            return Err(RejectionReason::DuplicateTask {
+                subtask: i,
+                existing: existing.to_string(),
+            });
         }
         if let Some(first) = seen.insert(fp, i) {
-            return Err(RejectionReason::DuplicateTask { subtask: i, existing: format!("item {first}") });
+            return Err(RejectionReason::DuplicateTask {
+                subtask: i,
+                existing: format!("item {first}"),
+            });
         }
     }
     Ok(())
 }
 
 /// A planner batch of root tasks.
-pub(super) fn validate_batch(graph: &RunGraph, specs: Vec<TaskSpec>) -> Result<ValidBatch, RejectionReason> {
+pub(super) fn validate_batch(
+    graph: &RunGraph,
+    specs: Vec<TaskSpec>,
+) -> Result<ValidBatch, RejectionReason> {
     let limits = graph.limits();
     let n = specs.len();
     if graph.len() + n > limits.max_nodes {
-        return Err(RejectionReason::NodeLimitExceeded { would_hold: graph.len() + n, max: limits.max_nodes });
+        return Err(RejectionReason::NodeLimitExceeded {
+            would_hold: graph.len() + n,
+            max: limits.max_nodes,
+        });
     }
     let mut scopes = Vec::with_capacity(n);
     let mut batch_deps = Vec::with_capacity(n);
     let mut existing_deps = Vec::with_capacity(n);
     for (i, spec) in specs.iter().enumerate() {
-        check_payload(limits, i, &spec.description, &spec.acceptance, spec.scope.len(), &spec.capabilities)?;
+        check_payload(
+            limits,
+            i,
+            &spec.description,
+            &spec.acceptance,
+            spec.scope.len(),
+            &spec.capabilities,
+        )?;
         too_large(i, "dependencies", spec.dependencies.len(), limits.max_nodes)?;
         scopes.push(parse_scope(limits, i, &spec.scope)?);
         let mut local = Vec::new();
@@ -159,9 +215,14 @@ pub(super) fn validate_batch(graph: &RunGraph, specs: Vec<TaskSpec>) -> Result<V
         for dep in &spec.dependencies {
             match dep {
                 DependencyRef::Batch(j) => local.push(*j),
-                DependencyRef::Task(id) if graph.index_of(id).is_some() => existing.push(id.clone()),
+                DependencyRef::Task(id) if graph.index_of(id).is_some() => {
+                    existing.push(id.clone())
+                }
                 DependencyRef::Task(id) => {
-                    return Err(RejectionReason::UnknownDependency { subtask: i, task: id.to_string() });
+                    return Err(RejectionReason::UnknownDependency {
+                        subtask: i,
+                        task: id.to_string(),
+                    });
                 }
             }
         }
@@ -174,8 +235,11 @@ pub(super) fn validate_batch(graph: &RunGraph, specs: Vec<TaskSpec>) -> Result<V
         existing_deps.push(existing);
     }
     let order = topo_order(&batch_deps)?;
-    let fingerprints: Vec<Fingerprint> =
-        specs.iter().zip(&scopes).map(|(s, scope)| super::fingerprint(&s.description, scope)).collect();
+    let fingerprints: Vec<Fingerprint> = specs
+        .iter()
+        .zip(&scopes)
+        .map(|(s, scope)| super::fingerprint(&s.description, scope))
+        .collect();
     check_duplicates(graph, &fingerprints)?;
     let items = specs
         .into_iter()
@@ -202,17 +266,24 @@ pub(super) fn validate_subplan(
     let limits = graph.limits();
     let node = graph.node(parent);
     if plan.parent != node.id {
-        return Err(RejectionReason::ParentMismatch { named: plan.parent.clone(), actual: node.id.clone() });
+        return Err(RejectionReason::ParentMismatch {
+            named: plan.parent.clone(),
+            actual: node.id.clone(),
+        });
     }
     if node.state != TaskState::Running {
         return Err(RejectionReason::ParentNotRunning { state: node.state });
     }
     // (i) decomposition caps.
     if node.proposals_this_attempt >= limits.max_proposals_per_attempt {
-        return Err(RejectionReason::AttemptDecompositionCap { max: limits.max_proposals_per_attempt });
+        return Err(RejectionReason::AttemptDecompositionCap {
+            max: limits.max_proposals_per_attempt,
+        });
     }
     if graph.decompositions() >= limits.max_decompositions_per_run {
-        return Err(RejectionReason::RunDecompositionCap { max: limits.max_decompositions_per_run });
+        return Err(RejectionReason::RunDecompositionCap {
+            max: limits.max_decompositions_per_run,
+        });
     }
     let n = plan.subtasks.len();
     if n == 0 {
@@ -220,25 +291,47 @@ pub(super) fn validate_subplan(
     }
     // (a) count.
     if n > limits.max_subtasks {
-        return Err(RejectionReason::TooManySubtasks { proposed: n, max: limits.max_subtasks });
+        return Err(RejectionReason::TooManySubtasks {
+            proposed: n,
+            max: limits.max_subtasks,
+        });
     }
     // (b) depth.
     let depth = node.id.depth() + 1;
     if depth > limits.max_depth {
-        return Err(RejectionReason::DepthExceeded { depth, max: limits.max_depth });
+        return Err(RejectionReason::DepthExceeded {
+            depth,
+            max: limits.max_depth,
+        });
     }
     // (c) run size.
     if graph.len() + n > limits.max_nodes {
-        return Err(RejectionReason::NodeLimitExceeded { would_hold: graph.len() + n, max: limits.max_nodes });
+        return Err(RejectionReason::NodeLimitExceeded {
+            would_hold: graph.len() + n,
+            max: limits.max_nodes,
+        });
     }
     // Size caps, (g) path hygiene and (f) containment in the parent's scope.
     let mut scopes = Vec::with_capacity(n);
     for (i, sub) in plan.subtasks.iter().enumerate() {
-        check_payload(limits, i, &sub.description, &sub.acceptance, sub.scope.len(), &sub.capabilities)?;
+        check_payload(
+            limits,
+            i,
+            &sub.description,
+            &sub.acceptance,
+            sub.scope.len(),
+            &sub.capabilities,
+        )?;
         too_large(i, "depends_on", sub.depends_on.len(), limits.max_subtasks)?;
         let scope = parse_scope(limits, i, &sub.scope)?;
-        if let Some(outside) = scope.iter().find(|p| !node.scope.iter().any(|q| q.covers(p))) {
-            return Err(RejectionReason::ScopeOutsideParent { subtask: i, path: outside.to_string() });
+        if let Some(outside) = scope
+            .iter()
+            .find(|p| !node.scope.iter().any(|q| q.covers(p)))
+        {
+            return Err(RejectionReason::ScopeOutsideParent {
+                subtask: i,
+                path: outside.to_string(),
+            });
         }
         scopes.push(scope);
     }
@@ -272,20 +365,32 @@ pub(super) fn validate_subplan(
             for p in &scopes[a] {
                 if let Some(q) = scopes[b].iter().find(|q| p.overlaps(q)) {
                     let path = if p.covers(q) { q } else { p };
-                    return Err(RejectionReason::ScopeOverlap { first: a, second: b, path: path.to_string() });
+                    return Err(RejectionReason::ScopeOverlap {
+                        first: a,
+                        second: b,
+                        path: path.to_string(),
+                    });
                 }
             }
         }
     }
     // (d) budget: caps sum within what the parent has left; uncapped subtasks share the rest.
-    let remaining = node.budget.saturating_sub(node.spent).saturating_sub(spent_now);
+    let remaining = node
+        .budget
+        .saturating_sub(node.spent)
+        .saturating_sub(spent_now);
     let mut capped = Budget::default();
     let mut uncapped = 0u64;
     for sub in &plan.subtasks {
         match sub.budget_cap {
             Some(cap) => {
                 capped.tokens = capped.tokens.saturating_add(cap.tokens);
-                capped.cost_usd = Usd::from_micros(capped.cost_usd.micros().saturating_add(cap.cost_usd.micros()));
+                capped.cost_usd = Usd::from_micros(
+                    capped
+                        .cost_usd
+                        .micros()
+                        .saturating_add(cap.cost_usd.micros()),
+                );
                 // Subtasks run side by side, so wall time is bounded per subtask, not summed.
                 capped.wall_time_ms = capped.wall_time_ms.max(cap.wall_time_ms);
             }
@@ -295,10 +400,16 @@ pub(super) fn validate_subplan(
     let over = capped.tokens > remaining.tokens
         || capped.cost_usd > remaining.cost_usd
         || capped.wall_time_ms > remaining.wall_time_ms;
-    let left = remaining.saturating_sub(Budget { wall_time_ms: 0, ..capped });
+    let left = remaining.saturating_sub(Budget {
+        wall_time_ms: 0,
+        ..capped
+    });
     let starved = uncapped > 0 && (left.tokens < uncapped || remaining.wall_time_ms == 0);
     if over || starved {
-        let needed = Budget { tokens: capped.tokens + uncapped, ..capped };
+        let needed = Budget {
+            tokens: capped.tokens + uncapped,
+            ..capped
+        };
         return Err(RejectionReason::BudgetExceeded { needed, remaining });
     }
     let share = Budget {
@@ -307,8 +418,12 @@ pub(super) fn validate_subplan(
         wall_time_ms: remaining.wall_time_ms,
     };
     // (h) duplicates of open tasks (the parent included) or of each other.
-    let fingerprints: Vec<Fingerprint> =
-        plan.subtasks.iter().zip(&scopes).map(|(s, scope)| fingerprint(&s.description, scope)).collect();
+    let fingerprints: Vec<Fingerprint> = plan
+        .subtasks
+        .iter()
+        .zip(&scopes)
+        .map(|(s, scope)| fingerprint(&s.description, scope))
+        .collect();
     check_duplicates(graph, &fingerprints)?;
 
     let items = plan

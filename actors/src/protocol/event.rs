@@ -197,8 +197,14 @@ mod tests {
 
     #[test]
     fn events_serialize_with_kind_and_data_and_round_trip() {
-        let e =
-            Event { seq: 7, run: RunId::generate(), at_ms: 1, kind: EventKind::TaskReady { task: TaskId::root(1) } };
+        let e = Event {
+            seq: 7,
+            run: RunId::generate(),
+            at_ms: 1,
+            kind: EventKind::TaskReady {
+                task: TaskId::root(1),
+            },
+        };
         let json = serde_json::to_value(&e).unwrap();
         assert_eq!(json["kind"], "task_ready");
         assert_eq!(json["data"]["task"], "t1");

@@ -68,7 +68,11 @@ pub struct HandoffMetrics {
 impl HandoffMetrics {
     /// What this work consumed, in budget terms.
     pub fn spent(&self) -> Budget {
-        Budget::new(self.tokens_in.saturating_add(self.tokens_out), self.cost_usd, self.duration_ms)
+        Budget::new(
+            self.tokens_in.saturating_add(self.tokens_out),
+            self.cost_usd,
+            self.duration_ms,
+        )
     }
 }
 

@@ -52,7 +52,9 @@ impl fmt::Debug for RunId {
 impl FromStr for RunId {
     type Err = IdError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Uuid::parse_str(s).map(RunId).map_err(|_| IdError::MalformedRunId(s.chars().take(64).collect()))
+        Uuid::parse_str(s)
+            .map(RunId)
+            .map_err(|_| IdError::MalformedRunId(s.chars().take(64).collect()))
     }
 }
 
@@ -120,7 +122,8 @@ impl FromStr for TaskId {
         let mut path = Vec::new();
         for part in rest.split('.') {
             // Digits only, no sign, no leading zero: exactly one spelling per id.
-            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) || part.starts_with('0') {
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) || part.starts_with('0')
+            {
                 return Err(bad());
             }
             path.push(part.parse::<u32>().map_err(|_| bad())?);
@@ -175,7 +178,20 @@ mod tests {
 
     #[test]
     fn malformed_task_ids_are_rejected() {
-        for bad in ["", "t", "3", "t0", "t01", "t1.", "t.1", "t1..2", "t-1", "t1.x", "main", "t99999999999"] {
+        for bad in [
+            "",
+            "t",
+            "3",
+            "t0",
+            "t01",
+            "t1.",
+            "t.1",
+            "t1..2",
+            "t-1",
+            "t1.x",
+            "main",
+            "t99999999999",
+        ] {
             assert!(bad.parse::<TaskId>().is_err(), "{bad:?} parsed");
         }
     }

@@ -12,7 +12,8 @@ use super::event::Event;
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
 use super::subplan::{
-    ProposedSubplan, RejectionReason, SubtasksCompleted, TaskDecompositionAccepted, TaskDecompositionRejected,
+    ProposedSubplan, RejectionReason, SubtasksCompleted, TaskDecompositionAccepted,
+    TaskDecompositionRejected,
 };
 use super::task::{Budget, TaskSpec, TaskState};
 use super::view::GraphSnapshot;
@@ -204,16 +205,34 @@ impl fmt::Debug for ToTaskGraph {
             ToTaskGraph::PlanningFinished => f.write_str("PlanningFinished"),
             ToTaskGraph::PlannerAnswered(a) => write!(f, "PlannerAnswered(call {})", a.call),
             ToTaskGraph::PlannerGaveUp { error } => write!(f, "PlannerGaveUp({error})"),
-            ToTaskGraph::TaskDispatched { task, attempt, profile, route, .. } => {
+            ToTaskGraph::TaskDispatched {
+                task,
+                attempt,
+                profile,
+                route,
+                ..
+            } => {
                 write!(f, "TaskDispatched({task}#{attempt} {route:?} {profile})")
             }
-            ToTaskGraph::Undispatchable { task, reason, .. } => write!(f, "Undispatchable({task}: {reason})"),
-            ToTaskGraph::TaskStarted { task, attempt } => write!(f, "TaskStarted({task}#{attempt})"),
+            ToTaskGraph::Undispatchable { task, reason, .. } => {
+                write!(f, "Undispatchable({task}: {reason})")
+            }
+            ToTaskGraph::TaskStarted { task, attempt } => {
+                write!(f, "TaskStarted({task}#{attempt})")
+            }
             ToTaskGraph::TaskCompleted(c) => write!(f, "TaskCompleted({}#{})", c.task, c.attempt),
-            ToTaskGraph::TaskFailed { task, attempt, error } => write!(f, "TaskFailed({task}#{attempt}: {error})"),
+            ToTaskGraph::TaskFailed {
+                task,
+                attempt,
+                error,
+            } => write!(f, "TaskFailed({task}#{attempt}: {error})"),
             ToTaskGraph::Cancel { task, reason } => write!(f, "Cancel({task:?}: {reason})"),
-            ToTaskGraph::UserDecision { task, proceed } => write!(f, "UserDecision({task}: {proceed})"),
-            ToTaskGraph::DecompositionDeadline { task, .. } => write!(f, "DecompositionDeadline({task})"),
+            ToTaskGraph::UserDecision { task, proceed } => {
+                write!(f, "UserDecision({task}: {proceed})")
+            }
+            ToTaskGraph::DecompositionDeadline { task, .. } => {
+                write!(f, "DecompositionDeadline({task})")
+            }
         }
     }
 }

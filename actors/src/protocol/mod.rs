@@ -21,12 +21,13 @@ pub use event::{Event, EventKind, FailureReason, RunOutcome};
 pub use handoff::{ArtifactKind, ArtifactRef, Handoff, HandoffMetrics, HandoffStatus, Usage};
 pub use ids::{IdError, RunId, TaskId, branch_name};
 pub use messages::{
-    Assignment, GetSnapshot, PlannerAnswer, Published, ReadyTask, RootHandoff, Route, TaskCompleted, ToAgent,
-    ToDispatch, ToPlanner, ToTaskGraph,
+    Assignment, GetSnapshot, PlannerAnswer, Published, ReadyTask, RootHandoff, Route,
+    TaskCompleted, ToAgent, ToDispatch, ToPlanner, ToTaskGraph,
 };
 pub use subplan::{
-    DecompositionReason, PathProblem, ProposedSubplan, RejectionReason, StopCondition, SubtaskProposal, SubtaskResult,
-    SubtasksCompleted, TaskDecompositionAccepted, TaskDecompositionRejected,
+    DecompositionReason, PathProblem, ProposedSubplan, RejectionReason, StopCondition,
+    SubtaskProposal, SubtaskResult, SubtasksCompleted, TaskDecompositionAccepted,
+    TaskDecompositionRejected,
 };
 pub use task::{Budget, DependencyRef, IllegalTransition, Priority, TaskSpec, TaskState, Usd};
 pub use view::{GraphSnapshot, TaskView};

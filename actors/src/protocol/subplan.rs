@@ -167,10 +167,18 @@ pub enum RejectionReason {
     ScopeOutsideParent { subtask: usize, path: String },
     /// Rule (f).
     #[error("subtasks {first} and {second} both touch {path:?} and neither depends on the other")]
-    ScopeOverlap { first: usize, second: usize, path: String },
+    ScopeOverlap {
+        first: usize,
+        second: usize,
+        path: String,
+    },
     /// Rule (g).
     #[error("subtask {subtask}'s path {path:?} is invalid: {problem}")]
-    InvalidPath { subtask: usize, path: String, problem: PathProblem },
+    InvalidPath {
+        subtask: usize,
+        path: String,
+        problem: PathProblem,
+    },
     /// Rule (g).
     #[error("subtask {subtask} has an empty scope")]
     EmptyScope { subtask: usize },
@@ -189,7 +197,12 @@ pub enum RejectionReason {
     #[error("the proposal contains no subtasks")]
     NoSubtasks,
     #[error("subtask {subtask}'s {field} is {size} bytes/items; the limit is {max}")]
-    PayloadTooLarge { subtask: usize, field: String, size: usize, max: usize },
+    PayloadTooLarge {
+        subtask: usize,
+        field: String,
+        size: usize,
+        max: usize,
+    },
     #[error("the proposal names parent {named} but answers task {actual}")]
     ParentMismatch { named: TaskId, actual: TaskId },
     #[error("the parent is {state}; only a running task can be decomposed")]

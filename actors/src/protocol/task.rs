@@ -73,7 +73,9 @@ impl Priority {
         if (1..=10).contains(&value) {
             Ok(Priority(value))
         } else {
-            Err(format!("priority must be 1 (most urgent) to 10, got {value}"))
+            Err(format!(
+                "priority must be 1 (most urgent) to 10, got {value}"
+            ))
         }
     }
 
@@ -116,7 +118,9 @@ impl Usd {
 
     pub fn from_dollars(dollars: f64) -> Result<Self, String> {
         if !dollars.is_finite() || !(0.0..=1e9).contains(&dollars) {
-            return Err(format!("cost must be a finite amount between 0 and 1e9 USD, got {dollars}"));
+            return Err(format!(
+                "cost must be a finite amount between 0 and 1e9 USD, got {dollars}"
+            ));
         }
         Ok(Usd((dollars * 1e6).round() as u64))
     }
@@ -154,7 +158,11 @@ pub struct Budget {
 
 impl Budget {
     pub fn new(tokens: u64, cost_usd: Usd, wall_time_ms: u64) -> Self {
-        Budget { tokens, cost_usd, wall_time_ms }
+        Budget {
+            tokens,
+            cost_usd,
+            wall_time_ms,
+        }
     }
 
     pub fn saturating_sub(self, other: Budget) -> Budget {
@@ -232,18 +240,28 @@ impl TaskState {
     }
 
     /// Checks a move against the table.
-    pub fn transition(self, task: &TaskId, next: TaskState) -> Result<TaskState, IllegalTransition> {
+    pub fn transition(
+        self,
+        task: &TaskId,
+        next: TaskState,
+    ) -> Result<TaskState, IllegalTransition> {
         if self.can_become(next) {
             Ok(next)
         } else {
-            Err(IllegalTransition { task: task.clone(), from: self, to: next })
+            Err(IllegalTransition {
+                task: task.clone(),
+                from: self,
+                to: next,
+            })
         }
     }
 }
 
 impl fmt::Display for TaskState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_owned));
+        let s = serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned));
         f.write_str(s.as_deref().unwrap_or("?"))
     }
 }
@@ -260,8 +278,17 @@ pub struct IllegalTransition {
 mod tests {
     use super::*;
 
-    const ALL: [TaskState; 9] =
-        [Pending, Ready, Dispatched, Running, WaitingForSubtasks, Synthesizing, Completed, Failed, Cancelled];
+    const ALL: [TaskState; 9] = [
+        Pending,
+        Ready,
+        Dispatched,
+        Running,
+        WaitingForSubtasks,
+        Synthesizing,
+        Completed,
+        Failed,
+        Cancelled,
+    ];
 
     #[test]
     fn terminal_states_have_no_way_out() {
@@ -276,8 +303,14 @@ mod tests {
     fn illegal_transitions_are_typed_errors() {
         let t = TaskId::root(1);
         let err = Pending.transition(&t, Completed).unwrap_err();
-        assert_eq!(err.to_string(), "task t1: illegal transition pending -> completed");
-        assert_eq!(Running.transition(&t, WaitingForSubtasks), Ok(WaitingForSubtasks));
+        assert_eq!(
+            err.to_string(),
+            "task t1: illegal transition pending -> completed"
+        );
+        assert_eq!(
+            Running.transition(&t, WaitingForSubtasks),
+            Ok(WaitingForSubtasks)
+        );
     }
 
     #[test]
@@ -285,7 +318,10 @@ mod tests {
         assert!(serde_json::from_str::<Priority>("0").is_err());
         assert!(serde_json::from_str::<Priority>("11").is_err());
         assert!(serde_json::from_str::<Priority>("-3").is_err());
-        assert_eq!(serde_json::from_str::<Priority>("1").unwrap(), Priority::MOST_URGENT);
+        assert_eq!(
+            serde_json::from_str::<Priority>("1").unwrap(),
+            Priority::MOST_URGENT
+        );
     }
 
     #[test]
@@ -300,6 +336,12 @@ mod tests {
     #[test]
     fn dependencies_parse_as_batch_indexes_or_task_ids() {
         let deps: Vec<DependencyRef> = serde_json::from_str(r#"[0, "t2.1"]"#).unwrap();
-        assert_eq!(deps, vec![DependencyRef::Batch(0), DependencyRef::Task("t2.1".parse().unwrap())]);
+        assert_eq!(
+            deps,
+            vec![
+                DependencyRef::Batch(0),
+                DependencyRef::Task("t2.1".parse().unwrap())
+            ]
+        );
     }
 }
