@@ -392,10 +392,21 @@ pub async fn follow(
             }
             Err(e) => return Err(e.into()),
         };
-        while let Some(item) = stream.next().await {
+        // On a terminal the summary's clock ticks between events too.
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            let item = tokio::select! {
+                item = stream.next() => item,
+                _ = ticker.tick(), if live && tally.started() => {
+                    print!("\r\x1b[2K{}", style.dim(&tally.summary(now_ms())));
+                    use std::io::Write;
+                    let _ = std::io::stdout().flush();
+                    continue;
+                }
+            };
             let event = match item {
-                Ok(event) => event,
-                Err(_) => break,
+                Some(Ok(event)) => event,
+                _ => break,
             };
             last = Some(event.seq);
             if json {

@@ -255,6 +255,11 @@ impl Tally {
         }
     }
 
+    /// Whether any event was seen.
+    pub fn started(&self) -> bool {
+        self.started_ms.is_some()
+    }
+
     pub fn summary(&self, now_ms: u64) -> String {
         let count = |f: fn(&TaskState) -> bool| self.states.values().filter(|s| f(s)).count();
         let done = count(|s| *s == TaskState::Completed);
