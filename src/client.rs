@@ -33,6 +33,22 @@ pub enum ClientError {
     Decode(String),
 }
 
+/// One HTTP/1.1 request on a fresh connection.
+async fn exchange<S>(
+    stream: S,
+    request: Request<Full<Bytes>>,
+) -> Result<hyper::Response<Body>, ClientError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let transport = |e: hyper::Error| ClientError::Transport(e.to_string());
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(transport)?;
+    tokio::spawn(conn);
+    sender.send_request(request).await.map_err(transport)
+}
+
 #[derive(Debug, Clone)]
 pub struct Client {
     endpoint: Endpoint,
@@ -86,32 +102,20 @@ impl Client {
         let request = builder
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| ClientError::Transport(e.to_string()))?;
-        let handshake_err = |e: hyper::Error| ClientError::Transport(e.to_string());
-        let response = match &self.endpoint {
+        match &self.endpoint {
             Endpoint::Unix(path) => {
                 let stream = tokio::net::UnixStream::connect(path)
                     .await
                     .map_err(not_running)?;
-                let (mut sender, conn) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                        .await
-                        .map_err(handshake_err)?;
-                tokio::spawn(conn);
-                sender.send_request(request).await
+                exchange(stream, request).await
             }
             Endpoint::Tcp { addr, .. } => {
                 let stream = tokio::net::TcpStream::connect(addr)
                     .await
                     .map_err(not_running)?;
-                let (mut sender, conn) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                        .await
-                        .map_err(handshake_err)?;
-                tokio::spawn(conn);
-                sender.send_request(request).await
+                exchange(stream, request).await
             }
-        };
-        response.map_err(|e| ClientError::Transport(e.to_string()))
+        }
     }
 
     async fn read(response: hyper::Response<Body>) -> Result<(StatusCode, Bytes), ClientError> {

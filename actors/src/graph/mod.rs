@@ -807,15 +807,7 @@ impl RunGraph {
         let reason = FailureReason::Undispatchable {
             reason: reason.into(),
         };
-        self.emit(
-            &mut out,
-            EventKind::TaskFailed {
-                task: task.clone(),
-                attempt,
-                reason,
-            },
-        )?;
-        self.settle(&mut out, VecDeque::from([ix]))?;
+        self.fail_and_settle(&mut out, ix, reason)?;
         Ok(out)
     }
 
@@ -1014,15 +1006,7 @@ impl RunGraph {
                 },
             )?;
         } else {
-            self.emit(
-                &mut out,
-                EventKind::TaskFailed {
-                    task,
-                    attempt,
-                    reason: FailureReason::AgentFailed { error },
-                },
-            )?;
-            self.settle(&mut out, VecDeque::from([ix]))?;
+            self.fail_and_settle(&mut out, ix, FailureReason::AgentFailed { error })?;
         }
         Ok(out)
     }
@@ -1131,16 +1115,7 @@ impl RunGraph {
                 },
             )?;
         } else {
-            let attempt = self.dag[ix].attempt;
-            self.emit(
-                &mut out,
-                EventKind::TaskFailed {
-                    task: task.clone(),
-                    attempt,
-                    reason: FailureReason::UserDeclined,
-                },
-            )?;
-            self.settle(&mut out, VecDeque::from([ix]))?;
+            self.fail_and_settle(&mut out, ix, FailureReason::UserDeclined)?;
         }
         Ok(out)
     }
@@ -1163,16 +1138,7 @@ impl RunGraph {
         let reason = FailureReason::DecompositionDeadline {
             deadline_ms: self.deadline_ms(task).unwrap_or(0),
         };
-        let attempt = node.attempt;
-        self.emit(
-            &mut out,
-            EventKind::TaskFailed {
-                task: task.clone(),
-                attempt,
-                reason,
-            },
-        )?;
-        self.settle(&mut out, VecDeque::from([ix]))?;
+        self.fail_and_settle(&mut out, ix, reason)?;
         Ok(out)
     }
 
@@ -1238,6 +1204,38 @@ impl RunGraph {
         Ok(())
     }
 
+    /// Fails the task at `ix` on its current attempt; its consequences are followed when
+    /// `work` is settled.
+    fn fail_task(
+        &mut self,
+        out: &mut Emitted,
+        ix: NodeIndex,
+        reason: FailureReason,
+        work: &mut VecDeque<NodeIndex>,
+    ) -> Result<(), GraphError> {
+        let node = &self.dag[ix];
+        let event = EventKind::TaskFailed {
+            task: node.id.clone(),
+            attempt: node.attempt,
+            reason,
+        };
+        self.emit(out, event)?;
+        work.push_back(ix);
+        Ok(())
+    }
+
+    /// Fails the task at `ix` and follows every consequence.
+    fn fail_and_settle(
+        &mut self,
+        out: &mut Emitted,
+        ix: NodeIndex,
+        reason: FailureReason,
+    ) -> Result<(), GraphError> {
+        let mut work = VecDeque::new();
+        self.fail_task(out, ix, reason, &mut work)?;
+        self.settle(out, work)
+    }
+
     /// Moves a waiting parent on once its stop condition decides.
     fn check_parent(
         &mut self,
@@ -1250,7 +1248,6 @@ impl RunGraph {
             return Ok(());
         }
         let id = parent.id.clone();
-        let attempt = parent.attempt;
         let open = parent.open_children;
         let completed = parent.completed_children;
         let total = parent.children.len() as u32;
@@ -1266,16 +1263,12 @@ impl RunGraph {
                         })
                         .map(|&c| self.dag[c].id.clone())
                         .unwrap_or_else(|| id.clone());
-                    let reason = FailureReason::SubtaskFailed { subtask: failed };
-                    self.emit(
+                    self.fail_task(
                         out,
-                        EventKind::TaskFailed {
-                            task: id,
-                            attempt,
-                            reason,
-                        },
+                        p,
+                        FailureReason::SubtaskFailed { subtask: failed },
+                        work,
                     )?;
-                    work.push_back(p);
                 } else if open == 0 {
                     self.emit(out, EventKind::SubtasksCompleted { parent: id })?;
                 }
@@ -1287,16 +1280,7 @@ impl RunGraph {
                     }
                     self.emit(out, EventKind::SubtasksCompleted { parent: id })?;
                 } else if open == 0 {
-                    let reason = FailureReason::NoSubtaskSucceeded;
-                    self.emit(
-                        out,
-                        EventKind::TaskFailed {
-                            task: id,
-                            attempt,
-                            reason,
-                        },
-                    )?;
-                    work.push_back(p);
+                    self.fail_task(out, p, FailureReason::NoSubtaskSucceeded, work)?;
                 }
             }
             StopCondition::UserDecision => {
