@@ -562,14 +562,16 @@ impl RunGraph {
         });
     }
 
-    /// Looks up the task a message is about. Unknown tasks, terminal tasks and stale attempts
-    /// produce `MessageIgnored` and `None`: a late message never changes a settled task.
+    /// Looks up the task a message is about. Unknown tasks, terminal tasks, stale attempts and
+    /// tasks not in one of the `expected` states produce `MessageIgnored` and `None`: a late
+    /// message never changes a settled task.
     fn current(
         &self,
         out: &mut Emitted,
         task: &TaskId,
         attempt: u32,
         message: &str,
+        expected: &[TaskState],
     ) -> Option<NodeIndex> {
         let Some(&ix) = self.index.get(task) else {
             self.ignore(out, Some(task), message, "no such task in this run".into());
@@ -594,6 +596,15 @@ impl RunGraph {
                     "stale attempt {attempt}; the task is on attempt {}",
                     node.attempt
                 ),
+            );
+            return None;
+        }
+        if !expected.contains(&node.state) {
+            self.ignore(
+                out,
+                Some(task),
+                message,
+                format!("the task is {}", node.state),
             );
             return None;
         }
@@ -761,16 +772,16 @@ impl RunGraph {
         route: Route,
     ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
-        let Some(ix) = self.current(&mut out, task, attempt, "TaskDispatched") else {
-            return Ok(out);
-        };
-        if self.dag[ix].state != TaskState::Ready {
-            self.ignore(
+        if self
+            .current(
                 &mut out,
-                Some(task),
+                task,
+                attempt,
                 "TaskDispatched",
-                format!("the task is {}", self.dag[ix].state),
-            );
+                &[TaskState::Ready],
+            )
+            .is_none()
+        {
             return Ok(out);
         }
         self.emit(
@@ -792,18 +803,15 @@ impl RunGraph {
         reason: &str,
     ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
-        let Some(ix) = self.current(&mut out, task, attempt, "Undispatchable") else {
+        let Some(ix) = self.current(
+            &mut out,
+            task,
+            attempt,
+            "Undispatchable",
+            &[TaskState::Ready],
+        ) else {
             return Ok(out);
         };
-        if self.dag[ix].state != TaskState::Ready {
-            self.ignore(
-                &mut out,
-                Some(task),
-                "Undispatchable",
-                format!("the task is {}", self.dag[ix].state),
-            );
-            return Ok(out);
-        }
         let reason = FailureReason::Undispatchable {
             reason: reason.into(),
         };
@@ -813,16 +821,16 @@ impl RunGraph {
 
     pub fn started(&mut self, task: &TaskId, attempt: u32) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
-        let Some(ix) = self.current(&mut out, task, attempt, "TaskStarted") else {
-            return Ok(out);
-        };
-        if self.dag[ix].state != TaskState::Dispatched {
-            self.ignore(
+        if self
+            .current(
                 &mut out,
-                Some(task),
+                task,
+                attempt,
                 "TaskStarted",
-                format!("the task is {}", self.dag[ix].state),
-            );
+                &[TaskState::Dispatched],
+            )
+            .is_none()
+        {
             return Ok(out);
         }
         self.emit(
@@ -840,7 +848,8 @@ impl RunGraph {
         let mut out = Vec::new();
         let task = report.task.clone();
         let attempt = report.attempt;
-        let Some(ix) = self.current(&mut out, &task, attempt, "TaskCompleted") else {
+        let Some(ix) = self.current(&mut out, &task, attempt, "TaskCompleted", AGENT_AT_WORK)
+        else {
             return Ok(out);
         };
         // A report that overtook its own TaskStarted still means the agent ran.
@@ -852,16 +861,6 @@ impl RunGraph {
                     attempt,
                 },
             )?;
-        }
-        let state = self.dag[ix].state;
-        if !matches!(state, TaskState::Running | TaskState::Synthesizing) {
-            self.ignore(
-                &mut out,
-                Some(&task),
-                "TaskCompleted",
-                format!("the task is {state}"),
-            );
-            return Ok(out);
         }
 
         if let Some(plan) = report.subplan {
@@ -965,21 +964,9 @@ impl RunGraph {
         error: &str,
     ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
-        let Some(ix) = self.current(&mut out, task, attempt, "TaskFailed") else {
+        let Some(ix) = self.current(&mut out, task, attempt, "TaskFailed", AGENT_AT_WORK) else {
             return Ok(out);
         };
-        if !matches!(
-            self.dag[ix].state,
-            TaskState::Dispatched | TaskState::Running | TaskState::Synthesizing
-        ) {
-            self.ignore(
-                &mut out,
-                Some(task),
-                "TaskFailed",
-                format!("the task is {}", self.dag[ix].state),
-            );
-            return Ok(out);
-        }
         self.fail_attempt(out, ix, attempt, error.to_string())
     }
 
@@ -1292,6 +1279,14 @@ impl RunGraph {
         Ok(())
     }
 }
+
+/// The states in which an agent may report on a task (a report may overtake its
+/// `TaskStarted`).
+const AGENT_AT_WORK: &[TaskState] = &[
+    TaskState::Dispatched,
+    TaskState::Running,
+    TaskState::Synthesizing,
+];
 
 /// Not started, or running: the states in which a task "is in the frontier" for rule (h).
 fn is_open(state: TaskState) -> bool {
