@@ -31,7 +31,7 @@ async fn failure_cancels_dependents_transitively_with_reasons() {
     h.send(ToTaskGraph::TaskFailed {
         task: task("t1"),
         attempt: 1,
-        error: "boom".into(),
+        failure: crashed("boom"),
     });
     // First failure: retried as attempt 2, released and re-queued in that order.
     assert!(
@@ -47,7 +47,7 @@ async fn failure_cancels_dependents_transitively_with_reasons() {
     h.send(ToTaskGraph::TaskFailed {
         task: task("t1"),
         attempt: 2,
-        error: "boom again".into(),
+        failure: crashed("boom again"),
     });
 
     let failed = h.events.expect_kind("task_failed").await;
@@ -107,7 +107,7 @@ async fn a_failed_subtask_fails_its_parent_instead_of_leaving_it_waiting() {
     h.send(ToTaskGraph::TaskFailed {
         task: task("t1.1"),
         attempt: 1,
-        error: "compile error".into(),
+        failure: crashed("compile error"),
     });
 
     let failed = h
@@ -220,7 +220,7 @@ async fn user_decision_waits_for_an_explicit_answer() {
 
     h.send(ToTaskGraph::UserDecision {
         task: task("t1"),
-        proceed: true,
+        decision: UserDecision::Complete,
     });
     h.events.expect_kind("subtasks_completed").await;
     assert!(matches!(
@@ -315,7 +315,7 @@ async fn a_completion_for_a_stale_attempt_is_ignored() {
     h.send(ToTaskGraph::TaskFailed {
         task: task("t1"),
         attempt: 1,
-        error: "timeout".into(),
+        failure: AttemptFailure::TimedOut { limit_ms: 1_000 },
     });
     h.events.expect_kind("task_retried").await;
     h.complete("t1", 1);
@@ -413,7 +413,8 @@ async fn cancelling_the_run_cancels_everything_and_finishes_it() {
     assert_eq!(
         h.events.expect_kind("run_finished").await,
         EventKind::RunFinished {
-            outcome: RunOutcome::Cancelled
+            outcome: RunOutcome::Cancelled,
+            reason: None
         }
     );
     let snap = h.snapshot().await;
@@ -453,7 +454,7 @@ fn an_interrupted_attempt_is_requeued_without_charging_a_retry() {
     // retry is left, so it fails (rather than having been refused a first try).
     g.dispatched(&task("t1"), 2, "w", Route::Worker).unwrap();
     g.started(&task("t1"), 2).unwrap();
-    let events = g.failed(&task("t1"), 2, "boom").unwrap();
+    let events = g.failed(&task("t1"), 2, crashed("boom")).unwrap();
     assert!(matches!(events[0], EventKind::TaskFailed { .. }));
 
     let mut g = RunGraph::new(Limits {
@@ -465,13 +466,19 @@ fn an_interrupted_attempt_is_requeued_without_charging_a_retry() {
     g.interrupt_in_flight().unwrap();
     g.dispatched(&task("t1"), 2, "w", Route::Worker).unwrap();
     g.started(&task("t1"), 2).unwrap();
-    let events = g.failed(&task("t1"), 2, "boom").unwrap();
+    let events = g.failed(&task("t1"), 2, crashed("boom")).unwrap();
     assert_eq!(
         events,
         vec![EventKind::TaskRetried {
             task: task("t1"),
             attempt: 2,
-            error: "boom".into()
+            failure: crashed("boom")
         }]
     );
+}
+
+fn crashed(detail: &str) -> AttemptFailure {
+    AttemptFailure::Crashed {
+        detail: detail.into(),
+    }
 }

@@ -24,9 +24,9 @@ use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::config::Limits;
 use crate::protocol::{
-    ArtifactRef, Budget, EventKind, FailureReason, GraphSnapshot, Handoff, HandoffStatus,
-    ReadyTask, Route, RunOutcome, StopCondition, SubtaskResult, TaskCompleted, TaskId, TaskSpec,
-    TaskState, TaskView,
+    ArtifactRef, AttemptFailure, Budget, EventKind, FailureReason, GraphSnapshot, Handoff,
+    HandoffStatus, ReadyTask, Route, RunOutcome, StopCondition, SubtaskResult, TaskCompleted,
+    TaskId, TaskSpec, TaskState, TaskView, UserDecision,
 };
 use scope::ScopePath;
 pub use validate::{Fingerprint, fingerprint};
@@ -39,7 +39,11 @@ pub struct TaskNode {
     /// `spec.scope`, parsed.
     pub scope: Vec<ScopePath>,
     pub budget: Budget,
+    /// Everything charged to this task, over all its attempts.
     pub spent: Budget,
+    /// Spend the current attempt reported (`SpendReported`) since its last report; the next
+    /// report's handoff metrics are charged only beyond this, so nothing is counted twice.
+    pub reported_since_report: Budget,
     pub state: TaskState,
     /// 1-based; increases on every retry.
     pub attempt: u32,
@@ -105,7 +109,13 @@ pub struct RunGraph {
     planner_failed: bool,
     /// Root-planner calls recorded so far; the next call's index.
     planner_calls: u32,
+    /// Everything the run spent: tasks' charged spend and the planner's usage.
+    run_spent: Budget,
+    /// Set once the run spent more than `limits.run_budget`: (spent, budget) at that moment.
+    budget_exhausted: Option<(Budget, Budget)>,
     outcome: Option<RunOutcome>,
+    /// Why the run finished as it did, when there is more to say than the outcome.
+    finish_reason: Option<String>,
 }
 
 /// What a command did: the events it emitted (already applied), in order.
@@ -126,7 +136,10 @@ impl RunGraph {
             cancel_requested: false,
             planner_failed: false,
             planner_calls: 0,
+            run_spent: Budget::default(),
+            budget_exhausted: None,
             outcome: None,
+            finish_reason: None,
         }
     }
 
@@ -173,6 +186,16 @@ impl RunGraph {
 
     pub fn planner_calls(&self) -> u32 {
         self.planner_calls
+    }
+
+    /// Everything the run spent so far, the planner included.
+    pub fn run_spent(&self) -> Budget {
+        self.run_spent
+    }
+
+    /// Why the run finished, when there is more to say than its outcome.
+    pub fn finish_reason(&self) -> Option<&str> {
+        self.finish_reason.as_deref()
     }
 
     pub fn is_planning_finished(&self) -> bool {
@@ -281,8 +304,14 @@ impl RunGraph {
     /// Applies one event. The only mutator of the graph.
     pub fn apply(&mut self, event: &EventKind) -> Result<(), GraphError> {
         match event {
-            EventKind::PlannerResponded { call, .. } => {
-                self.planner_calls = self.planner_calls.max(call + 1)
+            EventKind::PlannerResponded { call, usage, .. } => {
+                self.planner_calls = self.planner_calls.max(call.saturating_add(1));
+                let planner = Budget::new(
+                    usage.tokens_in.saturating_add(usage.tokens_out),
+                    usage.cost_usd,
+                    0,
+                );
+                self.run_spent = self.run_spent.saturating_add(planner);
             }
             EventKind::PlannerGaveUp { .. } => {
                 self.planning_finished = true;
@@ -292,9 +321,10 @@ impl RunGraph {
                 let ix = self.ix_at(task, *attempt)?;
                 self.set_state(ix, TaskState::Ready)?;
                 let node = &mut self.dag[ix];
-                node.attempt += 1;
-                node.interruptions += 1;
+                node.attempt = node.attempt.saturating_add(1);
+                node.interruptions = node.interruptions.saturating_add(1);
                 node.proposals_this_attempt = 0;
+                node.reported_since_report = Budget::default();
             }
             EventKind::RunStarted { .. }
             | EventKind::TasksRejected { .. }
@@ -324,8 +354,9 @@ impl RunGraph {
                 let ix = self.ix_at(task, *attempt)?;
                 self.set_state(ix, TaskState::Ready)?;
                 let node = &mut self.dag[ix];
-                node.attempt += 1;
+                node.attempt = node.attempt.saturating_add(1);
                 node.proposals_this_attempt = 0;
+                node.reported_since_report = Budget::default();
             }
             EventKind::TaskCompleted {
                 task,
@@ -336,8 +367,8 @@ impl RunGraph {
                 let ix = self.ix_at(task, *attempt)?;
                 self.set_state(ix, TaskState::Completed)?;
                 let node = &mut self.dag[ix];
+                node.reported_since_report = Budget::default();
                 if let Some(h) = handoff {
-                    node.spent = node.spent.saturating_add(h.metrics.spent());
                     node.handoff = Some(Box::new(h.clone()));
                 }
                 node.artifacts.extend(artifacts.iter().cloned());
@@ -361,13 +392,13 @@ impl RunGraph {
             } => {
                 let ix = self.ix_at(parent, *attempt)?;
                 self.set_state(ix, TaskState::WaitingForSubtasks)?;
-                self.decompositions += 1;
+                self.decompositions = self.decompositions.saturating_add(1);
                 let node = &mut self.dag[ix];
                 node.stop_when = *stop_when;
-                node.decompositions += 1;
-                node.proposals_this_attempt += 1;
+                node.decompositions = node.decompositions.saturating_add(1);
+                node.proposals_this_attempt = node.proposals_this_attempt.saturating_add(1);
+                node.reported_since_report = Budget::default();
                 if let Some(h) = handoff {
-                    node.spent = node.spent.saturating_add(h.metrics.spent());
                     node.handoff = Some(Box::new(h.clone()));
                 }
                 node.artifacts.extend(artifacts.iter().cloned());
@@ -376,7 +407,26 @@ impl RunGraph {
                 parent, attempt, ..
             } => {
                 let ix = self.ix_at(parent, *attempt)?;
-                self.dag[ix].proposals_this_attempt += 1;
+                let node = &mut self.dag[ix];
+                node.proposals_this_attempt = node.proposals_this_attempt.saturating_add(1);
+                node.reported_since_report = Budget::default();
+            }
+            EventKind::SpendCharged {
+                task,
+                attempt,
+                spent,
+            } => {
+                let ix = self.ix(task)?;
+                let node = &mut self.dag[ix];
+                node.spent = node.spent.saturating_add(*spent);
+                if *attempt == node.attempt {
+                    node.reported_since_report = node.reported_since_report.saturating_add(*spent);
+                }
+                self.run_spent = self.run_spent.saturating_add(*spent);
+            }
+            EventKind::RunBudgetExhausted { spent, budget } => {
+                self.planning_finished = true;
+                self.budget_exhausted = Some((*spent, *budget));
             }
             EventKind::SubtasksCompleted { parent } => {
                 let ix = self.ix(parent)?;
@@ -387,7 +437,10 @@ impl RunGraph {
                 self.planning_finished = true;
                 self.cancel_requested = true;
             }
-            EventKind::RunFinished { outcome } => self.outcome = Some(*outcome),
+            EventKind::RunFinished { outcome, reason } => {
+                self.outcome = Some(*outcome);
+                self.finish_reason = reason.clone();
+            }
         }
         Ok(())
     }
@@ -450,6 +503,7 @@ impl RunGraph {
             scope,
             budget,
             spent: Budget::default(),
+            reported_since_report: Budget::default(),
             state: TaskState::Pending,
             attempt: 1,
             parent,
@@ -685,6 +739,10 @@ impl RunGraph {
             error,
         };
         self.emit(&mut out, recorded)?;
+        self.check_run_budget(&mut out)?;
+        if self.budget_exhausted.is_some() {
+            return Ok(out);
+        }
         match answer.tasks {
             Ok(tasks) if tasks.is_empty() && self.live == 0 => {
                 self.emit(&mut out, EventKind::PlanningFinished)?;
@@ -862,14 +920,27 @@ impl RunGraph {
                 },
             )?;
         }
+        // The handoff's metrics cover the work since the attempt's last report; charge only
+        // what the attempt has not already reported as it went.
+        if let Some(h) = &report.handoff {
+            let unreported = h
+                .metrics
+                .spent()
+                .saturating_sub(self.dag[ix].reported_since_report);
+            if unreported != Budget::default() {
+                self.emit(
+                    &mut out,
+                    EventKind::SpendCharged {
+                        task: task.clone(),
+                        attempt,
+                        spent: unreported,
+                    },
+                )?;
+            }
+        }
 
         if let Some(plan) = report.subplan {
-            let spent_now = report
-                .handoff
-                .as_ref()
-                .map(|h| h.metrics.spent())
-                .unwrap_or_default();
-            match validate::validate_subplan(self, ix, &plan, spent_now) {
+            match validate::validate_subplan(self, ix, &plan) {
                 Err(reason) => {
                     self.emit(
                         &mut out,
@@ -949,53 +1020,134 @@ impl RunGraph {
             }
             HandoffStatus::Failed => {
                 let summary = report.handoff.map(|h| h.summary).unwrap_or_default();
-                return self.fail_attempt(out, ix, attempt, summary);
+                self.fail_attempt(&mut out, ix, attempt, AttemptFailure::Reported { summary })?;
+                self.check_run_budget(&mut out)?;
+                return Ok(out);
             }
         }
         self.settle(&mut out, VecDeque::from([ix]))?;
+        self.check_run_budget(&mut out)?;
         Ok(out)
     }
 
-    /// The agent crashed or gave up.
+    /// The attempt ended without a report (crash, timeout, unusable output, dead runner).
     pub fn failed(
         &mut self,
         task: &TaskId,
         attempt: u32,
-        error: &str,
+        failure: AttemptFailure,
     ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
         let Some(ix) = self.current(&mut out, task, attempt, "TaskFailed", AGENT_AT_WORK) else {
             return Ok(out);
         };
-        self.fail_attempt(out, ix, attempt, error.to_string())
+        self.fail_attempt(&mut out, ix, attempt, failure)?;
+        Ok(out)
     }
 
-    /// Retries while attempts remain (never for a synthesizing parent, whose subtasks are
-    /// spent), otherwise fails the task and everything that needed it.
+    /// Retries a retryable failure while attempts remain (never for a synthesizing parent,
+    /// whose subtasks are spent), otherwise fails the task and everything that needed it.
     fn fail_attempt(
         &mut self,
-        mut out: Emitted,
+        out: &mut Emitted,
         ix: NodeIndex,
         attempt: u32,
-        error: String,
-    ) -> Result<Emitted, GraphError> {
+        failure: AttemptFailure,
+    ) -> Result<(), GraphError> {
         let task = self.dag[ix].id.clone();
         let charged = attempt.saturating_sub(self.dag[ix].interruptions);
-        let retryable =
-            self.dag[ix].state != TaskState::Synthesizing && charged < self.limits.max_attempts;
+        let retryable = failure.is_retryable()
+            && self.dag[ix].state != TaskState::Synthesizing
+            && charged < self.limits.max_attempts;
         if retryable {
             self.emit(
-                &mut out,
+                out,
                 EventKind::TaskRetried {
                     task,
                     attempt,
-                    error,
+                    failure,
                 },
-            )?;
+            )
         } else {
-            self.fail_and_settle(&mut out, ix, FailureReason::AgentFailed { error })?;
+            self.fail_and_settle(out, ix, FailureReason::AgentFailed { failure })
         }
+    }
+
+    /// Spend a running attempt reported. Charged to the task and the run whatever the
+    /// attempt's state (the money is spent even if the report is late); a current attempt
+    /// over its task's budget is stopped, and a run over its run budget ends.
+    pub fn spend_reported(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        spent: Budget,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let Some(&ix) = self.index.get(task) else {
+            self.ignore(
+                &mut out,
+                Some(task),
+                "SpendReported",
+                "no such task in this run".into(),
+            );
+            return Ok(out);
+        };
+        if attempt > self.dag[ix].attempt {
+            self.ignore(
+                &mut out,
+                Some(task),
+                "SpendReported",
+                format!(
+                    "attempt {attempt} has not been dispatched; the task is on attempt {}",
+                    self.dag[ix].attempt
+                ),
+            );
+            return Ok(out);
+        }
+        self.emit(
+            &mut out,
+            EventKind::SpendCharged {
+                task: task.clone(),
+                attempt,
+                spent,
+            },
+        )?;
+        let node = &self.dag[ix];
+        let at_work = node.attempt == attempt && AGENT_AT_WORK.contains(&node.state);
+        if at_work && node.spent.exceeds(&node.budget) {
+            let reason = FailureReason::BudgetExceeded {
+                spent: node.spent,
+                budget: node.budget,
+            };
+            self.fail_and_settle(&mut out, ix, reason)?;
+        }
+        self.check_run_budget(&mut out)?;
         Ok(out)
+    }
+
+    /// Ends the run once it has spent more than its run budget: nothing more is planned or
+    /// dispatched and every live task is cancelled. No-op while within budget.
+    fn check_run_budget(&mut self, out: &mut Emitted) -> Result<(), GraphError> {
+        let budget = self.limits.run_budget;
+        if self.budget_exhausted.is_some()
+            || self.outcome.is_some()
+            || !self.run_spent.exceeds(&budget)
+        {
+            return Ok(());
+        }
+        let spent = self.run_spent;
+        self.emit(out, EventKind::RunBudgetExhausted { spent, budget })?;
+        // Once per run, like whole-run cancellation: visits every root.
+        let roots: Vec<NodeIndex> = self
+            .dag
+            .node_indices()
+            .filter(|&ix| self.dag[ix].parent.is_none() && !self.dag[ix].state.is_terminal())
+            .collect();
+        let mut work = VecDeque::new();
+        for ix in roots {
+            self.cancel_one(out, ix, "the run budget is exhausted".into(), &mut work)?;
+        }
+        self.settle(out, work)
     }
 
     /// Cancels one task (its subtasks and dependents follow), or the whole run.
@@ -1077,7 +1229,12 @@ impl RunGraph {
         Ok(())
     }
 
-    pub fn user_decision(&mut self, task: &TaskId, proceed: bool) -> Result<Emitted, GraphError> {
+    /// A human's answer for a parent waiting under `StopCondition::UserDecision`.
+    pub fn user_decision(
+        &mut self,
+        task: &TaskId,
+        decision: &UserDecision,
+    ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
         let waiting = self.index.get(task).copied().filter(|&ix| {
             let n = &self.dag[ix];
@@ -1094,15 +1251,41 @@ impl RunGraph {
             );
             return Ok(out);
         };
-        if proceed {
-            self.emit(
-                &mut out,
-                EventKind::SubtasksCompleted {
-                    parent: task.clone(),
-                },
-            )?;
-        } else {
-            self.fail_and_settle(&mut out, ix, FailureReason::UserDeclined)?;
+        match decision {
+            UserDecision::Complete => {
+                self.emit(
+                    &mut out,
+                    EventKind::SubtasksCompleted {
+                        parent: task.clone(),
+                    },
+                )?;
+            }
+            UserDecision::Fail => {
+                self.fail_and_settle(&mut out, ix, FailureReason::UserDeclined)?;
+            }
+            UserDecision::Accept { subtask } => {
+                let chosen = self.index.get(subtask).copied().filter(|&c| {
+                    self.dag[c].parent == Some(ix) && self.dag[c].state == TaskState::Completed
+                });
+                let Some(c) = chosen else {
+                    self.ignore(
+                        &mut out,
+                        Some(task),
+                        "UserDecision",
+                        format!("{subtask} is not a completed subtask of {task}"),
+                    );
+                    return Ok(out);
+                };
+                let child = &self.dag[c];
+                let event = EventKind::TaskCompleted {
+                    task: task.clone(),
+                    attempt: self.dag[ix].attempt,
+                    handoff: child.handoff.as_deref().cloned(),
+                    artifacts: child.artifacts.clone(),
+                };
+                self.emit(&mut out, event)?;
+                self.settle(&mut out, VecDeque::from([ix]))?;
+            }
         }
         Ok(out)
     }
@@ -1179,14 +1362,17 @@ impl RunGraph {
             }
         }
         if self.planning_finished && self.live == 0 && self.outcome.is_none() {
-            let outcome = if self.cancel_requested {
-                RunOutcome::Cancelled
+            let (outcome, reason) = if let Some((spent, budget)) = self.budget_exhausted {
+                let why = format!("budget exhausted: the run spent {spent} of its {budget}");
+                (RunOutcome::Failed, Some(why))
+            } else if self.cancel_requested {
+                (RunOutcome::Cancelled, None)
             } else if self.unsuccessful_roots > 0 || self.planner_failed {
-                RunOutcome::Failed
+                (RunOutcome::Failed, None)
             } else {
-                RunOutcome::Completed
+                (RunOutcome::Completed, None)
             };
-            self.emit(out, EventKind::RunFinished { outcome })?;
+            self.emit(out, EventKind::RunFinished { outcome, reason })?;
         }
         Ok(())
     }

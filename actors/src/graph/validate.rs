@@ -255,13 +255,12 @@ pub(super) fn validate_batch(
     Ok(ValidBatch { items, order })
 }
 
-/// An agent's subplan for the task at `parent`. `spent_now` is what the partial work
-/// delivered with the proposal consumed.
+/// An agent's subplan for the task at `parent`. The parent's `spent` already includes what
+/// every earlier attempt and the partial work delivered with this proposal consumed.
 pub(super) fn validate_subplan(
     graph: &RunGraph,
     parent: NodeIndex,
     plan: &ProposedSubplan,
-    spent_now: Budget,
 ) -> Result<ValidBatch, RejectionReason> {
     let limits = graph.limits();
     let node = graph.node(parent);
@@ -375,10 +374,7 @@ pub(super) fn validate_subplan(
         }
     }
     // (d) budget: caps sum within what the parent has left; uncapped subtasks share the rest.
-    let remaining = node
-        .budget
-        .saturating_sub(node.spent)
-        .saturating_sub(spent_now);
+    let remaining = node.budget.saturating_sub(node.spent);
     let mut capped = Budget::default();
     let mut uncapped = 0u64;
     for sub in &plan.subtasks {

@@ -86,6 +86,20 @@ pub enum StopCondition {
     UserDecision,
 }
 
+/// A human's answer for a parent whose stop condition is [`StopCondition::UserDecision`],
+/// once every subtask has ended. Serialized as `{"decision": "accept", "subtask": "t4.2"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum UserDecision {
+    /// The parent completes with this (completed) subtask's handoff as its result; no
+    /// synthesis.
+    Accept { subtask: TaskId },
+    /// The parent's agent synthesizes the subtasks' results, as when the stop condition holds.
+    Complete,
+    /// The parent fails with `FailureReason::UserDeclined`.
+    Fail,
+}
+
 /// Sent to the proposer when its subplan was inserted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskDecompositionAccepted {
@@ -207,4 +221,29 @@ pub enum RejectionReason {
     ParentMismatch { named: TaskId, actual: TaskId },
     #[error("the parent is {state}; only a running task can be decomposed")]
     ParentNotRunning { state: TaskState },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_decisions_are_tagged_by_decision() {
+        let accept: UserDecision =
+            serde_json::from_str(r#"{"decision": "accept", "subtask": "t4.2"}"#).unwrap();
+        assert_eq!(
+            accept,
+            UserDecision::Accept {
+                subtask: "t4.2".parse().unwrap()
+            }
+        );
+        assert_eq!(
+            serde_json::to_value(UserDecision::Complete).unwrap(),
+            serde_json::json!({"decision": "complete"})
+        );
+        assert_eq!(
+            serde_json::from_str::<UserDecision>(r#"{"decision": "fail"}"#).unwrap(),
+            UserDecision::Fail
+        );
+    }
 }
