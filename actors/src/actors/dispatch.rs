@@ -21,6 +21,7 @@ use crate::protocol::{
     Assignment, Priority, ReadyTask, Route, RunId, TaskId, ToAgent, ToDispatch, ToTaskGraph,
     branch_name,
 };
+use crate::supervision::{Lifeline, StopCause, StopMember};
 
 /// A kind of worker: what it can do and what it costs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +83,8 @@ pub struct Dispatch {
     busy_workers: usize,
     busy_subplanners: usize,
     locks: ScopeLocks,
+    /// Reports to the run's supervisor when the actor ends.
+    lifeline: Option<Lifeline>,
 }
 
 impl Dispatch {
@@ -106,7 +109,14 @@ impl Dispatch {
             busy_workers: 0,
             busy_subplanners: 0,
             locks: ScopeLocks::default(),
+            lifeline: None,
         }
+    }
+
+    /// Reports to the run's supervisor when the actor ends, however it ends.
+    pub fn watched(mut self, lifeline: Lifeline) -> Self {
+        self.lifeline = Some(lifeline);
+        self
     }
 
     fn route(&self, task: &ReadyTask) -> Route {
@@ -287,5 +297,16 @@ mod tests {
             "big"
         );
         assert!(best_profile(&profiles, &need(&["gpu"])).is_none());
+    }
+}
+
+impl Handler<StopMember> for Dispatch {
+    type Result = ();
+
+    fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        if let Some(lifeline) = &mut self.lifeline {
+            lifeline.set_cause(StopCause::Finished);
+        }
+        ctx.stop();
     }
 }

@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use crate::llm_output::{PlannerOutput, parse_json_answer};
 use crate::ports::{ChatMessage, ChatRole, Llm, LlmError, LlmRequest, LlmResponse, Role};
 use crate::protocol::{PlannerAnswer, RejectionReason, RootHandoff, RunId, ToPlanner, ToTaskGraph};
+use crate::supervision::{Lifeline, StopCause, StopMember};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -69,6 +70,8 @@ pub struct Planner {
     busy: bool,
     consecutive_errors: u32,
     gave_up: bool,
+    /// Reports to the run's supervisor when the actor ends.
+    lifeline: Option<Lifeline>,
 }
 
 impl Planner {
@@ -94,7 +97,14 @@ impl Planner {
             busy: false,
             consecutive_errors: 0,
             gave_up: false,
+            lifeline: None,
         }
+    }
+
+    /// Reports to the run's supervisor when the actor ends, however it ends.
+    pub fn watched(mut self, lifeline: Lifeline) -> Self {
+        self.lifeline = Some(lifeline);
+        self
     }
 
     /// Continues a conversation recorded in the journal.
@@ -314,5 +324,16 @@ impl Handler<ToPlanner> for Planner {
                 self.plan(ctx);
             }
         }
+    }
+}
+
+impl Handler<StopMember> for Planner {
+    type Result = ();
+
+    fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        if let Some(lifeline) = &mut self.lifeline {
+            lifeline.set_cause(StopCause::Finished);
+        }
+        ctx.stop();
     }
 }

@@ -151,6 +151,18 @@ pub enum EventKind {
         #[serde(default)]
         reason: Option<String>,
     },
+    /// One of the run's actors died (a panic, a broken invariant) and the supervisor
+    /// restarted the run from the journal; `restart` counts them (ADR-006). Journaled by the
+    /// supervisor, so the cap on restarts holds across daemon restarts.
+    RunRestarted {
+        restart: u32,
+        reason: String,
+    },
+    /// A notice for live streams, never journaled (its `seq` is 0): the journal refused a
+    /// write, the run is paused and retries.
+    JournalUnavailable {
+        error: String,
+    },
 }
 
 impl EventKind {
@@ -180,6 +192,8 @@ impl EventKind {
             EventKind::SpendCharged { .. } => "spend_charged",
             EventKind::RunBudgetExhausted { .. } => "run_budget_exhausted",
             EventKind::RunFinished { .. } => "run_finished",
+            EventKind::RunRestarted { .. } => "run_restarted",
+            EventKind::JournalUnavailable { .. } => "journal_unavailable",
         }
     }
 }
