@@ -100,20 +100,29 @@ async fn a_second_daemon_on_the_same_state_dir_exits_at_once_naming_the_first_an
         if let Some(addr) = listen {
             command.arg("--listen").arg(addr);
         }
-        let second = command
+        let stderr_file = tempfile::NamedTempFile::new().unwrap();
+        let mut second = command
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(stderr_file.reopen().unwrap())
             .spawn()
             .unwrap();
-        let output = tokio::task::spawn_blocking(move || second.wait_with_output().unwrap());
-        let output = tokio::time::timeout(Duration::from_secs(30), output)
-            .await
-            .expect("the second daemon must exit at once, not serve")
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{stderr}");
+        let mut status = None;
+        for _ in 0..300 {
+            status = second.try_wait().unwrap();
+            if status.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let Some(status) = status else {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("the second daemon must exit at once, not serve");
+        };
+        let stderr = std::fs::read_to_string(stderr_file.path()).unwrap();
+        assert!(!status.success(), "{stderr}");
         assert!(
             stderr.contains(&format!("PID {}", first.child.id())),
             "names the holder: {stderr}"

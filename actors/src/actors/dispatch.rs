@@ -273,6 +273,17 @@ impl Handler<ToDispatch> for Dispatch {
     }
 }
 
+impl Handler<StopMember> for Dispatch {
+    type Result = ();
+
+    fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        if let Some(lifeline) = &mut self.lifeline {
+            lifeline.set_cause(StopCause::Finished);
+        }
+        ctx.stop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,16 +308,5 @@ mod tests {
             "big"
         );
         assert!(best_profile(&profiles, &need(&["gpu"])).is_none());
-    }
-}
-
-impl Handler<StopMember> for Dispatch {
-    type Result = ();
-
-    fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
-        if let Some(lifeline) = &mut self.lifeline {
-            lifeline.set_cause(StopCause::Finished);
-        }
-        ctx.stop();
     }
 }
