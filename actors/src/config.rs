@@ -121,6 +121,15 @@ impl Limits {
         if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
             return Err(LimitsError::Zero { field });
         }
+        // Task numbers are u32: a run cannot hold more tasks than ids can number.
+        if self.max_nodes > u32::MAX as usize {
+            return Err(LimitsError::AboveLimit {
+                field: "max_nodes",
+                value: self.max_nodes.to_string(),
+                limit_field: "the largest task number",
+                limit: u32::MAX.to_string(),
+            });
+        }
         if self.max_depth > MAX_TASK_DEPTH {
             return Err(LimitsError::DepthBeyondTaskId {
                 max_depth: self.max_depth,
@@ -195,6 +204,17 @@ mod tests {
                 max: MAX_TASK_DEPTH
             })
         );
+        let uncountable = Limits {
+            max_nodes: u32::MAX as usize + 1,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            uncountable.validate(),
+            Err(LimitsError::AboveLimit {
+                field: "max_nodes",
+                ..
+            })
+        ));
         let deepest = Limits {
             max_depth: MAX_TASK_DEPTH,
             ..Limits::default()

@@ -36,9 +36,11 @@ impl RunGraph {
                 )?;
             }
             Ok(valid) => {
+                // Child numbers stay far below u32::MAX: `Limits::validate` keeps max_nodes
+                // within what ids can number.
                 let base = self.dag[ix].children.len() as u32;
-                let ids: Vec<TaskId> = (0..valid.items.len())
-                    .map(|i| task.child(base + i as u32 + 1))
+                let ids: Vec<TaskId> = (0..valid.items.len() as u32)
+                    .map(|i| task.child(base.saturating_add(i).saturating_add(1)))
                     .collect();
                 for &i in &valid.order {
                     let item = &valid.items[i];
@@ -72,7 +74,7 @@ impl RunGraph {
                 self.settle(out, work)?;
             }
         }
-        Ok(())
+        self.check_run_budget(out)
     }
 
     /// A human's answer for a parent waiting under `StopCondition::UserDecision`.

@@ -37,9 +37,9 @@ impl RunGraph {
                 );
                 self.run_spent = self.run_spent.saturating_add(planner);
             }
-            EventKind::PlannerGaveUp { .. } => {
+            EventKind::PlannerGaveUp { error } => {
                 self.planning_finished = true;
-                self.planner_failed = true;
+                self.planner_gave_up = Some(error.clone());
             }
             EventKind::TaskInterrupted { task, attempt } => {
                 let ix = self.ix_at(task, *attempt)?;
@@ -216,7 +216,7 @@ impl RunGraph {
             .collect();
         let fingerprint = fingerprint(&spec.description, &scope);
         // A subtask's work precedes its parent's synthesis, so its chain includes the parent's.
-        let critical_path = parent.map_or(1, |p| self.dag[p].critical_path + 1);
+        let critical_path = parent.map_or(1, |p| self.dag[p].critical_path.saturating_add(1));
         let unfinished_deps = dep_ixs
             .iter()
             .filter(|&&d| self.dag[d].state != TaskState::Completed)
@@ -259,7 +259,7 @@ impl RunGraph {
                 self.dag[p].children.push(ix);
                 self.dag[p].open_children += 1;
             }
-            None => self.next_root = self.next_root.max(id.path()[0] + 1),
+            None => self.next_root = self.next_root.max(id.path()[0].saturating_add(1)),
         }
         Ok(())
     }
@@ -269,7 +269,7 @@ impl RunGraph {
     fn raise_critical_paths(&mut self, from: NodeIndex) {
         let mut stack = vec![from];
         while let Some(ix) = stack.pop() {
-            let needed = self.dag[ix].critical_path + 1;
+            let needed = self.dag[ix].critical_path.saturating_add(1);
             let mut deps = self
                 .dag
                 .neighbors_directed(ix, Direction::Incoming)

@@ -121,7 +121,8 @@ pub struct RunGraph {
     open_fingerprints: HashMap<Fingerprint, NodeIndex>,
     planning_finished: bool,
     cancel_requested: bool,
-    planner_failed: bool,
+    /// The planner's last error, once it gave up.
+    planner_gave_up: Option<String>,
     /// Root-planner calls recorded so far; the next call's index.
     planner_calls: u32,
     /// Everything the run spent: tasks' charged spend and the planner's usage.
@@ -149,7 +150,7 @@ impl RunGraph {
             open_fingerprints: HashMap::new(),
             planning_finished: false,
             cancel_requested: false,
-            planner_failed: false,
+            planner_gave_up: None,
             planner_calls: 0,
             run_spent: Budget::default(),
             budget_exhausted: None,
