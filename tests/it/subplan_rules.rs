@@ -321,8 +321,32 @@ async fn rule_i_decomposition_cap_per_attempt() {
         expect_rejection(&mut h, vec![]).await,
         RejectionReason::NoSubtasks
     );
-    let reason = expect_rejection(&mut h, vec![sub("a", &["src/a"])]).await;
-    assert_eq!(reason, RejectionReason::AttemptDecompositionCap { max: 1 });
+    // A proposal past the cap is refused, and the attempt is over: the agent is stopped
+    // instead of being invited to revise again (issue 6, point 5).
+    h.propose(
+        "t1",
+        1,
+        vec![sub("a", &["src/a"])],
+        StopCondition::AllSubtasksComplete,
+    );
+    let rejected = h.events.expect_kind("decomposition_rejected").await;
+    assert!(
+        matches!(
+            &rejected,
+            EventKind::DecompositionRejected {
+                reason: RejectionReason::AttemptDecompositionCap { max: 1 },
+                ..
+            }
+        ),
+        "{rejected:?}"
+    );
+    let kinds = h.events.next_kinds(2).await;
+    assert_eq!(kinds, ["proposals_stopped", "task_failed"]);
+    assert!(matches!(
+        h.agent_inbox.expect().await,
+        ToAgent::Cancel { task, .. } if task == self::task("t1")
+    ));
+    assert_eq!(h.state_of("t1").await, TaskState::Failed);
 }
 
 #[actix::test]
@@ -424,4 +448,204 @@ fn malformed_subplan_json_is_a_typed_error() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("unknown variant"), "{err}");
+}
+
+// ---- Loops end: an agent that keeps proposing invalid subplans is stopped. ----
+
+/// An agent that answers every rejection with the same invalid subplan, as a confused model
+/// would. It gives up by itself after 50 rejections so that a regression fails the test
+/// instead of spinning forever; it reports how many rejections and cancels it received.
+struct Reproposer {
+    graph: actix::Recipient<ToTaskGraph>,
+    rejections: u32,
+    seen: tokio::sync::mpsc::UnboundedSender<ToAgent>,
+}
+
+impl Reproposer {
+    fn propose(&self) {
+        let invalid = ProposedSubplan {
+            parent: task("t1"),
+            reason: DecompositionReason::TooLarge,
+            subtasks: vec![sub("outside", &["elsewhere/x"])],
+            stop_when: StopCondition::AllSubtasksComplete,
+        };
+        self.graph
+            .do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+                task: task("t1"),
+                attempt: 1,
+                handoff: None,
+                artifacts: Vec::new(),
+                subplan: Some(invalid),
+            })));
+    }
+}
+
+impl actix::Actor for Reproposer {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<ToAgent> for Reproposer {
+    type Result = ();
+    fn handle(&mut self, msg: ToAgent, _: &mut actix::Context<Self>) {
+        if let ToAgent::DecompositionRejected(_) = &msg {
+            self.rejections += 1;
+            if self.rejections < 50 {
+                self.propose();
+            }
+        }
+        let _ = self.seen.send(msg);
+    }
+}
+
+#[actix::test]
+async fn an_agent_that_keeps_proposing_invalid_subplans_is_stopped_after_k_rejections() {
+    use actix::Actor;
+    virtual_time();
+    let limits = Limits {
+        max_subplan_rejections: 3,
+        max_proposals_per_attempt: 10,
+        ..Limits::default()
+    };
+    let mut h = GraphHarness::start(limits);
+    h.submit(vec![spec("the parent task", &["src"])]).await;
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let agent = Reproposer {
+        graph: h.graph.clone().recipient(),
+        rejections: 0,
+        seen: tx,
+    }
+    .start();
+    h.send(ToTaskGraph::TaskDispatched {
+        task: task("t1"),
+        attempt: 1,
+        profile: "default".into(),
+        route: Route::Worker,
+        agent: agent.clone().recipient(),
+    });
+    h.send(ToTaskGraph::TaskStarted {
+        task: task("t1"),
+        attempt: 1,
+    });
+    agent.do_send(ToAgent::DecompositionRejected(TaskDecompositionRejected {
+        parent: task("t1"),
+        reason: RejectionReason::NoSubtasks,
+    }));
+
+    let failed = h.events.expect_kind("task_failed").await;
+    assert_eq!(
+        failed,
+        EventKind::TaskFailed {
+            task: task("t1"),
+            attempt: 1,
+            reason: FailureReason::ProposalLoop { rejections: 3 }
+        }
+    );
+    h.events.expect_none().await;
+    // What the agent heard, in order: the kick-off, two rejections it answered, then Cancel
+    // (the third rejection is not sent: the attempt is over).
+    let mut heard = Vec::new();
+    while let Ok(m) = seen.try_recv() {
+        heard.push(m);
+    }
+    assert_eq!(heard.len(), 4, "{heard:?}");
+    assert!(
+        heard[..3]
+            .iter()
+            .all(|m| matches!(m, ToAgent::DecompositionRejected(_)))
+    );
+    assert!(
+        matches!(&heard[3], ToAgent::Cancel { task, reason } if *task == self::task("t1") && reason == "stopped after 3 rejected subplans")
+    );
+    // The journal stays small: the loop does not grow it.
+    let kinds: Vec<&str> = h.journal.all().iter().map(|e| e.kind.name()).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "decomposition_rejected")
+            .count(),
+        3
+    );
+    assert!(kinds.len() <= 10, "{kinds:?}");
+}
+
+/// A graph with t1 running (scope `src`) and `k` rejections allowed per attempt, and the
+/// events that built it.
+fn graph_with_running_parent(k: u32) -> (flotilla_actors::graph::RunGraph, Vec<EventKind>) {
+    let mut g = flotilla_actors::graph::RunGraph::new(limits_with_k(k));
+    let mut events = g.submit(vec![spec("the parent task", &["src"])]).unwrap();
+    events.extend(g.dispatched(&task("t1"), 1, "w", Route::Worker).unwrap());
+    events.extend(g.started(&task("t1"), 1).unwrap());
+    (g, events)
+}
+
+fn limits_with_k(k: u32) -> Limits {
+    Limits {
+        max_subplan_rejections: k,
+        ..Limits::default()
+    }
+}
+
+fn invalid_report(handoff: Option<Handoff>) -> TaskCompleted {
+    TaskCompleted {
+        task: task("t1"),
+        attempt: 1,
+        handoff,
+        artifacts: vec![ArtifactRef {
+            kind: ArtifactKind::Report,
+            locator: "notes".into(),
+        }],
+        subplan: Some(ProposedSubplan {
+            parent: task("t1"),
+            reason: DecompositionReason::TooLarge,
+            subtasks: Vec::new(),
+            stop_when: StopCondition::AllSubtasksComplete,
+        }),
+    }
+}
+
+#[test]
+fn a_stopped_proposer_with_usable_work_completes_with_its_last_handoff() {
+    let (mut g, _) = graph_with_running_parent(2);
+    let first = g.complete(invalid_report(None)).unwrap();
+    assert_eq!(first.len(), 1, "one rejection, nothing else: {first:?}");
+    let mut partial = Handoff::complete("half of it, done properly");
+    partial.status = HandoffStatus::Partial;
+    let events = g.complete(invalid_report(Some(partial.clone()))).unwrap();
+    let kinds: Vec<&str> = events.iter().map(EventKind::name).collect();
+    assert_eq!(
+        kinds,
+        [
+            "decomposition_rejected",
+            "proposals_stopped",
+            "task_completed"
+        ]
+    );
+    let t1 = g.task(&task("t1")).unwrap();
+    assert_eq!(t1.state, TaskState::Completed);
+    assert_eq!(t1.handoff.as_deref(), Some(&partial));
+    assert_eq!(t1.artifacts.len(), 1);
+}
+
+#[test]
+fn a_stopped_proposer_without_usable_work_fails_and_is_not_retried() {
+    let (mut g, mut journal) = graph_with_running_parent(2);
+    journal.extend(g.complete(invalid_report(None)).unwrap());
+    let mut blocked = Handoff::complete("cannot split it");
+    blocked.status = HandoffStatus::Blocked;
+    let events = g.complete(invalid_report(Some(blocked))).unwrap();
+    assert!(
+        matches!(
+            events.last(),
+            Some(EventKind::TaskFailed {
+                reason: FailureReason::ProposalLoop { rejections: 2 },
+                ..
+            })
+        ),
+        "{events:?}"
+    );
+    assert_eq!(g.task(&task("t1")).unwrap().attempt, 1);
+    // The new event replays: the journal rebuilds the same graph.
+    journal.extend(events);
+    let replayed = flotilla_actors::graph::RunGraph::replay(limits_with_k(2), &journal).unwrap();
+    assert_eq!(replayed.snapshot(), g.snapshot());
 }

@@ -111,6 +111,15 @@ pub enum EventKind {
         attempt: u32,
         reason: RejectionReason,
     },
+    /// The task's attempt proposed too many rejected subplans (`max_subplan_rejections`, or
+    /// past `max_proposals_per_attempt`): its agent is stopped, and the task completes with
+    /// the last report's handoff if it was usable, or fails with `ProposalLoop` (that event
+    /// follows).
+    ProposalsStopped {
+        task: TaskId,
+        attempt: u32,
+        rejections: u32,
+    },
     /// The stop condition holds; the parent's agent is synthesizing.
     SubtasksCompleted {
         parent: TaskId,
@@ -178,6 +187,7 @@ impl EventKind {
             EventKind::PlanningFinished => "planning_finished",
             EventKind::RunCancelRequested { .. } => "run_cancel_requested",
             EventKind::SpendCharged { .. } => "spend_charged",
+            EventKind::ProposalsStopped { .. } => "proposals_stopped",
             EventKind::RunBudgetExhausted { .. } => "run_budget_exhausted",
             EventKind::RunFinished { .. } => "run_finished",
         }
