@@ -649,3 +649,150 @@ fn a_stopped_proposer_without_usable_work_fails_and_is_not_retried() {
     let replayed = flotilla_actors::graph::RunGraph::replay(limits_with_k(2), &journal).unwrap();
     assert_eq!(replayed.snapshot(), g.snapshot());
 }
+
+// ---- Found by fuzzing (issue 11, point 4). ----
+
+#[actix::test]
+async fn a_trailing_space_does_not_hide_an_overlap() {
+    let mut h = running_parent(Limits::default(), &["src"], None).await;
+    let reason = expect_rejection(
+        &mut h,
+        vec![sub("one", &["src/a /"]), sub("two", &["src/a"])],
+    )
+    .await;
+    assert_eq!(
+        reason,
+        RejectionReason::ScopeOverlap {
+            first: 0,
+            second: 1,
+            path: "src/a".into()
+        }
+    );
+}
+
+#[actix::test]
+async fn paths_that_only_look_harmless_with_a_trailing_space_are_refused() {
+    let mut h = running_parent(Limits::default(), &["src"], None).await;
+    for (raw, problem) in [
+        ("src/.git /", PathProblem::GitDirectory),
+        ("src/..  /x", PathProblem::ParentTraversal),
+    ] {
+        let reason = expect_rejection(&mut h, vec![sub("x", &[raw])]).await;
+        assert_eq!(
+            reason,
+            RejectionReason::InvalidPath {
+                subtask: 0,
+                path: raw.into(),
+                problem
+            }
+        );
+    }
+}
+
+#[actix::test]
+async fn stored_scopes_are_normalized_and_survive_replay() {
+    let mut h = running_parent(Limits::default(), &["src"], None).await;
+    h.propose(
+        "t1",
+        1,
+        vec![sub("spaced", &[" src / a b /"])],
+        StopCondition::AllSubtasksComplete,
+    );
+    h.expect_decision().await.unwrap();
+    let added = h
+        .events
+        .fish_for("t1.1 added", |Published(e)| match &e.kind {
+            EventKind::TaskAdded { task: t, spec, .. } if *t == task("t1.1") => {
+                Some(spec.scope.clone())
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(added, ["src/a b"]);
+    let journal: Vec<EventKind> = h.journal.all().into_iter().map(|e| e.kind).collect();
+    let replayed = flotilla_actors::graph::RunGraph::replay(Limits::default(), &journal).unwrap();
+    let child = replayed.task(&task("t1.1")).unwrap();
+    assert_eq!(child.scope.len(), 1, "no path may be dropped on replay");
+    assert_eq!(child.scope[0].as_str(), "src/a b");
+}
+
+#[actix::test]
+async fn an_empty_or_blank_description_is_refused() {
+    let mut h = running_parent(Limits::default(), &["src"], None).await;
+    let reason = expect_rejection(
+        &mut h,
+        vec![sub("fine", &["src/a"]), sub(" \t ", &["src/b"])],
+    )
+    .await;
+    assert_eq!(reason, RejectionReason::EmptyDescription { subtask: 1 });
+
+    let mut g = flotilla_actors::graph::RunGraph::new(Limits::default());
+    let events = g.submit(vec![spec("", &["a"])]).unwrap();
+    assert_eq!(
+        events,
+        vec![EventKind::TasksRejected {
+            reason: RejectionReason::EmptyDescription { subtask: 0 }
+        }]
+    );
+    assert!(g.is_empty());
+}
+
+#[test]
+fn depth_never_exceeds_what_task_ids_can_hold_even_with_unvalidated_limits() {
+    use flotilla_actors::graph::RunGraph;
+    let limits = Limits {
+        max_depth: 40,
+        max_subplan_rejections: 1,
+        ..Limits::default()
+    };
+    assert!(limits.validate().is_err(), "validate refuses this depth");
+    let mut g = RunGraph::new(limits.clone());
+    let mut journal = g.submit(vec![spec("deep", &["d"])]).unwrap();
+    let mut current = task("t1");
+    loop {
+        journal.extend(g.dispatched(&current, 1, "w", Route::Worker).unwrap());
+        journal.extend(g.started(&current, 1).unwrap());
+        let events = g
+            .complete(TaskCompleted {
+                task: current.clone(),
+                attempt: 1,
+                handoff: None,
+                artifacts: Vec::new(),
+                subplan: Some(ProposedSubplan {
+                    parent: current.clone(),
+                    reason: DecompositionReason::TooLarge,
+                    subtasks: vec![sub(&format!("level {}", current.depth() + 1), &["d"])],
+                    stop_when: StopCondition::AllSubtasksComplete,
+                }),
+            })
+            .unwrap();
+        journal.extend(events.iter().cloned());
+        if let Some(reason) = events.iter().find_map(|e| match e {
+            EventKind::DecompositionRejected { reason, .. } => Some(reason.clone()),
+            _ => None,
+        }) {
+            assert_eq!(
+                reason,
+                RejectionReason::DepthExceeded {
+                    depth: MAX_TASK_DEPTH + 1,
+                    max: MAX_TASK_DEPTH
+                }
+            );
+            break;
+        }
+        current = current.child(1);
+    }
+    assert_eq!(current.depth(), MAX_TASK_DEPTH);
+    // Every journaled event reads back, so the run replays.
+    let json: Vec<String> = journal
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    let back: Vec<EventKind> = json
+        .iter()
+        .map(|j| serde_json::from_str(j).unwrap())
+        .collect();
+    assert_eq!(back, journal);
+    let replayed = RunGraph::replay(limits, &back).unwrap();
+    assert_eq!(replayed.snapshot(), g.snapshot());
+}
