@@ -609,3 +609,25 @@ fn huge_reported_token_counts_do_not_crash_status_or_the_live_line() {
     let status = flotilla::daemon::report::status(&record, Limits::default(), &events).unwrap();
     assert_eq!(status.tokens_in, u64::MAX);
 }
+
+#[test]
+fn spend_of_an_interrupted_attempt_still_counts_against_the_next_subplan() {
+    let mut g = running(Limits::default(), Budget::new(1_000, Usd::ZERO, 60_000));
+    g.spend_reported(&task("t1"), 1, tokens(700)).unwrap();
+    // The daemon restarts: attempt 1 is interrupted without being charged a retry...
+    g.interrupt_in_flight().unwrap();
+    g.dispatched(&task("t1"), 2, "w", Route::Worker).unwrap();
+    g.started(&task("t1"), 2).unwrap();
+    // ...but its spend is real: attempt 2 has 300 tokens to give away, not 1,000.
+    let plan = subplan(
+        "t1",
+        vec![capped("x", &["a/x"], Budget::new(400, Usd::ZERO, 1_000))],
+    );
+    let events = g.complete(report("t1", 2, None, Some(plan))).unwrap();
+    match rejection(&events) {
+        RejectionReason::BudgetExceeded { needed, remaining } => {
+            assert_eq!((needed.tokens, remaining.tokens), (400, 300));
+        }
+        other => panic!("expected BudgetExceeded, got {other:?}"),
+    }
+}
