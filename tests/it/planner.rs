@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use flotilla::scripted::{Scenario, ScriptedLlm};
-use flotilla_actors::actors::{Exchange, Planner, PlannerConfig};
-use flotilla_actors::ports::ChatRole;
+use flotilla_actors::actors::{Exchange, Planner, PlannerConfig, TaskGraph};
+use flotilla_actors::config::Limits;
+use flotilla_actors::graph::RunGraph;
+use flotilla_actors::ports::{ChatRole, MemoryJournal, SystemClock};
 use flotilla_actors::protocol::*;
 
 use crate::harness::*;
@@ -66,6 +68,7 @@ async fn plans_the_first_sprint_then_replans_only_after_three_handoffs() {
     assert_eq!(first.call, 0);
     assert_eq!(first.tasks.as_ref().unwrap()[0].description, "lexer");
     assert!(first.prompt.contains("build a calculator"));
+    planner.do_send(ToPlanner::BatchAccepted);
 
     planner.do_send(handoff("t1"));
     planner.do_send(handoff("t2"));
@@ -113,6 +116,7 @@ async fn quiescence_triggers_a_plan_and_a_refused_batch_is_explained_next_time()
         next.prompt
     );
     assert!(next.prompt.contains("empty scope"), "{}", next.prompt);
+    planner.do_send(ToPlanner::BatchAccepted);
     planner.do_send(ToPlanner::Quiescent);
     let third = expect_answer(&mut graph).await;
     assert_eq!(
@@ -189,4 +193,121 @@ async fn a_resumed_planner_continues_its_recorded_conversation_without_asking_ag
     assert_eq!(answer.call, 1, "call 0 was recorded; it is not asked again");
     assert_eq!(answer.tasks.unwrap()[0].description, "parser");
     assert_eq!(llm.requests().len(), 1);
+}
+
+/// A real TaskGraph (in-memory journal) and the Planner, wired to each other; probes stand
+/// in for Dispatch and the event stream.
+fn start_with_graph(
+    scenario: &str,
+    config: PlannerConfig,
+    limits: Limits,
+) -> (Arc<ScriptedLlm>, Inbox<Published>, Inbox<ToDispatch>) {
+    virtual_time();
+    let run = RunId::generate();
+    let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
+    let (dispatch, dispatch_inbox) = probe::<ToDispatch>("dispatch");
+    let (events, events_inbox) = probe::<Published>("events");
+    let planner_ctx = Context::<Planner>::new();
+    let graph = TaskGraph::new(
+        run,
+        RunGraph::new(limits),
+        Arc::new(MemoryJournal::new(Arc::new(SystemClock))),
+        dispatch,
+        Some(events),
+    )
+    .with_planner(planner_ctx.address().recipient())
+    .start();
+    let planner = planner_ctx.run(Planner::new(
+        run,
+        "build a calculator".into(),
+        "SYSTEM".into(),
+        llm.clone(),
+        graph.recipient(),
+        config,
+    ));
+    planner.do_send(ToPlanner::Start);
+    (llm, events_inbox, dispatch_inbox)
+}
+
+#[actix::test]
+async fn refused_batches_back_off_like_errors_and_the_planner_gives_up_after_the_limit() {
+    // Every answer is valid JSON whose batch the graph refuses (a task with no scope).
+    let refused = "[[planner.answers]]\ntasks = [{ description = \"x\", scope = [] }]\n";
+    let config = PlannerConfig {
+        backoff_base_ms: 1_000,
+        backoff_max_ms: 8_000,
+        ..PlannerConfig::default()
+    };
+    let limit = config.max_consecutive_errors;
+    let (llm, mut events, _dispatch) =
+        start_with_graph(&refused.repeat(30), config, Limits::default());
+
+    let mut calls_at = Vec::new();
+    loop {
+        let event = events
+            .fish_for("a planner call or the give-up", |Published(e)| {
+                match &e.kind {
+                    EventKind::PlannerResponded { .. } | EventKind::PlannerGaveUp { .. } => {
+                        Some(e.kind.clone())
+                    }
+                    _ => None,
+                }
+            })
+            .await;
+        match event {
+            EventKind::PlannerResponded { .. } => {
+                calls_at.push(tokio::time::Instant::now());
+                let rejected = events.expect_kind("tasks_rejected").await;
+                assert!(
+                    matches!(
+                        rejected,
+                        EventKind::TasksRejected {
+                            reason: RejectionReason::EmptyScope { .. }
+                        }
+                    ),
+                    "{rejected:?}"
+                );
+            }
+            EventKind::PlannerGaveUp { error } => {
+                assert!(
+                    error.contains(&format!("{limit} consecutive planner errors")),
+                    "{error}"
+                );
+                assert!(error.contains("refused"), "{error}");
+                break;
+            }
+            _ => unreachable!(),
+        }
+    }
+    assert_eq!(calls_at.len(), limit as usize, "one call per allowed error");
+    let gaps: Vec<u64> = calls_at
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis() as u64)
+        .collect();
+    // 1 s, doubling, capped at 8 s; virtual time makes the gaps exact up to scheduling.
+    let expected = [
+        1_000, 2_000, 4_000, 8_000, 8_000, 8_000, 8_000, 8_000, 8_000,
+    ];
+    for (gap, want) in gaps.iter().zip(expected) {
+        assert!(
+            (want..want + 50).contains(gap),
+            "gaps between calls {gaps:?}, expected {expected:?}"
+        );
+    }
+    let outcome = events.expect_kind("run_finished").await;
+    assert_eq!(
+        outcome,
+        EventKind::RunFinished {
+            outcome: RunOutcome::Failed
+        }
+    );
+    // Nothing more is asked, however long we wait.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(llm.requests().len(), limit as usize);
+    let requests = llm.requests();
+    let second_prompt = &requests[1].messages.last().unwrap().content;
+    assert!(
+        second_prompt.contains("Your last batch was refused"),
+        "{second_prompt}"
+    );
 }

@@ -1,11 +1,15 @@
 //! The Planner actor: the root planner's LLM conversation, run in sprints.
 //!
 //! It plans the first sprint on `Start`, then again when at least `min_handoffs_for_replan`
-//! root handoffs are unread, when the graph is quiescent (nothing live), or when its last
-//! batch was refused. Every answer goes to the TaskGraph, which journals it
-//! (`PlannerResponded`) before submitting its tasks; an empty answer while nothing is live
-//! ends planning. LLM errors and unusable answers back off exponentially; after
-//! `max_consecutive_errors` in a row, or `max_iterations` calls, the planner gives up.
+//! root handoffs are unread, or when the graph is quiescent (nothing live). Every answer goes
+//! to the TaskGraph, which journals it (`PlannerResponded`) before submitting its tasks; an
+//! empty answer while nothing is live ends planning.
+//!
+//! A call counts as an error when the LLM call fails, when its answer cannot be parsed, and
+//! when the TaskGraph refuses its batch (`BatchRejected`): each such error backs off
+//! exponentially (a `Retry` timer) and the next prompt says what went wrong. A batch the
+//! graph accepted (`BatchAccepted`), or a valid empty answer, ends the streak. After
+//! `max_consecutive_errors` in a row the planner gives up (`PlannerGaveUp`: the run fails).
 //! Nothing polls: every step is a message or a timer.
 
 use std::sync::Arc;
@@ -53,6 +57,24 @@ pub struct Exchange {
     pub answer: String,
 }
 
+/// Where the planner is in its cycle of asking, being judged and waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a reason to plan (handoffs, quiescence).
+    Idle,
+    /// An LLM call is in flight.
+    Asking,
+    /// The TaskGraph is validating the last batch; its verdict decides whether that call was
+    /// an error. No new call starts before it, so a refusal is explained in the very next
+    /// prompt and counted before anything else happens.
+    AwaitingVerdict,
+    /// After an error: the `Retry` timer ends the wait. Triggers meanwhile are not lost:
+    /// the retry's prompt carries every unread handoff.
+    BackingOff,
+    /// The planner gave up; it asks nothing more.
+    Done,
+}
+
 pub struct Planner {
     run: RunId,
     request: String,
@@ -66,9 +88,9 @@ pub struct Planner {
     rejections: Vec<RejectionReason>,
     /// The last answer was unusable; say why in the next prompt.
     last_error: Option<String>,
-    busy: bool,
+    phase: Phase,
+    /// Calls in a row that failed, were unusable or were refused.
     consecutive_errors: u32,
-    gave_up: bool,
 }
 
 impl Planner {
@@ -91,9 +113,8 @@ impl Planner {
             unread: Vec::new(),
             rejections: Vec::new(),
             last_error: None,
-            busy: false,
+            phase: Phase::Idle,
             consecutive_errors: 0,
-            gave_up: false,
         }
     }
 
@@ -163,7 +184,7 @@ impl Planner {
     }
 
     fn plan(&mut self, ctx: &mut Context<Self>) {
-        if self.busy || self.gave_up {
+        if self.phase != Phase::Idle {
             return;
         }
         let call = self.conversation.len() as u32;
@@ -193,7 +214,7 @@ impl Planner {
             role: ChatRole::User,
             content: prompt.clone(),
         });
-        self.busy = true;
+        self.phase = Phase::Asking;
         let request = self.llm.complete(LlmRequest {
             role: Role::Planner,
             messages,
@@ -212,7 +233,7 @@ impl Planner {
         result: Result<LlmResponse, LlmError>,
         ctx: &mut Context<Self>,
     ) {
-        self.busy = false;
+        self.phase = Phase::Idle;
         match result {
             Ok(response) => {
                 let tasks = parse_json_answer::<PlannerOutput>(
@@ -225,6 +246,7 @@ impl Planner {
                     answer: response.content.clone(),
                 });
                 let failed = tasks.as_ref().err().cloned();
+                let planned = tasks.as_ref().map_or(0, Vec::len);
                 self.graph
                     .do_send(ToTaskGraph::PlannerAnswered(Box::new(PlannerAnswer {
                         call,
@@ -239,13 +261,11 @@ impl Planner {
                         self.last_error = Some(error.clone());
                         self.back_off(error, ctx);
                     }
+                    // The graph validates the batch; its verdict decides what this call was.
+                    None if planned > 0 => self.phase = Phase::AwaitingVerdict,
                     None => {
                         self.consecutive_errors = 0;
-                        if self.unread.len() >= self.config.min_handoffs_for_replan
-                            || !self.rejections.is_empty()
-                        {
-                            self.plan(ctx);
-                        }
+                        self.plan_if_needed(ctx);
                     }
                 }
             }
@@ -264,8 +284,15 @@ impl Planner {
         self.back_off_for(error, None, ctx);
     }
 
+    /// Plans again if enough handoffs are waiting to be read.
+    fn plan_if_needed(&mut self, ctx: &mut Context<Self>) {
+        if self.unread.len() >= self.config.min_handoffs_for_replan {
+            self.plan(ctx);
+        }
+    }
+
     fn back_off_for(&mut self, error: String, at_least_ms: Option<u64>, ctx: &mut Context<Self>) {
-        self.consecutive_errors += 1;
+        self.consecutive_errors = self.consecutive_errors.saturating_add(1);
         if self.consecutive_errors >= self.config.max_consecutive_errors {
             self.give_up(format!(
                 "{} consecutive planner errors; the last: {error}",
@@ -280,12 +307,13 @@ impl Planner {
         let delay = exp
             .min(self.config.backoff_max_ms)
             .max(at_least_ms.unwrap_or(0));
+        self.phase = Phase::BackingOff;
         ctx.notify_later(ToPlanner::Retry, Duration::from_millis(delay));
     }
 
     fn give_up(&mut self, error: String) {
         info!(run = %self.run, %error, "the planner gives up");
-        self.gave_up = true;
+        self.phase = Phase::Done;
         self.graph.do_send(ToTaskGraph::PlannerGaveUp { error });
     }
 }
@@ -300,18 +328,34 @@ impl Handler<ToPlanner> for Planner {
     fn handle(&mut self, msg: ToPlanner, ctx: &mut Context<Self>) {
         match msg {
             ToPlanner::Start | ToPlanner::Quiescent => self.plan(ctx),
-            // A retry timer that outlived its error (a later call succeeded) does nothing.
-            ToPlanner::Retry if self.consecutive_errors > 0 => self.plan(ctx),
+            ToPlanner::Retry if self.phase == Phase::BackingOff => {
+                self.phase = Phase::Idle;
+                self.plan(ctx);
+            }
             ToPlanner::Retry => {}
             ToPlanner::Handoff(handoff) => {
                 self.unread.push(handoff);
-                if self.unread.len() >= self.config.min_handoffs_for_replan {
-                    self.plan(ctx);
-                }
+                self.plan_if_needed(ctx);
             }
+            ToPlanner::BatchAccepted => {
+                if self.phase == Phase::AwaitingVerdict {
+                    self.phase = Phase::Idle;
+                }
+                self.consecutive_errors = 0;
+                self.plan_if_needed(ctx);
+            }
+            // A refused batch is an error like an unparseable answer: it backs off, and
+            // counts toward giving up, so a model that keeps proposing invalid batches
+            // cannot drive a tight loop of calls.
             ToPlanner::BatchRejected { reason } => {
+                let error = format!("the batch was refused: {reason}");
                 self.rejections.push(reason);
-                self.plan(ctx);
+                if self.phase == Phase::AwaitingVerdict {
+                    self.phase = Phase::Idle;
+                }
+                if self.phase == Phase::Idle {
+                    self.back_off(error, ctx);
+                }
             }
         }
     }

@@ -186,7 +186,12 @@ impl TaskGraph {
     fn perform(&mut self, events: Vec<Event>, ctx: &mut Context<Self>) {
         let mut ready = Vec::new();
         let mut something_ended = false;
+        // The planner counts a refused batch as an error; an accepted one ends its streak.
+        let mut batch_accepted = false;
         for event in &events {
+            if let EventKind::TaskAdded { task, .. } = &event.kind {
+                batch_accepted |= task.depth() == 1;
+            }
             if let EventKind::TaskCompleted { task, .. }
             | EventKind::TaskFailed { task, .. }
             | EventKind::TaskCancelled { task, .. } = &event.kind
@@ -276,6 +281,9 @@ impl TaskGraph {
         }
         if !ready.is_empty() {
             self.dispatch.do_send(ToDispatch::Ready(ready));
+        }
+        if let (true, Some(planner)) = (batch_accepted, &self.planner) {
+            planner.do_send(ToPlanner::BatchAccepted);
         }
         if let (true, Some(planner)) = (something_ended && self.graph.is_quiescent(), &self.planner)
         {

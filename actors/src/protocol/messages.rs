@@ -171,6 +171,8 @@ pub enum ToPlanner {
     BatchRejected {
         reason: RejectionReason,
     },
+    /// The planner's last batch was accepted (its tasks are in the graph).
+    BatchAccepted,
     /// Timer: retry after an error.
     Retry,
 }
