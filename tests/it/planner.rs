@@ -201,7 +201,12 @@ fn start_with_graph(
     scenario: &str,
     config: PlannerConfig,
     limits: Limits,
-) -> (Arc<ScriptedLlm>, Inbox<Published>, Inbox<ToDispatch>) {
+) -> (
+    Addr<TaskGraph>,
+    Arc<ScriptedLlm>,
+    Inbox<Published>,
+    Inbox<ToDispatch>,
+) {
     virtual_time();
     let run = RunId::generate();
     let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
@@ -222,11 +227,42 @@ fn start_with_graph(
         "build a calculator".into(),
         "SYSTEM".into(),
         llm.clone(),
-        graph.recipient(),
+        graph.clone().recipient(),
         config,
     ));
     planner.do_send(ToPlanner::Start);
-    (llm, events_inbox, dispatch_inbox)
+    (graph, llm, events_inbox, dispatch_inbox)
+}
+
+/// Plays Dispatch and a worker: the next ready task is dispatched, started and completed.
+async fn run_next_ready(graph: &Addr<TaskGraph>, dispatch: &mut Inbox<ToDispatch>) -> TaskId {
+    let ready = dispatch
+        .fish_for("Ready", |m| match m {
+            ToDispatch::Ready(tasks) => Some(tasks[0].clone()),
+            _ => None,
+        })
+        .await;
+    let (agent, _agent_inbox) = probe::<ToAgent>("agent");
+    let id = ready.task.clone();
+    graph.do_send(ToTaskGraph::TaskDispatched {
+        task: id.clone(),
+        attempt: ready.attempt,
+        profile: "default".into(),
+        route: Route::Worker,
+        agent,
+    });
+    graph.do_send(ToTaskGraph::TaskStarted {
+        task: id.clone(),
+        attempt: ready.attempt,
+    });
+    graph.do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+        task: id.clone(),
+        attempt: ready.attempt,
+        handoff: Some(Handoff::complete(format!("{id} done"))),
+        artifacts: Vec::new(),
+        subplan: None,
+    })));
+    id
 }
 
 #[actix::test]
@@ -239,7 +275,7 @@ async fn refused_batches_back_off_like_errors_and_the_planner_gives_up_after_the
         ..PlannerConfig::default()
     };
     let limit = config.max_consecutive_errors;
-    let (llm, mut events, _dispatch) =
+    let (_graph, llm, mut events, _dispatch) =
         start_with_graph(&refused.repeat(30), config, Limits::default());
 
     let mut calls_at = Vec::new();
@@ -310,4 +346,39 @@ async fn refused_batches_back_off_like_errors_and_the_planner_gives_up_after_the
         second_prompt.contains("Your last batch was refused"),
         "{second_prompt}"
     );
+}
+
+#[actix::test]
+async fn reaching_the_iteration_limit_finishes_planning_and_the_run_completes() {
+    let scenario = r#"
+        [[planner.answers]]
+        tasks = [{ description = "lexer", scope = ["lex.rs"] }]
+        [[planner.answers]]
+        tasks = [{ description = "parser", scope = ["parse.rs"] }]
+        [[planner.answers]]
+        tasks = [{ description = "never asked for", scope = ["x.rs"] }]
+    "#;
+    let config = PlannerConfig {
+        max_iterations: 2,
+        ..PlannerConfig::default()
+    };
+    let (graph, llm, mut events, mut dispatch) =
+        start_with_graph(scenario, config, Limits::default());
+    assert_eq!(run_next_ready(&graph, &mut dispatch).await, task("t1"));
+    // t1's end makes the graph quiescent: the planner plans its second (last) sprint.
+    assert_eq!(run_next_ready(&graph, &mut dispatch).await, task("t2"));
+    // Quiescent again: the limit is reached, so planning finishes instead of failing.
+    let mut kinds = Vec::new();
+    loop {
+        let Published(event) = events.expect().await;
+        kinds.push(event.kind.name());
+        if let EventKind::RunFinished { outcome } = event.kind {
+            assert_eq!(outcome, RunOutcome::Completed, "events: {kinds:?}");
+            break;
+        }
+    }
+    assert!(kinds.contains(&"planning_finished"), "{kinds:?}");
+    assert!(!kinds.contains(&"planner_gave_up"), "{kinds:?}");
+    assert_eq!(llm.requests().len(), 2, "no call beyond the limit");
+    events.expect_none().await;
 }

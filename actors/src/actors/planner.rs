@@ -10,6 +10,9 @@
 //! exponentially (a `Retry` timer) and the next prompt says what went wrong. A batch the
 //! graph accepted (`BatchAccepted`), or a valid empty answer, ends the streak. After
 //! `max_consecutive_errors` in a row the planner gives up (`PlannerGaveUp`: the run fails).
+//! Reaching `max_iterations` calls is not a failure: the next time the planner would plan,
+//! it finishes planning instead (`PlanningFinished`, the reason logged), and the run ends
+//! when the tasks already planned have ended.
 //! Nothing polls: every step is a message or a timer.
 
 use std::sync::Arc;
@@ -71,7 +74,7 @@ enum Phase {
     /// After an error: the `Retry` timer ends the wait. Triggers meanwhile are not lost:
     /// the retry's prompt carries every unread handoff.
     BackingOff,
-    /// The planner gave up; it asks nothing more.
+    /// Planning finished or the planner gave up; it asks nothing more.
     Done,
 }
 
@@ -187,10 +190,10 @@ impl Planner {
         if self.phase != Phase::Idle {
             return;
         }
-        let call = self.conversation.len() as u32;
+        let call = u32::try_from(self.conversation.len()).unwrap_or(u32::MAX);
         if call >= self.config.max_iterations {
-            self.give_up(format!(
-                "the planner reached its limit of {} planning calls",
+            self.finish(format!(
+                "the planner reached its limit of {} calls; the tasks already planned run to the end",
                 self.config.max_iterations
             ));
             return;
@@ -311,6 +314,14 @@ impl Planner {
         ctx.notify_later(ToPlanner::Retry, Duration::from_millis(delay));
     }
 
+    /// Ends planning without failing the run: the run completes if its tasks do.
+    fn finish(&mut self, reason: String) {
+        info!(run = %self.run, %reason, "planning ends");
+        self.phase = Phase::Done;
+        self.graph.do_send(ToTaskGraph::PlanningFinished);
+    }
+
+    /// Ends planning and fails the run: the planner could not produce usable answers.
     fn give_up(&mut self, error: String) {
         info!(run = %self.run, %error, "the planner gives up");
         self.phase = Phase::Done;
