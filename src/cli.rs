@@ -423,7 +423,7 @@ pub async fn follow(
                     let _ = std::io::stdout().flush();
                 }
             }
-            if let EventKind::RunFinished { outcome } = event.kind {
+            if let EventKind::RunFinished { outcome, .. } = event.kind {
                 if live {
                     println!();
                 }

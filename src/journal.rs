@@ -156,7 +156,7 @@ impl SqliteJournal {
                 let (id, request, repo, config, created_ms, finished) = row.map_err(storage)?;
                 let outcome = match finished {
                     Some(data) => match serde_json::from_str::<EventKind>(&data) {
-                        Ok(EventKind::RunFinished { outcome }) => Some(outcome),
+                        Ok(EventKind::RunFinished { outcome, .. }) => Some(outcome),
                         _ => None,
                     },
                     None => None,
@@ -336,6 +336,7 @@ mod tests {
                 run,
                 vec![EventKind::RunFinished {
                     outcome: RunOutcome::Completed,
+                    reason: None,
                 }],
             )
             .await

@@ -138,11 +138,11 @@ pub fn event_line(e: &Event, style: &Style) -> String {
         EventKind::TaskRetried {
             task,
             attempt,
-            error,
+            failure,
         } => {
             format!(
                 "{task} attempt {attempt} failed ({}); retrying",
-                shorten(error, 80)
+                shorten(&failure.to_string(), 80)
             )
         }
         EventKind::TaskInterrupted { task, attempt } => {
@@ -157,7 +157,7 @@ pub fn event_line(e: &Event, style: &Style) -> String {
         }
         EventKind::TaskFailed { task, reason, .. } => style.bad(&format!(
             "{task} failed: {}",
-            shorten(&format!("{reason:?}"), 120)
+            shorten(&reason.to_string(), 120)
         )),
         EventKind::TaskCancelled { task, reason, .. } => format!("{task} cancelled: {reason}"),
         EventKind::DecompositionAccepted {
@@ -186,8 +186,20 @@ pub fn event_line(e: &Event, style: &Style) -> String {
         )),
         EventKind::PlanningFinished => "planning finished".to_string(),
         EventKind::RunCancelRequested { reason } => format!("run cancelling: {reason}"),
-        EventKind::RunFinished { outcome } => {
-            let text = format!("run finished: {}", outcome_name(*outcome));
+        EventKind::SpendCharged {
+            task,
+            attempt,
+            spent,
+        } => style.dim(&format!("{task} attempt {attempt} spent {spent}")),
+        EventKind::RunBudgetExhausted { spent, budget } => style.bad(&format!(
+            "run budget exhausted: spent {spent} of {budget}; stopping"
+        )),
+        EventKind::RunFinished { outcome, reason } => {
+            let why = reason
+                .as_ref()
+                .map(|r| format!(" ({})", shorten(r, 120)))
+                .unwrap_or_default();
+            let text = format!("run finished: {}{why}", outcome_name(*outcome));
             if *outcome == RunOutcome::Completed {
                 style.good(&text)
             } else {

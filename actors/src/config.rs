@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Budget, Usd};
+use crate::protocol::{Budget, MAX_TASK_DEPTH, Usd};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -38,6 +38,17 @@ pub struct Limits {
     /// A task with at least this many scope paths (and depth below `max_depth`) goes to the
     /// subplanner instead of a worker.
     pub subplanner_scope_threshold: usize,
+    /// The most a single task may be given: a planner task or a subtask asking for more in
+    /// any dimension is refused (`RejectionReason::TaskBudgetTooLarge`), never clamped.
+    pub max_task_budget: Budget,
+    /// What the whole run may spend: every task's charged spend plus the planner's usage.
+    /// Past it the run stops planning and dispatching and ends `Failed`.
+    pub run_budget: Budget,
+    /// Rejected subplans one task attempt may propose before the task is stopped (K): it
+    /// then completes with its last usable handoff, or fails with `ProposalLoop`.
+    pub max_subplan_rejections: u32,
+    /// How many times the supervisor restarts a run whose actor died before failing it.
+    pub max_run_restarts: u32,
 }
 
 impl Default for Limits {
@@ -58,6 +69,176 @@ impl Default for Limits {
             max_workers: 4,
             max_subplanners: 2,
             subplanner_scope_threshold: 4,
+            max_task_budget: Budget::new(
+                1_000_000,
+                Usd::from_micros(10_000_000),
+                4 * 60 * 60 * 1000,
+            ),
+            run_budget: Budget::new(
+                10_000_000,
+                Usd::from_micros(100_000_000),
+                48 * 60 * 60 * 1000,
+            ),
+            max_subplan_rejections: 3,
+            max_run_restarts: 3,
         }
+    }
+}
+
+/// A `Limits` that cannot work, naming the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    #[error("{field} = 0: it must be at least 1")]
+    Zero { field: &'static str },
+    #[error("max_depth = {max_depth}: task ids hold at most {max} levels")]
+    DepthBeyondTaskId { max_depth: u32, max: u32 },
+    #[error("{field} ({value}) is larger than {limit_field} ({limit})")]
+    AboveLimit {
+        field: &'static str,
+        value: String,
+        limit_field: &'static str,
+        limit: String,
+    },
+}
+
+impl Limits {
+    /// Checks that the limits can run a run: no zero where at least one is needed, no depth
+    /// that task ids cannot hold, and default ≤ per-task maximum ≤ run budget.
+    pub fn validate(&self) -> Result<(), LimitsError> {
+        let at_least_one: [(&'static str, u64); 11] = [
+            ("max_depth", self.max_depth.into()),
+            ("max_subtasks", self.max_subtasks as u64),
+            ("max_nodes", self.max_nodes as u64),
+            ("max_attempts", self.max_attempts.into()),
+            ("deadline_factor", self.deadline_factor.into()),
+            ("max_description_bytes", self.max_description_bytes as u64),
+            ("max_scope_paths", self.max_scope_paths as u64),
+            ("max_path_bytes", self.max_path_bytes as u64),
+            ("max_workers", self.max_workers as u64),
+            ("max_subplanners", self.max_subplanners as u64),
+            ("max_subplan_rejections", self.max_subplan_rejections.into()),
+        ];
+        if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
+            return Err(LimitsError::Zero { field });
+        }
+        // Task numbers are u32: a run cannot hold more tasks than ids can number.
+        if self.max_nodes > u32::MAX as usize {
+            return Err(LimitsError::AboveLimit {
+                field: "max_nodes",
+                value: self.max_nodes.to_string(),
+                limit_field: "the largest task number",
+                limit: u32::MAX.to_string(),
+            });
+        }
+        if self.max_depth > MAX_TASK_DEPTH {
+            return Err(LimitsError::DepthBeyondTaskId {
+                max_depth: self.max_depth,
+                max: MAX_TASK_DEPTH,
+            });
+        }
+        let ordered = [
+            (
+                "default_budget",
+                &self.default_budget,
+                "max_task_budget",
+                &self.max_task_budget,
+            ),
+            (
+                "max_task_budget",
+                &self.max_task_budget,
+                "run_budget",
+                &self.run_budget,
+            ),
+        ];
+        for (field, value, limit_field, limit) in ordered {
+            if value.exceeds(limit) {
+                return Err(LimitsError::AboveLimit {
+                    field,
+                    value: value.to_string(),
+                    limit_field,
+                    limit: limit.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid() {
+        assert_eq!(Limits::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn validation_names_the_field_at_fault() {
+        let zero_workers = Limits {
+            max_workers: 0,
+            ..Limits::default()
+        };
+        assert_eq!(
+            zero_workers.validate(),
+            Err(LimitsError::Zero {
+                field: "max_workers"
+            })
+        );
+        let zero_nodes = Limits {
+            max_nodes: 0,
+            ..Limits::default()
+        };
+        assert_eq!(
+            zero_nodes.validate().unwrap_err().to_string(),
+            "max_nodes = 0: it must be at least 1"
+        );
+        let too_deep = Limits {
+            max_depth: MAX_TASK_DEPTH + 1,
+            ..Limits::default()
+        };
+        assert_eq!(
+            too_deep.validate(),
+            Err(LimitsError::DepthBeyondTaskId {
+                max_depth: MAX_TASK_DEPTH + 1,
+                max: MAX_TASK_DEPTH
+            })
+        );
+        let uncountable = Limits {
+            max_nodes: u32::MAX as usize + 1,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            uncountable.validate(),
+            Err(LimitsError::AboveLimit {
+                field: "max_nodes",
+                ..
+            })
+        ));
+        let deepest = Limits {
+            max_depth: MAX_TASK_DEPTH,
+            ..Limits::default()
+        };
+        assert_eq!(deepest.validate(), Ok(()));
+        let lavish_default = Limits {
+            default_budget: Budget::new(u64::MAX, Usd::ZERO, 0),
+            ..Limits::default()
+        };
+        assert!(matches!(
+            lavish_default.validate(),
+            Err(LimitsError::AboveLimit {
+                field: "default_budget",
+                limit_field: "max_task_budget",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn missing_new_fields_take_their_defaults() {
+        let limits: Limits = serde_json::from_str(r#"{"max_workers": 2}"#).unwrap();
+        assert_eq!(limits.max_subplan_rejections, 3);
+        assert_eq!(limits.max_run_restarts, 3);
+        assert_eq!(limits.run_budget, Limits::default().run_budget);
     }
 }

@@ -216,7 +216,7 @@ impl Handler<Published> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, Published(event): Published, _: &mut Context<Self>) {
-        if let EventKind::RunFinished { outcome } = &event.kind {
+        if let EventKind::RunFinished { outcome, .. } = &event.kind {
             info!(run = %event.run, ?outcome, "run finished");
             self.live.remove(&event.run);
         }

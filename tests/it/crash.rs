@@ -134,7 +134,7 @@ impl Journal {
             .kinds
             .iter()
             .filter_map(|k| match k {
-                EventKind::RunFinished { outcome } => Some(*outcome),
+                EventKind::RunFinished { outcome, .. } => Some(*outcome),
                 _ => None,
             })
             .collect();

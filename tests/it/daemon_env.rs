@@ -144,7 +144,7 @@ pub async fn follow_to_end(client: &Client, run: &str, since: Option<u64>) -> Ve
 
 pub fn outcome(events: &[Event]) -> Option<RunOutcome> {
     events.iter().find_map(|e| match e.kind {
-        EventKind::RunFinished { outcome } => Some(outcome),
+        EventKind::RunFinished { outcome, .. } => Some(outcome),
         _ => None,
     })
 }

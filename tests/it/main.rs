@@ -1,5 +1,6 @@
 //! flotilla's integration tests: one binary, one shared harness.
 
+mod budgets;
 mod cli;
 mod crash;
 mod daemon;

@@ -140,7 +140,8 @@ async fn subplan_accepted_subtasks_dispatched_then_synthesis_completes_the_paren
     assert_eq!(
         outcome,
         EventKind::RunFinished {
-            outcome: RunOutcome::Completed
+            outcome: RunOutcome::Completed,
+            reason: None
         }
     );
     let snap = h.graph.send(GetSnapshot).await.unwrap();

@@ -31,7 +31,7 @@ async fn failure_cancels_dependents_transitively_with_reasons() {
     h.send(ToTaskGraph::TaskFailed {
         task: task("t1"),
         attempt: 1,
-        error: "boom".into(),
+        failure: crashed("boom"),
     });
     // First failure: retried as attempt 2, released and re-queued in that order.
     assert!(
@@ -47,7 +47,7 @@ async fn failure_cancels_dependents_transitively_with_reasons() {
     h.send(ToTaskGraph::TaskFailed {
         task: task("t1"),
         attempt: 2,
-        error: "boom again".into(),
+        failure: crashed("boom again"),
     });
 
     let failed = h.events.expect_kind("task_failed").await;
@@ -107,7 +107,7 @@ async fn a_failed_subtask_fails_its_parent_instead_of_leaving_it_waiting() {
     h.send(ToTaskGraph::TaskFailed {
         task: task("t1.1"),
         attempt: 1,
-        error: "compile error".into(),
+        failure: crashed("compile error"),
     });
 
     let failed = h
@@ -220,7 +220,7 @@ async fn user_decision_waits_for_an_explicit_answer() {
 
     h.send(ToTaskGraph::UserDecision {
         task: task("t1"),
-        proceed: true,
+        decision: UserDecision::Complete,
     });
     h.events.expect_kind("subtasks_completed").await;
     assert!(matches!(
@@ -315,7 +315,7 @@ async fn a_completion_for_a_stale_attempt_is_ignored() {
     h.send(ToTaskGraph::TaskFailed {
         task: task("t1"),
         attempt: 1,
-        error: "timeout".into(),
+        failure: AttemptFailure::TimedOut { limit_ms: 1_000 },
     });
     h.events.expect_kind("task_retried").await;
     h.complete("t1", 1);
@@ -413,7 +413,8 @@ async fn cancelling_the_run_cancels_everything_and_finishes_it() {
     assert_eq!(
         h.events.expect_kind("run_finished").await,
         EventKind::RunFinished {
-            outcome: RunOutcome::Cancelled
+            outcome: RunOutcome::Cancelled,
+            reason: None
         }
     );
     let snap = h.snapshot().await;
@@ -453,7 +454,7 @@ fn an_interrupted_attempt_is_requeued_without_charging_a_retry() {
     // retry is left, so it fails (rather than having been refused a first try).
     g.dispatched(&task("t1"), 2, "w", Route::Worker).unwrap();
     g.started(&task("t1"), 2).unwrap();
-    let events = g.failed(&task("t1"), 2, "boom").unwrap();
+    let events = g.failed(&task("t1"), 2, crashed("boom")).unwrap();
     assert!(matches!(events[0], EventKind::TaskFailed { .. }));
 
     let mut g = RunGraph::new(Limits {
@@ -465,13 +466,128 @@ fn an_interrupted_attempt_is_requeued_without_charging_a_retry() {
     g.interrupt_in_flight().unwrap();
     g.dispatched(&task("t1"), 2, "w", Route::Worker).unwrap();
     g.started(&task("t1"), 2).unwrap();
-    let events = g.failed(&task("t1"), 2, "boom").unwrap();
+    let events = g.failed(&task("t1"), 2, crashed("boom")).unwrap();
     assert_eq!(
         events,
         vec![EventKind::TaskRetried {
             task: task("t1"),
             attempt: 2,
-            error: "boom".into()
+            failure: crashed("boom")
         }]
+    );
+}
+
+fn crashed(detail: &str) -> AttemptFailure {
+    AttemptFailure::Crashed {
+        detail: detail.into(),
+    }
+}
+
+#[test]
+fn a_failed_run_says_why_in_its_last_event() {
+    use flotilla_actors::graph::RunGraph;
+    let mut g = RunGraph::new(Limits::default());
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    g.planning_finished().unwrap();
+    g.cancel(Some(&task("t1")), "not needed").unwrap();
+    assert_eq!(g.outcome(), Some(RunOutcome::Failed));
+    assert_eq!(
+        g.finish_reason(),
+        Some("1 of the planner's tasks did not complete")
+    );
+
+    let mut g = RunGraph::new(Limits::default());
+    let events = g
+        .planner_gave_up("five malformed answers in a row")
+        .unwrap();
+    assert_eq!(
+        events.last(),
+        Some(&EventKind::RunFinished {
+            outcome: RunOutcome::Failed,
+            reason: Some("the planner gave up: five malformed answers in a row".into())
+        })
+    );
+}
+
+/// t1 decomposed under `UserDecision` into t1.1 (completed), t1.2 (failed): awaiting a human.
+async fn awaiting_decision() -> GraphHarness {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits {
+        max_attempts: 1,
+        ..Limits::default()
+    });
+    h.submit(vec![spec("pick a design", &["docs"])]).await;
+    h.start_task("t1", 1);
+    h.propose(
+        "t1",
+        1,
+        vec![
+            SubtaskProposal::new("option a", &["docs/a.md"]),
+            SubtaskProposal::new("option b", &["docs/b.md"]),
+        ],
+        StopCondition::UserDecision,
+    );
+    h.expect_decision().await.unwrap();
+    h.start_task("t1.1", 1);
+    h.report(
+        "t1.1",
+        1,
+        Some(Handoff::complete("option a written up")),
+        None,
+    );
+    h.start_task("t1.2", 1);
+    h.send(ToTaskGraph::TaskFailed {
+        task: task("t1.2"),
+        attempt: 1,
+        failure: crashed("boom"),
+    });
+    h.events.expect_kind("awaiting_user_decision").await;
+    h
+}
+
+#[actix::test]
+async fn accepting_a_subtask_completes_the_parent_with_its_handoff_without_synthesis() {
+    let mut h = awaiting_decision().await;
+    // Only a completed subtask of this parent can be accepted; anything else changes nothing.
+    h.send(ToTaskGraph::UserDecision {
+        task: task("t1"),
+        decision: UserDecision::Accept {
+            subtask: task("t1.2"),
+        },
+    });
+    let ignored = h.events.expect_kind("message_ignored").await;
+    assert!(
+        matches!(&ignored, EventKind::MessageIgnored { why, .. } if why == "t1.2 is not a completed subtask of t1"),
+        "{ignored:?}"
+    );
+    assert_eq!(h.state_of("t1").await, TaskState::WaitingForSubtasks);
+
+    h.send(ToTaskGraph::UserDecision {
+        task: task("t1"),
+        decision: UserDecision::Accept {
+            subtask: task("t1.1"),
+        },
+    });
+    let completed = h.events.expect_kind("task_completed").await;
+    assert!(
+        matches!(&completed, EventKind::TaskCompleted { task: t, handoff: Some(hd), .. } if *t == task("t1") && hd.summary == "option a written up"),
+        "{completed:?}"
+    );
+    assert_eq!(h.state_of("t1").await, TaskState::Completed);
+    // No synthesis was asked for.
+    h.agent_inbox.expect_none().await;
+}
+
+#[actix::test]
+async fn declining_fails_the_parent() {
+    let mut h = awaiting_decision().await;
+    h.send(ToTaskGraph::UserDecision {
+        task: task("t1"),
+        decision: UserDecision::Fail,
+    });
+    let failed = h.events.expect_kind("task_failed").await;
+    assert!(
+        matches!(&failed, EventKind::TaskFailed { task: t, reason: FailureReason::UserDeclined, .. } if *t == task("t1")),
+        "{failed:?}"
     );
 }

@@ -229,7 +229,7 @@ impl TaskGraph {
                         FailureReason::AgentFailed { .. } | FailureReason::Blocked { .. }
                     );
                     if let (Some(agent), false) = (agent, from_agent) {
-                        let reason = format!("task failed: {reason:?}");
+                        let reason = format!("task failed: {reason}");
                         agent.do_send(ToAgent::Cancel {
                             task: task.clone(),
                             reason,
@@ -374,10 +374,17 @@ impl Handler<ToTaskGraph> for TaskGraph {
             ToTaskGraph::TaskFailed {
                 task,
                 attempt,
-                error,
-            } => self.graph.failed(&task, attempt, &error),
+                failure,
+            } => self.graph.failed(&task, attempt, failure),
+            ToTaskGraph::SpendReported {
+                task,
+                attempt,
+                spent,
+            } => self.graph.spend_reported(&task, attempt, spent),
             ToTaskGraph::Cancel { task, reason } => self.graph.cancel(task.as_ref(), &reason),
-            ToTaskGraph::UserDecision { task, proceed } => self.graph.user_decision(&task, proceed),
+            ToTaskGraph::UserDecision { task, decision } => {
+                self.graph.user_decision(&task, &decision)
+            }
             ToTaskGraph::DecompositionDeadline {
                 task,
                 decomposition,

@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 use tracing::{debug, warn};
 
 use crate::ports::{Agent, AgentError, AgentReport};
-use crate::protocol::{Assignment, TaskCompleted, TaskId, ToAgent, ToTaskGraph};
+use crate::protocol::{Assignment, AttemptFailure, TaskCompleted, TaskId, ToAgent, ToTaskGraph};
 
 pub struct Worker {
     agent: Arc<dyn Agent>,
@@ -73,7 +73,13 @@ impl Worker {
                 Err(error) => ToTaskGraph::TaskFailed {
                     task,
                     attempt,
-                    error: error.to_string(),
+                    failure: match error {
+                        AgentError::Crashed(detail) => AttemptFailure::Crashed { detail },
+                        AgentError::Malformed(detail) => AttemptFailure::Malformed { detail },
+                        AgentError::Timeout => AttemptFailure::TimedOut {
+                            limit_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+                        },
+                    },
                 },
             };
             act.graph.do_send(message);

@@ -85,6 +85,18 @@ fn check_payload(
     too_large(i, "capability name", longest, limits.max_path_bytes)
 }
 
+/// Rule (d), per item: nothing above `Limits::max_task_budget`, in any dimension.
+fn check_task_budget(limits: &Limits, i: usize, asked: Budget) -> Result<(), RejectionReason> {
+    if asked.exceeds(&limits.max_task_budget) {
+        return Err(RejectionReason::TaskBudgetTooLarge {
+            subtask: i,
+            asked,
+            max: limits.max_task_budget,
+        });
+    }
+    Ok(())
+}
+
 /// Rule (g): every path repo-relative and normalized; no empty scope.
 fn parse_scope(
     limits: &Limits,
@@ -190,9 +202,10 @@ pub(super) fn validate_batch(
 ) -> Result<ValidBatch, RejectionReason> {
     let limits = graph.limits();
     let n = specs.len();
-    if graph.len() + n > limits.max_nodes {
+    let would_hold = graph.len().saturating_add(n);
+    if would_hold > limits.max_nodes {
         return Err(RejectionReason::NodeLimitExceeded {
-            would_hold: graph.len() + n,
+            would_hold,
             max: limits.max_nodes,
         });
     }
@@ -209,6 +222,9 @@ pub(super) fn validate_batch(
             &spec.capabilities,
         )?;
         too_large(i, "dependencies", spec.dependencies.len(), limits.max_nodes)?;
+        if let Some(asked) = spec.budget {
+            check_task_budget(limits, i, asked)?;
+        }
         scopes.push(parse_scope(limits, i, &spec.scope)?);
         let mut local = Vec::new();
         let mut existing = Vec::new();
@@ -255,13 +271,12 @@ pub(super) fn validate_batch(
     Ok(ValidBatch { items, order })
 }
 
-/// An agent's subplan for the task at `parent`. `spent_now` is what the partial work
-/// delivered with the proposal consumed.
+/// An agent's subplan for the task at `parent`. The parent's `spent` already includes what
+/// every earlier attempt and the partial work delivered with this proposal consumed.
 pub(super) fn validate_subplan(
     graph: &RunGraph,
     parent: NodeIndex,
     plan: &ProposedSubplan,
-    spent_now: Budget,
 ) -> Result<ValidBatch, RejectionReason> {
     let limits = graph.limits();
     let node = graph.node(parent);
@@ -297,7 +312,7 @@ pub(super) fn validate_subplan(
         });
     }
     // (b) depth.
-    let depth = node.id.depth() + 1;
+    let depth = node.id.depth().saturating_add(1);
     if depth > limits.max_depth {
         return Err(RejectionReason::DepthExceeded {
             depth,
@@ -305,9 +320,10 @@ pub(super) fn validate_subplan(
         });
     }
     // (c) run size.
-    if graph.len() + n > limits.max_nodes {
+    let would_hold = graph.len().saturating_add(n);
+    if would_hold > limits.max_nodes {
         return Err(RejectionReason::NodeLimitExceeded {
-            would_hold: graph.len() + n,
+            would_hold,
             max: limits.max_nodes,
         });
     }
@@ -374,16 +390,16 @@ pub(super) fn validate_subplan(
             }
         }
     }
-    // (d) budget: caps sum within what the parent has left; uncapped subtasks share the rest.
-    let remaining = node
-        .budget
-        .saturating_sub(node.spent)
-        .saturating_sub(spent_now);
+    // (d) budget: no cap above the per-task maximum; caps sum within what the parent has
+    // left after everything its attempts spent; uncapped subtasks share the rest. Sums
+    // saturate: a model's numbers must not wrap into a small "need".
+    let remaining = node.budget.saturating_sub(node.spent);
     let mut capped = Budget::default();
     let mut uncapped = 0u64;
-    for sub in &plan.subtasks {
+    for (i, sub) in plan.subtasks.iter().enumerate() {
         match sub.budget_cap {
             Some(cap) => {
+                check_task_budget(limits, i, cap)?;
                 capped.tokens = capped.tokens.saturating_add(cap.tokens);
                 capped.cost_usd = Usd::from_micros(
                     capped
@@ -394,7 +410,7 @@ pub(super) fn validate_subplan(
                 // Subtasks run side by side, so wall time is bounded per subtask, not summed.
                 capped.wall_time_ms = capped.wall_time_ms.max(cap.wall_time_ms);
             }
-            None => uncapped += 1,
+            None => uncapped = uncapped.saturating_add(1),
         }
     }
     let over = capped.tokens > remaining.tokens
@@ -407,7 +423,7 @@ pub(super) fn validate_subplan(
     let starved = uncapped > 0 && (left.tokens < uncapped || remaining.wall_time_ms == 0);
     if over || starved {
         let needed = Budget {
-            tokens: capped.tokens + uncapped,
+            tokens: capped.tokens.saturating_add(uncapped),
             ..capped
         };
         return Err(RejectionReason::BudgetExceeded { needed, remaining });

@@ -70,7 +70,7 @@ pub enum EventKind {
     TaskRetried {
         task: TaskId,
         attempt: u32,
-        error: String,
+        failure: AttemptFailure,
     },
     /// The daemon stopped while the attempt was in flight; the task goes back to Ready as
     /// attempt `attempt + 1` without being charged a retry.
@@ -130,8 +130,26 @@ pub enum EventKind {
     RunCancelRequested {
         reason: String,
     },
+    /// Spend charged to `task` (and to the run): reported by a running attempt
+    /// (`SpendReported`), or what a report's handoff metrics add beyond what that attempt had
+    /// already reported. `attempt` is the attempt that spent it, possibly an earlier one.
+    SpendCharged {
+        task: TaskId,
+        attempt: u32,
+        spent: Budget,
+    },
+    /// The run spent more than its run budget: nothing more is planned or dispatched, every
+    /// live task is cancelled (the cancellations follow) and the run ends `Failed`.
+    RunBudgetExhausted {
+        spent: Budget,
+        budget: Budget,
+    },
     RunFinished {
         outcome: RunOutcome,
+        /// Why the run ended as it did, in words (e.g. "budget exhausted: …"); `None` in
+        /// journals written before M3 and when there is nothing to add to the outcome.
+        #[serde(default)]
+        reason: Option<String>,
     },
 }
 
@@ -159,28 +177,82 @@ impl EventKind {
             EventKind::MessageIgnored { .. } => "message_ignored",
             EventKind::PlanningFinished => "planning_finished",
             EventKind::RunCancelRequested { .. } => "run_cancel_requested",
+            EventKind::SpendCharged { .. } => "spend_charged",
+            EventKind::RunBudgetExhausted { .. } => "run_budget_exhausted",
             EventKind::RunFinished { .. } => "run_finished",
         }
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Why a task failed. Only [`FailureReason::AgentFailed`] with a retryable
+/// [`AttemptFailure`] is ever retried (as `TaskRetried`, while attempts remain); every other
+/// reason is final: retrying would hit the same wall (a budget, a human's answer, a deadline).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "cause", rename_all = "snake_case")]
 pub enum FailureReason {
-    /// The agent failed and the task has no attempts left.
-    AgentFailed { error: String },
+    /// The agent's attempt failed and the task has no attempts left (or the failure is not
+    /// retryable).
+    #[error("{failure}")]
+    AgentFailed { failure: AttemptFailure },
     /// The worker's handoff said `blocked`; retrying would not help.
+    #[error("blocked: {summary}")]
     Blocked { summary: String },
     /// A subtask failed under `AllSubtasksComplete`.
+    #[error("subtask {subtask} did not complete")]
     SubtaskFailed { subtask: TaskId },
     /// Every subtask ended under `FirstSuccess` and none completed.
+    #[error("no subtask succeeded")]
     NoSubtaskSucceeded,
     /// The subtasks were not all finished within the decomposition deadline.
+    #[error("the subtasks did not finish within the {deadline_ms} ms deadline")]
     DecompositionDeadline { deadline_ms: u64 },
     /// A human declined to proceed after the subtasks ended.
+    #[error("declined by the user")]
     UserDeclined,
     /// No worker profile offers the capabilities the task needs.
+    #[error("no worker can run it: {reason}")]
     Undispatchable { reason: String },
+    /// The task spent more than its budget (charged as reported); its agent was stopped.
+    #[error("over budget: spent {spent} of {budget}")]
+    BudgetExceeded { spent: Budget, budget: Budget },
+    /// The agent kept proposing subplans the graph rejected (the per-attempt proposal cap or
+    /// `max_subplan_rejections` was reached) and had no usable result; its agent was stopped.
+    #[error("stopped after {rejections} rejected subplans")]
+    ProposalLoop { rejections: u32 },
+}
+
+/// Why one attempt of a task failed, as the attempt's runner saw it. Typed so that the graph
+/// can tell a timeout from a crash: see [`AttemptFailure::is_retryable`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AttemptFailure {
+    /// The agent process or call failed.
+    #[error("the agent crashed: {detail}")]
+    Crashed { detail: String },
+    /// The agent's output could not be parsed or used.
+    #[error("the agent's output could not be used: {detail}")]
+    Malformed { detail: String },
+    /// The attempt ran past its wall-time limit.
+    #[error("the attempt exceeded its time limit of {limit_ms} ms")]
+    TimedOut { limit_ms: u64 },
+    /// The attempt's runner actor panicked or stopped without reporting.
+    #[error("the attempt's runner died without reporting: {detail}")]
+    RunnerDied { detail: String },
+    /// The agent's own handoff said `failed`.
+    #[error("the agent reported failure: {summary}")]
+    Reported { summary: String },
+    /// The attempt was called off (by flotilla, not by the agent).
+    #[error("the attempt was cancelled")]
+    Cancelled,
+}
+
+impl AttemptFailure {
+    /// Whether another attempt may help. A crash, unusable output, a timeout, a dead runner or
+    /// a failure the agent reported may be transient; a cancelled attempt was stopped on
+    /// purpose and must not come back.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, AttemptFailure::Cancelled)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -211,5 +283,42 @@ mod tests {
         assert_eq!(json["kind"], e.kind.name());
         let back: Event = serde_json::from_value(json).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn attempt_failures_are_tagged_by_kind_and_say_what_happened() {
+        let f = AttemptFailure::TimedOut { limit_ms: 5_000 };
+        let json = serde_json::to_value(&f).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"kind": "timed_out", "limit_ms": 5000})
+        );
+        assert_eq!(serde_json::from_value::<AttemptFailure>(json).unwrap(), f);
+        assert_eq!(
+            f.to_string(),
+            "the attempt exceeded its time limit of 5000 ms"
+        );
+        let reason = FailureReason::AgentFailed {
+            failure: AttemptFailure::Crashed {
+                detail: "exit 1".into(),
+            },
+        };
+        assert_eq!(reason.to_string(), "the agent crashed: exit 1");
+        assert!(f.is_retryable());
+        assert!(!AttemptFailure::Cancelled.is_retryable());
+    }
+
+    #[test]
+    fn run_finished_without_a_reason_still_parses() {
+        let old: EventKind =
+            serde_json::from_str(r#"{"kind": "run_finished", "data": {"outcome": "failed"}}"#)
+                .unwrap();
+        assert_eq!(
+            old,
+            EventKind::RunFinished {
+                outcome: RunOutcome::Failed,
+                reason: None
+            }
+        );
     }
 }

@@ -63,8 +63,10 @@ impl FromStr for RunId {
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId(Arc<[u32]>);
 
-/// Ids deeper than this are refused when parsed; the graph's own depth limit is far lower.
-const MAX_ID_DEPTH: usize = 16;
+/// Ids deeper than this are refused when parsed; `Limits::validate` keeps the graph's own
+/// depth limit within it.
+pub const MAX_TASK_DEPTH: u32 = 16;
+const MAX_ID_DEPTH: usize = MAX_TASK_DEPTH as usize;
 
 impl TaskId {
     /// The `n`th (1-based) task planned at the top level of a run.

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use actix::{Message, Recipient};
 use serde::{Deserialize, Serialize};
 
-use super::event::Event;
+use super::event::{AttemptFailure, Event};
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
 use super::subplan::{
     ProposedSubplan, RejectionReason, SubtasksCompleted, TaskDecompositionAccepted,
-    TaskDecompositionRejected,
+    TaskDecompositionRejected, UserDecision,
 };
 use super::task::{Budget, TaskSpec, TaskState};
 use super::view::GraphSnapshot;
@@ -103,11 +103,19 @@ pub enum ToTaskGraph {
         attempt: u32,
     },
     TaskCompleted(Box<TaskCompleted>),
-    /// The agent crashed or gave up without a handoff.
+    /// The attempt ended without a report: the agent crashed, timed out, produced unusable
+    /// output, or its runner died.
     TaskFailed {
         task: TaskId,
         attempt: u32,
-        error: String,
+        failure: AttemptFailure,
+    },
+    /// What a running attempt spent since its last `SpendReported`, as it happens. Charged to
+    /// the task and the run at once; a task or run over its budget is stopped.
+    SpendReported {
+        task: TaskId,
+        attempt: u32,
+        spent: Budget,
     },
     /// Cancel one task (with its subtasks and dependents), or the whole run when `task` is
     /// `None`.
@@ -118,7 +126,7 @@ pub enum ToTaskGraph {
     /// A human's answer for a parent whose stop condition is `UserDecision`.
     UserDecision {
         task: TaskId,
-        proceed: bool,
+        decision: UserDecision,
     },
     /// Timer: the parent's decomposition deadline. `decomposition` guards against a timer
     /// from an earlier decomposition of the same task.
@@ -226,11 +234,16 @@ impl fmt::Debug for ToTaskGraph {
             ToTaskGraph::TaskFailed {
                 task,
                 attempt,
-                error,
-            } => write!(f, "TaskFailed({task}#{attempt}: {error})"),
+                failure,
+            } => write!(f, "TaskFailed({task}#{attempt}: {failure})"),
+            ToTaskGraph::SpendReported {
+                task,
+                attempt,
+                spent,
+            } => write!(f, "SpendReported({task}#{attempt}: {spent})"),
             ToTaskGraph::Cancel { task, reason } => write!(f, "Cancel({task:?}: {reason})"),
-            ToTaskGraph::UserDecision { task, proceed } => {
-                write!(f, "UserDecision({task}: {proceed})")
+            ToTaskGraph::UserDecision { task, decision } => {
+                write!(f, "UserDecision({task}: {decision:?})")
             }
             ToTaskGraph::DecompositionDeadline { task, .. } => {
                 write!(f, "DecompositionDeadline({task})")

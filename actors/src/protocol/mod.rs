@@ -17,9 +17,9 @@ pub mod subplan;
 pub mod task;
 pub mod view;
 
-pub use event::{Event, EventKind, FailureReason, RunOutcome};
+pub use event::{AttemptFailure, Event, EventKind, FailureReason, RunOutcome};
 pub use handoff::{ArtifactKind, ArtifactRef, Handoff, HandoffMetrics, HandoffStatus, Usage};
-pub use ids::{IdError, RunId, TaskId, branch_name};
+pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name};
 pub use messages::{
     Assignment, GetSnapshot, PlannerAnswer, Published, ReadyTask, RootHandoff, Route,
     TaskCompleted, ToAgent, ToDispatch, ToPlanner, ToTaskGraph,
@@ -27,7 +27,7 @@ pub use messages::{
 pub use subplan::{
     DecompositionReason, PathProblem, ProposedSubplan, RejectionReason, StopCondition,
     SubtaskProposal, SubtaskResult, SubtasksCompleted, TaskDecompositionAccepted,
-    TaskDecompositionRejected,
+    TaskDecompositionRejected, UserDecision,
 };
 pub use task::{Budget, DependencyRef, IllegalTransition, Priority, TaskSpec, TaskState, Usd};
 pub use view::{GraphSnapshot, TaskView};

@@ -86,6 +86,20 @@ pub enum StopCondition {
     UserDecision,
 }
 
+/// A human's answer for a parent whose stop condition is [`StopCondition::UserDecision`],
+/// once every subtask has ended. Serialized as `{"decision": "accept", "subtask": "t4.2"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum UserDecision {
+    /// The parent completes with this (completed) subtask's handoff as its result; no
+    /// synthesis.
+    Accept { subtask: TaskId },
+    /// The parent's agent synthesizes the subtasks' results, as when the stop condition holds.
+    Complete,
+    /// The parent fails with `FailureReason::UserDeclined`.
+    Fail,
+}
+
 /// Sent to the proposer when its subplan was inserted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskDecompositionAccepted {
@@ -151,8 +165,16 @@ pub enum RejectionReason {
     #[error("the run would hold {would_hold} tasks; the maximum is {max}")]
     NodeLimitExceeded { would_hold: usize, max: usize },
     /// Rule (d).
-    #[error("subtask budgets need {needed:?} but the parent has {remaining:?} left")]
+    #[error("subtask budgets need {needed} but the parent has {remaining} left")]
     BudgetExceeded { needed: Budget, remaining: Budget },
+    /// Rule (d): one task may not be given more than `Limits::max_task_budget` in any
+    /// dimension. Refused, never clamped: the proposer learns the limit and can plan for it.
+    #[error("item {subtask} asks for {asked}; one task may have at most {max}")]
+    TaskBudgetTooLarge {
+        subtask: usize,
+        asked: Budget,
+        max: Budget,
+    },
     /// Rule (e).
     #[error("subtask {subtask} depends on {dependency}, which is not a sibling index")]
     DependencyOutOfRange { subtask: usize, dependency: usize },
@@ -207,4 +229,29 @@ pub enum RejectionReason {
     ParentMismatch { named: TaskId, actual: TaskId },
     #[error("the parent is {state}; only a running task can be decomposed")]
     ParentNotRunning { state: TaskState },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_decisions_are_tagged_by_decision() {
+        let accept: UserDecision =
+            serde_json::from_str(r#"{"decision": "accept", "subtask": "t4.2"}"#).unwrap();
+        assert_eq!(
+            accept,
+            UserDecision::Accept {
+                subtask: "t4.2".parse().unwrap()
+            }
+        );
+        assert_eq!(
+            serde_json::to_value(UserDecision::Complete).unwrap(),
+            serde_json::json!({"decision": "complete"})
+        );
+        assert_eq!(
+            serde_json::from_str::<UserDecision>(r#"{"decision": "fail"}"#).unwrap(),
+            UserDecision::Fail
+        );
+    }
 }

@@ -182,6 +182,34 @@ impl Budget {
     }
 }
 
+impl Budget {
+    /// Whether any dimension of `self` is above the same dimension of `limit`.
+    pub fn exceeds(&self, limit: &Budget) -> bool {
+        self.tokens > limit.tokens
+            || self.cost_usd > limit.cost_usd
+            || self.wall_time_ms > limit.wall_time_ms
+    }
+
+    /// `self + other`, or `None` if any dimension overflows.
+    pub fn checked_add(self, other: Budget) -> Option<Budget> {
+        Some(Budget {
+            tokens: self.tokens.checked_add(other.tokens)?,
+            cost_usd: Usd(self.cost_usd.0.checked_add(other.cost_usd.0)?),
+            wall_time_ms: self.wall_time_ms.checked_add(other.wall_time_ms)?,
+        })
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} tokens, {}, {} ms",
+            self.tokens, self.cost_usd, self.wall_time_ms
+        )
+    }
+}
+
 /// The task lifecycle. See [`TaskState::TRANSITIONS`] for every legal move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -224,6 +252,7 @@ impl TaskState {
         (Running, WaitingForSubtasks),
         (Running, Cancelled),
         (WaitingForSubtasks, Synthesizing),
+        (WaitingForSubtasks, Completed), // a human accepted one subtask's result as the parent's
         (WaitingForSubtasks, Failed),
         (WaitingForSubtasks, Cancelled),
         (Synthesizing, Completed),

@@ -1,0 +1,283 @@
+//! Attempts: what agents report about the work they were given (dispatched, started, the
+//! deliverable, a failure) and the interruption of in-flight attempts after a restart.
+
+use std::collections::VecDeque;
+
+use petgraph::graph::NodeIndex;
+
+use super::{AGENT_AT_WORK, Emitted, GraphError, RunGraph};
+use crate::protocol::{
+    AttemptFailure, Budget, EventKind, FailureReason, HandoffStatus, Route, TaskCompleted, TaskId,
+    TaskState,
+};
+
+impl RunGraph {
+    /// Looks up the task a message is about. Unknown tasks, terminal tasks, stale attempts and
+    /// tasks not in one of the `expected` states produce `MessageIgnored` and `None`: a late
+    /// message never changes a settled task.
+    fn current(
+        &self,
+        out: &mut Emitted,
+        task: &TaskId,
+        attempt: u32,
+        message: &str,
+        expected: &[TaskState],
+    ) -> Option<NodeIndex> {
+        let Some(&ix) = self.index.get(task) else {
+            self.ignore(out, Some(task), message, "no such task in this run".into());
+            return None;
+        };
+        let node = &self.dag[ix];
+        if node.state.is_terminal() {
+            self.ignore(
+                out,
+                Some(task),
+                message,
+                format!("the task is already {}", node.state),
+            );
+            return None;
+        }
+        if node.attempt != attempt {
+            self.ignore(
+                out,
+                Some(task),
+                message,
+                format!(
+                    "stale attempt {attempt}; the task is on attempt {}",
+                    node.attempt
+                ),
+            );
+            return None;
+        }
+        if !expected.contains(&node.state) {
+            self.ignore(
+                out,
+                Some(task),
+                message,
+                format!("the task is {}", node.state),
+            );
+            return None;
+        }
+        Some(ix)
+    }
+
+    pub fn dispatched(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        profile: &str,
+        route: Route,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        if self
+            .current(
+                &mut out,
+                task,
+                attempt,
+                "TaskDispatched",
+                &[TaskState::Ready],
+            )
+            .is_none()
+        {
+            return Ok(out);
+        }
+        self.emit(
+            &mut out,
+            EventKind::TaskDispatched {
+                task: task.clone(),
+                attempt,
+                profile: profile.into(),
+                route,
+            },
+        )?;
+        Ok(out)
+    }
+
+    pub fn undispatchable(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        reason: &str,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let Some(ix) = self.current(
+            &mut out,
+            task,
+            attempt,
+            "Undispatchable",
+            &[TaskState::Ready],
+        ) else {
+            return Ok(out);
+        };
+        let reason = FailureReason::Undispatchable {
+            reason: reason.into(),
+        };
+        self.fail_and_settle(&mut out, ix, reason)?;
+        Ok(out)
+    }
+
+    pub fn started(&mut self, task: &TaskId, attempt: u32) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        if self
+            .current(
+                &mut out,
+                task,
+                attempt,
+                "TaskStarted",
+                &[TaskState::Dispatched],
+            )
+            .is_none()
+        {
+            return Ok(out);
+        }
+        self.emit(
+            &mut out,
+            EventKind::TaskStarted {
+                task: task.clone(),
+                attempt,
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// An agent's report: a deliverable, a subplan, or both (ADR-009).
+    pub fn complete(&mut self, report: TaskCompleted) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let task = report.task.clone();
+        let attempt = report.attempt;
+        let Some(ix) = self.current(&mut out, &task, attempt, "TaskCompleted", AGENT_AT_WORK)
+        else {
+            return Ok(out);
+        };
+        // A report that overtook its own TaskStarted still means the agent ran.
+        if self.dag[ix].state == TaskState::Dispatched {
+            self.emit(
+                &mut out,
+                EventKind::TaskStarted {
+                    task: task.clone(),
+                    attempt,
+                },
+            )?;
+        }
+        // The handoff's metrics cover the work since the attempt's last report; charge only
+        // what the attempt has not already reported as it went.
+        if let Some(h) = &report.handoff {
+            let unreported = h
+                .metrics
+                .spent()
+                .saturating_sub(self.dag[ix].reported_since_report);
+            if unreported != Budget::default() {
+                self.emit(
+                    &mut out,
+                    EventKind::SpendCharged {
+                        task: task.clone(),
+                        attempt,
+                        spent: unreported,
+                    },
+                )?;
+            }
+        }
+
+        if let Some(plan) = report.subplan {
+            self.decompose(&mut out, ix, plan, report.handoff, report.artifacts)?;
+            return Ok(out);
+        }
+
+        let status = report
+            .handoff
+            .as_ref()
+            .map_or(HandoffStatus::Complete, |h| h.status);
+        match status {
+            HandoffStatus::Complete | HandoffStatus::Partial => {
+                self.emit(
+                    &mut out,
+                    EventKind::TaskCompleted {
+                        task,
+                        attempt,
+                        handoff: report.handoff,
+                        artifacts: report.artifacts,
+                    },
+                )?;
+            }
+            HandoffStatus::Blocked => {
+                let summary = report.handoff.map(|h| h.summary).unwrap_or_default();
+                self.emit(
+                    &mut out,
+                    EventKind::TaskFailed {
+                        task,
+                        attempt,
+                        reason: FailureReason::Blocked { summary },
+                    },
+                )?;
+            }
+            HandoffStatus::Failed => {
+                let summary = report.handoff.map(|h| h.summary).unwrap_or_default();
+                self.fail_attempt(&mut out, ix, attempt, AttemptFailure::Reported { summary })?;
+                self.check_run_budget(&mut out)?;
+                return Ok(out);
+            }
+        }
+        self.settle(&mut out, VecDeque::from([ix]))?;
+        self.check_run_budget(&mut out)?;
+        Ok(out)
+    }
+
+    /// The attempt ended without a report (crash, timeout, unusable output, dead runner).
+    pub fn failed(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        failure: AttemptFailure,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let Some(ix) = self.current(&mut out, task, attempt, "TaskFailed", AGENT_AT_WORK) else {
+            return Ok(out);
+        };
+        self.fail_attempt(&mut out, ix, attempt, failure)?;
+        Ok(out)
+    }
+
+    /// Retries a retryable failure while attempts remain (never for a synthesizing parent,
+    /// whose subtasks are spent), otherwise fails the task and everything that needed it.
+    fn fail_attempt(
+        &mut self,
+        out: &mut Emitted,
+        ix: NodeIndex,
+        attempt: u32,
+        failure: AttemptFailure,
+    ) -> Result<(), GraphError> {
+        let task = self.dag[ix].id.clone();
+        let charged = attempt.saturating_sub(self.dag[ix].interruptions);
+        let retryable = failure.is_retryable()
+            && self.dag[ix].state != TaskState::Synthesizing
+            && charged < self.limits.max_attempts;
+        if retryable {
+            self.emit(
+                out,
+                EventKind::TaskRetried {
+                    task,
+                    attempt,
+                    failure,
+                },
+            )
+        } else {
+            self.fail_and_settle(out, ix, FailureReason::AgentFailed { failure })
+        }
+    }
+
+    /// After a restart: every attempt that was in flight is over. Each such task goes back to
+    /// Ready as a new attempt, without being charged a retry. O(graph), once per recovery.
+    pub fn interrupt_in_flight(&mut self) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let in_flight: Vec<(TaskId, u32)> = self
+            .dag
+            .node_weights()
+            .filter(|n| matches!(n.state, TaskState::Dispatched | TaskState::Running))
+            .map(|n| (n.id.clone(), n.attempt))
+            .collect();
+        for (task, attempt) in in_flight {
+            self.emit(&mut out, EventKind::TaskInterrupted { task, attempt })?;
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,162 @@
+//! Decomposition (ADR-009): an agent's subplan, a human's decision on a parent waiting under
+//! `UserDecision`, and the decomposition deadline.
+
+use std::collections::VecDeque;
+
+use petgraph::graph::NodeIndex;
+
+use super::{Emitted, GraphError, RunGraph, validate};
+use crate::protocol::{
+    ArtifactRef, EventKind, FailureReason, Handoff, ProposedSubplan, StopCondition, TaskId,
+    TaskState, UserDecision,
+};
+
+impl RunGraph {
+    /// The subplan part of an agent's report (ADR-009): validated, then inserted with the
+    /// parent waiting for it, or rejected with the graph unchanged.
+    pub(super) fn decompose(
+        &mut self,
+        out: &mut Emitted,
+        ix: NodeIndex,
+        plan: ProposedSubplan,
+        handoff: Option<Handoff>,
+        artifacts: Vec<ArtifactRef>,
+    ) -> Result<(), GraphError> {
+        let task = self.dag[ix].id.clone();
+        let attempt = self.dag[ix].attempt;
+        match validate::validate_subplan(self, ix, &plan) {
+            Err(reason) => {
+                self.emit(
+                    out,
+                    EventKind::DecompositionRejected {
+                        parent: task,
+                        attempt,
+                        reason,
+                    },
+                )?;
+            }
+            Ok(valid) => {
+                // Child numbers stay far below u32::MAX: `Limits::validate` keeps max_nodes
+                // within what ids can number.
+                let base = self.dag[ix].children.len() as u32;
+                let ids: Vec<TaskId> = (0..valid.items.len() as u32)
+                    .map(|i| task.child(base.saturating_add(i).saturating_add(1)))
+                    .collect();
+                for &i in &valid.order {
+                    let item = &valid.items[i];
+                    let depends_on = item.batch_deps.iter().map(|&j| ids[j].clone()).collect();
+                    self.emit(
+                        out,
+                        EventKind::TaskAdded {
+                            task: ids[i].clone(),
+                            spec: item.spec.clone(),
+                            budget: item.budget,
+                            depends_on,
+                        },
+                    )?;
+                }
+                self.emit(
+                    out,
+                    EventKind::DecompositionAccepted {
+                        parent: task.clone(),
+                        attempt,
+                        reason: plan.reason,
+                        stop_when: plan.stop_when,
+                        subtasks: ids.clone(),
+                        handoff,
+                        artifacts,
+                    },
+                )?;
+                let mut work = VecDeque::new();
+                for id in &ids {
+                    self.settle_new(out, id, &mut work)?;
+                }
+                self.settle(out, work)?;
+            }
+        }
+        self.check_run_budget(out)
+    }
+
+    /// A human's answer for a parent waiting under `StopCondition::UserDecision`.
+    pub fn user_decision(
+        &mut self,
+        task: &TaskId,
+        decision: &UserDecision,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let waiting = self.index.get(task).copied().filter(|&ix| {
+            let n = &self.dag[ix];
+            n.state == TaskState::WaitingForSubtasks
+                && n.stop_when == StopCondition::UserDecision
+                && n.open_children == 0
+        });
+        let Some(ix) = waiting else {
+            self.ignore(
+                &mut out,
+                Some(task),
+                "UserDecision",
+                "the task is not awaiting a decision".into(),
+            );
+            return Ok(out);
+        };
+        match decision {
+            UserDecision::Complete => {
+                self.emit(
+                    &mut out,
+                    EventKind::SubtasksCompleted {
+                        parent: task.clone(),
+                    },
+                )?;
+            }
+            UserDecision::Fail => {
+                self.fail_and_settle(&mut out, ix, FailureReason::UserDeclined)?;
+            }
+            UserDecision::Accept { subtask } => {
+                let chosen = self.index.get(subtask).copied().filter(|&c| {
+                    self.dag[c].parent == Some(ix) && self.dag[c].state == TaskState::Completed
+                });
+                let Some(c) = chosen else {
+                    self.ignore(
+                        &mut out,
+                        Some(task),
+                        "UserDecision",
+                        format!("{subtask} is not a completed subtask of {task}"),
+                    );
+                    return Ok(out);
+                };
+                let child = &self.dag[c];
+                let event = EventKind::TaskCompleted {
+                    task: task.clone(),
+                    attempt: self.dag[ix].attempt,
+                    handoff: child.handoff.as_deref().cloned(),
+                    artifacts: child.artifacts.clone(),
+                };
+                self.emit(&mut out, event)?;
+                self.settle(&mut out, VecDeque::from([ix]))?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The decomposition deadline of `task` passed. No-op unless the same decomposition is
+    /// still waiting.
+    pub fn deadline_passed(
+        &mut self,
+        task: &TaskId,
+        decomposition: u32,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let Some(&ix) = self.index.get(task) else {
+            return Ok(out);
+        };
+        let node = &self.dag[ix];
+        if node.state != TaskState::WaitingForSubtasks || node.decompositions != decomposition {
+            return Ok(out);
+        }
+        let reason = FailureReason::DecompositionDeadline {
+            deadline_ms: self.deadline_ms(task).unwrap_or(0),
+        };
+        self.fail_and_settle(&mut out, ix, reason)?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,345 @@
+//! The fold: [`RunGraph::apply`] is the only code that mutates the graph. Commands reach it
+//! through `emit`, which applies an event and records it; replay applies journaled events to
+//! an empty graph.
+
+use std::sync::Arc;
+
+use petgraph::Direction;
+use petgraph::graph::NodeIndex;
+
+use super::scope::ScopePath;
+use super::{Emitted, GraphError, RunGraph, TaskNode, fingerprint, is_open};
+use crate::config::Limits;
+use crate::protocol::{Budget, EventKind, StopCondition, TaskId, TaskSpec, TaskState};
+
+impl RunGraph {
+    /// Rebuilds a graph from journaled events.
+    pub fn replay<'a>(
+        limits: Limits,
+        events: impl IntoIterator<Item = &'a EventKind>,
+    ) -> Result<Self, GraphError> {
+        let mut graph = RunGraph::new(limits);
+        for e in events {
+            graph.apply(e)?;
+        }
+        Ok(graph)
+    }
+
+    /// Applies one event. The only mutator of the graph.
+    pub fn apply(&mut self, event: &EventKind) -> Result<(), GraphError> {
+        match event {
+            EventKind::PlannerResponded { call, usage, .. } => {
+                self.planner_calls = self.planner_calls.max(call.saturating_add(1));
+                let planner = Budget::new(
+                    usage.tokens_in.saturating_add(usage.tokens_out),
+                    usage.cost_usd,
+                    0,
+                );
+                self.run_spent = self.run_spent.saturating_add(planner);
+            }
+            EventKind::PlannerGaveUp { error } => {
+                self.planning_finished = true;
+                self.planner_gave_up = Some(error.clone());
+            }
+            EventKind::TaskInterrupted { task, attempt } => {
+                let ix = self.ix_at(task, *attempt)?;
+                self.set_state(ix, TaskState::Ready)?;
+                let node = &mut self.dag[ix];
+                node.attempt = node.attempt.saturating_add(1);
+                node.interruptions = node.interruptions.saturating_add(1);
+                node.proposals_this_attempt = 0;
+                node.reported_since_report = Budget::default();
+            }
+            EventKind::RunStarted { .. }
+            | EventKind::TasksRejected { .. }
+            | EventKind::AwaitingUserDecision { .. }
+            | EventKind::MessageIgnored { .. } => {}
+            EventKind::TaskAdded {
+                task,
+                spec,
+                budget,
+                depends_on,
+            } => {
+                self.add_task(task, spec, *budget, depends_on)?;
+            }
+            EventKind::TaskReady { task } => {
+                let ix = self.ix(task)?;
+                self.set_state(ix, TaskState::Ready)?;
+            }
+            EventKind::TaskDispatched { task, attempt, .. } => {
+                let ix = self.ix_at(task, *attempt)?;
+                self.set_state(ix, TaskState::Dispatched)?;
+            }
+            EventKind::TaskStarted { task, attempt } => {
+                let ix = self.ix_at(task, *attempt)?;
+                self.set_state(ix, TaskState::Running)?;
+            }
+            EventKind::TaskRetried { task, attempt, .. } => {
+                let ix = self.ix_at(task, *attempt)?;
+                self.set_state(ix, TaskState::Ready)?;
+                let node = &mut self.dag[ix];
+                node.attempt = node.attempt.saturating_add(1);
+                node.proposals_this_attempt = 0;
+                node.reported_since_report = Budget::default();
+            }
+            EventKind::TaskCompleted {
+                task,
+                attempt,
+                handoff,
+                artifacts,
+            } => {
+                let ix = self.ix_at(task, *attempt)?;
+                self.set_state(ix, TaskState::Completed)?;
+                let node = &mut self.dag[ix];
+                node.reported_since_report = Budget::default();
+                if let Some(h) = handoff {
+                    node.handoff = Some(Box::new(h.clone()));
+                }
+                node.artifacts.extend(artifacts.iter().cloned());
+            }
+            EventKind::TaskFailed { task, reason, .. } => {
+                let ix = self.ix(task)?;
+                self.set_state(ix, TaskState::Failed)?;
+                self.dag[ix].failure = Some(Box::new(reason.clone()));
+            }
+            EventKind::TaskCancelled { task, .. } => {
+                let ix = self.ix(task)?;
+                self.set_state(ix, TaskState::Cancelled)?;
+            }
+            EventKind::DecompositionAccepted {
+                parent,
+                attempt,
+                stop_when,
+                handoff,
+                artifacts,
+                ..
+            } => {
+                let ix = self.ix_at(parent, *attempt)?;
+                self.set_state(ix, TaskState::WaitingForSubtasks)?;
+                self.decompositions = self.decompositions.saturating_add(1);
+                let node = &mut self.dag[ix];
+                node.stop_when = *stop_when;
+                node.decompositions = node.decompositions.saturating_add(1);
+                node.proposals_this_attempt = node.proposals_this_attempt.saturating_add(1);
+                node.reported_since_report = Budget::default();
+                if let Some(h) = handoff {
+                    node.handoff = Some(Box::new(h.clone()));
+                }
+                node.artifacts.extend(artifacts.iter().cloned());
+            }
+            EventKind::DecompositionRejected {
+                parent, attempt, ..
+            } => {
+                let ix = self.ix_at(parent, *attempt)?;
+                let node = &mut self.dag[ix];
+                node.proposals_this_attempt = node.proposals_this_attempt.saturating_add(1);
+                node.reported_since_report = Budget::default();
+            }
+            EventKind::SpendCharged {
+                task,
+                attempt,
+                spent,
+            } => {
+                let ix = self.ix(task)?;
+                let node = &mut self.dag[ix];
+                node.spent = node.spent.saturating_add(*spent);
+                if *attempt == node.attempt {
+                    node.reported_since_report = node.reported_since_report.saturating_add(*spent);
+                }
+                self.run_spent = self.run_spent.saturating_add(*spent);
+            }
+            EventKind::RunBudgetExhausted { spent, budget } => {
+                self.planning_finished = true;
+                self.budget_exhausted = Some((*spent, *budget));
+            }
+            EventKind::SubtasksCompleted { parent } => {
+                let ix = self.ix(parent)?;
+                self.set_state(ix, TaskState::Synthesizing)?;
+            }
+            EventKind::PlanningFinished => self.planning_finished = true,
+            EventKind::RunCancelRequested { .. } => {
+                self.planning_finished = true;
+                self.cancel_requested = true;
+            }
+            EventKind::RunFinished { outcome, reason } => {
+                self.outcome = Some(*outcome);
+                self.finish_reason = reason.clone();
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn ix(&self, id: &TaskId) -> Result<NodeIndex, GraphError> {
+        self.index
+            .get(id)
+            .copied()
+            .ok_or_else(|| GraphError::UnknownTask(id.clone()))
+    }
+
+    fn ix_at(&self, id: &TaskId, attempt: u32) -> Result<NodeIndex, GraphError> {
+        let ix = self.ix(id)?;
+        let expected = self.dag[ix].attempt;
+        if expected != attempt {
+            return Err(GraphError::AttemptMismatch {
+                task: id.clone(),
+                got: attempt,
+                expected,
+            });
+        }
+        Ok(ix)
+    }
+
+    fn add_task(
+        &mut self,
+        id: &TaskId,
+        spec: &TaskSpec,
+        budget: Budget,
+        deps: &[TaskId],
+    ) -> Result<(), GraphError> {
+        if self.index.contains_key(id) {
+            return Err(GraphError::DuplicateTask(id.clone()));
+        }
+        let parent = match id.parent() {
+            Some(p) => Some(self.ix(&p)?),
+            None => None,
+        };
+        let dep_ixs = deps
+            .iter()
+            .map(|d| self.ix(d))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The spec in the event is already normalized, so parsing cannot fail; fall back to
+        // skipping a path rather than refusing to replay a journal.
+        let scope: Vec<ScopePath> = spec
+            .scope
+            .iter()
+            .filter_map(|p| ScopePath::parse(p, usize::MAX).ok())
+            .collect();
+        let fingerprint = fingerprint(&spec.description, &scope);
+        // A subtask's work precedes its parent's synthesis, so its chain includes the parent's.
+        let critical_path = parent.map_or(1, |p| self.dag[p].critical_path.saturating_add(1));
+        let unfinished_deps = dep_ixs
+            .iter()
+            .filter(|&&d| self.dag[d].state != TaskState::Completed)
+            .count() as u32;
+        let node = TaskNode {
+            id: id.clone(),
+            spec: Arc::new(spec.clone()),
+            scope,
+            budget,
+            spent: Budget::default(),
+            reported_since_report: Budget::default(),
+            state: TaskState::Pending,
+            attempt: 1,
+            parent,
+            children: Vec::new(),
+            stop_when: StopCondition::default(),
+            decompositions: 0,
+            proposals_this_attempt: 0,
+            interruptions: 0,
+            unfinished_deps,
+            open_children: 0,
+            completed_children: 0,
+            critical_path,
+            created: self.dag.node_count() as u64,
+            handoff: None,
+            artifacts: Vec::new(),
+            failure: None,
+            fingerprint,
+        };
+        let ix = self.dag.add_node(node);
+        self.index.insert(id.clone(), ix);
+        self.open_fingerprints.insert(fingerprint, ix);
+        self.live += 1;
+        for &d in &dep_ixs {
+            self.dag.add_edge(d, ix, ());
+        }
+        self.raise_critical_paths(ix);
+        match parent {
+            Some(p) => {
+                self.dag[p].children.push(ix);
+                self.dag[p].open_children += 1;
+            }
+            None => self.next_root = self.next_root.max(id.path()[0].saturating_add(1)),
+        }
+        Ok(())
+    }
+
+    /// A new task lengthens the chains of the tasks it depends on. Walks upward only while a
+    /// chain actually grows, so the cost is bounded by the ancestors whose value changes.
+    fn raise_critical_paths(&mut self, from: NodeIndex) {
+        let mut stack = vec![from];
+        while let Some(ix) = stack.pop() {
+            let needed = self.dag[ix].critical_path.saturating_add(1);
+            let mut deps = self
+                .dag
+                .neighbors_directed(ix, Direction::Incoming)
+                .detach();
+            while let Some(d) = deps.next_node(&self.dag) {
+                if self.dag[d].critical_path < needed {
+                    self.dag[d].critical_path = needed;
+                    stack.push(d);
+                }
+            }
+        }
+    }
+
+    /// Every state change goes through here: it checks the transition table and keeps the
+    /// incremental counters true.
+    fn set_state(&mut self, ix: NodeIndex, next: TaskState) -> Result<(), GraphError> {
+        let node = &self.dag[ix];
+        let prev = node.state;
+        prev.transition(&node.id, next)?;
+        let was_open = is_open(prev);
+        self.dag[ix].state = next;
+        if was_open && !is_open(next) {
+            let fp = self.dag[ix].fingerprint;
+            if self.open_fingerprints.get(&fp) == Some(&ix) {
+                self.open_fingerprints.remove(&fp);
+            }
+        }
+        if next.is_terminal() {
+            self.live -= 1;
+            let parent = self.dag[ix].parent;
+            match parent {
+                Some(p) => {
+                    self.dag[p].open_children -= 1;
+                    if next == TaskState::Completed {
+                        self.dag[p].completed_children += 1;
+                    }
+                }
+                None if next != TaskState::Completed => self.unsuccessful_roots += 1,
+                None => {}
+            }
+            if next == TaskState::Completed {
+                let mut succ = self
+                    .dag
+                    .neighbors_directed(ix, Direction::Outgoing)
+                    .detach();
+                while let Some(s) = succ.next_node(&self.dag) {
+                    self.dag[s].unfinished_deps -= 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn emit(&mut self, out: &mut Emitted, event: EventKind) -> Result<(), GraphError> {
+        self.apply(&event)?;
+        out.push(event);
+        Ok(())
+    }
+
+    pub(super) fn ignore(
+        &self,
+        out: &mut Emitted,
+        task: Option<&TaskId>,
+        message: &str,
+        why: String,
+    ) {
+        out.push(EventKind::MessageIgnored {
+            task: task.cloned(),
+            message: message.to_string(),
+            why,
+        });
+    }
+}
