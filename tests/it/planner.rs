@@ -53,6 +53,18 @@ fn handoff(id: &str) -> ToPlanner {
     })
 }
 
+/// A root task whose worker reported a failure.
+fn failed_handoff(id: &str) -> ToPlanner {
+    let mut report = Handoff::complete(format!("{id}: the build is broken"));
+    report.status = HandoffStatus::Failed;
+    ToPlanner::Handoff(RootHandoff {
+        task: task(id),
+        state: TaskState::Failed,
+        description: format!("task {id}"),
+        handoff: Some(report),
+    })
+}
+
 const TWO_SPRINTS: &str = r#"
 [[planner.answers]]
 tasks = [{ description = "lexer", scope = ["lex.rs"] }]
@@ -242,27 +254,31 @@ async fn run_next_ready(graph: &Addr<TaskGraph>, dispatch: &mut Inbox<ToDispatch
             _ => None,
         })
         .await;
+    run_to_completion(graph, &ready.task);
+    ready.task
+}
+
+/// Plays Dispatch and a worker for one ready task (first attempt).
+fn run_to_completion(graph: &Addr<TaskGraph>, id: &TaskId) {
     let (agent, _agent_inbox) = probe::<ToAgent>("agent");
-    let id = ready.task.clone();
     graph.do_send(ToTaskGraph::TaskDispatched {
         task: id.clone(),
-        attempt: ready.attempt,
+        attempt: 1,
         profile: "default".into(),
         route: Route::Worker,
         agent,
     });
     graph.do_send(ToTaskGraph::TaskStarted {
         task: id.clone(),
-        attempt: ready.attempt,
+        attempt: 1,
     });
     graph.do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
         task: id.clone(),
-        attempt: ready.attempt,
+        attempt: 1,
         handoff: Some(Handoff::complete(format!("{id} done"))),
         artifacts: Vec::new(),
         subplan: None,
     })));
-    id
 }
 
 #[actix::test]
@@ -385,4 +401,92 @@ async fn reaching_the_iteration_limit_finishes_planning_and_the_run_completes() 
     assert!(!kinds.contains(&"planner_gave_up"), "{kinds:?}");
     assert_eq!(llm.requests().len(), 2, "no call beyond the limit");
     events.expect_none().await;
+}
+
+#[actix::test]
+async fn handoffs_do_not_trigger_a_plan_while_every_worker_slot_is_busy() {
+    let (planner, llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::Capacity { free_workers: 0 });
+    for id in ["t1", "t2", "t3", "t4"] {
+        planner.do_send(handoff(id));
+    }
+    graph.expect_none().await;
+    assert_eq!(llm.requests().len(), 1, "all slots busy: no call");
+
+    // A slot frees up: the planner plans, with every handoff it read meanwhile.
+    planner.do_send(ToPlanner::Capacity { free_workers: 1 });
+    let second = expect_answer(&mut graph).await;
+    assert_eq!(second.call, 1);
+    for id in ["t1", "t2", "t3", "t4"] {
+        assert!(second.prompt.contains(&format!("### {id} (completed)")));
+    }
+}
+
+#[actix::test]
+async fn a_failed_handoff_needs_attention_even_while_every_slot_is_busy() {
+    let (planner, _llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::Capacity { free_workers: 0 });
+    planner.do_send(handoff("t1"));
+    planner.do_send(handoff("t2"));
+    planner.do_send(failed_handoff("t3"));
+    let second = expect_answer(&mut graph).await;
+    assert!(
+        second.prompt.contains("### t3 (failed)"),
+        "{}",
+        second.prompt
+    );
+    assert!(second.prompt.contains("the build is broken"));
+}
+
+#[actix::test]
+async fn quiescence_plans_whatever_the_last_capacity_report_said() {
+    let (planner, _llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::Capacity { free_workers: 0 });
+    planner.do_send(ToPlanner::Quiescent);
+    assert_eq!(expect_answer(&mut graph).await.call, 1);
+}
+
+#[actix::test]
+async fn the_task_graph_forwards_dispatchs_capacity_reports_to_the_planner() {
+    let scenario = r#"
+        [[planner.answers]]
+        tasks = [
+            { description = "a", scope = ["a.rs"] },
+            { description = "b", scope = ["b.rs"] },
+            { description = "c", scope = ["c.rs"] },
+            { description = "d", scope = ["d.rs"] },
+        ]
+        [[planner.answers]]
+        tasks = [{ description = "e", scope = ["e.rs"] }]
+    "#;
+    let (graph, llm, mut events, mut dispatch) =
+        start_with_graph(scenario, PlannerConfig::default(), Limits::default());
+    dispatch
+        .fish_for("Ready", |m| matches!(m, ToDispatch::Ready(_)).then_some(()))
+        .await;
+    graph.do_send(ToTaskGraph::WorkerCapacity { free: 0 });
+    for id in ["t1", "t2", "t3"] {
+        run_to_completion(&graph, &task(id));
+        events.expect_kind("task_completed").await;
+    }
+    events.expect_none().await;
+    assert_eq!(llm.requests().len(), 1, "three handoffs, but no free slot");
+
+    graph.do_send(ToTaskGraph::WorkerCapacity { free: 1 });
+    let EventKind::PlannerResponded { call, prompt, .. } =
+        events.expect_kind("planner_responded").await
+    else {
+        unreachable!()
+    };
+    assert_eq!(call, 1);
+    assert!(prompt.contains("### t3 (completed)"), "{prompt}");
 }

@@ -7,7 +7,10 @@
 //! locks: it only plans, and its subtasks lock what they touch. The best-fitting worker
 //! profile is chosen in the same turn (no bidding window).
 //!
-//! Dispatch reacts to `Ready` and `Release` only; it never polls.
+//! Dispatch reacts to `Ready` and `Release` only; it never polls. After each, it reports the
+//! number of free worker slots to the TaskGraph when that number changed
+//! (`WorkerCapacity`), which forwards it to the planner: the planner does not replan while
+//! every slot is busy.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -82,6 +85,9 @@ pub struct Dispatch {
     busy_workers: usize,
     busy_subplanners: usize,
     locks: ScopeLocks,
+    /// Free worker slots last reported to the graph (for the planner), so that only changes
+    /// are sent.
+    reported_free: Option<usize>,
 }
 
 impl Dispatch {
@@ -106,6 +112,7 @@ impl Dispatch {
             busy_workers: 0,
             busy_subplanners: 0,
             locks: ScopeLocks::default(),
+            reported_free: None,
         }
     }
 
@@ -241,6 +248,19 @@ impl Dispatch {
     }
 }
 
+impl Dispatch {
+    /// Tells the graph (for the planner) how many worker slots stay free after a hand-out,
+    /// when that number changed. The planner uses it to plan only when there is capacity to
+    /// use; a message per change, never a poll.
+    fn report_capacity(&mut self) {
+        let free = self.limits.max_workers.saturating_sub(self.busy_workers);
+        if self.reported_free != Some(free) {
+            self.reported_free = Some(free);
+            self.graph.do_send(ToTaskGraph::WorkerCapacity { free });
+        }
+    }
+}
+
 impl Actor for Dispatch {
     type Context = Context<Self>;
 }
@@ -260,6 +280,7 @@ impl Handler<ToDispatch> for Dispatch {
             ToDispatch::Release { task } => self.release(&task),
         }
         self.pump();
+        self.report_capacity();
     }
 }
 

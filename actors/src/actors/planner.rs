@@ -1,9 +1,20 @@
 //! The Planner actor: the root planner's LLM conversation, run in sprints.
 //!
-//! It plans the first sprint on `Start`, then again when at least `min_handoffs_for_replan`
-//! root handoffs are unread, or when the graph is quiescent (nothing live). Every answer goes
-//! to the TaskGraph, which journals it (`PlannerResponded`) before submitting its tasks; an
-//! empty answer while nothing is live ends planning.
+//! It plans the first sprint on `Start`, then again when the graph is quiescent (nothing
+//! live), or when at least `min_handoffs_for_replan` root handoffs are unread *and* either a
+//! worker slot is free or one of those handoffs needs attention. Every answer goes to the
+//! TaskGraph, which journals it (`PlannerResponded`) before submitting its tasks; an empty
+//! answer while nothing is live ends planning.
+//!
+//! Capacity: Dispatch reports the number of free worker slots whenever it changes
+//! (`Capacity`, forwarded by the TaskGraph). While every slot is busy, new tasks would only
+//! wait in the queue, and a call spent now is one fewer for later (`max_iterations`): the
+//! planner reads handoffs but waits for a free slot, as the seed's `hasCapacity` does. A
+//! handoff needs attention, and is planned for at once, when its task did not complete or
+//! its status is partial, blocked or failed: follow-up work should enter the queue before
+//! more of the same. Concerns alone do not: workers attach them routinely, and the next
+//! sprint's prompt carries them anyway. Until Dispatch has said anything, slots count as
+//! free.
 //!
 //! A call counts as an error when the LLM call fails, when its answer cannot be parsed, and
 //! when the TaskGraph refuses its batch (`BatchRejected`): each such error backs off
@@ -24,7 +35,10 @@ use tracing::{info, warn};
 
 use crate::llm_output::{PlannerOutput, parse_json_answer};
 use crate::ports::{ChatMessage, ChatRole, Llm, LlmError, LlmRequest, LlmResponse, Role};
-use crate::protocol::{PlannerAnswer, RejectionReason, RootHandoff, RunId, ToPlanner, ToTaskGraph};
+use crate::protocol::{
+    HandoffStatus, PlannerAnswer, RejectionReason, RootHandoff, RunId, TaskState, ToPlanner,
+    ToTaskGraph,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -94,6 +108,8 @@ pub struct Planner {
     phase: Phase,
     /// Calls in a row that failed, were unusable or were refused.
     consecutive_errors: u32,
+    /// Free worker slots as Dispatch last reported them; `None` until it reports.
+    free_workers: Option<usize>,
 }
 
 impl Planner {
@@ -118,6 +134,7 @@ impl Planner {
             last_error: None,
             phase: Phase::Idle,
             consecutive_errors: 0,
+            free_workers: None,
         }
     }
 
@@ -287,9 +304,12 @@ impl Planner {
         self.back_off_for(error, None, ctx);
     }
 
-    /// Plans again if enough handoffs are waiting to be read.
+    /// Plans again if enough handoffs are waiting to be read and the new tasks could run
+    /// soon (a worker slot is free) or a handoff needs a follow-up now.
     fn plan_if_needed(&mut self, ctx: &mut Context<Self>) {
-        if self.unread.len() >= self.config.min_handoffs_for_replan {
+        let enough = self.unread.len() >= self.config.min_handoffs_for_replan;
+        let capacity = self.free_workers.is_none_or(|free| free > 0);
+        if enough && (capacity || self.unread.iter().any(needs_attention)) {
             self.plan(ctx);
         }
     }
@@ -329,6 +349,15 @@ impl Planner {
     }
 }
 
+/// A root task that did not simply get done: its follow-up should be planned now.
+fn needs_attention(handoff: &RootHandoff) -> bool {
+    handoff.state != TaskState::Completed
+        || handoff
+            .handoff
+            .as_ref()
+            .is_some_and(|h| h.status != HandoffStatus::Complete)
+}
+
 impl Actor for Planner {
     type Context = Context<Self>;
 }
@@ -346,6 +375,10 @@ impl Handler<ToPlanner> for Planner {
             ToPlanner::Retry => {}
             ToPlanner::Handoff(handoff) => {
                 self.unread.push(handoff);
+                self.plan_if_needed(ctx);
+            }
+            ToPlanner::Capacity { free_workers } => {
+                self.free_workers = Some(free_workers);
                 self.plan_if_needed(ctx);
             }
             ToPlanner::BatchAccepted => {

@@ -385,6 +385,12 @@ impl Handler<ToTaskGraph> for TaskGraph {
             ToTaskGraph::UserDecision { task, decision } => {
                 self.graph.user_decision(&task, &decision)
             }
+            ToTaskGraph::WorkerCapacity { free } => {
+                if let Some(planner) = &self.planner {
+                    planner.do_send(ToPlanner::Capacity { free_workers: free });
+                }
+                Ok(Vec::new())
+            }
             ToTaskGraph::DecompositionDeadline {
                 task,
                 decomposition,
