@@ -490,3 +490,126 @@ async fn the_task_graph_forwards_dispatchs_capacity_reports_to_the_planner() {
     assert_eq!(call, 1);
     assert!(prompt.contains("### t3 (completed)"), "{prompt}");
 }
+
+const EMPTY_THEN_A_TASK: &str = r#"
+[[planner.answers]]
+tasks = []
+[[planner.answers]]
+tasks = [{ description = "lexer", scope = ["lex.rs"] }]
+"#;
+
+#[actix::test]
+async fn an_empty_first_sprint_is_asked_once_more_with_a_reminder() {
+    let (planner, llm, mut graph) = start(EMPTY_THEN_A_TASK, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    let first = expect_answer(&mut graph).await;
+    let why = first.tasks.unwrap_err();
+    assert!(why.contains("empty"), "{why}");
+    // At once: no backoff, no quiescence needed.
+    let second = expect_answer(&mut graph).await;
+    assert_eq!(second.call, 1);
+    assert_eq!(second.tasks.unwrap()[0].description, "lexer");
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    let reminder = &requests[1].messages.last().unwrap().content;
+    assert!(
+        reminder.contains("Your previous answer was an empty task list"),
+        "{reminder}"
+    );
+    assert!(reminder.contains("plan the first sprint"), "{reminder}");
+    assert!(
+        reminder.contains("empty task list again to confirm"),
+        "{reminder}"
+    );
+    assert!(!reminder.contains("could not be used"), "{reminder}");
+}
+
+#[actix::test]
+async fn a_second_empty_answer_finishes_planning_and_the_run() {
+    // Beyond the script the LLM answers empty lists: two of them here.
+    let (_graph, llm, mut events, _dispatch) =
+        start_with_graph("", PlannerConfig::default(), Limits::default());
+    let mut kinds = Vec::new();
+    loop {
+        let Published(event) = events.expect().await;
+        kinds.push(event.kind.name());
+        if let EventKind::RunFinished { outcome, .. } = event.kind {
+            assert_eq!(outcome, RunOutcome::Completed, "{kinds:?}");
+            break;
+        }
+    }
+    assert_eq!(
+        kinds,
+        [
+            "planner_responded",
+            "planner_responded",
+            "planning_finished",
+            "run_finished"
+        ]
+    );
+    events.expect_none().await;
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2, "the reminder is sent once");
+    assert!(
+        requests[1]
+            .messages
+            .last()
+            .unwrap()
+            .content
+            .contains("Your previous answer was an empty task list")
+    );
+}
+
+#[actix::test]
+async fn no_reminder_once_something_was_planned() {
+    let (planner, llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::Quiescent);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::Quiescent);
+    let third = expect_answer(&mut graph).await;
+    assert_eq!(
+        third.tasks,
+        Ok(vec![]),
+        "an empty later sprint is taken as done"
+    );
+    graph.expect_none().await;
+    assert_eq!(llm.requests().len(), 3);
+}
+
+#[actix::test]
+async fn a_resumed_planner_still_owes_the_reminder_after_an_empty_first_sprint() {
+    virtual_time();
+    let llm = Arc::new(ScriptedLlm::new(
+        Scenario::from_toml(EMPTY_THEN_A_TASK).unwrap(),
+    ));
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let recorded = vec![Exchange {
+        prompt: "## Request\nbuild a calculator".into(),
+        answer: "{\"tasks\": []}".into(),
+    }];
+    let planner = Planner::new(
+        RunId::generate(),
+        "build a calculator".into(),
+        "S".into(),
+        llm.clone(),
+        graph,
+        PlannerConfig::default(),
+    )
+    .resuming(recorded)
+    .start();
+    planner.do_send(ToPlanner::Quiescent);
+    let answer = expect_answer(&mut inbox).await;
+    assert_eq!(answer.call, 1);
+    assert!(
+        answer
+            .prompt
+            .contains("Your previous answer was an empty task list"),
+        "{}",
+        answer.prompt
+    );
+}

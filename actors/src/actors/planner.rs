@@ -24,6 +24,12 @@
 //! Reaching `max_iterations` calls is not a failure: the next time the planner would plan,
 //! it finishes planning instead (`PlanningFinished`, the reason logged), and the run ends
 //! when the tasks already planned have ended.
+//!
+//! An empty first sprint (no task planned yet) is asked once more, at once, with a reminder
+//! that nothing has been planned: plan the first sprint, or confirm that nothing is needed.
+//! The empty answer is recorded as not used (so the graph does not end planning on it); a
+//! second empty answer is taken at its word.
+//!
 //! Nothing polls: every step is a message or a timer.
 
 use std::sync::Arc;
@@ -110,7 +116,25 @@ pub struct Planner {
     consecutive_errors: u32,
     /// Free worker slots as Dispatch last reported them; `None` until it reports.
     free_workers: Option<usize>,
+    /// Some answer so far had tasks in it.
+    planned_anything: bool,
+    /// The empty-first-sprint reminder was sent (it is sent at most once per run).
+    reminded: bool,
+    /// The next prompt carries that reminder.
+    remind_empty: bool,
 }
+
+/// Why an empty first answer was not taken as "nothing to do" (recorded in the journal).
+const EMPTY_FIRST_SPRINT: &str =
+    "the first sprint was an empty task list; asking once more before planning ends";
+
+/// The reminder's header (its text follows): also how a resumed planner knows it was
+/// already sent.
+const REMINDER_HEADER: &str = "## Your previous answer was an empty task list";
+
+const EMPTY_SPRINT_REMINDER: &str = "Nothing has been planned for this request yet. If it needs any work, plan the first \
+    sprint now: only tasks you can fully specify. If nothing at all is needed, answer with \
+    an empty task list again to confirm; planning then ends.\n\n";
 
 impl Planner {
     pub fn new(
@@ -135,13 +159,38 @@ impl Planner {
             phase: Phase::Idle,
             consecutive_errors: 0,
             free_workers: None,
+            planned_anything: false,
+            reminded: false,
+            remind_empty: false,
         }
     }
 
-    /// Continues a conversation recorded in the journal.
+    /// Continues a conversation recorded in the journal. What the planner remembers about
+    /// the empty-first-sprint reminder is read back from it.
     pub fn resuming(mut self, conversation: Vec<Exchange>) -> Self {
+        let max_bytes = self.config.max_answer_bytes;
+        let tasks_in = |answer: &str| {
+            parse_json_answer::<PlannerOutput>(answer, max_bytes).map(|out| out.tasks.len())
+        };
+        self.planned_anything = conversation
+            .iter()
+            .any(|ex| tasks_in(&ex.answer).is_ok_and(|n| n > 0));
+        self.reminded = conversation
+            .iter()
+            .any(|ex| ex.prompt.contains(REMINDER_HEADER));
         self.conversation = conversation;
+        // Stopped between an empty first sprint and the reminder: the reminder is still due.
+        self.remind_empty = self
+            .conversation
+            .last()
+            .is_some_and(|ex| tasks_in(&ex.answer) == Ok(0))
+            && self.reminder_due();
         self
+    }
+
+    /// An empty answer now would be the run's first plan: it earns one reminder.
+    fn reminder_due(&self) -> bool {
+        !self.planned_anything && !self.reminded
     }
 
     fn prompt(&mut self) -> String {
@@ -152,6 +201,10 @@ impl Planner {
                 "This is the first planning call. Plan the first sprint: only tasks you can fully specify now.\n",
             );
             return msg;
+        }
+        if std::mem::take(&mut self.remind_empty) {
+            self.reminded = true;
+            msg.push_str(&format!("{REMINDER_HEADER}\n{EMPTY_SPRINT_REMINDER}"));
         }
         if let Some(error) = self.last_error.take() {
             msg.push_str(&format!(
@@ -256,7 +309,7 @@ impl Planner {
         self.phase = Phase::Idle;
         match result {
             Ok(response) => {
-                let tasks = parse_json_answer::<PlannerOutput>(
+                let mut tasks = parse_json_answer::<PlannerOutput>(
                     &response.content,
                     self.config.max_answer_bytes,
                 )
@@ -265,8 +318,16 @@ impl Planner {
                     prompt: prompt.clone(),
                     answer: response.content.clone(),
                 });
-                let failed = tasks.as_ref().err().cloned();
                 let planned = tasks.as_ref().map_or(0, Vec::len);
+                self.planned_anything |= planned > 0;
+                // An empty first sprint is more likely a lazy answer than a finished request:
+                // recorded as not used (so the graph does not end planning), and asked once
+                // more with a reminder. Not an error: no backoff, no count toward giving up.
+                let remind = tasks.is_ok() && planned == 0 && self.reminder_due();
+                if remind {
+                    tasks = Err(EMPTY_FIRST_SPRINT.to_string());
+                }
+                let failed = tasks.as_ref().err().cloned();
                 self.graph
                     .do_send(ToTaskGraph::PlannerAnswered(Box::new(PlannerAnswer {
                         call,
@@ -276,6 +337,11 @@ impl Planner {
                         tasks,
                     })));
                 match failed {
+                    Some(_) if remind => {
+                        info!(run = %self.run, call, "an empty first sprint; asking once more");
+                        self.remind_empty = true;
+                        self.plan(ctx);
+                    }
                     Some(error) => {
                         warn!(run = %self.run, call, %error, "the planner's answer was unusable");
                         self.last_error = Some(error.clone());
