@@ -176,6 +176,11 @@ pub fn event_line(e: &Event, style: &Style) -> String {
         EventKind::DecompositionRejected { parent, reason, .. } => {
             style.bad(&format!("{parent} subplan rejected: {reason}"))
         }
+        EventKind::ProposalsStopped {
+            task, rejections, ..
+        } => style.bad(&format!(
+            "{task} stopped after {rejections} rejected subplans"
+        )),
         EventKind::SubtasksCompleted { parent } => format!("{parent} subtasks done; synthesizing"),
         EventKind::AwaitingUserDecision { parent } => format!("{parent} waits for your decision"),
         EventKind::MessageIgnored { task, message, why } => style.dim(&format!(

@@ -591,3 +591,75 @@ async fn declining_fails_the_parent() {
         "{failed:?}"
     );
 }
+
+/// Which failures are retried: the graph tells them apart by type, not by message.
+#[test]
+fn timeouts_crashes_and_dead_runners_retry_a_cancelled_attempt_and_a_budget_stop_do_not() {
+    use flotilla_actors::graph::RunGraph;
+    let running = || {
+        let mut g = RunGraph::new(Limits {
+            max_attempts: 3,
+            ..Limits::default()
+        });
+        let mut s = spec("a", &["a"]);
+        s.budget = Some(Budget::new(1_000, Usd::ZERO, 60_000));
+        g.submit(vec![s]).unwrap();
+        g.dispatched(&task("t1"), 1, "w", Route::Worker).unwrap();
+        g.started(&task("t1"), 1).unwrap();
+        g
+    };
+    let retryable = [
+        AttemptFailure::TimedOut { limit_ms: 60_000 },
+        crashed("exit 137"),
+        AttemptFailure::Malformed {
+            detail: "not json".into(),
+        },
+        AttemptFailure::RunnerDied {
+            detail: "panicked".into(),
+        },
+        AttemptFailure::Reported {
+            summary: "tests fail".into(),
+        },
+    ];
+    for failure in retryable {
+        let mut g = running();
+        let events = g.failed(&task("t1"), 1, failure.clone()).unwrap();
+        assert_eq!(
+            events,
+            vec![EventKind::TaskRetried {
+                task: task("t1"),
+                attempt: 1,
+                failure
+            }]
+        );
+    }
+
+    let mut g = running();
+    let events = g.failed(&task("t1"), 1, AttemptFailure::Cancelled).unwrap();
+    assert!(matches!(
+        &events[0],
+        EventKind::TaskFailed {
+            reason: FailureReason::AgentFailed {
+                failure: AttemptFailure::Cancelled
+            },
+            ..
+        }
+    ));
+
+    let mut g = running();
+    let events = g
+        .spend_reported(&task("t1"), 1, Budget::new(2_000, Usd::ZERO, 0))
+        .unwrap();
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            EventKind::TaskFailed {
+                reason: FailureReason::BudgetExceeded { .. },
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+    assert!(!events.iter().any(|e| e.name() == "task_retried"));
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Failed);
+}

@@ -48,6 +48,7 @@ impl RunGraph {
                 node.attempt = node.attempt.saturating_add(1);
                 node.interruptions = node.interruptions.saturating_add(1);
                 node.proposals_this_attempt = 0;
+                node.rejections_this_attempt = 0;
                 node.reported_since_report = Budget::default();
             }
             EventKind::RunStarted { .. }
@@ -80,6 +81,7 @@ impl RunGraph {
                 let node = &mut self.dag[ix];
                 node.attempt = node.attempt.saturating_add(1);
                 node.proposals_this_attempt = 0;
+                node.rejections_this_attempt = 0;
                 node.reported_since_report = Budget::default();
             }
             EventKind::TaskCompleted {
@@ -133,7 +135,12 @@ impl RunGraph {
                 let ix = self.ix_at(parent, *attempt)?;
                 let node = &mut self.dag[ix];
                 node.proposals_this_attempt = node.proposals_this_attempt.saturating_add(1);
+                node.rejections_this_attempt = node.rejections_this_attempt.saturating_add(1);
                 node.reported_since_report = Budget::default();
+            }
+            EventKind::ProposalsStopped { task, attempt, .. } => {
+                // Its outcome (TaskCompleted or TaskFailed) follows; this only records why.
+                self.ix_at(task, *attempt)?;
             }
             EventKind::SpendCharged {
                 task,
@@ -235,6 +242,7 @@ impl RunGraph {
             stop_when: StopCondition::default(),
             decompositions: 0,
             proposals_this_attempt: 0,
+            rejections_this_attempt: 0,
             interruptions: 0,
             unfinished_deps,
             open_children: 0,

@@ -69,6 +69,9 @@ pub struct TaskNode {
     pub decompositions: u32,
     /// Subplans proposed during the current attempt, accepted or rejected.
     pub proposals_this_attempt: u32,
+    /// Subplans rejected during the current attempt; at `max_subplan_rejections` the task is
+    /// stopped, so an agent cannot loop on invalid proposals.
+    pub rejections_this_attempt: u32,
     /// Attempts ended by a daemon restart rather than by the agent; not charged as retries.
     pub interruptions: u32,
     /// Dependencies that have not completed yet; 0 means the task may become ready.

@@ -17,7 +17,9 @@ use petgraph::graph::NodeIndex;
 use super::scope::ScopePath;
 use super::{RunGraph, TaskState, ValidBatch, ValidItem};
 use crate::config::Limits;
-use crate::protocol::{Budget, DependencyRef, ProposedSubplan, RejectionReason, TaskSpec, Usd};
+use crate::protocol::{
+    Budget, DependencyRef, MAX_TASK_DEPTH, ProposedSubplan, RejectionReason, TaskSpec, Usd,
+};
 
 /// A 64-bit hash of a task's identity. A collision would refuse one legitimate task as a
 /// duplicate; at 64 bits that is far less likely than any other failure.
@@ -62,6 +64,9 @@ fn check_payload(
     scope_len: usize,
     capabilities: &BTreeSet<String>,
 ) -> Result<(), RejectionReason> {
+    if description.trim().is_empty() {
+        return Err(RejectionReason::EmptyDescription { subtask: i });
+    }
     too_large(
         i,
         "description",
@@ -311,12 +316,14 @@ pub(super) fn validate_subplan(
             max: limits.max_subtasks,
         });
     }
-    // (b) depth.
+    // (b) depth, never beyond what a task id can hold (even with unvalidated limits): a
+    // deeper id would be journaled but could not be read back.
     let depth = node.id.depth().saturating_add(1);
-    if depth > limits.max_depth {
+    let max_depth = limits.max_depth.min(MAX_TASK_DEPTH);
+    if depth > max_depth {
         return Err(RejectionReason::DepthExceeded {
             depth,
-            max: limits.max_depth,
+            max: max_depth,
         });
     }
     // (c) run size.
@@ -401,12 +408,7 @@ pub(super) fn validate_subplan(
             Some(cap) => {
                 check_task_budget(limits, i, cap)?;
                 capped.tokens = capped.tokens.saturating_add(cap.tokens);
-                capped.cost_usd = Usd::from_micros(
-                    capped
-                        .cost_usd
-                        .micros()
-                        .saturating_add(cap.cost_usd.micros()),
-                );
+                capped.cost_usd = capped.cost_usd.saturating_add(cap.cost_usd);
                 // Subtasks run side by side, so wall time is bounded per subtask, not summed.
                 capped.wall_time_ms = capped.wall_time_ms.max(cap.wall_time_ms);
             }

@@ -218,6 +218,8 @@ pub enum RejectionReason {
     UnknownDependency { subtask: usize, task: String },
     #[error("the proposal contains no subtasks")]
     NoSubtasks,
+    #[error("item {subtask} has an empty description")]
+    EmptyDescription { subtask: usize },
     #[error("subtask {subtask}'s {field} is {size} bytes/items; the limit is {max}")]
     PayloadTooLarge {
         subtask: usize,
