@@ -9,8 +9,11 @@ use flotilla::scripted::{Scenario, ScriptedLlm};
 use flotilla_actors::actors::{Exchange, Planner, PlannerConfig, TaskGraph};
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
-use flotilla_actors::ports::{ChatRole, MemoryJournal, SystemClock};
+use flotilla_actors::ports::{
+    ChatRole, Llm, LlmError, LlmRequest, LlmResponse, MemoryJournal, SystemClock,
+};
 use flotilla_actors::protocol::*;
+use futures::future::BoxFuture;
 
 use crate::harness::*;
 
@@ -612,4 +615,48 @@ async fn a_resumed_planner_still_owes_the_reminder_after_an_empty_first_sprint()
         "{}",
         answer.prompt
     );
+}
+
+/// An LLM that is rate limited with an absurd retry-after once, then answers one task.
+struct RateLimitedOnce(std::sync::Mutex<u32>);
+
+impl Llm for RateLimitedOnce {
+    fn complete(&self, _: LlmRequest) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+        let mut calls = self.0.lock().unwrap();
+        *calls += 1;
+        let first = *calls == 1;
+        Box::pin(async move {
+            if first {
+                return Err(LlmError::RateLimited {
+                    retry_after_ms: u64::MAX,
+                });
+            }
+            Ok(LlmResponse {
+                content: r#"{"tasks": [{"description": "d", "scope": ["a"]}]}"#.into(),
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+#[actix::test]
+async fn a_providers_retry_after_is_honoured_up_to_a_bound() {
+    virtual_time();
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let planner = Planner::new(
+        RunId::generate(),
+        "r".into(),
+        "S".into(),
+        Arc::new(RateLimitedOnce(std::sync::Mutex::new(0))),
+        graph,
+        PlannerConfig::default(),
+    )
+    .start();
+    planner.do_send(ToPlanner::Start);
+    // u64::MAX ms would be forever; the planner retries within 15 minutes.
+    tokio::time::sleep(Duration::from_secs(14 * 60)).await;
+    assert!(inbox.drain().is_empty(), "still honouring the retry-after");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let answer = expect_answer(&mut inbox).await;
+    assert_eq!(answer.tasks.unwrap().len(), 1);
 }

@@ -124,6 +124,9 @@ pub struct Planner {
     remind_empty: bool,
 }
 
+/// The longest "retry after" a provider can make the planner wait (15 minutes).
+const MAX_RETRY_AFTER_MS: u64 = 15 * 60 * 1000;
+
 /// Why an empty first answer was not taken as "nothing to do" (recorded in the journal).
 const EMPTY_FIRST_SPRINT: &str =
     "the first sprint was an empty task list; asking once more before planning ends";
@@ -393,9 +396,9 @@ impl Planner {
             .config
             .backoff_base_ms
             .saturating_mul(1 << (self.consecutive_errors - 1).min(20));
-        let delay = exp
-            .min(self.config.backoff_max_ms)
-            .max(at_least_ms.unwrap_or(0));
+        // A provider's retry-after is untrusted input too: honoured, up to a bound.
+        let asked = at_least_ms.unwrap_or(0).min(MAX_RETRY_AFTER_MS);
+        let delay = exp.min(self.config.backoff_max_ms).max(asked);
         self.phase = Phase::BackingOff;
         ctx.notify_later(ToPlanner::Retry, Duration::from_millis(delay));
     }
