@@ -370,7 +370,7 @@ impl ScriptedAgent {
                 concerns: step.concerns,
                 suggestions: step.suggestions,
                 metrics: HandoffMetrics {
-                    tokens_in: tokens * 3 / 4,
+                    tokens_in: tokens - tokens / 4,
                     tokens_out: tokens / 4,
                     tool_calls: 1,
                     ..HandoffMetrics::default()

@@ -17,8 +17,9 @@ pub struct PlannerOutput {
     pub tasks: Vec<TaskSpec>,
 }
 
-/// Parses one JSON object out of an LLM answer: the whole text, or the text inside a
-/// ```` ```json ```` fence, or from the first `{` to the last `}`.
+/// Parses one JSON object out of an LLM answer: the whole text, or else the text inside a
+/// ```` ```json ```` fence, or else from the first `{` to the last `}`. The whole text comes
+/// first: a valid answer whose strings mention a fence must not be cut at that fence.
 pub fn parse_json_answer<T: DeserializeOwned>(
     content: &str,
     max_bytes: usize,
@@ -30,6 +31,9 @@ pub fn parse_json_answer<T: DeserializeOwned>(
         ));
     }
     let trimmed = content.trim();
+    if let Ok(whole) = serde_json::from_str(trimmed) {
+        return Ok(whole);
+    }
     let candidate = fenced(trimmed).unwrap_or(trimmed);
     let candidate = match (candidate.find('{'), candidate.rfind('}')) {
         (Some(start), Some(end)) if start < end => &candidate[start..=end],
@@ -58,6 +62,24 @@ mod tests {
         let fenced = "Here is the plan:\n```json\n{\"scratchpad\": \"s\", \"tasks\": [{\"description\": \"d\", \"scope\": [\"a\"]}]}\n```\n";
         let out: PlannerOutput = parse_json_answer(fenced, 1000).unwrap();
         assert_eq!(out.tasks[0].scope, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn valid_json_whose_strings_mention_a_fence_is_taken_whole() {
+        // Issue 11 (fuzzing): the fence was looked for first, so this pretty-printed answer
+        // was cut between the two fences its descriptions mention, and refused.
+        let answer = r#"{
+  "tasks": [
+    {"description": "show the example in a ```rust block", "scope": ["a.md"]},
+    {"description": "close the block with ``` on its own line", "scope": ["b.md"]}
+  ]
+}"#;
+        let out: PlannerOutput = parse_json_answer(answer, 10_000).unwrap();
+        assert_eq!(out.tasks.len(), 2);
+        assert_eq!(
+            out.tasks[1].description,
+            "close the block with ``` on its own line"
+        );
     }
 
     #[test]

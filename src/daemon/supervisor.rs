@@ -187,6 +187,12 @@ impl Supervisor {
             return Err(format!("run {run} is not known to the supervisor"));
         };
         let config = entry.config.clone();
+        if let Err(e) = config.limits.validate() {
+            let reason = format!("its limits are impossible: {e}");
+            entry.problem = Some(format!("damaged: {reason}"));
+            entry.life = Life::Damaged;
+            return Err(reason);
+        }
         let graph_state =
             match RunGraph::replay(config.limits.clone(), journal.iter().map(|e| &e.kind)) {
                 Ok(graph) => graph,

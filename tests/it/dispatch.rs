@@ -213,3 +213,51 @@ async fn a_released_queued_task_is_withdrawn() {
     h.dispatch.do_send(ToDispatch::Release { task: task("t1") });
     h.worker.expect_none().await;
 }
+
+/// The free worker slots Dispatch reported to the graph, in order, skipping other messages.
+fn capacity_reports(inbox: &mut Inbox<ToTaskGraph>) -> Vec<usize> {
+    inbox
+        .drain()
+        .into_iter()
+        .filter_map(|m| match m {
+            ToTaskGraph::WorkerCapacity { free } => Some(free),
+            _ => None,
+        })
+        .collect()
+}
+
+#[actix::test]
+async fn free_worker_slots_are_reported_to_the_graph_when_their_number_changes() {
+    let mut h = start(
+        Limits {
+            max_workers: 2,
+            ..Limits::default()
+        },
+        general(),
+    );
+    h.dispatch.do_send(ToDispatch::Ready(vec![
+        ready("t1", spec("a", &["a"]), 1, 1),
+        ready("t2", spec("b", &["b"]), 1, 2),
+        ready("t3", spec("c", &["c"]), 1, 3),
+    ]));
+    let first = assigned(&mut h.worker).await;
+    assigned(&mut h.worker).await;
+    h.worker.expect_none().await;
+    assert_eq!(capacity_reports(&mut h.graph), [0], "both slots busy");
+
+    // A release refilled from the queue leaves the number unchanged: nothing is sent.
+    h.dispatch.do_send(ToDispatch::Release {
+        task: first.task.task,
+    });
+    let third = assigned(&mut h.worker).await;
+    h.worker.expect_none().await;
+    assert_eq!(capacity_reports(&mut h.graph), Vec::<usize>::new());
+
+    // The queue is empty: a release frees a slot, and a second release a second one.
+    h.dispatch.do_send(ToDispatch::Release {
+        task: third.task.task,
+    });
+    h.dispatch.do_send(ToDispatch::Release { task: task("t2") });
+    h.worker.expect_none().await;
+    assert_eq!(capacity_reports(&mut h.graph), [1, 2]);
+}

@@ -6,9 +6,14 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use flotilla::scripted::{Scenario, ScriptedLlm};
-use flotilla_actors::actors::{Exchange, Planner, PlannerConfig};
-use flotilla_actors::ports::ChatRole;
+use flotilla_actors::actors::{Exchange, Planner, PlannerConfig, TaskGraph};
+use flotilla_actors::config::Limits;
+use flotilla_actors::graph::RunGraph;
+use flotilla_actors::ports::{
+    ChatRole, Llm, LlmError, LlmRequest, LlmResponse, MemoryJournal, SystemClock,
+};
 use flotilla_actors::protocol::*;
+use futures::future::BoxFuture;
 
 use crate::harness::*;
 
@@ -51,6 +56,18 @@ fn handoff(id: &str) -> ToPlanner {
     })
 }
 
+/// A root task whose worker reported a failure.
+fn failed_handoff(id: &str) -> ToPlanner {
+    let mut report = Handoff::complete(format!("{id}: the build is broken"));
+    report.status = HandoffStatus::Failed;
+    ToPlanner::Handoff(RootHandoff {
+        task: task(id),
+        state: TaskState::Failed,
+        description: format!("task {id}"),
+        handoff: Some(report),
+    })
+}
+
 const TWO_SPRINTS: &str = r#"
 [[planner.answers]]
 tasks = [{ description = "lexer", scope = ["lex.rs"] }]
@@ -66,6 +83,7 @@ async fn plans_the_first_sprint_then_replans_only_after_three_handoffs() {
     assert_eq!(first.call, 0);
     assert_eq!(first.tasks.as_ref().unwrap()[0].description, "lexer");
     assert!(first.prompt.contains("build a calculator"));
+    planner.do_send(ToPlanner::BatchAccepted);
 
     planner.do_send(handoff("t1"));
     planner.do_send(handoff("t2"));
@@ -113,6 +131,7 @@ async fn quiescence_triggers_a_plan_and_a_refused_batch_is_explained_next_time()
         next.prompt
     );
     assert!(next.prompt.contains("empty scope"), "{}", next.prompt);
+    planner.do_send(ToPlanner::BatchAccepted);
     planner.do_send(ToPlanner::Quiescent);
     let third = expect_answer(&mut graph).await;
     assert_eq!(
@@ -189,4 +208,455 @@ async fn a_resumed_planner_continues_its_recorded_conversation_without_asking_ag
     assert_eq!(answer.call, 1, "call 0 was recorded; it is not asked again");
     assert_eq!(answer.tasks.unwrap()[0].description, "parser");
     assert_eq!(llm.requests().len(), 1);
+}
+
+/// A real TaskGraph (in-memory journal) and the Planner, wired to each other; probes stand
+/// in for Dispatch and the event stream.
+fn start_with_graph(
+    scenario: &str,
+    config: PlannerConfig,
+    limits: Limits,
+) -> (
+    Addr<TaskGraph>,
+    Arc<ScriptedLlm>,
+    Inbox<Published>,
+    Inbox<ToDispatch>,
+) {
+    virtual_time();
+    let run = RunId::generate();
+    let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
+    let (dispatch, dispatch_inbox) = probe::<ToDispatch>("dispatch");
+    let (events, events_inbox) = probe::<Published>("events");
+    let planner_ctx = Context::<Planner>::new();
+    let graph = TaskGraph::new(
+        run,
+        RunGraph::new(limits),
+        Arc::new(MemoryJournal::new(Arc::new(SystemClock))),
+        dispatch,
+        Some(events),
+    )
+    .with_planner(planner_ctx.address().recipient())
+    .start();
+    let planner = planner_ctx.run(Planner::new(
+        run,
+        "build a calculator".into(),
+        "SYSTEM".into(),
+        llm.clone(),
+        graph.clone().recipient(),
+        config,
+    ));
+    planner.do_send(ToPlanner::Start);
+    (graph, llm, events_inbox, dispatch_inbox)
+}
+
+/// Plays Dispatch and a worker: the next ready task is dispatched, started and completed.
+async fn run_next_ready(graph: &Addr<TaskGraph>, dispatch: &mut Inbox<ToDispatch>) -> TaskId {
+    let ready = dispatch
+        .fish_for("Ready", |m| match m {
+            ToDispatch::Ready(tasks) => Some(tasks[0].clone()),
+            _ => None,
+        })
+        .await;
+    run_to_completion(graph, &ready.task);
+    ready.task
+}
+
+/// Plays Dispatch and a worker for one ready task (first attempt).
+fn run_to_completion(graph: &Addr<TaskGraph>, id: &TaskId) {
+    let (agent, _agent_inbox) = probe::<ToAgent>("agent");
+    graph.do_send(ToTaskGraph::TaskDispatched {
+        task: id.clone(),
+        attempt: 1,
+        profile: "default".into(),
+        route: Route::Worker,
+        agent,
+    });
+    graph.do_send(ToTaskGraph::TaskStarted {
+        task: id.clone(),
+        attempt: 1,
+    });
+    graph.do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+        task: id.clone(),
+        attempt: 1,
+        handoff: Some(Handoff::complete(format!("{id} done"))),
+        artifacts: Vec::new(),
+        subplan: None,
+    })));
+}
+
+#[actix::test]
+async fn refused_batches_back_off_like_errors_and_the_planner_gives_up_after_the_limit() {
+    // Every answer is valid JSON whose batch the graph refuses (a task with no scope).
+    let refused = "[[planner.answers]]\ntasks = [{ description = \"x\", scope = [] }]\n";
+    let config = PlannerConfig {
+        backoff_base_ms: 1_000,
+        backoff_max_ms: 8_000,
+        ..PlannerConfig::default()
+    };
+    let limit = config.max_consecutive_errors;
+    let (_graph, llm, mut events, _dispatch) =
+        start_with_graph(&refused.repeat(30), config, Limits::default());
+
+    let mut calls_at = Vec::new();
+    loop {
+        let event = events
+            .fish_for("a planner call or the give-up", |Published(e)| {
+                match &e.kind {
+                    EventKind::PlannerResponded { .. } | EventKind::PlannerGaveUp { .. } => {
+                        Some(e.kind.clone())
+                    }
+                    _ => None,
+                }
+            })
+            .await;
+        match event {
+            EventKind::PlannerResponded { .. } => {
+                calls_at.push(tokio::time::Instant::now());
+                let rejected = events.expect_kind("tasks_rejected").await;
+                assert!(
+                    matches!(
+                        rejected,
+                        EventKind::TasksRejected {
+                            reason: RejectionReason::EmptyScope { .. }
+                        }
+                    ),
+                    "{rejected:?}"
+                );
+            }
+            EventKind::PlannerGaveUp { error } => {
+                assert!(
+                    error.contains(&format!("{limit} consecutive planner errors")),
+                    "{error}"
+                );
+                assert!(error.contains("refused"), "{error}");
+                break;
+            }
+            _ => unreachable!(),
+        }
+    }
+    assert_eq!(calls_at.len(), limit as usize, "one call per allowed error");
+    let gaps: Vec<u64> = calls_at
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis() as u64)
+        .collect();
+    // 1 s, doubling, capped at 8 s; virtual time makes the gaps exact up to scheduling.
+    let expected = [
+        1_000, 2_000, 4_000, 8_000, 8_000, 8_000, 8_000, 8_000, 8_000,
+    ];
+    for (gap, want) in gaps.iter().zip(expected) {
+        assert!(
+            (want..want + 50).contains(gap),
+            "gaps between calls {gaps:?}, expected {expected:?}"
+        );
+    }
+    let finished = events.expect_kind("run_finished").await;
+    assert!(
+        matches!(
+            finished,
+            EventKind::RunFinished {
+                outcome: RunOutcome::Failed,
+                ..
+            }
+        ),
+        "{finished:?}"
+    );
+    // Nothing more is asked, however long we wait.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(llm.requests().len(), limit as usize);
+    let requests = llm.requests();
+    let second_prompt = &requests[1].messages.last().unwrap().content;
+    assert!(
+        second_prompt.contains("Your last batch was refused"),
+        "{second_prompt}"
+    );
+}
+
+#[actix::test]
+async fn reaching_the_iteration_limit_finishes_planning_and_the_run_completes() {
+    let scenario = r#"
+        [[planner.answers]]
+        tasks = [{ description = "lexer", scope = ["lex.rs"] }]
+        [[planner.answers]]
+        tasks = [{ description = "parser", scope = ["parse.rs"] }]
+        [[planner.answers]]
+        tasks = [{ description = "never asked for", scope = ["x.rs"] }]
+    "#;
+    let config = PlannerConfig {
+        max_iterations: 2,
+        ..PlannerConfig::default()
+    };
+    let (graph, llm, mut events, mut dispatch) =
+        start_with_graph(scenario, config, Limits::default());
+    assert_eq!(run_next_ready(&graph, &mut dispatch).await, task("t1"));
+    // t1's end makes the graph quiescent: the planner plans its second (last) sprint.
+    assert_eq!(run_next_ready(&graph, &mut dispatch).await, task("t2"));
+    // Quiescent again: the limit is reached, so planning finishes instead of failing.
+    let mut kinds = Vec::new();
+    loop {
+        let Published(event) = events.expect().await;
+        kinds.push(event.kind.name());
+        if let EventKind::RunFinished { outcome, .. } = event.kind {
+            assert_eq!(outcome, RunOutcome::Completed, "events: {kinds:?}");
+            break;
+        }
+    }
+    assert!(kinds.contains(&"planning_finished"), "{kinds:?}");
+    assert!(!kinds.contains(&"planner_gave_up"), "{kinds:?}");
+    assert_eq!(llm.requests().len(), 2, "no call beyond the limit");
+    events.expect_none().await;
+}
+
+#[actix::test]
+async fn handoffs_do_not_trigger_a_plan_while_every_worker_slot_is_busy() {
+    let (planner, llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::Capacity { free_workers: 0 });
+    for id in ["t1", "t2", "t3", "t4"] {
+        planner.do_send(handoff(id));
+    }
+    graph.expect_none().await;
+    assert_eq!(llm.requests().len(), 1, "all slots busy: no call");
+
+    // A slot frees up: the planner plans, with every handoff it read meanwhile.
+    planner.do_send(ToPlanner::Capacity { free_workers: 1 });
+    let second = expect_answer(&mut graph).await;
+    assert_eq!(second.call, 1);
+    for id in ["t1", "t2", "t3", "t4"] {
+        assert!(second.prompt.contains(&format!("### {id} (completed)")));
+    }
+}
+
+#[actix::test]
+async fn a_failed_handoff_needs_attention_even_while_every_slot_is_busy() {
+    let (planner, _llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::Capacity { free_workers: 0 });
+    planner.do_send(handoff("t1"));
+    planner.do_send(handoff("t2"));
+    planner.do_send(failed_handoff("t3"));
+    let second = expect_answer(&mut graph).await;
+    assert!(
+        second.prompt.contains("### t3 (failed)"),
+        "{}",
+        second.prompt
+    );
+    assert!(second.prompt.contains("the build is broken"));
+}
+
+#[actix::test]
+async fn quiescence_plans_whatever_the_last_capacity_report_said() {
+    let (planner, _llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::Capacity { free_workers: 0 });
+    planner.do_send(ToPlanner::Quiescent);
+    assert_eq!(expect_answer(&mut graph).await.call, 1);
+}
+
+#[actix::test]
+async fn the_task_graph_forwards_dispatchs_capacity_reports_to_the_planner() {
+    let scenario = r#"
+        [[planner.answers]]
+        tasks = [
+            { description = "a", scope = ["a.rs"] },
+            { description = "b", scope = ["b.rs"] },
+            { description = "c", scope = ["c.rs"] },
+            { description = "d", scope = ["d.rs"] },
+        ]
+        [[planner.answers]]
+        tasks = [{ description = "e", scope = ["e.rs"] }]
+    "#;
+    let (graph, llm, mut events, mut dispatch) =
+        start_with_graph(scenario, PlannerConfig::default(), Limits::default());
+    dispatch
+        .fish_for("Ready", |m| matches!(m, ToDispatch::Ready(_)).then_some(()))
+        .await;
+    graph.do_send(ToTaskGraph::WorkerCapacity { free: 0 });
+    for id in ["t1", "t2", "t3"] {
+        run_to_completion(&graph, &task(id));
+        events.expect_kind("task_completed").await;
+    }
+    events.expect_none().await;
+    assert_eq!(llm.requests().len(), 1, "three handoffs, but no free slot");
+
+    graph.do_send(ToTaskGraph::WorkerCapacity { free: 1 });
+    let EventKind::PlannerResponded { call, prompt, .. } =
+        events.expect_kind("planner_responded").await
+    else {
+        unreachable!()
+    };
+    assert_eq!(call, 1);
+    assert!(prompt.contains("### t3 (completed)"), "{prompt}");
+}
+
+const EMPTY_THEN_A_TASK: &str = r#"
+[[planner.answers]]
+tasks = []
+[[planner.answers]]
+tasks = [{ description = "lexer", scope = ["lex.rs"] }]
+"#;
+
+#[actix::test]
+async fn an_empty_first_sprint_is_asked_once_more_with_a_reminder() {
+    let (planner, llm, mut graph) = start(EMPTY_THEN_A_TASK, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    let first = expect_answer(&mut graph).await;
+    let why = first.tasks.unwrap_err();
+    assert!(why.contains("empty"), "{why}");
+    // At once: no backoff, no quiescence needed.
+    let second = expect_answer(&mut graph).await;
+    assert_eq!(second.call, 1);
+    assert_eq!(second.tasks.unwrap()[0].description, "lexer");
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    let reminder = &requests[1].messages.last().unwrap().content;
+    assert!(
+        reminder.contains("Your previous answer was an empty task list"),
+        "{reminder}"
+    );
+    assert!(reminder.contains("plan the first sprint"), "{reminder}");
+    assert!(
+        reminder.contains("empty task list again to confirm"),
+        "{reminder}"
+    );
+    assert!(!reminder.contains("could not be used"), "{reminder}");
+}
+
+#[actix::test]
+async fn a_second_empty_answer_finishes_planning_and_the_run() {
+    // Beyond the script the LLM answers empty lists: two of them here.
+    let (_graph, llm, mut events, _dispatch) =
+        start_with_graph("", PlannerConfig::default(), Limits::default());
+    let mut kinds = Vec::new();
+    loop {
+        let Published(event) = events.expect().await;
+        kinds.push(event.kind.name());
+        if let EventKind::RunFinished { outcome, .. } = event.kind {
+            assert_eq!(outcome, RunOutcome::Completed, "{kinds:?}");
+            break;
+        }
+    }
+    assert_eq!(
+        kinds,
+        [
+            "planner_responded",
+            "planner_responded",
+            "planning_finished",
+            "run_finished"
+        ]
+    );
+    events.expect_none().await;
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2, "the reminder is sent once");
+    assert!(
+        requests[1]
+            .messages
+            .last()
+            .unwrap()
+            .content
+            .contains("Your previous answer was an empty task list")
+    );
+}
+
+#[actix::test]
+async fn no_reminder_once_something_was_planned() {
+    let (planner, llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
+    planner.do_send(ToPlanner::Start);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::Quiescent);
+    expect_answer(&mut graph).await;
+    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::Quiescent);
+    let third = expect_answer(&mut graph).await;
+    assert_eq!(
+        third.tasks,
+        Ok(vec![]),
+        "an empty later sprint is taken as done"
+    );
+    graph.expect_none().await;
+    assert_eq!(llm.requests().len(), 3);
+}
+
+#[actix::test]
+async fn a_resumed_planner_still_owes_the_reminder_after_an_empty_first_sprint() {
+    virtual_time();
+    let llm = Arc::new(ScriptedLlm::new(
+        Scenario::from_toml(EMPTY_THEN_A_TASK).unwrap(),
+    ));
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let recorded = vec![Exchange {
+        prompt: "## Request\nbuild a calculator".into(),
+        answer: "{\"tasks\": []}".into(),
+    }];
+    let planner = Planner::new(
+        RunId::generate(),
+        "build a calculator".into(),
+        "S".into(),
+        llm.clone(),
+        graph,
+        PlannerConfig::default(),
+    )
+    .resuming(recorded)
+    .start();
+    planner.do_send(ToPlanner::Quiescent);
+    let answer = expect_answer(&mut inbox).await;
+    assert_eq!(answer.call, 1);
+    assert!(
+        answer
+            .prompt
+            .contains("Your previous answer was an empty task list"),
+        "{}",
+        answer.prompt
+    );
+}
+
+/// An LLM that is rate limited with an absurd retry-after once, then answers one task.
+struct RateLimitedOnce(std::sync::Mutex<u32>);
+
+impl Llm for RateLimitedOnce {
+    fn complete(&self, _: LlmRequest) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+        let mut calls = self.0.lock().unwrap();
+        *calls += 1;
+        let first = *calls == 1;
+        Box::pin(async move {
+            if first {
+                return Err(LlmError::RateLimited {
+                    retry_after_ms: u64::MAX,
+                });
+            }
+            Ok(LlmResponse {
+                content: r#"{"tasks": [{"description": "d", "scope": ["a"]}]}"#.into(),
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+#[actix::test]
+async fn a_providers_retry_after_is_honoured_up_to_a_bound() {
+    virtual_time();
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let planner = Planner::new(
+        RunId::generate(),
+        "r".into(),
+        "S".into(),
+        Arc::new(RateLimitedOnce(std::sync::Mutex::new(0))),
+        graph,
+        PlannerConfig::default(),
+    )
+    .start();
+    planner.do_send(ToPlanner::Start);
+    // u64::MAX ms would be forever; the planner retries within 15 minutes.
+    tokio::time::sleep(Duration::from_secs(14 * 60)).await;
+    assert!(inbox.drain().is_empty(), "still honouring the retry-after");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let answer = expect_answer(&mut inbox).await;
+    assert_eq!(answer.tasks.unwrap().len(), 1);
 }

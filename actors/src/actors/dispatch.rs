@@ -7,7 +7,10 @@
 //! locks: it only plans, and its subtasks lock what they touch. The best-fitting worker
 //! profile is chosen in the same turn (no bidding window).
 //!
-//! Dispatch reacts to `Ready` and `Release` only; it never polls.
+//! Dispatch reacts to `Ready` and `Release` only; it never polls. After each, it reports the
+//! number of free worker slots to the TaskGraph when that number changed
+//! (`WorkerCapacity`), which forwards it to the planner: the planner does not replan while
+//! every slot is busy.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -85,6 +88,9 @@ pub struct Dispatch {
     locks: ScopeLocks,
     /// Reports to the run's supervisor when the actor ends.
     lifeline: Option<Lifeline>,
+    /// Free worker slots last reported to the graph (for the planner), so that only changes
+    /// are sent.
+    reported_free: Option<usize>,
 }
 
 impl Dispatch {
@@ -110,6 +116,7 @@ impl Dispatch {
             busy_subplanners: 0,
             locks: ScopeLocks::default(),
             lifeline: None,
+            reported_free: None,
         }
     }
 
@@ -251,6 +258,19 @@ impl Dispatch {
     }
 }
 
+impl Dispatch {
+    /// Tells the graph (for the planner) how many worker slots stay free after a hand-out,
+    /// when that number changed. The planner uses it to plan only when there is capacity to
+    /// use; a message per change, never a poll.
+    fn report_capacity(&mut self) {
+        let free = self.limits.max_workers.saturating_sub(self.busy_workers);
+        if self.reported_free != Some(free) {
+            self.reported_free = Some(free);
+            self.graph.do_send(ToTaskGraph::WorkerCapacity { free });
+        }
+    }
+}
+
 impl Actor for Dispatch {
     type Context = Context<Self>;
 }
@@ -270,6 +290,7 @@ impl Handler<ToDispatch> for Dispatch {
             ToDispatch::Release { task } => self.release(&task),
         }
         self.pump();
+        self.report_capacity();
     }
 }
 

@@ -1,11 +1,35 @@
 //! The Planner actor: the root planner's LLM conversation, run in sprints.
 //!
-//! It plans the first sprint on `Start`, then again when at least `min_handoffs_for_replan`
-//! root handoffs are unread, when the graph is quiescent (nothing live), or when its last
-//! batch was refused. Every answer goes to the TaskGraph, which journals it
-//! (`PlannerResponded`) before submitting its tasks; an empty answer while nothing is live
-//! ends planning. LLM errors and unusable answers back off exponentially; after
-//! `max_consecutive_errors` in a row, or `max_iterations` calls, the planner gives up.
+//! It plans the first sprint on `Start`, then again when the graph is quiescent (nothing
+//! live), or when at least `min_handoffs_for_replan` root handoffs are unread *and* either a
+//! worker slot is free or one of those handoffs needs attention. Every answer goes to the
+//! TaskGraph, which journals it (`PlannerResponded`) before submitting its tasks; an empty
+//! answer while nothing is live ends planning.
+//!
+//! Capacity: Dispatch reports the number of free worker slots whenever it changes
+//! (`Capacity`, forwarded by the TaskGraph). While every slot is busy, new tasks would only
+//! wait in the queue, and a call spent now is one fewer for later (`max_iterations`): the
+//! planner reads handoffs but waits for a free slot, as the seed's `hasCapacity` does. A
+//! handoff needs attention, and is planned for at once, when its task did not complete or
+//! its status is partial, blocked or failed: follow-up work should enter the queue before
+//! more of the same. Concerns alone do not: workers attach them routinely, and the next
+//! sprint's prompt carries them anyway. Until Dispatch has said anything, slots count as
+//! free.
+//!
+//! A call counts as an error when the LLM call fails, when its answer cannot be parsed, and
+//! when the TaskGraph refuses its batch (`BatchRejected`): each such error backs off
+//! exponentially (a `Retry` timer) and the next prompt says what went wrong. A batch the
+//! graph accepted (`BatchAccepted`), or a valid empty answer, ends the streak. After
+//! `max_consecutive_errors` in a row the planner gives up (`PlannerGaveUp`: the run fails).
+//! Reaching `max_iterations` calls is not a failure: the next time the planner would plan,
+//! it finishes planning instead (`PlanningFinished`, the reason logged), and the run ends
+//! when the tasks already planned have ended.
+//!
+//! An empty first sprint (no task planned yet) is asked once more, at once, with a reminder
+//! that nothing has been planned: plan the first sprint, or confirm that nothing is needed.
+//! The empty answer is recorded as not used (so the graph does not end planning on it); a
+//! second empty answer is taken at its word.
+//!
 //! Nothing polls: every step is a message or a timer.
 
 use std::sync::Arc;
@@ -17,7 +41,10 @@ use tracing::{info, warn};
 
 use crate::llm_output::{PlannerOutput, parse_json_answer};
 use crate::ports::{ChatMessage, ChatRole, Llm, LlmError, LlmRequest, LlmResponse, Role};
-use crate::protocol::{PlannerAnswer, RejectionReason, RootHandoff, RunId, ToPlanner, ToTaskGraph};
+use crate::protocol::{
+    HandoffStatus, PlannerAnswer, RejectionReason, RootHandoff, RunId, TaskState, ToPlanner,
+    ToTaskGraph,
+};
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,6 +81,24 @@ pub struct Exchange {
     pub answer: String,
 }
 
+/// Where the planner is in its cycle of asking, being judged and waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a reason to plan (handoffs, quiescence).
+    Idle,
+    /// An LLM call is in flight.
+    Asking,
+    /// The TaskGraph is validating the last batch; its verdict decides whether that call was
+    /// an error. No new call starts before it, so a refusal is explained in the very next
+    /// prompt and counted before anything else happens.
+    AwaitingVerdict,
+    /// After an error: the `Retry` timer ends the wait. Triggers meanwhile are not lost:
+    /// the retry's prompt carries every unread handoff.
+    BackingOff,
+    /// Planning finished or the planner gave up; it asks nothing more.
+    Done,
+}
+
 pub struct Planner {
     run: RunId,
     request: String,
@@ -67,12 +112,35 @@ pub struct Planner {
     rejections: Vec<RejectionReason>,
     /// The last answer was unusable; say why in the next prompt.
     last_error: Option<String>,
-    busy: bool,
+    phase: Phase,
+    /// Calls in a row that failed, were unusable or were refused.
     consecutive_errors: u32,
-    gave_up: bool,
+    /// Free worker slots as Dispatch last reported them; `None` until it reports.
+    free_workers: Option<usize>,
+    /// Some answer so far had tasks in it.
+    planned_anything: bool,
+    /// The empty-first-sprint reminder was sent (it is sent at most once per run).
+    reminded: bool,
+    /// The next prompt carries that reminder.
+    remind_empty: bool,
     /// Reports to the run's supervisor when the actor ends.
     lifeline: Option<Lifeline>,
 }
+
+/// The longest "retry after" a provider can make the planner wait (15 minutes).
+const MAX_RETRY_AFTER_MS: u64 = 15 * 60 * 1000;
+
+/// Why an empty first answer was not taken as "nothing to do" (recorded in the journal).
+const EMPTY_FIRST_SPRINT: &str =
+    "the first sprint was an empty task list; asking once more before planning ends";
+
+/// The reminder's header (its text follows): also how a resumed planner knows it was
+/// already sent.
+const REMINDER_HEADER: &str = "## Your previous answer was an empty task list";
+
+const EMPTY_SPRINT_REMINDER: &str = "Nothing has been planned for this request yet. If it needs any work, plan the first \
+    sprint now: only tasks you can fully specify. If nothing at all is needed, answer with \
+    an empty task list again to confirm; planning then ends.\n\n";
 
 impl Planner {
     pub fn new(
@@ -94,9 +162,12 @@ impl Planner {
             unread: Vec::new(),
             rejections: Vec::new(),
             last_error: None,
-            busy: false,
+            phase: Phase::Idle,
             consecutive_errors: 0,
-            gave_up: false,
+            free_workers: None,
+            planned_anything: false,
+            reminded: false,
+            remind_empty: false,
             lifeline: None,
         }
     }
@@ -107,10 +178,32 @@ impl Planner {
         self
     }
 
-    /// Continues a conversation recorded in the journal.
+    /// Continues a conversation recorded in the journal. What the planner remembers about
+    /// the empty-first-sprint reminder is read back from it.
     pub fn resuming(mut self, conversation: Vec<Exchange>) -> Self {
+        let max_bytes = self.config.max_answer_bytes;
+        let tasks_in = |answer: &str| {
+            parse_json_answer::<PlannerOutput>(answer, max_bytes).map(|out| out.tasks.len())
+        };
+        self.planned_anything = conversation
+            .iter()
+            .any(|ex| tasks_in(&ex.answer).is_ok_and(|n| n > 0));
+        self.reminded = conversation
+            .iter()
+            .any(|ex| ex.prompt.contains(REMINDER_HEADER));
         self.conversation = conversation;
+        // Stopped between an empty first sprint and the reminder: the reminder is still due.
+        self.remind_empty = self
+            .conversation
+            .last()
+            .is_some_and(|ex| tasks_in(&ex.answer) == Ok(0))
+            && self.reminder_due();
         self
+    }
+
+    /// An empty answer now would be the run's first plan: it earns one reminder.
+    fn reminder_due(&self) -> bool {
+        !self.planned_anything && !self.reminded
     }
 
     fn prompt(&mut self) -> String {
@@ -121,6 +214,10 @@ impl Planner {
                 "This is the first planning call. Plan the first sprint: only tasks you can fully specify now.\n",
             );
             return msg;
+        }
+        if std::mem::take(&mut self.remind_empty) {
+            self.reminded = true;
+            msg.push_str(&format!("{REMINDER_HEADER}\n{EMPTY_SPRINT_REMINDER}"));
         }
         if let Some(error) = self.last_error.take() {
             msg.push_str(&format!(
@@ -173,13 +270,13 @@ impl Planner {
     }
 
     fn plan(&mut self, ctx: &mut Context<Self>) {
-        if self.busy || self.gave_up {
+        if self.phase != Phase::Idle {
             return;
         }
-        let call = self.conversation.len() as u32;
+        let call = u32::try_from(self.conversation.len()).unwrap_or(u32::MAX);
         if call >= self.config.max_iterations {
-            self.give_up(format!(
-                "the planner reached its limit of {} planning calls",
+            self.finish(format!(
+                "the planner reached its limit of {} calls; the tasks already planned run to the end",
                 self.config.max_iterations
             ));
             return;
@@ -203,7 +300,7 @@ impl Planner {
             role: ChatRole::User,
             content: prompt.clone(),
         });
-        self.busy = true;
+        self.phase = Phase::Asking;
         let request = self.llm.complete(LlmRequest {
             role: Role::Planner,
             messages,
@@ -222,10 +319,10 @@ impl Planner {
         result: Result<LlmResponse, LlmError>,
         ctx: &mut Context<Self>,
     ) {
-        self.busy = false;
+        self.phase = Phase::Idle;
         match result {
             Ok(response) => {
-                let tasks = parse_json_answer::<PlannerOutput>(
+                let mut tasks = parse_json_answer::<PlannerOutput>(
                     &response.content,
                     self.config.max_answer_bytes,
                 )
@@ -234,6 +331,15 @@ impl Planner {
                     prompt: prompt.clone(),
                     answer: response.content.clone(),
                 });
+                let planned = tasks.as_ref().map_or(0, Vec::len);
+                self.planned_anything |= planned > 0;
+                // An empty first sprint is more likely a lazy answer than a finished request:
+                // recorded as not used (so the graph does not end planning), and asked once
+                // more with a reminder. Not an error: no backoff, no count toward giving up.
+                let remind = tasks.is_ok() && planned == 0 && self.reminder_due();
+                if remind {
+                    tasks = Err(EMPTY_FIRST_SPRINT.to_string());
+                }
                 let failed = tasks.as_ref().err().cloned();
                 self.graph
                     .do_send(ToTaskGraph::PlannerAnswered(Box::new(PlannerAnswer {
@@ -244,18 +350,21 @@ impl Planner {
                         tasks,
                     })));
                 match failed {
+                    Some(_) if remind => {
+                        info!(run = %self.run, call, "an empty first sprint; asking once more");
+                        self.remind_empty = true;
+                        self.plan(ctx);
+                    }
                     Some(error) => {
                         warn!(run = %self.run, call, %error, "the planner's answer was unusable");
                         self.last_error = Some(error.clone());
                         self.back_off(error, ctx);
                     }
+                    // The graph validates the batch; its verdict decides what this call was.
+                    None if planned > 0 => self.phase = Phase::AwaitingVerdict,
                     None => {
                         self.consecutive_errors = 0;
-                        if self.unread.len() >= self.config.min_handoffs_for_replan
-                            || !self.rejections.is_empty()
-                        {
-                            self.plan(ctx);
-                        }
+                        self.plan_if_needed(ctx);
                     }
                 }
             }
@@ -274,8 +383,18 @@ impl Planner {
         self.back_off_for(error, None, ctx);
     }
 
+    /// Plans again if enough handoffs are waiting to be read and the new tasks could run
+    /// soon (a worker slot is free) or a handoff needs a follow-up now.
+    fn plan_if_needed(&mut self, ctx: &mut Context<Self>) {
+        let enough = self.unread.len() >= self.config.min_handoffs_for_replan;
+        let capacity = self.free_workers.is_none_or(|free| free > 0);
+        if enough && (capacity || self.unread.iter().any(needs_attention)) {
+            self.plan(ctx);
+        }
+    }
+
     fn back_off_for(&mut self, error: String, at_least_ms: Option<u64>, ctx: &mut Context<Self>) {
-        self.consecutive_errors += 1;
+        self.consecutive_errors = self.consecutive_errors.saturating_add(1);
         if self.consecutive_errors >= self.config.max_consecutive_errors {
             self.give_up(format!(
                 "{} consecutive planner errors; the last: {error}",
@@ -287,17 +406,35 @@ impl Planner {
             .config
             .backoff_base_ms
             .saturating_mul(1 << (self.consecutive_errors - 1).min(20));
-        let delay = exp
-            .min(self.config.backoff_max_ms)
-            .max(at_least_ms.unwrap_or(0));
+        // A provider's retry-after is untrusted input too: honoured, up to a bound.
+        let asked = at_least_ms.unwrap_or(0).min(MAX_RETRY_AFTER_MS);
+        let delay = exp.min(self.config.backoff_max_ms).max(asked);
+        self.phase = Phase::BackingOff;
         ctx.notify_later(ToPlanner::Retry, Duration::from_millis(delay));
     }
 
+    /// Ends planning without failing the run: the run completes if its tasks do.
+    fn finish(&mut self, reason: String) {
+        info!(run = %self.run, %reason, "planning ends");
+        self.phase = Phase::Done;
+        self.graph.do_send(ToTaskGraph::PlanningFinished);
+    }
+
+    /// Ends planning and fails the run: the planner could not produce usable answers.
     fn give_up(&mut self, error: String) {
         info!(run = %self.run, %error, "the planner gives up");
-        self.gave_up = true;
+        self.phase = Phase::Done;
         self.graph.do_send(ToTaskGraph::PlannerGaveUp { error });
     }
+}
+
+/// A root task that did not simply get done: its follow-up should be planned now.
+fn needs_attention(handoff: &RootHandoff) -> bool {
+    handoff.state != TaskState::Completed
+        || handoff
+            .handoff
+            .as_ref()
+            .is_some_and(|h| h.status != HandoffStatus::Complete)
 }
 
 impl Actor for Planner {
@@ -310,18 +447,38 @@ impl Handler<ToPlanner> for Planner {
     fn handle(&mut self, msg: ToPlanner, ctx: &mut Context<Self>) {
         match msg {
             ToPlanner::Start | ToPlanner::Quiescent => self.plan(ctx),
-            // A retry timer that outlived its error (a later call succeeded) does nothing.
-            ToPlanner::Retry if self.consecutive_errors > 0 => self.plan(ctx),
+            ToPlanner::Retry if self.phase == Phase::BackingOff => {
+                self.phase = Phase::Idle;
+                self.plan(ctx);
+            }
             ToPlanner::Retry => {}
             ToPlanner::Handoff(handoff) => {
                 self.unread.push(handoff);
-                if self.unread.len() >= self.config.min_handoffs_for_replan {
-                    self.plan(ctx);
-                }
+                self.plan_if_needed(ctx);
             }
+            ToPlanner::Capacity { free_workers } => {
+                self.free_workers = Some(free_workers);
+                self.plan_if_needed(ctx);
+            }
+            ToPlanner::BatchAccepted => {
+                if self.phase == Phase::AwaitingVerdict {
+                    self.phase = Phase::Idle;
+                }
+                self.consecutive_errors = 0;
+                self.plan_if_needed(ctx);
+            }
+            // A refused batch is an error like an unparseable answer: it backs off, and
+            // counts toward giving up, so a model that keeps proposing invalid batches
+            // cannot drive a tight loop of calls.
             ToPlanner::BatchRejected { reason } => {
+                let error = format!("the batch was refused: {reason}");
                 self.rejections.push(reason);
-                self.plan(ctx);
+                if self.phase == Phase::AwaitingVerdict {
+                    self.phase = Phase::Idle;
+                }
+                if self.phase == Phase::Idle {
+                    self.back_off(error, ctx);
+                }
             }
         }
     }

@@ -230,7 +230,12 @@ impl TaskGraph {
     fn perform(&mut self, events: Vec<Event>, ctx: &mut Context<Self>) {
         let mut ready = Vec::new();
         let mut something_ended = false;
+        // The planner counts a refused batch as an error; an accepted one ends its streak.
+        let mut batch_accepted = false;
         for event in &events {
+            if let EventKind::TaskAdded { task, .. } = &event.kind {
+                batch_accepted |= task.depth() == 1;
+            }
             if let EventKind::TaskCompleted { task, .. }
             | EventKind::TaskFailed { task, .. }
             | EventKind::TaskCancelled { task, .. } = &event.kind
@@ -333,6 +338,9 @@ impl TaskGraph {
         }
         if !ready.is_empty() {
             self.dispatch.do_send(ToDispatch::Ready(ready));
+        }
+        if let (true, Some(planner)) = (batch_accepted, &self.planner) {
+            planner.do_send(ToPlanner::BatchAccepted);
         }
         if let (true, Some(planner)) = (something_ended && self.graph.is_quiescent(), &self.planner)
         {
@@ -437,6 +445,12 @@ impl Handler<ToTaskGraph> for TaskGraph {
             ToTaskGraph::Cancel { task, reason } => self.graph.cancel(task.as_ref(), &reason),
             ToTaskGraph::UserDecision { task, decision } => {
                 self.graph.user_decision(&task, &decision)
+            }
+            ToTaskGraph::WorkerCapacity { free } => {
+                if let Some(planner) = &self.planner {
+                    planner.do_send(ToPlanner::Capacity { free_workers: free });
+                }
+                Ok(Vec::new())
             }
             ToTaskGraph::DecompositionDeadline {
                 task,

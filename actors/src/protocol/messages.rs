@@ -128,6 +128,12 @@ pub enum ToTaskGraph {
         task: TaskId,
         decision: UserDecision,
     },
+    /// From Dispatch: how many worker slots are free after its last hand-out (sent when the
+    /// number changes). Not journaled: it is not run state; the TaskGraph forwards it to the
+    /// planner.
+    WorkerCapacity {
+        free: usize,
+    },
     /// Timer: the parent's decomposition deadline. `decomposition` guards against a timer
     /// from an earlier decomposition of the same task.
     DecompositionDeadline {
@@ -178,6 +184,14 @@ pub enum ToPlanner {
     /// The planner's last batch was refused; the reason goes into its next prompt.
     BatchRejected {
         reason: RejectionReason,
+    },
+    /// The planner's last batch was accepted (its tasks are in the graph).
+    BatchAccepted,
+    /// Worker slots free after Dispatch handed out what it could (forwarded by the
+    /// TaskGraph). The planner replans on handoffs only when a slot is free, or when a
+    /// handoff needs attention.
+    Capacity {
+        free_workers: usize,
     },
     /// Timer: retry after an error.
     Retry,
@@ -243,6 +257,7 @@ impl fmt::Debug for ToTaskGraph {
             ToTaskGraph::UserDecision { task, decision } => {
                 write!(f, "UserDecision({task}: {decision:?})")
             }
+            ToTaskGraph::WorkerCapacity { free } => write!(f, "WorkerCapacity({free} free)"),
             ToTaskGraph::DecompositionDeadline { task, .. } => {
                 write!(f, "DecompositionDeadline({task})")
             }

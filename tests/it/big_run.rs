@@ -1,0 +1,71 @@
+//! A 1,000-task scripted run through the real daemon (in process), with default settings
+//! except the node cap (`limits.max_nodes`, default 100, raised to 1,000 so the tasks fit).
+//! Issue 6, point 5: such a run used to complete every task and then end failed, because
+//! the planner replanned every three handoffs and gave up at its 50th call.
+
+use std::collections::HashMap;
+
+use flotilla_actors::actors::PlannerConfig;
+use flotilla_actors::config::Limits;
+use flotilla_actors::protocol::{EventKind, RunOutcome};
+
+use crate::daemon_env::*;
+
+const SPRINTS: usize = 20;
+const TASKS_PER_SPRINT: usize = 50;
+
+/// Twenty sprints of fifty independent tasks; calls beyond them answer an empty list.
+fn thousand_tasks() -> String {
+    let mut toml = String::from("[agent]\ndelay_ms = 0\n");
+    for sprint in 0..SPRINTS {
+        toml.push_str("[[planner.answers]]\ntasks = [\n");
+        for i in 0..TASKS_PER_SPRINT {
+            let n = sprint * TASKS_PER_SPRINT + i;
+            toml.push_str(&format!(
+                "  {{ description = \"module {n}\", scope = [\"src/m{n}.rs\"] }},\n"
+            ));
+        }
+        toml.push_str("]\n");
+    }
+    toml
+}
+
+#[tokio::test]
+async fn a_thousand_task_run_with_default_settings_completes() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let config = run_config(&thousand_tasks(), Limits::default().max_workers);
+    let run = submit(&daemon.client, repo.path(), config).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let mut completions: HashMap<String, usize> = HashMap::new();
+    let mut added = 0;
+    let mut planner_calls = 0;
+    for event in &events {
+        match &event.kind {
+            EventKind::TaskAdded { .. } => added += 1,
+            EventKind::TaskCompleted { task, .. } => {
+                *completions.entry(task.to_string()).or_default() += 1
+            }
+            EventKind::PlannerResponded { .. } => planner_calls += 1,
+            EventKind::PlannerGaveUp { error } => panic!("the planner gave up: {error}"),
+            _ => {}
+        }
+    }
+    let total = SPRINTS * TASKS_PER_SPRINT;
+    assert_eq!(added, total);
+    assert_eq!(completions.len(), total, "every task completed");
+    assert!(
+        completions.values().all(|&n| n == 1),
+        "no task completed twice"
+    );
+    // One call per sprint, plus the few empty answers at the end; the planner does not
+    // replan while every worker is busy, so it stays far from its limit of 50.
+    let limit = PlannerConfig::default().max_iterations;
+    assert!(
+        planner_calls > SPRINTS && planner_calls < limit as usize,
+        "{planner_calls} planner calls"
+    );
+    daemon.stop();
+}
