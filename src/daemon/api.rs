@@ -9,12 +9,21 @@
 //! - `POST /v1/runs/{id}/cancel` → 202
 //! - `GET  /v1/runs/{id}/graph?format=json|dot|mermaid`
 //!
-//! `{id}` may be any unique prefix of a run id.
+//! `{id}` may be any unique prefix of a run id; an ambiguous prefix is a 409 that lists the
+//! runs it matches.
+//!
+//! `POST /v1/runs` is idempotent: a request carrying an `Idempotency-Key` header that an
+//! earlier request already carried gets that request's run (200) instead of a new one.
+//!
+//! [`serve`] runs the server itself, with a cap on concurrent connections and a timeout for
+//! reading a request's head (which also closes idle keep-alive connections); a connection
+//! past the cap gets a 503. An event stream is not idle: it is an answer being written.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::Addr;
 use axum::extract::rejection::JsonRejection;
@@ -29,18 +38,46 @@ use flotilla_actors::ports::{Journal, JournalError};
 use flotilla_actors::protocol::{Event, EventKind, RunId};
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
+use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::report;
 use super::supervisor::{CancelRun, StartRun, Supervisor};
+use crate::client::IDEMPOTENCY_KEY;
 use crate::config::RunConfig;
-use crate::journal::{RunRecord, SqliteJournal};
+use crate::journal::{RunRecord, SqliteJournal, SubmitOutcome};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Largest request text accepted.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Longest request target (path and query) accepted; longer ones get a 414.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+/// Longest idempotency key accepted.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
+/// How often an event stream sends a keep-alive comment, so that clients can tell a quiet
+/// run from a dead daemon.
+pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Limits on the connections the server holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Connections served at once; the next ones get a 503 and are closed.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's head, counted from when the server
+    /// starts waiting for it: a connection that sends nothing (new or kept alive) is closed
+    /// after this long.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_connections: 256,
+            header_read_timeout: Duration::from_secs(10),
+        }
+    }
+}
 
 #[derive(Clone)]
 pub struct AppState {
@@ -67,7 +104,118 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn(json_errors))
         .with_state(state)
+}
+
+/// Serves `app` on `listener` until `shutdown`, then lets open connections finish (event
+/// streams end at shutdown by themselves). At most `limits.max_connections` connections
+/// are served at once; the next ones get a 503, and beyond a small margin are closed at
+/// once, so that no number of clients can exhaust the daemon's file descriptors.
+pub async fn serve<L: axum::serve::Listener>(
+    mut listener: L,
+    app: Router,
+    limits: ServerLimits,
+    shutdown: CancellationToken,
+) {
+    let max = limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max));
+    // Connections being told "busy": each lives a second at most.
+    let refusals = Arc::new(Semaphore::new(max.div_ceil(4).max(16)));
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    loop {
+        let (io, _) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.cancelled() => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    refuse_busy(io).await;
+                    drop(permit);
+                });
+            }
+            continue;
+        };
+        let connection = http.serve_connection(hyper_util::rt::TokioIo::new(io), service.clone());
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+            drop(slot);
+        });
+    }
+    // Every connection holds a slot until it ends: having them all back means all ended.
+    let _ = slots.acquire_many(max as u32).await;
+}
+
+/// Answers a connection past the cap with a 503 and closes it, reading (and dropping) what
+/// the client sent meanwhile so that the close does not reset the answer away.
+async fn refuse_busy<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut io: S) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BODY: &str =
+        r#"{"error":"the daemon is serving too many connections; try again shortly"}"#;
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        io.write_all(answer.as_bytes()).await?;
+        io.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while io.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+}
+
+/// Makes every error answer JSON `{"error": "..."}`, including the ones axum and its
+/// extractors produce as plain text or with no body (404, 405, a bad path or query), and
+/// refuses over-long request targets with a 414.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let target_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+    if target_len > MAX_URI_BYTES {
+        return ApiError::new(
+            StatusCode::URI_TOO_LONG,
+            format!("the request target is {target_len} bytes; at most {MAX_URI_BYTES}"),
+        )
+        .into_response();
+    }
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let response = next.run(req).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    // Rejection texts are short; anything else is cut off rather than buffered.
+    let text = match axum::body::to_bytes(response.into_body(), 4096).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    let message = match status {
+        StatusCode::METHOD_NOT_ALLOWED => format!("{method} is not allowed on {path}"),
+        _ if text.is_empty() => status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_lowercase(),
+        _ => text,
+    };
+    ApiError::new(status, message).into_response()
 }
 
 /// An API error: a status and a message for humans.
@@ -142,7 +290,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// Finds the run `raw` names: a full id or a unique prefix.
 async fn resolve(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
     let wanted = raw.trim().to_ascii_lowercase();
-    if wanted.is_empty()
+    // At least one hex digit: "---" would otherwise match every run once dashes are gone.
+    if !wanted.chars().any(|c| c.is_ascii_hexdigit())
         || wanted.len() > 36
         || !wanted.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
     {
@@ -153,20 +302,37 @@ async fn resolve(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
     }
     let runs = state.journal.runs().await?;
     let compact = wanted.replace('-', "");
-    let mut matches = runs.into_iter().filter(|r| {
-        let full = r.id.to_string();
-        full.starts_with(&wanted) || full.replace('-', "").starts_with(&compact)
-    });
-    match (matches.next(), matches.next()) {
-        (Some(run), None) => Ok(run),
-        (None, _) => Err(ApiError::new(
+    let mut matches: Vec<RunRecord> = runs
+        .into_iter()
+        .filter(|r| {
+            let full = r.id.to_string();
+            full.starts_with(&wanted) || full.replace('-', "").starts_with(&compact)
+        })
+        .collect();
+    match matches.len() {
+        1 => Ok(matches.remove(0)),
+        0 => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no run matches {raw:?}"),
         )),
-        (Some(_), Some(_)) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!("{raw:?} matches several runs; give more of the id"),
-        )),
+        n => {
+            const SHOWN: usize = 10;
+            let mut candidates: Vec<String> = matches
+                .iter()
+                .take(SHOWN)
+                .map(|r| r.id.to_string())
+                .collect();
+            if n > SHOWN {
+                candidates.push(format!("and {} more", n - SHOWN));
+            }
+            Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "{raw:?} matches {n} runs: {}; give more of the id",
+                    candidates.join(", ")
+                ),
+            ))
+        }
     }
 }
 
@@ -197,10 +363,32 @@ fn unprocessable(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
 }
 
+/// The submission's idempotency key, if it sent one.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let key = value.to_str().unwrap_or("").trim();
+    if key.is_empty()
+        || key.len() > MAX_IDEMPOTENCY_KEY_BYTES
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the Idempotency-Key header must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} visible ASCII characters"
+            ),
+        ));
+    }
+    Ok(Some(key.to_string()))
+}
+
 async fn create_run(
     State(state): State<AppState>,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<CreateRun>,
 ) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
     let request = body.request.trim().to_string();
     if request.is_empty() {
         return Err(unprocessable("the request is empty"));
@@ -238,6 +426,12 @@ async fn create_run(
                 None => RunConfig::load(&root.join("flotilla.toml"))
                     .map_err(|e| unprocessable(e.to_string()))?,
             };
+            // A config sent in the body skipped RunConfig::load's checks: impossible limits
+            // (no workers, no nodes) would leave the run hanging.
+            config
+                .limits
+                .validate()
+                .map_err(|e| unprocessable(format!("impossible limits: {e}")))?;
             config
                 .scenario
                 .check()
@@ -259,7 +453,20 @@ async fn create_run(
             .unwrap_or(0),
         outcome: None,
     };
-    let started = state.journal.create_run(record).await?;
+    let started = match state.journal.create_run_once(record, key).await? {
+        SubmitOutcome::Created(started) => *started,
+        // A retry of a submission whose answer was lost: the run exists (and runs, or was
+        // resumed at start-up); answer with it rather than start a second one.
+        SubmitOutcome::Existing(existing) => {
+            return Ok((
+                StatusCode::OK,
+                Json(Created {
+                    id: existing.to_string(),
+                }),
+            )
+                .into_response());
+        }
+    };
     let _ = state.hub.send(started.clone());
     state
         .supervisor
@@ -288,6 +495,10 @@ pub struct RunSummary {
     pub repo: String,
     pub created_ms: u64,
     pub state: String,
+    /// What is wrong with the run, when something is (its journal does not replay, or
+    /// cannot be written).
+    #[serde(default)]
+    pub problem: Option<String>,
 }
 
 async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>>, ApiError> {
@@ -300,6 +511,7 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
                 repo: r.repo.to_string_lossy().into_owned(),
                 created_ms: r.created_ms,
                 state: report::state_name(r.outcome).into(),
+                problem: None,
             })
             .collect(),
     ))
@@ -486,5 +698,5 @@ async fn events(
         })
         // End streams promptly at shutdown, or graceful shutdown would wait on them.
         .take_until(state.shutdown.clone().cancelled_owned());
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)))
 }

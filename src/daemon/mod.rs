@@ -37,6 +37,8 @@ pub enum Listen {
 pub struct DaemonOptions {
     pub state_dir: PathBuf,
     pub listen: Listen,
+    /// Connection cap and timeouts of the API server.
+    pub server: api::ServerLimits,
 }
 
 /// Where the daemon ended up listening (a TCP port 0 becomes a real port).
@@ -82,23 +84,15 @@ pub async fn serve(
     if let Some(ready) = ready {
         let _ = ready.send(bound.clone());
     }
-    let result = match listener {
-        Listener::Unix(l) => {
-            axum::serve(l, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        }
-        Listener::Tcp(l) => {
-            axum::serve(l, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        }
-    };
+    match listener {
+        Listener::Unix(l) => api::serve(l, app, options.server.clone(), shutdown).await,
+        Listener::Tcp(l) => api::serve(l, app, options.server.clone(), shutdown).await,
+    }
     if let Bound::Unix(path) = &bound {
         let _ = std::fs::remove_file(path);
     }
     info!("daemon stopped");
-    result.context("the API server failed")
+    Ok(())
 }
 
 async fn resume_unfinished(

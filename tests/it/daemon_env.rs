@@ -57,6 +57,7 @@ impl InProcessDaemon {
         let options = DaemonOptions {
             state_dir: state.path().to_path_buf(),
             listen,
+            server: Default::default(),
         };
         let shutdown = CancellationToken::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
