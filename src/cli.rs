@@ -10,7 +10,7 @@ use flotilla_actors::protocol::{EventKind, RunOutcome};
 use futures::StreamExt;
 use hyper::Method;
 
-use crate::client::{Client, ClientError, Endpoint};
+use crate::client::{Client, ClientError, Endpoint, segment};
 use crate::config::RunConfig;
 use crate::daemon::api::RunSummary;
 use crate::daemon::report::RunStatus;
@@ -240,7 +240,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             run: Some(run),
             json,
         } => {
-            let status: RunStatus = client.get(&format!("/v1/runs/{run}")).await?;
+            let status: RunStatus = client.get(&format!("/v1/runs/{}", segment(run))).await?;
             if *json {
                 emit(&format!("{}\n", render::json_pretty(&status)))?;
             } else {
@@ -271,7 +271,10 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                 GraphFormat::Json => "json",
             };
             let text = client
-                .text(Method::GET, &format!("/v1/runs/{run}/graph?format={name}"))
+                .text(
+                    Method::GET,
+                    &format!("/v1/runs/{}/graph?format={name}", segment(run)),
+                )
                 .await?;
             match format {
                 GraphFormat::Json => emit(&render::json_safe(&text))?,
@@ -283,7 +286,11 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
         }
         Command::Cancel { run } => {
             let answer: serde_json::Value = client
-                .json(Method::POST, &format!("/v1/runs/{run}/cancel"), None::<&()>)
+                .json(
+                    Method::POST,
+                    &format!("/v1/runs/{}/cancel", segment(run)),
+                    None::<&()>,
+                )
                 .await?;
             let id = answer["id"].as_str().unwrap_or(run);
             emit(&format!("cancelling run {}\n", render::terminal_safe(id)))?;
@@ -376,7 +383,7 @@ async fn submit(
 
 /// The outcome of a run that has finished, from its status; `None` while it runs.
 async fn finished_outcome(client: &Client, run: &str) -> Result<Option<RunOutcome>, CliError> {
-    let status: RunStatus = client.get(&format!("/v1/runs/{run}")).await?;
+    let status: RunStatus = client.get(&format!("/v1/runs/{}", segment(run))).await?;
     Ok(match status.state.as_str() {
         "completed" => Some(RunOutcome::Completed),
         "failed" => Some(RunOutcome::Failed),

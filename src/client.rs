@@ -33,6 +33,21 @@ pub const SUBMIT_ATTEMPTS: u32 = 4;
 /// The header carrying a submission's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
+/// `text` as one URL path segment: everything but unreserved characters percent-encoded, so
+/// that whatever a user typed as a run id reaches the daemon as typed (and is refused there
+/// with a clear error) instead of breaking the request.
+pub fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[derive(Debug, Clone)]
 pub enum Endpoint {
     Unix(PathBuf),
@@ -320,7 +335,7 @@ impl Client {
         let response = self
             .send(
                 Method::GET,
-                &format!("/v1/runs/{run}/events"),
+                &format!("/v1/runs/{}/events", segment(run)),
                 None,
                 &headers,
             )

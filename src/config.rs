@@ -380,4 +380,22 @@ mod tests {
             assert!(err.to_string().contains(field), "{err}");
         }
     }
+
+    #[test]
+    fn the_documented_examples_load() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+        RunConfig::load(&docs.join("examples/flotilla.toml")).unwrap();
+        let guide = std::fs::read_to_string(docs.join("scenarios.md")).unwrap();
+        let blocks: Vec<&str> = guide
+            .split("```toml\n")
+            .skip(1)
+            .map(|rest| rest.split("```").next().unwrap())
+            .collect();
+        assert!(blocks.len() >= 4);
+        for block in blocks.iter().filter(|b| !b.contains("[provider]")) {
+            if let Err(e) = Scenario::from_toml(block) {
+                panic!("docs/scenarios.md example does not load: {e}\n{block}");
+            }
+        }
+    }
 }
