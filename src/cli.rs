@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use flotilla_actors::protocol::{EventKind, RunOutcome};
+use flotilla_actors::protocol::{EventKind, RunOutcome, TaskId, UserDecision};
 use futures::StreamExt;
 use hyper::Method;
 
@@ -97,6 +97,27 @@ pub enum Command {
     Cancel {
         /// Run id or unique prefix.
         run: String,
+    },
+    /// Decide for a task that waits for you: its subplan stops on `user_decision`, and
+    /// every subtask has ended (`tail` shows "t4 waits for your decision").
+    ///
+    /// Examples: `flotilla decide 01a2 t4 --accept t4.2`, `flotilla decide 01a2 t4 --fail`.
+    #[command(group(clap::ArgGroup::new("decision").required(true).multiple(false)))]
+    Decide {
+        /// Run id or unique prefix.
+        run: String,
+        /// The waiting task (e.g. t4).
+        task: String,
+        /// Complete the task with this completed subtask's result as its own (no synthesis).
+        #[arg(long, value_name = "SUBTASK", group = "decision")]
+        accept: Option<String>,
+        /// Complete the task by synthesizing its subtasks' results, as if its stop condition
+        /// had held.
+        #[arg(long, group = "decision")]
+        complete: bool,
+        /// Fail the task (declined by the user).
+        #[arg(long, group = "decision")]
+        fail: bool,
     },
     /// List all runs, oldest first.
     Runs {
@@ -294,6 +315,41 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                 .await?;
             let id = answer["id"].as_str().unwrap_or(run);
             emit(&format!("cancelling run {}\n", render::terminal_safe(id)))?;
+            Ok(Exit::Ok)
+        }
+        Command::Decide {
+            run,
+            task,
+            accept,
+            complete: _,
+            fail,
+        } => {
+            let (decision, words) = match (accept, fail) {
+                (Some(subtask), _) => {
+                    let subtask: TaskId = subtask.parse().map_err(|_| {
+                        CliError::usage(
+                            format!("{subtask:?} is not a task id"),
+                            Some("task ids look like t4 or t4.2"),
+                        )
+                    })?;
+                    let words = format!("{task} completes with {subtask}'s result");
+                    (UserDecision::Accept { subtask }, words)
+                }
+                (None, true) => (UserDecision::Fail, format!("{task} fails")),
+                // clap requires exactly one of the three.
+                (None, false) => (
+                    UserDecision::Complete,
+                    format!("{task} synthesizes its subtasks' results"),
+                ),
+            };
+            client
+                .json::<serde_json::Value>(
+                    Method::POST,
+                    &format!("/v1/runs/{}/tasks/{}/decision", segment(run), segment(task)),
+                    Some(&decision),
+                )
+                .await?;
+            emit(&format!("decided: {}\n", render::terminal_safe(&words)))?;
             Ok(Exit::Ok)
         }
         Command::Runs { json } => {

@@ -8,6 +8,9 @@
 //!   `Last-Event-ID` or `?since=SEQ`; the stream ends after `run_finished`
 //! - `POST /v1/runs/{id}/cancel` → 202
 //! - `GET  /v1/runs/{id}/graph?format=json|dot|mermaid`
+//! - `POST /v1/runs/{id}/tasks/{task}/decision` `{"decision": "accept", "subtask": "t4.2"}`
+//!   (or `complete`, `fail`) → 202: a human's answer for a task whose subplan stops on
+//!   `user_decision`
 //!
 //! `{id}` may be any unique prefix of a run id; an ambiguous prefix is a 409 that lists the
 //! runs it matches.
@@ -35,14 +38,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use flotilla_actors::ports::{Journal, JournalError};
-use flotilla_actors::protocol::{Event, EventKind, RunId};
+use flotilla_actors::protocol::{Event, EventKind, RunId, TaskId, TaskState, UserDecision};
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::report;
-use super::supervisor::{CancelRun, StartRun, Supervisor};
+use super::supervisor::{CancelRun, DecideTask, StartRun, Supervisor};
 use crate::client::IDEMPOTENCY_KEY;
 use crate::config::RunConfig;
 use crate::journal::{RunRecord, SqliteJournal, SubmitOutcome};
@@ -96,6 +99,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/events", get(events))
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/graph", get(graph))
+        .route("/v1/runs/{id}/tasks/{task}/decision", post(decide))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -519,8 +523,16 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
 
 async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, ApiError> {
     let record = resolve(state, id).await?;
-    let config = run_config(&record)?;
     let events = state.journal.read(record.id, 0).await?;
+    replay_status(record, Arc::new(events)).await
+}
+
+/// A run's status, replayed from its events on a blocking thread.
+async fn replay_status(
+    record: RunRecord,
+    events: Arc<Vec<Event>>,
+) -> Result<report::RunStatus, ApiError> {
+    let config = run_config(&record)?;
     tokio::task::spawn_blocking(move || report::status(&record, config.limits, &events))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
@@ -567,6 +579,90 @@ async fn cancel_run(
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "id": record.id.to_string(), "cancelling": true })),
+    )
+        .into_response())
+}
+
+/// `flotilla decide`: checks the decision against the journal (the task exists, waits for a
+/// decision, an accepted subtask is one of its completed subtasks) so that a mistake is a
+/// clear 404 or 409 now, then forwards it to the run's TaskGraph, which applies it.
+async fn decide(
+    State(state): State<AppState>,
+    Path((id, task)): Path<(String, String)>,
+    ApiJson(decision): ApiJson<UserDecision>,
+) -> Result<Response, ApiError> {
+    let task: TaskId = task.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("{task:?} is not a task id (they look like t4 or t4.2)"),
+        )
+    })?;
+    let record = resolve(&state, &id).await?;
+    if let Some(outcome) = record.outcome {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("run {} already finished ({outcome:?})", record.id),
+        ));
+    }
+    let events = Arc::new(state.journal.read(record.id, 0).await?);
+    let status = replay_status(record.clone(), events.clone()).await?;
+    let view = |id: &TaskId| status.graph.tasks.iter().find(|t| t.id == *id);
+    let Some(waiting) = view(&task) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("run {} has no task {task}", record.id),
+        ));
+    };
+    // Awaiting: it announced so after its latest decomposition, and still waits.
+    let awaiting = waiting.state == TaskState::WaitingForSubtasks
+        && events
+            .iter()
+            .rev()
+            .find_map(|e| match &e.kind {
+                EventKind::AwaitingUserDecision { parent } if *parent == task => Some(true),
+                EventKind::DecompositionAccepted { parent, .. } if *parent == task => Some(false),
+                _ => None,
+            })
+            .unwrap_or(false);
+    if !awaiting {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "task {task} is not waiting for a decision (it is {})",
+                waiting.state
+            ),
+        ));
+    }
+    if let UserDecision::Accept { subtask } = &decision {
+        let completed_child = view(subtask)
+            .is_some_and(|s| s.parent.as_ref() == Some(&task) && s.state == TaskState::Completed);
+        if !completed_child {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("{subtask} is not a completed subtask of {task}; only one can be accepted"),
+            ));
+        }
+    }
+    let live = state
+        .supervisor
+        .send(DecideTask {
+            run: record.id,
+            task: task.clone(),
+            decision: decision.clone(),
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    if !live {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("run {} is not running in this daemon", record.id),
+        ));
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({
+            "id": record.id.to_string(), "task": task.to_string(), "decision": decision,
+        })),
     )
         .into_response())
 }

@@ -235,3 +235,31 @@ impl Drop for Supervisor {
         }
     }
 }
+
+/// A human's decision for a task waiting on one (`flotilla decide`), forwarded to the run's
+/// TaskGraph, which checks it and journals what it does. Answers false if the run is not
+/// live in this daemon.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct DecideTask {
+    pub run: RunId,
+    pub task: flotilla_actors::protocol::TaskId,
+    pub decision: flotilla_actors::protocol::UserDecision,
+}
+
+impl Handler<DecideTask> for Supervisor {
+    type Result = bool;
+
+    fn handle(&mut self, msg: DecideTask, _: &mut Context<Self>) -> bool {
+        match self.live.get(&msg.run) {
+            Some(graph) => {
+                graph.do_send(ToTaskGraph::UserDecision {
+                    task: msg.task,
+                    decision: msg.decision,
+                });
+                true
+            }
+            None => false,
+        }
+    }
+}

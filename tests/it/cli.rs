@@ -204,7 +204,7 @@ fn help_explains_every_command() {
         .success();
     let help = String::from_utf8(out.get_output().stdout.clone()).unwrap();
     for command in [
-        "daemon", "submit", "tail", "status", "graph", "cancel", "runs",
+        "daemon", "submit", "tail", "status", "graph", "cancel", "decide", "runs",
     ] {
         assert!(
             help.contains(command),
@@ -401,4 +401,65 @@ fn a_daemon_error_is_escaped_on_the_error_line() {
             .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
         "{stderr:?}"
     );
+}
+
+#[tokio::test]
+async fn decide_answers_a_task_waiting_for_the_user() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    write_project(repo.path(), crate::daemon::USER_DECIDES);
+    let _daemon = DaemonProcess::start(state.path());
+    let out = flotilla(state.path())
+        .args(["submit", "pick a design", "--detach", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .success();
+    let run = String::from_utf8(out.get_output().stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string();
+    let client = DaemonProcess::client(state.path());
+    let mut stream = client.events(&run, None).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        use futures::StreamExt;
+        while let Some(e) = stream.next().await {
+            if matches!(
+                e.unwrap().kind,
+                flotilla_actors::protocol::EventKind::AwaitingUserDecision { .. }
+            ) {
+                return;
+            }
+        }
+        panic!("no decision was asked for");
+    })
+    .await
+    .unwrap();
+    // Exactly one decision: none, or two, is a usage error.
+    flotilla(state.path())
+        .args(["decide", &run, "t1"])
+        .assert()
+        .code(2);
+    flotilla(state.path())
+        .args(["decide", &run, "t1", "--fail", "--complete"])
+        .assert()
+        .code(2);
+    flotilla(state.path())
+        .args(["decide", &run, "t1", "--accept", "t1.7"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("not a completed subtask of t1"));
+    flotilla(state.path())
+        .args(["decide", &run, "t1", "--fail"])
+        .assert()
+        .success()
+        .stdout("decided: t1 fails\n");
+    flotilla(state.path())
+        .args(["tail", &run])
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(1)
+        .stdout(
+            predicates::str::contains("t1 failed: declined by the user")
+                .and(predicates::str::contains("run finished: failed")),
+        );
 }
