@@ -366,3 +366,83 @@ async fn impossible_limits_in_a_submitted_config_are_refused() {
     assert!(runs.is_empty());
     daemon.stop();
 }
+
+/// A fake daemon that reads each request and hangs up without answering the first `drop`
+/// of them (an answer lost to a crash), then answers 201. Returns the requests it read.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+fn lossy_daemon(path: std::path::PathBuf, drop: usize) -> (tokio::task::JoinHandle<()>, Seen) {
+    let listener = tokio::net::UnixListener::bind(path).unwrap();
+    let seen = Seen::default();
+    let log = seen.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Head and body: the body ends with the JSON's closing brace.
+            while !request.ends_with(b"}") {
+                let n = stream.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+            }
+            let count = {
+                let mut log = log.lock().unwrap();
+                log.push(String::from_utf8_lossy(&request).into_owned());
+                log.len()
+            };
+            if count > drop {
+                let body = r#"{"id":"01a20163-c6be-7585-89dc-6c22ed29ed73"}"#;
+                let answer = format!(
+                    "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                stream.write_all(answer.as_bytes()).await.unwrap();
+                return;
+            }
+        }
+    });
+    (task, seen)
+}
+
+#[tokio::test]
+async fn submit_retries_a_lost_answer_with_the_same_key_a_bounded_number_of_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("daemon.sock");
+    let (daemon, seen) = lossy_daemon(path.clone(), 2);
+    let client = Client::new(Endpoint::Unix(path.clone()));
+    let created = client
+        .submit(&serde_json::json!({ "request": "x" }))
+        .await
+        .unwrap();
+    assert_eq!(created.id, "01a20163-c6be-7585-89dc-6c22ed29ed73");
+    daemon.await.unwrap();
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    let key = |r: &str| {
+        r.lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("idempotency-key: ")
+                    .map(str::to_owned)
+            })
+            .expect("every attempt carries the key")
+    };
+    assert!(
+        requests.iter().all(|r| key(r) == key(&requests[0])),
+        "{requests:?}"
+    );
+
+    // A daemon that never answers: the client gives up after SUBMIT_ATTEMPTS.
+    let _ = std::fs::remove_file(&path);
+    let (daemon, seen) = lossy_daemon(path.clone(), usize::MAX);
+    let failed = client.submit(&serde_json::json!({ "request": "x" })).await;
+    assert!(failed.is_err());
+    daemon.abort();
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        flotilla::client::SUBMIT_ATTEMPTS as usize
+    );
+}
