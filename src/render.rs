@@ -295,6 +295,12 @@ fn describe(kind: &EventKind) -> (String, Tone) {
         EventKind::DecompositionRejected { parent, reason, .. } => {
             (format!("{parent} subplan rejected: {reason}"), Tone::Bad)
         }
+        EventKind::ProposalsStopped {
+            task, rejections, ..
+        } => (
+            format!("{task} stopped after {rejections} rejected subplans"),
+            Tone::Bad,
+        ),
         EventKind::SubtasksCompleted { parent } => {
             plain(format!("{parent} subtasks done; synthesizing"))
         }
@@ -366,6 +372,9 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
     };
     let mut out = String::new();
     let _ = writeln!(out, "run {}  {state}", style.bold(&safe(&status.id)));
+    if let Some(why) = &status.graph.finish_reason {
+        let _ = writeln!(out, "why:     {}", safe(&shorten(why, 200)));
+    }
     if let Some(problem) = &status.problem {
         let _ = writeln!(out, "{}", style.bad(&format!("problem: {}", safe(problem))));
     }
@@ -520,8 +529,8 @@ impl Tally {
             EventKind::TaskCompleted { task, handoff, .. } => {
                 set(task, TaskState::Completed);
                 if let Some(h) = handoff {
-                    self.tokens += h.metrics.tokens_in + h.metrics.tokens_out;
-                    self.cost += h.metrics.cost_usd.micros();
+                    self.tokens = self.tokens.saturating_add(h.metrics.spent().tokens);
+                    self.cost = self.cost.saturating_add(h.metrics.cost_usd.micros());
                 }
             }
             EventKind::TaskFailed { task, .. } => set(task, TaskState::Failed),
@@ -530,8 +539,9 @@ impl Tally {
                 set(parent, TaskState::WaitingForSubtasks)
             }
             EventKind::PlannerResponded { usage, .. } => {
-                self.tokens += usage.tokens_in + usage.tokens_out;
-                self.cost += usage.cost_usd.micros();
+                let used = usage.tokens_in.saturating_add(usage.tokens_out);
+                self.tokens = self.tokens.saturating_add(used);
+                self.cost = self.cost.saturating_add(usage.cost_usd.micros());
             }
             _ => {}
         }
@@ -770,6 +780,9 @@ mod tests {
                 ],
                 planning_finished: true,
                 outcome: Some(RunOutcome::Failed),
+                run_spent: Budget::default(),
+                run_budget: Budget::default(),
+                finish_reason: Some(HOSTILE.into()),
             },
             problem: Some(HOSTILE.into()),
         }
@@ -780,6 +793,7 @@ mod tests {
         let text = status_text(&hostile_status(), &Style::plain());
         assert_safe(&text, true);
         assert!(text.contains("problem: ok"), "{text}");
+        assert!(text.contains("why:     ok"), "{text}");
         let failed = text.lines().find(|l| l.contains("t2 [failed]")).unwrap();
         assert!(
             failed.contains("failed: the agent crashed: ok"),

@@ -42,7 +42,8 @@ pub struct Limits {
     /// any dimension is refused (`RejectionReason::TaskBudgetTooLarge`), never clamped.
     pub max_task_budget: Budget,
     /// What the whole run may spend: every task's charged spend plus the planner's usage.
-    /// Past it the run stops planning and dispatching and ends `Failed`.
+    /// Past it, in any dimension, the run stops planning and dispatching and ends `Failed`.
+    /// Its wall time is agent time, summed over tasks that may run side by side.
     pub run_budget: Budget,
     /// Rejected subplans one task attempt may propose before the task is stopped (K): it
     /// then completes with its last usable handoff, or fails with `ProposalLoop`.
@@ -121,6 +122,15 @@ impl Limits {
         if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
             return Err(LimitsError::Zero { field });
         }
+        // Task numbers are u32: a run cannot hold more tasks than ids can number.
+        if self.max_nodes > u32::MAX as usize {
+            return Err(LimitsError::AboveLimit {
+                field: "max_nodes",
+                value: self.max_nodes.to_string(),
+                limit_field: "the largest task number",
+                limit: u32::MAX.to_string(),
+            });
+        }
         if self.max_depth > MAX_TASK_DEPTH {
             return Err(LimitsError::DepthBeyondTaskId {
                 max_depth: self.max_depth,
@@ -195,6 +205,17 @@ mod tests {
                 max: MAX_TASK_DEPTH
             })
         );
+        let uncountable = Limits {
+            max_nodes: u32::MAX as usize + 1,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            uncountable.validate(),
+            Err(LimitsError::AboveLimit {
+                field: "max_nodes",
+                ..
+            })
+        ));
         let deepest = Limits {
             max_depth: MAX_TASK_DEPTH,
             ..Limits::default()

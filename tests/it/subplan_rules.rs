@@ -321,8 +321,32 @@ async fn rule_i_decomposition_cap_per_attempt() {
         expect_rejection(&mut h, vec![]).await,
         RejectionReason::NoSubtasks
     );
-    let reason = expect_rejection(&mut h, vec![sub("a", &["src/a"])]).await;
-    assert_eq!(reason, RejectionReason::AttemptDecompositionCap { max: 1 });
+    // A proposal past the cap is refused, and the attempt is over: the agent is stopped
+    // instead of being invited to revise again (issue 6, point 5).
+    h.propose(
+        "t1",
+        1,
+        vec![sub("a", &["src/a"])],
+        StopCondition::AllSubtasksComplete,
+    );
+    let rejected = h.events.expect_kind("decomposition_rejected").await;
+    assert!(
+        matches!(
+            &rejected,
+            EventKind::DecompositionRejected {
+                reason: RejectionReason::AttemptDecompositionCap { max: 1 },
+                ..
+            }
+        ),
+        "{rejected:?}"
+    );
+    let kinds = h.events.next_kinds(2).await;
+    assert_eq!(kinds, ["proposals_stopped", "task_failed"]);
+    assert!(matches!(
+        h.agent_inbox.expect().await,
+        ToAgent::Cancel { task, .. } if task == self::task("t1")
+    ));
+    assert_eq!(h.state_of("t1").await, TaskState::Failed);
 }
 
 #[actix::test]
@@ -424,4 +448,351 @@ fn malformed_subplan_json_is_a_typed_error() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("unknown variant"), "{err}");
+}
+
+// ---- Loops end: an agent that keeps proposing invalid subplans is stopped. ----
+
+/// An agent that answers every rejection with the same invalid subplan, as a confused model
+/// would. It gives up by itself after 50 rejections so that a regression fails the test
+/// instead of spinning forever; it reports how many rejections and cancels it received.
+struct Reproposer {
+    graph: actix::Recipient<ToTaskGraph>,
+    rejections: u32,
+    seen: tokio::sync::mpsc::UnboundedSender<ToAgent>,
+}
+
+impl Reproposer {
+    fn propose(&self) {
+        let invalid = ProposedSubplan {
+            parent: task("t1"),
+            reason: DecompositionReason::TooLarge,
+            subtasks: vec![sub("outside", &["elsewhere/x"])],
+            stop_when: StopCondition::AllSubtasksComplete,
+        };
+        self.graph
+            .do_send(ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+                task: task("t1"),
+                attempt: 1,
+                handoff: None,
+                artifacts: Vec::new(),
+                subplan: Some(invalid),
+            })));
+    }
+}
+
+impl actix::Actor for Reproposer {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<ToAgent> for Reproposer {
+    type Result = ();
+    fn handle(&mut self, msg: ToAgent, _: &mut actix::Context<Self>) {
+        if let ToAgent::DecompositionRejected(_) = &msg {
+            self.rejections += 1;
+            if self.rejections < 50 {
+                self.propose();
+            }
+        }
+        let _ = self.seen.send(msg);
+    }
+}
+
+#[actix::test]
+async fn an_agent_that_keeps_proposing_invalid_subplans_is_stopped_after_k_rejections() {
+    use actix::Actor;
+    virtual_time();
+    let limits = Limits {
+        max_subplan_rejections: 3,
+        max_proposals_per_attempt: 10,
+        ..Limits::default()
+    };
+    let mut h = GraphHarness::start(limits);
+    h.submit(vec![spec("the parent task", &["src"])]).await;
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let agent = Reproposer {
+        graph: h.graph.clone().recipient(),
+        rejections: 0,
+        seen: tx,
+    }
+    .start();
+    h.send(ToTaskGraph::TaskDispatched {
+        task: task("t1"),
+        attempt: 1,
+        profile: "default".into(),
+        route: Route::Worker,
+        agent: agent.clone().recipient(),
+    });
+    h.send(ToTaskGraph::TaskStarted {
+        task: task("t1"),
+        attempt: 1,
+    });
+    agent.do_send(ToAgent::DecompositionRejected(TaskDecompositionRejected {
+        parent: task("t1"),
+        reason: RejectionReason::NoSubtasks,
+    }));
+
+    let failed = h.events.expect_kind("task_failed").await;
+    assert_eq!(
+        failed,
+        EventKind::TaskFailed {
+            task: task("t1"),
+            attempt: 1,
+            reason: FailureReason::ProposalLoop { rejections: 3 }
+        }
+    );
+    h.events.expect_none().await;
+    // What the agent heard, in order: the kick-off, two rejections it answered, then Cancel
+    // (the third rejection is not sent: the attempt is over).
+    let mut heard = Vec::new();
+    while let Ok(m) = seen.try_recv() {
+        heard.push(m);
+    }
+    assert_eq!(heard.len(), 4, "{heard:?}");
+    assert!(
+        heard[..3]
+            .iter()
+            .all(|m| matches!(m, ToAgent::DecompositionRejected(_)))
+    );
+    assert!(
+        matches!(&heard[3], ToAgent::Cancel { task, reason } if *task == self::task("t1") && reason == "stopped after 3 rejected subplans")
+    );
+    // The journal stays small: the loop does not grow it.
+    let kinds: Vec<&str> = h.journal.all().iter().map(|e| e.kind.name()).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "decomposition_rejected")
+            .count(),
+        3
+    );
+    assert!(kinds.len() <= 10, "{kinds:?}");
+}
+
+/// A graph with t1 running (scope `src`) and `k` rejections allowed per attempt, and the
+/// events that built it.
+fn graph_with_running_parent(k: u32) -> (flotilla_actors::graph::RunGraph, Vec<EventKind>) {
+    let mut g = flotilla_actors::graph::RunGraph::new(limits_with_k(k));
+    let mut events = g.submit(vec![spec("the parent task", &["src"])]).unwrap();
+    events.extend(g.dispatched(&task("t1"), 1, "w", Route::Worker).unwrap());
+    events.extend(g.started(&task("t1"), 1).unwrap());
+    (g, events)
+}
+
+fn limits_with_k(k: u32) -> Limits {
+    Limits {
+        max_subplan_rejections: k,
+        ..Limits::default()
+    }
+}
+
+fn invalid_report(handoff: Option<Handoff>) -> TaskCompleted {
+    TaskCompleted {
+        task: task("t1"),
+        attempt: 1,
+        handoff,
+        artifacts: vec![ArtifactRef {
+            kind: ArtifactKind::Report,
+            locator: "notes".into(),
+        }],
+        subplan: Some(ProposedSubplan {
+            parent: task("t1"),
+            reason: DecompositionReason::TooLarge,
+            subtasks: Vec::new(),
+            stop_when: StopCondition::AllSubtasksComplete,
+        }),
+    }
+}
+
+#[test]
+fn a_stopped_proposer_with_usable_work_completes_with_its_last_handoff() {
+    let (mut g, _) = graph_with_running_parent(2);
+    let first = g.complete(invalid_report(None)).unwrap();
+    assert_eq!(first.len(), 1, "one rejection, nothing else: {first:?}");
+    let mut partial = Handoff::complete("half of it, done properly");
+    partial.status = HandoffStatus::Partial;
+    let events = g.complete(invalid_report(Some(partial.clone()))).unwrap();
+    let kinds: Vec<&str> = events.iter().map(EventKind::name).collect();
+    assert_eq!(
+        kinds,
+        [
+            "decomposition_rejected",
+            "proposals_stopped",
+            "task_completed"
+        ]
+    );
+    let t1 = g.task(&task("t1")).unwrap();
+    assert_eq!(t1.state, TaskState::Completed);
+    assert_eq!(t1.handoff.as_deref(), Some(&partial));
+    assert_eq!(t1.artifacts.len(), 1);
+}
+
+#[test]
+fn a_stopped_proposer_without_usable_work_fails_and_is_not_retried() {
+    let (mut g, mut journal) = graph_with_running_parent(2);
+    journal.extend(g.complete(invalid_report(None)).unwrap());
+    let mut blocked = Handoff::complete("cannot split it");
+    blocked.status = HandoffStatus::Blocked;
+    let events = g.complete(invalid_report(Some(blocked))).unwrap();
+    assert!(
+        matches!(
+            events.last(),
+            Some(EventKind::TaskFailed {
+                reason: FailureReason::ProposalLoop { rejections: 2 },
+                ..
+            })
+        ),
+        "{events:?}"
+    );
+    assert_eq!(g.task(&task("t1")).unwrap().attempt, 1);
+    // The new event replays: the journal rebuilds the same graph.
+    journal.extend(events);
+    let replayed = flotilla_actors::graph::RunGraph::replay(limits_with_k(2), &journal).unwrap();
+    assert_eq!(replayed.snapshot(), g.snapshot());
+}
+
+// ---- Found by fuzzing (issue 11, point 4). ----
+
+#[actix::test]
+async fn a_trailing_space_does_not_hide_an_overlap() {
+    let mut h = running_parent(Limits::default(), &["src"], None).await;
+    let reason = expect_rejection(
+        &mut h,
+        vec![sub("one", &["src/a /"]), sub("two", &["src/a"])],
+    )
+    .await;
+    assert_eq!(
+        reason,
+        RejectionReason::ScopeOverlap {
+            first: 0,
+            second: 1,
+            path: "src/a".into()
+        }
+    );
+}
+
+#[actix::test]
+async fn paths_that_only_look_harmless_with_a_trailing_space_are_refused() {
+    let mut h = running_parent(Limits::default(), &["src"], None).await;
+    for (raw, problem) in [
+        ("src/.git /", PathProblem::GitDirectory),
+        ("src/..  /x", PathProblem::ParentTraversal),
+    ] {
+        let reason = expect_rejection(&mut h, vec![sub("x", &[raw])]).await;
+        assert_eq!(
+            reason,
+            RejectionReason::InvalidPath {
+                subtask: 0,
+                path: raw.into(),
+                problem
+            }
+        );
+    }
+}
+
+#[actix::test]
+async fn stored_scopes_are_normalized_and_survive_replay() {
+    let mut h = running_parent(Limits::default(), &["src"], None).await;
+    h.propose(
+        "t1",
+        1,
+        vec![sub("spaced", &[" src / a b /"])],
+        StopCondition::AllSubtasksComplete,
+    );
+    h.expect_decision().await.unwrap();
+    let added = h
+        .events
+        .fish_for("t1.1 added", |Published(e)| match &e.kind {
+            EventKind::TaskAdded { task: t, spec, .. } if *t == task("t1.1") => {
+                Some(spec.scope.clone())
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(added, ["src/a b"]);
+    let journal: Vec<EventKind> = h.journal.all().into_iter().map(|e| e.kind).collect();
+    let replayed = flotilla_actors::graph::RunGraph::replay(Limits::default(), &journal).unwrap();
+    let child = replayed.task(&task("t1.1")).unwrap();
+    assert_eq!(child.scope.len(), 1, "no path may be dropped on replay");
+    assert_eq!(child.scope[0].as_str(), "src/a b");
+}
+
+#[actix::test]
+async fn an_empty_or_blank_description_is_refused() {
+    let mut h = running_parent(Limits::default(), &["src"], None).await;
+    let reason = expect_rejection(
+        &mut h,
+        vec![sub("fine", &["src/a"]), sub(" \t ", &["src/b"])],
+    )
+    .await;
+    assert_eq!(reason, RejectionReason::EmptyDescription { subtask: 1 });
+
+    let mut g = flotilla_actors::graph::RunGraph::new(Limits::default());
+    let events = g.submit(vec![spec("", &["a"])]).unwrap();
+    assert_eq!(
+        events,
+        vec![EventKind::TasksRejected {
+            reason: RejectionReason::EmptyDescription { subtask: 0 }
+        }]
+    );
+    assert!(g.is_empty());
+}
+
+#[test]
+fn depth_never_exceeds_what_task_ids_can_hold_even_with_unvalidated_limits() {
+    use flotilla_actors::graph::RunGraph;
+    let limits = Limits {
+        max_depth: 40,
+        max_subplan_rejections: 1,
+        ..Limits::default()
+    };
+    assert!(limits.validate().is_err(), "validate refuses this depth");
+    let mut g = RunGraph::new(limits.clone());
+    let mut journal = g.submit(vec![spec("deep", &["d"])]).unwrap();
+    let mut current = task("t1");
+    loop {
+        journal.extend(g.dispatched(&current, 1, "w", Route::Worker).unwrap());
+        journal.extend(g.started(&current, 1).unwrap());
+        let events = g
+            .complete(TaskCompleted {
+                task: current.clone(),
+                attempt: 1,
+                handoff: None,
+                artifacts: Vec::new(),
+                subplan: Some(ProposedSubplan {
+                    parent: current.clone(),
+                    reason: DecompositionReason::TooLarge,
+                    subtasks: vec![sub(&format!("level {}", current.depth() + 1), &["d"])],
+                    stop_when: StopCondition::AllSubtasksComplete,
+                }),
+            })
+            .unwrap();
+        journal.extend(events.iter().cloned());
+        if let Some(reason) = events.iter().find_map(|e| match e {
+            EventKind::DecompositionRejected { reason, .. } => Some(reason.clone()),
+            _ => None,
+        }) {
+            assert_eq!(
+                reason,
+                RejectionReason::DepthExceeded {
+                    depth: MAX_TASK_DEPTH + 1,
+                    max: MAX_TASK_DEPTH
+                }
+            );
+            break;
+        }
+        current = current.child(1);
+    }
+    assert_eq!(current.depth(), MAX_TASK_DEPTH);
+    // Every journaled event reads back, so the run replays.
+    let json: Vec<String> = journal
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    let back: Vec<EventKind> = json
+        .iter()
+        .map(|j| serde_json::from_str(j).unwrap())
+        .collect();
+    assert_eq!(back, journal);
+    let replayed = RunGraph::replay(limits, &back).unwrap();
+    assert_eq!(replayed.snapshot(), g.snapshot());
 }

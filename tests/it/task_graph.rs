@@ -414,7 +414,7 @@ async fn cancelling_the_run_cancels_everything_and_finishes_it() {
         h.events.expect_kind("run_finished").await,
         EventKind::RunFinished {
             outcome: RunOutcome::Cancelled,
-            reason: None
+            reason: Some("user cancelled the run".into())
         }
     );
     let snap = h.snapshot().await;
@@ -481,4 +481,185 @@ fn crashed(detail: &str) -> AttemptFailure {
     AttemptFailure::Crashed {
         detail: detail.into(),
     }
+}
+
+#[test]
+fn a_failed_run_says_why_in_its_last_event() {
+    use flotilla_actors::graph::RunGraph;
+    let mut g = RunGraph::new(Limits::default());
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    g.planning_finished().unwrap();
+    g.cancel(Some(&task("t1")), "not needed").unwrap();
+    assert_eq!(g.outcome(), Some(RunOutcome::Failed));
+    assert_eq!(
+        g.finish_reason(),
+        Some("1 of the planner's tasks did not complete")
+    );
+
+    let mut g = RunGraph::new(Limits::default());
+    let events = g
+        .planner_gave_up("five malformed answers in a row")
+        .unwrap();
+    assert_eq!(
+        events.last(),
+        Some(&EventKind::RunFinished {
+            outcome: RunOutcome::Failed,
+            reason: Some("the planner gave up: five malformed answers in a row".into())
+        })
+    );
+}
+
+/// t1 decomposed under `UserDecision` into t1.1 (completed), t1.2 (failed): awaiting a human.
+async fn awaiting_decision() -> GraphHarness {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits {
+        max_attempts: 1,
+        ..Limits::default()
+    });
+    h.submit(vec![spec("pick a design", &["docs"])]).await;
+    h.start_task("t1", 1);
+    h.propose(
+        "t1",
+        1,
+        vec![
+            SubtaskProposal::new("option a", &["docs/a.md"]),
+            SubtaskProposal::new("option b", &["docs/b.md"]),
+        ],
+        StopCondition::UserDecision,
+    );
+    h.expect_decision().await.unwrap();
+    h.start_task("t1.1", 1);
+    h.report(
+        "t1.1",
+        1,
+        Some(Handoff::complete("option a written up")),
+        None,
+    );
+    h.start_task("t1.2", 1);
+    h.send(ToTaskGraph::TaskFailed {
+        task: task("t1.2"),
+        attempt: 1,
+        failure: crashed("boom"),
+    });
+    h.events.expect_kind("awaiting_user_decision").await;
+    h
+}
+
+#[actix::test]
+async fn accepting_a_subtask_completes_the_parent_with_its_handoff_without_synthesis() {
+    let mut h = awaiting_decision().await;
+    // Only a completed subtask of this parent can be accepted; anything else changes nothing.
+    h.send(ToTaskGraph::UserDecision {
+        task: task("t1"),
+        decision: UserDecision::Accept {
+            subtask: task("t1.2"),
+        },
+    });
+    let ignored = h.events.expect_kind("message_ignored").await;
+    assert!(
+        matches!(&ignored, EventKind::MessageIgnored { why, .. } if why == "t1.2 is not a completed subtask of t1"),
+        "{ignored:?}"
+    );
+    assert_eq!(h.state_of("t1").await, TaskState::WaitingForSubtasks);
+
+    h.send(ToTaskGraph::UserDecision {
+        task: task("t1"),
+        decision: UserDecision::Accept {
+            subtask: task("t1.1"),
+        },
+    });
+    let completed = h.events.expect_kind("task_completed").await;
+    assert!(
+        matches!(&completed, EventKind::TaskCompleted { task: t, handoff: Some(hd), .. } if *t == task("t1") && hd.summary == "option a written up"),
+        "{completed:?}"
+    );
+    assert_eq!(h.state_of("t1").await, TaskState::Completed);
+    // No synthesis was asked for.
+    h.agent_inbox.expect_none().await;
+}
+
+#[actix::test]
+async fn declining_fails_the_parent() {
+    let mut h = awaiting_decision().await;
+    h.send(ToTaskGraph::UserDecision {
+        task: task("t1"),
+        decision: UserDecision::Fail,
+    });
+    let failed = h.events.expect_kind("task_failed").await;
+    assert!(
+        matches!(&failed, EventKind::TaskFailed { task: t, reason: FailureReason::UserDeclined, .. } if *t == task("t1")),
+        "{failed:?}"
+    );
+}
+
+/// Which failures are retried: the graph tells them apart by type, not by message.
+#[test]
+fn timeouts_crashes_and_dead_runners_retry_a_cancelled_attempt_and_a_budget_stop_do_not() {
+    use flotilla_actors::graph::RunGraph;
+    let running = || {
+        let mut g = RunGraph::new(Limits {
+            max_attempts: 3,
+            ..Limits::default()
+        });
+        let mut s = spec("a", &["a"]);
+        s.budget = Some(Budget::new(1_000, Usd::ZERO, 60_000));
+        g.submit(vec![s]).unwrap();
+        g.dispatched(&task("t1"), 1, "w", Route::Worker).unwrap();
+        g.started(&task("t1"), 1).unwrap();
+        g
+    };
+    let retryable = [
+        AttemptFailure::TimedOut { limit_ms: 60_000 },
+        crashed("exit 137"),
+        AttemptFailure::Malformed {
+            detail: "not json".into(),
+        },
+        AttemptFailure::RunnerDied {
+            detail: "panicked".into(),
+        },
+        AttemptFailure::Reported {
+            summary: "tests fail".into(),
+        },
+    ];
+    for failure in retryable {
+        let mut g = running();
+        let events = g.failed(&task("t1"), 1, failure.clone()).unwrap();
+        assert_eq!(
+            events,
+            vec![EventKind::TaskRetried {
+                task: task("t1"),
+                attempt: 1,
+                failure
+            }]
+        );
+    }
+
+    let mut g = running();
+    let events = g.failed(&task("t1"), 1, AttemptFailure::Cancelled).unwrap();
+    assert!(matches!(
+        &events[0],
+        EventKind::TaskFailed {
+            reason: FailureReason::AgentFailed {
+                failure: AttemptFailure::Cancelled
+            },
+            ..
+        }
+    ));
+
+    let mut g = running();
+    let events = g
+        .spend_reported(&task("t1"), 1, Budget::new(2_000, Usd::ZERO, 0))
+        .unwrap();
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            EventKind::TaskFailed {
+                reason: FailureReason::BudgetExceeded { .. },
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+    assert!(!events.iter().any(|e| e.name() == "task_retried"));
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Failed);
 }

@@ -258,6 +258,19 @@ impl TaskGraph {
                     );
                     self.arm_deadline(parent, ctx);
                 }
+                // A task stopped for proposing too often is over: its agent gets the Cancel
+                // below, not an invitation to revise.
+                EventKind::DecompositionRejected { parent, .. } if self.is_over(parent) => {}
+                EventKind::ProposalsStopped {
+                    task, rejections, ..
+                } => {
+                    if let Some(agent) = self.agents.remove(task) {
+                        agent.do_send(ToAgent::Cancel {
+                            task: task.clone(),
+                            reason: format!("stopped after {rejections} rejected subplans"),
+                        });
+                    }
+                }
                 EventKind::DecompositionRejected { parent, reason, .. } => {
                     self.tell_agent(
                         parent,
@@ -281,6 +294,10 @@ impl TaskGraph {
         {
             planner.do_send(ToPlanner::Quiescent);
         }
+    }
+
+    fn is_over(&self, task: &TaskId) -> bool {
+        self.graph.task(task).is_some_and(|n| n.state.is_terminal())
     }
 
     fn tell_agent(&self, task: &TaskId, message: ToAgent) {

@@ -7,8 +7,8 @@ use petgraph::graph::NodeIndex;
 
 use super::{Emitted, GraphError, RunGraph, validate};
 use crate::protocol::{
-    ArtifactRef, EventKind, FailureReason, Handoff, ProposedSubplan, StopCondition, TaskId,
-    TaskState, UserDecision,
+    ArtifactRef, EventKind, FailureReason, Handoff, HandoffStatus, ProposedSubplan,
+    RejectionReason, StopCondition, TaskId, TaskState, UserDecision,
 };
 
 impl RunGraph {
@@ -26,19 +26,26 @@ impl RunGraph {
         let attempt = self.dag[ix].attempt;
         match validate::validate_subplan(self, ix, &plan) {
             Err(reason) => {
+                let past_cap = matches!(reason, RejectionReason::AttemptDecompositionCap { .. });
                 self.emit(
                     out,
                     EventKind::DecompositionRejected {
-                        parent: task,
+                        parent: task.clone(),
                         attempt,
                         reason,
                     },
                 )?;
+                let rejections = self.dag[ix].rejections_this_attempt;
+                if past_cap || rejections >= self.limits.max_subplan_rejections {
+                    self.stop_proposing(out, ix, rejections, handoff, artifacts)?;
+                }
             }
             Ok(valid) => {
+                // Child numbers stay far below u32::MAX: `Limits::validate` keeps max_nodes
+                // within what ids can number.
                 let base = self.dag[ix].children.len() as u32;
-                let ids: Vec<TaskId> = (0..valid.items.len())
-                    .map(|i| task.child(base + i as u32 + 1))
+                let ids: Vec<TaskId> = (0..valid.items.len() as u32)
+                    .map(|i| task.child(base.saturating_add(i).saturating_add(1)))
                     .collect();
                 for &i in &valid.order {
                     let item = &valid.items[i];
@@ -72,7 +79,47 @@ impl RunGraph {
                 self.settle(out, work)?;
             }
         }
-        Ok(())
+        self.check_run_budget(out)
+    }
+
+    /// Ends an attempt that keeps proposing rejected subplans: with the last report's handoff
+    /// if it is usable work (complete or partial), otherwise as failed with `ProposalLoop`.
+    /// Not retried: another attempt of the same agent would loop the same way.
+    fn stop_proposing(
+        &mut self,
+        out: &mut Emitted,
+        ix: NodeIndex,
+        rejections: u32,
+        handoff: Option<Handoff>,
+        artifacts: Vec<ArtifactRef>,
+    ) -> Result<(), GraphError> {
+        let task = self.dag[ix].id.clone();
+        let attempt = self.dag[ix].attempt;
+        self.emit(
+            out,
+            EventKind::ProposalsStopped {
+                task: task.clone(),
+                attempt,
+                rejections,
+            },
+        )?;
+        let usable = handoff
+            .as_ref()
+            .is_some_and(|h| matches!(h.status, HandoffStatus::Complete | HandoffStatus::Partial));
+        if usable {
+            self.emit(
+                out,
+                EventKind::TaskCompleted {
+                    task,
+                    attempt,
+                    handoff,
+                    artifacts,
+                },
+            )?;
+            self.settle(out, VecDeque::from([ix]))
+        } else {
+            self.fail_and_settle(out, ix, FailureReason::ProposalLoop { rejections })
+        }
     }
 
     /// A human's answer for a parent waiting under `StopCondition::UserDecision`.

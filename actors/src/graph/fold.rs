@@ -37,9 +37,9 @@ impl RunGraph {
                 );
                 self.run_spent = self.run_spent.saturating_add(planner);
             }
-            EventKind::PlannerGaveUp { .. } => {
+            EventKind::PlannerGaveUp { error } => {
                 self.planning_finished = true;
-                self.planner_failed = true;
+                self.planner_gave_up = Some(error.clone());
             }
             EventKind::TaskInterrupted { task, attempt } => {
                 let ix = self.ix_at(task, *attempt)?;
@@ -48,6 +48,7 @@ impl RunGraph {
                 node.attempt = node.attempt.saturating_add(1);
                 node.interruptions = node.interruptions.saturating_add(1);
                 node.proposals_this_attempt = 0;
+                node.rejections_this_attempt = 0;
                 node.reported_since_report = Budget::default();
             }
             EventKind::RunStarted { .. }
@@ -80,6 +81,7 @@ impl RunGraph {
                 let node = &mut self.dag[ix];
                 node.attempt = node.attempt.saturating_add(1);
                 node.proposals_this_attempt = 0;
+                node.rejections_this_attempt = 0;
                 node.reported_since_report = Budget::default();
             }
             EventKind::TaskCompleted {
@@ -133,7 +135,12 @@ impl RunGraph {
                 let ix = self.ix_at(parent, *attempt)?;
                 let node = &mut self.dag[ix];
                 node.proposals_this_attempt = node.proposals_this_attempt.saturating_add(1);
+                node.rejections_this_attempt = node.rejections_this_attempt.saturating_add(1);
                 node.reported_since_report = Budget::default();
+            }
+            EventKind::ProposalsStopped { task, attempt, .. } => {
+                // Its outcome (TaskCompleted or TaskFailed) follows; this only records why.
+                self.ix_at(task, *attempt)?;
             }
             EventKind::SpendCharged {
                 task,
@@ -157,9 +164,9 @@ impl RunGraph {
                 self.set_state(ix, TaskState::Synthesizing)?;
             }
             EventKind::PlanningFinished => self.planning_finished = true,
-            EventKind::RunCancelRequested { .. } => {
+            EventKind::RunCancelRequested { reason } => {
                 self.planning_finished = true;
-                self.cancel_requested = true;
+                self.cancel_requested = Some(reason.clone());
             }
             EventKind::RunFinished { outcome, reason } => {
                 self.outcome = Some(*outcome);
@@ -216,7 +223,7 @@ impl RunGraph {
             .collect();
         let fingerprint = fingerprint(&spec.description, &scope);
         // A subtask's work precedes its parent's synthesis, so its chain includes the parent's.
-        let critical_path = parent.map_or(1, |p| self.dag[p].critical_path + 1);
+        let critical_path = parent.map_or(1, |p| self.dag[p].critical_path.saturating_add(1));
         let unfinished_deps = dep_ixs
             .iter()
             .filter(|&&d| self.dag[d].state != TaskState::Completed)
@@ -235,6 +242,7 @@ impl RunGraph {
             stop_when: StopCondition::default(),
             decompositions: 0,
             proposals_this_attempt: 0,
+            rejections_this_attempt: 0,
             interruptions: 0,
             unfinished_deps,
             open_children: 0,
@@ -259,7 +267,7 @@ impl RunGraph {
                 self.dag[p].children.push(ix);
                 self.dag[p].open_children += 1;
             }
-            None => self.next_root = self.next_root.max(id.path()[0] + 1),
+            None => self.next_root = self.next_root.max(id.path()[0].saturating_add(1)),
         }
         Ok(())
     }
@@ -269,7 +277,7 @@ impl RunGraph {
     fn raise_critical_paths(&mut self, from: NodeIndex) {
         let mut stack = vec![from];
         while let Some(ix) = stack.pop() {
-            let needed = self.dag[ix].critical_path + 1;
+            let needed = self.dag[ix].critical_path.saturating_add(1);
             let mut deps = self
                 .dag
                 .neighbors_directed(ix, Direction::Incoming)

@@ -69,6 +69,9 @@ pub struct TaskNode {
     pub decompositions: u32,
     /// Subplans proposed during the current attempt, accepted or rejected.
     pub proposals_this_attempt: u32,
+    /// Subplans rejected during the current attempt; at `max_subplan_rejections` the task is
+    /// stopped, so an agent cannot loop on invalid proposals.
+    pub rejections_this_attempt: u32,
     /// Attempts ended by a daemon restart rather than by the agent; not charged as retries.
     pub interruptions: u32,
     /// Dependencies that have not completed yet; 0 means the task may become ready.
@@ -120,8 +123,10 @@ pub struct RunGraph {
     /// Open (not yet finished, not waiting) tasks by fingerprint, for rule (h).
     open_fingerprints: HashMap<Fingerprint, NodeIndex>,
     planning_finished: bool,
-    cancel_requested: bool,
-    planner_failed: bool,
+    /// Why the whole run is being cancelled, once it is.
+    cancel_requested: Option<String>,
+    /// The planner's last error, once it gave up.
+    planner_gave_up: Option<String>,
     /// Root-planner calls recorded so far; the next call's index.
     planner_calls: u32,
     /// Everything the run spent: tasks' charged spend and the planner's usage.
@@ -148,8 +153,8 @@ impl RunGraph {
             decompositions: 0,
             open_fingerprints: HashMap::new(),
             planning_finished: false,
-            cancel_requested: false,
-            planner_failed: false,
+            cancel_requested: None,
+            planner_gave_up: None,
             planner_calls: 0,
             run_spent: Budget::default(),
             budget_exhausted: None,

@@ -32,7 +32,7 @@ impl RunGraph {
             Err(reason) => return self.emit(out, EventKind::TasksRejected { reason }),
         };
         let ids: Vec<TaskId> = (0..batch.items.len())
-            .map(|i| TaskId::root(self.next_root + i as u32))
+            .map(|i| TaskId::root(self.next_root.saturating_add(i as u32)))
             .collect();
         for &i in &batch.order {
             let item = &batch.items[i];

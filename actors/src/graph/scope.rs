@@ -10,13 +10,16 @@ use serde::{Deserialize, Serialize};
 use crate::protocol::PathProblem;
 
 /// A normalized repo-relative path: `/`-separated, no `.`/`..`/empty components, no leading
-/// or trailing slash, nothing under `.git`.
+/// or trailing slash, no whitespace around a component, nothing under `.git`. Parsing is
+/// idempotent: the stored form parses to itself, so what was validated is what is replayed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ScopePath(String);
 
 impl ScopePath {
     pub fn parse(raw: &str, max_bytes: usize) -> Result<ScopePath, PathProblem> {
+        // Whitespace is trimmed around every component, not only around the whole string:
+        // `"s /"` must be `"s"`, and `".git /"` must be refused as `.git`, here and on replay.
         let raw = raw.trim();
         if raw.len() > max_bytes {
             return Err(PathProblem::TooLong);
@@ -24,24 +27,24 @@ impl ScopePath {
         if raw.contains('\\') || raw.chars().any(char::is_control) {
             return Err(PathProblem::BadCharacter);
         }
-        let has_drive =
-            raw.len() >= 2 && raw.as_bytes()[1] == b':' && raw.as_bytes()[0].is_ascii_alphabetic();
-        if raw.starts_with('/') || raw.starts_with('~') || has_drive {
+        if raw.starts_with('/') || looks_rooted(raw) {
             return Err(PathProblem::Absolute);
         }
         let mut parts = Vec::new();
         for part in raw.split('/') {
-            match part {
+            match part.trim() {
                 "" | "." => continue,
                 ".." => return Err(PathProblem::ParentTraversal),
                 ".git" => return Err(PathProblem::GitDirectory),
                 p => parts.push(p),
             }
         }
-        if parts.is_empty() {
-            return Err(PathProblem::Empty);
+        match parts.first() {
+            None => Err(PathProblem::Empty),
+            // `./~/x` must not be stored as `~/x`, which would not parse back.
+            Some(first) if looks_rooted(first) => Err(PathProblem::Absolute),
+            Some(_) => Ok(ScopePath(parts.join("/"))),
         }
-        Ok(ScopePath(parts.join("/")))
     }
 
     pub fn as_str(&self) -> &str {
@@ -67,6 +70,12 @@ impl ScopePath {
             .map(|(i, _)| &self.0[..i])
             .chain(std::iter::once(self.0.as_str()))
     }
+}
+
+/// A home-relative (`~`) or drive-letter (`C:`) start: absolute in effect.
+fn looks_rooted(path: &str) -> bool {
+    let b = path.as_bytes();
+    path.starts_with('~') || (b.len() >= 2 && b[1] == b':' && b[0].is_ascii_alphabetic())
 }
 
 impl fmt::Display for ScopePath {
@@ -130,6 +139,74 @@ mod tests {
         assert_eq!(p("./src//lib.rs").as_str(), "src/lib.rs");
         assert_eq!(p("src/").as_str(), "src");
         assert_eq!(p(" docs/a.md ").as_str(), "docs/a.md");
+    }
+
+    #[test]
+    fn whitespace_around_components_is_trimmed_before_the_checks() {
+        assert_eq!(p("s /").as_str(), "s");
+        assert_eq!(p("src/a /").as_str(), "src/a");
+        assert_eq!(p(" src / a b .rs ").as_str(), "src/a b .rs");
+        assert_eq!(p("src/ . /x").as_str(), "src/x");
+        assert_eq!(
+            ScopePath::parse(".git /", 1024),
+            Err(PathProblem::GitDirectory)
+        );
+        assert_eq!(
+            ScopePath::parse("..  /", 1024),
+            Err(PathProblem::ParentTraversal)
+        );
+        assert_eq!(
+            ScopePath::parse("src/ .. /x", 1024),
+            Err(PathProblem::ParentTraversal)
+        );
+        assert_eq!(ScopePath::parse("  . /  ", 1024), Err(PathProblem::Empty));
+        // What would look absolute once `./` is dropped is refused, not stored as `~` or `C:`.
+        assert_eq!(ScopePath::parse("./~/x", 1024), Err(PathProblem::Absolute));
+        assert_eq!(
+            ScopePath::parse(". /C:/x", 1024),
+            Err(PathProblem::Absolute)
+        );
+    }
+
+    /// Every string over a small alphabet of troublemakers, up to six characters: whatever
+    /// parses, parses again to itself.
+    #[test]
+    fn normalization_is_idempotent() {
+        const ALPHABET: [char; 9] = [' ', '/', '.', 'g', 'i', 't', '~', ':', '\u{a0}'];
+        let mut inputs = vec![String::new()];
+        let mut frontier = vec![String::new()];
+        for _ in 0..6 {
+            let mut next = Vec::new();
+            for s in &frontier {
+                for c in ALPHABET {
+                    let mut t = s.clone();
+                    t.push(c);
+                    next.push(t);
+                }
+            }
+            inputs.extend(next.iter().cloned());
+            frontier = next;
+        }
+        let mut parsed = 0;
+        for raw in &inputs {
+            let Ok(once) = ScopePath::parse(raw, 1024) else {
+                continue;
+            };
+            parsed += 1;
+            assert_eq!(
+                ScopePath::parse(once.as_str(), 1024).as_ref(),
+                Ok(&once),
+                "{raw:?} normalized to {once:?}, which does not parse to itself"
+            );
+            for part in once.as_str().split('/') {
+                assert_eq!(part, part.trim(), "{raw:?} -> {once:?}");
+                assert!(
+                    !matches!(part, "" | "." | ".." | ".git"),
+                    "{raw:?} -> {once:?}"
+                );
+            }
+        }
+        assert!(parsed > 1_000, "the alphabet must exercise the parser");
     }
 
     #[test]

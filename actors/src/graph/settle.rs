@@ -55,10 +55,17 @@ impl RunGraph {
             let (outcome, reason) = if let Some((spent, budget)) = self.budget_exhausted {
                 let why = format!("budget exhausted: the run spent {spent} of its {budget}");
                 (RunOutcome::Failed, Some(why))
-            } else if self.cancel_requested {
-                (RunOutcome::Cancelled, None)
-            } else if self.unsuccessful_roots > 0 || self.planner_failed {
-                (RunOutcome::Failed, None)
+            } else if let Some(why) = &self.cancel_requested {
+                (RunOutcome::Cancelled, Some(why.clone()))
+            } else if let Some(error) = &self.planner_gave_up {
+                let why = format!("the planner gave up: {error}");
+                (RunOutcome::Failed, Some(why))
+            } else if self.unsuccessful_roots > 0 {
+                let why = format!(
+                    "{} of the planner's tasks did not complete",
+                    self.unsuccessful_roots
+                );
+                (RunOutcome::Failed, Some(why))
             } else {
                 (RunOutcome::Completed, None)
             };
@@ -113,7 +120,7 @@ impl RunGraph {
         let total = parent.children.len() as u32;
         match parent.stop_when {
             StopCondition::AllSubtasksComplete => {
-                let unsuccessful = total - open - completed;
+                let unsuccessful = total.saturating_sub(open).saturating_sub(completed);
                 if unsuccessful > 0 {
                     let failed = parent
                         .children

@@ -17,7 +17,9 @@ use petgraph::graph::NodeIndex;
 use super::scope::ScopePath;
 use super::{RunGraph, TaskState, ValidBatch, ValidItem};
 use crate::config::Limits;
-use crate::protocol::{Budget, DependencyRef, ProposedSubplan, RejectionReason, TaskSpec, Usd};
+use crate::protocol::{
+    Budget, DependencyRef, MAX_TASK_DEPTH, ProposedSubplan, RejectionReason, TaskSpec, Usd,
+};
 
 /// A 64-bit hash of a task's identity. A collision would refuse one legitimate task as a
 /// duplicate; at 64 bits that is far less likely than any other failure.
@@ -62,6 +64,9 @@ fn check_payload(
     scope_len: usize,
     capabilities: &BTreeSet<String>,
 ) -> Result<(), RejectionReason> {
+    if description.trim().is_empty() {
+        return Err(RejectionReason::EmptyDescription { subtask: i });
+    }
     too_large(
         i,
         "description",
@@ -83,6 +88,18 @@ fn check_payload(
     )?;
     let longest = capabilities.iter().map(String::len).max().unwrap_or(0);
     too_large(i, "capability name", longest, limits.max_path_bytes)
+}
+
+/// Rule (d), per item: nothing above `Limits::max_task_budget`, in any dimension.
+fn check_task_budget(limits: &Limits, i: usize, asked: Budget) -> Result<(), RejectionReason> {
+    if asked.exceeds(&limits.max_task_budget) {
+        return Err(RejectionReason::TaskBudgetTooLarge {
+            subtask: i,
+            asked,
+            max: limits.max_task_budget,
+        });
+    }
+    Ok(())
 }
 
 /// Rule (g): every path repo-relative and normalized; no empty scope.
@@ -190,9 +207,10 @@ pub(super) fn validate_batch(
 ) -> Result<ValidBatch, RejectionReason> {
     let limits = graph.limits();
     let n = specs.len();
-    if graph.len() + n > limits.max_nodes {
+    let would_hold = graph.len().saturating_add(n);
+    if would_hold > limits.max_nodes {
         return Err(RejectionReason::NodeLimitExceeded {
-            would_hold: graph.len() + n,
+            would_hold,
             max: limits.max_nodes,
         });
     }
@@ -209,6 +227,9 @@ pub(super) fn validate_batch(
             &spec.capabilities,
         )?;
         too_large(i, "dependencies", spec.dependencies.len(), limits.max_nodes)?;
+        if let Some(asked) = spec.budget {
+            check_task_budget(limits, i, asked)?;
+        }
         scopes.push(parse_scope(limits, i, &spec.scope)?);
         let mut local = Vec::new();
         let mut existing = Vec::new();
@@ -295,18 +316,21 @@ pub(super) fn validate_subplan(
             max: limits.max_subtasks,
         });
     }
-    // (b) depth.
-    let depth = node.id.depth() + 1;
-    if depth > limits.max_depth {
+    // (b) depth, never beyond what a task id can hold (even with unvalidated limits): a
+    // deeper id would be journaled but could not be read back.
+    let depth = node.id.depth().saturating_add(1);
+    let max_depth = limits.max_depth.min(MAX_TASK_DEPTH);
+    if depth > max_depth {
         return Err(RejectionReason::DepthExceeded {
             depth,
-            max: limits.max_depth,
+            max: max_depth,
         });
     }
     // (c) run size.
-    if graph.len() + n > limits.max_nodes {
+    let would_hold = graph.len().saturating_add(n);
+    if would_hold > limits.max_nodes {
         return Err(RejectionReason::NodeLimitExceeded {
-            would_hold: graph.len() + n,
+            would_hold,
             max: limits.max_nodes,
         });
     }
@@ -373,24 +397,22 @@ pub(super) fn validate_subplan(
             }
         }
     }
-    // (d) budget: caps sum within what the parent has left; uncapped subtasks share the rest.
+    // (d) budget: no cap above the per-task maximum; caps sum within what the parent has
+    // left after everything its attempts spent; uncapped subtasks share the rest. Sums
+    // saturate: a model's numbers must not wrap into a small "need".
     let remaining = node.budget.saturating_sub(node.spent);
     let mut capped = Budget::default();
     let mut uncapped = 0u64;
-    for sub in &plan.subtasks {
+    for (i, sub) in plan.subtasks.iter().enumerate() {
         match sub.budget_cap {
             Some(cap) => {
+                check_task_budget(limits, i, cap)?;
                 capped.tokens = capped.tokens.saturating_add(cap.tokens);
-                capped.cost_usd = Usd::from_micros(
-                    capped
-                        .cost_usd
-                        .micros()
-                        .saturating_add(cap.cost_usd.micros()),
-                );
+                capped.cost_usd = capped.cost_usd.saturating_add(cap.cost_usd);
                 // Subtasks run side by side, so wall time is bounded per subtask, not summed.
                 capped.wall_time_ms = capped.wall_time_ms.max(cap.wall_time_ms);
             }
-            None => uncapped += 1,
+            None => uncapped = uncapped.saturating_add(1),
         }
     }
     let over = capped.tokens > remaining.tokens
@@ -403,7 +425,7 @@ pub(super) fn validate_subplan(
     let starved = uncapped > 0 && (left.tokens < uncapped || remaining.wall_time_ms == 0);
     if over || starved {
         let needed = Budget {
-            tokens: capped.tokens + uncapped,
+            tokens: capped.tokens.saturating_add(uncapped),
             ..capped
         };
         return Err(RejectionReason::BudgetExceeded { needed, remaining });

@@ -111,6 +111,15 @@ pub enum EventKind {
         attempt: u32,
         reason: RejectionReason,
     },
+    /// The task's attempt proposed too many rejected subplans (`max_subplan_rejections`, or
+    /// past `max_proposals_per_attempt`): its agent is stopped, and the task completes with
+    /// the last report's handoff if it was usable, or fails with `ProposalLoop` (that event
+    /// follows).
+    ProposalsStopped {
+        task: TaskId,
+        attempt: u32,
+        rejections: u32,
+    },
     /// The stop condition holds; the parent's agent is synthesizing.
     SubtasksCompleted {
         parent: TaskId,
@@ -178,6 +187,7 @@ impl EventKind {
             EventKind::PlanningFinished => "planning_finished",
             EventKind::RunCancelRequested { .. } => "run_cancel_requested",
             EventKind::SpendCharged { .. } => "spend_charged",
+            EventKind::ProposalsStopped { .. } => "proposals_stopped",
             EventKind::RunBudgetExhausted { .. } => "run_budget_exhausted",
             EventKind::RunFinished { .. } => "run_finished",
         }
@@ -320,5 +330,181 @@ mod tests {
                 reason: None
             }
         );
+    }
+
+    /// One event of every kind, with the awkward values: the deepest task id, the largest
+    /// numbers, text that needs escaping.
+    fn one_of_each() -> Vec<EventKind> {
+        use crate::protocol::{
+            ArtifactKind, DecompositionReason, MAX_TASK_DEPTH, Route, StopCondition, Usd,
+        };
+        let mut deep = TaskId::root(u32::MAX);
+        while deep.depth() < MAX_TASK_DEPTH {
+            deep = deep.child(u32::MAX);
+        }
+        let most = Budget::new(u64::MAX, Usd::from_micros(u64::MAX), u64::MAX);
+        let handoff = Some(Handoff::complete("done \"quoted\" \u{1b}[2J\n"));
+        let artifacts = vec![ArtifactRef {
+            kind: ArtifactKind::Commit,
+            locator: "abc123".into(),
+        }];
+        let reason = RejectionReason::TaskBudgetTooLarge {
+            subtask: usize::MAX,
+            asked: most,
+            max: Budget::default(),
+        };
+        let t = || deep.clone();
+        vec![
+            EventKind::RunStarted {
+                request: "fix \u{0}it".into(),
+            },
+            EventKind::PlannerResponded {
+                call: u32::MAX,
+                prompt: "p".into(),
+                content: "c".into(),
+                usage: Usage {
+                    tokens_in: u64::MAX,
+                    tokens_out: u64::MAX,
+                    cost_usd: Usd::from_micros(1),
+                },
+                error: Some("bad".into()),
+            },
+            EventKind::PlannerGaveUp { error: "e".into() },
+            EventKind::TaskAdded {
+                task: t(),
+                spec: TaskSpec::new("d", &["src/a b"]),
+                budget: most,
+                depends_on: vec![TaskId::root(1)],
+            },
+            EventKind::TasksRejected {
+                reason: reason.clone(),
+            },
+            EventKind::TaskReady { task: t() },
+            EventKind::TaskDispatched {
+                task: t(),
+                attempt: u32::MAX,
+                profile: "w".into(),
+                route: Route::Subplanner,
+            },
+            EventKind::TaskStarted {
+                task: t(),
+                attempt: 1,
+            },
+            EventKind::TaskRetried {
+                task: t(),
+                attempt: 1,
+                failure: AttemptFailure::TimedOut { limit_ms: u64::MAX },
+            },
+            EventKind::TaskInterrupted {
+                task: t(),
+                attempt: 1,
+            },
+            EventKind::TaskCompleted {
+                task: t(),
+                attempt: 1,
+                handoff: handoff.clone(),
+                artifacts: artifacts.clone(),
+            },
+            EventKind::TaskFailed {
+                task: t(),
+                attempt: 1,
+                reason: FailureReason::BudgetExceeded {
+                    spent: most,
+                    budget: most,
+                },
+            },
+            EventKind::TaskCancelled {
+                task: t(),
+                was: TaskState::Synthesizing,
+                reason: "r".into(),
+            },
+            EventKind::DecompositionAccepted {
+                parent: t(),
+                attempt: 1,
+                reason: DecompositionReason::ExternalToolRequired,
+                stop_when: StopCondition::UserDecision,
+                subtasks: vec![t()],
+                handoff,
+                artifacts,
+            },
+            EventKind::DecompositionRejected {
+                parent: t(),
+                attempt: 1,
+                reason,
+            },
+            EventKind::SpendCharged {
+                task: t(),
+                attempt: 1,
+                spent: most,
+            },
+            EventKind::ProposalsStopped {
+                task: t(),
+                attempt: 1,
+                rejections: u32::MAX,
+            },
+            EventKind::SubtasksCompleted { parent: t() },
+            EventKind::AwaitingUserDecision { parent: t() },
+            EventKind::MessageIgnored {
+                task: None,
+                message: "m".into(),
+                why: "w".into(),
+            },
+            EventKind::PlanningFinished,
+            EventKind::RunCancelRequested { reason: "r".into() },
+            EventKind::RunBudgetExhausted {
+                spent: most,
+                budget: most,
+            },
+            EventKind::RunFinished {
+                outcome: RunOutcome::Failed,
+                reason: Some("budget exhausted".into()),
+            },
+        ]
+    }
+
+    /// Fails to compile when a kind is added without a sample in `one_of_each`.
+    fn sampled(kind: &EventKind) -> bool {
+        match kind {
+            EventKind::RunStarted { .. }
+            | EventKind::PlannerResponded { .. }
+            | EventKind::PlannerGaveUp { .. }
+            | EventKind::TaskAdded { .. }
+            | EventKind::TasksRejected { .. }
+            | EventKind::TaskReady { .. }
+            | EventKind::TaskDispatched { .. }
+            | EventKind::TaskStarted { .. }
+            | EventKind::TaskRetried { .. }
+            | EventKind::TaskInterrupted { .. }
+            | EventKind::TaskCompleted { .. }
+            | EventKind::TaskFailed { .. }
+            | EventKind::TaskCancelled { .. }
+            | EventKind::DecompositionAccepted { .. }
+            | EventKind::DecompositionRejected { .. }
+            | EventKind::SpendCharged { .. }
+            | EventKind::ProposalsStopped { .. }
+            | EventKind::SubtasksCompleted { .. }
+            | EventKind::AwaitingUserDecision { .. }
+            | EventKind::MessageIgnored { .. }
+            | EventKind::PlanningFinished
+            | EventKind::RunCancelRequested { .. }
+            | EventKind::RunBudgetExhausted { .. }
+            | EventKind::RunFinished { .. } => true,
+        }
+    }
+
+    #[test]
+    fn every_event_kind_round_trips_through_json() {
+        let all = one_of_each();
+        let names: std::collections::BTreeSet<&str> = all.iter().map(EventKind::name).collect();
+        assert_eq!(names.len(), all.len(), "one sample per kind");
+        for kind in all {
+            assert!(sampled(&kind));
+            let json = serde_json::to_string(&kind).unwrap();
+            let back: EventKind = serde_json::from_str(&json)
+                .unwrap_or_else(|e| panic!("{} does not read back: {e}\n{json}", kind.name()));
+            assert_eq!(back, kind);
+            let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(value["kind"], kind.name());
+        }
     }
 }

@@ -165,8 +165,16 @@ pub enum RejectionReason {
     #[error("the run would hold {would_hold} tasks; the maximum is {max}")]
     NodeLimitExceeded { would_hold: usize, max: usize },
     /// Rule (d).
-    #[error("subtask budgets need {needed:?} but the parent has {remaining:?} left")]
+    #[error("subtask budgets need {needed} but the parent has {remaining} left")]
     BudgetExceeded { needed: Budget, remaining: Budget },
+    /// Rule (d): one task may not be given more than `Limits::max_task_budget` in any
+    /// dimension. Refused, never clamped: the proposer learns the limit and can plan for it.
+    #[error("item {subtask} asks for {asked}; one task may have at most {max}")]
+    TaskBudgetTooLarge {
+        subtask: usize,
+        asked: Budget,
+        max: Budget,
+    },
     /// Rule (e).
     #[error("subtask {subtask} depends on {dependency}, which is not a sibling index")]
     DependencyOutOfRange { subtask: usize, dependency: usize },
@@ -210,6 +218,8 @@ pub enum RejectionReason {
     UnknownDependency { subtask: usize, task: String },
     #[error("the proposal contains no subtasks")]
     NoSubtasks,
+    #[error("item {subtask} has an empty description")]
+    EmptyDescription { subtask: usize },
     #[error("subtask {subtask}'s {field} is {size} bytes/items; the limit is {max}")]
     PayloadTooLarge {
         subtask: usize,

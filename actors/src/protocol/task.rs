@@ -107,9 +107,22 @@ pub struct Usd(u64);
 
 impl Usd {
     pub const ZERO: Usd = Usd(0);
+    /// $1e9: the largest amount accepted from outside and the ceiling of every sum, so that
+    /// any amount flotilla journals reads back (serialized as dollars, an `f64`).
+    pub const MAX: Usd = Usd(1_000_000_000 * 1_000_000);
 
+    /// Amounts above [`Usd::MAX`] are held as `Usd::MAX`.
     pub fn from_micros(micros: u64) -> Self {
-        Usd(micros)
+        Usd(micros.min(Self::MAX.0))
+    }
+
+    /// `self + other`, at most [`Usd::MAX`].
+    pub fn saturating_add(self, other: Usd) -> Usd {
+        Usd::from_micros(self.0.saturating_add(other.0))
+    }
+
+    pub fn saturating_sub(self, other: Usd) -> Usd {
+        Usd(self.0.saturating_sub(other.0))
     }
 
     pub fn micros(self) -> u64 {
@@ -168,7 +181,7 @@ impl Budget {
     pub fn saturating_sub(self, other: Budget) -> Budget {
         Budget {
             tokens: self.tokens.saturating_sub(other.tokens),
-            cost_usd: Usd(self.cost_usd.0.saturating_sub(other.cost_usd.0)),
+            cost_usd: self.cost_usd.saturating_sub(other.cost_usd),
             wall_time_ms: self.wall_time_ms.saturating_sub(other.wall_time_ms),
         }
     }
@@ -176,7 +189,7 @@ impl Budget {
     pub fn saturating_add(self, other: Budget) -> Budget {
         Budget {
             tokens: self.tokens.saturating_add(other.tokens),
-            cost_usd: Usd(self.cost_usd.0.saturating_add(other.cost_usd.0)),
+            cost_usd: self.cost_usd.saturating_add(other.cost_usd),
             wall_time_ms: self.wall_time_ms.saturating_add(other.wall_time_ms),
         }
     }
@@ -188,15 +201,6 @@ impl Budget {
         self.tokens > limit.tokens
             || self.cost_usd > limit.cost_usd
             || self.wall_time_ms > limit.wall_time_ms
-    }
-
-    /// `self + other`, or `None` if any dimension overflows.
-    pub fn checked_add(self, other: Budget) -> Option<Budget> {
-        Some(Budget {
-            tokens: self.tokens.checked_add(other.tokens)?,
-            cost_usd: Usd(self.cost_usd.0.checked_add(other.cost_usd.0)?),
-            wall_time_ms: self.wall_time_ms.checked_add(other.wall_time_ms)?,
-        })
     }
 }
 
@@ -360,6 +364,22 @@ mod tests {
         assert_eq!(Usd(a.0 + b.0), Usd::from_dollars(0.3).unwrap());
         assert!(serde_json::from_str::<Usd>("-1.0").is_err());
         assert!(Usd::from_dollars(f64::NAN).is_err());
+    }
+
+    #[test]
+    fn every_amount_and_every_sum_reads_back() {
+        for usd in [
+            Usd::from_micros(u64::MAX),
+            Usd::MAX.saturating_add(Usd::MAX),
+            Usd::from_micros(123_456_789),
+        ] {
+            let json = serde_json::to_string(&usd).unwrap();
+            assert_eq!(serde_json::from_str::<Usd>(&json).unwrap(), usd, "{json}");
+        }
+        assert_eq!(Usd::from_micros(u64::MAX), Usd::MAX);
+        let spent = Budget::new(1, Usd::MAX, 1).saturating_add(Budget::new(1, Usd::MAX, 1));
+        let json = serde_json::to_string(&spent).unwrap();
+        assert_eq!(serde_json::from_str::<Budget>(&json).unwrap(), spent);
     }
 
     #[test]
