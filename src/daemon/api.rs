@@ -71,6 +71,8 @@ pub struct ServerLimits {
     /// starts waiting for it: a connection that sends nothing (new or kept alive) is closed
     /// after this long.
     pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body, once its head arrived.
+    pub body_read_timeout: Duration,
 }
 
 impl Default for ServerLimits {
@@ -78,9 +80,14 @@ impl Default for ServerLimits {
         ServerLimits {
             max_connections: 256,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
         }
     }
 }
+
+/// [`ServerLimits::body_read_timeout`], as a request extension for the body extractor.
+#[derive(Debug, Clone, Copy)]
+struct BodyReadTimeout(Duration);
 
 #[derive(Clone)]
 pub struct AppState {
@@ -126,6 +133,7 @@ pub async fn serve<L: axum::serve::Listener>(
     let slots = Arc::new(Semaphore::new(max));
     // Connections being told "busy": each lives a second at most.
     let refusals = Arc::new(Semaphore::new(max.div_ceil(4).max(16)));
+    let app = app.layer(axum::Extension(BodyReadTimeout(limits.body_read_timeout)));
     let service = hyper_util::service::TowerToHyperService::new(app);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
@@ -264,9 +272,21 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(ApiJson(value)),
-            Err(rejection) => Err(ApiError::new(rejection.status(), rejection.body_text())),
+        // A body sent slowly, or never finished, must not hold its connection slot forever.
+        let limit = req
+            .extensions()
+            .get::<BodyReadTimeout>()
+            .map_or(ServerLimits::default().body_read_timeout, |t| t.0);
+        match tokio::time::timeout(limit, Json::<T>::from_request(req, state)).await {
+            Ok(Ok(Json(value))) => Ok(ApiJson(value)),
+            Ok(Err(rejection)) => Err(ApiError::new(rejection.status(), rejection.body_text())),
+            Err(_) => Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    limit.as_secs_f32()
+                ),
+            )),
         }
     }
 }

@@ -98,6 +98,7 @@ async fn idle_connections_past_the_cap_cannot_starve_requests_and_are_closed() {
         ServerLimits {
             max_connections: CAP,
             header_read_timeout: Duration::from_millis(500),
+            ..ServerLimits::default()
         },
     );
     let Bound::Tcp { addr, .. } = daemon.bound.clone() else {
@@ -150,6 +151,7 @@ async fn an_event_stream_outlives_the_idle_timeout() {
         ServerLimits {
             max_connections: 4,
             header_read_timeout: Duration::from_millis(200),
+            ..ServerLimits::default()
         },
     );
     let repo = git_repo();
@@ -445,4 +447,44 @@ async fn submit_retries_a_lost_answer_with_the_same_key_a_bounded_number_of_time
         seen.lock().unwrap().len(),
         flotilla::client::SUBMIT_ATTEMPTS as usize
     );
+}
+
+#[tokio::test]
+async fn a_body_that_never_arrives_is_answered_408_and_frees_its_slot() {
+    let daemon = LimitedDaemon::start(
+        true,
+        ServerLimits {
+            max_connections: 1,
+            body_read_timeout: Duration::from_millis(300),
+            ..ServerLimits::default()
+        },
+    );
+    let Bound::Tcp { addr, .. } = daemon.bound.clone() else {
+        unreachable!()
+    };
+    let Bound::Tcp { token_file, .. } = &daemon.bound else {
+        unreachable!()
+    };
+    let token = std::fs::read_to_string(token_file).unwrap();
+    let token = token.trim();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The head promises 100 bytes; two arrive, then nothing.
+    let head = format!(
+        "POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\""
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut buf = vec![0u8; 4096];
+        let n = stream.read(&mut buf).await.unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    })
+    .await
+    .expect("a stalled body must be answered");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive"), "{answer}");
+    drop(stream);
+    // The only slot is free again.
+    let runs: Vec<serde_json::Value> = daemon.client.get("/v1/runs").await.unwrap();
+    assert!(runs.is_empty());
+    daemon.stop();
 }
