@@ -220,11 +220,8 @@ impl Cli {
         let state_dir = self.state_dir();
         if let Some(addr) = self.connect {
             let token_file = paths::token_path(&state_dir);
-            let token = std::fs::read_to_string(&token_file).map_err(|e| CliError {
-                message: format!(
-                    "cannot read the daemon's token {}: {e}",
-                    token_file.display()
-                ),
+            let token = crate::config::read(&token_file).map_err(|e| CliError {
+                message: format!("the daemon's token: {e}"),
                 hint: Some("use the same --state-dir as the daemon started with --listen".into()),
                 exit: Exit::Usage,
             })?;
