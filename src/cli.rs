@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use flotilla_actors::protocol::{EventKind, RunOutcome};
+use flotilla_actors::protocol::{EventKind, RunOutcome, TaskId, UserDecision};
 use futures::StreamExt;
 use hyper::Method;
 
-use crate::client::{Client, ClientError, Endpoint};
+use crate::client::{Client, ClientError, Endpoint, segment};
 use crate::config::RunConfig;
-use crate::daemon::api::{Created, RunSummary};
+use crate::daemon::api::RunSummary;
 use crate::daemon::report::RunStatus;
 use crate::paths;
 use crate::render::{self, Style, Tally};
@@ -98,6 +98,27 @@ pub enum Command {
         /// Run id or unique prefix.
         run: String,
     },
+    /// Decide for a task that waits for you: its subplan stops on `user_decision`, and
+    /// every subtask has ended (`tail` shows "t4 waits for your decision").
+    ///
+    /// Examples: `flotilla decide 01a2 t4 --accept t4.2`, `flotilla decide 01a2 t4 --fail`.
+    #[command(group(clap::ArgGroup::new("decision").required(true).multiple(false)))]
+    Decide {
+        /// Run id or unique prefix.
+        run: String,
+        /// The waiting task (e.g. t4).
+        task: String,
+        /// Complete the task with this completed subtask's result as its own (no synthesis).
+        #[arg(long, value_name = "SUBTASK", group = "decision")]
+        accept: Option<String>,
+        /// Complete the task by synthesizing its subtasks' results, as if its stop condition
+        /// had held.
+        #[arg(long, group = "decision")]
+        complete: bool,
+        /// Fail the task (declined by the user).
+        #[arg(long, group = "decision")]
+        fail: bool,
+    },
     /// List all runs, oldest first.
     Runs {
         #[arg(long)]
@@ -140,6 +161,20 @@ pub struct CliError {
 }
 
 impl CliError {
+    /// Standard output was closed by its reader: stop, print nothing, exit 0.
+    pub fn output_closed() -> Self {
+        CliError {
+            message: String::new(),
+            hint: None,
+            exit: Exit::Ok,
+        }
+    }
+
+    /// Whether there is nothing to report (see [`CliError::output_closed`]).
+    pub fn is_quiet(&self) -> bool {
+        self.message.is_empty()
+    }
+
     fn usage(message: impl Into<String>, hint: Option<&str>) -> Self {
         CliError {
             message: message.into(),
@@ -185,11 +220,8 @@ impl Cli {
         let state_dir = self.state_dir();
         if let Some(addr) = self.connect {
             let token_file = paths::token_path(&state_dir);
-            let token = std::fs::read_to_string(&token_file).map_err(|e| CliError {
-                message: format!(
-                    "cannot read the daemon's token {}: {e}",
-                    token_file.display()
-                ),
+            let token = crate::config::read(&token_file).map_err(|e| CliError {
+                message: format!("the daemon's token: {e}"),
                 hint: Some("use the same --state-dir as the daemon started with --listen".into()),
                 exit: Exit::Usage,
             })?;
@@ -226,93 +258,131 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             run: Some(run),
             json,
         } => {
-            let status: RunStatus = client.get(&format!("/v1/runs/{run}")).await?;
+            let status: RunStatus = client.get(&format!("/v1/runs/{}", segment(run))).await?;
             if *json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&status).unwrap_or_default()
-                );
+                emit(&format!("{}\n", render::json_pretty(&status)))?;
             } else {
-                print_status(&status, &Style::detect());
+                emit(&render::status_text(&status, &Style::detect()))?;
             }
             Ok(Exit::Ok)
         }
         Command::Status { run: None, json } => {
             let runs: Vec<RunSummary> = client.get("/v1/runs").await?;
-            let running: Vec<&RunSummary> = runs.iter().filter(|r| r.state == "running").collect();
             if *json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({
+                let running: Vec<&RunSummary> =
+                    runs.iter().filter(|r| r.state == "running").collect();
+                emit(&format!(
+                    "{}\n",
+                    render::json_pretty(&serde_json::json!({
                         "daemon": client.endpoint_label(), "runs": runs.len(), "running": running,
                     }))
-                    .unwrap_or_default()
-                );
+                ))?;
             } else {
-                println!("daemon: listening on {}", client.endpoint_label());
-                println!("runs: {} in total, {} running", runs.len(), running.len());
-                for r in running {
-                    println!("  {}  {}", &r.id[..8], shorten(&r.request, 70));
-                }
+                emit(&render::daemon_text(&client.endpoint_label(), &runs))?;
             }
             Ok(Exit::Ok)
         }
         Command::Graph { run, format } => {
-            let format = match format {
+            let name = match format {
                 GraphFormat::Mermaid => "mermaid",
                 GraphFormat::Dot => "dot",
                 GraphFormat::Json => "json",
             };
-            print!(
-                "{}",
-                client
-                    .text(
-                        Method::GET,
-                        &format!("/v1/runs/{run}/graph?format={format}")
-                    )
-                    .await?
-            );
+            let text = client
+                .text(
+                    Method::GET,
+                    &format!("/v1/runs/{}/graph?format={name}", segment(run)),
+                )
+                .await?;
+            match format {
+                GraphFormat::Json => emit(&render::json_safe(&text))?,
+                GraphFormat::Mermaid | GraphFormat::Dot => {
+                    emit(&render::terminal_safe_lines(&text))?
+                }
+            }
             Ok(Exit::Ok)
         }
         Command::Cancel { run } => {
             let answer: serde_json::Value = client
-                .json(Method::POST, &format!("/v1/runs/{run}/cancel"), None::<&()>)
+                .json(
+                    Method::POST,
+                    &format!("/v1/runs/{}/cancel", segment(run)),
+                    None::<&()>,
+                )
                 .await?;
-            println!("cancelling run {}", answer["id"].as_str().unwrap_or(run));
+            let id = answer["id"].as_str().unwrap_or(run);
+            emit(&format!("cancelling run {}\n", render::terminal_safe(id)))?;
+            Ok(Exit::Ok)
+        }
+        Command::Decide {
+            run,
+            task,
+            accept,
+            complete: _,
+            fail,
+        } => {
+            let (decision, words) = match (accept, fail) {
+                (Some(subtask), _) => {
+                    let subtask: TaskId = subtask.parse().map_err(|_| {
+                        CliError::usage(
+                            format!("{subtask:?} is not a task id"),
+                            Some("task ids look like t4 or t4.2"),
+                        )
+                    })?;
+                    let words = format!("{task} completes with {subtask}'s result");
+                    (UserDecision::Accept { subtask }, words)
+                }
+                (None, true) => (UserDecision::Fail, format!("{task} fails")),
+                // clap requires exactly one of the three.
+                (None, false) => (
+                    UserDecision::Complete,
+                    format!("{task} synthesizes its subtasks' results"),
+                ),
+            };
+            client
+                .json::<serde_json::Value>(
+                    Method::POST,
+                    &format!("/v1/runs/{}/tasks/{}/decision", segment(run), segment(task)),
+                    Some(&decision),
+                )
+                .await?;
+            emit(&format!("decided: {}\n", render::terminal_safe(&words)))?;
             Ok(Exit::Ok)
         }
         Command::Runs { json } => {
             let runs: Vec<RunSummary> = client.get("/v1/runs").await?;
             if *json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&runs).unwrap_or_default()
-                );
+                emit(&format!("{}\n", render::json_pretty(&runs)))?;
             } else if runs.is_empty() {
-                println!("no runs yet; start one with `flotilla submit \"<request>\" --repo .`");
+                emit("no runs yet; start one with `flotilla submit \"<request>\" --repo .`\n")?;
             } else {
-                for r in &runs {
-                    println!(
-                        "{}  {:<9}  {}  {}",
-                        &r.id[..8],
-                        r.state,
-                        render::clock(r.created_ms),
-                        shorten(&r.request, 70)
-                    );
-                }
+                emit(&render::runs_text(&runs))?;
             }
             Ok(Exit::Ok)
         }
     }
 }
 
-fn shorten(text: &str, max: usize) -> String {
-    let line = text.lines().next().unwrap_or("");
-    if line.chars().count() <= max {
-        line.to_string()
-    } else {
-        format!("{}…", line.chars().take(max - 1).collect::<String>())
+/// Writes to stdout. A closed pipe (the reader went away, as in `flotilla tail RUN | head`)
+/// ends the command quietly instead of panicking, as `println!` would.
+fn emit(text: &str) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(CliError::output_closed()),
+        Err(e) => Err(CliError {
+            message: format!("cannot write the output: {e}"),
+            hint: None,
+            exit: Exit::Failure,
+        }),
     }
+}
+
+/// Writes a note to stderr; a closed stderr is not worth failing for.
+fn note(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 fn exit_for(outcome: Option<RunOutcome>) -> Exit {
@@ -349,19 +419,30 @@ async fn submit(
         )
     })?;
     let body = serde_json::json!({ "request": request, "repo": repo, "config": run_config });
-    let created: Created = client.json(Method::POST, "/v1/runs", Some(&body)).await?;
+    let created = client.submit(&body).await?;
     if detach {
-        println!("{}", created.id);
+        emit(&format!("{}\n", render::terminal_safe(&created.id)))?;
         return Ok(Exit::Ok);
     }
     if !json {
-        eprintln!(
+        note(&format!(
             "run {} submitted; following it (Ctrl-C stops following, not the run)",
-            created.id
-        );
+            render::terminal_safe(&created.id)
+        ));
     }
     let outcome = follow(client, &created.id, None, json).await?;
     Ok(exit_for(outcome))
+}
+
+/// The outcome of a run that has finished, from its status; `None` while it runs.
+async fn finished_outcome(client: &Client, run: &str) -> Result<Option<RunOutcome>, CliError> {
+    let status: RunStatus = client.get(&format!("/v1/runs/{}", segment(run))).await?;
+    Ok(match status.state.as_str() {
+        "completed" => Some(RunOutcome::Completed),
+        "failed" => Some(RunOutcome::Failed),
+        "cancelled" => Some(RunOutcome::Cancelled),
+        _ => None,
+    })
 }
 
 /// Prints a run's events until `run_finished`, reconnecting (from the last seq) if the
@@ -398,9 +479,7 @@ pub async fn follow(
             let item = tokio::select! {
                 item = stream.next() => item,
                 _ = ticker.tick(), if live && tally.started() => {
-                    print!("\r\x1b[2K{}", style.dim(&tally.summary(now_ms())));
-                    use std::io::Write;
-                    let _ = std::io::stdout().flush();
+                    emit(&format!("\r\x1b[2K{}", style.dim(&tally.summary(now_ms()))))?;
                     continue;
                 }
             };
@@ -413,29 +492,37 @@ pub async fn follow(
                 last = Some(event.seq);
             }
             if json {
-                println!("{}", serde_json::to_string(&event).unwrap_or_default());
+                emit(&format!("{}\n", render::json_line(&event)))?;
             } else {
                 tally.observe(&event);
+                let mut text = String::new();
                 if live {
-                    print!("\r\x1b[2K");
+                    text.push_str("\r\x1b[2K");
                 }
-                println!("{}", render::event_line(&event, &style));
+                text.push_str(&render::event_line(&event, &style));
+                text.push('\n');
                 if live {
-                    print!("{}", style.dim(&tally.summary(now_ms())));
-                    use std::io::Write;
-                    let _ = std::io::stdout().flush();
+                    text.push_str(&style.dim(&tally.summary(now_ms())));
                 }
+                emit(&text)?;
             }
             if let EventKind::RunFinished { outcome, .. } = event.kind {
                 if live {
-                    println!();
+                    emit("\n")?;
                 }
                 return Ok(Some(outcome));
             }
         }
-        // The stream ended without the run ending: the daemon went away. Try again.
+        // The stream ended before `run_finished`. Either there was nothing after `since` in a
+        // run that had already finished (its outcome says so), or the daemon went away.
+        if let Ok(Some(outcome)) = finished_outcome(client, run).await {
+            if live && tally.started() {
+                emit("\n")?;
+            }
+            return Ok(Some(outcome));
+        }
         if !json {
-            eprintln!("{}", style.dim("lost the daemon; reconnecting…"));
+            note(&style.dim("lost the daemon; reconnecting…"));
         }
         lost_at.get_or_insert_with(std::time::Instant::now);
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -447,38 +534,4 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-fn print_status(status: &RunStatus, style: &Style) {
-    let state = match status.state.as_str() {
-        "completed" => style.good(&status.state),
-        "running" => status.state.clone(),
-        _ => style.bad(&status.state),
-    };
-    println!("run {}  {state}", style.bold(&status.id));
-    println!("request: {}", shorten(&status.request, 100));
-    println!("repo:    {}", status.repo);
-    let c = &status.counts;
-    println!(
-        "tasks:   {} total · {} completed · {} running · {} waiting · {} pending · {} failed · {} cancelled",
-        c.total, c.completed, c.running, c.waiting, c.pending, c.failed, c.cancelled
-    );
-    println!(
-        "spent:   {} tokens in · {} tokens out · ${:.4}",
-        status.tokens_in, status.tokens_out, status.cost_usd
-    );
-    for t in &status.graph.tasks {
-        let indent = "  ".repeat(t.id.depth() as usize - 1);
-        let summary = t
-            .summary
-            .as_deref()
-            .map(|s| format!(" — {}", shorten(s, 60)))
-            .unwrap_or_default();
-        println!(
-            "  {indent}{} [{}] {}{summary}",
-            t.id,
-            t.state,
-            shorten(&t.description, 60)
-        );
-    }
 }

@@ -1,9 +1,14 @@
 //! The CLI's HTTP client: one HTTP/1.1 request per connection, over the daemon's Unix socket
 //! or loopback TCP with the bearer token. Failures are typed so that the CLI can print one
 //! clear line (`DaemonNotRunning` says how to start it).
+//!
+//! Nothing waits forever: connecting and getting an answer is bounded by the request
+//! timeout, and an event stream, which is long-lived by design, is given up when the daemon
+//! sends nothing (not even its periodic keep-alive) for [`Client::stream_silence`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use flotilla_actors::protocol::Event;
@@ -14,6 +19,34 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::daemon::api::Created;
+
+/// How long a request may take, from connecting to the end of the answer.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an event stream may stay silent before the daemon counts as gone. The daemon
+/// sends a keep-alive every [`crate::daemon::api::SSE_KEEP_ALIVE`], far more often.
+pub const STREAM_SILENCE: Duration = Duration::from_secs(60);
+/// How many times `submit` sends the same run (with the same idempotency key) when the
+/// answer is lost.
+pub const SUBMIT_ATTEMPTS: u32 = 4;
+/// The header carrying a submission's idempotency key.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// `text` as one URL path segment: everything but unreserved characters percent-encoded, so
+/// that whatever a user typed as a run id reaches the daemon as typed (and is refused there
+/// with a clear error) instead of breaking the request.
+pub fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
 
 #[derive(Debug, Clone)]
 pub enum Endpoint {
@@ -31,6 +64,20 @@ pub enum ClientError {
     Transport(String),
     #[error("the daemon answered something unexpected: {0}")]
     Decode(String),
+    #[error("the daemon at {endpoint} did not answer within {} s", after.as_secs_f32())]
+    TimedOut { endpoint: String, after: Duration },
+}
+
+impl ClientError {
+    /// Whether the request may not have reached the daemon, or its answer was lost: sending
+    /// it again (idempotently) may succeed.
+    fn answer_lost(&self) -> bool {
+        match self {
+            ClientError::Transport(_) | ClientError::TimedOut { .. } => true,
+            ClientError::Api { status, .. } => *status == StatusCode::SERVICE_UNAVAILABLE,
+            ClientError::DaemonNotRunning { .. } | ClientError::Decode(_) => false,
+        }
+    }
 }
 
 /// One HTTP/1.1 request on a fresh connection.
@@ -52,13 +99,30 @@ where
 #[derive(Debug, Clone)]
 pub struct Client {
     endpoint: Endpoint,
+    request_timeout: Duration,
+    stream_silence: Duration,
 }
 
 type Body = hyper::body::Incoming;
 
 impl Client {
     pub fn new(endpoint: Endpoint) -> Self {
-        Client { endpoint }
+        Client {
+            endpoint,
+            request_timeout: REQUEST_TIMEOUT,
+            stream_silence: STREAM_SILENCE,
+        }
+    }
+
+    /// Other limits than [`REQUEST_TIMEOUT`] and [`STREAM_SILENCE`] (tests use short ones).
+    pub fn with_timeouts(mut self, request: Duration, stream_silence: Duration) -> Self {
+        self.request_timeout = request;
+        self.stream_silence = stream_silence;
+        self
+    }
+
+    pub fn stream_silence(&self) -> Duration {
+        self.stream_silence
     }
 
     pub fn endpoint_label(&self) -> String {
@@ -68,7 +132,46 @@ impl Client {
         }
     }
 
+    /// Connects and sends one request; returns when the answer's head has arrived, within
+    /// the request timeout.
     async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, String)],
+    ) -> Result<hyper::Response<Body>, ClientError> {
+        tokio::time::timeout(
+            self.request_timeout,
+            self.send_unbounded(method, path, body, headers),
+        )
+        .await
+        .map_err(|_| self.timed_out())?
+    }
+
+    fn timed_out(&self) -> ClientError {
+        ClientError::TimedOut {
+            endpoint: self.endpoint_label(),
+            after: self.request_timeout,
+        }
+    }
+
+    /// One whole exchange (connect, send, read the full answer) within the request timeout.
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, String)],
+    ) -> Result<(StatusCode, Bytes), ClientError> {
+        tokio::time::timeout(self.request_timeout, async {
+            Self::read(self.send_unbounded(method, path, body, headers).await?).await
+        })
+        .await
+        .map_err(|_| self.timed_out())?
+    }
+
+    async fn send_unbounded(
         &self,
         method: Method,
         path: &str,
@@ -145,13 +248,13 @@ impl Client {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Vec<u8>), ClientError> {
-        let (status, bytes) = Self::read(self.send(method, path, body, &[]).await?).await?;
+        let (status, bytes) = self.request(method, path, body, &[]).await?;
         Ok((status, bytes.to_vec()))
     }
 
     /// A request whose answer is text (graph exports).
     pub async fn text(&self, method: Method, path: &str) -> Result<String, ClientError> {
-        let (status, body) = Self::read(self.send(method, path, None, &[]).await?).await?;
+        let (status, body) = self.request(method, path, None, &[]).await?;
         if !status.is_success() {
             return Err(Self::api_error(status, &body));
         }
@@ -168,11 +271,51 @@ impl Client {
             .map(|b| serde_json::to_vec(b))
             .transpose()
             .map_err(|e| ClientError::Decode(e.to_string()))?;
-        let (status, bytes) = Self::read(self.send(method, path, body, &[]).await?).await?;
+        let (status, bytes) = self.request(method, path, body, &[]).await?;
         if !status.is_success() {
             return Err(Self::api_error(status, &bytes));
         }
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    /// Creates a run (`POST /v1/runs`) exactly once, however often the answer is lost: the
+    /// body goes with a fresh idempotency key, and a lost answer (a transport error, a
+    /// timeout, a busy daemon) is retried a bounded number of times with the same key, for
+    /// which the daemon answers with the run it already created.
+    pub async fn submit(&self, body: &impl Serialize) -> Result<Created, ClientError> {
+        let key = uuid::Uuid::now_v7().to_string();
+        self.submit_with_key(body, &key).await
+    }
+
+    /// [`Client::submit`] with a given key (for tests of the retry itself).
+    pub async fn submit_with_key(
+        &self,
+        body: &impl Serialize,
+        key: &str,
+    ) -> Result<Created, ClientError> {
+        let body = serde_json::to_vec(body).map_err(|e| ClientError::Decode(e.to_string()))?;
+        let headers = [(IDEMPOTENCY_KEY, key.to_string())];
+        let mut attempt = 1;
+        loop {
+            let error = match self
+                .request(Method::POST, "/v1/runs", Some(body.clone()), &headers)
+                .await
+            {
+                Ok((status, bytes)) if status.is_success() => {
+                    return serde_json::from_slice(&bytes)
+                        .map_err(|e| ClientError::Decode(e.to_string()));
+                }
+                Ok((status, bytes)) => Self::api_error(status, &bytes),
+                Err(e) => e,
+            };
+            // A daemon restarting between attempts refuses connections for a moment.
+            let restarting = attempt > 1 && matches!(error, ClientError::DaemonNotRunning { .. });
+            if attempt >= SUBMIT_ATTEMPTS || !(error.answer_lost() || restarting) {
+                return Err(error);
+            }
+            tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
+            attempt += 1;
+        }
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
@@ -192,7 +335,7 @@ impl Client {
         let response = self
             .send(
                 Method::GET,
-                &format!("/v1/runs/{run}/events"),
+                &format!("/v1/runs/{}/events", segment(run)),
                 None,
                 &headers,
             )
@@ -201,8 +344,27 @@ impl Client {
             let (status, body) = Self::read(response).await?;
             return Err(Self::api_error(status, &body));
         }
+        // The stream is long-lived by design, so the request timeout does not apply to it;
+        // silence does: the daemon sends a keep-alive comment regularly, and a daemon that
+        // sends nothing at all for `stream_silence` is gone (stopped, or the link is dead).
+        let silence = self.stream_silence;
         let frames = response.into_body().into_data_stream();
-        Ok(frames.eventsource().map(|item| match item {
+        let frames = futures::stream::unfold(Some(frames), move |frames| async move {
+            let mut frames = frames?;
+            match tokio::time::timeout(silence, frames.next()).await {
+                Ok(Some(Ok(bytes))) => Some((Ok(bytes), Some(frames))),
+                Ok(Some(Err(e))) => Some((Err(e.to_string()), None)),
+                Ok(None) => None,
+                Err(_) => Some((
+                    Err(format!(
+                        "the daemon sent nothing for {} s",
+                        silence.as_secs_f32()
+                    )),
+                    None,
+                )),
+            }
+        });
+        Ok(Box::pin(frames).eventsource().map(|item| match item {
             Ok(sse) => serde_json::from_str::<Event>(&sse.data)
                 .map_err(|e| ClientError::Decode(e.to_string())),
             Err(e) => Err(ClientError::Transport(e.to_string())),

@@ -4,10 +4,12 @@
 //!
 //! Secrets never live here: provider keys come from the environment (later issues).
 
+use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use flotilla_actors::actors::{PlannerConfig, WorkerProfile};
-use flotilla_actors::config::Limits;
+use flotilla_actors::config::{Limits, LimitsError};
 use serde::{Deserialize, Serialize};
 
 use crate::scripted::{Scenario, ScenarioError};
@@ -59,6 +61,64 @@ pub struct RunConfig {
     pub scenario: Scenario,
 }
 
+/// The largest config or scenario file read. Anything bigger is refused unread.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Where and why a TOML text does not parse or does not fit its format. It names the
+/// position and the problem, never the text itself: the file may be anything (a path in a
+/// config can name `/etc/shadow`), and the error goes back to whoever asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TomlProblem {
+    pub line: usize,
+    pub column: usize,
+    pub problem: String,
+}
+
+impl TomlProblem {
+    pub fn new(text: &str, error: &toml::de::Error) -> Self {
+        let at = error.span().map_or(0, |span| span.start.min(text.len()));
+        let before = text.get(..at).unwrap_or("");
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+        TomlProblem {
+            line,
+            column,
+            problem: without_values(error.message()),
+        }
+    }
+}
+
+impl fmt::Display for TomlProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "line {}, column {}: {}",
+            self.line, self.column, self.problem
+        )
+    }
+}
+
+/// A parser message without the values it quotes: serde's "invalid type: string \"…\",
+/// expected u64" and "unknown variant `…`, expected one of …" carry text from the file.
+/// Key names (unknown or missing fields) stay: they say what to fix.
+fn without_values(message: &str) -> String {
+    let message = message.trim();
+    for (start, what) in [
+        ("invalid type:", "wrong type"),
+        ("invalid value:", "invalid value"),
+        ("invalid length", "wrong number of items"),
+        ("unknown variant", "unknown value"),
+    ] {
+        if message.starts_with(start) {
+            return match message.split_once(", expected ") {
+                Some((_, expected)) => format!("{what}, expected {expected}"),
+                None => what.to_string(),
+            };
+        }
+    }
+    message.to_string()
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
@@ -66,8 +126,16 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path} is not a valid flotilla config: {message}")]
-    Invalid { path: PathBuf, message: String },
+    #[error("{path} is not a regular file; configs and scenarios must be")]
+    NotAFile { path: PathBuf },
+    #[error("{path} is larger than {MAX_FILE_BYTES} bytes")]
+    TooLarge { path: PathBuf },
+    #[error("{path} is not UTF-8 text")]
+    NotText { path: PathBuf },
+    #[error("{path} is not a valid flotilla config: {problem}")]
+    Invalid { path: PathBuf, problem: TomlProblem },
+    #[error("{path}: impossible limits: {source}")]
+    Limits { path: PathBuf, source: LimitsError },
     #[error("{path}: {source}")]
     Scenario {
         path: PathBuf,
@@ -85,8 +153,14 @@ impl RunConfig {
         let text = read(path)?;
         let file: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
             path: path.into(),
-            message: e.to_string(),
+            problem: TomlProblem::new(&text, &e),
         })?;
+        file.limits
+            .validate()
+            .map_err(|source| ConfigError::Limits {
+                path: path.into(),
+                source,
+            })?;
         let scenario_path = match &file.provider.scenario {
             Some(rel) => path.parent().unwrap_or(Path::new(".")).join(rel),
             None => return Err(ConfigError::NoScenario { path: path.into() }),
@@ -115,11 +189,36 @@ impl RunConfig {
     }
 }
 
-fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+/// Reads a config or scenario file: only a regular file (not a device such as `/dev/zero`,
+/// a FIFO or a directory), at most [`MAX_FILE_BYTES`], UTF-8.
+pub fn read(path: &Path) -> Result<String, ConfigError> {
+    let failed = |source| ConfigError::Read {
         path: path.into(),
         source,
-    })
+    };
+    let not_a_file = || ConfigError::NotAFile { path: path.into() };
+    if !std::fs::metadata(path).map_err(failed)?.is_file() {
+        return Err(not_a_file());
+    }
+    // Non-blocking, so that a FIFO put in the file's place since the check cannot park the
+    // thread in open(); checked again on what was opened.
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(failed)?;
+    if !file.metadata().map_err(failed)?.is_file() {
+        return Err(not_a_file());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(ConfigError::TooLarge { path: path.into() });
+    }
+    String::from_utf8(bytes).map_err(|_| ConfigError::NotText { path: path.into() })
 }
 
 #[cfg(test)]
@@ -156,5 +255,147 @@ mod tests {
             RunConfig::load(&path),
             Err(ConfigError::NoScenario { .. })
         ));
+    }
+
+    /// A project whose scenario path is `scenario`.
+    fn project(scenario: &Path) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("flotilla.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[provider]\nscenario = {:?}\n",
+                scenario.display().to_string()
+            ),
+        )
+        .unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn devices_fifos_and_directories_are_refused_unread() {
+        let (_dir, path) = project(Path::new("/dev/zero"));
+        assert!(
+            matches!(RunConfig::load(&path), Err(ConfigError::NotAFile { .. })),
+            "/dev/zero would be read forever"
+        );
+        let fifo_dir = tempfile::tempdir().unwrap();
+        let fifo = fifo_dir.path().join("scenario.toml");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let (_dir, path) = project(&fifo);
+        // Unchecked, this blocks forever in open(): nobody writes the FIFO. A thread and a
+        // generous bound turn that into a failure instead of a hung test.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(matches!(
+                RunConfig::load(&path),
+                Err(ConfigError::NotAFile { .. })
+            ));
+        });
+        assert_eq!(
+            rx.recv_timeout(std::time::Duration::from_secs(30)),
+            Ok(true),
+            "a FIFO must be refused, not waited on"
+        );
+        let (_dir, path) = project(fifo_dir.path());
+        assert!(matches!(
+            RunConfig::load(&path),
+            Err(ConfigError::NotAFile { .. })
+        ));
+    }
+
+    #[test]
+    fn files_over_the_cap_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.toml");
+        let line = "# padding padding padding padding padding padding padding padding\n";
+        std::fs::write(&big, line.repeat(MAX_FILE_BYTES as usize / line.len() + 1)).unwrap();
+        let (_dir, path) = project(&big);
+        assert!(matches!(
+            RunConfig::load(&path),
+            Err(ConfigError::TooLarge { .. })
+        ));
+        std::fs::write(&big, line.repeat(MAX_FILE_BYTES as usize / line.len() - 1)).unwrap();
+        assert!(RunConfig::load(&path).is_ok());
+    }
+
+    #[test]
+    fn errors_name_the_position_and_problem_never_the_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("shadow");
+        for text in [
+            "root:$6$s3cr3tHash:19000:0:99999:7:::\n",
+            "[limits]\nmax_workers = \"s3cr3tHash\"\n",
+            "[agent]\noutcome = \"s3cr3tHash\"\n",
+            "[[planner.answers]]\ndelay_ms = [\"s3cr3tHash\"]\n",
+        ] {
+            std::fs::write(&secret, text).unwrap();
+            for path in [secret.clone(), project(&secret).1] {
+                let err = RunConfig::load(&path).unwrap_err().to_string();
+                assert!(!err.contains("s3cr3t"), "{err}");
+                assert!(err.contains("shadow"), "names the file: {err}");
+                assert!(err.contains("line "), "names the line: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_scenario_keys_are_refused_with_the_key_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = dir.path().join("s.toml");
+        std::fs::write(
+            &scenario,
+            "[agent]\ndelay_ms = 1\n\n[tasks.t1]\noutcom = \"blocked\"\n",
+        )
+        .unwrap();
+        let (_dir, path) = project(&scenario);
+        let err = RunConfig::load(&path).unwrap_err().to_string();
+        assert!(err.contains("outcom") && err.contains("line 5"), "{err}");
+        // The old docs' `[tasks.t1.2]` is a table `2` inside t1, not task t1.2.
+        std::fs::write(&scenario, "[tasks.t1.2]\ndelay_ms = 5000\n").unwrap();
+        let err = RunConfig::load(&path).unwrap_err().to_string();
+        assert!(err.contains("`2`") && err.contains("line 1"), "{err}");
+        std::fs::write(&scenario, "[tasks.\"t1.2\"]\ndelay_ms = 5000\n").unwrap();
+        let config = RunConfig::load(&path).unwrap();
+        assert_eq!(config.scenario.tasks["t1.2"].step.delay_ms, Some(5000));
+    }
+
+    #[test]
+    fn impossible_limits_are_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.toml"), "").unwrap();
+        let path = dir.path().join("flotilla.toml");
+        for (limit, field) in [
+            ("max_workers = 0", "max_workers"),
+            ("max_nodes = 0", "max_nodes"),
+        ] {
+            std::fs::write(
+                &path,
+                format!("[provider]\nscenario = \"s.toml\"\n[limits]\n{limit}\n"),
+            )
+            .unwrap();
+            let err = RunConfig::load(&path).unwrap_err();
+            assert!(matches!(err, ConfigError::Limits { .. }), "{err}");
+            assert!(err.to_string().contains(field), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_documented_examples_load() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+        RunConfig::load(&docs.join("examples/flotilla.toml")).unwrap();
+        let guide = std::fs::read_to_string(docs.join("scenarios.md")).unwrap();
+        let blocks: Vec<&str> = guide
+            .split("```toml\n")
+            .skip(1)
+            .map(|rest| rest.split("```").next().unwrap())
+            .collect();
+        assert!(blocks.len() >= 4);
+        for block in blocks.iter().filter(|b| !b.contains("[provider]")) {
+            if let Err(e) = Scenario::from_toml(block) {
+                panic!("docs/scenarios.md example does not load: {e}\n{block}");
+            }
+        }
     }
 }

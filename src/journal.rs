@@ -35,6 +35,11 @@ const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX events_by_run ON events(run, seq);
      CREATE INDEX events_by_kind ON events(kind, run);",
+    // 2: submissions' idempotency keys, so that a retried submit finds its run.
+    "CREATE TABLE submit_keys (
+         key TEXT PRIMARY KEY,
+         run TEXT NOT NULL UNIQUE REFERENCES runs(id)
+     );",
 ];
 
 /// A run as registered, before any event.
@@ -329,6 +334,68 @@ impl Journal for SqliteJournal {
                 });
             }
             Ok(out)
+        })
+    }
+}
+
+/// What [`SqliteJournal::create_run_once`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubmitOutcome {
+    /// A new run, and its `RunStarted`.
+    Created(Box<Event>),
+    /// The key was already used: the run created for it then.
+    Existing(RunId),
+}
+
+impl SqliteJournal {
+    /// [`SqliteJournal::create_run`], at most once per idempotency `key`: the run, its
+    /// `RunStarted` and the key are written in one transaction, and a key seen before returns
+    /// the run it created instead. Without a key, always a new run.
+    pub fn create_run_once(
+        &self,
+        record: RunRecord,
+        key: Option<String>,
+    ) -> BoxFuture<'static, Result<SubmitOutcome, JournalError>> {
+        let at_ms = self.clock.now_ms();
+        self.blocking(move |conn| {
+            let tx = conn.transaction().map_err(storage)?;
+            if let Some(key) = &key {
+                let existing: Option<String> = tx
+                    .query_row(
+                        "SELECT run FROM submit_keys WHERE key = ?1",
+                        params![key],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(storage)?;
+                if let Some(run) = existing {
+                    return Ok(SubmitOutcome::Existing(run.parse().map_err(storage)?));
+                }
+            }
+            tx.execute(
+                "INSERT INTO runs (id, request, repo, config, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    record.id.to_string(),
+                    record.request,
+                    record.repo.to_string_lossy(),
+                    record.config.to_string(),
+                    record.created_ms as i64
+                ],
+            )
+            .map_err(storage)?;
+            if let Some(key) = &key {
+                tx.execute(
+                    "INSERT INTO submit_keys (key, run) VALUES (?1, ?2)",
+                    params![key, record.id.to_string()],
+                )
+                .map_err(storage)?;
+            }
+            let kind = EventKind::RunStarted {
+                request: record.request.clone(),
+            };
+            let event = insert_event(&tx, record.id, at_ms, kind)?;
+            tx.commit().map_err(storage)?;
+            Ok(SubmitOutcome::Created(Box::new(event)))
         })
     }
 }

@@ -29,9 +29,10 @@ fn main() -> ExitCode {
     match result {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(e) => {
-            eprintln!("error: {}", e.message);
-            if let Some(hint) = e.hint {
-                eprintln!("hint: {hint}");
+            if !e.is_quiet() {
+                use std::io::Write;
+                let text = flotilla::render::error_text(&e.message, e.hint.as_deref());
+                let _ = std::io::stderr().lock().write_all(text.as_bytes());
             }
             ExitCode::from(e.exit as u8)
         }
@@ -68,6 +69,7 @@ fn run_daemon(
         state_dir: state_dir.clone(),
         listen,
         journal_faults: None,
+        server: Default::default(),
     };
     let system = actix_rt::System::new();
     let outcome = system.block_on(async move {

@@ -1,11 +1,23 @@
 //! How the CLI prints events and runs: one readable line per event, colour only on a
 //! terminal and never with `NO_COLOR`, and on a terminal a live summary line (tasks done /
 //! running / pending, tokens, cost, elapsed).
+//!
+//! Everything shown here that flotilla did not write itself (a request, a model's
+//! descriptions and summaries, file names, failure texts, the daemon's error messages) goes
+//! through [`terminal_safe`] first (or [`json_safe`] for `--json`), so that no text can move
+//! the cursor, retitle or clear the terminal, write to the clipboard or reorder a line.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::io::IsTerminal;
 
-use flotilla_actors::protocol::{Event, EventKind, Route, RunOutcome, TaskId, TaskState, Usd};
+use flotilla_actors::protocol::{
+    DecompositionReason, Event, EventKind, Route, RunOutcome, TaskId, TaskState, Usd,
+};
+
+use crate::daemon::api::RunSummary;
+use crate::daemon::report::RunStatus;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Style {
@@ -56,6 +68,90 @@ impl Style {
     }
 }
 
+/// Whether `c` may change what a terminal does or how a line reads: C0 controls (escape,
+/// carriage return, backspace, newline, …), DEL, C1 controls (an 8-bit CSI or OSC), and the
+/// invisible formatting characters that reorder or hide text (bidirectional overrides and
+/// isolates, zero-width characters, line and paragraph separators, the byte-order mark).
+fn is_unsafe_for_terminal(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{FEFF}'
+                | '\u{FFF9}'..='\u{FFFB}'
+        )
+}
+
+/// Text someone else wrote, made safe to print on a terminal: every character that could
+/// act on the terminal or reorder the line is shown as a visible escape instead (`\x1b`,
+/// `\x0d`, `\u{9b}`, `\u{202e}`); everything else is unchanged. The result is one line.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe_for_terminal) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if !is_unsafe_for_terminal(c) {
+            out.push(c);
+        } else if c.is_ascii() {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`terminal_safe`] for each line of a multi-line text (graph exports): the line breaks
+/// stay, nothing else that could act on the terminal does.
+pub fn terminal_safe_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        out.push_str(&terminal_safe(body));
+        out.push_str(end);
+    }
+    out
+}
+
+/// JSON text made safe for a terminal and still the same JSON: serde already escapes C0
+/// controls inside strings; this also escapes DEL, C1 controls and the invisible formatting
+/// characters as `\uXXXX`. Those characters only occur inside JSON strings, where a
+/// `\uXXXX` escape means the same character.
+pub fn json_safe(json: &str) -> Cow<'_, str> {
+    // Raw C0 characters in serde's output are its own line breaks and indentation: inside
+    // strings serde has escaped them already.
+    let unsafe_in_json = |c: char| c as u32 >= 0x7f && is_unsafe_for_terminal(c);
+    if !json.chars().any(unsafe_in_json) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if unsafe_in_json(c) {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A value as pretty JSON, safe for a terminal (see [`json_safe`]).
+pub fn json_pretty(value: &impl serde::Serialize) -> String {
+    json_safe(&serde_json::to_string_pretty(value).unwrap_or_default()).into_owned()
+}
+
+/// A value as one line of JSON, safe for a terminal (see [`json_safe`]).
+pub fn json_line(value: &impl serde::Serialize) -> String {
+    json_safe(&serde_json::to_string(value).unwrap_or_default()).into_owned()
+}
+
 /// `HH:MM:SS` (UTC) of a Unix-millisecond timestamp.
 pub fn clock(at_ms: u64) -> String {
     let secs = at_ms / 1000 % 86_400;
@@ -71,29 +167,61 @@ fn shorten(text: &str, max: usize) -> String {
     }
 }
 
-/// One human line for an event.
+/// How an event line is coloured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tone {
+    Plain,
+    Good,
+    Bad,
+    Dim,
+}
+
+/// One human line for an event. Its text is escaped as a whole ([`terminal_safe`]) before
+/// it is coloured, so no part of it can carry a control sequence.
 pub fn event_line(e: &Event, style: &Style) -> String {
-    let what = match &e.kind {
-        EventKind::RunStarted { request } => format!("run started: {}", shorten(request, 100)),
+    let (what, tone) = describe(&e.kind);
+    let what = terminal_safe(&what);
+    let what = match tone {
+        Tone::Plain => what.into_owned(),
+        Tone::Good => style.good(&what),
+        Tone::Bad => style.bad(&what),
+        Tone::Dim => style.dim(&what),
+    };
+    format!(
+        "{} {} {what}",
+        style.dim(&clock(e.at_ms)),
+        style.dim(&format!("#{:<5}", e.seq))
+    )
+}
+
+/// An event in words, unescaped, and how to colour it.
+fn describe(kind: &EventKind) -> (String, Tone) {
+    let plain = |text: String| (text, Tone::Plain);
+    match kind {
+        EventKind::RunStarted { request } => {
+            plain(format!("run started: {}", shorten(request, 100)))
+        }
         EventKind::PlannerResponded {
             call,
             error: Some(error),
             ..
-        } => style.bad(&format!(
-            "planner call {} unusable: {}",
-            call + 1,
-            shorten(error, 120)
-        )),
-        EventKind::PlannerResponded { call, usage, .. } => {
+        } => (
             format!(
-                "planner call {} answered ({} tokens)",
+                "planner call {} unusable: {}",
                 call + 1,
-                usage.tokens_in + usage.tokens_out
-            )
-        }
-        EventKind::PlannerGaveUp { error } => {
-            style.bad(&format!("planner gave up: {}", shorten(error, 120)))
-        }
+                shorten(error, 120)
+            ),
+            Tone::Bad,
+        ),
+        EventKind::PlannerResponded { call, usage, .. } => plain(format!(
+            "planner call {} answered ({} tokens)",
+            call + 1,
+            usage.tokens_in + usage.tokens_out
+        )),
+        EventKind::PlannerGaveUp { error } => (
+            format!("planner gave up: {}", shorten(error, 120)),
+            Tone::Bad,
+        ),
         EventKind::TaskAdded {
             task,
             spec,
@@ -103,110 +231,116 @@ pub fn event_line(e: &Event, style: &Style) -> String {
             let after = if depends_on.is_empty() {
                 String::new()
             } else {
-                format!(
-                    " after {}",
-                    depends_on
-                        .iter()
-                        .map(TaskId::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
+                format!(" after {}", list(depends_on))
             };
-            format!(
-                "{} added: {} [{}]{after}",
-                style.bold(&task.to_string()),
+            plain(format!(
+                "{task} added: {} [{}]{after}",
                 shorten(&spec.description, 80),
                 spec.scope.join(", ")
-            )
+            ))
         }
         EventKind::TasksRejected { reason } => {
-            style.bad(&format!("planner batch rejected: {reason}"))
+            (format!("planner batch rejected: {reason}"), Tone::Bad)
         }
-        EventKind::TaskReady { task } => format!("{task} ready"),
+        EventKind::TaskReady { task } => plain(format!("{task} ready")),
         EventKind::TaskDispatched {
             task,
             attempt,
             profile,
             route,
-        } => match route {
+        } => plain(match route {
             Route::Worker => {
                 format!("{task} dispatched to a worker ({profile}), attempt {attempt}")
             }
             Route::Subplanner => format!("{task} dispatched to the subplanner, attempt {attempt}"),
-        },
-        EventKind::TaskStarted { task, attempt } => format!("{task} started (attempt {attempt})"),
+        }),
+        EventKind::TaskStarted { task, attempt } => {
+            plain(format!("{task} started (attempt {attempt})"))
+        }
         EventKind::TaskRetried {
             task,
             attempt,
             failure,
-        } => {
-            format!(
-                "{task} attempt {attempt} failed ({}); retrying",
-                shorten(&failure.to_string(), 80)
-            )
-        }
-        EventKind::TaskInterrupted { task, attempt } => {
-            format!("{task} attempt {attempt} interrupted by a restart; queued again")
-        }
+        } => plain(format!(
+            "{task} attempt {attempt} failed ({}); retrying",
+            shorten(&failure.to_string(), 80)
+        )),
+        EventKind::TaskInterrupted { task, attempt } => plain(format!(
+            "{task} attempt {attempt} interrupted by a restart; queued again"
+        )),
         EventKind::TaskCompleted { task, handoff, .. } => {
             let summary = handoff
                 .as_ref()
                 .map(|h| format!(": {}", shorten(&h.summary, 100)))
                 .unwrap_or_default();
-            style.good(&format!("{task} completed{summary}"))
+            (format!("{task} completed{summary}"), Tone::Good)
         }
-        EventKind::TaskFailed { task, reason, .. } => style.bad(&format!(
-            "{task} failed: {}",
-            shorten(&reason.to_string(), 120)
-        )),
-        EventKind::TaskCancelled { task, reason, .. } => format!("{task} cancelled: {reason}"),
+        EventKind::TaskFailed { task, reason, .. } => (
+            format!("{task} failed: {}", shorten(&reason.to_string(), 120)),
+            Tone::Bad,
+        ),
+        EventKind::TaskCancelled { task, reason, .. } => {
+            plain(format!("{task} cancelled: {reason}"))
+        }
         EventKind::DecompositionAccepted {
             parent,
             subtasks,
             reason,
             ..
-        } => format!(
-            "{parent} decomposed ({reason:?}) into {}",
-            subtasks
-                .iter()
-                .map(TaskId::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        } => plain(format!(
+            "{parent} decomposed ({}) into {}",
+            decomposition_reason(*reason),
+            list(subtasks)
+        )),
         EventKind::DecompositionRejected { parent, reason, .. } => {
-            style.bad(&format!("{parent} subplan rejected: {reason}"))
+            (format!("{parent} subplan rejected: {reason}"), Tone::Bad)
         }
         EventKind::ProposalsStopped {
             task, rejections, ..
-        } => style.bad(&format!(
-            "{task} stopped after {rejections} rejected subplans"
-        )),
-        EventKind::SubtasksCompleted { parent } => format!("{parent} subtasks done; synthesizing"),
-        EventKind::AwaitingUserDecision { parent } => format!("{parent} waits for your decision"),
-        EventKind::MessageIgnored { task, message, why } => style.dim(&format!(
-            "ignored {message}{}: {why}",
-            task.as_ref()
-                .map(|t| format!(" for {t}"))
-                .unwrap_or_default()
-        )),
-        EventKind::PlanningFinished => "planning finished".to_string(),
-        EventKind::RunCancelRequested { reason } => format!("run cancelling: {reason}"),
+        } => (
+            format!("{task} stopped after {rejections} rejected subplans"),
+            Tone::Bad,
+        ),
+        EventKind::SubtasksCompleted { parent } => {
+            plain(format!("{parent} subtasks done; synthesizing"))
+        }
+        EventKind::AwaitingUserDecision { parent } => {
+            plain(format!("{parent} waits for your decision"))
+        }
+        EventKind::MessageIgnored { task, message, why } => (
+            format!(
+                "ignored {message}{}: {why}",
+                task.as_ref()
+                    .map(|t| format!(" for {t}"))
+                    .unwrap_or_default()
+            ),
+            Tone::Dim,
+        ),
+        EventKind::PlanningFinished => plain("planning finished".to_string()),
+        EventKind::RunCancelRequested { reason } => plain(format!("run cancelling: {reason}")),
         EventKind::SpendCharged {
             task,
             attempt,
             spent,
-        } => style.dim(&format!("{task} attempt {attempt} spent {spent}")),
-        EventKind::RunBudgetExhausted { spent, budget } => style.bad(&format!(
-            "run budget exhausted: spent {spent} of {budget}; stopping"
-        )),
-        EventKind::RunRestarted { restart, reason } => style.bad(&format!(
-            "run restarted from the journal (restart {restart}): {}",
-            shorten(reason, 120)
-        )),
-        EventKind::JournalUnavailable { error } => style.bad(&format!(
-            "the journal cannot be written; the run is paused and retries: {}",
-            shorten(error, 120)
-        )),
+        } => (format!("{task} attempt {attempt} spent {spent}"), Tone::Dim),
+        EventKind::RunBudgetExhausted { spent, budget } => (
+            format!("run budget exhausted: spent {spent} of {budget}; stopping"),
+            Tone::Bad,
+        ),
+        EventKind::RunRestarted { restart, reason } => (
+            format!(
+                "run restarted from the journal (restart {restart}): {}",
+                shorten(reason, 120)
+            ),
+            Tone::Bad,
+        ),
+        EventKind::JournalUnavailable { error } => (
+            format!(
+                "the journal cannot be written; the run is paused and retries: {}",
+                shorten(error, 120)
+            ),
+            Tone::Bad,
+        ),
         EventKind::RunFinished { outcome, reason } => {
             let why = reason
                 .as_ref()
@@ -214,17 +348,163 @@ pub fn event_line(e: &Event, style: &Style) -> String {
                 .unwrap_or_default();
             let text = format!("run finished: {}{why}", outcome_name(*outcome));
             if *outcome == RunOutcome::Completed {
-                style.good(&text)
+                (text, Tone::Good)
             } else {
-                style.bad(&text)
+                (text, Tone::Bad)
             }
         }
+    }
+}
+
+fn decomposition_reason(reason: DecompositionReason) -> &'static str {
+    match reason {
+        DecompositionReason::TooLarge => "too large",
+        DecompositionReason::MissingInfo => "missing information",
+        DecompositionReason::DependencyDiscovered => "a dependency was discovered",
+        DecompositionReason::Ambiguity => "ambiguous",
+        DecompositionReason::ExternalToolRequired => "needs an external tool",
+    }
+}
+
+fn list(tasks: &[TaskId]) -> String {
+    tasks
+        .iter()
+        .map(TaskId::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `flotilla status RUN`: the run, its counts and spending, and its task tree; a failed
+/// task says why it failed.
+pub fn status_text(status: &RunStatus, style: &Style) -> String {
+    let safe = |text: &str| terminal_safe(text).into_owned();
+    let state = safe(&status.state);
+    let state = match status.state.as_str() {
+        "completed" => style.good(&state),
+        "running" => state,
+        _ => style.bad(&state),
     };
-    format!(
-        "{} {} {what}",
-        style.dim(&clock(e.at_ms)),
-        style.dim(&format!("#{:<5}", e.seq))
-    )
+    let mut out = String::new();
+    let _ = writeln!(out, "run {}  {state}", style.bold(&safe(&status.id)));
+    if let Some(why) = &status.graph.finish_reason {
+        let _ = writeln!(out, "why:     {}", safe(&shorten(why, 200)));
+    }
+    if let Some(problem) = &status.problem {
+        let _ = writeln!(out, "{}", style.bad(&format!("problem: {}", safe(problem))));
+    }
+    let _ = writeln!(out, "request: {}", safe(&shorten(&status.request, 100)));
+    let _ = writeln!(out, "repo:    {}", safe(&status.repo));
+    let c = &status.counts;
+    let _ = writeln!(
+        out,
+        "tasks:   {} total · {} completed · {} running · {} waiting · {} pending · {} failed · {} cancelled",
+        c.total, c.completed, c.running, c.waiting, c.pending, c.failed, c.cancelled
+    );
+    let _ = writeln!(
+        out,
+        "spent:   {} tokens in · {} tokens out · ${:.4}",
+        status.tokens_in, status.tokens_out, status.cost_usd
+    );
+    for t in &status.graph.tasks {
+        let indent = "  ".repeat((t.id.depth() as usize).saturating_sub(1));
+        let summary = t
+            .summary
+            .as_deref()
+            .map(|s| format!(" — {}", shorten(s, 60)))
+            .unwrap_or_default();
+        let failure = t
+            .failure
+            .as_ref()
+            .map(|f| format!(" — failed: {}", shorten(&f.to_string(), 100)))
+            .unwrap_or_default();
+        let line = format!(
+            "{} [{}] {}{summary}{failure}",
+            t.id,
+            t.state,
+            shorten(&t.description, 60)
+        );
+        let _ = writeln!(out, "  {indent}{}", safe(&line));
+    }
+    out
+}
+
+/// `flotilla runs`: one line per run, its id shortened to the shortest prefix (at least 8
+/// characters) that names no other run.
+pub fn runs_text(runs: &[RunSummary]) -> String {
+    let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+    let prefixes = unique_prefixes(&ids, 8);
+    let width = prefixes.iter().map(|p| p.len()).max().unwrap_or(8);
+    let mut out = String::new();
+    for (r, prefix) in runs.iter().zip(&prefixes) {
+        let problem = r
+            .problem
+            .as_deref()
+            .map(|p| format!("  ({})", shorten(p, 60)))
+            .unwrap_or_default();
+        let line = format!(
+            "{prefix:<width$}  {:<9}  {}  {}{problem}",
+            r.state,
+            clock(r.created_ms),
+            shorten(&r.request, 70)
+        );
+        let _ = writeln!(out, "{}", terminal_safe(&line));
+    }
+    out
+}
+
+/// `flotilla status` without a run: the daemon and its running runs.
+pub fn daemon_text(endpoint: &str, runs: &[RunSummary]) -> String {
+    let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+    let prefixes = unique_prefixes(&ids, 8);
+    let running: Vec<_> = runs
+        .iter()
+        .zip(&prefixes)
+        .filter(|(r, _)| r.state == "running")
+        .collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "daemon: listening on {}", terminal_safe(endpoint));
+    let _ = writeln!(
+        out,
+        "runs: {} in total, {} running",
+        runs.len(),
+        running.len()
+    );
+    for (r, prefix) in running {
+        let line = format!("{prefix}  {}", shorten(&r.request, 70));
+        let _ = writeln!(out, "  {}", terminal_safe(&line));
+    }
+    out
+}
+
+/// For each id, its shortest prefix of at least `min` characters that is not a prefix of
+/// any other id in `ids` (the whole id if it has a duplicate). A prefix never ends on a
+/// dash. Sorting puts the ids sharing the longest prefix with an id next to it, so only
+/// neighbours need comparing.
+pub fn unique_prefixes(ids: &[&str], min: usize) -> Vec<String> {
+    let common = |a: &str, b: &str| a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    order.sort_by_key(|&i| ids[i]);
+    let mut out = vec![String::new(); ids.len()];
+    for (pos, &i) in order.iter().enumerate() {
+        let id = ids[i];
+        let before = pos.checked_sub(1).map_or(0, |p| common(id, ids[order[p]]));
+        let after = order.get(pos + 1).map_or(0, |&j| common(id, ids[j]));
+        let mut len = (before.max(after) + 1).max(min).min(id.len());
+        while len < id.len() && (!id.is_char_boundary(len) || id[..len].ends_with('-')) {
+            len += 1;
+        }
+        out[i] = id[..len].to_string();
+    }
+    out
+}
+
+/// The CLI's error report: `error: …` and, when there is one, `hint: …`, each one line.
+pub fn error_text(message: &str, hint: Option<&str>) -> String {
+    let mut out = format!("error: {}\n", terminal_safe(message));
+    if let Some(hint) = hint {
+        let _ = writeln!(out, "hint: {}", terminal_safe(hint));
+    }
+    out
 }
 
 pub fn outcome_name(outcome: RunOutcome) -> &'static str {
@@ -308,5 +588,282 @@ impl Tally {
             elapsed / 60,
             elapsed % 60
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_actors::protocol::{
+        AttemptFailure, Budget, FailureReason, GraphSnapshot, Handoff, HandoffMetrics,
+        HandoffStatus, Priority, RunId, TaskSpec, TaskView, Usage,
+    };
+
+    use super::*;
+    use crate::daemon::report::Counts;
+
+    /// Retitles the terminal (OSC 0), clears it (CSI 2J), writes the clipboard (OSC 52),
+    /// returns the carriage, an 8-bit CSI, reverses the line (RLO), DEL, an isolate.
+    const HOSTILE: &str =
+        "ok\x1b]0;pwned\x07\x1b[2J\x1b]52;c;ZXZpbA==\x07\r\u{9b}31m\u{202e}evil\x7f\u{2066}\x08";
+
+    /// Nothing in `text` can act on a terminal (line breaks allowed when `multi_line`), and
+    /// the hostile text's escape shows visibly.
+    fn assert_safe(text: &str, multi_line: bool) {
+        let bad: Vec<char> = text
+            .chars()
+            .filter(|&c| is_unsafe_for_terminal(c) && !(multi_line && c == '\n'))
+            .collect();
+        assert!(bad.is_empty(), "unescaped {bad:?} in {text:?}");
+        assert!(
+            text.contains("\\x1b]0;pwned"),
+            "no visible escape in {text:?}"
+        );
+    }
+
+    #[test]
+    fn terminal_safe_escapes_every_control_visibly_and_nothing_else() {
+        assert_eq!(
+            terminal_safe("plain text: é, 日本, ✓"),
+            "plain text: é, 日本, ✓"
+        );
+        assert_eq!(
+            terminal_safe("a\x1b[31mb\rc\u{9b}d\u{202e}e\x7f\u{200b}\n"),
+            "a\\x1b[31mb\\x0dc\\u{9b}d\\u{202e}e\\x7f\\u{200b}\\x0a"
+        );
+        assert_safe(&terminal_safe(HOSTILE), false);
+        assert_eq!(terminal_safe_lines("a\x1b\nb\n"), "a\\x1b\nb\n");
+    }
+
+    #[test]
+    fn json_stays_json_and_escapes_what_serde_leaves_raw() {
+        let value = serde_json::json!({ "text": HOSTILE });
+        for json in [json_line(&value), json_pretty(&value)] {
+            let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, value, "the same JSON");
+            assert!(
+                !json.chars().any(|c| is_unsafe_for_terminal(c) && c != '\n'),
+                "{json:?}"
+            );
+        }
+    }
+
+    fn hostile_events() -> Vec<EventKind> {
+        let task = TaskId::root(1);
+        let mut spec = TaskSpec::new(HOSTILE, &[HOSTILE]);
+        spec.acceptance = HOSTILE.into();
+        vec![
+            EventKind::RunStarted {
+                request: HOSTILE.into(),
+            },
+            EventKind::PlannerResponded {
+                call: 0,
+                prompt: HOSTILE.into(),
+                content: HOSTILE.into(),
+                usage: Usage::default(),
+                error: Some(HOSTILE.into()),
+            },
+            EventKind::PlannerGaveUp {
+                error: HOSTILE.into(),
+            },
+            EventKind::TaskAdded {
+                task: task.clone(),
+                spec,
+                budget: Budget::default(),
+                depends_on: vec![],
+            },
+            EventKind::TaskDispatched {
+                task: task.clone(),
+                attempt: 1,
+                profile: HOSTILE.into(),
+                route: Route::Worker,
+            },
+            EventKind::TaskRetried {
+                task: task.clone(),
+                attempt: 1,
+                failure: AttemptFailure::Crashed {
+                    detail: HOSTILE.into(),
+                },
+            },
+            EventKind::TaskCompleted {
+                task: task.clone(),
+                attempt: 2,
+                handoff: Some(Handoff {
+                    status: HandoffStatus::Complete,
+                    summary: HOSTILE.into(),
+                    files_changed: vec![HOSTILE.into()],
+                    concerns: vec![HOSTILE.into()],
+                    suggestions: vec![],
+                    metrics: HandoffMetrics::default(),
+                    build_exit_code: None,
+                }),
+                artifacts: vec![],
+            },
+            EventKind::TaskFailed {
+                task: task.clone(),
+                attempt: 1,
+                reason: FailureReason::Blocked {
+                    summary: HOSTILE.into(),
+                },
+            },
+            EventKind::TaskCancelled {
+                task: task.clone(),
+                was: TaskState::Running,
+                reason: HOSTILE.into(),
+            },
+            EventKind::MessageIgnored {
+                task: Some(task),
+                message: HOSTILE.into(),
+                why: HOSTILE.into(),
+            },
+            EventKind::RunCancelRequested {
+                reason: HOSTILE.into(),
+            },
+            EventKind::RunFinished {
+                outcome: RunOutcome::Failed,
+                reason: Some(HOSTILE.into()),
+            },
+        ]
+    }
+
+    #[test]
+    fn tail_and_submit_lines_escape_what_models_and_users_wrote() {
+        for kind in hostile_events() {
+            let event = Event {
+                seq: 1,
+                run: RunId::generate(),
+                at_ms: 0,
+                kind,
+            };
+            for style in [
+                Style::plain(),
+                Style {
+                    color: true,
+                    live: true,
+                },
+            ] {
+                let line = event_line(&event, &style);
+                // Colour codes are flotilla's own: strip them, then nothing may remain.
+                let uncoloured = ["\x1b[0m", "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[32m"]
+                    .iter()
+                    .fold(line.clone(), |l, code| l.replace(code, ""));
+                assert_safe(&uncoloured, false);
+            }
+            let json = json_line(&event);
+            assert!(!json.chars().any(is_unsafe_for_terminal), "{json:?}");
+        }
+    }
+
+    fn hostile_status() -> RunStatus {
+        let task = |n: u32, state, failure| TaskView {
+            id: TaskId::root(n),
+            state,
+            attempt: 1,
+            description: HOSTILE.into(),
+            scope: vec![HOSTILE.into()],
+            priority: Priority::default(),
+            parent: None,
+            depends_on: vec![],
+            budget: Budget::default(),
+            spent: Budget::default(),
+            summary: Some(HOSTILE.into()),
+            failure,
+        };
+        RunStatus {
+            id: RunId::generate().to_string(),
+            request: HOSTILE.into(),
+            repo: HOSTILE.into(),
+            created_ms: 0,
+            state: "failed".into(),
+            counts: Counts::default(),
+            tokens_in: 0,
+            tokens_out: 0,
+            cost_usd: 0.0,
+            last_seq: 1,
+            graph: GraphSnapshot {
+                tasks: vec![
+                    task(1, TaskState::Completed, None),
+                    task(
+                        2,
+                        TaskState::Failed,
+                        Some(FailureReason::AgentFailed {
+                            failure: AttemptFailure::Crashed {
+                                detail: HOSTILE.into(),
+                            },
+                        }),
+                    ),
+                ],
+                planning_finished: true,
+                outcome: Some(RunOutcome::Failed),
+                run_spent: Budget::default(),
+                run_budget: Budget::default(),
+                finish_reason: Some(HOSTILE.into()),
+            },
+            problem: Some(HOSTILE.into()),
+        }
+    }
+
+    #[test]
+    fn status_escapes_everything_and_says_why_a_task_failed_in_words() {
+        let text = status_text(&hostile_status(), &Style::plain());
+        assert_safe(&text, true);
+        assert!(text.contains("problem: ok"), "{text}");
+        assert!(text.contains("why:     ok"), "{text}");
+        let failed = text.lines().find(|l| l.contains("t2 [failed]")).unwrap();
+        assert!(
+            failed.contains("failed: the agent crashed: ok"),
+            "the reason in words, not Debug: {failed}"
+        );
+        assert!(!failed.contains("AgentFailed"), "{failed}");
+    }
+
+    fn summary(id: &str, request: &str) -> RunSummary {
+        RunSummary {
+            id: id.into(),
+            request: request.into(),
+            repo: "/r".into(),
+            created_ms: 0,
+            state: "running".into(),
+            problem: None,
+        }
+    }
+
+    #[test]
+    fn runs_and_daemon_status_escape_requests_and_problems() {
+        let mut run = summary(&RunId::generate().to_string(), HOSTILE);
+        run.problem = Some(HOSTILE.into());
+        assert_safe(&runs_text(std::slice::from_ref(&run)), true);
+        assert_safe(&daemon_text(HOSTILE, &[run]), true);
+    }
+
+    #[test]
+    fn error_lines_escape_the_daemons_message_and_stay_two_lines() {
+        let text = error_text(&format!("{HOSTILE}\nhint: forged"), Some(HOSTILE));
+        assert_safe(&text, true);
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.starts_with("error: ok"));
+    }
+
+    #[test]
+    fn runs_prints_the_shortest_unique_prefix_of_at_least_eight() {
+        let ids = [
+            "01a20163-c6be-7585-89dc-6c22ed29ed73",
+            "01a20163-c6bf-7000-89dc-6c22ed29ed73",
+            "01a20163-d000-7000-89dc-6c22ed29ed73",
+            "01b00000-0000-7000-8000-000000000000",
+        ];
+        assert_eq!(
+            unique_prefixes(&ids, 8),
+            ["01a20163-c6be", "01a20163-c6bf", "01a20163-d", "01b00000"]
+        );
+        let runs: Vec<RunSummary> = ids.iter().map(|id| summary(id, "x")).collect();
+        let text = runs_text(&runs);
+        assert!(text.starts_with("01a20163-c6be  running"), "{text}");
+        assert!(text.contains("\n01a20163-d     running"), "{text}");
+        // Never a trailing dash, and a duplicate is printed whole.
+        assert_eq!(
+            unique_prefixes(&["abcdefgh-1", "abcdefgh-2"], 8),
+            ["abcdefgh-1", "abcdefgh-2"]
+        );
+        assert_eq!(unique_prefixes(&["abc", "abc"], 8), ["abc", "abc"]);
     }
 }

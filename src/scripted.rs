@@ -24,6 +24,8 @@ use flotilla_actors::protocol::{
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
+use crate::config::TomlProblem;
+
 /// A whole scenario: what the planner answers, and what each task's agent does.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -74,7 +76,12 @@ pub enum PlannerFault {
 
 /// A task's script: a default step, optional per-attempt steps, and what to do after a
 /// rejected subplan and when synthesizing.
+///
+/// Read through [`TaskScriptFile`]: serde's `flatten` (used to write the step's keys beside
+/// the others) cannot refuse unknown keys, and a misspelt key (`outcom = "blocked"`) must
+/// be an error, not a silently different scenario.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "TaskScriptFile")]
 pub struct TaskScript {
     #[serde(flatten)]
     pub step: AgentStep,
@@ -85,6 +92,54 @@ pub struct TaskScript {
     pub on_rejection: Option<AgentStep>,
     #[serde(default)]
     pub synthesis: Option<AgentStep>,
+}
+
+/// A [`TaskScript`] as written: the step's keys and the task's own, every other key refused.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskScriptFile {
+    #[serde(default)]
+    outcome: Option<Outcome>,
+    #[serde(default)]
+    delay_ms: Option<u64>,
+    #[serde(default)]
+    summary: Option<String>,
+    #[serde(default)]
+    files_changed: Vec<String>,
+    #[serde(default)]
+    concerns: Vec<String>,
+    #[serde(default)]
+    suggestions: Vec<String>,
+    #[serde(default)]
+    tokens: Option<u64>,
+    #[serde(default)]
+    subplan: Option<ScriptedSubplan>,
+    #[serde(default)]
+    attempts: Vec<AgentStep>,
+    #[serde(default)]
+    on_rejection: Option<AgentStep>,
+    #[serde(default)]
+    synthesis: Option<AgentStep>,
+}
+
+impl From<TaskScriptFile> for TaskScript {
+    fn from(file: TaskScriptFile) -> Self {
+        TaskScript {
+            step: AgentStep {
+                outcome: file.outcome,
+                delay_ms: file.delay_ms,
+                summary: file.summary,
+                files_changed: file.files_changed,
+                concerns: file.concerns,
+                suggestions: file.suggestions,
+                tokens: file.tokens,
+                subplan: file.subplan,
+            },
+            attempts: file.attempts,
+            on_rejection: file.on_rejection,
+            synthesis: file.synthesis,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -147,8 +202,10 @@ fn too_large() -> DecompositionReason {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("the scenario is not valid TOML: {0}")]
-    Syntax(String),
+    /// Not TOML, or not the scenario format (an unknown key, a wrong type); the position
+    /// and the problem, not the text.
+    #[error("not a valid scenario: {0}")]
+    Syntax(TomlProblem),
     #[error("the scenario names task {0:?}; task keys look like t1 or t2.1")]
     BadTaskKey(String),
     #[error("task {task}: outcome \"subplan\" needs a [tasks.{task}.subplan] table")]
@@ -158,7 +215,7 @@ pub enum ScenarioError {
 impl Scenario {
     pub fn from_toml(text: &str) -> Result<Scenario, ScenarioError> {
         let scenario: Scenario =
-            toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
+            toml::from_str(text).map_err(|e| ScenarioError::Syntax(TomlProblem::new(text, &e)))?;
         scenario.check()?;
         Ok(scenario)
     }

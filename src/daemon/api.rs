@@ -8,13 +8,25 @@
 //!   `Last-Event-ID` or `?since=SEQ`; the stream ends after `run_finished`
 //! - `POST /v1/runs/{id}/cancel` → 202
 //! - `GET  /v1/runs/{id}/graph?format=json|dot|mermaid`
+//! - `POST /v1/runs/{id}/tasks/{task}/decision` `{"decision": "accept", "subtask": "t4.2"}`
+//!   (or `complete`, `fail`) → 202: a human's answer for a task whose subplan stops on
+//!   `user_decision`
 //!
-//! `{id}` may be any unique prefix of a run id.
+//! `{id}` may be any unique prefix of a run id; an ambiguous prefix is a 409 that lists the
+//! runs it matches.
+//!
+//! `POST /v1/runs` is idempotent: a request carrying an `Idempotency-Key` header that an
+//! earlier request already carried gets that request's run (200) instead of a new one.
+//!
+//! [`serve`] runs the server itself, with a cap on concurrent connections and a timeout for
+//! reading a request's head (which also closes idle keep-alive connections); a connection
+//! past the cap gets a 503. An event stream is not idle: it is an answer being written.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::Addr;
 use axum::extract::rejection::JsonRejection;
@@ -26,21 +38,56 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use flotilla_actors::ports::{Journal, JournalError};
-use flotilla_actors::protocol::{Event, EventKind, RunId};
+use flotilla_actors::protocol::{Event, EventKind, RunId, TaskId, TaskState, UserDecision};
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
+use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::report;
-use super::supervisor::{CancelAnswer, CancelRun, RunProblems, StartRun, Supervisor};
+use super::supervisor::{CancelAnswer, CancelRun, DecideTask, RunProblems, StartRun, Supervisor};
+use crate::client::IDEMPOTENCY_KEY;
 use crate::config::RunConfig;
-use crate::journal::{RunRecord, SqliteJournal};
+use crate::journal::{RunRecord, SqliteJournal, SubmitOutcome};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Largest request text accepted.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Longest request target (path and query) accepted; longer ones get a 414.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+/// Longest idempotency key accepted.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
+/// How often an event stream sends a keep-alive comment, so that clients can tell a quiet
+/// run from a dead daemon.
+pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Limits on the connections the server holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Connections served at once; the next ones get a 503 and are closed.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's head, counted from when the server
+    /// starts waiting for it: a connection that sends nothing (new or kept alive) is closed
+    /// after this long.
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body, once its head arrived.
+    pub body_read_timeout: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_connections: 256,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// [`ServerLimits::body_read_timeout`], as a request extension for the body extractor.
+#[derive(Debug, Clone, Copy)]
+struct BodyReadTimeout(Duration);
 
 #[derive(Clone)]
 pub struct AppState {
@@ -59,6 +106,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/events", get(events))
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/graph", get(graph))
+        .route("/v1/runs/{id}/tasks/{task}/decision", post(decide))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -67,7 +115,119 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn(json_errors))
         .with_state(state)
+}
+
+/// Serves `app` on `listener` until `shutdown`, then lets open connections finish (event
+/// streams end at shutdown by themselves). At most `limits.max_connections` connections
+/// are served at once; the next ones get a 503, and beyond a small margin are closed at
+/// once, so that no number of clients can exhaust the daemon's file descriptors.
+pub async fn serve<L: axum::serve::Listener>(
+    mut listener: L,
+    app: Router,
+    limits: ServerLimits,
+    shutdown: CancellationToken,
+) {
+    let max = limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max));
+    // Connections being told "busy": each lives a second at most.
+    let refusals = Arc::new(Semaphore::new(max.div_ceil(4).max(16)));
+    let app = app.layer(axum::Extension(BodyReadTimeout(limits.body_read_timeout)));
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    loop {
+        let (io, _) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.cancelled() => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    refuse_busy(io).await;
+                    drop(permit);
+                });
+            }
+            continue;
+        };
+        let connection = http.serve_connection(hyper_util::rt::TokioIo::new(io), service.clone());
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+            drop(slot);
+        });
+    }
+    // Every connection holds a slot until it ends: having them all back means all ended.
+    let _ = slots.acquire_many(max as u32).await;
+}
+
+/// Answers a connection past the cap with a 503 and closes it, reading (and dropping) what
+/// the client sent meanwhile so that the close does not reset the answer away.
+async fn refuse_busy<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut io: S) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BODY: &str =
+        r#"{"error":"the daemon is serving too many connections; try again shortly"}"#;
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        io.write_all(answer.as_bytes()).await?;
+        io.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while io.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+}
+
+/// Makes every error answer JSON `{"error": "..."}`, including the ones axum and its
+/// extractors produce as plain text or with no body (404, 405, a bad path or query), and
+/// refuses over-long request targets with a 414.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let target_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+    if target_len > MAX_URI_BYTES {
+        return ApiError::new(
+            StatusCode::URI_TOO_LONG,
+            format!("the request target is {target_len} bytes; at most {MAX_URI_BYTES}"),
+        )
+        .into_response();
+    }
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let response = next.run(req).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    // Rejection texts are short; anything else is cut off rather than buffered.
+    let text = match axum::body::to_bytes(response.into_body(), 4096).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    let message = match status {
+        StatusCode::METHOD_NOT_ALLOWED => format!("{method} is not allowed on {path}"),
+        _ if text.is_empty() => status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_lowercase(),
+        _ => text,
+    };
+    ApiError::new(status, message).into_response()
 }
 
 /// An API error: a status and a message for humans.
@@ -112,9 +272,21 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(ApiJson(value)),
-            Err(rejection) => Err(ApiError::new(rejection.status(), rejection.body_text())),
+        // A body sent slowly, or never finished, must not hold its connection slot forever.
+        let limit = req
+            .extensions()
+            .get::<BodyReadTimeout>()
+            .map_or(ServerLimits::default().body_read_timeout, |t| t.0);
+        match tokio::time::timeout(limit, Json::<T>::from_request(req, state)).await {
+            Ok(Ok(Json(value))) => Ok(ApiJson(value)),
+            Ok(Err(rejection)) => Err(ApiError::new(rejection.status(), rejection.body_text())),
+            Err(_) => Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    limit.as_secs_f32()
+                ),
+            )),
         }
     }
 }
@@ -142,7 +314,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// Finds the run `raw` names: a full id or a unique prefix.
 async fn resolve(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
     let wanted = raw.trim().to_ascii_lowercase();
-    if wanted.is_empty()
+    // At least one hex digit: "---" would otherwise match every run once dashes are gone.
+    if !wanted.chars().any(|c| c.is_ascii_hexdigit())
         || wanted.len() > 36
         || !wanted.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
     {
@@ -153,20 +326,37 @@ async fn resolve(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
     }
     let runs = state.journal.runs().await?;
     let compact = wanted.replace('-', "");
-    let mut matches = runs.into_iter().filter(|r| {
-        let full = r.id.to_string();
-        full.starts_with(&wanted) || full.replace('-', "").starts_with(&compact)
-    });
-    match (matches.next(), matches.next()) {
-        (Some(run), None) => Ok(run),
-        (None, _) => Err(ApiError::new(
+    let mut matches: Vec<RunRecord> = runs
+        .into_iter()
+        .filter(|r| {
+            let full = r.id.to_string();
+            full.starts_with(&wanted) || full.replace('-', "").starts_with(&compact)
+        })
+        .collect();
+    match matches.len() {
+        1 => Ok(matches.remove(0)),
+        0 => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no run matches {raw:?}"),
         )),
-        (Some(_), Some(_)) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!("{raw:?} matches several runs; give more of the id"),
-        )),
+        n => {
+            const SHOWN: usize = 10;
+            let mut candidates: Vec<String> = matches
+                .iter()
+                .take(SHOWN)
+                .map(|r| r.id.to_string())
+                .collect();
+            if n > SHOWN {
+                candidates.push(format!("and {} more", n - SHOWN));
+            }
+            Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "{raw:?} matches {n} runs: {}; give more of the id",
+                    candidates.join(", ")
+                ),
+            ))
+        }
     }
 }
 
@@ -197,10 +387,32 @@ fn unprocessable(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
 }
 
+/// The submission's idempotency key, if it sent one.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let key = value.to_str().unwrap_or("").trim();
+    if key.is_empty()
+        || key.len() > MAX_IDEMPOTENCY_KEY_BYTES
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the Idempotency-Key header must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} visible ASCII characters"
+            ),
+        ));
+    }
+    Ok(Some(key.to_string()))
+}
+
 async fn create_run(
     State(state): State<AppState>,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<CreateRun>,
 ) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
     let request = body.request.trim().to_string();
     if request.is_empty() {
         return Err(unprocessable("the request is empty"));
@@ -238,6 +450,12 @@ async fn create_run(
                 None => RunConfig::load(&root.join("flotilla.toml"))
                     .map_err(|e| unprocessable(e.to_string()))?,
             };
+            // A config sent in the body skipped RunConfig::load's checks: impossible limits
+            // (no workers, no nodes) would leave the run hanging.
+            config
+                .limits
+                .validate()
+                .map_err(|e| unprocessable(format!("impossible limits: {e}")))?;
             config
                 .scenario
                 .check()
@@ -259,7 +477,20 @@ async fn create_run(
             .unwrap_or(0),
         outcome: None,
     };
-    let started = state.journal.create_run(record).await?;
+    let started = match state.journal.create_run_once(record, key).await? {
+        SubmitOutcome::Created(started) => *started,
+        // A retry of a submission whose answer was lost: the run exists (and runs, or was
+        // resumed at start-up); answer with it rather than start a second one.
+        SubmitOutcome::Existing(existing) => {
+            return Ok((
+                StatusCode::OK,
+                Json(Created {
+                    id: existing.to_string(),
+                }),
+            )
+                .into_response());
+        }
+    };
     let _ = state.hub.send(started.clone());
     state
         .supervisor
@@ -327,8 +558,6 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
 async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, ApiError> {
     let record = resolve(state, id).await?;
     let problem = problems(state).await.remove(&record.id);
-    // A damaged run's stored config may be unreadable too: its status still shows.
-    let limits = run_config(&record).map(|c| c.limits).unwrap_or_default();
     let events = match state.journal.read(record.id, 0).await {
         Ok(events) => events,
         Err(e) => {
@@ -338,13 +567,23 @@ async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, Api
             ));
         }
     };
-    let mut status = tokio::task::spawn_blocking(move || report::status(&record, limits, &events))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let mut status = replay_status(record, Arc::new(events)).await?;
     if status.outcome_is_open() {
         status.problem = status.problem.or(problem);
     }
     Ok(status)
+}
+
+/// A run's status, replayed from its events on a blocking thread. A journal that does not
+/// replay still gives one (state `damaged`); so does a damaged run's unreadable config.
+async fn replay_status(
+    record: RunRecord,
+    events: Arc<Vec<Event>>,
+) -> Result<report::RunStatus, ApiError> {
+    let limits = run_config(&record).map(|c| c.limits).unwrap_or_default();
+    tokio::task::spawn_blocking(move || report::status(&record, limits, &events))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
 async fn show_run(
@@ -396,6 +635,90 @@ async fn cancel_run(
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "id": record.id.to_string(), "cancelling": true })),
+    )
+        .into_response())
+}
+
+/// `flotilla decide`: checks the decision against the journal (the task exists, waits for a
+/// decision, an accepted subtask is one of its completed subtasks) so that a mistake is a
+/// clear 404 or 409 now, then forwards it to the run's TaskGraph, which applies it.
+async fn decide(
+    State(state): State<AppState>,
+    Path((id, task)): Path<(String, String)>,
+    ApiJson(decision): ApiJson<UserDecision>,
+) -> Result<Response, ApiError> {
+    let task: TaskId = task.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("{task:?} is not a task id (they look like t4 or t4.2)"),
+        )
+    })?;
+    let record = resolve(&state, &id).await?;
+    if let Some(outcome) = record.outcome {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("run {} already finished ({outcome:?})", record.id),
+        ));
+    }
+    let events = Arc::new(state.journal.read(record.id, 0).await?);
+    let status = replay_status(record.clone(), events.clone()).await?;
+    let view = |id: &TaskId| status.graph.tasks.iter().find(|t| t.id == *id);
+    let Some(waiting) = view(&task) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("run {} has no task {task}", record.id),
+        ));
+    };
+    // Awaiting: it announced so after its latest decomposition, and still waits.
+    let awaiting = waiting.state == TaskState::WaitingForSubtasks
+        && events
+            .iter()
+            .rev()
+            .find_map(|e| match &e.kind {
+                EventKind::AwaitingUserDecision { parent } if *parent == task => Some(true),
+                EventKind::DecompositionAccepted { parent, .. } if *parent == task => Some(false),
+                _ => None,
+            })
+            .unwrap_or(false);
+    if !awaiting {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "task {task} is not waiting for a decision (it is {})",
+                waiting.state
+            ),
+        ));
+    }
+    if let UserDecision::Accept { subtask } = &decision {
+        let completed_child = view(subtask)
+            .is_some_and(|s| s.parent.as_ref() == Some(&task) && s.state == TaskState::Completed);
+        if !completed_child {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("{subtask} is not a completed subtask of {task}; only one can be accepted"),
+            ));
+        }
+    }
+    let live = state
+        .supervisor
+        .send(DecideTask {
+            run: record.id,
+            task: task.clone(),
+            decision: decision.clone(),
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    if !live {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("run {} is not running in this daemon", record.id),
+        ));
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({
+            "id": record.id.to_string(), "task": task.to_string(), "decision": decision,
+        })),
     )
         .into_response())
 }
@@ -532,5 +855,5 @@ async fn events(
         })
         // End streams promptly at shutdown, or graceful shutdown would wait on them.
         .take_until(state.shutdown.clone().cancelled_owned());
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)))
 }

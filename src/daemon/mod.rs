@@ -42,6 +42,8 @@ pub struct DaemonOptions {
     /// A fault switch between the run actors and the journal, for tests and drills; `None`
     /// in production.
     pub journal_faults: Option<JournalFaults>,
+    /// Connection cap and timeouts of the API server.
+    pub server: api::ServerLimits,
 }
 
 /// Where the daemon ended up listening (a TCP port 0 becomes a real port).
@@ -101,24 +103,16 @@ pub async fn serve(
     if let Some(ready) = ready {
         let _ = ready.send(bound.clone());
     }
-    let result = match listener {
-        Listener::Unix(l) => {
-            axum::serve(l, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        }
-        Listener::Tcp(l) => {
-            axum::serve(l, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        }
-    };
+    match listener {
+        Listener::Unix(l) => api::serve(l, app, options.server.clone(), shutdown).await,
+        Listener::Tcp(l) => api::serve(l, app, options.server.clone(), shutdown).await,
+    }
     if let Bound::Unix(path) = &bound {
         let _ = std::fs::remove_file(path);
     }
     info!("daemon stopped");
     drop(lock);
-    result.context("the API server failed")
+    Ok(())
 }
 
 /// Opens the journal, refusing to start over silently when one existed before: the marker

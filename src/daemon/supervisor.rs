@@ -29,7 +29,8 @@ use flotilla_actors::actors::{self, Dispatch, Exchange, Planner, Recovery, TaskG
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{Agent, Clock, Journal, Llm};
 use flotilla_actors::protocol::{
-    Event, EventKind, Published, RootHandoff, RunId, RunOutcome, TaskState, ToPlanner,
+    Event, EventKind, Published, RootHandoff, RunId, RunOutcome, TaskId, TaskState, ToPlanner,
+    ToTaskGraph, UserDecision,
 };
 use flotilla_actors::supervision::{Lifeline, StopCause, StopMember};
 use tokio::sync::broadcast;
@@ -701,6 +702,34 @@ impl Drop for Supervisor {
                 runs = live,
                 "supervisor stopped with live runs; they resume at the next start"
             );
+        }
+    }
+}
+
+/// A human's decision for a task waiting on one (`flotilla decide`), forwarded to the run's
+/// TaskGraph, which checks it and journals what it does. Answers false if the run is not
+/// live in this daemon.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct DecideTask {
+    pub run: RunId,
+    pub task: TaskId,
+    pub decision: UserDecision,
+}
+
+impl Handler<DecideTask> for Supervisor {
+    type Result = bool;
+
+    fn handle(&mut self, msg: DecideTask, _: &mut Context<Self>) -> bool {
+        match self.runs.get(&msg.run).map(|e| &e.life) {
+            Some(Life::Live(members)) => {
+                members.task_graph.do_send(ToTaskGraph::UserDecision {
+                    task: msg.task,
+                    decision: msg.decision,
+                });
+                true
+            }
+            _ => false,
         }
     }
 }

@@ -204,11 +204,262 @@ fn help_explains_every_command() {
         .success();
     let help = String::from_utf8(out.get_output().stdout.clone()).unwrap();
     for command in [
-        "daemon", "submit", "tail", "status", "graph", "cancel", "runs",
+        "daemon", "submit", "tail", "status", "graph", "cancel", "decide", "runs",
     ] {
         assert!(
             help.contains(command),
             "--help does not mention {command}:\n{help}"
         );
     }
+}
+
+/// Runs a two-task project to completion and returns (state dir, daemon, run id).
+fn finished_run(scenario: &str) -> (tempfile::TempDir, DaemonProcess, String) {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    write_project(repo.path(), scenario);
+    let daemon = DaemonProcess::start(state.path());
+    let out = flotilla(state.path())
+        .args(["submit", "build it", "--detach", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .success();
+    let run = String::from_utf8(out.get_output().stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string();
+    // Follow it to its end (whatever its outcome).
+    let followed = flotilla(state.path())
+        .args(["tail", &run])
+        .timeout(std::time::Duration::from_secs(60))
+        .assert();
+    let finished = String::from_utf8_lossy(&followed.get_output().stdout).into_owned();
+    assert!(finished.contains("run finished"), "{finished}");
+    (state, daemon, run)
+}
+
+#[test]
+fn tail_since_the_end_of_a_finished_run_prints_nothing_and_exits_with_its_code() {
+    let (state, _daemon, run) = finished_run(TWO_TASKS);
+    let out = flotilla(state.path())
+        .args(["tail", &run, "--json"])
+        .assert()
+        .success();
+    let last: serde_json::Value = serde_json::from_str(
+        String::from_utf8(out.get_output().stdout.clone())
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    let last_seq = last["seq"].as_u64().unwrap();
+    for since in [last_seq, last_seq + 100] {
+        for json in [false, true] {
+            let mut cmd = flotilla(state.path());
+            cmd.args(["tail", &run, "--since", &since.to_string()]);
+            if json {
+                cmd.arg("--json");
+            }
+            // Before the fix this looped on "lost the daemon; reconnecting…" forever.
+            cmd.timeout(std::time::Duration::from_secs(30))
+                .assert()
+                .success()
+                .stdout("")
+                .stderr(predicates::str::contains("reconnecting").not());
+        }
+    }
+    // A failed run's code is 1, as when following it live.
+    let (state, _daemon, run) = finished_run(
+        r#"
+        [[planner.answers]]
+        tasks = [{ description = "needs credentials", scope = ["a.rs"] }]
+        [tasks.t1]
+        outcome = "blocked"
+        summary = "no database credentials"
+        "#,
+    );
+    flotilla(state.path())
+        .args(["tail", &run, "--since", "1000000"])
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .code(1)
+        .stdout("");
+}
+
+#[test]
+fn a_closed_stdout_ends_every_printing_command_quietly() {
+    let (state, _daemon, run) = finished_run(TWO_TASKS);
+    for args in [
+        vec!["tail", run.as_str()],
+        vec!["tail", run.as_str(), "--json"],
+        vec!["status", run.as_str()],
+        vec!["runs"],
+        vec!["graph", run.as_str()],
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .arg("--state-dir")
+            .arg(state.path())
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .env("RUST_BACKTRACE", "0")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the reading end before the command writes: like `| head` that has had enough.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?}: quietly");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    }
+}
+
+/// Retitles the terminal, clears it, writes the clipboard, returns the carriage, reverses
+/// the line.
+const HOSTILE: &str = "x\\u001b]0;pwned\\u0007\\u001b[2J\\u001b]52;c;ZXZpbA==\\u0007\\r\\u202eevil";
+
+#[test]
+fn what_models_wrote_reaches_the_terminal_escaped_in_every_command() {
+    let scenario = format!(
+        r#"
+        [[planner.answers]]
+        tasks = [
+          {{ description = "{HOSTILE}", scope = ["a.rs"] }},
+          {{ description = "second {HOSTILE}", scope = ["b.rs"] }},
+        ]
+        [tasks.t1]
+        summary = "{HOSTILE}"
+        [tasks.t2]
+        outcome = "blocked"
+        summary = "{HOSTILE}"
+        "#
+    );
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    write_project(repo.path(), &scenario);
+    let _daemon = DaemonProcess::start(state.path());
+    let request = "build \u{1b}]0;owned\u{7} it\r";
+    let submitted = flotilla(state.path())
+        .args(["submit", request, "--repo"])
+        .arg(repo.path())
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(1);
+    let stderr = String::from_utf8(submitted.get_output().stderr.clone()).unwrap();
+    let run = stderr.split_whitespace().nth(1).unwrap().to_string();
+    let mut outputs = vec![("submit".to_string(), submitted.get_output().stdout.clone())];
+    for args in [
+        vec!["tail", run.as_str()],
+        vec!["tail", run.as_str(), "--json"],
+        vec!["status", run.as_str()],
+        vec!["status", run.as_str(), "--json"],
+        vec!["status"],
+        vec!["runs"],
+        vec!["runs", "--json"],
+        vec!["graph", run.as_str()],
+        vec!["graph", run.as_str(), "--format", "dot"],
+        vec!["graph", run.as_str(), "--format", "json"],
+    ] {
+        let out = flotilla(state.path()).args(&args).assert();
+        let out = out.get_output();
+        outputs.push((args.join(" "), out.stdout.clone()));
+        outputs.push((format!("{} (stderr)", args.join(" ")), out.stderr.clone()));
+    }
+    for (command, bytes) in outputs {
+        let text = String::from_utf8(bytes).unwrap();
+        let bad: Vec<char> = text
+            .chars()
+            .filter(|&c| (c.is_control() && c != '\n') || c == '\u{202e}')
+            .collect();
+        assert!(bad.is_empty(), "{command} printed {bad:?}:\n{text}");
+    }
+    let status = flotilla(state.path()).args(["status", &run]).assert();
+    let status = String::from_utf8(status.get_output().stdout.clone()).unwrap();
+    assert!(
+        status.contains("t2 [failed]") && status.contains("failed: blocked: x\\x1b]0;pwned"),
+        "{status}"
+    );
+}
+
+#[test]
+fn a_daemon_error_is_escaped_on_the_error_line() {
+    let state = tempfile::tempdir().unwrap();
+    let _daemon = DaemonProcess::start(state.path());
+    // The daemon quotes the id it could not parse; the CLI must not replay it raw.
+    let out = flotilla(state.path())
+        .args(["status", "\u{1b}]0;pwned\u{7}\u{202e}"])
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(
+        !stderr
+            .chars()
+            .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+        "{stderr:?}"
+    );
+}
+
+#[tokio::test]
+async fn decide_answers_a_task_waiting_for_the_user() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    write_project(repo.path(), crate::daemon::USER_DECIDES);
+    let _daemon = DaemonProcess::start(state.path());
+    let out = flotilla(state.path())
+        .args(["submit", "pick a design", "--detach", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .success();
+    let run = String::from_utf8(out.get_output().stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string();
+    let client = DaemonProcess::client(state.path());
+    let mut stream = client.events(&run, None).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        use futures::StreamExt;
+        while let Some(e) = stream.next().await {
+            if matches!(
+                e.unwrap().kind,
+                flotilla_actors::protocol::EventKind::AwaitingUserDecision { .. }
+            ) {
+                return;
+            }
+        }
+        panic!("no decision was asked for");
+    })
+    .await
+    .unwrap();
+    // Exactly one decision: none, or two, is a usage error.
+    flotilla(state.path())
+        .args(["decide", &run, "t1"])
+        .assert()
+        .code(2);
+    flotilla(state.path())
+        .args(["decide", &run, "t1", "--fail", "--complete"])
+        .assert()
+        .code(2);
+    flotilla(state.path())
+        .args(["decide", &run, "t1", "--accept", "t1.7"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("not a completed subtask of t1"));
+    flotilla(state.path())
+        .args(["decide", &run, "t1", "--fail"])
+        .assert()
+        .success()
+        .stdout("decided: t1 fails\n");
+    flotilla(state.path())
+        .args(["tail", &run])
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(1)
+        .stdout(
+            predicates::str::contains("t1 failed: declined by the user")
+                .and(predicates::str::contains("run finished: failed")),
+        );
 }

@@ -288,3 +288,110 @@ async fn shutdown_closes_open_event_streams_promptly() {
     );
     stopper.join().unwrap();
 }
+
+/// t1 proposes two subtasks and leaves the choice to a human.
+pub const USER_DECIDES: &str = r#"
+[[planner.answers]]
+tasks = [{ description = "explore two designs", scope = ["src"] }]
+[tasks.t1]
+outcome = "subplan"
+[tasks.t1.subplan]
+reason = "ambiguity"
+stop_when = "user_decision"
+subtasks = [
+  { description = "design one", scope = ["src/one.rs"] },
+  { description = "design two", scope = ["src/two.rs"] },
+]
+[tasks."t1.2"]
+summary = "design two, the better one"
+"#;
+
+#[tokio::test]
+async fn a_user_decision_ends_a_task_waiting_for_one() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let c = &daemon.client;
+    let run = submit(c, repo.path(), run_config(USER_DECIDES, 2)).await;
+    let mut stream = c.events(&run, None).await.unwrap();
+    let waiting = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(e) = stream.next().await {
+            if let EventKind::AwaitingUserDecision { parent } = e.unwrap().kind {
+                return parent;
+            }
+        }
+        panic!("the stream ended before the decision was asked for")
+    })
+    .await
+    .unwrap();
+    assert_eq!(waiting.to_string(), "t1");
+
+    let decide = |task: &str, body: serde_json::Value| {
+        let path = format!("/v1/runs/{run}/tasks/{task}/decision");
+        async move {
+            let (status, answer) = c
+                .raw(
+                    Method::POST,
+                    &path,
+                    Some(serde_json::to_vec(&body).unwrap()),
+                )
+                .await
+                .unwrap();
+            let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+            (status, answer)
+        }
+    };
+    let accept = |subtask: &str| serde_json::json!({ "decision": "accept", "subtask": subtask });
+    // Mistakes are clear errors, and change nothing.
+    for (task, body, want, needle) in [
+        ("t9", accept("t1.2"), StatusCode::NOT_FOUND, "no task t9"),
+        (
+            "x!",
+            accept("t1.2"),
+            StatusCode::BAD_REQUEST,
+            "not a task id",
+        ),
+        ("t1.1", accept("t1.2"), StatusCode::CONFLICT, "not waiting"),
+        (
+            "t1",
+            accept("t1"),
+            StatusCode::CONFLICT,
+            "not a completed subtask",
+        ),
+        (
+            "t1",
+            serde_json::json!({ "decision": "maybe" }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "maybe",
+        ),
+    ] {
+        let (status, answer) = decide(task, body).await;
+        assert_eq!(status, want, "{task}: {answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains(needle),
+            "{answer}"
+        );
+    }
+    let (status, answer) = decide("t1", accept("t1.2")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+
+    let rest: Vec<_> = tokio::time::timeout(
+        Duration::from_secs(60),
+        stream.map(|e| e.unwrap()).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome(&rest), Some(RunOutcome::Completed));
+    let status: serde_json::Value = c.get(&format!("/v1/runs/{run}")).await.unwrap();
+    let t1 = status["graph"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "t1")
+        .unwrap();
+    assert_eq!(t1["state"], "completed", "{t1}");
+    assert_eq!(t1["summary"], "design two, the better one", "{t1}");
+    // The run is over: nothing left to decide.
+    let (status, answer) = decide("t1", accept("t1.2")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    daemon.stop();
+}

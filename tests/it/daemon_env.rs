@@ -145,6 +145,7 @@ impl InProcessDaemon {
             state_dir: state.path().to_path_buf(),
             listen,
             journal_faults: setup.faults,
+            server: Default::default(),
         };
         let shutdown = CancellationToken::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();

@@ -1,5 +1,6 @@
 //! flotilla's integration tests: one binary, one shared harness.
 
+mod api_limits;
 mod big_run;
 mod budgets;
 mod cli;

@@ -262,6 +262,7 @@ fn serve_once(state_dir: &Path) -> Option<String> {
         state_dir: state_dir.to_path_buf(),
         listen: flotilla::daemon::Listen::Unix(state_dir.join("daemon.sock")),
         journal_faults: None,
+        server: Default::default(),
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     let stop = shutdown.clone();
