@@ -250,11 +250,12 @@ impl Dispatch {
 
 impl Dispatch {
     /// Tells the graph (for the planner) how many worker slots stay free after a hand-out,
-    /// when that number changed. The planner uses it to plan only when there is capacity to
-    /// use; a message per change, never a poll.
-    fn report_capacity(&mut self) {
+    /// when that number changed, and after every `Ready`: the planner lowers its count by
+    /// the tasks of a batch it just got accepted, and this confirms or corrects it. The
+    /// planner uses it to plan only when there is capacity to use; messages, never a poll.
+    fn report_capacity(&mut self, always: bool) {
         let free = self.limits.max_workers.saturating_sub(self.busy_workers);
-        if self.reported_free != Some(free) {
+        if always || self.reported_free != Some(free) {
             self.reported_free = Some(free);
             self.graph.do_send(ToTaskGraph::WorkerCapacity { free });
         }
@@ -269,6 +270,7 @@ impl Handler<ToDispatch> for Dispatch {
     type Result = ();
 
     fn handle(&mut self, msg: ToDispatch, _: &mut Context<Self>) {
+        let after_ready = matches!(msg, ToDispatch::Ready(_));
         match msg {
             ToDispatch::Ready(tasks) => {
                 for task in tasks {
@@ -280,7 +282,7 @@ impl Handler<ToDispatch> for Dispatch {
             ToDispatch::Release { task } => self.release(&task),
         }
         self.pump();
-        self.report_capacity();
+        self.report_capacity(after_ready);
     }
 }
 
