@@ -255,8 +255,8 @@ impl Tally {
             EventKind::TaskCompleted { task, handoff, .. } => {
                 set(task, TaskState::Completed);
                 if let Some(h) = handoff {
-                    self.tokens += h.metrics.tokens_in + h.metrics.tokens_out;
-                    self.cost += h.metrics.cost_usd.micros();
+                    self.tokens = self.tokens.saturating_add(h.metrics.spent().tokens);
+                    self.cost = self.cost.saturating_add(h.metrics.cost_usd.micros());
                 }
             }
             EventKind::TaskFailed { task, .. } => set(task, TaskState::Failed),
@@ -265,8 +265,9 @@ impl Tally {
                 set(parent, TaskState::WaitingForSubtasks)
             }
             EventKind::PlannerResponded { usage, .. } => {
-                self.tokens += usage.tokens_in + usage.tokens_out;
-                self.cost += usage.cost_usd.micros();
+                let used = usage.tokens_in.saturating_add(usage.tokens_out);
+                self.tokens = self.tokens.saturating_add(used);
+                self.cost = self.cost.saturating_add(usage.cost_usd.micros());
             }
             _ => {}
         }

@@ -42,7 +42,8 @@ pub struct Limits {
     /// any dimension is refused (`RejectionReason::TaskBudgetTooLarge`), never clamped.
     pub max_task_budget: Budget,
     /// What the whole run may spend: every task's charged spend plus the planner's usage.
-    /// Past it the run stops planning and dispatching and ends `Failed`.
+    /// Past it, in any dimension, the run stops planning and dispatching and ends `Failed`.
+    /// Its wall time is agent time, summed over tasks that may run side by side.
     pub run_budget: Budget,
     /// Rejected subplans one task attempt may propose before the task is stopped (K): it
     /// then completes with its last usable handoff, or fails with `ProposalLoop`.

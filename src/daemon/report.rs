@@ -74,9 +74,9 @@ pub fn status(
     for e in events {
         match &e.kind {
             EventKind::PlannerResponded { usage, .. } => {
-                tokens_in += usage.tokens_in;
-                tokens_out += usage.tokens_out;
-                cost += usage.cost_usd.micros();
+                tokens_in = tokens_in.saturating_add(usage.tokens_in);
+                tokens_out = tokens_out.saturating_add(usage.tokens_out);
+                cost = cost.saturating_add(usage.cost_usd.micros());
             }
             EventKind::TaskCompleted {
                 handoff: Some(h), ..
@@ -84,9 +84,9 @@ pub fn status(
             | EventKind::DecompositionAccepted {
                 handoff: Some(h), ..
             } => {
-                tokens_in += h.metrics.tokens_in;
-                tokens_out += h.metrics.tokens_out;
-                cost += h.metrics.cost_usd.micros();
+                tokens_in = tokens_in.saturating_add(h.metrics.tokens_in);
+                tokens_out = tokens_out.saturating_add(h.metrics.tokens_out);
+                cost = cost.saturating_add(h.metrics.cost_usd.micros());
             }
             _ => {}
         }

@@ -37,6 +37,11 @@ fn reported_spend_is_charged_to_the_task_and_the_run() {
     assert_eq!(g.task(&task("t1")).unwrap().spent, tokens(300));
     assert_eq!(g.run_spent(), tokens(300));
     assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Running);
+    let snap = g.snapshot();
+    assert_eq!(
+        (snap.run_spent, snap.run_budget),
+        (tokens(300), Limits::default().run_budget)
+    );
 }
 
 #[test]
@@ -532,4 +537,97 @@ async fn spend_over_the_run_budget_stops_the_run_failed_with_the_figures() {
         tasks: vec![spec("c", &["c"])],
     });
     h.dispatch.expect_none().await;
+}
+
+/// Overflow checks are on in release builds too, so the daemon's status and the CLI's live
+/// line must saturate a model's token counts, not panic on them.
+#[test]
+fn huge_reported_token_counts_do_not_crash_status_or_the_live_line() {
+    let run = RunId::generate();
+    let mut greedy = Handoff::complete("done");
+    greedy.metrics.tokens_in = u64::MAX;
+    greedy.metrics.tokens_out = u64::MAX;
+    let kinds = vec![
+        EventKind::TaskAdded {
+            task: task("t1"),
+            spec: spec("a", &["a"]),
+            budget: tokens(10),
+            depends_on: Vec::new(),
+        },
+        EventKind::TaskReady { task: task("t1") },
+        EventKind::TaskDispatched {
+            task: task("t1"),
+            attempt: 1,
+            profile: "w".into(),
+            route: Route::Worker,
+        },
+        EventKind::TaskStarted {
+            task: task("t1"),
+            attempt: 1,
+        },
+        EventKind::DecompositionAccepted {
+            parent: task("t1"),
+            attempt: 1,
+            reason: DecompositionReason::TooLarge,
+            stop_when: StopCondition::AllSubtasksComplete,
+            subtasks: Vec::new(),
+            handoff: Some(greedy.clone()),
+            artifacts: Vec::new(),
+        },
+        EventKind::SubtasksCompleted { parent: task("t1") },
+        EventKind::TaskCompleted {
+            task: task("t1"),
+            attempt: 1,
+            handoff: Some(greedy),
+            artifacts: Vec::new(),
+        },
+    ];
+    let events: Vec<Event> = kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, kind)| Event {
+            seq: i as u64 + 1,
+            run,
+            at_ms: 0,
+            kind,
+        })
+        .collect();
+    let mut tally = flotilla::render::Tally::default();
+    for e in &events {
+        tally.observe(e);
+    }
+    let line = tally.summary(0);
+    assert!(line.contains(&format!("{} tokens", u64::MAX)), "{line}");
+    let record = flotilla::journal::RunRecord {
+        id: run,
+        request: "r".into(),
+        repo: std::path::PathBuf::from("/tmp"),
+        config: serde_json::Value::Null,
+        created_ms: 0,
+        outcome: None,
+    };
+    let status = flotilla::daemon::report::status(&record, Limits::default(), &events).unwrap();
+    assert_eq!(status.tokens_in, u64::MAX);
+}
+
+#[test]
+fn spend_of_an_interrupted_attempt_still_counts_against_the_next_subplan() {
+    let mut g = running(Limits::default(), Budget::new(1_000, Usd::ZERO, 60_000));
+    g.spend_reported(&task("t1"), 1, tokens(700)).unwrap();
+    // The daemon restarts: attempt 1 is interrupted without being charged a retry...
+    g.interrupt_in_flight().unwrap();
+    g.dispatched(&task("t1"), 2, "w", Route::Worker).unwrap();
+    g.started(&task("t1"), 2).unwrap();
+    // ...but its spend is real: attempt 2 has 300 tokens to give away, not 1,000.
+    let plan = subplan(
+        "t1",
+        vec![capped("x", &["a/x"], Budget::new(400, Usd::ZERO, 1_000))],
+    );
+    let events = g.complete(report("t1", 2, None, Some(plan))).unwrap();
+    match rejection(&events) {
+        RejectionReason::BudgetExceeded { needed, remaining } => {
+            assert_eq!((needed.tokens, remaining.tokens), (400, 300));
+        }
+        other => panic!("expected BudgetExceeded, got {other:?}"),
+    }
 }

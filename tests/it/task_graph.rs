@@ -414,7 +414,7 @@ async fn cancelling_the_run_cancels_everything_and_finishes_it() {
         h.events.expect_kind("run_finished").await,
         EventKind::RunFinished {
             outcome: RunOutcome::Cancelled,
-            reason: None
+            reason: Some("user cancelled the run".into())
         }
     );
     let snap = h.snapshot().await;

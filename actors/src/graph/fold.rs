@@ -164,9 +164,9 @@ impl RunGraph {
                 self.set_state(ix, TaskState::Synthesizing)?;
             }
             EventKind::PlanningFinished => self.planning_finished = true,
-            EventKind::RunCancelRequested { .. } => {
+            EventKind::RunCancelRequested { reason } => {
                 self.planning_finished = true;
-                self.cancel_requested = true;
+                self.cancel_requested = Some(reason.clone());
             }
             EventKind::RunFinished { outcome, reason } => {
                 self.outcome = Some(*outcome);

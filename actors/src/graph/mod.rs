@@ -123,7 +123,8 @@ pub struct RunGraph {
     /// Open (not yet finished, not waiting) tasks by fingerprint, for rule (h).
     open_fingerprints: HashMap<Fingerprint, NodeIndex>,
     planning_finished: bool,
-    cancel_requested: bool,
+    /// Why the whole run is being cancelled, once it is.
+    cancel_requested: Option<String>,
     /// The planner's last error, once it gave up.
     planner_gave_up: Option<String>,
     /// Root-planner calls recorded so far; the next call's index.
@@ -152,7 +153,7 @@ impl RunGraph {
             decompositions: 0,
             open_fingerprints: HashMap::new(),
             planning_finished: false,
-            cancel_requested: false,
+            cancel_requested: None,
             planner_gave_up: None,
             planner_calls: 0,
             run_spent: Budget::default(),

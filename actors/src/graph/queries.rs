@@ -141,6 +141,9 @@ impl RunGraph {
                 .collect(),
             planning_finished: self.planning_finished,
             outcome: self.outcome,
+            run_spent: self.run_spent,
+            run_budget: self.limits.run_budget,
+            finish_reason: self.finish_reason.clone(),
         }
     }
 

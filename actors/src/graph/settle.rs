@@ -55,8 +55,8 @@ impl RunGraph {
             let (outcome, reason) = if let Some((spent, budget)) = self.budget_exhausted {
                 let why = format!("budget exhausted: the run spent {spent} of its {budget}");
                 (RunOutcome::Failed, Some(why))
-            } else if self.cancel_requested {
-                (RunOutcome::Cancelled, None)
+            } else if let Some(why) = &self.cancel_requested {
+                (RunOutcome::Cancelled, Some(why.clone()))
             } else if let Some(error) = &self.planner_gave_up {
                 let why = format!("the planner gave up: {error}");
                 (RunOutcome::Failed, Some(why))

@@ -12,6 +12,15 @@ pub struct GraphSnapshot {
     pub tasks: Vec<TaskView>,
     pub planning_finished: bool,
     pub outcome: Option<RunOutcome>,
+    /// What the run spent so far (every task's charged spend plus the planner's usage), and
+    /// what it may spend.
+    #[serde(default)]
+    pub run_spent: Budget,
+    #[serde(default)]
+    pub run_budget: Budget,
+    /// Why the run finished as it did (see `EventKind::RunFinished`).
+    #[serde(default)]
+    pub finish_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
