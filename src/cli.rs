@@ -408,7 +408,10 @@ pub async fn follow(
                 Some(Ok(event)) => event,
                 _ => break,
             };
-            last = Some(event.seq);
+            // Notices (seq 0) are not in the journal: resuming from them would replay all.
+            if event.seq > 0 {
+                last = Some(event.seq);
+            }
             if json {
                 println!("{}", serde_json::to_string(&event).unwrap_or_default());
             } else {

@@ -57,6 +57,21 @@ pub struct SqliteJournal {
     path: PathBuf,
 }
 
+/// Why a journal that should exist could not be opened as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(
+        "the journal {path} is missing, but this state directory had one; flotilla will not silently start a new, empty journal"
+    )]
+    Missing { path: PathBuf },
+    #[error(
+        "the journal {path} is empty, but this state directory had one with runs in it; flotilla will not silently start over"
+    )]
+    Empty { path: PathBuf },
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
 fn storage(e: impl std::fmt::Display) -> JournalError {
     JournalError::Storage(e.to_string())
 }
@@ -65,6 +80,23 @@ impl SqliteJournal {
     /// Opens (creating if needed) the journal and brings its schema up to date. Called once
     /// at daemon start-up, before any actor runs.
     pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
+        match Self::open_checked(path, clock, false) {
+            Ok(journal) => Ok(journal),
+            Err(OpenError::Journal(e)) => Err(e),
+            Err(other) => Err(storage(other)),
+        }
+    }
+
+    /// Like [`open`](Self::open), but when `must_exist` (a journal was created here before)
+    /// a missing file or one without a schema is an error instead of a fresh start.
+    pub fn open_checked(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        must_exist: bool,
+    ) -> Result<Self, OpenError> {
+        if must_exist && !path.exists() {
+            return Err(OpenError::Missing { path: path.into() });
+        }
         let mut conn = Connection::open(path).map_err(storage)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(storage)?;
@@ -76,6 +108,12 @@ impl SqliteJournal {
             .map_err(storage)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(storage)?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(storage)?;
+        if must_exist && version == 0 {
+            return Err(OpenError::Empty { path: path.into() });
+        }
         migrate(&mut conn)?;
         Ok(SqliteJournal {
             conn: Arc::new(Mutex::new(conn)),
@@ -153,7 +191,19 @@ impl SqliteJournal {
                 .map_err(storage)?;
             let mut runs = Vec::new();
             for row in rows {
-                let (id, request, repo, config, created_ms, finished) = row.map_err(storage)?;
+                // One unreadable row must not hide every other run (nor stop the daemon
+                // from starting): it is skipped, or its run is listed with what is readable.
+                let (id, request, repo, config, created_ms, finished) = match row {
+                    Ok(row) => row,
+                    Err(e) => {
+                        tracing::error!(error = %e, "skipping an unreadable row of the runs table");
+                        continue;
+                    }
+                };
+                let Ok(id) = id.parse::<RunId>() else {
+                    tracing::error!(id = %id, "skipping a run whose id is unreadable");
+                    continue;
+                };
                 let outcome = match finished {
                     Some(data) => match serde_json::from_str::<EventKind>(&data) {
                         Ok(EventKind::RunFinished { outcome, .. }) => Some(outcome),
@@ -162,10 +212,11 @@ impl SqliteJournal {
                     None => None,
                 };
                 runs.push(RunRecord {
-                    id: id.parse().map_err(storage)?,
+                    id,
                     request,
                     repo: PathBuf::from(repo),
-                    config: serde_json::from_str(&config).map_err(storage)?,
+                    // Null fails to load as a `RunConfig`, which marks the run damaged.
+                    config: serde_json::from_str(&config).unwrap_or(serde_json::Value::Null),
                     created_ms: created_ms as u64,
                     outcome,
                 });

@@ -67,6 +67,7 @@ fn run_daemon(
     let options = DaemonOptions {
         state_dir: state_dir.clone(),
         listen,
+        journal_faults: None,
     };
     let system = actix_rt::System::new();
     let outcome = system.block_on(async move {

@@ -1,6 +1,7 @@
 //! Where flotilla keeps its state: `$FLOTILLA_STATE_DIR`, else `$XDG_STATE_HOME/flotilla`,
 //! else `~/.local/state/flotilla`. The directory is private (0700): it holds the journal,
-//! the daemon's socket and its bearer token.
+//! the daemon's socket and its bearer token, the lock that makes one daemon its only owner,
+//! and the marker that says a journal existed here.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,22 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
 
 pub fn token_path(state_dir: &Path) -> PathBuf {
     state_dir.join("token")
+}
+
+/// Held (an exclusive `flock`) by the daemon for its whole life; holds its PID.
+pub fn lock_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("daemon.lock")
+}
+
+/// Written once the journal exists: a journal that later goes missing or empty is then a
+/// loss to report, not a first start.
+pub fn journal_marker_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("journal.marker")
+}
+
+/// Scratch workspaces of agent attempts (until attempts get git worktrees).
+pub fn workspaces_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("workspaces")
 }
 
 /// Creates the state directory with mode 0700 (and tightens an existing one).

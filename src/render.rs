@@ -199,6 +199,14 @@ pub fn event_line(e: &Event, style: &Style) -> String {
         EventKind::RunBudgetExhausted { spent, budget } => style.bad(&format!(
             "run budget exhausted: spent {spent} of {budget}; stopping"
         )),
+        EventKind::RunRestarted { restart, reason } => style.bad(&format!(
+            "run restarted from the journal (restart {restart}): {}",
+            shorten(reason, 120)
+        )),
+        EventKind::JournalUnavailable { error } => style.bad(&format!(
+            "the journal cannot be written; the run is paused and retries: {}",
+            shorten(error, 120)
+        )),
         EventKind::RunFinished { outcome, reason } => {
             let why = reason
                 .as_ref()

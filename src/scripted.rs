@@ -13,11 +13,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use flotilla_actors::ports::{
-    Agent, AgentError, AgentReport, ChatRole, Llm, LlmError, LlmRequest, LlmResponse, Role,
+    Agent, AgentError, AgentReport, AttemptContext, ChatRole, Llm, LlmError, LlmRequest,
+    LlmResponse, Role,
 };
 use flotilla_actors::protocol::{
-    Assignment, DecompositionReason, Handoff, HandoffMetrics, HandoffStatus, ProposedSubplan,
-    RejectionReason, StopCondition, SubtaskProposal, SubtaskResult, TaskId, Usage,
+    Assignment, Budget, DecompositionReason, Handoff, HandoffMetrics, HandoffStatus,
+    ProposedSubplan, RejectionReason, StopCondition, SubtaskProposal, SubtaskResult, TaskId, Usage,
+    Usd,
 };
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -122,6 +124,8 @@ pub enum Outcome {
     Malformed,
     /// The agent never answers (the worker's wall-time limit ends it).
     Hang,
+    /// The agent call panics (a bug in an agent backend): only its own attempt may suffer.
+    Panic,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -255,6 +259,8 @@ pub enum AgentCall {
     Run {
         task: TaskId,
         attempt: u32,
+        /// Where it was told to work.
+        workspace: PathBuf,
     },
     Revise {
         task: TaskId,
@@ -290,20 +296,38 @@ impl ScriptedAgent {
         }
     }
 
+    /// Plays one step. Like a real agent it reports its spend through the attempt context
+    /// as soon as it starts working (so budgets bind before the step ends), writes a note
+    /// into its workspace when it has one, and stops as soon as the attempt is called off.
     fn play(
         &self,
         task: &TaskId,
         step: AgentStep,
         fallback_summary: String,
+        attempt: AttemptContext,
+        workspace_note: bool,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         let defaults = self.scenario.agent.clone();
         let task = task.clone();
-        Box::pin(async move {
-            sleep_ms(step.delay_ms.or(defaults.delay_ms).unwrap_or(0)).await;
+        let cancel = attempt.cancel.clone();
+        let work = async move {
             let outcome = step
                 .outcome
                 .or(defaults.outcome)
                 .unwrap_or(Outcome::Complete);
+            let tokens = step.tokens.or(defaults.tokens).unwrap_or(1_000);
+            if !matches!(outcome, Outcome::Crash | Outcome::Malformed) {
+                attempt.spend.report(Budget::new(tokens, Usd::ZERO, 0));
+            }
+            if workspace_note {
+                let note = attempt.workspace.join("flotilla-scripted-agent.txt");
+                tokio::fs::write(&note, format!("scripted agent worked on {task}\n"))
+                    .await
+                    .map_err(|e| {
+                        AgentError::Crashed(format!("cannot write {}: {e}", note.display()))
+                    })?;
+            }
+            sleep_ms(step.delay_ms.or(defaults.delay_ms).unwrap_or(0)).await;
             let status = match outcome {
                 Outcome::Crash => {
                     return Err(AgentError::Crashed(format!("scripted crash of {task}")));
@@ -314,6 +338,7 @@ impl ScriptedAgent {
                     ));
                 }
                 Outcome::Hang => futures::future::pending().await,
+                Outcome::Panic => panic!("scripted panic in the agent call for {task}"),
                 Outcome::Subplan => {
                     let plan = step
                         .subplan
@@ -335,7 +360,6 @@ impl ScriptedAgent {
                 Outcome::Blocked => HandoffStatus::Blocked,
                 Outcome::Failed => HandoffStatus::Failed,
             };
-            let tokens = step.tokens.or(defaults.tokens).unwrap_or(1_000);
             let handoff = Handoff {
                 status,
                 summary: step
@@ -358,6 +382,13 @@ impl ScriptedAgent {
                 artifacts: Vec::new(),
                 subplan: None,
             })
+        };
+        Box::pin(async move {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Err(AgentError::Cancelled),
+                result = work => result,
+            }
         })
     }
 }
@@ -366,13 +397,14 @@ impl Agent for ScriptedAgent {
     fn run(
         &self,
         assignment: Assignment,
-        _workspace: PathBuf,
+        context: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         let task = assignment.task.task.clone();
         let attempt = assignment.task.attempt;
         self.record(AgentCall::Run {
             task: task.clone(),
             attempt,
+            workspace: context.workspace.clone(),
         });
         let step = self
             .scenario
@@ -388,6 +420,8 @@ impl Agent for ScriptedAgent {
             &task,
             step,
             format!("{task}: {}", assignment.task.spec.description),
+            context,
+            true,
         )
     }
 
@@ -395,6 +429,7 @@ impl Agent for ScriptedAgent {
         &self,
         assignment: Assignment,
         rejection: RejectionReason,
+        context: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         let task = assignment.task.task.clone();
         self.record(AgentCall::Revise {
@@ -410,6 +445,8 @@ impl Agent for ScriptedAgent {
             &task,
             step,
             format!("{task}: finished as is after the subplan was refused ({rejection})"),
+            context,
+            false,
         )
     }
 
@@ -417,6 +454,7 @@ impl Agent for ScriptedAgent {
         &self,
         parent: TaskId,
         results: Vec<SubtaskResult>,
+        context: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         self.record(AgentCall::Synthesize {
             task: parent.clone(),
@@ -435,6 +473,8 @@ impl Agent for ScriptedAgent {
             &parent,
             step,
             format!("{parent}: merged {} subtasks", results.len()),
+            context,
+            false,
         )
     }
 }

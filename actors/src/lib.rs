@@ -5,7 +5,8 @@
 //! - [`graph`]: the task graph as plain data (a fold of events) and subplan validation.
 //! - [`llm_output`]: parsing untrusted LLM answers into typed structs.
 //! - [`ports`]: traits for side effects (journal, LLM, agent, repo, clock) and in-memory fakes.
-//! - [`actors`]: TaskGraph, Dispatch, Planner and Worker, one actor per file.
+//! - [`actors`]: TaskGraph, Dispatch, Planner, WorkerPool and Worker, one actor per file.
+//! - [`supervision`]: how actors report that they ended (`Lifeline`), and `StopMember`.
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
 
@@ -15,3 +16,4 @@ pub mod graph;
 pub mod llm_output;
 pub mod ports;
 pub mod protocol;
+pub mod supervision;

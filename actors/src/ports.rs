@@ -5,17 +5,19 @@
 //! move the work onto a blocking thread inside that future; an actor awaiting a port never
 //! blocks its own thread (ARCHITECTURE.md, invariant 5).
 
+use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{
-    ArtifactRef, Assignment, Event, EventKind, Handoff, ProposedSubplan, RejectionReason, RunId,
-    SubtaskResult, TaskId, Usage,
+    ArtifactRef, Assignment, Budget, Event, EventKind, Handoff, ProposedSubplan, RejectionReason,
+    RunId, SubtaskResult, TaskId, Usage,
 };
 
 /// Wall-clock time for event timestamps. Timers use the runtime's clock, which tests pause.
@@ -132,6 +134,89 @@ impl Journal for MemoryJournal {
     }
 }
 
+/// Which fault a [`FailingJournal`] injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum JournalFault {
+    /// Appends go through.
+    None = 0,
+    /// Appends fail with a storage error, as on a full disk or a read-only file system.
+    FailAppends = 1,
+    /// The append future panics: a bug in the journal's caller's thread.
+    PanicOnAppend = 2,
+    /// The next append panics, then appends go through again.
+    PanicOnce = 3,
+}
+
+/// A switch shared between a [`FailingJournal`] and whoever drives the fault (a test, a
+/// drill): flipping it takes effect on the next append.
+#[derive(Debug, Clone, Default)]
+pub struct JournalFaults(Arc<AtomicU8>);
+
+impl JournalFaults {
+    pub fn set(&self, fault: JournalFault) {
+        self.0.store(fault as u8, Ordering::SeqCst)
+    }
+
+    pub fn get(&self) -> JournalFault {
+        match self.0.load(Ordering::SeqCst) {
+            1 => JournalFault::FailAppends,
+            2 => JournalFault::PanicOnAppend,
+            3 => JournalFault::PanicOnce,
+            _ => JournalFault::None,
+        }
+    }
+
+    /// The fault for one append: a `PanicOnce` is used up by the append that takes it.
+    fn take(&self) -> JournalFault {
+        let once = JournalFault::PanicOnce as u8;
+        match self
+            .0
+            .compare_exchange(once, 0, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => JournalFault::PanicOnce,
+            Err(_) => self.get(),
+        }
+    }
+}
+
+/// A `Journal` decorator whose appends fail (or panic) on demand; reads always go through.
+/// Ports that are never made to fail leave recovery code untested.
+pub struct FailingJournal {
+    inner: Arc<dyn Journal>,
+    faults: JournalFaults,
+}
+
+impl FailingJournal {
+    pub fn new(inner: Arc<dyn Journal>, faults: JournalFaults) -> Self {
+        FailingJournal { inner, faults }
+    }
+}
+
+impl Journal for FailingJournal {
+    fn append(
+        &self,
+        run: RunId,
+        events: Vec<EventKind>,
+    ) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
+        match self.faults.take() {
+            JournalFault::None => self.inner.append(run, events),
+            JournalFault::FailAppends => Box::pin(async {
+                Err(JournalError::Storage(
+                    "injected fault: the journal is not writable".into(),
+                ))
+            }),
+            JournalFault::PanicOnAppend | JournalFault::PanicOnce => {
+                Box::pin(async { panic!("injected fault: the journal append panicked") })
+            }
+        }
+    }
+
+    fn read(&self, run: RunId, after: u64) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
+        self.inner.read(run, after)
+    }
+}
+
 /// Which conversation an LLM call belongs to; selects the model and the system prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -193,6 +278,59 @@ pub enum AgentError {
     Malformed(String),
     #[error("the agent exceeded its time budget")]
     Timeout,
+    /// The attempt was called off (its token was cancelled) and the agent stopped.
+    #[error("the agent was called off")]
+    Cancelled,
+}
+
+/// Where an agent reports what it spends while it works, so that budgets bind during an
+/// attempt and not only at its end.
+#[derive(Clone)]
+pub struct SpendReporter(Arc<dyn Fn(Budget) + Send + Sync>);
+
+impl SpendReporter {
+    pub fn new(report: impl Fn(Budget) + Send + Sync + 'static) -> Self {
+        SpendReporter(Arc::new(report))
+    }
+
+    /// Reports to nobody: for agents called outside a run.
+    pub fn none() -> Self {
+        SpendReporter(Arc::new(|_| {}))
+    }
+
+    /// `spent` is what was spent since the previous report (not a running total).
+    pub fn report(&self, spent: Budget) {
+        (self.0)(spent)
+    }
+}
+
+impl fmt::Debug for SpendReporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SpendReporter")
+    }
+}
+
+/// What an agent gets with each call besides the work itself.
+#[derive(Debug, Clone)]
+pub struct AttemptContext {
+    /// Where it may work: a scratch directory of its own under the state directory (M5
+    /// makes it a git worktree). Never the user's checkout.
+    pub workspace: PathBuf,
+    /// Cancelled when the attempt is called off (cancel, timeout, budget, run end). An agent
+    /// must stop promptly, and stop what it started.
+    pub cancel: CancellationToken,
+    pub spend: SpendReporter,
+}
+
+impl AttemptContext {
+    /// A context that is never cancelled and reports spend to nobody.
+    pub fn detached(workspace: PathBuf) -> Self {
+        AttemptContext {
+            workspace,
+            cancel: CancellationToken::new(),
+            spend: SpendReporter::none(),
+        }
+    }
 }
 
 /// What an agent reports: a handoff, a subplan, or both (ADR-009). The worker wraps it in a
@@ -213,19 +351,21 @@ pub trait Agent: Send + Sync + 'static {
     fn run(
         &self,
         assignment: Assignment,
-        workspace: PathBuf,
+        attempt: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
     /// The agent's subplan was rejected: it may propose again or finish the task as it is.
     fn revise(
         &self,
         assignment: Assignment,
         rejection: RejectionReason,
+        attempt: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
     /// The subtasks of `parent` ended: merge their results into the parent's final report.
     fn synthesize(
         &self,
         parent: TaskId,
         results: Vec<SubtaskResult>,
+        attempt: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
 }
 

@@ -11,7 +11,7 @@
 //!
 //! `{id}` may be any unique prefix of a run id.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::report;
-use super::supervisor::{CancelRun, StartRun, Supervisor};
+use super::supervisor::{CancelAnswer, CancelRun, RunProblems, StartRun, Supervisor};
 use crate::config::RunConfig;
 use crate::journal::{RunRecord, SqliteJournal};
 
@@ -287,19 +287,38 @@ pub struct RunSummary {
     pub request: String,
     pub repo: String,
     pub created_ms: u64,
+    /// `running`, `damaged`, or the outcome.
     pub state: String,
+    /// What is wrong with the run right now (damaged, paused on the journal, restarting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// The supervisor's view of what is wrong with each run (damaged, paused, restarting).
+async fn problems(state: &AppState) -> HashMap<RunId, String> {
+    state.supervisor.send(RunProblems).await.unwrap_or_default()
 }
 
 async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>>, ApiError> {
     let runs = state.journal.runs().await?;
+    let mut problems = problems(&state).await;
     Ok(Json(
         runs.into_iter()
-            .map(|r| RunSummary {
-                id: r.id.to_string(),
-                request: r.request,
-                repo: r.repo.to_string_lossy().into_owned(),
-                created_ms: r.created_ms,
-                state: report::state_name(r.outcome).into(),
+            .map(|r| {
+                let problem = problems.remove(&r.id).filter(|_| r.outcome.is_none());
+                let damaged = problem.as_deref().is_some_and(|p| p.starts_with("damaged"));
+                RunSummary {
+                    id: r.id.to_string(),
+                    request: r.request,
+                    repo: r.repo.to_string_lossy().into_owned(),
+                    created_ms: r.created_ms,
+                    state: if damaged {
+                        "damaged".into()
+                    } else {
+                        report::state_name(r.outcome).into()
+                    },
+                    problem,
+                }
             })
             .collect(),
     ))
@@ -307,17 +326,25 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
 
 async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, ApiError> {
     let record = resolve(state, id).await?;
-    let config = run_config(&record)?;
-    let events = state.journal.read(record.id, 0).await?;
-    tokio::task::spawn_blocking(move || report::status(&record, config.limits, &events))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(|e| {
-            ApiError::new(
+    let problem = problems(state).await.remove(&record.id);
+    // A damaged run's stored config may be unreadable too: its status still shows.
+    let limits = run_config(&record).map(|c| c.limits).unwrap_or_default();
+    let events = match state.journal.read(record.id, 0).await {
+        Ok(events) => events,
+        Err(e) => {
+            return Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the journal does not replay: {e}"),
-            )
-        })
+                format!("run {} is damaged: {e}", record.id),
+            ));
+        }
+    };
+    let mut status = tokio::task::spawn_blocking(move || report::status(&record, limits, &events))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    if status.outcome_is_open() {
+        status.problem = status.problem.or(problem);
+    }
+    Ok(status)
 }
 
 async fn show_run(
@@ -338,7 +365,9 @@ async fn cancel_run(
             format!("run {} already finished ({outcome:?})", record.id),
         ));
     }
-    let live = state
+    // Answered only once the cancellation is in the journal: an acknowledged cancel
+    // survives a crash.
+    let answer = state
         .supervisor
         .send(CancelRun {
             run: record.id,
@@ -346,11 +375,23 @@ async fn cancel_run(
         })
         .await
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-    if !live {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!("run {} is not running in this daemon", record.id),
-        ));
+    match answer {
+        CancelAnswer::Journaled => {}
+        CancelAnswer::NotLive => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("run {} is not running in this daemon", record.id),
+            ));
+        }
+        CancelAnswer::Unavailable(why) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "run {} cannot be cancelled right now: {why}; try again",
+                    record.id
+                ),
+            ));
+        }
     }
     Ok((
         StatusCode::ACCEPTED,
@@ -429,6 +470,8 @@ impl Tail {
                 return None;
             }
             match self.live.recv().await {
+                // A notice (seq 0: not journaled) goes out at once and moves nothing.
+                Ok(e) if e.run == self.run && e.seq == 0 => return Some((e, self)),
                 Ok(e) if e.run == self.run && e.seq > self.last => self.backlog.push_back(e),
                 Ok(_) => {}
                 // Too slow to keep up with the live feed: catch up from the journal.
@@ -479,10 +522,13 @@ async fn events(
     let stream = futures::stream::unfold(tail, Tail::next)
         .map(|e| {
             let data = serde_json::to_string(&e).unwrap_or_else(|_| "{}".into());
-            Ok(SseEvent::default()
-                .id(e.seq.to_string())
-                .event(e.kind.name())
-                .data(data))
+            let sse = SseEvent::default().event(e.kind.name()).data(data);
+            // Notices carry no id, so that `Last-Event-ID` only ever names journal seqs.
+            Ok(if e.seq > 0 {
+                sse.id(e.seq.to_string())
+            } else {
+                sse
+            })
         })
         // End streams promptly at shutdown, or graceful shutdown would wait on them.
         .take_until(state.shutdown.clone().cancelled_owned());

@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod report;
+pub mod state_lock;
 pub mod supervisor;
 
 use std::net::SocketAddr;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 
 use actix::Actor;
 use anyhow::{Context as _, bail};
-use flotilla_actors::ports::{Clock, Journal, SystemClock};
+use flotilla_actors::ports::{Clock, FailingJournal, Journal, JournalFaults, SystemClock};
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -23,7 +24,8 @@ use tracing::{info, warn};
 use crate::config::RunConfig;
 use crate::journal::SqliteJournal;
 use crate::paths;
-use supervisor::{StartRun, Supervisor};
+use state_lock::StateLock;
+use supervisor::{RunDamaged, StartRun, Supervisor};
 
 #[derive(Debug, Clone)]
 pub enum Listen {
@@ -37,6 +39,9 @@ pub enum Listen {
 pub struct DaemonOptions {
     pub state_dir: PathBuf,
     pub listen: Listen,
+    /// A fault switch between the run actors and the journal, for tests and drills; `None`
+    /// in production.
+    pub journal_faults: Option<JournalFaults>,
 }
 
 /// Where the daemon ended up listening (a TCP port 0 becomes a real port).
@@ -62,13 +67,27 @@ pub async fn serve(
             options.state_dir.display()
         )
     })?;
+    // Before anything is opened for writing or resumed: one daemon per state directory.
+    let lock = StateLock::acquire(&options.state_dir)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let journal_path = paths::journal_path(&options.state_dir);
-    let journal = SqliteJournal::open(&journal_path, clock.clone())
-        .with_context(|| format!("cannot open the journal {}", journal_path.display()))?;
+    let journal = open_journal(&options.state_dir, clock.clone())?;
     let (hub, _) = broadcast::channel(4096);
-    let supervisor = Supervisor::new(journal.clone(), clock, hub.clone()).start();
-    resume_unfinished(&journal, &supervisor).await?;
+    let journal_port: Arc<dyn Journal> = match &options.journal_faults {
+        Some(faults) => Arc::new(FailingJournal::new(
+            Arc::new(journal.clone()),
+            faults.clone(),
+        )),
+        None => Arc::new(journal.clone()),
+    };
+    let supervisor = Supervisor::new(
+        journal.clone(),
+        journal_port,
+        clock,
+        hub.clone(),
+        paths::workspaces_dir(&options.state_dir),
+    )
+    .start();
+    resume_unfinished(&journal, &supervisor).await;
 
     let (listener, bound, token) = bind(&options).await?;
     let state = api::AppState {
@@ -98,27 +117,70 @@ pub async fn serve(
         let _ = std::fs::remove_file(path);
     }
     info!("daemon stopped");
+    drop(lock);
     result.context("the API server failed")
 }
 
-async fn resume_unfinished(
-    journal: &SqliteJournal,
-    supervisor: &actix::Addr<Supervisor>,
-) -> anyhow::Result<()> {
-    for record in journal
-        .runs()
-        .await?
-        .into_iter()
-        .filter(|r| r.outcome.is_none())
-    {
+/// Opens the journal, refusing to start over silently when one existed before: the marker
+/// beside it says so.
+fn open_journal(state_dir: &Path, clock: Arc<dyn Clock>) -> anyhow::Result<SqliteJournal> {
+    let journal_path = paths::journal_path(state_dir);
+    let marker = paths::journal_marker_path(state_dir);
+    let had_journal = marker.exists();
+    let journal = SqliteJournal::open_checked(&journal_path, clock, had_journal).with_context(|| {
+        if had_journal {
+            format!(
+                "cannot open the journal {}. If it was lost for good and you want to start over, delete {}",
+                journal_path.display(),
+                marker.display()
+            )
+        } else {
+            format!("cannot open the journal {}", journal_path.display())
+        }
+    })?;
+    if !had_journal {
+        std::fs::write(
+            &marker,
+            format!(
+                "flotilla: a journal was created at {} by PID {}; a daemon that finds it missing or empty refuses to start\n",
+                journal_path.display(),
+                std::process::id()
+            ),
+        )
+        .with_context(|| format!("cannot write {}", marker.display()))?;
+    }
+    Ok(journal)
+}
+
+/// Resumes every unfinished run. A run that cannot be loaded is reported damaged; it never
+/// stops the daemon from starting or the other runs from resuming.
+async fn resume_unfinished(journal: &SqliteJournal, supervisor: &actix::Addr<Supervisor>) {
+    let runs = match journal.runs().await {
+        Ok(runs) => runs,
+        Err(e) => {
+            warn!(error = %e, "cannot list the journal's runs; none resumed");
+            return;
+        }
+    };
+    for record in runs.into_iter().filter(|r| r.outcome.is_none()) {
+        let damaged = |reason: String| RunDamaged {
+            run: record.id,
+            reason,
+        };
         let config: RunConfig = match serde_json::from_value(record.config.clone()) {
             Ok(c) => c,
             Err(e) => {
-                warn!(run = %record.id, error = %e, "cannot resume run: its stored config is unreadable");
+                supervisor.do_send(damaged(format!("its stored config is unreadable: {e}")));
                 continue;
             }
         };
-        let events = journal.read(record.id, 0).await?;
+        let events = match journal.read(record.id, 0).await {
+            Ok(events) => events,
+            Err(e) => {
+                supervisor.do_send(damaged(e.to_string()));
+                continue;
+            }
+        };
         info!(run = %record.id, events = events.len(), "resuming run");
         let started = supervisor
             .send(StartRun {
@@ -128,12 +190,13 @@ async fn resume_unfinished(
                 config,
                 journal: events,
             })
-            .await?;
-        if let Err(e) = started {
-            warn!(run = %record.id, error = %e, "cannot resume run");
+            .await;
+        match started {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(run = %record.id, error = %e, "cannot resume run"),
+            Err(e) => warn!(run = %record.id, error = %e, "the supervisor is gone"),
         }
     }
-    Ok(())
 }
 
 enum Listener {

@@ -25,6 +25,10 @@ pub struct RunStatus {
     pub cost_usd: f64,
     pub last_seq: u64,
     pub graph: GraphSnapshot,
+    /// What is wrong with the run, if anything: damaged (its journal does not replay; the
+    /// graph then shows what replayed), or paused because the journal cannot be written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -38,6 +42,13 @@ pub struct Counts {
     pub cancelled: usize,
 }
 
+impl RunStatus {
+    /// Neither finished nor damaged.
+    pub fn outcome_is_open(&self) -> bool {
+        self.state == "running"
+    }
+}
+
 pub fn state_name(outcome: Option<RunOutcome>) -> &'static str {
     match outcome {
         None => "running",
@@ -47,12 +58,17 @@ pub fn state_name(outcome: Option<RunOutcome>) -> &'static str {
     }
 }
 
-pub fn status(
-    record: &RunRecord,
-    limits: Limits,
-    events: &[Event],
-) -> Result<RunStatus, GraphError> {
-    let graph = RunGraph::replay(limits, events.iter().map(|e| &e.kind))?;
+/// The run's status from its journal. A journal that does not replay still gives a status:
+/// the graph as far as it replayed, the state `damaged` and the reason.
+pub fn status(record: &RunRecord, limits: Limits, events: &[Event]) -> RunStatus {
+    let mut graph = RunGraph::new(limits);
+    let mut damage: Option<(u64, GraphError)> = None;
+    for e in events {
+        if let Err(error) = graph.apply(&e.kind) {
+            damage = Some((e.seq, error));
+            break;
+        }
+    }
     let snapshot = graph.snapshot();
     let mut counts = Counts {
         total: snapshot.tasks.len(),
@@ -91,19 +107,26 @@ pub fn status(
             _ => {}
         }
     }
-    Ok(RunStatus {
+    let state = match (&damage, graph.outcome()) {
+        (_, Some(outcome)) => state_name(Some(outcome)),
+        (Some(_), None) => "damaged",
+        (None, None) => state_name(None),
+    };
+    RunStatus {
         id: record.id.to_string(),
         request: record.request.clone(),
         repo: record.repo.to_string_lossy().into_owned(),
         created_ms: record.created_ms,
-        state: state_name(graph.outcome()).into(),
+        state: state.into(),
         counts,
         tokens_in,
         tokens_out,
         cost_usd: Usd::from_micros(cost).dollars(),
         last_seq: events.last().map_or(0, |e| e.seq),
         graph: snapshot,
-    })
+        problem: damage
+            .map(|(seq, error)| format!("damaged: the journal does not replay at #{seq}: {error}")),
+    }
 }
 
 fn label(description: &str) -> String {

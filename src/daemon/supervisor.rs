@@ -1,6 +1,20 @@
 //! The run supervisor: starts the actors of each run (new or recovered from the journal),
-//! keeps their addresses for cancellation, and forwards every journaled event to the
-//! daemon's broadcast hub for the event streams.
+//! holds every one of them, learns when one stops, and ends them all when the run ends.
+//! It also forwards every journaled event to the daemon's broadcast hub for the streams.
+//!
+//! Supervision (ADR-006): every member of a run (TaskGraph, Dispatch, Planner, WorkerPool)
+//! holds a [`Lifeline`] that tells the supervisor when it ends, however it ends. A member
+//! that ends while its run is live means the run's actors no longer agree, so the supervisor
+//! stops the others and restarts the whole run from the journal, which is the truth:
+//! - because the journal could not be written: the run waits and retries with backoff
+//!   (the stream and `status` say so), and resumes once appends go through again; such
+//!   retries are not charged, the disk is not the run's fault;
+//! - for any other reason (a panic, a broken invariant): the restart is journaled
+//!   (`RunRestarted`), and after `max_run_restarts` of them the run ends `Failed` with the
+//!   reason, so a run that keeps crashing cannot loop forever, even across daemon restarts.
+//!
+//! A run whose journal does not replay is *damaged*: it is listed with the reason and left
+//! alone; every other run, and the daemon, keep working.
 //!
 //! It is an actor because actors can only be started from inside the actix System: HTTP
 //! handlers run on tokio tasks and ask the supervisor instead.
@@ -8,16 +22,18 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
-use flotilla_actors::actors::{Dispatch, Exchange, Planner, Recovery, TaskGraph, Worker};
+use flotilla_actors::actors::{self, Dispatch, Exchange, Planner, Recovery, TaskGraph, WorkerPool};
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{Agent, Clock, Journal, Llm};
 use flotilla_actors::protocol::{
-    Event, EventKind, Published, RootHandoff, RunId, TaskState, ToPlanner, ToTaskGraph,
+    Event, EventKind, Published, RootHandoff, RunId, RunOutcome, TaskState, ToPlanner,
 };
+use flotilla_actors::supervision::{Lifeline, StopCause, StopMember};
 use tokio::sync::broadcast;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::config::RunConfig;
 use crate::journal::SqliteJournal;
@@ -25,25 +41,344 @@ use crate::scripted::{ScriptedAgent, ScriptedLlm};
 
 const ROOT_PLANNER_PROMPT: &str = include_str!("../../prompts/root-planner.md");
 
+/// First wait before retrying a run whose journal could not be written; doubles up to
+/// [`JOURNAL_RETRY_MAX`].
+const JOURNAL_RETRY_FIRST: Duration = Duration::from_millis(500);
+const JOURNAL_RETRY_MAX: Duration = Duration::from_secs(30);
+/// Wait before restarting a run whose member died: enough to let its old actors go.
+const RESTART_DELAY: Duration = Duration::from_millis(50);
+
+/// Which actor of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Member {
+    TaskGraph,
+    Dispatch,
+    Planner,
+    Workers,
+}
+
+/// A member of a run ended (from its lifeline).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct MemberStopped {
+    pub run: RunId,
+    pub generation: u64,
+    pub member: Member,
+    pub cause: StopCause,
+}
+
+/// The live actors of a run.
+#[derive(Clone)]
+pub struct RunMembers {
+    pub task_graph: Addr<TaskGraph>,
+    pub dispatch: Addr<Dispatch>,
+    pub planner: Addr<Planner>,
+    pub workers: Addr<WorkerPool>,
+}
+
+impl RunMembers {
+    fn stop_all(&self) {
+        self.task_graph.do_send(StopMember);
+        self.dispatch.do_send(StopMember);
+        self.planner.do_send(StopMember);
+        self.workers.do_send(StopMember);
+    }
+
+    /// Whether any of them still runs.
+    pub fn any_alive(&self) -> bool {
+        self.task_graph.connected()
+            || self.dispatch.connected()
+            || self.planner.connected()
+            || self.workers.connected()
+    }
+}
+
+enum Life {
+    Live(RunMembers),
+    /// Stopped; a `RestartRun` timer is pending.
+    Restarting,
+    /// The journal does not replay (the reason is the entry's problem): left alone.
+    Damaged,
+}
+
+struct RunEntry {
+    request: String,
+    config: RunConfig,
+    /// Bumped on every (re)start; notices from older members are ignored.
+    generation: u64,
+    life: Life,
+    /// Restarts after a member died, as journaled (`RunRestarted`).
+    restarts: u32,
+    /// Consecutive retries that found the journal unwritable.
+    journal_retries: u32,
+    /// What is wrong right now, for `status` and `runs`.
+    problem: Option<String>,
+    /// The run must end Failed with this reason once the journal takes it.
+    failing: Option<String>,
+}
+
 pub struct Supervisor {
+    /// The journal for the supervisor's own records (runs, restarts, failures).
     journal: SqliteJournal,
+    /// What the run actors append through: the journal, or a fault-injecting decorator.
+    journal_port: Arc<dyn Journal>,
     clock: Arc<dyn Clock>,
     hub: broadcast::Sender<Event>,
-    live: HashMap<RunId, Addr<TaskGraph>>,
+    /// Runs' scratch workspaces live below it, one directory per run.
+    workspaces: PathBuf,
+    runs: HashMap<RunId, RunEntry>,
 }
 
 impl Supervisor {
     pub fn new(
         journal: SqliteJournal,
+        journal_port: Arc<dyn Journal>,
         clock: Arc<dyn Clock>,
         hub: broadcast::Sender<Event>,
+        workspaces: PathBuf,
     ) -> Self {
         Supervisor {
             journal,
+            journal_port,
             clock,
             hub,
-            live: HashMap::new(),
+            workspaces,
+            runs: HashMap::new(),
         }
+    }
+
+    fn lifeline(
+        &self,
+        run: RunId,
+        generation: u64,
+        member: Member,
+        ctx: &Context<Self>,
+    ) -> Lifeline {
+        let supervisor = ctx.address().recipient::<MemberStopped>();
+        Lifeline::new(move |cause| {
+            supervisor.do_send(MemberStopped {
+                run,
+                generation,
+                member,
+                cause,
+            })
+        })
+    }
+
+    /// Publishes an event that is not in the journal (seq 0): a notice for live streams.
+    fn notice(&self, run: RunId, kind: EventKind) {
+        let _ = self.hub.send(Event {
+            seq: 0,
+            run,
+            at_ms: self.clock.now_ms(),
+            kind,
+        });
+    }
+
+    /// Replays `journal` and starts the run's actors. Marks the run damaged if the journal
+    /// does not replay.
+    fn start_members(
+        &mut self,
+        run: RunId,
+        journal: &[Event],
+        ctx: &mut Context<Self>,
+    ) -> Result<(), String> {
+        let Some(entry) = self.runs.get_mut(&run) else {
+            return Err(format!("run {run} is not known to the supervisor"));
+        };
+        let config = entry.config.clone();
+        let graph_state =
+            match RunGraph::replay(config.limits.clone(), journal.iter().map(|e| &e.kind)) {
+                Ok(graph) => graph,
+                Err(e) => {
+                    let reason = format!("the journal does not replay: {e}");
+                    error!(%run, %reason, "run damaged");
+                    entry.problem = Some(format!("damaged: {reason}"));
+                    entry.life = Life::Damaged;
+                    return Err(reason);
+                }
+            };
+        entry.restarts = journal
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::RunRestarted { .. }))
+            .count() as u32;
+        if graph_state.outcome().is_some() {
+            self.runs.remove(&run);
+            return Ok(());
+        }
+        entry.generation += 1;
+        let generation = entry.generation;
+        let request = entry.request.clone();
+        let recovering = journal.len() > 1;
+        let conversation: Vec<Exchange> = journal
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::PlannerResponded {
+                    prompt, content, ..
+                } => Some(Exchange {
+                    prompt: prompt.clone(),
+                    answer: content.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        let recovery = recovering.then(|| recovery(&graph_state, journal, self.clock.now_ms()));
+        let planner_calls = graph_state.planner_calls();
+
+        let llm: Arc<dyn Llm> = Arc::new(ScriptedLlm::new(config.scenario.clone()));
+        let agent: Arc<dyn Agent> = Arc::new(ScriptedAgent::new(config.scenario.clone()));
+
+        let graph_ctx = Context::<TaskGraph>::new();
+        let graph_addr = graph_ctx.address();
+        let workers = WorkerPool::new(
+            run,
+            agent,
+            graph_addr.clone().recipient(),
+            self.workspaces.join(run.to_string()),
+            Duration::from_millis(config.limits.default_budget.wall_time_ms.max(1)),
+        )
+        .watched(self.lifeline(run, generation, Member::Workers, ctx))
+        .start();
+        // The subplanner route is served by the worker pool's agent until the Subplanner
+        // actor exists: a scripted agent answers wide tasks with a subplan.
+        let dispatch = Dispatch::new(
+            run,
+            config.limits.clone(),
+            config.profiles(),
+            graph_addr.clone().recipient(),
+            workers.clone().recipient(),
+            workers.clone().recipient(),
+        )
+        .watched(self.lifeline(run, generation, Member::Dispatch, ctx))
+        .start();
+        let planner = Planner::new(
+            run,
+            request,
+            ROOT_PLANNER_PROMPT.to_string(),
+            llm,
+            graph_addr.clone().recipient(),
+            config.planner.clone(),
+        )
+        .resuming(conversation)
+        .watched(self.lifeline(run, generation, Member::Planner, ctx))
+        .start();
+        let mut task_graph = TaskGraph::new(
+            run,
+            graph_state,
+            self.journal_port.clone(),
+            dispatch.clone().recipient(),
+            Some(ctx.address().recipient()),
+        )
+        .with_planner(planner.clone().recipient())
+        .with_default_agent(workers.clone().recipient())
+        .watched(self.lifeline(run, generation, Member::TaskGraph, ctx));
+        if let Some(recovery) = recovery {
+            task_graph = task_graph.resuming(recovery);
+        }
+        graph_ctx.run(task_graph);
+        if planner_calls == 0 {
+            planner.do_send(ToPlanner::Start);
+        }
+        info!(%run, recovering, generation, "run started");
+        if let Some(entry) = self.runs.get_mut(&run) {
+            entry.life = Life::Live(RunMembers {
+                task_graph: graph_addr,
+                dispatch,
+                planner,
+                workers,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads the run's journal again and starts it from there (or journals its failure).
+    fn restart(&mut self, run: RunId, ctx: &mut Context<Self>) {
+        let Some(entry) = self.runs.get(&run) else {
+            return;
+        };
+        if let Some(reason) = entry.failing.clone() {
+            self.journal_failure(run, reason, ctx);
+            return;
+        }
+        let read = self.journal.read(run, 0);
+        ctx.spawn(
+            read.into_actor(self)
+                .map(move |result, act, ctx| match result {
+                    Ok(events) => {
+                        if let Err(e) = act.start_members(run, &events, ctx) {
+                            warn!(%run, error = %e, "cannot restart the run");
+                        }
+                    }
+                    Err(e) => {
+                        act.retry_later(run, format!("the journal could not be read: {e}"), ctx)
+                    }
+                }),
+        );
+    }
+
+    /// The journal refused a write (or a read): say so, and try again later.
+    fn retry_later(&mut self, run: RunId, problem: String, ctx: &mut Context<Self>) {
+        let Some(entry) = self.runs.get_mut(&run) else {
+            return;
+        };
+        entry.life = Life::Restarting;
+        let delay = JOURNAL_RETRY_FIRST
+            .saturating_mul(1u32 << entry.journal_retries.min(16))
+            .min(JOURNAL_RETRY_MAX);
+        entry.journal_retries = entry.journal_retries.saturating_add(1);
+        warn!(%run, %problem, retry_in_ms = delay.as_millis() as u64, "run paused");
+        entry.problem = Some(problem.clone());
+        self.notice(run, EventKind::JournalUnavailable { error: problem });
+        ctx.run_later(delay, move |act, ctx| act.restart(run, ctx));
+    }
+
+    /// Ends the run `Failed` with `reason`, once the journal takes it.
+    fn journal_failure(&mut self, run: RunId, reason: String, ctx: &mut Context<Self>) {
+        if let Some(entry) = self.runs.get_mut(&run) {
+            entry.failing = Some(reason.clone());
+            entry.life = Life::Restarting;
+        }
+        let append = self.journal.append(
+            run,
+            vec![EventKind::RunFinished {
+                outcome: RunOutcome::Failed,
+                reason: Some(reason),
+            }],
+        );
+        ctx.spawn(
+            append
+                .into_actor(self)
+                .map(move |result, act, ctx| match result {
+                    Ok(events) => {
+                        for event in events {
+                            act.publish(event);
+                        }
+                    }
+                    Err(e) => {
+                        act.retry_later(run, format!("the journal could not be written: {e}"), ctx)
+                    }
+                }),
+        );
+    }
+
+    /// A journaled event on its way to the streams; a finished run's actors are stopped.
+    fn publish(&mut self, event: Event) {
+        if let EventKind::RunFinished { outcome, .. } = &event.kind {
+            info!(run = %event.run, ?outcome, "run finished");
+            if let Some(entry) = self.runs.remove(&event.run)
+                && let Life::Live(members) = entry.life
+            {
+                members.stop_all();
+            }
+        } else if let Some(entry) = self.runs.get_mut(&event.run) {
+            // An append went through: whatever kept the journal from being written is over.
+            if matches!(entry.life, Life::Live(_)) && entry.journal_retries > 0 {
+                entry.journal_retries = 0;
+                entry.problem = None;
+            }
+        }
+        // No subscriber is not an error: nobody is tailing.
+        let _ = self.hub.send(event);
     }
 }
 
@@ -63,13 +398,43 @@ pub struct StartRun {
     pub journal: Vec<Event>,
 }
 
-/// Cancel a live run. Answers false if the run is not live in this daemon.
+/// A run the daemon could not even load (its stored config or events are unreadable):
+/// listed as damaged with the reason.
 #[derive(Message)]
-#[rtype(result = "bool")]
+#[rtype(result = "()")]
+pub struct RunDamaged {
+    pub run: RunId,
+    pub reason: String,
+}
+
+/// How a cancel went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelAnswer {
+    /// The cancellation is journaled; the run is winding down.
+    Journaled,
+    /// The run is not live in this daemon (finished, or unknown).
+    NotLive,
+    /// The run is between two lives (restarting, or waiting for the journal): try again.
+    Unavailable(String),
+}
+
+/// Cancel a live run. Answered once the cancellation is in the journal.
+#[derive(Message)]
+#[rtype(result = "CancelAnswer")]
 pub struct CancelRun {
     pub run: RunId,
     pub reason: String,
 }
+
+/// What is wrong with each run that has a problem (damaged, journal unwritable, restarting).
+#[derive(Message)]
+#[rtype(result = "HashMap<RunId, String>")]
+pub struct RunProblems;
+
+/// The live actors of a run, if it is live: for tests and diagnostics.
+#[derive(Message)]
+#[rtype(result = "Option<RunMembers>")]
+pub struct GetRunMembers(pub RunId);
 
 impl Handler<StartRun> for Supervisor {
     type Result = Result<(), String>;
@@ -78,78 +443,113 @@ impl Handler<StartRun> for Supervisor {
         let StartRun {
             run,
             request,
-            repo,
+            repo: _,
             config,
             journal,
         } = msg;
-        let graph_state = RunGraph::replay(config.limits.clone(), journal.iter().map(|e| &e.kind))
-            .map_err(|e| format!("run {run}: the journal does not replay: {e}"))?;
-        if graph_state.outcome().is_some() {
-            return Ok(());
+        if let Some(Life::Live(_)) = self.runs.get(&run).map(|e| &e.life) {
+            return Err(format!("run {run} is already live"));
         }
-        let recovering = journal.len() > 1;
-        let conversation: Vec<Exchange> = journal
-            .iter()
-            .filter_map(|e| match &e.kind {
-                EventKind::PlannerResponded {
-                    prompt, content, ..
-                } => Some(Exchange {
-                    prompt: prompt.clone(),
-                    answer: content.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
-        let recovery = recovering.then(|| recovery(&graph_state, &journal, self.clock.now_ms()));
-        let planner_calls = graph_state.planner_calls();
+        self.runs.insert(
+            run,
+            RunEntry {
+                request,
+                config,
+                generation: 0,
+                life: Life::Restarting,
+                restarts: 0,
+                journal_retries: 0,
+                problem: None,
+                failing: None,
+            },
+        );
+        self.start_members(run, &journal, ctx)
+    }
+}
 
-        let llm: Arc<dyn Llm> = Arc::new(ScriptedLlm::new(config.scenario.clone()));
-        let agent: Arc<dyn Agent> = Arc::new(ScriptedAgent::new(config.scenario.clone()));
-        let journal_port: Arc<dyn Journal> = Arc::new(self.journal.clone());
+impl Handler<RunDamaged> for Supervisor {
+    type Result = ();
 
-        let graph_ctx = Context::<TaskGraph>::new();
-        let graph_addr = graph_ctx.address();
-        let worker = Worker::new(agent, graph_addr.clone().recipient(), repo).start();
-        // The subplanner route is served by the worker's agent until the Subplanner actor
-        // exists (M3): a scripted agent answers wide tasks with a subplan.
-        let dispatch = Dispatch::new(
-            run,
-            config.limits.clone(),
-            config.profiles(),
-            graph_addr.clone().recipient(),
-            worker.clone().recipient(),
-            worker.clone().recipient(),
-        )
-        .start();
-        let planner = Planner::new(
-            run,
-            request,
-            ROOT_PLANNER_PROMPT.to_string(),
-            llm,
-            graph_addr.clone().recipient(),
-            config.planner.clone(),
-        )
-        .resuming(conversation)
-        .start();
-        let mut task_graph = TaskGraph::new(
-            run,
-            graph_state,
-            journal_port,
-            dispatch.recipient(),
-            Some(ctx.address().recipient()),
-        )
-        .with_planner(planner.clone().recipient())
-        .with_default_agent(worker.recipient());
-        if let Some(recovery) = recovery {
-            task_graph = task_graph.resuming(recovery);
+    fn handle(&mut self, msg: RunDamaged, _: &mut Context<Self>) {
+        error!(run = %msg.run, reason = %msg.reason, "run damaged");
+        self.runs.insert(
+            msg.run,
+            RunEntry {
+                request: String::new(),
+                config: RunConfig::default(),
+                generation: 0,
+                problem: Some(format!("damaged: {}", msg.reason)),
+                life: Life::Damaged,
+                restarts: 0,
+                journal_retries: 0,
+                failing: None,
+            },
+        );
+    }
+}
+
+impl Handler<MemberStopped> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: MemberStopped, ctx: &mut Context<Self>) {
+        let run = msg.run;
+        let max_restarts = {
+            let Some(entry) = self.runs.get_mut(&run) else {
+                return;
+            };
+            if entry.generation != msg.generation {
+                return; // an actor of an earlier life, stopped on purpose
+            }
+            let Life::Live(members) = &entry.life else {
+                return;
+            };
+            // The others must not act on a run whose actors no longer agree.
+            members.stop_all();
+            entry.life = Life::Restarting;
+            entry.config.limits.max_run_restarts
+        };
+        warn!(%run, member = ?msg.member, cause = %msg.cause, "a run actor stopped");
+        match msg.cause {
+            StopCause::JournalUnwritable(e) => {
+                self.retry_later(run, format!("the journal could not be written: {e}"), ctx)
+            }
+            cause => {
+                let Some(entry) = self.runs.get_mut(&run) else {
+                    return;
+                };
+                let restart = entry.restarts.saturating_add(1);
+                let reason = format!("the run's {:?} actor {cause}", msg.member);
+                if restart > max_restarts {
+                    let reason = format!(
+                        "{reason}; the run was already restarted {} times (max_run_restarts = {max_restarts})",
+                        entry.restarts
+                    );
+                    self.journal_failure(run, reason, ctx);
+                    return;
+                }
+                entry.problem = Some(format!("restarting: {reason}"));
+                let append = self
+                    .journal
+                    .append(run, vec![EventKind::RunRestarted { restart, reason }]);
+                ctx.spawn(
+                    append
+                        .into_actor(self)
+                        .map(move |result, act, ctx| match result {
+                            Ok(events) => {
+                                for event in events {
+                                    act.publish(event);
+                                }
+                                ctx.run_later(RESTART_DELAY, move |act, ctx| act.restart(run, ctx));
+                            }
+                            Err(e) => act.retry_later(
+                                run,
+                                format!("the journal could not be written: {e}"),
+                                ctx,
+                            ),
+                        }),
+                );
+            }
         }
-        graph_ctx.run(task_graph);
-        if planner_calls == 0 {
-            planner.do_send(ToPlanner::Start);
-        }
-        info!(%run, recovering, "run started");
-        self.live.insert(run, graph_addr);
-        Ok(())
     }
 }
 
@@ -185,7 +585,7 @@ fn recovery(graph: &RunGraph, journal: &[Event], now_ms: u64) -> Recovery {
                 EventKind::DecompositionAccepted { parent, .. } if *parent == task => Some(e.at_ms),
                 _ => None,
             })?;
-            let due = accepted_at + graph.deadline_ms(&task)?;
+            let due = accepted_at.saturating_add(graph.deadline_ms(&task)?);
             Some((task, due.saturating_sub(now_ms)))
         })
         .collect();
@@ -196,18 +596,81 @@ fn recovery(graph: &RunGraph, journal: &[Event], now_ms: u64) -> Recovery {
 }
 
 impl Handler<CancelRun> for Supervisor {
-    type Result = bool;
+    type Result = ResponseActFuture<Self, CancelAnswer>;
 
-    fn handle(&mut self, msg: CancelRun, _: &mut Context<Self>) -> bool {
-        match self.live.get(&msg.run) {
-            Some(graph) => {
-                graph.do_send(ToTaskGraph::Cancel {
-                    task: None,
-                    reason: msg.reason,
-                });
-                true
+    fn handle(&mut self, msg: CancelRun, _: &mut Context<Self>) -> Self::Result {
+        let Some(entry) = self.runs.get(&msg.run) else {
+            return Box::pin(fut::ready(CancelAnswer::NotLive));
+        };
+        match &entry.life {
+            Life::Live(members) => {
+                let asked = members
+                    .task_graph
+                    .send(actors::CancelRun { reason: msg.reason });
+                Box::pin(asked.into_actor(self).map(|answer, _, _| match answer {
+                    Ok(Ok(())) => CancelAnswer::Journaled,
+                    Ok(Err(e)) => CancelAnswer::Unavailable(e.to_string()),
+                    Err(_) => CancelAnswer::Unavailable(
+                        "the run's task graph stopped; it is being restarted".into(),
+                    ),
+                }))
             }
-            None => false,
+            Life::Restarting => Box::pin(fut::ready(CancelAnswer::Unavailable(
+                entry
+                    .problem
+                    .clone()
+                    .unwrap_or_else(|| "the run is restarting".into()),
+            ))),
+            Life::Damaged => {
+                // A damaged run has no actors: its end is journaled directly.
+                let run = msg.run;
+                let append = self.journal.append(
+                    run,
+                    vec![EventKind::RunFinished {
+                        outcome: RunOutcome::Cancelled,
+                        reason: Some(msg.reason),
+                    }],
+                );
+                Box::pin(
+                    append
+                        .into_actor(self)
+                        .map(move |result, act, _| match result {
+                            Ok(events) => {
+                                for event in events {
+                                    act.publish(event);
+                                }
+                                CancelAnswer::Journaled
+                            }
+                            Err(e) => CancelAnswer::Unavailable(format!(
+                                "the journal could not be written: {e}"
+                            )),
+                        }),
+                )
+            }
+        }
+    }
+}
+
+impl Handler<RunProblems> for Supervisor {
+    type Result = MessageResult<RunProblems>;
+
+    fn handle(&mut self, _: RunProblems, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(
+            self.runs
+                .iter()
+                .filter_map(|(run, e)| e.problem.clone().map(|p| (*run, p)))
+                .collect(),
+        )
+    }
+}
+
+impl Handler<GetRunMembers> for Supervisor {
+    type Result = Option<RunMembers>;
+
+    fn handle(&mut self, GetRunMembers(run): GetRunMembers, _: &mut Context<Self>) -> Self::Result {
+        match self.runs.get(&run).map(|e| &e.life) {
+            Some(Life::Live(members)) => Some(members.clone()),
+            _ => None,
         }
     }
 }
@@ -216,20 +679,20 @@ impl Handler<Published> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, Published(event): Published, _: &mut Context<Self>) {
-        if let EventKind::RunFinished { outcome, .. } = &event.kind {
-            info!(run = %event.run, ?outcome, "run finished");
-            self.live.remove(&event.run);
-        }
-        // No subscriber is not an error: nobody is tailing.
-        let _ = self.hub.send(event);
+        self.publish(event);
     }
 }
 
 impl Drop for Supervisor {
     fn drop(&mut self) {
-        if !self.live.is_empty() {
-            error!(
-                runs = self.live.len(),
+        let live = self
+            .runs
+            .values()
+            .filter(|e| matches!(e.life, Life::Live(_)))
+            .count();
+        if live > 0 {
+            info!(
+                runs = live,
                 "supervisor stopped with live runs; they resume at the next start"
             );
         }

@@ -606,7 +606,7 @@ fn huge_reported_token_counts_do_not_crash_status_or_the_live_line() {
         created_ms: 0,
         outcome: None,
     };
-    let status = flotilla::daemon::report::status(&record, Limits::default(), &events).unwrap();
+    let status = flotilla::daemon::report::status(&record, Limits::default(), &events);
     assert_eq!(status.tokens_in, u64::MAX);
 }
 

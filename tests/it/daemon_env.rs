@@ -13,6 +13,7 @@ use flotilla::client::{Client, Endpoint};
 use flotilla::config::RunConfig;
 use flotilla::daemon::{self, Bound, DaemonOptions, Listen};
 use flotilla::scripted::Scenario;
+use flotilla_actors::ports::JournalFaults;
 use flotilla_actors::protocol::{Event, EventKind, RunOutcome};
 use futures::StreamExt;
 use tempfile::TempDir;
@@ -36,20 +37,106 @@ pub fn run_config(scenario_toml: &str, max_workers: usize) -> serde_json::Value 
     serde_json::to_value(config).unwrap()
 }
 
+/// How to start an in-process daemon.
+#[derive(Default)]
+pub struct DaemonSetup {
+    /// Loopback TCP with a token instead of the Unix socket.
+    pub tcp: bool,
+    /// Reuse this state directory (a restart); a fresh one otherwise.
+    pub state: Option<TempDir>,
+    /// A fault switch between the run actors and the journal.
+    pub faults: Option<JournalFaults>,
+}
+
+/// What an in-process daemon logged (its thread's tracing output).
+#[derive(Clone, Default)]
+pub struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl LogBuffer {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+    type Writer = LogBuffer;
+    fn make_writer(&'a self) -> LogBuffer {
+        self.clone()
+    }
+}
+
+/// The last `limit` events of the journal in `state_dir`, one line each, for failure
+/// reports (ripgrep-style: a failing test shows what the daemon did).
+pub fn journal_dump(state_dir: &Path, limit: usize) -> String {
+    let path = state_dir.join("journal.sqlite");
+    let Ok(conn) =
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    else {
+        return format!("(no journal at {})", path.display());
+    };
+    let Ok(mut stmt) =
+        conn.prepare("SELECT seq, run, kind, data FROM events ORDER BY seq DESC LIMIT ?1")
+    else {
+        return "(the journal has no events table)".into();
+    };
+    let rows: Vec<String> = stmt
+        .query_map([limit as i64], |r| {
+            Ok(format!(
+                "#{} {} {} {}",
+                r.get::<_, i64>(0)?,
+                &r.get::<_, String>(1)?[..8],
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?
+            ))
+        })
+        .map(|rows| rows.filter_map(Result::ok).collect())
+        .unwrap_or_default();
+    rows.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+/// Prints the journal and the daemon's log when the test is failing.
+fn report_failure(state_dir: &Path, log: &str) {
+    if std::thread::panicking() {
+        eprintln!(
+            "---- the test failed; journal (last 300 events) in {}:\n{}\n---- daemon log:\n{log}\n----",
+            state_dir.display(),
+            journal_dump(state_dir, 300)
+        );
+    }
+}
+
 /// A daemon running on its own thread (its own actix System) inside the test process.
 pub struct InProcessDaemon {
     pub client: Client,
     pub bound: Bound,
     /// Kept alive for the daemon's lifetime (journal, socket).
-    _state: TempDir,
+    state: Option<TempDir>,
+    log: LogBuffer,
     shutdown: CancellationToken,
     thread: Option<JoinHandle<anyhow::Result<()>>>,
 }
 
 impl InProcessDaemon {
     pub fn start(tcp: bool) -> Self {
-        let state = tempfile::tempdir().unwrap();
-        let listen = if tcp {
+        Self::start_with(DaemonSetup {
+            tcp,
+            ..DaemonSetup::default()
+        })
+    }
+
+    pub fn start_with(setup: DaemonSetup) -> Self {
+        let state = setup.state.unwrap_or_else(|| tempfile::tempdir().unwrap());
+        let listen = if setup.tcp {
             Listen::Tcp("127.0.0.1:0".parse().unwrap())
         } else {
             Listen::Unix(state.path().join("daemon.sock"))
@@ -57,11 +144,20 @@ impl InProcessDaemon {
         let options = DaemonOptions {
             state_dir: state.path().to_path_buf(),
             listen,
+            journal_faults: setup.faults,
         };
         let shutdown = CancellationToken::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let token = shutdown.clone();
+        let log = LogBuffer::default();
+        let writer = log.clone();
         let thread = std::thread::spawn(move || {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(writer)
+                .with_ansi(false)
+                .with_env_filter("info")
+                .finish();
+            let _log = tracing::subscriber::set_default(subscriber);
             actix_rt::System::new().block_on(async move {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 tokio::spawn(async move {
@@ -72,9 +168,17 @@ impl InProcessDaemon {
                 daemon::serve(options, token, Some(tx)).await
             })
         });
-        let bound = ready_rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the daemon did not become ready");
+        let bound = match ready_rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(bound) => bound,
+            Err(_) => {
+                shutdown.cancel();
+                let outcome = thread.join();
+                panic!(
+                    "the daemon did not become ready: {outcome:?}\nlog:\n{}",
+                    log.text()
+                );
+            }
+        };
         let endpoint = match &bound {
             Bound::Unix(path) => Endpoint::Unix(path.clone()),
             Bound::Tcp { addr, token_file } => Endpoint::Tcp {
@@ -88,10 +192,15 @@ impl InProcessDaemon {
         InProcessDaemon {
             client: Client::new(endpoint),
             bound,
-            _state: state,
+            state: Some(state),
+            log,
             shutdown,
             thread: Some(thread),
         }
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        self.state.as_ref().unwrap().path()
     }
 
     pub fn shutdown_token(&self) -> CancellationToken {
@@ -99,16 +208,25 @@ impl InProcessDaemon {
     }
 
     /// Stops the daemon and waits for its thread.
-    pub fn stop(mut self) {
+    pub fn stop(self) {
+        self.stop_keeping_state();
+    }
+
+    /// Stops the daemon and hands back its state directory, to start another on it.
+    pub fn stop_keeping_state(mut self) -> TempDir {
         self.shutdown.cancel();
         if let Some(t) = self.thread.take() {
             t.join().unwrap().unwrap();
         }
+        self.state.take().unwrap()
     }
 }
 
 impl Drop for InProcessDaemon {
     fn drop(&mut self) {
+        if let Some(state) = &self.state {
+            report_failure(state.path(), &self.log.text());
+        }
         self.shutdown.cancel();
     }
 }
@@ -153,6 +271,7 @@ pub fn outcome(events: &[Event]) -> Option<RunOutcome> {
 pub struct DaemonProcess {
     pub child: Child,
     pub log: Arc<Mutex<Vec<String>>>,
+    state_dir: std::path::PathBuf,
 }
 
 impl DaemonProcess {
@@ -186,7 +305,11 @@ impl DaemonProcess {
                 log.lock().unwrap().join("\n")
             );
         }
-        DaemonProcess { child, log }
+        DaemonProcess {
+            child,
+            log,
+            state_dir: state_dir.to_path_buf(),
+        }
     }
 
     pub fn client(state_dir: &Path) -> Client {
@@ -206,6 +329,7 @@ impl DaemonProcess {
 
 impl Drop for DaemonProcess {
     fn drop(&mut self) {
+        report_failure(&self.state_dir, &self.log());
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

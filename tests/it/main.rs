@@ -11,5 +11,6 @@ mod harness;
 mod pipeline;
 mod planner;
 mod subplan_rules;
+mod supervision;
 mod task_graph;
 mod worker;

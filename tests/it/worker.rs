@@ -1,29 +1,52 @@
-//! The Worker actor alone: the scripted agent, and a probe in place of the TaskGraph.
+//! The WorkerPool and its per-attempt Workers: the scripted agent (or a hand-written one),
+//! and a probe in place of the TaskGraph.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
 use flotilla::scripted::{AgentCall, Scenario, ScriptedAgent};
-use flotilla_actors::actors::Worker;
+use flotilla_actors::actors::WorkerPool;
+use flotilla_actors::ports::{Agent, AgentError, AgentReport, AttemptContext};
 use flotilla_actors::protocol::*;
+use futures::future::BoxFuture;
 
 use crate::harness::*;
 
-fn start(scenario: &str) -> (Addr<Worker>, Arc<ScriptedAgent>, Inbox<ToTaskGraph>) {
+struct Pool {
+    addr: Addr<WorkerPool>,
+    agent: Arc<ScriptedAgent>,
+    graph: Inbox<ToTaskGraph>,
+    workspaces: tempfile::TempDir,
+}
+
+fn start(scenario: &str) -> Pool {
     virtual_time();
     let agent = Arc::new(ScriptedAgent::new(Scenario::from_toml(scenario).unwrap()));
     let (graph, inbox) = probe::<ToTaskGraph>("task graph");
-    (
-        Worker::new(agent.clone(), graph, std::env::temp_dir()).start(),
-        agent,
-        inbox,
+    let workspaces = tempfile::tempdir().unwrap();
+    let addr = WorkerPool::new(
+        RunId::generate(),
+        agent.clone(),
+        graph,
+        workspaces.path().to_path_buf(),
+        Duration::from_secs(60),
     )
+    .start();
+    Pool {
+        addr,
+        agent,
+        graph: inbox,
+        workspaces,
+    }
 }
 
-fn assign(id: &str, wall_ms: u64) -> ToAgent {
+fn assign(id: &str, attempt: u32, wall_ms: u64) -> ToAgent {
     let mut task = ready(id, spec("work", &["a.rs"]), 1, 1);
-    task.budget = Budget::new(1_000, Usd::ZERO, wall_ms);
+    task.attempt = attempt;
+    task.budget = Budget::new(1_000_000, Usd::ZERO, wall_ms);
     ToAgent::Assign(Assignment {
         run: RunId::generate(),
         task,
@@ -33,15 +56,24 @@ fn assign(id: &str, wall_ms: u64) -> ToAgent {
     })
 }
 
+/// Skips spend reports: they may come at any point of an attempt.
+async fn next(graph: &mut Inbox<ToTaskGraph>) -> ToTaskGraph {
+    loop {
+        match graph.expect().await {
+            ToTaskGraph::SpendReported { .. } => continue,
+            other => return other,
+        }
+    }
+}
+
 #[actix::test]
 async fn reports_start_then_completion_with_the_ids_it_was_given() {
-    let (worker, _agent, mut graph) =
-        start("[tasks.t1]\nsummary = \"lexer written\"\nconcerns = [\"no unicode\"]\n");
-    worker.do_send(assign("t1", 60_000));
+    let mut pool = start("[tasks.t1]\nsummary = \"lexer written\"\nconcerns = [\"no unicode\"]\n");
+    pool.addr.do_send(assign("t1", 1, 60_000));
     assert!(
-        matches!(graph.expect().await, ToTaskGraph::TaskStarted { task, attempt: 1 } if task == self::task("t1"))
+        matches!(next(&mut pool.graph).await, ToTaskGraph::TaskStarted { task, attempt: 1 } if task == self::task("t1"))
     );
-    match graph.expect().await {
+    match next(&mut pool.graph).await {
         ToTaskGraph::TaskCompleted(c) => {
             assert_eq!((c.task.clone(), c.attempt), (task("t1"), 1));
             let h = c.handoff.unwrap();
@@ -55,28 +87,80 @@ async fn reports_start_then_completion_with_the_ids_it_was_given() {
 }
 
 #[actix::test]
-async fn a_hung_agent_fails_at_the_wall_time_budget_and_a_crash_is_a_failure() {
-    let (worker, _agent, mut graph) =
-        start("[tasks.t1]\noutcome = \"hang\"\n[tasks.t2]\noutcome = \"crash\"\n");
-    worker.do_send(assign("t1", 5_000));
-    worker.do_send(assign("t2", 5_000));
+async fn spend_is_reported_while_the_attempt_runs_with_the_ids_it_was_given() {
+    let mut pool = start("[tasks.t1]\ntokens = 4242\ndelay_ms = 1000\n");
+    pool.addr.do_send(assign("t1", 2, 60_000));
+    let spent = pool
+        .graph
+        .fish_for("SpendReported", |m| match m {
+            ToTaskGraph::SpendReported {
+                task,
+                attempt,
+                spent,
+            } => Some((task.clone(), *attempt, spent.tokens)),
+            _ => None,
+        })
+        .await;
+    assert_eq!(spent, (task("t1"), 2, 4242));
+    // Reported before the work ended, not with it.
+    assert!(matches!(
+        next(&mut pool.graph).await,
+        ToTaskGraph::TaskCompleted(_)
+    ));
+}
+
+#[actix::test]
+async fn a_hung_agent_fails_at_the_wall_time_budget_and_a_crash_is_a_typed_failure() {
+    let mut pool = start("[tasks.t1]\noutcome = \"hang\"\n[tasks.t2]\noutcome = \"crash\"\n");
+    pool.addr.do_send(assign("t1", 1, 5_000));
+    pool.addr.do_send(assign("t2", 1, 5_000));
     let mut failures = Vec::new();
     while failures.len() < 2 {
-        if let ToTaskGraph::TaskFailed { task, failure, .. } = graph.expect().await {
+        if let ToTaskGraph::TaskFailed { task, failure, .. } = next(&mut pool.graph).await {
             failures.push((task.to_string(), failure));
         }
     }
     failures.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(failures[0].0, "t1");
     assert_eq!(
-        failures[0].1,
-        AttemptFailure::TimedOut { limit_ms: 5_000 },
-        "{failures:?}"
+        failures[0],
+        ("t1".into(), AttemptFailure::TimedOut { limit_ms: 5_000 })
     );
     assert!(
-        matches!(failures[1].1, AttemptFailure::Crashed { .. }),
+        matches!(&failures[1].1, AttemptFailure::Crashed { detail } if detail.contains("scripted crash of t2")),
         "{failures:?}"
     );
+}
+
+#[actix::test]
+async fn a_panic_in_one_agent_call_fails_only_its_own_attempt() {
+    let mut pool = start("[tasks.t1]\noutcome = \"panic\"\n[tasks.t2]\ndelay_ms = 2000\n");
+    pool.addr.do_send(assign("t2", 1, 60_000));
+    pool.addr.do_send(assign("t1", 1, 60_000));
+    let died = pool
+        .graph
+        .fish_for("t1's failure", |m| match m {
+            ToTaskGraph::TaskFailed {
+                task,
+                attempt,
+                failure,
+            } if task.to_string() == "t1" => Some((*attempt, failure.clone())),
+            _ => None,
+        })
+        .await;
+    assert!(
+        matches!(&died, (1, AttemptFailure::RunnerDied { .. })),
+        "{died:?}"
+    );
+    // The other attempt, on the same pool, is untouched and completes.
+    let done = pool
+        .graph
+        .fish_for("t2's completion", |m| match m {
+            ToTaskGraph::TaskCompleted(c) => Some(c.task.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(done, task("t2"));
+    assert!(pool.addr.connected(), "the pool survives a worker's panic");
 }
 
 #[actix::test]
@@ -91,37 +175,180 @@ async fn a_rejected_subplan_goes_back_to_the_agent_and_cancel_drops_the_work() {
         [tasks.t2]
         delay_ms = 10000
     "#;
-    let (worker, agent, mut graph) = start(scenario);
-    worker.do_send(assign("t1", 60_000));
-    let proposal = graph
+    let mut pool = start(scenario);
+    pool.addr.do_send(assign("t1", 1, 60_000));
+    let proposal = pool
+        .graph
         .fish_for("TaskCompleted", |m| match m {
             ToTaskGraph::TaskCompleted(c) => Some(c.subplan.clone()),
             _ => None,
         })
         .await;
     assert_eq!(proposal.unwrap().parent, task("t1"));
-    worker.do_send(ToAgent::DecompositionRejected(TaskDecompositionRejected {
-        parent: task("t1"),
-        reason: RejectionReason::NoSubtasks,
-    }));
-    let revised = graph
+    pool.addr
+        .do_send(ToAgent::DecompositionRejected(TaskDecompositionRejected {
+            parent: task("t1"),
+            reason: RejectionReason::NoSubtasks,
+        }));
+    let revised = pool
+        .graph
         .fish_for("revised report", |m| match m {
             ToTaskGraph::TaskCompleted(c) => c.handoff.clone(),
             _ => None,
         })
         .await;
     assert_eq!(revised.summary, "did it in one go");
-    assert!(agent.calls().contains(&AgentCall::Revise {
+    assert!(pool.agent.calls().contains(&AgentCall::Revise {
         task: task("t1"),
         reason: RejectionReason::NoSubtasks
     }));
 
-    worker.do_send(assign("t2", 60_000));
-    graph.expect().await; // TaskStarted
-    worker.do_send(ToAgent::Cancel {
+    pool.addr.do_send(assign("t2", 1, 60_000));
+    assert!(matches!(
+        next(&mut pool.graph).await,
+        ToTaskGraph::TaskStarted { .. }
+    ));
+    pool.addr.do_send(ToAgent::Cancel {
         task: task("t2"),
         reason: "user".into(),
     });
     tokio::time::sleep(Duration::from_secs(20)).await;
-    graph.expect_none().await;
+    let late: Vec<_> = pool
+        .graph
+        .drain()
+        .into_iter()
+        .filter(|m| !matches!(m, ToTaskGraph::SpendReported { .. }))
+        .collect();
+    assert!(late.is_empty(), "nothing after a cancel: {late:?}");
+}
+
+#[actix::test]
+async fn each_attempt_works_in_its_own_scratch_workspace_which_is_removed_after() {
+    let mut pool = start("[tasks.t1]\n");
+    pool.addr.do_send(assign("t1", 3, 60_000));
+    pool.graph
+        .fish_for("TaskCompleted", |m| {
+            matches!(m, ToTaskGraph::TaskCompleted(_)).then_some(())
+        })
+        .await;
+    let workspace = pool
+        .agent
+        .calls()
+        .into_iter()
+        .find_map(|c| match c {
+            AgentCall::Run { workspace, .. } => Some(workspace),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(workspace, pool.workspaces.path().join("t1-3"));
+    wait_until_gone(&workspace).await;
+}
+
+/// The workspace is removed as the Worker stops, on a blocking thread: wait for it, bounded.
+async fn wait_until_gone(path: &Path) {
+    for _ in 0..200 {
+        if !path.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{} was not removed", path.display());
+}
+
+/// An agent that works until it is called off, and says whether it noticed.
+struct Obedient {
+    noticed: Arc<AtomicBool>,
+    workspace: Arc<std::sync::Mutex<Option<PathBuf>>>,
+}
+
+impl Agent for Obedient {
+    fn run(
+        &self,
+        _: Assignment,
+        attempt: AttemptContext,
+    ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
+        let noticed = self.noticed.clone();
+        *self.workspace.lock().unwrap() = Some(attempt.workspace.clone());
+        Box::pin(async move {
+            attempt.cancel.cancelled().await;
+            noticed.store(true, Ordering::SeqCst);
+            Err(AgentError::Cancelled)
+        })
+    }
+
+    fn revise(
+        &self,
+        _: Assignment,
+        _: RejectionReason,
+        _: AttemptContext,
+    ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
+        Box::pin(async { Err(AgentError::Crashed("not asked to revise".into())) })
+    }
+
+    fn synthesize(
+        &self,
+        _: TaskId,
+        _: Vec<SubtaskResult>,
+        _: AttemptContext,
+    ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
+        Box::pin(async { Err(AgentError::Crashed("not asked to synthesize".into())) })
+    }
+}
+
+#[actix::test]
+async fn cancel_and_timeout_reach_the_agent_through_its_cancellation_token() {
+    virtual_time();
+    let noticed = Arc::new(AtomicBool::new(false));
+    let agent = Arc::new(Obedient {
+        noticed: noticed.clone(),
+        workspace: Arc::default(),
+    });
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let dir = tempfile::tempdir().unwrap();
+    let pool = WorkerPool::new(
+        RunId::generate(),
+        agent.clone(),
+        graph,
+        dir.path().to_path_buf(),
+        Duration::from_secs(60),
+    )
+    .start();
+
+    // Cancel: the agent hears of it (it does not just lose its future).
+    pool.do_send(assign("t1", 1, 600_000));
+    assert!(matches!(
+        inbox.expect().await,
+        ToTaskGraph::TaskStarted { .. }
+    ));
+    pool.do_send(ToAgent::Cancel {
+        task: task("t1"),
+        reason: "user".into(),
+    });
+    for _ in 0..100 {
+        if noticed.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(noticed.load(Ordering::SeqCst), "the agent saw the cancel");
+
+    // Timeout: the worker reports it, and the agent is told to stop too.
+    noticed.store(false, Ordering::SeqCst);
+    pool.do_send(assign("t2", 1, 1_000));
+    let failure = inbox
+        .fish_for("t2 timed out", |m| match m {
+            ToTaskGraph::TaskFailed { failure, .. } => Some(failure.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(failure, AttemptFailure::TimedOut { limit_ms: 1_000 });
+    for _ in 0..100 {
+        if noticed.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(noticed.load(Ordering::SeqCst), "the agent saw the timeout");
+    let workspace = agent.workspace.lock().unwrap().clone().unwrap();
+    assert!(workspace.starts_with(dir.path()));
 }

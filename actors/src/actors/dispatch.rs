@@ -24,6 +24,7 @@ use crate::protocol::{
     Assignment, Priority, ReadyTask, Route, RunId, TaskId, ToAgent, ToDispatch, ToTaskGraph,
     branch_name,
 };
+use crate::supervision::{Lifeline, StopCause, StopMember};
 
 /// A kind of worker: what it can do and what it costs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,6 +89,8 @@ pub struct Dispatch {
     /// Free worker slots last reported to the graph (for the planner), so that only changes
     /// are sent.
     reported_free: Option<usize>,
+    /// Reports to the run's supervisor when the actor ends.
+    lifeline: Option<Lifeline>,
 }
 
 impl Dispatch {
@@ -113,7 +116,14 @@ impl Dispatch {
             busy_subplanners: 0,
             locks: ScopeLocks::default(),
             reported_free: None,
+            lifeline: None,
         }
+    }
+
+    /// Reports to the run's supervisor when the actor ends, however it ends.
+    pub fn watched(mut self, lifeline: Lifeline) -> Self {
+        self.lifeline = Some(lifeline);
+        self
     }
 
     fn route(&self, task: &ReadyTask) -> Route {
@@ -283,6 +293,17 @@ impl Handler<ToDispatch> for Dispatch {
         }
         self.pump();
         self.report_capacity(after_ready);
+    }
+}
+
+impl Handler<StopMember> for Dispatch {
+    type Result = ();
+
+    fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        if let Some(lifeline) = &mut self.lifeline {
+            lifeline.set_cause(StopCause::Finished);
+        }
+        ctx.stop();
     }
 }
 

@@ -5,8 +5,10 @@ pub mod dispatch;
 pub mod planner;
 pub mod task_graph;
 pub mod worker;
+pub mod worker_pool;
 
 pub use dispatch::{Dispatch, WorkerProfile, best_profile};
 pub use planner::{Exchange, Planner, PlannerConfig};
-pub use task_graph::{Recovery, TaskGraph};
-pub use worker::Worker;
+pub use task_graph::{CancelRun, Recovery, TaskGraph};
+pub use worker::{Job, Worker};
+pub use worker_pool::WorkerPool;

@@ -45,6 +45,7 @@ use crate::protocol::{
     HandoffStatus, PlannerAnswer, RejectionReason, RootHandoff, RunId, TaskState, ToPlanner,
     ToTaskGraph,
 };
+use crate::supervision::{Lifeline, StopCause, StopMember};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -122,6 +123,8 @@ pub struct Planner {
     reminded: bool,
     /// The next prompt carries that reminder.
     remind_empty: bool,
+    /// Reports to the run's supervisor when the actor ends.
+    lifeline: Option<Lifeline>,
 }
 
 /// The longest "retry after" a provider can make the planner wait (15 minutes).
@@ -165,7 +168,14 @@ impl Planner {
             planned_anything: false,
             reminded: false,
             remind_empty: false,
+            lifeline: None,
         }
+    }
+
+    /// Reports to the run's supervisor when the actor ends, however it ends.
+    pub fn watched(mut self, lifeline: Lifeline) -> Self {
+        self.lifeline = Some(lifeline);
+        self
     }
 
     /// Continues a conversation recorded in the journal. What the planner remembers about
@@ -475,5 +485,16 @@ impl Handler<ToPlanner> for Planner {
                 }
             }
         }
+    }
+}
+
+impl Handler<StopMember> for Planner {
+    type Result = ();
+
+    fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        if let Some(lifeline) = &mut self.lifeline {
+            lifeline.set_cause(StopCause::Finished);
+        }
+        ctx.stop();
     }
 }

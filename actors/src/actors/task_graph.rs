@@ -6,6 +6,11 @@
 //! until the append finished and effects keep journal order), and only then are the effects
 //! sent: ready tasks to Dispatch, decisions to the proposing agent, cancellations to agents,
 //! and every event to the live stream.
+//!
+//! When an append fails, the actor stops (its memory would be ahead of the journal) and its
+//! [`Lifeline`] tells the run's supervisor why; the supervisor restarts the run from the
+//! journal. [`CancelRun`] answers only once the cancellation is journaled, so an
+//! acknowledged cancel survives a crash.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,12 +20,21 @@ use actix::prelude::*;
 use tracing::{error, warn};
 
 use crate::graph::{GraphError, RunGraph};
-use crate::ports::Journal;
+use crate::ports::{Journal, JournalError};
 use crate::protocol::{
     Event, EventKind, FailureReason, GetSnapshot, Published, RootHandoff, RunId, SubtasksCompleted,
     TaskDecompositionAccepted, TaskDecompositionRejected, TaskId, TaskState, ToAgent, ToDispatch,
     ToPlanner, ToTaskGraph,
 };
+use crate::supervision::{Lifeline, StopCause, StopMember};
+
+/// Cancel the whole run; answered once `RunCancelRequested` (and what follows from it) is in
+/// the journal, or with the reason it could not be journaled.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), JournalError>")]
+pub struct CancelRun {
+    pub reason: String,
+}
 
 pub struct TaskGraph {
     run: RunId,
@@ -37,6 +51,7 @@ pub struct TaskGraph {
     planner: Option<Recipient<ToPlanner>>,
     /// Set when the graph was rebuilt from the journal: `started` resumes the run.
     recovery: Option<Recovery>,
+    lifeline: Option<Lifeline>,
 }
 
 /// What resuming a replayed run needs beyond the graph.
@@ -66,7 +81,23 @@ impl TaskGraph {
             default_agent: None,
             planner: None,
             recovery: None,
+            lifeline: None,
         }
+    }
+
+    /// Reports to the run's supervisor when the actor ends, however it ends.
+    pub fn watched(mut self, lifeline: Lifeline) -> Self {
+        self.lifeline = Some(lifeline);
+        self
+    }
+
+    /// Stops the actor, telling the supervisor why.
+    fn stop_because(&mut self, cause: StopCause, ctx: &mut Context<Self>) {
+        error!(run = %self.run, %cause, "the run's task graph stops");
+        if let Some(lifeline) = &mut self.lifeline {
+            lifeline.set_cause(cause);
+        }
+        ctx.stop();
     }
 
     /// The root planner, told of root handoffs and of quiescence.
@@ -93,8 +124,7 @@ impl TaskGraph {
         let events = match self.graph.interrupt_in_flight() {
             Ok(events) => events,
             Err(e) => {
-                error!(run = %self.run, error = %e, "cannot resume run");
-                ctx.stop();
+                self.stop_because(StopCause::InvariantBroken(e.to_string()), ctx);
                 return;
             }
         };
@@ -103,8 +133,7 @@ impl TaskGraph {
             let journaled = match result {
                 Ok(journaled) => journaled,
                 Err(e) => {
-                    error!(run = %act.run, error = %e, "journal append failed while resuming");
-                    ctx.stop();
+                    act.stop_because(StopCause::JournalUnwritable(e.to_string()), ctx);
                     return;
                 }
             };
@@ -171,16 +200,31 @@ impl TaskGraph {
         if events.is_empty() {
             return;
         }
+        ctx.wait(self.journal_then_perform(events).map(|_, _, _| ()));
+    }
+
+    /// Appends `events`, then performs their effects; on failure stops the actor. The
+    /// future's output says whether the events were journaled.
+    fn journal_then_perform(
+        &mut self,
+        events: Vec<EventKind>,
+    ) -> impl ActorFuture<Self, Output = Result<(), JournalError>> + use<> {
         let append = self.journal.append(self.run, events);
-        ctx.wait(append.into_actor(self).map(|result, act, ctx| match result {
-            Ok(journaled) => act.perform(journaled, ctx),
-            Err(e) => {
-                // The in-memory graph is now ahead of the journal; continuing would act on
-                // state that a restart would not see. Stop; recovery replays the journal.
-                error!(run = %act.run, error = %e, "journal append failed; stopping the run's task graph");
-                ctx.stop();
-            }
-        }));
+        append
+            .into_actor(self)
+            .map(|result, act, ctx| match result {
+                Ok(journaled) => {
+                    act.perform(journaled, ctx);
+                    Ok(())
+                }
+                Err(e) => {
+                    // The in-memory graph is now ahead of the journal; continuing would act on
+                    // state that a restart would not see. Stop; the supervisor restarts the run
+                    // from the journal.
+                    act.stop_because(StopCause::JournalUnwritable(e.to_string()), ctx);
+                    Err(e)
+                }
+            })
     }
 
     fn perform(&mut self, events: Vec<Event>, ctx: &mut Context<Self>) {
@@ -418,10 +462,42 @@ impl Handler<ToTaskGraph> for TaskGraph {
             Ok(events) => self.commit(events, ctx),
             Err(e) => {
                 // Commands only emit events that apply; this is a bug, not bad input.
-                error!(run = %self.run, error = %e, "task graph invariant broken; stopping");
-                ctx.stop();
+                self.stop_because(StopCause::InvariantBroken(e.to_string()), ctx);
             }
         }
+    }
+}
+
+impl Handler<CancelRun> for TaskGraph {
+    type Result = AtomicResponse<Self, Result<(), JournalError>>;
+
+    fn handle(&mut self, msg: CancelRun, ctx: &mut Context<Self>) -> Self::Result {
+        match self.graph.cancel(None, &msg.reason) {
+            // Atomic: no other message is handled until the append (and its effects) ended,
+            // exactly as for `commit`.
+            Ok(events) if !events.is_empty() => {
+                AtomicResponse::new(Box::pin(self.journal_then_perform(events)))
+            }
+            Ok(_) => AtomicResponse::new(Box::pin(fut::ready(Ok(())))),
+            Err(e) => {
+                let detail = e.to_string();
+                self.stop_because(StopCause::InvariantBroken(detail.clone()), ctx);
+                AtomicResponse::new(Box::pin(fut::ready(Err(JournalError::Storage(format!(
+                    "the run's task graph stopped: {detail}"
+                ))))))
+            }
+        }
+    }
+}
+
+impl Handler<StopMember> for TaskGraph {
+    type Result = ();
+
+    fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        if let Some(lifeline) = &mut self.lifeline {
+            lifeline.set_cause(StopCause::Finished);
+        }
+        ctx.stop();
     }
 }
 

@@ -1,67 +1,140 @@
-//! The Worker actor: runs assignments through the `Agent` port and reports back.
+//! The Worker actor: runs ONE attempt of one task through the `Agent` port, reports, and
+//! ends. The run's [`WorkerPool`](super::worker_pool::WorkerPool) starts one per attempt
+//! (and one per synthesis) and watches it through a [`Lifeline`]: a panic in one agent call
+//! kills only its own Worker, and the pool turns that into a failed attempt.
 //!
-//! On `Assign` it reports `TaskStarted`, runs the agent (bounded by the task's wall-time
-//! budget) and turns the agent's report into a `TaskCompleted` carrying the task id and
-//! attempt *it* was assigned; the agent never names ids. A rejected subplan goes back to the
-//! agent (`revise`), `SubtasksCompleted` asks it to synthesize, `Cancel` drops the work.
-//!
-//! Until worktrees arrive (M4) one Worker actor hosts all of a run's worker slots: Dispatch
-//! bounds how many assignments run at once, and each runs as its own future on this actor.
+//! On start it reports `TaskStarted`, creates its scratch workspace and runs the agent,
+//! bounded by the task's wall-time budget; the agent's report becomes a `TaskCompleted`
+//! carrying the task id and attempt *it* was given (the agent never names ids). Spend the
+//! agent reports while it works goes to the TaskGraph as `SpendReported`. A report with a
+//! subplan keeps the Worker alive for the decision: a rejection asks the agent to revise,
+//! an acceptance ends the attempt (the synthesis is a new Worker). Cancel, timeout and stop
+//! all go through one cancellation token that the agent honours, and the workspace is
+//! removed when the Worker ends.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::ports::{Agent, AgentError, AgentReport};
-use crate::protocol::{Assignment, AttemptFailure, TaskCompleted, TaskId, ToAgent, ToTaskGraph};
+use crate::ports::{Agent, AgentError, AgentReport, AttemptContext, SpendReporter};
+use crate::protocol::{
+    Assignment, AttemptFailure, SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph,
+};
+use crate::supervision::{Lifeline, StopCause, StopMember};
+
+/// How long an agent that was called off (cancel, timeout) gets to stop what it started
+/// before the Worker stops waiting for it.
+pub const CALL_OFF_GRACE: Duration = Duration::from_secs(5);
+
+/// What a Worker was started for.
+#[derive(Debug, Clone)]
+pub enum Job {
+    /// Work on an assignment (one attempt).
+    Run(Assignment),
+    /// Merge the results of a decomposed task's subtasks.
+    Synthesize(SubtasksCompleted),
+}
 
 pub struct Worker {
     agent: Arc<dyn Agent>,
     graph: Recipient<ToTaskGraph>,
+    job: Job,
+    task: TaskId,
+    attempt: u32,
+    limit: Duration,
     workspace: PathBuf,
-    /// Assignments this worker holds, for revisions and syntheses.
-    assignments: HashMap<TaskId, Assignment>,
-    /// The agent call in flight per task, to cancel it.
-    in_flight: HashMap<TaskId, SpawnHandle>,
+    cancel: CancellationToken,
+    in_flight: Option<SpawnHandle>,
+    /// Cancelled: the agent's answer, when it comes, is not reported.
+    called_off: bool,
+    lifeline: Option<Lifeline>,
 }
 
 impl Worker {
-    pub fn new(agent: Arc<dyn Agent>, graph: Recipient<ToTaskGraph>, workspace: PathBuf) -> Self {
+    /// `limit` bounds each agent call; `workspace` is created on start and removed at the
+    /// end.
+    pub fn new(
+        agent: Arc<dyn Agent>,
+        graph: Recipient<ToTaskGraph>,
+        job: Job,
+        limit: Duration,
+        workspace: PathBuf,
+    ) -> Self {
+        let (task, attempt) = match &job {
+            Job::Run(a) => (a.task.task.clone(), a.task.attempt),
+            Job::Synthesize(done) => (done.parent.clone(), done.attempt),
+        };
         Worker {
             agent,
             graph,
+            job,
+            task,
+            attempt,
+            limit,
             workspace,
-            assignments: HashMap::new(),
-            in_flight: HashMap::new(),
+            cancel: CancellationToken::new(),
+            in_flight: None,
+            called_off: false,
+            lifeline: None,
         }
     }
 
-    /// Runs one agent call for `task`/`attempt` and reports its outcome.
+    /// Reports to the watcher when this Worker ends, however it ends.
+    pub fn watched(mut self, lifeline: Lifeline) -> Self {
+        self.lifeline = Some(lifeline);
+        self
+    }
+
+    fn context(&self) -> AttemptContext {
+        let graph = self.graph.clone();
+        let (task, attempt) = (self.task.clone(), self.attempt);
+        AttemptContext {
+            workspace: self.workspace.clone(),
+            cancel: self.cancel.clone(),
+            spend: SpendReporter::new(move |spent| {
+                graph.do_send(ToTaskGraph::SpendReported {
+                    task: task.clone(),
+                    attempt,
+                    spent,
+                })
+            }),
+        }
+    }
+
+    /// Runs one agent call and reports its outcome.
     fn drive(
         &mut self,
-        task: TaskId,
-        attempt: u32,
-        limit: Duration,
         call: BoxFuture<'static, Result<AgentReport, AgentError>>,
         ctx: &mut Context<Self>,
     ) {
+        let limit = self.limit;
+        let cancel = self.cancel.clone();
         let bounded = async move {
-            tokio::time::timeout(limit, call)
-                .await
-                .unwrap_or(Err(AgentError::Timeout))
-        };
-        let key = task.clone();
-        let handle = ctx.spawn(bounded.into_actor(self).map(move |result, act, _| {
-            act.in_flight.remove(&task);
-            // Only a subplan keeps the assignment alive (for a revision or the synthesis).
-            if !matches!(&result, Ok(report) if report.subplan.is_some()) {
-                act.assignments.remove(&task);
+            let mut call = call;
+            tokio::select! {
+                result = &mut call => result,
+                _ = tokio::time::sleep(limit) => {
+                    // Call the agent off and give it a moment to stop what it started;
+                    // its answer no longer matters.
+                    cancel.cancel();
+                    let _ = tokio::time::timeout(CALL_OFF_GRACE, call).await;
+                    Err(AgentError::Timeout)
+                }
             }
+        };
+        let handle = ctx.spawn(bounded.into_actor(self).map(|result, act, ctx| {
+            act.in_flight = None;
+            if act.called_off {
+                act.finish(ctx);
+                return;
+            }
+            let proposes = matches!(&result, Ok(report) if report.subplan.is_some());
+            let (task, attempt) = (act.task.clone(), act.attempt);
             let message = match result {
                 Ok(report) => ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
                     task,
@@ -73,29 +146,89 @@ impl Worker {
                 Err(error) => ToTaskGraph::TaskFailed {
                     task,
                     attempt,
-                    failure: match error {
-                        AgentError::Crashed(detail) => AttemptFailure::Crashed { detail },
-                        AgentError::Malformed(detail) => AttemptFailure::Malformed { detail },
-                        AgentError::Timeout => AttemptFailure::TimedOut {
-                            limit_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
-                        },
-                    },
+                    failure: failure_of(error, act.limit),
                 },
             };
             act.graph.do_send(message);
+            // A proposal waits for the graph's decision; anything else ends the attempt.
+            if !proposes {
+                act.finish(ctx);
+            }
         }));
-        if let Some(previous) = self.in_flight.insert(key, handle) {
+        if let Some(previous) = self.in_flight.replace(handle) {
             ctx.cancel_future(previous);
         }
     }
+
+    fn finish(&mut self, ctx: &mut Context<Self>) {
+        if let Some(lifeline) = &mut self.lifeline {
+            lifeline.set_cause(StopCause::Finished);
+        }
+        ctx.stop();
+    }
 }
 
-fn wall_limit(a: &Assignment) -> Duration {
-    Duration::from_millis(a.task.budget.wall_time_ms.max(1))
+/// The typed failure the TaskGraph sees: it retries a crash or a timeout, not a budget stop.
+fn failure_of(error: AgentError, limit: Duration) -> AttemptFailure {
+    match error {
+        AgentError::Crashed(detail) => AttemptFailure::Crashed { detail },
+        AgentError::Malformed(detail) => AttemptFailure::Malformed { detail },
+        AgentError::Timeout => AttemptFailure::TimedOut {
+            limit_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+        },
+        AgentError::Cancelled => AttemptFailure::Cancelled,
+    }
 }
 
 impl Actor for Worker {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        match self.job.clone() {
+            Job::Run(assignment) => {
+                self.graph.do_send(ToTaskGraph::TaskStarted {
+                    task: self.task.clone(),
+                    attempt: self.attempt,
+                });
+                let agent = self.agent.clone();
+                let attempt = self.context();
+                let workspace = self.workspace.clone();
+                let call = Box::pin(async move {
+                    tokio::fs::create_dir_all(&workspace).await.map_err(|e| {
+                        AgentError::Crashed(format!(
+                            "cannot create the workspace {}: {e}",
+                            workspace.display()
+                        ))
+                    })?;
+                    agent.run(assignment, attempt).await
+                });
+                self.drive(call, ctx);
+            }
+            Job::Synthesize(done) => {
+                let call = self
+                    .agent
+                    .synthesize(done.parent, done.results, self.context());
+                self.drive(call, ctx);
+            }
+        }
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        // Whatever the agent started ends with the attempt.
+        self.cancel.cancel();
+        let workspace = self.workspace.clone();
+        if matches!(self.job, Job::Run(_)) {
+            // Scratch only: nothing in it outlives the attempt (M5 replaces it with a
+            // worktree whose branch keeps the work).
+            actix::spawn(async move {
+                if let Err(e) = tokio::fs::remove_dir_all(&workspace).await
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    warn!(workspace = %workspace.display(), error = %e, "cannot remove a scratch workspace");
+                }
+            });
+        }
+    }
 }
 
 impl Handler<ToAgent> for Worker {
@@ -103,49 +236,51 @@ impl Handler<ToAgent> for Worker {
 
     fn handle(&mut self, msg: ToAgent, ctx: &mut Context<Self>) {
         match msg {
-            ToAgent::Assign(a) => {
-                let (task, attempt) = (a.task.task.clone(), a.task.attempt);
-                self.graph.do_send(ToTaskGraph::TaskStarted {
-                    task: task.clone(),
-                    attempt,
-                });
-                let call = self.agent.run(a.clone(), self.workspace.clone());
-                let limit = wall_limit(&a);
-                self.assignments.insert(task.clone(), a);
-                self.drive(task, attempt, limit, call, ctx);
-            }
             ToAgent::DecompositionAccepted(accepted) => {
-                debug!(parent = %accepted.parent, subtasks = accepted.subtasks.len(), "subplan accepted");
+                debug!(parent = %accepted.parent, subtasks = accepted.subtasks.len(), "subplan accepted; attempt done");
+                self.finish(ctx);
             }
-            ToAgent::DecompositionRejected(rejected) => {
-                let Some(a) = self.assignments.get(&rejected.parent).cloned() else {
-                    warn!(task = %rejected.parent, "rejection for a task this worker does not hold");
-                    return;
-                };
-                let call = self.agent.revise(a.clone(), rejected.reason);
-                self.drive(
-                    a.task.task.clone(),
-                    a.task.attempt,
-                    wall_limit(&a),
-                    call,
-                    ctx,
-                );
-            }
+            ToAgent::DecompositionRejected(rejected) => match &self.job {
+                Job::Run(assignment) => {
+                    let call =
+                        self.agent
+                            .revise(assignment.clone(), rejected.reason, self.context());
+                    self.drive(call, ctx);
+                }
+                Job::Synthesize(_) => {
+                    warn!(task = %self.task, "a rejection reached a synthesizing worker");
+                }
+            },
             ToAgent::SubtasksCompleted(done) => {
-                let limit = self
-                    .assignments
-                    .get(&done.parent)
-                    .map_or(Duration::from_secs(30 * 60), wall_limit);
-                let call = self.agent.synthesize(done.parent.clone(), done.results);
-                self.drive(done.parent, done.attempt, limit, call, ctx);
+                let call = self
+                    .agent
+                    .synthesize(done.parent, done.results, self.context());
+                self.drive(call, ctx);
             }
             ToAgent::Cancel { task, reason } => {
-                debug!(%task, %reason, "cancelled");
-                self.assignments.remove(&task);
-                if let Some(handle) = self.in_flight.remove(&task) {
-                    ctx.cancel_future(handle);
+                debug!(%task, %reason, "attempt called off");
+                // The agent hears it through its token and gets a moment to stop; nothing
+                // it answers is reported (the TaskGraph already settled the task).
+                self.cancel.cancel();
+                self.called_off = true;
+                if self.in_flight.is_none() {
+                    self.finish(ctx);
+                } else {
+                    ctx.run_later(CALL_OFF_GRACE, |act, ctx| act.finish(ctx));
                 }
             }
+            ToAgent::Assign(a) => {
+                warn!(task = %a.task.task, "an assignment reached a running worker; the pool routes those");
+            }
         }
+    }
+}
+
+impl Handler<StopMember> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        self.cancel.cancel();
+        self.finish(ctx);
     }
 }

@@ -172,6 +172,8 @@ impl RunGraph {
                 self.outcome = Some(*outcome);
                 self.finish_reason = reason.clone();
             }
+            // The supervisor's records: nothing in the graph changes.
+            EventKind::RunRestarted { .. } | EventKind::JournalUnavailable { .. } => {}
         }
         Ok(())
     }

@@ -160,6 +160,18 @@ pub enum EventKind {
         #[serde(default)]
         reason: Option<String>,
     },
+    /// One of the run's actors died (a panic, a broken invariant) and the supervisor
+    /// restarted the run from the journal; `restart` counts them (ADR-006). Journaled by the
+    /// supervisor, so the cap on restarts holds across daemon restarts.
+    RunRestarted {
+        restart: u32,
+        reason: String,
+    },
+    /// A notice for live streams, never journaled (its `seq` is 0): the journal refused a
+    /// write, the run is paused and retries.
+    JournalUnavailable {
+        error: String,
+    },
 }
 
 impl EventKind {
@@ -190,6 +202,8 @@ impl EventKind {
             EventKind::ProposalsStopped { .. } => "proposals_stopped",
             EventKind::RunBudgetExhausted { .. } => "run_budget_exhausted",
             EventKind::RunFinished { .. } => "run_finished",
+            EventKind::RunRestarted { .. } => "run_restarted",
+            EventKind::JournalUnavailable { .. } => "journal_unavailable",
         }
     }
 }
@@ -459,6 +473,13 @@ mod tests {
                 outcome: RunOutcome::Failed,
                 reason: Some("budget exhausted".into()),
             },
+            EventKind::RunRestarted {
+                restart: u32::MAX,
+                reason: "the run's TaskGraph actor stopped unexpectedly".into(),
+            },
+            EventKind::JournalUnavailable {
+                error: "disk full".into(),
+            },
         ]
     }
 
@@ -488,7 +509,9 @@ mod tests {
             | EventKind::PlanningFinished
             | EventKind::RunCancelRequested { .. }
             | EventKind::RunBudgetExhausted { .. }
-            | EventKind::RunFinished { .. } => true,
+            | EventKind::RunFinished { .. }
+            | EventKind::RunRestarted { .. }
+            | EventKind::JournalUnavailable { .. } => true,
         }
     }
 

@@ -1,0 +1,101 @@
+//! One daemon per state directory. The daemon takes an exclusive lock on
+//! `<state-dir>/daemon.lock` before it opens the journal for writing or resumes anything,
+//! and holds it for its whole life; the kernel releases it when the process ends, however it
+//! ends (a SIGKILL included), so a lock is never stale.
+//!
+//! A second daemon on the same directory fails at once, naming the PID that holds the lock,
+//! and writes nothing: without this, two daemons would resume the same runs and complete
+//! tasks twice (with `--listen` nothing else stops them).
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::paths;
+
+/// The held lock. Dropping it (or the process ending) releases it.
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+    path: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "another flotilla daemon (PID {pid}) holds the state directory {dir}",
+        pid = holder.map_or_else(|| "unknown".to_string(), |p| p.to_string()),
+        dir = dir.display()
+    )]
+    Held { dir: PathBuf, holder: Option<u32> },
+    #[error("cannot lock {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl StateLock {
+    /// Takes the lock or fails at once; never waits.
+    pub fn acquire(state_dir: &Path) -> Result<StateLock, LockError> {
+        let path = paths::lock_path(state_dir);
+        let io = |source| LockError::Io {
+            path: path.clone(),
+            source,
+        };
+        // Not truncated on open: the PID inside belongs to the holder until we hold the lock.
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let holder = file
+                    .take(32)
+                    .read_to_string(&mut text)
+                    .ok()
+                    .and_then(|_| text.trim().parse().ok());
+                return Err(LockError::Held {
+                    dir: state_dir.to_path_buf(),
+                    holder,
+                });
+            }
+            Err(TryLockError::Error(e)) => return Err(io(e)),
+        }
+        file.set_len(0).map_err(io)?;
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+        writeln!(file, "{}", std::process::id()).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        Ok(StateLock { _file: file, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_on_the_same_directory_is_refused_with_the_holders_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = StateLock::acquire(dir.path()).unwrap();
+        let err = StateLock::acquire(dir.path()).unwrap_err();
+        assert!(
+            matches!(err, LockError::Held { holder: Some(pid), .. } if pid == std::process::id()),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(&std::process::id().to_string()));
+        drop(held);
+        StateLock::acquire(dir.path()).expect("released when dropped");
+    }
+}

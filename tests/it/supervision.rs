@@ -1,0 +1,545 @@
+//! One daemon per state directory, supervised runs, and a journal that can fail: the
+//! daemon (in-process or a real child process) driven through its API, with faults injected
+//! between the run actors and the journal, and the outcome checked from the journal itself.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla::client::Client;
+use flotilla::daemon::supervisor::{GetRunMembers, StartRun, Supervisor};
+use flotilla::journal::{RunRecord, SqliteJournal};
+use flotilla_actors::ports::{Journal, JournalFault, JournalFaults, SystemClock};
+use flotilla_actors::protocol::{AttemptFailure, Event, EventKind, RunId, RunOutcome, TaskId};
+use futures::StreamExt;
+
+use crate::daemon_env::*;
+
+/// `n` independent tasks, each taking `delay_ms`.
+fn scenario(n: usize, delay_ms: u64, extra: &str) -> String {
+    let mut s = format!("[agent]\ndelay_ms = {delay_ms}\n\n[[planner.answers]]\ntasks = [\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "  {{ description = \"task {i}\", scope = [\"src/{i}.rs\"] }},\n"
+        ));
+    }
+    s.push_str("]\n");
+    s.push_str(extra);
+    s
+}
+
+/// Every event of a run, read straight from the SQLite file.
+fn journal_kinds(state_dir: &Path, run: &str) -> Vec<EventKind> {
+    let conn = rusqlite::Connection::open(state_dir.join("journal.sqlite")).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT data FROM events WHERE run = ?1 ORDER BY seq")
+        .unwrap();
+    stmt.query_map([run], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|d| serde_json::from_str::<EventKind>(&d.unwrap()).unwrap())
+        .collect()
+}
+
+/// Each task added exactly once and completed exactly once.
+fn assert_each_task_completed_once(kinds: &[EventKind]) {
+    let mut completions: BTreeMap<TaskId, usize> = BTreeMap::new();
+    for k in kinds {
+        match k {
+            EventKind::TaskAdded { task, .. } => {
+                assert!(
+                    completions.insert(task.clone(), 0).is_none(),
+                    "{task} added twice"
+                )
+            }
+            EventKind::TaskCompleted { task, .. } => *completions.get_mut(task).unwrap() += 1,
+            _ => {}
+        }
+    }
+    assert!(!completions.is_empty());
+    for (task, n) in completions {
+        assert_eq!(n, 1, "{task} completed {n} times");
+    }
+}
+
+/// Waits until the run's stream shows an event `pick` accepts (bounded).
+async fn wait_for(client: &Client, run: &str, what: &str, pick: impl Fn(&Event) -> bool) -> Event {
+    let mut stream = client.events(run, None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(item) = stream.next().await {
+            if let Ok(e) = item
+                && pick(&e)
+            {
+                return e;
+            }
+        }
+        panic!("the stream ended before {what}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {what} within 60 s"))
+}
+
+#[tokio::test]
+async fn a_second_daemon_on_the_same_state_dir_exits_at_once_naming_the_first_and_writes_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let first = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), run_config(&scenario(6, 300, ""), 2)).await;
+    wait_for(&client, &run, "a started task", |e| {
+        matches!(e.kind, EventKind::TaskStarted { .. })
+    })
+    .await;
+
+    // On loopback TCP nothing else would stop it; on the default socket neither must the
+    // socket be what stops it (the lock comes first).
+    for listen in [Some("127.0.0.1:0"), None] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_flotilla"));
+        command.arg("--state-dir").arg(state.path()).arg("daemon");
+        if let Some(addr) = listen {
+            command.arg("--listen").arg(addr);
+        }
+        let stderr_file = tempfile::NamedTempFile::new().unwrap();
+        let mut second = command
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr_file.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        let mut status = None;
+        for _ in 0..300 {
+            status = second.try_wait().unwrap();
+            if status.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let Some(status) = status else {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("the second daemon must exit at once, not serve");
+        };
+        let stderr = std::fs::read_to_string(stderr_file.path()).unwrap();
+        assert!(!status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("PID {}", first.child.id())),
+            "names the holder: {stderr}"
+        );
+    }
+
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let kinds = journal_kinds(state.path(), &run);
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| matches!(k, EventKind::TaskInterrupted { .. })),
+        "the second daemon interrupted nothing"
+    );
+    assert_each_task_completed_once(&kinds);
+    drop(first);
+}
+
+/// Writes runs straight into a journal: one healthy, one whose events do not fit its graph,
+/// one with an undecodable row, one whose config is unreadable.
+async fn journal_with_damaged_runs(state_dir: &Path) -> [RunId; 4] {
+    let journal =
+        SqliteJournal::open(&state_dir.join("journal.sqlite"), Arc::new(SystemClock)).unwrap();
+    let config =
+        serde_json::from_value::<serde_json::Value>(run_config(&scenario(3, 0, ""), 2)).unwrap();
+    let ids = [
+        RunId::generate(),
+        RunId::generate(),
+        RunId::generate(),
+        RunId::generate(),
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        journal
+            .create_run(RunRecord {
+                id: *id,
+                request: format!("run {i}"),
+                repo: "/tmp".into(),
+                config: config.clone(),
+                created_ms: i as u64,
+                outcome: None,
+            })
+            .await
+            .unwrap();
+    }
+    journal
+        .append(
+            ids[1],
+            vec![EventKind::TaskStarted {
+                task: TaskId::root(9),
+                attempt: 1,
+            }],
+        )
+        .await
+        .unwrap();
+    drop(journal);
+    let conn = rusqlite::Connection::open(state_dir.join("journal.sqlite")).unwrap();
+    conn.execute(
+        "INSERT INTO events (run, at_ms, kind, data) VALUES (?1, 0, 'task_ready', '{not json')",
+        [ids[2].to_string()],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE runs SET config = '{\"limits\": 7' WHERE id = ?1",
+        [ids[3].to_string()],
+    )
+    .unwrap();
+    ids
+}
+
+#[tokio::test]
+async fn runs_whose_journal_does_not_replay_are_damaged_and_everything_else_carries_on() {
+    let state = tempfile::tempdir().unwrap();
+    let ids = journal_with_damaged_runs(state.path()).await;
+    let daemon = InProcessDaemon::start_with(DaemonSetup {
+        state: Some(state),
+        ..DaemonSetup::default()
+    });
+    // The healthy run resumes and completes.
+    let events = follow_to_end(&daemon.client, &ids[0].to_string(), None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+
+    let runs: Vec<serde_json::Value> = daemon.client.get("/v1/runs").await.unwrap();
+    let problem = |id: &RunId| {
+        runs.iter()
+            .find(|r| r["id"] == id.to_string())
+            .and_then(|r| r["problem"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    assert!(problem(&ids[0]).is_empty(), "{runs:?}");
+    assert!(
+        problem(&ids[1]).contains("damaged") && problem(&ids[1]).contains("t9"),
+        "{runs:?}"
+    );
+    assert!(problem(&ids[2]).contains("damaged"), "{runs:?}");
+    assert!(problem(&ids[3]).contains("config"), "{runs:?}");
+
+    // A damaged run can still be cancelled, which ends it.
+    let (status, _) = daemon
+        .client
+        .raw(
+            hyper::Method::POST,
+            &format!("/v1/runs/{}/cancel", ids[1]),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, hyper::StatusCode::ACCEPTED);
+    let kinds = journal_kinds(daemon.state_dir(), &ids[1].to_string());
+    assert!(matches!(
+        kinds.last(),
+        Some(EventKind::RunFinished {
+            outcome: RunOutcome::Cancelled,
+            ..
+        })
+    ));
+}
+
+/// Starts `serve` on `state_dir` and returns its error if it refuses to start.
+fn serve_error(state_dir: &Path) -> Option<String> {
+    let options = flotilla::daemon::DaemonOptions {
+        state_dir: state_dir.to_path_buf(),
+        listen: flotilla::daemon::Listen::Unix(state_dir.join("daemon.sock")),
+        journal_faults: None,
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stop = shutdown.clone();
+    let thread = std::thread::spawn(move || {
+        actix_rt::System::new().block_on(async move {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                if rx.await.is_ok() {
+                    stop.cancel(); // it started: stop it again at once
+                }
+            });
+            flotilla::daemon::serve(options, shutdown, Some(tx)).await
+        })
+    });
+    thread.join().unwrap().err().map(|e| format!("{e:#}"))
+}
+
+#[tokio::test]
+async fn a_journal_that_went_missing_or_empty_is_reported_loudly_not_started_fresh() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let run = submit(
+        &daemon.client,
+        repo.path(),
+        run_config(&scenario(2, 0, ""), 2),
+    )
+    .await;
+    follow_to_end(&daemon.client, &run, None).await;
+    let state = daemon.stop_keeping_state();
+    let journal = state.path().join("journal.sqlite");
+    let remove = |suffix: &str| {
+        let _ = std::fs::remove_file(format!("{}{suffix}", journal.display()));
+    };
+    for suffix in ["", "-wal", "-shm"] {
+        remove(suffix);
+    }
+    let missing = serve_error(state.path()).expect("a missing journal refuses to start");
+    assert!(missing.contains("missing"), "{missing}");
+    assert!(
+        missing.contains("journal.marker"),
+        "says how to start over: {missing}"
+    );
+    assert!(!journal.exists(), "nothing was created in its place");
+
+    std::fs::write(&journal, b"").unwrap();
+    let empty = serve_error(state.path()).expect("an empty journal refuses to start");
+    assert!(empty.contains("empty"), "{empty}");
+
+    // Deleting the marker is the way to start over on purpose.
+    std::fs::remove_file(state.path().join("journal.marker")).unwrap();
+    assert_eq!(serve_error(state.path()), None);
+}
+
+#[tokio::test]
+async fn a_panicking_agent_call_costs_its_attempt_and_nothing_else() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let extra = "[tasks.t1]\nattempts = [{ outcome = \"panic\" }]\n";
+    let run = submit(
+        &daemon.client,
+        repo.path(),
+        run_config(&scenario(4, 50, extra), 4),
+    )
+    .await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let kinds = journal_kinds(daemon.state_dir(), &run);
+    assert!(
+        kinds.iter().any(|k| matches!(k,
+            EventKind::TaskRetried { task, failure: AttemptFailure::RunnerDied { .. }, .. }
+                if task.to_string() == "t1")),
+        "t1's first attempt died with its runner: {kinds:?}"
+    );
+    assert_each_task_completed_once(&kinds);
+    // The agents worked in scratch workspaces under the state directory, never in the repo.
+    let in_repo: Vec<_> = std::fs::read_dir(repo.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != ".git")
+        .collect();
+    assert!(
+        in_repo.is_empty(),
+        "the user's checkout was touched: {in_repo:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_task_graph_that_dies_is_restarted_from_the_journal_and_the_run_completes() {
+    let faults = JournalFaults::default();
+    let daemon = InProcessDaemon::start_with(DaemonSetup {
+        faults: Some(faults.clone()),
+        ..DaemonSetup::default()
+    });
+    let repo = git_repo();
+    let run = submit(
+        &daemon.client,
+        repo.path(),
+        run_config(&scenario(8, 100, ""), 2),
+    )
+    .await;
+    wait_for(&daemon.client, &run, "a completed task", |e| {
+        matches!(e.kind, EventKind::TaskCompleted { .. })
+    })
+    .await;
+    faults.set(JournalFault::PanicOnce);
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let kinds = journal_kinds(daemon.state_dir(), &run);
+    let restarts = kinds
+        .iter()
+        .filter(|k| matches!(k, EventKind::RunRestarted { .. }))
+        .count();
+    assert_eq!(restarts, 1, "{kinds:?}");
+    assert_each_task_completed_once(&kinds);
+}
+
+#[tokio::test]
+async fn a_run_that_keeps_crashing_ends_failed_with_the_reason_after_max_restarts() {
+    let faults = JournalFaults::default();
+    let daemon = InProcessDaemon::start_with(DaemonSetup {
+        faults: Some(faults.clone()),
+        ..DaemonSetup::default()
+    });
+    let repo = git_repo();
+    let run = submit(
+        &daemon.client,
+        repo.path(),
+        run_config(&scenario(4, 200, ""), 2),
+    )
+    .await;
+    wait_for(&daemon.client, &run, "a started task", |e| {
+        matches!(e.kind, EventKind::TaskStarted { .. })
+    })
+    .await;
+    faults.set(JournalFault::PanicOnAppend);
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    let Some(EventKind::RunFinished { outcome, reason }) = events.last().map(|e| &e.kind) else {
+        panic!("no run_finished");
+    };
+    assert_eq!(*outcome, RunOutcome::Failed);
+    let reason = reason.clone().unwrap_or_default();
+    assert!(reason.contains("restarted 3 times"), "{reason}");
+    let kinds = journal_kinds(daemon.state_dir(), &run);
+    let restarts: Vec<u32> = kinds
+        .iter()
+        .filter_map(|k| match k {
+            EventKind::RunRestarted { restart, .. } => Some(*restart),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(restarts, vec![1, 2, 3]);
+}
+
+#[tokio::test]
+async fn an_unwritable_journal_pauses_the_run_says_so_and_the_run_resumes_when_it_is_writable() {
+    let faults = JournalFaults::default();
+    let daemon = InProcessDaemon::start_with(DaemonSetup {
+        faults: Some(faults.clone()),
+        ..DaemonSetup::default()
+    });
+    let repo = git_repo();
+    let run = submit(
+        &daemon.client,
+        repo.path(),
+        run_config(&scenario(6, 100, ""), 2),
+    )
+    .await;
+    wait_for(&daemon.client, &run, "a completed task", |e| {
+        matches!(e.kind, EventKind::TaskCompleted { .. })
+    })
+    .await;
+    faults.set(JournalFault::FailAppends);
+    // The live stream says so (a notice that is not in the journal: seq 0)…
+    let notice = wait_for(&daemon.client, &run, "a journal notice", |e| {
+        matches!(e.kind, EventKind::JournalUnavailable { .. })
+    })
+    .await;
+    assert_eq!(notice.seq, 0);
+    // …and so does the run's status.
+    let status: serde_json::Value = daemon.client.get(&format!("/v1/runs/{run}")).await.unwrap();
+    assert!(
+        status["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("journal could not be written")),
+        "{status}"
+    );
+    faults.set(JournalFault::None);
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let kinds = journal_kinds(daemon.state_dir(), &run);
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| matches!(k, EventKind::RunRestarted { .. })),
+        "a full disk is not charged as a crash"
+    );
+    assert_each_task_completed_once(&kinds);
+}
+
+#[tokio::test]
+async fn a_cancel_is_journaled_before_it_is_acknowledged() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let run = submit(
+        &daemon.client,
+        repo.path(),
+        run_config(&scenario(4, 5_000, ""), 2),
+    )
+    .await;
+    wait_for(&daemon.client, &run, "a started task", |e| {
+        matches!(e.kind, EventKind::TaskStarted { .. })
+    })
+    .await;
+    let (status, _) = daemon
+        .client
+        .raw(hyper::Method::POST, &format!("/v1/runs/{run}/cancel"), None)
+        .await
+        .unwrap();
+    assert_eq!(status, hyper::StatusCode::ACCEPTED);
+    // Read right after the 202, from the file: a kill -9 now would lose nothing.
+    let kinds = journal_kinds(daemon.state_dir(), &run);
+    assert!(
+        kinds
+            .iter()
+            .any(|k| matches!(k, EventKind::RunCancelRequested { .. })),
+        "{kinds:?}"
+    );
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Cancelled));
+}
+
+#[actix::test]
+async fn when_a_run_ends_every_one_of_its_actors_stops() {
+    let state = tempfile::tempdir().unwrap();
+    let journal =
+        SqliteJournal::open(&state.path().join("journal.sqlite"), Arc::new(SystemClock)).unwrap();
+    let (hub, mut events) = tokio::sync::broadcast::channel(1024);
+    let supervisor = actix::Actor::start(Supervisor::new(
+        journal.clone(),
+        Arc::new(journal.clone()),
+        Arc::new(SystemClock),
+        hub,
+        state.path().join("workspaces"),
+    ));
+    let run = RunId::generate();
+    let config: flotilla::config::RunConfig =
+        serde_json::from_value(run_config(&scenario(5, 20, ""), 2)).unwrap();
+    let started = journal
+        .create_run(RunRecord {
+            id: run,
+            request: "r".into(),
+            repo: "/tmp".into(),
+            config: serde_json::to_value(&config).unwrap(),
+            created_ms: 0,
+            outcome: None,
+        })
+        .await
+        .unwrap();
+    supervisor
+        .send(StartRun {
+            run,
+            request: "r".into(),
+            repo: "/tmp".into(),
+            config,
+            journal: vec![started],
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let members = supervisor
+        .send(GetRunMembers(run))
+        .await
+        .unwrap()
+        .expect("the run is live");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let e = events.recv().await.unwrap();
+            if matches!(e.kind, EventKind::RunFinished { .. }) {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the run finished");
+    for _ in 0..200 {
+        if !members.any_alive() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !members.any_alive(),
+        "a finished run's actors are all stopped"
+    );
+    assert!(supervisor.send(GetRunMembers(run)).await.unwrap().is_none());
+}
