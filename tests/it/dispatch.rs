@@ -261,3 +261,33 @@ async fn free_worker_slots_are_reported_to_the_graph_when_their_number_changes()
     h.worker.expect_none().await;
     assert_eq!(capacity_reports(&mut h.graph), [1, 2]);
 }
+
+#[actix::test]
+async fn every_ready_is_answered_with_the_free_slots_even_when_unchanged() {
+    let mut h = start(
+        Limits {
+            max_workers: 1,
+            ..Limits::default()
+        },
+        general(),
+    );
+    h.dispatch.do_send(ToDispatch::Ready(vec![ready(
+        "t1",
+        spec("a", &["a"]),
+        1,
+        1,
+    )]));
+    assigned(&mut h.worker).await;
+    h.worker.expect_none().await;
+    assert_eq!(capacity_reports(&mut h.graph), [0]);
+    // Nothing can start, the number is unchanged, and still the planner, which counted the
+    // new batch against the free slots, hears the real number.
+    h.dispatch.do_send(ToDispatch::Ready(vec![ready(
+        "t2",
+        spec("b", &["b"]),
+        1,
+        2,
+    )]));
+    h.worker.expect_none().await;
+    assert_eq!(capacity_reports(&mut h.graph), [0]);
+}

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use flotilla::scripted::{Scenario, ScriptedLlm};
-use flotilla_actors::actors::{Exchange, Planner, PlannerConfig, TaskGraph};
+use flotilla_actors::actors::{
+    Dispatch, Exchange, Planner, PlannerConfig, TaskGraph, WorkerProfile,
+};
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{
@@ -83,7 +85,7 @@ async fn plans_the_first_sprint_then_replans_only_after_three_handoffs() {
     assert_eq!(first.call, 0);
     assert_eq!(first.tasks.as_ref().unwrap()[0].description, "lexer");
     assert!(first.prompt.contains("build a calculator"));
-    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::BatchAccepted { ready: 1 });
 
     planner.do_send(handoff("t1"));
     planner.do_send(handoff("t2"));
@@ -131,7 +133,7 @@ async fn quiescence_triggers_a_plan_and_a_refused_batch_is_explained_next_time()
         next.prompt
     );
     assert!(next.prompt.contains("empty scope"), "{}", next.prompt);
-    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::BatchAccepted { ready: 1 });
     planner.do_send(ToPlanner::Quiescent);
     let third = expect_answer(&mut graph).await;
     assert_eq!(
@@ -411,7 +413,7 @@ async fn handoffs_do_not_trigger_a_plan_while_every_worker_slot_is_busy() {
     let (planner, llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
     planner.do_send(ToPlanner::Start);
     expect_answer(&mut graph).await;
-    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::BatchAccepted { ready: 1 });
     planner.do_send(ToPlanner::Capacity { free_workers: 0 });
     for id in ["t1", "t2", "t3", "t4"] {
         planner.do_send(handoff(id));
@@ -433,7 +435,7 @@ async fn a_failed_handoff_needs_attention_even_while_every_slot_is_busy() {
     let (planner, _llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
     planner.do_send(ToPlanner::Start);
     expect_answer(&mut graph).await;
-    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::BatchAccepted { ready: 1 });
     planner.do_send(ToPlanner::Capacity { free_workers: 0 });
     planner.do_send(handoff("t1"));
     planner.do_send(handoff("t2"));
@@ -452,7 +454,7 @@ async fn quiescence_plans_whatever_the_last_capacity_report_said() {
     let (planner, _llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
     planner.do_send(ToPlanner::Start);
     expect_answer(&mut graph).await;
-    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::BatchAccepted { ready: 1 });
     planner.do_send(ToPlanner::Capacity { free_workers: 0 });
     planner.do_send(ToPlanner::Quiescent);
     assert_eq!(expect_answer(&mut graph).await.call, 1);
@@ -569,10 +571,10 @@ async fn no_reminder_once_something_was_planned() {
     let (planner, llm, mut graph) = start(TWO_SPRINTS, PlannerConfig::default());
     planner.do_send(ToPlanner::Start);
     expect_answer(&mut graph).await;
-    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::BatchAccepted { ready: 1 });
     planner.do_send(ToPlanner::Quiescent);
     expect_answer(&mut graph).await;
-    planner.do_send(ToPlanner::BatchAccepted);
+    planner.do_send(ToPlanner::BatchAccepted { ready: 1 });
     planner.do_send(ToPlanner::Quiescent);
     let third = expect_answer(&mut graph).await;
     assert_eq!(
@@ -659,4 +661,110 @@ async fn a_providers_retry_after_is_honoured_up_to_a_bound() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     let answer = expect_answer(&mut inbox).await;
     assert_eq!(answer.tasks.unwrap().len(), 1);
+}
+
+/// The TaskGraph, Dispatch and the Planner wired for real; a probe plays the worker.
+fn start_pipeline(
+    scenario: &str,
+    limits: Limits,
+) -> (Addr<TaskGraph>, Arc<ScriptedLlm>, Inbox<ToAgent>) {
+    virtual_time();
+    let run = RunId::generate();
+    let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
+    let (worker, worker_inbox) = probe::<ToAgent>("worker");
+    let graph_ctx = Context::<TaskGraph>::new();
+    let planner_ctx = Context::<Planner>::new();
+    let dispatch = Dispatch::new(
+        run,
+        limits.clone(),
+        vec![WorkerProfile::new("default", &[], 1)],
+        graph_ctx.address().recipient(),
+        worker.clone(),
+        worker,
+    )
+    .start();
+    let graph = graph_ctx.run(
+        TaskGraph::new(
+            run,
+            RunGraph::new(limits),
+            Arc::new(MemoryJournal::new(Arc::new(SystemClock))),
+            dispatch.recipient(),
+            None,
+        )
+        .with_planner(planner_ctx.address().recipient()),
+    );
+    let planner = planner_ctx.run(Planner::new(
+        run,
+        "build a calculator".into(),
+        "SYSTEM".into(),
+        llm.clone(),
+        graph.clone().recipient(),
+        PlannerConfig::default(),
+    ));
+    planner.do_send(ToPlanner::Start);
+    (graph, llm, worker_inbox)
+}
+
+async fn assigned_tasks(worker: &mut Inbox<ToAgent>, n: usize) -> Vec<TaskId> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        ids.push(
+            worker
+                .fish_for("Assign", |m| match m {
+                    ToAgent::Assign(a) => Some(a.task.task.clone()),
+                    _ => None,
+                })
+                .await,
+        );
+    }
+    ids
+}
+
+fn tasks_toml(from: usize, n: usize) -> String {
+    let tasks: Vec<String> = (from..from + n)
+        .map(|i| format!("{{ description = \"m{i}\", scope = [\"m{i}.rs\"] }}"))
+        .collect();
+    format!("[[planner.answers]]\ntasks = [{}]\n", tasks.join(", "))
+}
+
+#[actix::test]
+async fn a_batch_that_fills_the_free_slots_is_not_followed_by_another_call_at_once() {
+    // Sprint 1: seven tasks for four workers. Sprint 2 (a slow call): six more.
+    let scenario = format!(
+        "{}{}delay_ms = 1000\n{}",
+        tasks_toml(1, 7),
+        tasks_toml(8, 6),
+        tasks_toml(14, 1)
+    );
+    let (graph, llm, mut worker) = start_pipeline(&scenario, Limits::default());
+    let running = assigned_tasks(&mut worker, 4).await;
+    for id in &running[..3] {
+        run_to_completion(&graph, id);
+    }
+    let refills = assigned_tasks(&mut worker, 3).await;
+    // t4 ends with the queue empty: a slot is free and four handoffs are unread, so the
+    // planner asks for sprint 2. The other three end while that call is in flight.
+    run_to_completion(&graph, &running[3]);
+    // Virtual time: everything else settles before the clock reaches the call's answer.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(llm.requests().len(), 2, "sprint 2 is being asked for");
+    for id in &refills {
+        run_to_completion(&graph, id);
+    }
+    let sprint_2 = assigned_tasks(&mut worker, 4).await;
+    assert_eq!(sprint_2[0], task("t8"));
+    worker.expect_none().await;
+    // Three handoffs were unread when sprint 2 was accepted, but its tasks took every
+    // free slot: no third call until a slot frees up.
+    assert_eq!(llm.requests().len(), 2);
+
+    run_to_completion(&graph, &sprint_2[0]);
+    let next = assigned_tasks(&mut worker, 1).await;
+    assert_eq!(
+        next,
+        [task("t12")],
+        "the queued fifth task of sprint 2 takes the slot"
+    );
+    worker.expect_none().await;
+    assert_eq!(llm.requests().len(), 2);
 }

@@ -86,11 +86,11 @@ pub struct Dispatch {
     busy_workers: usize,
     busy_subplanners: usize,
     locks: ScopeLocks,
-    /// Reports to the run's supervisor when the actor ends.
-    lifeline: Option<Lifeline>,
     /// Free worker slots last reported to the graph (for the planner), so that only changes
     /// are sent.
     reported_free: Option<usize>,
+    /// Reports to the run's supervisor when the actor ends.
+    lifeline: Option<Lifeline>,
 }
 
 impl Dispatch {
@@ -115,8 +115,8 @@ impl Dispatch {
             busy_workers: 0,
             busy_subplanners: 0,
             locks: ScopeLocks::default(),
-            lifeline: None,
             reported_free: None,
+            lifeline: None,
         }
     }
 
@@ -260,11 +260,12 @@ impl Dispatch {
 
 impl Dispatch {
     /// Tells the graph (for the planner) how many worker slots stay free after a hand-out,
-    /// when that number changed. The planner uses it to plan only when there is capacity to
-    /// use; a message per change, never a poll.
-    fn report_capacity(&mut self) {
+    /// when that number changed, and after every `Ready`: the planner lowers its count by
+    /// the tasks of a batch it just got accepted, and this confirms or corrects it. The
+    /// planner uses it to plan only when there is capacity to use; messages, never a poll.
+    fn report_capacity(&mut self, always: bool) {
         let free = self.limits.max_workers.saturating_sub(self.busy_workers);
-        if self.reported_free != Some(free) {
+        if always || self.reported_free != Some(free) {
             self.reported_free = Some(free);
             self.graph.do_send(ToTaskGraph::WorkerCapacity { free });
         }
@@ -279,6 +280,7 @@ impl Handler<ToDispatch> for Dispatch {
     type Result = ();
 
     fn handle(&mut self, msg: ToDispatch, _: &mut Context<Self>) {
+        let after_ready = matches!(msg, ToDispatch::Ready(_));
         match msg {
             ToDispatch::Ready(tasks) => {
                 for task in tasks {
@@ -290,7 +292,7 @@ impl Handler<ToDispatch> for Dispatch {
             ToDispatch::Release { task } => self.release(&task),
         }
         self.pump();
-        self.report_capacity();
+        self.report_capacity(after_ready);
     }
 }
 

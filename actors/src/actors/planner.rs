@@ -460,10 +460,14 @@ impl Handler<ToPlanner> for Planner {
                 self.free_workers = Some(free_workers);
                 self.plan_if_needed(ctx);
             }
-            ToPlanner::BatchAccepted => {
+            ToPlanner::BatchAccepted { ready } => {
                 if self.phase == Phase::AwaitingVerdict {
                     self.phase = Phase::Idle;
                 }
+                // The batch's ready tasks are taking slots as this arrives; Dispatch's report
+                // of what is left comes after it. Until then, count those slots as taken, so
+                // that handoffs read during the call do not trigger another call at once.
+                self.free_workers = self.free_workers.map(|free| free.saturating_sub(ready));
                 self.consecutive_errors = 0;
                 self.plan_if_needed(ctx);
             }

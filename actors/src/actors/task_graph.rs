@@ -336,11 +336,12 @@ impl TaskGraph {
                 observer.do_send(Published(event.clone()));
             }
         }
+        let readied = ready.len();
         if !ready.is_empty() {
             self.dispatch.do_send(ToDispatch::Ready(ready));
         }
         if let (true, Some(planner)) = (batch_accepted, &self.planner) {
-            planner.do_send(ToPlanner::BatchAccepted);
+            planner.do_send(ToPlanner::BatchAccepted { ready: readied });
         }
         if let (true, Some(planner)) = (something_ended && self.graph.is_quiescent(), &self.planner)
         {

@@ -185,8 +185,11 @@ pub enum ToPlanner {
     BatchRejected {
         reason: RejectionReason,
     },
-    /// The planner's last batch was accepted (its tasks are in the graph).
-    BatchAccepted,
+    /// The planner's last batch was accepted (its tasks are in the graph); `ready` of them
+    /// went to Dispatch at once and will take free worker slots.
+    BatchAccepted {
+        ready: usize,
+    },
     /// Worker slots free after Dispatch handed out what it could (forwarded by the
     /// TaskGraph). The planner replans on handoffs only when a slot is free, or when a
     /// handoff needs attention.
