@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
-use super::messages::Route;
 use super::subplan::{DecompositionReason, RejectionReason, StopCondition};
 use super::task::{Budget, TaskSpec, TaskState};
+use super::work::Route;
 
 /// A journaled event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,9 @@
 //! - [`task`]: `TaskSpec`, `Budget`, `Priority` and the `TaskState` machine.
 //! - [`handoff`]: what a worker reports: `Handoff`, metrics, artifacts.
 //! - [`subplan`]: ADR-009's `ProposedSubplan`, its acceptance/rejection and `SubtasksCompleted`.
-//! - [`messages`]: each actor's inbox enum.
+//! - [`work`]: what actors hand each other about work: reports, ready tasks, assignments,
+//!   planner answers, root handoffs.
+//! - [`messages`]: each actor's inbox enum; the only module here that knows actix.
 //! - [`event`]: the run-level `Event` that the journal stores and `flotilla tail` prints.
 //! - [`view`]: read-only snapshots of a run's graph.
 
@@ -16,14 +18,12 @@ pub mod messages;
 pub mod subplan;
 pub mod task;
 pub mod view;
+pub mod work;
 
 pub use event::{AttemptFailure, Event, EventKind, FailureReason, RunOutcome};
 pub use handoff::{ArtifactKind, ArtifactRef, Handoff, HandoffMetrics, HandoffStatus, Usage};
 pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name};
-pub use messages::{
-    Assignment, GetSnapshot, PlannerAnswer, Published, ReadyTask, RootHandoff, Route,
-    TaskCompleted, ToAgent, ToDispatch, ToPlanner, ToTaskGraph,
-};
+pub use messages::{GetSnapshot, Published, ToAgent, ToDispatch, ToPlanner, ToTaskGraph};
 pub use subplan::{
     DecompositionReason, PathProblem, ProposedSubplan, RejectionReason, StopCondition,
     SubtaskProposal, SubtaskResult, SubtasksCompleted, TaskDecompositionAccepted,
@@ -31,3 +31,28 @@ pub use subplan::{
 };
 pub use task::{Budget, DependencyRef, IllegalTransition, Priority, TaskSpec, TaskState, Usd};
 pub use view::{GraphSnapshot, TaskView};
+pub use work::{Assignment, PlannerAnswer, ReadyTask, RootHandoff, Route, TaskCompleted};
+
+#[cfg(test)]
+mod tests {
+    /// The wire types stay usable without an actor runtime (the journal, the API, fuzzers):
+    /// only the inbox enums may name actix.
+    #[test]
+    fn only_the_inboxes_know_actix() {
+        let wire = [
+            ("event.rs", include_str!("event.rs")),
+            ("handoff.rs", include_str!("handoff.rs")),
+            ("ids.rs", include_str!("ids.rs")),
+            ("subplan.rs", include_str!("subplan.rs")),
+            ("task.rs", include_str!("task.rs")),
+            ("view.rs", include_str!("view.rs")),
+            ("work.rs", include_str!("work.rs")),
+        ];
+        for (file, text) in wire {
+            assert!(
+                !text.contains("actix::") && !text.contains("use actix"),
+                "protocol/{file} uses actix; keep it to messages.rs"
+            );
+        }
+    }
+}
