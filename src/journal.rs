@@ -151,24 +151,16 @@ impl SqliteJournal {
 
     /// Registers a run and journals its `RunStarted` in one transaction.
     pub fn create_run(&self, record: RunRecord) -> BoxFuture<'static, Result<Event, JournalError>> {
-        let at_ms = self.clock.now_ms();
-        self.blocking(move |conn| {
-            let tx = conn.transaction().map_err(storage)?;
-            tx.execute(
-                "INSERT INTO runs (id, request, repo, config, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    record.id.to_string(),
-                    record.request,
-                    record.repo.to_string_lossy(),
-                    record.config.to_string(),
-                    record.created_ms as i64
-                ],
-            )
-            .map_err(storage)?;
-            let kind = EventKind::RunStarted { request: record.request.clone() };
-            let event = insert_event(&tx, record.id, at_ms, kind)?;
-            tx.commit().map_err(storage)?;
-            Ok(event)
+        let id = record.id;
+        let created = self.create_run_once(record, None);
+        Box::pin(async move {
+            match created.await? {
+                SubmitOutcome::Created(event) => Ok(*event),
+                // Without a key nothing can match an earlier run.
+                SubmitOutcome::Existing(_) => Err(JournalError::Storage(format!(
+                    "run {id} was not created: an earlier submission answered instead"
+                ))),
+            }
         })
     }
 

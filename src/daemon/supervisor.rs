@@ -345,13 +345,23 @@ impl Supervisor {
             entry.failing = Some(reason.clone());
             entry.life = Life::Restarting;
         }
-        let append = self.journal.append(
-            run,
-            vec![EventKind::RunFinished {
-                outcome: RunOutcome::Failed,
-                reason: Some(reason),
-            }],
-        );
+        let finished = EventKind::RunFinished {
+            outcome: RunOutcome::Failed,
+            reason: Some(reason),
+        };
+        self.record(run, finished, ctx, |_, _| {});
+    }
+
+    /// Journals one of the supervisor's own records for `run`, publishes it and then runs
+    /// `then`; a journal that refuses it pauses the run (`retry_later`) instead.
+    fn record(
+        &mut self,
+        run: RunId,
+        kind: EventKind,
+        ctx: &mut Context<Self>,
+        then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
+    ) {
+        let append = self.journal.append(run, vec![kind]);
         ctx.spawn(
             append
                 .into_actor(self)
@@ -360,6 +370,7 @@ impl Supervisor {
                         for event in events {
                             act.publish(event);
                         }
+                        then(act, ctx);
                     }
                     Err(e) => {
                         act.retry_later(run, format!("the journal could not be written: {e}"), ctx)
@@ -535,26 +546,10 @@ impl Handler<MemberStopped> for Supervisor {
                     return;
                 }
                 entry.problem = Some(format!("restarting: {reason}"));
-                let append = self
-                    .journal
-                    .append(run, vec![EventKind::RunRestarted { restart, reason }]);
-                ctx.spawn(
-                    append
-                        .into_actor(self)
-                        .map(move |result, act, ctx| match result {
-                            Ok(events) => {
-                                for event in events {
-                                    act.publish(event);
-                                }
-                                ctx.run_later(RESTART_DELAY, move |act, ctx| act.restart(run, ctx));
-                            }
-                            Err(e) => act.retry_later(
-                                run,
-                                format!("the journal could not be written: {e}"),
-                                ctx,
-                            ),
-                        }),
-                );
+                let restarted = EventKind::RunRestarted { restart, reason };
+                self.record(run, restarted, ctx, move |_, ctx| {
+                    ctx.run_later(RESTART_DELAY, move |act, ctx| act.restart(run, ctx));
+                });
             }
         }
     }

@@ -349,24 +349,34 @@ async fn a_panicking_agent_call_costs_its_attempt_and_nothing_else() {
     );
 }
 
-#[tokio::test]
-async fn a_task_graph_that_dies_is_restarted_from_the_journal_and_the_run_completes() {
+/// An in-process daemon with a journal fault switch, running `n` tasks of `delay_ms` on two
+/// workers, once the run's stream shows `first` (an event name). The run's repository lives
+/// as long as the daemon's state directory.
+async fn faulted_run(
+    n: usize,
+    delay_ms: u64,
+    first: &str,
+) -> (InProcessDaemon, JournalFaults, String) {
     let faults = JournalFaults::default();
     let daemon = InProcessDaemon::start_with(DaemonSetup {
         faults: Some(faults.clone()),
         ..DaemonSetup::default()
     });
-    let repo = git_repo();
+    let repo = daemon.state_dir().join("repo");
+    git2::Repository::init(&repo).unwrap();
     let run = submit(
         &daemon.client,
-        repo.path(),
-        run_config(&scenario(8, 100, ""), 2),
+        &repo,
+        run_config(&scenario(n, delay_ms, ""), 2),
     )
     .await;
-    wait_for(&daemon.client, &run, "a completed task", |e| {
-        matches!(e.kind, EventKind::TaskCompleted { .. })
-    })
-    .await;
+    wait_for(&daemon.client, &run, first, |e| e.kind.name() == first).await;
+    (daemon, faults, run)
+}
+
+#[tokio::test]
+async fn a_task_graph_that_dies_is_restarted_from_the_journal_and_the_run_completes() {
+    let (daemon, faults, run) = faulted_run(8, 100, "task_completed").await;
     faults.set(JournalFault::PanicOnce);
     let events = follow_to_end(&daemon.client, &run, None).await;
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));
@@ -381,22 +391,7 @@ async fn a_task_graph_that_dies_is_restarted_from_the_journal_and_the_run_comple
 
 #[tokio::test]
 async fn a_run_that_keeps_crashing_ends_failed_with_the_reason_after_max_restarts() {
-    let faults = JournalFaults::default();
-    let daemon = InProcessDaemon::start_with(DaemonSetup {
-        faults: Some(faults.clone()),
-        ..DaemonSetup::default()
-    });
-    let repo = git_repo();
-    let run = submit(
-        &daemon.client,
-        repo.path(),
-        run_config(&scenario(4, 200, ""), 2),
-    )
-    .await;
-    wait_for(&daemon.client, &run, "a started task", |e| {
-        matches!(e.kind, EventKind::TaskStarted { .. })
-    })
-    .await;
+    let (daemon, faults, run) = faulted_run(4, 200, "task_started").await;
     faults.set(JournalFault::PanicOnAppend);
     let events = follow_to_end(&daemon.client, &run, None).await;
     let Some(EventKind::RunFinished { outcome, reason }) = events.last().map(|e| &e.kind) else {
@@ -418,22 +413,7 @@ async fn a_run_that_keeps_crashing_ends_failed_with_the_reason_after_max_restart
 
 #[tokio::test]
 async fn an_unwritable_journal_pauses_the_run_says_so_and_the_run_resumes_when_it_is_writable() {
-    let faults = JournalFaults::default();
-    let daemon = InProcessDaemon::start_with(DaemonSetup {
-        faults: Some(faults.clone()),
-        ..DaemonSetup::default()
-    });
-    let repo = git_repo();
-    let run = submit(
-        &daemon.client,
-        repo.path(),
-        run_config(&scenario(6, 100, ""), 2),
-    )
-    .await;
-    wait_for(&daemon.client, &run, "a completed task", |e| {
-        matches!(e.kind, EventKind::TaskCompleted { .. })
-    })
-    .await;
+    let (daemon, faults, run) = faulted_run(6, 100, "task_completed").await;
     faults.set(JournalFault::FailAppends);
     // The live stream says so (a notice that is not in the journal: seq 0)…
     let notice = wait_for(&daemon.client, &run, "a journal notice", |e| {
