@@ -387,6 +387,7 @@ impl Supervisor {
                 && let Life::Live(members) = entry.life
             {
                 members.stop_all();
+                give_memory_back();
             }
         } else if let Some(entry) = self.runs.get_mut(&event.run) {
             // An append went through: whatever kept the journal from being written is over.
@@ -553,6 +554,21 @@ impl Handler<MemberStopped> for Supervisor {
             }
         }
     }
+}
+
+/// A finished run's memory goes back to the allocator as its actors stop; this asks glibc to
+/// return what it can to the system (on a blocking thread: trimming a large heap takes
+/// milliseconds), so that a long-lived daemon's footprint follows its live runs.
+fn give_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    tokio::task::spawn_blocking(|| {
+        // Let the run's actors finish stopping first; their memory is what is given back.
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    });
 }
 
 /// What the replayed journal says the resumed actors must redo: handoffs the planner had not
