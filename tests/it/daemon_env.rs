@@ -278,11 +278,17 @@ pub struct DaemonProcess {
 impl DaemonProcess {
     /// Starts the binary and returns once it logged that it listens.
     pub fn start(state_dir: &Path) -> Self {
+        Self::start_with_env(state_dir, &[])
+    }
+
+    /// Starts the binary with extra environment variables.
+    pub fn start_with_env(state_dir: &Path, env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
             .arg("--state-dir")
             .arg(state_dir)
             .arg("daemon")
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
