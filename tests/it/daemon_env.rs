@@ -299,10 +299,12 @@ impl DaemonProcess {
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("listening on") {
+                // Logged before it is announced: a test reading the log after start sees it.
+                let ready = line.contains("listening on");
+                sink.lock().unwrap().push(line);
+                if ready {
                     let _ = ready_tx.send(());
                 }
-                sink.lock().unwrap().push(line);
             }
         });
         if ready_rx.recv_timeout(Duration::from_secs(30)).is_err() {
