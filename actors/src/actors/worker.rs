@@ -11,6 +11,12 @@
 //! an acceptance ends the attempt (the synthesis is a new Worker). Cancel, timeout and stop
 //! all go through one cancellation token that the agent honours, and the workspace is
 //! removed when the Worker ends.
+//!
+//! The Worker charges the agent's time: when an agent call (run, revise, synthesis) ends,
+//! whether with a report, a failure, a timeout or a cancel, it reports the call's elapsed
+//! wall time as `SpendReported { spent: Budget { wall_time_ms, .. } }` *before* the report or
+//! failure, so the TaskGraph charges it first (a task whose time is used up is not retried).
+//! Agents report tokens and money; wall time is measured here, on tokio's clock.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,12 +24,14 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures::future::BoxFuture;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::ports::{Agent, AgentError, AgentReport, AttemptContext, SpendReporter};
 use crate::protocol::{
-    Assignment, AttemptFailure, SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph,
+    Assignment, AttemptFailure, Budget, SubtasksCompleted, TaskCompleted, TaskId, ToAgent,
+    ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -50,6 +58,8 @@ pub struct Worker {
     workspace: PathBuf,
     cancel: CancellationToken,
     in_flight: Option<SpawnHandle>,
+    /// When the agent call in flight started; taken when its time is charged.
+    call_started: Option<Instant>,
     /// Cancelled: the agent's answer, when it comes, is not reported.
     called_off: bool,
     lifeline: Option<Lifeline>,
@@ -79,6 +89,7 @@ impl Worker {
             workspace,
             cancel: CancellationToken::new(),
             in_flight: None,
+            call_started: None,
             called_off: false,
             lifeline: None,
         }
@@ -106,12 +117,34 @@ impl Worker {
         }
     }
 
-    /// Runs one agent call and reports its outcome.
+    /// Charges the wall time of the agent call that just ended (once per call; nothing for a
+    /// call that took no measurable time).
+    fn charge_time(&mut self) {
+        let Some(started) = self.call_started.take() else {
+            return;
+        };
+        let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if elapsed > 0 {
+            self.graph.do_send(ToTaskGraph::SpendReported {
+                task: self.task.clone(),
+                attempt: self.attempt,
+                spent: Budget {
+                    wall_time_ms: elapsed,
+                    ..Budget::default()
+                },
+            });
+        }
+    }
+
+    /// Runs one agent call and reports its outcome, after the time it took.
     fn drive(
         &mut self,
         call: BoxFuture<'static, Result<AgentReport, AgentError>>,
         ctx: &mut Context<Self>,
     ) {
+        // A call replaced before it ended still used the agent's time.
+        self.charge_time();
+        self.call_started = Some(Instant::now());
         let limit = self.limit;
         let cancel = self.cancel.clone();
         let bounded = async move {
@@ -129,6 +162,7 @@ impl Worker {
         };
         let handle = ctx.spawn(bounded.into_actor(self).map(|result, act, ctx| {
             act.in_flight = None;
+            act.charge_time();
             if act.called_off {
                 act.finish(ctx);
                 return;
@@ -214,8 +248,10 @@ impl Actor for Worker {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        // Whatever the agent started ends with the attempt.
+        // Whatever the agent started ends with the attempt, and the time it took is charged
+        // (a call cut short by a cancel's grace or a stop ends here).
         self.cancel.cancel();
+        self.charge_time();
         let workspace = self.workspace.clone();
         if matches!(self.job, Job::Run(_)) {
             // Scratch only: nothing in it outlives the attempt (M5 replaces it with a
