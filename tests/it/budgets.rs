@@ -631,3 +631,41 @@ fn spend_of_an_interrupted_attempt_still_counts_against_the_next_subplan() {
         other => panic!("expected BudgetExceeded, got {other:?}"),
     }
 }
+
+/// The repro's budget: a thousand tokens, ten cents, a second and a half.
+fn small() -> Budget {
+    Budget::new(1_000, Usd::from_micros(100_000), 1_500)
+}
+
+#[actix::test]
+async fn a_retry_is_assigned_only_what_the_earlier_attempts_left() {
+    virtual_time();
+    let mut h = PipelineHarness::start(Limits::default());
+    let mut s = spec("a", &["a"]);
+    s.budget = Some(small());
+    h.graph.do_send(ToTaskGraph::SubmitTasks { tasks: vec![s] });
+    let first = h.expect_assign().await;
+    assert_eq!((first.task.attempt, first.task.budget), (1, small()));
+    h.graph.do_send(ToTaskGraph::TaskStarted {
+        task: task("t1"),
+        attempt: 1,
+    });
+    h.graph.do_send(ToTaskGraph::SpendReported {
+        task: task("t1"),
+        attempt: 1,
+        spent: Budget::new(400, Usd::from_micros(30_000), 1_000),
+    });
+    h.graph.do_send(ToTaskGraph::TaskFailed {
+        task: task("t1"),
+        attempt: 1,
+        failure: AttemptFailure::Crashed {
+            detail: "boom".into(),
+        },
+    });
+    let second = h.expect_assign().await;
+    assert_eq!(
+        (second.task.attempt, second.task.budget),
+        (2, Budget::new(600, Usd::from_micros(70_000), 500)),
+        "the retry's time limit is the 500 ms the task has left, not a fresh 1500 ms"
+    );
+}

@@ -4,7 +4,8 @@
 //! kills only its own Worker, and the pool turns that into a failed attempt.
 //!
 //! On start it reports `TaskStarted`, creates its scratch workspace and runs the agent,
-//! bounded by the task's wall-time budget; the agent's report becomes a `TaskCompleted`
+//! bounded by the wall time the task has left (the assignment's budget: the graph subtracts
+//! what earlier attempts spent); the agent's report becomes a `TaskCompleted`
 //! carrying the task id and attempt *it* was given (the agent never names ids). Spend the
 //! agent reports while it works goes to the TaskGraph as `SpendReported`. A report with a
 //! subplan keeps the Worker alive for the decision: a rejection asks the agent to revise,
