@@ -669,3 +669,132 @@ async fn a_retry_is_assigned_only_what_the_earlier_attempts_left() {
         "the retry's time limit is the 500 ms the task has left, not a fresh 1500 ms"
     );
 }
+
+/// Fails attempt 1 of `running`'s task after it spent `spent`; the events that follow.
+fn fail_after(budget: Budget, spent: Budget, failure: AttemptFailure) -> Vec<EventKind> {
+    let mut g = running(Limits::default(), budget);
+    g.spend_reported(&task("t1"), 1, spent).unwrap();
+    g.failed(&task("t1"), 1, failure).unwrap()
+}
+
+fn crashed() -> AttemptFailure {
+    AttemptFailure::Crashed {
+        detail: "boom".into(),
+    }
+}
+
+#[test]
+fn a_task_with_a_dimension_used_up_is_not_retried_but_fails_with_the_figures() {
+    let budget = Budget::new(1_000, Usd::ZERO, 60_000);
+    // 1000 of 1000 tokens: a retry would be over budget at once.
+    let events = fail_after(budget, tokens(1_000), crashed());
+    assert!(
+        !events.iter().any(|e| e.name() == "task_retried"),
+        "{events:?}"
+    );
+    assert!(
+        events.contains(&EventKind::TaskFailed {
+            task: task("t1"),
+            attempt: 1,
+            reason: FailureReason::BudgetExceeded {
+                spent: tokens(1_000),
+                budget
+            }
+        }),
+        "{events:?}"
+    );
+    // The wall time a timed-out attempt was charged leaves nothing for a retry either.
+    let spent = Budget::new(500, Usd::ZERO, 1_500);
+    let events = fail_after(small(), spent, AttemptFailure::TimedOut { limit_ms: 1_500 });
+    assert!(
+        events.contains(&EventKind::TaskFailed {
+            task: task("t1"),
+            attempt: 1,
+            reason: FailureReason::BudgetExceeded {
+                spent,
+                budget: small()
+            }
+        }),
+        "{events:?}"
+    );
+    // Something left in every dimension it allows (it allows no money): retried.
+    let events = fail_after(budget, tokens(999), crashed());
+    assert_eq!(
+        events.iter().map(EventKind::name).collect::<Vec<_>>(),
+        ["task_retried"]
+    );
+}
+
+/// The reviewer's repro, Worker and TaskGraph together: a hung agent with a 1500 ms budget
+/// times out once, its time is charged to the task and the run, and it is not retried.
+#[actix::test]
+async fn a_hung_agent_spends_its_wall_time_budget_once_and_is_not_retried() {
+    use actix::Actor;
+    use flotilla::scripted::{Scenario, ScriptedAgent};
+    use flotilla_actors::actors::WorkerPool;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    virtual_time();
+    let mut h = GraphHarness::start(Limits::default());
+    let agent = Arc::new(ScriptedAgent::new(
+        Scenario::from_toml("[tasks.t1]\noutcome = \"hang\"\ntokens = 500\n").unwrap(),
+    ));
+    let workspaces = tempfile::tempdir().unwrap();
+    let pool = WorkerPool::new(
+        RunId::generate(),
+        agent,
+        h.graph.clone().recipient(),
+        workspaces.path().to_path_buf(),
+        Duration::from_secs(60),
+    )
+    .start();
+    let mut s = spec("a", &["a"]);
+    s.budget = Some(small());
+    h.send(ToTaskGraph::SubmitTasks { tasks: vec![s] });
+    // Plays Dispatch: hands the ready task to the pool.
+    let ready = h
+        .dispatch
+        .fish_for("Ready", |m| match m {
+            ToDispatch::Ready(tasks) => tasks.first().cloned(),
+            _ => None,
+        })
+        .await;
+    h.send(ToTaskGraph::TaskDispatched {
+        task: task("t1"),
+        attempt: 1,
+        profile: "default".into(),
+        route: Route::Worker,
+        agent: pool.clone().recipient(),
+    });
+    pool.do_send(ToAgent::Assign(Assignment {
+        run: RunId::generate(),
+        task: ready,
+        profile: "default".into(),
+        route: Route::Worker,
+        branch: "b".into(),
+    }));
+    let failed = h
+        .events
+        .fish_for("task_failed", |Published(e)| match &e.kind {
+            EventKind::TaskFailed { reason, .. } => Some(reason.clone()),
+            EventKind::TaskRetried { .. } => panic!("retried with nothing left"),
+            _ => None,
+        })
+        .await;
+    let FailureReason::BudgetExceeded { spent, budget } = failed else {
+        panic!("expected BudgetExceeded, got {failed:?}");
+    };
+    assert_eq!(budget, small());
+    // The 1500 ms it ran, give or take tokio's 1 ms timer tick; its 500 tokens.
+    assert_eq!(spent.tokens, 500);
+    assert!((1_500..=1_501).contains(&spent.wall_time_ms), "{spent}");
+    let snap = h.snapshot().await;
+    assert_eq!(
+        snap.run_spent, spent,
+        "the run is charged the agent's time too"
+    );
+    assert_eq!(snap.outcome, None, "planning may still add work");
+    h.dispatch.drain();
+    h.dispatch.expect_none().await;
+}
