@@ -725,55 +725,71 @@ fn a_task_with_a_dimension_used_up_is_not_retried_but_fails_with_the_figures() {
     );
 }
 
+/// A WorkerPool running the scripted `scenario`, reporting to `h`'s TaskGraph.
+fn scripted_pool(
+    h: &GraphHarness,
+    scenario: &str,
+    workspaces: &std::path::Path,
+) -> actix::Addr<flotilla_actors::actors::WorkerPool> {
+    use actix::Actor;
+    use flotilla::scripted::{Scenario, ScriptedAgent};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let agent = Arc::new(ScriptedAgent::new(Scenario::from_toml(scenario).unwrap()));
+    flotilla_actors::actors::WorkerPool::new(
+        RunId::generate(),
+        agent,
+        h.graph.clone().recipient(),
+        workspaces.to_path_buf(),
+        Duration::from_secs(60),
+    )
+    .start()
+}
+
+/// Plays Dispatch: hands every task of the next `Ready` to the pool, as Dispatch would.
+async fn hand_out(h: &mut GraphHarness, pool: &actix::Addr<flotilla_actors::actors::WorkerPool>) {
+    let ready = h
+        .dispatch
+        .fish_for("Ready", |m| match m {
+            ToDispatch::Ready(tasks) => Some(tasks.clone()),
+            _ => None,
+        })
+        .await;
+    for t in ready {
+        h.send(ToTaskGraph::TaskDispatched {
+            task: t.task.clone(),
+            attempt: t.attempt,
+            profile: "default".into(),
+            route: Route::Worker,
+            agent: pool.clone().recipient(),
+        });
+        pool.do_send(ToAgent::Assign(Assignment {
+            run: RunId::generate(),
+            task: t,
+            profile: "default".into(),
+            route: Route::Worker,
+            branch: "b".into(),
+        }));
+    }
+}
+
 /// The reviewer's repro, Worker and TaskGraph together: a hung agent with a 1500 ms budget
 /// times out once, its time is charged to the task and the run, and it is not retried.
 #[actix::test]
 async fn a_hung_agent_spends_its_wall_time_budget_once_and_is_not_retried() {
-    use actix::Actor;
-    use flotilla::scripted::{Scenario, ScriptedAgent};
-    use flotilla_actors::actors::WorkerPool;
-    use std::sync::Arc;
-    use std::time::Duration;
-
     virtual_time();
     let mut h = GraphHarness::start(Limits::default());
-    let agent = Arc::new(ScriptedAgent::new(
-        Scenario::from_toml("[tasks.t1]\noutcome = \"hang\"\ntokens = 500\n").unwrap(),
-    ));
     let workspaces = tempfile::tempdir().unwrap();
-    let pool = WorkerPool::new(
-        RunId::generate(),
-        agent,
-        h.graph.clone().recipient(),
-        workspaces.path().to_path_buf(),
-        Duration::from_secs(60),
-    )
-    .start();
+    let pool = scripted_pool(
+        &h,
+        "[tasks.t1]\noutcome = \"hang\"\ntokens = 500\n",
+        workspaces.path(),
+    );
     let mut s = spec("a", &["a"]);
     s.budget = Some(small());
     h.send(ToTaskGraph::SubmitTasks { tasks: vec![s] });
-    // Plays Dispatch: hands the ready task to the pool.
-    let ready = h
-        .dispatch
-        .fish_for("Ready", |m| match m {
-            ToDispatch::Ready(tasks) => tasks.first().cloned(),
-            _ => None,
-        })
-        .await;
-    h.send(ToTaskGraph::TaskDispatched {
-        task: task("t1"),
-        attempt: 1,
-        profile: "default".into(),
-        route: Route::Worker,
-        agent: pool.clone().recipient(),
-    });
-    pool.do_send(ToAgent::Assign(Assignment {
-        run: RunId::generate(),
-        task: ready,
-        profile: "default".into(),
-        route: Route::Worker,
-        branch: "b".into(),
-    }));
+    hand_out(&mut h, &pool).await;
     let failed = h
         .events
         .fish_for("task_failed", |Published(e)| match &e.kind {
@@ -797,4 +813,43 @@ async fn a_hung_agent_spends_its_wall_time_budget_once_and_is_not_retried() {
     assert_eq!(snap.outcome, None, "planning may still add work");
     h.dispatch.drain();
     h.dispatch.expect_none().await;
+}
+
+/// The run budget's wall time is the sum of its agents' time (not the time since the run
+/// started): two agents working side by side for 1.5 s each spend 3 s of it.
+#[actix::test]
+async fn the_run_budget_s_wall_time_sums_agent_time_and_binds() {
+    virtual_time();
+    let run_budget = Budget::new(1_000_000, Usd::from_micros(10_000_000), 2_500);
+    let mut h = GraphHarness::start(Limits {
+        run_budget,
+        ..Limits::default()
+    });
+    let workspaces = tempfile::tempdir().unwrap();
+    let pool = scripted_pool(
+        &h,
+        "[agent]\noutcome = \"hang\"\ntokens = 10\n",
+        workspaces.path(),
+    );
+    let (mut a, mut b) = (spec("a", &["a"]), spec("b", &["b"]));
+    a.budget = Some(small());
+    b.budget = Some(small());
+    h.send(ToTaskGraph::SubmitTasks { tasks: vec![a, b] });
+    hand_out(&mut h, &pool).await;
+    let exhausted = h.events.expect_kind("run_budget_exhausted").await;
+    let EventKind::RunBudgetExhausted { spent, budget } = exhausted else {
+        unreachable!()
+    };
+    assert_eq!(budget, run_budget);
+    assert_eq!(spent.tokens, 20);
+    assert!((3_000..=3_002).contains(&spent.wall_time_ms), "{spent}");
+    match h.events.expect_kind("run_finished").await {
+        EventKind::RunFinished { outcome, reason } => {
+            assert_eq!(outcome, RunOutcome::Failed);
+            let reason = reason.unwrap();
+            assert!(reason.starts_with("budget exhausted"), "{reason}");
+            assert!(reason.contains("2500 ms"), "{reason}");
+        }
+        other => panic!("expected RunFinished, got {other:?}"),
+    }
 }
