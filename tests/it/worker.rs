@@ -466,3 +466,49 @@ async fn a_cancelled_call_charges_the_time_it_ran_and_reports_nothing_else() {
         "{described:?}"
     );
 }
+
+#[actix::test]
+async fn a_revision_gets_only_what_the_attempt_s_first_call_left_of_its_limit() {
+    let scenario = r#"
+        [tasks.t1]
+        outcome = "subplan"
+        delay_ms = 500
+        [tasks.t1.subplan]
+        subtasks = [{ description = "x", scope = ["a.rs"] }]
+        [tasks.t1.on_rejection]
+        outcome = "hang"
+    "#;
+    let mut pool = start(scenario);
+    pool.addr.do_send(assign("t1", 1, 2_000));
+    let first = until(&mut pool.graph, |m| {
+        matches!(m, ToTaskGraph::TaskCompleted(_))
+    })
+    .await;
+    let first_charge = wall_charges(&first);
+    assert!(
+        first_charge.len() == 1 && about(wall(first_charge[0]), 500),
+        "{first_charge:?}"
+    );
+    pool.addr
+        .do_send(ToAgent::DecompositionRejected(TaskDecompositionRejected {
+            parent: task("t1"),
+            reason: RejectionReason::NoSubtasks,
+        }));
+    let revision = until(&mut pool.graph, |m| {
+        matches!(m, ToTaskGraph::TaskFailed { .. })
+    })
+    .await;
+    let charged = wall_charges(&revision);
+    // The hung revision is cut off when the attempt's 2000 ms are spent, not 2000 ms later.
+    assert!(
+        charged.len() == 1 && (1_499..=1_502).contains(&charged[0]),
+        "{charged:?}"
+    );
+    assert!(matches!(
+        revision.last(),
+        Some(ToTaskGraph::TaskFailed {
+            failure: AttemptFailure::TimedOut { limit_ms: 2_000 },
+            ..
+        })
+    ));
+}

@@ -61,13 +61,17 @@ pub struct Worker {
     in_flight: Option<SpawnHandle>,
     /// When the agent call in flight started; taken when its time is charged.
     call_started: Option<Instant>,
+    /// Agent time this attempt's calls used so far: a revision gets what the first call
+    /// left of `limit`, not a fresh `limit`.
+    used: Duration,
     /// Cancelled: the agent's answer, when it comes, is not reported.
     called_off: bool,
     lifeline: Option<Lifeline>,
 }
 
 impl Worker {
-    /// `limit` bounds each agent call; `workspace` is created on start and removed at the
+    /// `limit` bounds the agent calls of the attempt together (a revision gets what the
+    /// earlier calls left); `workspace` is created on start and removed at the
     /// end.
     pub fn new(
         agent: Arc<dyn Agent>,
@@ -91,6 +95,7 @@ impl Worker {
             cancel: CancellationToken::new(),
             in_flight: None,
             call_started: None,
+            used: Duration::ZERO,
             called_off: false,
             lifeline: None,
         }
@@ -124,7 +129,9 @@ impl Worker {
         let Some(started) = self.call_started.take() else {
             return;
         };
-        let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed = started.elapsed();
+        self.used = self.used.saturating_add(elapsed);
+        let elapsed = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         if elapsed > 0 {
             self.graph.do_send(ToTaskGraph::SpendReported {
                 task: self.task.clone(),
@@ -146,7 +153,10 @@ impl Worker {
         // A call replaced before it ended still used the agent's time.
         self.charge_time();
         self.call_started = Some(Instant::now());
-        let limit = self.limit;
+        let limit = self
+            .limit
+            .saturating_sub(self.used)
+            .max(Duration::from_millis(1));
         let cancel = self.cancel.clone();
         let bounded = async move {
             let mut call = call;
