@@ -512,3 +512,24 @@ async fn a_revision_gets_only_what_the_attempt_s_first_call_left_of_its_limit() 
         })
     ));
 }
+
+#[actix::test]
+async fn a_synthesis_gets_only_what_its_parent_has_left() {
+    let mut pool = start("[tasks.t1.synthesis]\noutcome = \"hang\"\n");
+    pool.addr
+        .do_send(ToAgent::SubtasksCompleted(SubtasksCompleted {
+            parent: task("t1"),
+            attempt: 1,
+            results: Vec::new(),
+            budget: Budget::new(1_000, Usd::ZERO, 1_500),
+        }));
+    let failure = pool
+        .graph
+        .fish_for("the synthesis's failure", |m| match m {
+            ToTaskGraph::TaskFailed { failure, .. } => Some(failure.clone()),
+            _ => None,
+        })
+        .await;
+    // The pool's own cap is 60 s: the parent's 1.5 s left is what bounds it.
+    assert_eq!(failure, AttemptFailure::TimedOut { limit_ms: 1_500 });
+}

@@ -171,12 +171,19 @@ impl TaskGraph {
     fn send_subtasks_completed(&self, parent: &TaskId) {
         let results = self.graph.subtask_results(parent);
         let attempt = self.graph.task(parent).map_or(1, |n| n.attempt);
+        // What the parent has left after its own attempts: the synthesis is bounded by it.
+        let budget = self
+            .graph
+            .ready_task(parent)
+            .map(|t| t.budget)
+            .unwrap_or_default();
         self.tell_agent(
             parent,
             ToAgent::SubtasksCompleted(SubtasksCompleted {
                 parent: parent.clone(),
                 attempt,
                 results,
+                budget,
             }),
         );
     }

@@ -43,7 +43,7 @@ pub struct WorkerPool {
     graph: Recipient<ToTaskGraph>,
     /// This run's scratch workspaces live below it, one directory per attempt.
     workspaces: PathBuf,
-    /// How long a synthesis may take (its assignment may predate a restart).
+    /// The longest a synthesis may take, whatever its parent has left.
     synthesis_limit: Duration,
     running: HashMap<TaskId, Running>,
     next_serial: u64,
@@ -152,7 +152,9 @@ impl Handler<ToAgent> for WorkerPool {
                 self.start_worker(Job::Run(a), limit, ctx);
             }
             ToAgent::SubtasksCompleted(done) => {
-                let limit = self.synthesis_limit;
+                // What the parent has left, and never more than the pool's cap.
+                let left = Duration::from_millis(done.budget.wall_time_ms.max(1));
+                let limit = left.min(self.synthesis_limit);
                 self.start_worker(Job::Synthesize(done), limit, ctx);
             }
             ToAgent::DecompositionAccepted(accepted) => {

@@ -122,6 +122,9 @@ pub struct SubtasksCompleted {
     /// The parent's attempt, for the synthesis report.
     pub attempt: u32,
     pub results: Vec<SubtaskResult>,
+    /// What the parent has left of its budget: the synthesis must fit in it.
+    #[serde(default)]
+    pub budget: Budget,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
