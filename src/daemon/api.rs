@@ -457,6 +457,10 @@ async fn create_run(
                 .validate()
                 .map_err(|e| unprocessable(format!("impossible limits: {e}")))?;
             config
+                .planner
+                .validate()
+                .map_err(|e| unprocessable(format!("impossible planner settings: {e}")))?;
+            config
                 .scenario
                 .check()
                 .map_err(|e| unprocessable(e.to_string()))?;

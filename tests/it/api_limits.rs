@@ -370,6 +370,36 @@ async fn impossible_limits_in_a_submitted_config_are_refused() {
     daemon.stop();
 }
 
+#[tokio::test]
+async fn impossible_planner_settings_in_a_submitted_config_are_refused() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    for (field, value) in [
+        ("max_iterations", 0u64),
+        ("max_consecutive_errors", 0),
+        ("max_answer_bytes", 10),
+    ] {
+        let mut config = run_config("", 1);
+        config["planner"][field] = value.into();
+        let body = serde_json::json!({ "request": "x", "repo": repo.path(), "config": config });
+        let (status, answer) = daemon
+            .client
+            .raw(
+                Method::POST,
+                "/v1/runs",
+                Some(serde_json::to_vec(&body).unwrap()),
+            )
+            .await
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert!(answer.contains(field), "{answer}");
+    }
+    let runs: Vec<serde_json::Value> = daemon.client.get("/v1/runs").await.unwrap();
+    assert!(runs.is_empty());
+    daemon.stop();
+}
+
 /// A fake daemon that reads each request and hangs up without answering the first `drop`
 /// of them (an answer lost to a crash), then answers 201. Returns the requests it read.
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
