@@ -42,6 +42,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon in the foreground: it resumes unfinished runs and serves the API.
+    ///
+    /// It logs to stderr (set the level with FLOTILLA_LOG, e.g. FLOTILLA_LOG=debug; redirect
+    /// stderr to keep it out of your terminal, e.g. `flotilla daemon 2>daemon.log &`). Stop
+    /// it with Ctrl-C or SIGTERM: runs resume when it starts again. While it runs, its PID is
+    /// in <state-dir>/daemon.lock.
     Daemon {
         /// Serve on loopback TCP (e.g. 127.0.0.1:7070) with a bearer token instead of the
         /// Unix socket. Non-loopback addresses are refused.
@@ -83,6 +88,7 @@ pub enum Command {
     Status {
         /// Run id or unique prefix.
         run: Option<String>,
+        /// Print the status as JSON (the API's answer) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -90,6 +96,8 @@ pub enum Command {
     Graph {
         /// Run id or unique prefix.
         run: String,
+        /// Mermaid (paste into a Markdown file), Graphviz DOT (`| dot -Tsvg`), or the JSON
+        /// task list.
         #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
         format: GraphFormat,
     },
@@ -121,6 +129,7 @@ pub enum Command {
     },
     /// List all runs, oldest first.
     Runs {
+        /// Print the runs as JSON (the API's answer) instead of one line each.
         #[arg(long)]
         json: bool,
     },
@@ -195,17 +204,48 @@ impl From<ClientError> for CliError {
                 ),
                 exit: Exit::DaemonNotRunning,
             },
-            ClientError::Api { status, .. } if status.is_client_error() => CliError {
-                message: e.to_string(),
-                hint: None,
-                exit: Exit::Usage,
-            },
+            ClientError::Api {
+                status,
+                ref message,
+            } => {
+                let hint = api_hint(status, message).map(str::to_owned);
+                CliError {
+                    message: e.to_string(),
+                    hint,
+                    exit: if status.is_client_error() {
+                        Exit::Usage
+                    } else {
+                        Exit::Failure
+                    },
+                }
+            }
             other => CliError {
                 message: other.to_string(),
                 hint: None,
                 exit: Exit::Failure,
             },
         }
+    }
+}
+
+/// What to do about a common API error, when there is something to say.
+fn api_hint(status: hyper::StatusCode, message: &str) -> Option<&'static str> {
+    use hyper::StatusCode as S;
+    match status {
+        S::NOT_FOUND if message.starts_with("no run matches") => {
+            Some("see `flotilla runs` for the runs this daemon knows")
+        }
+        S::BAD_REQUEST if message.contains("is not a run id") => Some(
+            "a run id is what `submit --detach` printed (or any unique prefix of it); see `flotilla runs`",
+        ),
+        S::CONFLICT if message.contains("matches") && message.contains("runs:") => {
+            Some("give more of the id; `flotilla runs` prints prefixes that are unique")
+        }
+        S::UNAUTHORIZED => {
+            Some("the token is read from <state-dir>/token: use the same --state-dir as the daemon")
+        }
+        S::SERVICE_UNAVAILABLE => Some("the daemon is busy or restarting a run; try again shortly"),
+        _ => None,
     }
 }
 
@@ -219,6 +259,20 @@ impl Cli {
     pub fn endpoint(&self) -> Result<Endpoint, CliError> {
         let state_dir = self.state_dir();
         if let Some(addr) = self.connect {
+            // The bearer token travels in cleartext: it may only go to this machine, as the
+            // daemon only listens there.
+            if !addr.ip().is_loopback() {
+                return Err(CliError::usage(
+                    format!(
+                        "--connect {addr} is not a loopback address; the bearer token would \
+                         cross the network in cleartext"
+                    ),
+                    Some(
+                        "the daemon listens only on loopback (e.g. --connect 127.0.0.1:7070); \
+                         reach another machine through an SSH tunnel",
+                    ),
+                ));
+            }
             let token_file = paths::token_path(&state_dir);
             let token = crate::config::read(&token_file).map_err(|e| CliError {
                 message: format!("the daemon's token: {e}"),
@@ -534,4 +588,31 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use hyper::StatusCode;
+
+    use super::*;
+
+    #[test]
+    fn a_wrong_token_or_a_busy_daemon_says_what_to_do() {
+        let hint = |status, message: &str| {
+            CliError::from(ClientError::Api {
+                status,
+                message: message.into(),
+            })
+            .hint
+            .unwrap_or_default()
+        };
+        assert!(
+            hint(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
+                .contains("same --state-dir as the daemon")
+        );
+        assert!(
+            hint(StatusCode::SERVICE_UNAVAILABLE, "too many connections")
+                .contains("try again shortly")
+        );
+    }
 }

@@ -463,3 +463,179 @@ async fn decide_answers_a_task_waiting_for_the_user() {
                 .and(predicates::str::contains("run finished: failed")),
         );
 }
+
+#[test]
+fn help_describes_every_option_and_how_to_run_the_daemon() {
+    let help = |args: &[&str]| {
+        let out = Command::cargo_bin("flotilla")
+            .unwrap()
+            .args(args)
+            .arg("--help")
+            .assert()
+            .success();
+        String::from_utf8(out.get_output().stdout.clone()).unwrap()
+    };
+    let described = |help: &str, option: &str| {
+        // clap prints an option without a description alone on its line.
+        help.lines()
+            .find(|l| l.trim_start().starts_with(option))
+            .is_some_and(|l| l.trim() != option)
+    };
+    assert!(described(&help(&["status"]), "--json"), "status --json");
+    assert!(described(&help(&["runs"]), "--json"), "runs --json");
+    assert!(described(&help(&["graph"]), "--format"), "graph --format");
+    let daemon = help(&["daemon"]);
+    for words in ["stderr", "FLOTILLA_LOG", "Ctrl-C", "SIGTERM", "daemon.lock"] {
+        assert!(
+            daemon.contains(words),
+            "daemon --help lacks {words}:\n{daemon}"
+        );
+    }
+}
+
+#[test]
+fn the_token_is_never_sent_to_a_non_loopback_address() {
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join("token"), "s3cr3t\n").unwrap();
+    let out = flotilla(state.path())
+        .args(["--connect", "192.0.2.1:7070", "runs"])
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(stderr.contains("not a loopback address"), "{stderr}");
+    assert!(stderr.contains("hint: "), "{stderr}");
+    let out = flotilla(state.path())
+        .env("FLOTILLA_CONNECT", "[2001:db8::1]:7070")
+        .arg("runs")
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(stderr.contains("not a loopback address"), "{stderr}");
+}
+
+/// A fake daemon on a Unix socket that answers each request with the next of `answers`
+/// (raw HTTP), then closes. Returns how many requests it read.
+fn scripted_server(
+    path: &std::path::Path,
+    answers: Vec<String>,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use std::io::{Read, Write};
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for answer in answers {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    count
+}
+
+#[test]
+fn an_error_answer_that_is_not_json_is_still_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fake.sock");
+    scripted_server(
+        &socket,
+        vec![
+            "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".into(),
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 8\r\n\r\n\x1b]0;pwn\x07".into(),
+        ],
+    );
+    let out = flotilla(dir.path())
+        .arg("--socket")
+        .arg(&socket)
+        .args(["status", "0123"])
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(
+        stderr.starts_with("error: the daemon answered 404 Not Found"),
+        "{stderr:?}"
+    );
+    let out = flotilla(dir.path())
+        .arg("--socket")
+        .arg(&socket)
+        .args(["status", "0123"])
+        .assert()
+        .code(4);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(
+        stderr
+            .starts_with("error: the daemon answered 500 Internal Server Error: \\x1b]0;pwn\\x07"),
+        "escaped: {stderr:?}"
+    );
+}
+
+#[test]
+fn a_busy_daemon_is_asked_again_as_it_says_then_given_up_on_with_a_hint() {
+    let busy = "HTTP/1.1 503 Service Unavailable\r\nretry-after: 0\r\ncontent-type: application/json\r\ncontent-length: 73\r\n\r\n{\"error\":\"the daemon is serving too many connections; try again shortly\"}";
+    assert_eq!(busy.split("\r\n\r\n").nth(1).unwrap().len(), 73);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fake.sock");
+    let mut answers = vec![busy.to_string(); 2];
+    answers.push(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n[]".into(),
+    );
+    let seen = scripted_server(&socket, answers);
+    flotilla(dir.path())
+        .arg("--socket")
+        .arg(&socket)
+        .arg("runs")
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("no runs yet"));
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+    let socket = dir.path().join("busy.sock");
+    let seen = scripted_server(&socket, vec![busy.to_string(); 10]);
+    let out = flotilla(dir.path())
+        .arg("--socket")
+        .arg(&socket)
+        .arg("runs")
+        .assert()
+        .failure();
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(stderr.contains("too many connections"), "{stderr}");
+    assert!(
+        stderr.contains("hint: ") && stderr.contains("try again shortly"),
+        "{stderr}"
+    );
+    assert_eq!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        flotilla::client::BUSY_ATTEMPTS as usize
+    );
+}
+
+#[test]
+fn common_api_errors_come_with_a_hint() {
+    let state = tempfile::tempdir().unwrap();
+    let _daemon = DaemonProcess::start(state.path());
+    flotilla(state.path())
+        .args(["status", "0123abcd"])
+        .assert()
+        .code(2)
+        .stderr(
+            predicates::str::contains("no run matches")
+                .and(predicates::str::contains("hint: see `flotilla runs`")),
+        );
+    flotilla(state.path())
+        .args(["status", "not-an-id"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("not a run id").and(predicates::str::contains("hint: ")));
+}
