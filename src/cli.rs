@@ -325,10 +325,16 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             if *json {
                 let running: Vec<&RunSummary> =
                     runs.iter().filter(|r| r.state == "running").collect();
+                // Damaged and paused runs need the user's attention as much as running ones.
+                let attention: Vec<&RunSummary> = runs
+                    .iter()
+                    .filter(|r| r.state != "running" && render::needs_listing(r))
+                    .collect();
                 emit(&format!(
                     "{}\n",
                     render::json_pretty(&serde_json::json!({
                         "daemon": client.endpoint_label(), "runs": runs.len(), "running": running,
+                        "needs_attention": attention,
                     }))
                 ))?;
             } else {

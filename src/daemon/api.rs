@@ -541,7 +541,7 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
         runs.into_iter()
             .map(|r| {
                 let problem = problems.remove(&r.id).filter(|_| r.outcome.is_none());
-                let damaged = problem.as_deref().is_some_and(|p| p.starts_with("damaged"));
+                let damaged = problem.as_deref().is_some_and(report::is_damage);
                 RunSummary {
                     id: r.id.to_string(),
                     request: r.request,
@@ -562,18 +562,22 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
 async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, ApiError> {
     let record = resolve(state, id).await?;
     let problem = problems(state).await.remove(&record.id);
-    let events = match state.journal.read(record.id, 0).await {
-        Ok(events) => events,
-        Err(e) => {
-            return Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("run {} is damaged: {e}", record.id),
-            ));
-        }
+    // A journal with an unreadable row still gives a status: the run is damaged, and shows
+    // no graph (the read stops at the bad row and hands back none of it).
+    let (events, unreadable) = match state.journal.read(record.id, 0).await {
+        Ok(events) => (events, None),
+        Err(e) => (Vec::new(), Some(format!("damaged: {e}"))),
     };
     let mut status = replay_status(record, Arc::new(events)).await?;
-    if status.outcome_is_open() {
-        status.problem = status.problem.or(problem);
+    if let Some(damage) = unreadable {
+        status.mark_damaged(damage);
+    } else if let Some(problem) = problem.filter(|_| status.outcome_is_open()) {
+        // The supervisor's word: damaged (e.g. its stored config is unreadable), or paused.
+        if report::is_damage(&problem) {
+            status.mark_damaged(problem);
+        } else {
+            status.problem = status.problem.or(Some(problem));
+        }
     }
     Ok(status)
 }
@@ -605,7 +609,11 @@ async fn cancel_run(
     if let Some(outcome) = record.outcome {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!("run {} already finished ({outcome:?})", record.id),
+            format!(
+                "run {} already finished ({})",
+                record.id,
+                report::state_name(Some(outcome))
+            ),
         ));
     }
     // Answered only once the cancellation is in the journal: an acknowledged cancel
@@ -661,11 +669,15 @@ async fn decide(
     if let Some(outcome) = record.outcome {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!("run {} already finished ({outcome:?})", record.id),
+            format!(
+                "run {} already finished ({})",
+                record.id,
+                report::state_name(Some(outcome))
+            ),
         ));
     }
     let events = Arc::new(state.journal.read(record.id, 0).await?);
-    let status = replay_status(record.clone(), events.clone()).await?;
+    let status = replay_status(record.clone(), events).await?;
     let view = |id: &TaskId| status.graph.tasks.iter().find(|t| t.id == *id);
     let Some(waiting) = view(&task) else {
         return Err(ApiError::new(
@@ -674,22 +686,13 @@ async fn decide(
         ));
     };
     // Awaiting: it announced so after its latest decomposition, and still waits.
-    let awaiting = waiting.state == TaskState::WaitingForSubtasks
-        && events
-            .iter()
-            .rev()
-            .find_map(|e| match &e.kind {
-                EventKind::AwaitingUserDecision { parent } if *parent == task => Some(true),
-                EventKind::DecompositionAccepted { parent, .. } if *parent == task => Some(false),
-                _ => None,
-            })
-            .unwrap_or(false);
+    let awaiting = status.awaiting_decision.contains(&task);
     if !awaiting {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
                 "task {task} is not waiting for a decision (it is {})",
-                waiting.state
+                report::task_state_words(waiting.state)
             ),
         ));
     }

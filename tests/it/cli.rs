@@ -434,6 +434,21 @@ async fn decide_answers_a_task_waiting_for_the_user() {
     })
     .await
     .unwrap();
+    flotilla(state.path())
+        .args(["status", &run])
+        .assert()
+        .success()
+        .stdout(
+            predicates::str::contains("t1 [awaiting your decision]")
+                .and(predicates::str::contains("waiting_for_subtasks").not()),
+        );
+    flotilla(state.path())
+        .args(["decide", &run, "t1.1", "--fail"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "task t1.1 is not waiting for a decision (it is completed)",
+        ));
     // Exactly one decision: none, or two, is a usage error.
     flotilla(state.path())
         .args(["decide", &run, "t1"])
@@ -462,6 +477,14 @@ async fn decide_answers_a_task_waiting_for_the_user() {
             predicates::str::contains("t1 failed: declined by the user")
                 .and(predicates::str::contains("run finished: failed")),
         );
+    // After the end, in words.
+    for args in [vec!["decide", &run, "t1", "--fail"], vec!["cancel", &run]] {
+        flotilla(state.path())
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("already finished (failed)"));
+    }
 }
 
 #[test]
@@ -638,4 +661,80 @@ fn common_api_errors_come_with_a_hint() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("not a run id").and(predicates::str::contains("hint: ")));
+}
+
+/// A state directory with two runs the daemon cannot resume: one with an undecodable journal
+/// row, one whose stored config is unreadable.
+async fn state_with_damaged_runs() -> (tempfile::TempDir, [String; 2]) {
+    use flotilla::journal::{RunRecord, SqliteJournal};
+    use flotilla_actors::ports::SystemClock;
+    use flotilla_actors::protocol::RunId;
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().join("journal.sqlite");
+    let journal = SqliteJournal::open(&path, std::sync::Arc::new(SystemClock)).unwrap();
+    let ids = [RunId::generate(), RunId::generate()];
+    for (i, id) in ids.iter().enumerate() {
+        journal
+            .create_run(RunRecord {
+                id: *id,
+                request: format!("damaged run {i}"),
+                repo: "/tmp".into(),
+                config: run_config("", 1),
+                created_ms: i as u64,
+                outcome: None,
+            })
+            .await
+            .unwrap();
+    }
+    drop(journal);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "INSERT INTO events (run, at_ms, kind, data) VALUES (?1, 0, 'task_ready', '{not json')",
+        [ids[0].to_string()],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE runs SET config = '{\"limits\": 7' WHERE id = ?1",
+        [ids[1].to_string()],
+    )
+    .unwrap();
+    (state, ids.map(|id| id.to_string()))
+}
+
+#[tokio::test]
+async fn damaged_runs_are_shown_as_damaged_with_their_problem() {
+    let (state, [unreadable_row, unreadable_config]) = state_with_damaged_runs().await;
+    let _daemon = DaemonProcess::start(state.path());
+    for (run, why) in [
+        (&unreadable_row, "unreadable"),
+        (&unreadable_config, "config"),
+    ] {
+        let out = flotilla(state.path())
+            .args(["status", run])
+            .assert()
+            .success();
+        let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+        assert!(text.starts_with(&format!("run {run}  damaged\n")), "{text}");
+        let problem = text
+            .lines()
+            .find(|l| l.starts_with("problem: damaged"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(problem.contains(why), "{text}");
+    }
+    let out = flotilla(state.path()).arg("status").assert().success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(
+        text.contains("runs: 2 in total, 0 running, 2 damaged"),
+        "{text}"
+    );
+    for run in [&unreadable_row, &unreadable_config] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&run[..8]))
+            .unwrap_or_else(|| panic!("{run} is not listed: {text}"));
+        assert!(
+            line.contains("damaged") && line.contains("(damaged: "),
+            "{line}"
+        );
+    }
 }
