@@ -342,7 +342,18 @@ impl Client {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Vec<u8>), ClientError> {
-        let (status, bytes) = self.request(method, path, body, &[]).await?;
+        self.raw_with_headers(method, path, body, &[]).await
+    }
+
+    /// [`Client::raw`] with extra headers.
+    pub async fn raw_with_headers(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, String)],
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
+        let (status, bytes) = self.request(method, path, body, headers).await?;
         Ok((status, bytes.to_vec()))
     }
 

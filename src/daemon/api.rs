@@ -16,7 +16,8 @@
 //! runs it matches.
 //!
 //! `POST /v1/runs` is idempotent: a request carrying an `Idempotency-Key` header that an
-//! earlier request already carried gets that request's run (200) instead of a new one.
+//! earlier request already carried gets that request's run (200) instead of a new one; a
+//! key that came with a different request (by its fingerprint) is refused with a 422.
 //!
 //! [`serve`] runs the server itself, with a cap on concurrent connections and a timeout for
 //! reading a request's head (which also closes idle keep-alive connections); a connection
@@ -48,7 +49,7 @@ use super::report;
 use super::supervisor::{CancelAnswer, CancelRun, DecideTask, RunProblems, StartRun, Supervisor};
 use crate::client::IDEMPOTENCY_KEY;
 use crate::config::RunConfig;
-use crate::journal::{RunRecord, SqliteJournal, SubmitOutcome};
+use crate::journal::{RunRecord, SqliteJournal, SubmitKey, SubmitOutcome};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -387,6 +388,20 @@ fn unprocessable(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
 }
 
+/// A stable fingerprint of a submission: FNV-1a (64 bits) of its canonical JSON (serde_json
+/// sorts object keys), so that a retry of the same request matches whatever the whitespace
+/// or key order, and the value does not change between daemon builds (std's hasher may).
+fn request_fingerprint(body: &CreateRun) -> String {
+    let canonical = serde_json::json!({
+        "request": body.request, "repo": body.repo, "config": body.config,
+    })
+    .to_string();
+    let hash = canonical.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
 /// The submission's idempotency key, if it sent one.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
@@ -412,7 +427,10 @@ async fn create_run(
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateRun>,
 ) -> Result<Response, ApiError> {
-    let key = idempotency_key(&headers)?;
+    let key = idempotency_key(&headers)?.map(|key| SubmitKey {
+        key,
+        fingerprint: request_fingerprint(&body),
+    });
     let request = body.request.trim().to_string();
     if request.is_empty() {
         return Err(unprocessable("the request is empty"));
@@ -493,6 +511,12 @@ async fn create_run(
                 }),
             )
                 .into_response());
+        }
+        SubmitOutcome::KeyReused(earlier) => {
+            return Err(unprocessable(format!(
+                "the Idempotency-Key was already used for a different request (run {earlier}); \
+                 a new request needs a new key"
+            )));
         }
     };
     let _ = state.hub.send(started.clone());
