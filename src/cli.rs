@@ -159,6 +159,8 @@ pub enum Exit {
     DaemonNotRunning = 3,
     /// Anything else.
     Failure = 4,
+    /// Stopped by Ctrl-C (128 + SIGINT, as shells report it).
+    Interrupted = 130,
 }
 
 /// A user-facing error: what went wrong, and what to do about it.
@@ -506,7 +508,8 @@ async fn finished_outcome(client: &Client, run: &str) -> Result<Option<RunOutcom
 }
 
 /// Prints a run's events until `run_finished`, reconnecting (from the last seq) if the
-/// daemon restarts meanwhile. Returns the outcome.
+/// daemon restarts meanwhile. Returns the outcome. Ctrl-C stops following (not the run) and
+/// says how to follow it again from where it stopped.
 pub async fn follow(
     client: &Client,
     run: &str,
@@ -515,12 +518,47 @@ pub async fn follow(
 ) -> Result<Option<RunOutcome>, CliError> {
     let style = Style::detect();
     let live = style.live && !json;
+    let last = std::cell::Cell::new(since);
+    tokio::select! {
+        outcome = follow_from(client, run, &last, json, style) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            if live {
+                // End the live summary line.
+                let _ = emit("\n");
+            }
+            let since = last
+                .get()
+                .map(|seq| format!(" --since {seq}"))
+                .unwrap_or_default();
+            note(&format!(
+                "stopped following; run {} goes on in the daemon. Follow it again with \
+                 `flotilla tail {}{since}`",
+                render::terminal_safe(run),
+                render::terminal_safe(run)
+            ));
+            Err(CliError {
+                message: String::new(),
+                hint: None,
+                exit: Exit::Interrupted,
+            })
+        }
+    }
+}
+
+/// [`follow`]'s work; `last` is the seq of the last event printed.
+async fn follow_from(
+    client: &Client,
+    run: &str,
+    last: &std::cell::Cell<Option<u64>>,
+    json: bool,
+    style: Style,
+) -> Result<Option<RunOutcome>, CliError> {
+    let live = style.live && !json;
     let mut tally = Tally::default();
-    let mut last = since;
     // When the daemon goes away mid-run, keep trying for a minute: it resumes the run.
     let mut lost_at: Option<std::time::Instant> = None;
     loop {
-        let mut stream = match client.events(run, last).await {
+        let mut stream = match client.events(run, last.get()).await {
             Ok(stream) => {
                 lost_at = None;
                 stream
@@ -549,7 +587,7 @@ pub async fn follow(
             };
             // Notices (seq 0) are not in the journal: resuming from them would replay all.
             if event.seq > 0 {
-                last = Some(event.seq);
+                last.set(Some(event.seq));
             }
             if json {
                 emit(&format!("{}\n", render::json_line(&event)))?;

@@ -400,12 +400,8 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
         "tasks:   {} total · {} completed · {} running · {} waiting · {} pending · {} failed · {} cancelled",
         c.total, c.completed, c.running, c.waiting, c.pending, c.failed, c.cancelled
     );
-    let _ = writeln!(
-        out,
-        "spent:   {} of the run budget of {}",
-        spending(&status.graph.run_spent),
-        spending(&status.graph.run_budget)
-    );
+    let _ = writeln!(out, "spent:   {}", spending(&status.graph.run_spent));
+    let _ = writeln!(out, "budget:  {}", spending(&status.graph.run_budget));
     for t in &status.graph.tasks {
         let indent = "  ".repeat((t.id.depth() as usize).saturating_sub(1));
         let summary = t
@@ -909,8 +905,8 @@ mod tests {
         assert!(!text.contains("waiting_for_subtasks"), "{text}");
         assert!(
             text.contains(
-                "spent:   1234 tokens · $0.0050 · 7m27s agent time of the run budget of \
-                 10000 tokens · $1.0000 · 1h00m agent time"
+                "spent:   1234 tokens · $0.0050 · 7m27s agent time\n\
+                 budget:  10000 tokens · $1.0000 · 1h00m agent time\n"
             ),
             "{text}"
         );

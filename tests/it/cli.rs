@@ -738,3 +738,59 @@ async fn damaged_runs_are_shown_as_damaged_with_their_problem() {
         );
     }
 }
+
+#[test]
+fn ctrl_c_stops_following_and_says_how_to_follow_again() {
+    use std::io::BufRead;
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    // The run waits for a decision: it goes on until someone decides.
+    write_project(repo.path(), crate::daemon::USER_DECIDES);
+    let _daemon = DaemonProcess::start(state.path());
+    let out = flotilla(state.path())
+        .args(["submit", "pick a design", "--detach", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .success();
+    let run = String::from_utf8(out.get_output().stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut tail = std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .arg("--state-dir")
+        .arg(state.path())
+        .args(["tail", &run])
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(tail.stdout.take().unwrap()).lines();
+    let mut last_seq = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        last_seq = line
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .trim_start_matches('#')
+            .to_string();
+        if line.contains("waits for your decision") {
+            break;
+        }
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &tail.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = tail.wait_with_output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("goes on"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("`flotilla tail {run} --since {last_seq}`")),
+        "{stderr}"
+    );
+}
