@@ -555,6 +555,16 @@ async fn follow_from(
 ) -> Result<Option<RunOutcome>, CliError> {
     let live = style.live && !json;
     let mut tally = Tally::default();
+    if live {
+        // The live line shows spending against the run's budget; without it, spending alone.
+        if let Ok(status) = client
+            .get::<RunStatus>(&format!("/v1/runs/{}", segment(run)))
+            .await
+        {
+            tally.set_budget(status.graph.run_budget);
+            tally.set_created(status.created_ms);
+        }
+    }
     // When the daemon goes away mid-run, keep trying for a minute: it resumes the run.
     let mut lost_at: Option<std::time::Instant> = None;
     loop {
@@ -600,7 +610,8 @@ async fn follow_from(
                 text.push_str(&render::event_line(&event, &style));
                 text.push('\n');
                 if live {
-                    text.push_str(&style.dim(&tally.summary(now_ms())));
+                    // As of this event: a replayed backlog shows the time it happened at.
+                    text.push_str(&style.dim(&tally.summary(event.at_ms)));
                 }
                 emit(&text)?;
             }

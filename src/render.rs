@@ -567,12 +567,25 @@ pub fn outcome_name(outcome: RunOutcome) -> &'static str {
 pub struct Tally {
     states: HashMap<TaskId, TaskState>,
     spent: Budget,
+    /// The run's budget, when known (the tail asks for it once).
+    budget: Option<Budget>,
     started_ms: Option<u64>,
     last_ms: u64,
     finished_ms: Option<u64>,
 }
 
 impl Tally {
+    /// Shows spending against `budget` from now on.
+    pub fn set_budget(&mut self, budget: Budget) {
+        self.budget = Some(budget);
+    }
+
+    /// Counts elapsed time from when the run was created, not from the first event seen
+    /// (which, with `tail --since`, may be hours later).
+    pub fn set_created(&mut self, created_ms: u64) {
+        self.started_ms = Some(created_ms);
+    }
+
     pub fn observe(&mut self, e: &Event) {
         self.started_ms.get_or_insert(e.at_ms);
         self.last_ms = e.at_ms;
@@ -631,9 +644,20 @@ impl Tally {
         let failed = count(|s| matches!(s, TaskState::Failed | TaskState::Cancelled));
         let end = self.finished_ms.unwrap_or(now_ms.max(self.last_ms));
         let elapsed = end.saturating_sub(self.started_ms.unwrap_or(end));
+        let spent = match &self.budget {
+            Some(b) => format!(
+                "{}/{} tokens · {}/{} · {}/{} agent time",
+                self.spent.tokens,
+                b.tokens,
+                self.spent.cost_usd,
+                b.cost_usd,
+                duration(self.spent.wall_time_ms),
+                duration(b.wall_time_ms)
+            ),
+            None => spending(&self.spent),
+        };
         format!(
-            "{done} done · {running} running · {pending} pending · {failed} failed/cancelled · {} · {} elapsed",
-            spending(&self.spent),
+            "{done} done · {running} running · {pending} pending · {failed} failed/cancelled · {spent} · {} elapsed",
             duration(elapsed)
         )
     }
@@ -1005,6 +1029,16 @@ mod tests {
         let line = tally.summary(450_000);
         assert!(
             line.ends_with("600 tokens · $0.0030 · 0.0s agent time · 0.1s elapsed"),
+            "{line}"
+        );
+        tally.set_budget(Budget::new(10_000, Usd::from_micros(1_000_000), 60_000));
+        // Created before the first event this tail saw: counted from its creation.
+        tally.set_created(500);
+        let line = tally.summary(450_000);
+        assert!(
+            line.ends_with(
+                "600/10000 tokens · $0.0030/$1.0000 · 0.0s/1m00s agent time · 0.6s elapsed"
+            ),
             "{line}"
         );
     }
