@@ -606,6 +606,18 @@ async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, Api
     Ok(status)
 }
 
+/// A run's events after `after`. An unreadable row makes the run damaged: a 409 that says
+/// so (status still shows the run), not a 500.
+async fn read_events(state: &AppState, run: RunId, after: u64) -> Result<Vec<Event>, ApiError> {
+    state.journal.read(run, after).await.map_err(|e| match e {
+        JournalError::Corrupt { .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            format!("run {run} is damaged: {e}; `flotilla status {run}` shows what is known"),
+        ),
+        other => other.into(),
+    })
+}
+
 /// A run's status, replayed from its events on a blocking thread. A journal that does not
 /// replay still gives one (state `damaged`); so does a damaged run's unreadable config.
 async fn replay_status(
@@ -700,7 +712,7 @@ async fn decide(
             ),
         ));
     }
-    let events = Arc::new(state.journal.read(record.id, 0).await?);
+    let events = Arc::new(read_events(&state, record.id, 0).await?);
     let status = replay_status(record.clone(), events).await?;
     let view = |id: &TaskId| status.graph.tasks.iter().find(|t| t.id == *id);
     let Some(waiting) = view(&task) else {
@@ -863,7 +875,7 @@ async fn events(
     let after = last_event_id.or(q.since).unwrap_or(0);
     // Subscribe before reading the backlog, so nothing falls between the two.
     let live = state.hub.subscribe();
-    let backlog: VecDeque<Event> = state.journal.read(record.id, after).await?.into();
+    let backlog: VecDeque<Event> = read_events(&state, record.id, after).await?.into();
     let tail = Tail {
         run: record.id,
         last: after,

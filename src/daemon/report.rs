@@ -207,7 +207,7 @@ pub fn dot(graph: &GraphSnapshot) -> String {
             "  \"{}\" [label=\"{} [{}]\\n{}\"];",
             t.id,
             t.id,
-            t.state,
+            task_state_words(t.state),
             dot_label(&t.description)
         );
     }
@@ -238,7 +238,7 @@ pub fn mermaid(graph: &GraphSnapshot) -> String {
             "  {}[\"{} ({}): {}\"]",
             node(&id),
             id,
-            t.state,
+            task_state_words(t.state),
             mermaid_label(&t.description)
         );
     }

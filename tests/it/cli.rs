@@ -442,6 +442,16 @@ async fn decide_answers_a_task_waiting_for_the_user() {
             predicates::str::contains("t1 [awaiting your decision]")
                 .and(predicates::str::contains("waiting_for_subtasks").not()),
         );
+    for format in ["mermaid", "dot"] {
+        flotilla(state.path())
+            .args(["graph", &run, "--format", format])
+            .assert()
+            .success()
+            .stdout(
+                predicates::str::contains("waiting for subtasks")
+                    .and(predicates::str::contains("waiting_for_subtasks").not()),
+            );
+    }
     flotilla(state.path())
         .args(["decide", &run, "t1.1", "--fail"])
         .assert()
@@ -721,6 +731,13 @@ async fn damaged_runs_are_shown_as_damaged_with_their_problem() {
             .unwrap_or_else(|| panic!("{text}"));
         assert!(problem.contains(why), "{text}");
     }
+    flotilla(state.path())
+        .args(["tail", &unreadable_row])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(format!(
+            "error: run {unreadable_row} is damaged: journal entry"
+        )));
     let out = flotilla(state.path()).arg("status").assert().success();
     let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
     assert!(
