@@ -73,7 +73,7 @@ pub enum OpenError {
     )]
     Missing { path: PathBuf },
     #[error(
-        "the journal {path} is empty, but this state directory had one with runs in it; flotilla will not silently start over"
+        "the journal {path} is empty, but this state directory had one; flotilla will not silently start over"
     )]
     Empty { path: PathBuf },
     #[error(transparent)]
@@ -102,8 +102,17 @@ impl SqliteJournal {
         clock: Arc<dyn Clock>,
         must_exist: bool,
     ) -> Result<Self, OpenError> {
-        if must_exist && !path.exists() {
-            return Err(OpenError::Missing { path: path.into() });
+        if must_exist {
+            let Ok(meta) = std::fs::metadata(path) else {
+                return Err(OpenError::Missing { path: path.into() });
+            };
+            // A zero-length file with no write-ahead log beside it holds nothing; refuse it
+            // before SQLite opens (and writes to) it, so that it is left as it was found.
+            let wal = PathBuf::from(format!("{}-wal", path.display()));
+            let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+            if meta.len() == 0 && wal_len == 0 {
+                return Err(OpenError::Empty { path: path.into() });
+            }
         }
         let mut conn = Connection::open(path).map_err(storage)?;
         conn.pragma_update(None, "journal_mode", "WAL")

@@ -45,7 +45,17 @@ fn run_daemon(
     log_format: LogFormat,
 ) -> Result<Exit, CliError> {
     limit_malloc_arenas();
-    let filter = EnvFilter::try_from_env("FLOTILLA_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = match std::env::var("FLOTILLA_LOG") {
+        Err(_) => EnvFilter::new("info"),
+        Ok(spec) => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            // A typo must not silence the daemon: say so, and log as by default.
+            eprintln!(
+                "warning: FLOTILLA_LOG={:?} is not a log filter ({e}); logging at info",
+                flotilla::render::terminal_safe(&spec)
+            );
+            EnvFilter::new("info")
+        }),
+    };
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
@@ -114,10 +124,27 @@ fn run_daemon(
     });
     outcome.map(|()| Exit::Ok).map_err(|e| CliError {
         message: format!("{e:#}"),
-        hint: Some(
-            "check the state directory (--state-dir) and that no other daemon uses it".into(),
-        ),
+        hint: daemon_hint(&e),
         exit: Exit::Failure,
+    })
+}
+
+/// A hint that fits why the daemon could not start (none when the message says it all).
+fn daemon_hint(error: &anyhow::Error) -> Option<String> {
+    use flotilla::daemon::BindError;
+    use flotilla::daemon::state_lock::LockError;
+    error.chain().find_map(|cause| {
+        if let Some(LockError::Held { holder, .. }) = cause.downcast_ref::<LockError>() {
+            return Some(match holder {
+                Some(pid) => format!(
+                    "stop that daemon first (kill {pid}), or give this one its own --state-dir"
+                ),
+                None => "stop the other daemon first, or give this one its own --state-dir".into(),
+            });
+        }
+        cause
+            .downcast_ref::<BindError>()
+            .map(|e| e.hint().to_string())
     })
 }
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use actix::Actor;
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use flotilla_actors::ports::{Clock, FailingJournal, Journal, JournalFaults, SystemClock};
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -81,6 +81,9 @@ pub async fn serve(
         )),
         None => Arc::new(journal.clone()),
     };
+    // Bind before resuming: a daemon that cannot serve (address refused or taken) must exit
+    // having changed nothing.
+    let (listener, bound, token) = bind(&options).await?;
     let supervisor = Supervisor::new(
         journal.clone(),
         journal_port,
@@ -91,7 +94,6 @@ pub async fn serve(
     .start();
     resume_unfinished(&journal, &supervisor).await;
 
-    let (listener, bound, token) = bind(&options).await?;
     let state = api::AppState {
         journal,
         supervisor,
@@ -198,37 +200,66 @@ enum Listener {
     Tcp(tokio::net::TcpListener),
 }
 
+/// Why the daemon could not start serving; each says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("refusing to listen on {0}: only loopback addresses (127.0.0.1, ::1) are allowed")]
+    NotLoopback(SocketAddr),
+    #[error("refusing to listen on {}: something that is not a socket is there", .0.display())]
+    NotASocket(PathBuf),
+    #[error("a flotilla daemon is already listening on {}", .0.display())]
+    AlreadyServing(PathBuf),
+    #[error("cannot listen on {at}: {source}")]
+    Listen { at: String, source: std::io::Error },
+}
+
+impl BindError {
+    /// What to do about it.
+    pub fn hint(&self) -> &'static str {
+        match self {
+            BindError::NotLoopback(_) => "use --listen 127.0.0.1:PORT (or [::1]:PORT)",
+            BindError::NotASocket(_) => "name a path where nothing is yet with --socket",
+            BindError::AlreadyServing(_) => "stop the other daemon, or pass another --socket",
+            BindError::Listen { .. } => {
+                "pick another port, stop what uses it, or check the directory exists"
+            }
+        }
+    }
+}
+
 async fn bind(options: &DaemonOptions) -> anyhow::Result<(Listener, Bound, Option<Arc<String>>)> {
+    let listen_error = |at: String| move |source| BindError::Listen { at, source };
     match &options.listen {
         Listen::Unix(path) => {
-            if path.exists() {
+            if let Ok(existing) = std::fs::symlink_metadata(path) {
+                use std::os::unix::fs::FileTypeExt;
+                // Only a socket is ours to replace: `--socket` naming a file by mistake must
+                // not cost the user that file.
+                if !existing.file_type().is_socket() {
+                    return Err(BindError::NotASocket(path.clone()).into());
+                }
                 if tokio::net::UnixStream::connect(path).await.is_ok() {
-                    bail!(
-                        "a flotilla daemon is already listening on {}",
-                        path.display()
-                    );
+                    return Err(BindError::AlreadyServing(path.clone()).into());
                 }
                 // Left behind by a daemon that died: nobody answers on it.
                 std::fs::remove_file(path)
                     .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
             }
             let listener = tokio::net::UnixListener::bind(path)
-                .with_context(|| format!("cannot listen on {}", path.display()))?;
+                .map_err(listen_error(path.display().to_string()))?;
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
             Ok((Listener::Unix(listener), Bound::Unix(path.clone()), None))
         }
         Listen::Tcp(addr) => {
             if !addr.ip().is_loopback() {
-                bail!(
-                    "refusing to listen on {addr}: only loopback addresses (127.0.0.1, ::1) are allowed"
-                );
+                return Err(BindError::NotLoopback(*addr).into());
             }
             let token_file = paths::token_path(&options.state_dir);
             let token = load_or_create_token(&token_file)?;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
-                .with_context(|| format!("cannot listen on {addr}"))?;
+                .map_err(listen_error(addr.to_string()))?;
             let addr = listener.local_addr()?;
             Ok((
                 Listener::Tcp(listener),

@@ -17,7 +17,7 @@ use crate::paths;
 /// The held lock. Dropping it (or the process ending) releases it.
 #[derive(Debug)]
 pub struct StateLock {
-    _file: File,
+    file: File,
     path: PathBuf,
 }
 
@@ -73,11 +73,20 @@ impl StateLock {
         file.seek(SeekFrom::Start(0)).map_err(io)?;
         writeln!(file, "{}", std::process::id()).map_err(io)?;
         file.sync_all().map_err(io)?;
-        Ok(StateLock { _file: file, path })
+        Ok(StateLock { file, path })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl Drop for StateLock {
+    /// A stopped daemon leaves no PID behind: `kill $(cat daemon.lock)` must not reach a
+    /// process that reused it. (After a SIGKILL the PID stays, but the lock is free, and
+    /// the next daemon overwrites it.)
+    fn drop(&mut self) {
+        let _ = self.file.set_len(0);
     }
 }
 
@@ -96,6 +105,8 @@ mod tests {
         );
         assert!(err.to_string().contains(&std::process::id().to_string()));
         drop(held);
+        let text = std::fs::read_to_string(paths::lock_path(dir.path())).unwrap();
+        assert_eq!(text, "", "a released lock names no PID");
         StateLock::acquire(dir.path()).expect("released when dropped");
     }
 }

@@ -387,8 +387,8 @@ impl Supervisor {
                 && let Life::Live(members) = entry.life
             {
                 members.stop_all();
-                give_memory_back();
             }
+            clean_up_after(self.workspaces.join(event.run.to_string()));
         } else if let Some(entry) = self.runs.get_mut(&event.run) {
             // An append went through: whatever kept the journal from being written is over.
             if matches!(entry.life, Life::Live(_)) && entry.journal_retries > 0 {
@@ -556,14 +556,21 @@ impl Handler<MemberStopped> for Supervisor {
     }
 }
 
-/// A finished run's memory goes back to the allocator as its actors stop; this asks glibc to
-/// return what it can to the system (on a blocking thread: trimming a large heap takes
-/// milliseconds), so that a long-lived daemon's footprint follows its live runs.
-fn give_memory_back() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    tokio::task::spawn_blocking(|| {
-        // Let the run's actors finish stopping first; their memory is what is given back.
+/// After a run ended: removes its scratch workspaces (attempts interrupted by a crash leave
+/// theirs behind) and asks glibc to return the run's freed memory to the system, so that a
+/// long-lived daemon's footprint follows its live runs. On a blocking thread: both take
+/// milliseconds.
+fn clean_up_after(workspaces: PathBuf) {
+    tokio::task::spawn_blocking(move || {
+        // Let the run's actors finish stopping first: their memory is what is given back,
+        // and their Workers remove their own directories as they stop.
         std::thread::sleep(Duration::from_millis(200));
+        if let Err(e) = std::fs::remove_dir_all(&workspaces)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            warn!(workspaces = %workspaces.display(), error = %e, "cannot remove a run's workspaces");
+        }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
         // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
         unsafe {
             libc::malloc_trim(0);

@@ -641,3 +641,225 @@ fn spend_of_an_interrupted_attempt_still_counts_against_the_next_subplan() {
         other => panic!("expected BudgetExceeded, got {other:?}"),
     }
 }
+
+/// The repro's budget: a thousand tokens, ten cents, a second and a half.
+fn small() -> Budget {
+    Budget::new(1_000, Usd::from_micros(100_000), 1_500)
+}
+
+#[actix::test]
+async fn a_retry_is_assigned_only_what_the_earlier_attempts_left() {
+    virtual_time();
+    let mut h = PipelineHarness::start(Limits::default());
+    let mut s = spec("a", &["a"]);
+    s.budget = Some(small());
+    h.graph.do_send(ToTaskGraph::SubmitTasks { tasks: vec![s] });
+    let first = h.expect_assign().await;
+    assert_eq!((first.task.attempt, first.task.budget), (1, small()));
+    h.graph.do_send(ToTaskGraph::TaskStarted {
+        task: task("t1"),
+        attempt: 1,
+    });
+    h.graph.do_send(ToTaskGraph::SpendReported {
+        task: task("t1"),
+        attempt: 1,
+        spent: Budget::new(400, Usd::from_micros(30_000), 1_000),
+    });
+    h.graph.do_send(ToTaskGraph::TaskFailed {
+        task: task("t1"),
+        attempt: 1,
+        failure: AttemptFailure::Crashed {
+            detail: "boom".into(),
+        },
+    });
+    let second = h.expect_assign().await;
+    assert_eq!(
+        (second.task.attempt, second.task.budget),
+        (2, Budget::new(600, Usd::from_micros(70_000), 500)),
+        "the retry's time limit is the 500 ms the task has left, not a fresh 1500 ms"
+    );
+}
+
+/// Fails attempt 1 of `running`'s task after it spent `spent`; the events that follow.
+fn fail_after(budget: Budget, spent: Budget, failure: AttemptFailure) -> Vec<EventKind> {
+    let mut g = running(Limits::default(), budget);
+    g.spend_reported(&task("t1"), 1, spent).unwrap();
+    g.failed(&task("t1"), 1, failure).unwrap()
+}
+
+fn crashed() -> AttemptFailure {
+    AttemptFailure::Crashed {
+        detail: "boom".into(),
+    }
+}
+
+#[test]
+fn a_task_with_a_dimension_used_up_is_not_retried_but_fails_with_the_figures() {
+    let budget = Budget::new(1_000, Usd::ZERO, 60_000);
+    // 1000 of 1000 tokens: a retry would be over budget at once.
+    let events = fail_after(budget, tokens(1_000), crashed());
+    assert!(
+        !events.iter().any(|e| e.name() == "task_retried"),
+        "{events:?}"
+    );
+    assert!(
+        events.contains(&EventKind::TaskFailed {
+            task: task("t1"),
+            attempt: 1,
+            reason: FailureReason::BudgetExceeded {
+                spent: tokens(1_000),
+                budget
+            }
+        }),
+        "{events:?}"
+    );
+    // The wall time a timed-out attempt was charged leaves nothing for a retry either.
+    let spent = Budget::new(500, Usd::ZERO, 1_500);
+    let events = fail_after(small(), spent, AttemptFailure::TimedOut { limit_ms: 1_500 });
+    assert!(
+        events.contains(&EventKind::TaskFailed {
+            task: task("t1"),
+            attempt: 1,
+            reason: FailureReason::BudgetExceeded {
+                spent,
+                budget: small()
+            }
+        }),
+        "{events:?}"
+    );
+    // Something left in every dimension it allows (it allows no money): retried.
+    let events = fail_after(budget, tokens(999), crashed());
+    assert_eq!(
+        events.iter().map(EventKind::name).collect::<Vec<_>>(),
+        ["task_retried"]
+    );
+}
+
+/// A WorkerPool running the scripted `scenario`, reporting to `h`'s TaskGraph.
+fn scripted_pool(
+    h: &GraphHarness,
+    scenario: &str,
+    workspaces: &std::path::Path,
+) -> actix::Addr<flotilla_actors::actors::WorkerPool> {
+    use actix::Actor;
+    use flotilla::scripted::{Scenario, ScriptedAgent};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let agent = Arc::new(ScriptedAgent::new(Scenario::from_toml(scenario).unwrap()));
+    flotilla_actors::actors::WorkerPool::new(
+        RunId::generate(),
+        agent,
+        h.graph.clone().recipient(),
+        workspaces.to_path_buf(),
+        Duration::from_secs(60),
+    )
+    .start()
+}
+
+/// Plays Dispatch: hands every task of the next `Ready` to the pool, as Dispatch would.
+async fn hand_out(h: &mut GraphHarness, pool: &actix::Addr<flotilla_actors::actors::WorkerPool>) {
+    let ready = h
+        .dispatch
+        .fish_for("Ready", |m| match m {
+            ToDispatch::Ready(tasks) => Some(tasks.clone()),
+            _ => None,
+        })
+        .await;
+    for t in ready {
+        h.send(ToTaskGraph::TaskDispatched {
+            task: t.task.clone(),
+            attempt: t.attempt,
+            profile: "default".into(),
+            route: Route::Worker,
+            agent: pool.clone().recipient(),
+        });
+        pool.do_send(ToAgent::Assign(Assignment {
+            run: RunId::generate(),
+            task: t,
+            profile: "default".into(),
+            route: Route::Worker,
+            branch: "b".into(),
+        }));
+    }
+}
+
+/// The reviewer's repro, Worker and TaskGraph together: a hung agent with a 1500 ms budget
+/// times out once, its time is charged to the task and the run, and it is not retried.
+#[actix::test]
+async fn a_hung_agent_spends_its_wall_time_budget_once_and_is_not_retried() {
+    virtual_time();
+    let mut h = GraphHarness::start(Limits::default());
+    let workspaces = tempfile::tempdir().unwrap();
+    let pool = scripted_pool(
+        &h,
+        "[tasks.t1]\noutcome = \"hang\"\ntokens = 500\n",
+        workspaces.path(),
+    );
+    let mut s = spec("a", &["a"]);
+    s.budget = Some(small());
+    h.send(ToTaskGraph::SubmitTasks { tasks: vec![s] });
+    hand_out(&mut h, &pool).await;
+    let failed = h
+        .events
+        .fish_for("task_failed", |Published(e)| match &e.kind {
+            EventKind::TaskFailed { reason, .. } => Some(reason.clone()),
+            EventKind::TaskRetried { .. } => panic!("retried with nothing left"),
+            _ => None,
+        })
+        .await;
+    let FailureReason::BudgetExceeded { spent, budget } = failed else {
+        panic!("expected BudgetExceeded, got {failed:?}");
+    };
+    assert_eq!(budget, small());
+    // The 1500 ms it ran, give or take tokio's 1 ms timer tick; its 500 tokens.
+    assert_eq!(spent.tokens, 500);
+    assert!((1_500..=1_501).contains(&spent.wall_time_ms), "{spent}");
+    let snap = h.snapshot().await;
+    assert_eq!(
+        snap.run_spent, spent,
+        "the run is charged the agent's time too"
+    );
+    assert_eq!(snap.outcome, None, "planning may still add work");
+    h.dispatch.drain();
+    h.dispatch.expect_none().await;
+}
+
+/// The run budget's wall time is the sum of its agents' time (not the time since the run
+/// started): two agents working side by side for 1.5 s each spend 3 s of it.
+#[actix::test]
+async fn the_run_budget_s_wall_time_sums_agent_time_and_binds() {
+    virtual_time();
+    let run_budget = Budget::new(1_000_000, Usd::from_micros(10_000_000), 2_500);
+    let mut h = GraphHarness::start(Limits {
+        run_budget,
+        ..Limits::default()
+    });
+    let workspaces = tempfile::tempdir().unwrap();
+    let pool = scripted_pool(
+        &h,
+        "[agent]\noutcome = \"hang\"\ntokens = 10\n",
+        workspaces.path(),
+    );
+    let (mut a, mut b) = (spec("a", &["a"]), spec("b", &["b"]));
+    a.budget = Some(small());
+    b.budget = Some(small());
+    h.send(ToTaskGraph::SubmitTasks { tasks: vec![a, b] });
+    hand_out(&mut h, &pool).await;
+    let exhausted = h.events.expect_kind("run_budget_exhausted").await;
+    let EventKind::RunBudgetExhausted { spent, budget } = exhausted else {
+        unreachable!()
+    };
+    assert_eq!(budget, run_budget);
+    assert_eq!(spent.tokens, 20);
+    assert!((3_000..=3_002).contains(&spent.wall_time_ms), "{spent}");
+    match h.events.expect_kind("run_finished").await {
+        EventKind::RunFinished { outcome, reason } => {
+            assert_eq!(outcome, RunOutcome::Failed);
+            let reason = reason.unwrap();
+            assert!(reason.starts_with("budget exhausted"), "{reason}");
+            assert!(reason.contains("2500 ms"), "{reason}");
+        }
+        other => panic!("expected RunFinished, got {other:?}"),
+    }
+}

@@ -278,11 +278,17 @@ pub struct DaemonProcess {
 impl DaemonProcess {
     /// Starts the binary and returns once it logged that it listens.
     pub fn start(state_dir: &Path) -> Self {
+        Self::start_with_env(state_dir, &[])
+    }
+
+    /// Starts the binary with extra environment variables.
+    pub fn start_with_env(state_dir: &Path, env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
             .arg("--state-dir")
             .arg(state_dir)
             .arg("daemon")
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -293,10 +299,12 @@ impl DaemonProcess {
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("listening on") {
+                // Logged before it is announced: a test reading the log after start sees it.
+                let ready = line.contains("listening on");
+                sink.lock().unwrap().push(line);
+                if ready {
                     let _ = ready_tx.send(());
                 }
-                sink.lock().unwrap().push(line);
             }
         });
         if ready_rx.recv_timeout(Duration::from_secs(30)).is_err() {

@@ -796,3 +796,36 @@ fn depth_never_exceeds_what_task_ids_can_hold_even_with_unvalidated_limits() {
     let replayed = RunGraph::replay(limits, &back).unwrap();
     assert_eq!(replayed.snapshot(), g.snapshot());
 }
+
+/// A refused planner batch and a refused subplan name the offending item the same way
+/// ("proposed task N"); the batch used to say "subtask 0", the subplan "item 0".
+#[test]
+fn a_refused_batch_and_a_refused_subplan_name_their_items_alike() {
+    let (mut g, _) = graph_with_running_parent(3);
+    let batch = g.submit(vec![spec("escapes", &["../x"])]).unwrap();
+    let batch_reason = batch
+        .iter()
+        .find_map(|e| match e {
+            EventKind::TasksRejected { reason } => Some(reason.to_string()),
+            _ => None,
+        })
+        .expect("the batch is refused");
+    let mut report = invalid_report(None);
+    report.subplan.as_mut().unwrap().subtasks = vec![sub("escapes", &["src/../x"])];
+    let subplan = g.complete(report).unwrap();
+    let subplan_reason = subplan
+        .iter()
+        .find_map(|e| match e {
+            EventKind::DecompositionRejected { reason, .. } => Some(reason.to_string()),
+            _ => None,
+        })
+        .expect("the subplan is refused");
+    assert_eq!(
+        batch_reason,
+        r#"proposed task 0's path "../x" is invalid: the path climbs out with '..'"#
+    );
+    assert_eq!(
+        subplan_reason,
+        r#"proposed task 0's path "src/../x" is invalid: the path climbs out with '..'"#
+    );
+}

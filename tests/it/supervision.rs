@@ -241,15 +241,23 @@ async fn runs_whose_journal_does_not_replay_are_damaged_and_everything_else_carr
     ));
 }
 
-/// Starts `serve` on `state_dir` and returns its error if it refuses to start.
+/// Starts `serve` on `state_dir` (its default socket) and returns its error if it refuses
+/// to start.
 ///
 /// Another test forking a child in the instant this process releases the state lock
 /// briefly shares the lock's open file (until the child's exec closes it): a lock "held"
 /// by this very process is that, and is tried again.
 fn serve_error(state_dir: &Path) -> Option<String> {
+    serve_error_on(
+        state_dir,
+        flotilla::daemon::Listen::Unix(state_dir.join("daemon.sock")),
+    )
+}
+
+fn serve_error_on(state_dir: &Path, listen: flotilla::daemon::Listen) -> Option<String> {
     let me = format!("PID {})", std::process::id());
     for _ in 0..20 {
-        match serve_once(state_dir) {
+        match serve_once(state_dir, listen.clone()) {
             Some(e) if e.contains(&me) => std::thread::sleep(Duration::from_millis(50)),
             other => return other,
         }
@@ -257,10 +265,10 @@ fn serve_error(state_dir: &Path) -> Option<String> {
     Some("the state lock stayed held".into())
 }
 
-fn serve_once(state_dir: &Path) -> Option<String> {
+fn serve_once(state_dir: &Path, listen: flotilla::daemon::Listen) -> Option<String> {
     let options = flotilla::daemon::DaemonOptions {
         state_dir: state_dir.to_path_buf(),
-        listen: flotilla::daemon::Listen::Unix(state_dir.join("daemon.sock")),
+        listen,
         journal_faults: None,
         server: Default::default(),
     };
@@ -310,6 +318,11 @@ async fn a_journal_that_went_missing_or_empty_is_reported_loudly_not_started_fre
     std::fs::write(&journal, b"").unwrap();
     let empty = serve_error(state.path()).expect("an empty journal refuses to start");
     assert!(empty.contains("empty"), "{empty}");
+    assert_eq!(
+        std::fs::metadata(&journal).unwrap().len(),
+        0,
+        "the refused journal is left as it was found"
+    );
 
     // Deleting the marker is the way to start over on purpose.
     std::fs::remove_file(state.path().join("journal.marker")).unwrap();
@@ -538,4 +551,93 @@ async fn when_a_run_ends_every_one_of_its_actors_stops() {
         "a finished run's actors are all stopped"
     );
     assert!(supervisor.send(GetRunMembers(run)).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_daemon_that_cannot_serve_exits_having_changed_nothing() {
+    // A run left unfinished by a crash: a daemon that resumed it would journal interruptions.
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), run_config(&scenario(4, 2_000, ""), 2)).await;
+    wait_for(&client, &run, "a started task", |e| {
+        matches!(e.kind, EventKind::TaskStarted { .. })
+    })
+    .await;
+    daemon.kill();
+    let before = journal_kinds(state.path(), &run).len();
+
+    // A refused address…
+    let refused = serve_error_on(
+        state.path(),
+        flotilla::daemon::Listen::Tcp("0.0.0.0:0".parse().unwrap()),
+    )
+    .expect("a non-loopback address is refused");
+    assert!(refused.contains("loopback"), "{refused}");
+    // …and a regular file where the socket would go, which must survive.
+    let precious = state.path().join("precious.txt");
+    std::fs::write(&precious, "keep me").unwrap();
+    let not_socket = serve_error_on(
+        state.path(),
+        flotilla::daemon::Listen::Unix(precious.clone()),
+    )
+    .expect("a path that is not a socket is refused");
+    assert!(not_socket.contains("not a socket"), "{not_socket}");
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
+
+    assert_eq!(
+        journal_kinds(state.path(), &run).len(),
+        before,
+        "nothing was resumed or journaled"
+    );
+}
+
+#[tokio::test]
+async fn a_log_filter_with_a_typo_is_reported_and_the_daemon_still_logs() {
+    let state = tempfile::tempdir().unwrap();
+    let daemon = DaemonProcess::start_with_env(state.path(), &[("FLOTILLA_LOG", "bogus[")]);
+    let log = daemon.log();
+    assert!(
+        log.contains("FLOTILLA_LOG") && log.contains("logging at info"),
+        "{log}"
+    );
+    assert!(log.contains("listening on"), "{log}");
+}
+
+#[tokio::test]
+async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attempts() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), run_config(&scenario(4, 1_000, ""), 2)).await;
+    wait_for(&client, &run, "a started task", |e| {
+        matches!(e.kind, EventKind::TaskStarted { .. })
+    })
+    .await;
+    let run_workspaces = state.path().join("workspaces").join(&run);
+    for _ in 0..100 {
+        if std::fs::read_dir(&run_workspaces).is_ok_and(|mut d| d.next().is_some()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    daemon.kill(); // the attempts in flight leave their workspaces behind
+    assert!(run_workspaces.exists());
+    let daemon = DaemonProcess::start(state.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    for _ in 0..200 {
+        if !run_workspaces.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !run_workspaces.exists(),
+        "{} is left behind",
+        run_workspaces.display()
+    );
+    drop(daemon);
 }

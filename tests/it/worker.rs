@@ -352,3 +352,163 @@ async fn cancel_and_timeout_reach_the_agent_through_its_cancellation_token() {
     let workspace = agent.workspace.lock().unwrap().clone().unwrap();
     assert!(workspace.starts_with(dir.path()));
 }
+
+fn wall(ms: u64) -> Budget {
+    Budget {
+        wall_time_ms: ms,
+        ..Budget::default()
+    }
+}
+
+/// Wall time only, `ms` give or take tokio's timer granularity (a timer fires on the next
+/// millisecond tick, so a 1500 ms sleep measures 1500 or 1501 ms even in virtual time).
+fn about(spent: Budget, ms: u64) -> bool {
+    spent.tokens == 0 && spent.cost_usd == Usd::ZERO && (ms..=ms + 1).contains(&spent.wall_time_ms)
+}
+
+/// The messages up to and including the first one `last` accepts, spend reports included.
+async fn until(
+    graph: &mut Inbox<ToTaskGraph>,
+    last: impl Fn(&ToTaskGraph) -> bool,
+) -> Vec<ToTaskGraph> {
+    let mut seen = Vec::new();
+    loop {
+        let m = graph.expect().await;
+        let done = last(&m);
+        seen.push(m);
+        if done {
+            return seen;
+        }
+    }
+}
+
+/// The wall time a run of messages charges, in order of the spend reports.
+fn wall_charges(messages: &[ToTaskGraph]) -> Vec<u64> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            ToTaskGraph::SpendReported { spent, .. } if spent.wall_time_ms > 0 => {
+                Some(spent.wall_time_ms)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[actix::test]
+async fn a_timed_out_call_charges_its_wall_time_before_the_failure() {
+    let mut pool = start("[tasks.t1]\noutcome = \"hang\"\n");
+    pool.addr.do_send(assign("t1", 2, 1_500));
+    let seen = until(&mut pool.graph, |m| {
+        matches!(m, ToTaskGraph::TaskFailed { .. })
+    })
+    .await;
+    let n = seen.len();
+    assert!(n >= 2, "{} messages", n);
+    assert!(
+        matches!(&seen[n - 2], ToTaskGraph::SpendReported { task: t, attempt: 2, spent }
+            if *t == task("t1") && about(*spent, 1_500)),
+        "{:?}",
+        seen.iter().map(|m| format!("{m:?}")).collect::<Vec<_>>()
+    );
+    assert!(matches!(
+        &seen[n - 1],
+        ToTaskGraph::TaskFailed {
+            failure: AttemptFailure::TimedOut { limit_ms: 1_500 },
+            ..
+        }
+    ));
+    assert_eq!(wall_charges(&seen).len(), 1, "charged once");
+}
+
+#[actix::test]
+async fn a_completed_call_charges_its_wall_time_before_the_report() {
+    let mut pool = start("[tasks.t1]\ntokens = 10\ndelay_ms = 1000\n");
+    pool.addr.do_send(assign("t1", 1, 60_000));
+    let seen = until(&mut pool.graph, |m| {
+        matches!(m, ToTaskGraph::TaskCompleted(_))
+    })
+    .await;
+    let n = seen.len();
+    assert!(
+        matches!(&seen[n - 2], ToTaskGraph::SpendReported { task: t, attempt: 1, spent }
+            if *t == task("t1") && about(*spent, 1_000)),
+        "{:?}",
+        seen.iter().map(|m| format!("{m:?}")).collect::<Vec<_>>()
+    );
+    assert_eq!(wall_charges(&seen).len(), 1, "charged once");
+}
+
+#[actix::test]
+async fn a_cancelled_call_charges_the_time_it_ran_and_reports_nothing_else() {
+    let mut pool = start("[tasks.t1]\noutcome = \"hang\"\n");
+    pool.addr.do_send(assign("t1", 1, 60_000));
+    assert!(matches!(
+        next(&mut pool.graph).await,
+        ToTaskGraph::TaskStarted { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    pool.addr.do_send(ToAgent::Cancel {
+        task: task("t1"),
+        reason: "user".into(),
+    });
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let late = pool.graph.drain();
+    let described: Vec<String> = late.iter().map(|m| format!("{m:?}")).collect();
+    let charged = wall_charges(&late);
+    assert!(
+        charged.len() == 1 && about(wall(charged[0]), 700),
+        "{described:?}"
+    );
+    assert!(
+        late.iter()
+            .all(|m| matches!(m, ToTaskGraph::SpendReported { .. })),
+        "{described:?}"
+    );
+}
+
+#[actix::test]
+async fn a_revision_gets_only_what_the_attempt_s_first_call_left_of_its_limit() {
+    let scenario = r#"
+        [tasks.t1]
+        outcome = "subplan"
+        delay_ms = 500
+        [tasks.t1.subplan]
+        subtasks = [{ description = "x", scope = ["a.rs"] }]
+        [tasks.t1.on_rejection]
+        outcome = "hang"
+    "#;
+    let mut pool = start(scenario);
+    pool.addr.do_send(assign("t1", 1, 2_000));
+    let first = until(&mut pool.graph, |m| {
+        matches!(m, ToTaskGraph::TaskCompleted(_))
+    })
+    .await;
+    let first_charge = wall_charges(&first);
+    assert!(
+        first_charge.len() == 1 && about(wall(first_charge[0]), 500),
+        "{first_charge:?}"
+    );
+    pool.addr
+        .do_send(ToAgent::DecompositionRejected(TaskDecompositionRejected {
+            parent: task("t1"),
+            reason: RejectionReason::NoSubtasks,
+        }));
+    let revision = until(&mut pool.graph, |m| {
+        matches!(m, ToTaskGraph::TaskFailed { .. })
+    })
+    .await;
+    let charged = wall_charges(&revision);
+    // The hung revision is cut off when the attempt's 2000 ms are spent, not 2000 ms later.
+    assert!(
+        charged.len() == 1 && (1_499..=1_502).contains(&charged[0]),
+        "{charged:?}"
+    );
+    assert!(matches!(
+        revision.last(),
+        Some(ToTaskGraph::TaskFailed {
+            failure: AttemptFailure::TimedOut { limit_ms: 2_000 },
+            ..
+        })
+    ));
+}

@@ -4,13 +4,20 @@
 //! kills only its own Worker, and the pool turns that into a failed attempt.
 //!
 //! On start it reports `TaskStarted`, creates its scratch workspace and runs the agent,
-//! bounded by the task's wall-time budget; the agent's report becomes a `TaskCompleted`
+//! bounded by the wall time the task has left (the assignment's budget: the graph subtracts
+//! what earlier attempts spent); the agent's report becomes a `TaskCompleted`
 //! carrying the task id and attempt *it* was given (the agent never names ids). Spend the
 //! agent reports while it works goes to the TaskGraph as `SpendReported`. A report with a
 //! subplan keeps the Worker alive for the decision: a rejection asks the agent to revise,
 //! an acceptance ends the attempt (the synthesis is a new Worker). Cancel, timeout and stop
 //! all go through one cancellation token that the agent honours, and the workspace is
 //! removed when the Worker ends.
+//!
+//! The Worker charges the agent's time: when an agent call (run, revise, synthesis) ends,
+//! whether with a report, a failure, a timeout or a cancel, it reports the call's elapsed
+//! wall time as `SpendReported { spent: Budget { wall_time_ms, .. } }` *before* the report or
+//! failure, so the TaskGraph charges it first (a task whose time is used up is not retried).
+//! Agents report tokens and money; wall time is measured here, on tokio's clock.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,12 +25,14 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures::future::BoxFuture;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::ports::{Agent, AgentError, AgentReport, AttemptContext, SpendReporter};
 use crate::protocol::{
-    Assignment, AttemptFailure, SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph,
+    Assignment, AttemptFailure, Budget, SubtasksCompleted, TaskCompleted, TaskId, ToAgent,
+    ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -50,13 +59,19 @@ pub struct Worker {
     workspace: PathBuf,
     cancel: CancellationToken,
     in_flight: Option<SpawnHandle>,
+    /// When the agent call in flight started; taken when its time is charged.
+    call_started: Option<Instant>,
+    /// Agent time this attempt's calls used so far: a revision gets what the first call
+    /// left of `limit`, not a fresh `limit`.
+    used: Duration,
     /// Cancelled: the agent's answer, when it comes, is not reported.
     called_off: bool,
     lifeline: Option<Lifeline>,
 }
 
 impl Worker {
-    /// `limit` bounds each agent call; `workspace` is created on start and removed at the
+    /// `limit` bounds the agent calls of the attempt together (a revision gets what the
+    /// earlier calls left); `workspace` is created on start and removed at the
     /// end.
     pub fn new(
         agent: Arc<dyn Agent>,
@@ -79,6 +94,8 @@ impl Worker {
             workspace,
             cancel: CancellationToken::new(),
             in_flight: None,
+            call_started: None,
+            used: Duration::ZERO,
             called_off: false,
             lifeline: None,
         }
@@ -106,13 +123,40 @@ impl Worker {
         }
     }
 
-    /// Runs one agent call and reports its outcome.
+    /// Charges the wall time of the agent call that just ended (once per call; nothing for a
+    /// call that took no measurable time).
+    fn charge_time(&mut self) {
+        let Some(started) = self.call_started.take() else {
+            return;
+        };
+        let elapsed = started.elapsed();
+        self.used = self.used.saturating_add(elapsed);
+        let elapsed = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        if elapsed > 0 {
+            self.graph.do_send(ToTaskGraph::SpendReported {
+                task: self.task.clone(),
+                attempt: self.attempt,
+                spent: Budget {
+                    wall_time_ms: elapsed,
+                    ..Budget::default()
+                },
+            });
+        }
+    }
+
+    /// Runs one agent call and reports its outcome, after the time it took.
     fn drive(
         &mut self,
         call: BoxFuture<'static, Result<AgentReport, AgentError>>,
         ctx: &mut Context<Self>,
     ) {
-        let limit = self.limit;
+        // A call replaced before it ended still used the agent's time.
+        self.charge_time();
+        self.call_started = Some(Instant::now());
+        let limit = self
+            .limit
+            .saturating_sub(self.used)
+            .max(Duration::from_millis(1));
         let cancel = self.cancel.clone();
         let bounded = async move {
             let mut call = call;
@@ -129,6 +173,7 @@ impl Worker {
         };
         let handle = ctx.spawn(bounded.into_actor(self).map(|result, act, ctx| {
             act.in_flight = None;
+            act.charge_time();
             if act.called_off {
                 act.finish(ctx);
                 return;
@@ -214,8 +259,10 @@ impl Actor for Worker {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        // Whatever the agent started ends with the attempt.
+        // Whatever the agent started ends with the attempt, and the time it took is charged
+        // (a call cut short by a cancel's grace or a stop ends here).
         self.cancel.cancel();
+        self.charge_time();
         let workspace = self.workspace.clone();
         if matches!(self.job, Job::Run(_)) {
             // Scratch only: nothing in it outlives the attempt (M5 replaces it with a

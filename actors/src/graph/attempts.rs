@@ -237,8 +237,11 @@ impl RunGraph {
         Ok(out)
     }
 
-    /// Retries a retryable failure while attempts remain (never for a synthesizing parent,
-    /// whose subtasks are spent), otherwise fails the task and everything that needed it.
+    /// Retries a retryable failure while attempts and budget remain (never for a
+    /// synthesizing parent, whose subtasks are spent), otherwise fails the task and
+    /// everything that needed it. A task that has used up any dimension of its budget (the
+    /// Worker charged the attempt's wall time before its failure) fails `BudgetExceeded`
+    /// with the figures: a retry would be over budget at once.
     fn fail_attempt(
         &mut self,
         out: &mut Emitted,
@@ -251,7 +254,14 @@ impl RunGraph {
         let retryable = failure.is_retryable()
             && self.dag[ix].state != TaskState::Synthesizing
             && charged < self.limits.max_attempts;
-        if retryable {
+        let node = &self.dag[ix];
+        if retryable && node.budget.is_used_up_by(&node.spent) {
+            let reason = FailureReason::BudgetExceeded {
+                spent: node.spent,
+                budget: node.budget,
+            };
+            self.fail_and_settle(out, ix, reason)
+        } else if retryable {
             self.emit(
                 out,
                 EventKind::TaskRetried {

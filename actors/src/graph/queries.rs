@@ -83,7 +83,9 @@ impl RunGraph {
             .unwrap_or_default()
     }
 
-    /// What Dispatch needs to queue a ready task.
+    /// What Dispatch needs to queue a ready task. Its budget is what the task has left after
+    /// its earlier attempts (interrupted and failed ones included), so each attempt's limits,
+    /// its wall time above all, bind across attempts rather than restarting.
     pub fn ready_task(&self, id: &TaskId) -> Option<ReadyTask> {
         let node = self.task(id)?;
         Some(ReadyTask {
@@ -92,7 +94,7 @@ impl RunGraph {
             spec: node.spec.clone(),
             critical_path: node.critical_path,
             created: node.created,
-            budget: node.budget,
+            budget: node.budget.saturating_sub(node.spent),
         })
     }
 

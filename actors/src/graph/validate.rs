@@ -193,7 +193,7 @@ fn check_duplicates(graph: &RunGraph, fingerprints: &[Fingerprint]) -> Result<()
         if let Some(first) = seen.insert(fp, i) {
             return Err(RejectionReason::DuplicateTask {
                 subtask: i,
-                existing: format!("item {first}"),
+                existing: format!("proposed task {first}"),
             });
         }
     }

@@ -152,6 +152,10 @@ pub enum PathProblem {
 /// Why a proposal (or a planner's batch) was refused. One variant per validation rule, so that
 /// the proposer (and a test) can tell exactly which rule fired. `subtask` is the 0-based index
 /// of the offending item in the proposal or batch.
+///
+/// The same reasons answer an agent's subplan and a planner's batch, and the message does not
+/// know which: it names an item as "proposed task N" (its 0-based index in the list the
+/// proposer sent), which reads right for both a subplan's subtasks and a batch's tasks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "rule", rename_all = "snake_case")]
 pub enum RejectionReason {
@@ -169,43 +173,47 @@ pub enum RejectionReason {
     BudgetExceeded { needed: Budget, remaining: Budget },
     /// Rule (d): one task may not be given more than `Limits::max_task_budget` in any
     /// dimension. Refused, never clamped: the proposer learns the limit and can plan for it.
-    #[error("item {subtask} asks for {asked}; one task may have at most {max}")]
+    #[error("proposed task {subtask} asks for {asked}; one task may have at most {max}")]
     TaskBudgetTooLarge {
         subtask: usize,
         asked: Budget,
         max: Budget,
     },
     /// Rule (e).
-    #[error("subtask {subtask} depends on {dependency}, which is not a sibling index")]
+    #[error(
+        "proposed task {subtask} depends on {dependency}, which is not an index in the same list"
+    )]
     DependencyOutOfRange { subtask: usize, dependency: usize },
     /// Rule (e).
-    #[error("subtask {subtask} depends on itself")]
+    #[error("proposed task {subtask} depends on itself")]
     SelfDependency { subtask: usize },
     /// Rule (e).
-    #[error("subtasks {cycle:?} depend on each other in a cycle")]
+    #[error("proposed tasks {cycle:?} depend on each other in a cycle")]
     DependencyCycle { cycle: Vec<usize> },
     /// Rule (f).
-    #[error("subtask {subtask}'s path {path:?} is outside the parent's scope")]
+    #[error("proposed task {subtask}'s path {path:?} is outside the parent's scope")]
     ScopeOutsideParent { subtask: usize, path: String },
     /// Rule (f).
-    #[error("subtasks {first} and {second} both touch {path:?} and neither depends on the other")]
+    #[error(
+        "proposed tasks {first} and {second} both touch {path:?} and neither depends on the other"
+    )]
     ScopeOverlap {
         first: usize,
         second: usize,
         path: String,
     },
     /// Rule (g).
-    #[error("subtask {subtask}'s path {path:?} is invalid: {problem}")]
+    #[error("proposed task {subtask}'s path {path:?} is invalid: {problem}")]
     InvalidPath {
         subtask: usize,
         path: String,
         problem: PathProblem,
     },
     /// Rule (g).
-    #[error("subtask {subtask} has an empty scope")]
+    #[error("proposed task {subtask} has an empty scope")]
     EmptyScope { subtask: usize },
     /// Rule (h).
-    #[error("subtask {subtask} duplicates {existing}")]
+    #[error("proposed task {subtask} duplicates {existing}")]
     DuplicateTask { subtask: usize, existing: String },
     /// Rule (i).
     #[error("this task attempt has already proposed {max} subplans")]
@@ -214,13 +222,13 @@ pub enum RejectionReason {
     #[error("this run has already accepted {max} decompositions")]
     RunDecompositionCap { max: u32 },
     /// A submitted batch refers to a task that does not exist in this run.
-    #[error("item {subtask} depends on {task}, which does not exist in this run")]
+    #[error("proposed task {subtask} depends on {task}, which does not exist in this run")]
     UnknownDependency { subtask: usize, task: String },
     #[error("the proposal contains no subtasks")]
     NoSubtasks,
-    #[error("item {subtask} has an empty description")]
+    #[error("proposed task {subtask} has an empty description")]
     EmptyDescription { subtask: usize },
-    #[error("subtask {subtask}'s {field} is {size} bytes/items; the limit is {max}")]
+    #[error("proposed task {subtask}'s {field} is {size} bytes/items; the limit is {max}")]
     PayloadTooLarge {
         subtask: usize,
         field: String,
@@ -236,6 +244,78 @@ pub enum RejectionReason {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch's and a subplan's refusals come from the same reasons: every message that
+    /// names an item by index says "proposed task N", never a subplan's or a batch's noun
+    /// (a refused batch used to read "subtask 0", a refused subplan "item 0").
+    #[test]
+    fn rejections_name_items_the_same_way_for_batches_and_subplans() {
+        let by_index = [
+            RejectionReason::TaskBudgetTooLarge {
+                subtask: 0,
+                asked: Budget::new(u64::MAX, Default::default(), 1),
+                max: Budget::new(1, Default::default(), 1),
+            },
+            RejectionReason::DependencyOutOfRange {
+                subtask: 0,
+                dependency: 7,
+            },
+            RejectionReason::SelfDependency { subtask: 0 },
+            RejectionReason::ScopeOutsideParent {
+                subtask: 0,
+                path: "b".into(),
+            },
+            RejectionReason::InvalidPath {
+                subtask: 0,
+                path: "../x".into(),
+                problem: PathProblem::ParentTraversal,
+            },
+            RejectionReason::EmptyScope { subtask: 0 },
+            RejectionReason::DuplicateTask {
+                subtask: 0,
+                existing: "t1".into(),
+            },
+            RejectionReason::UnknownDependency {
+                subtask: 0,
+                task: "t9".into(),
+            },
+            RejectionReason::EmptyDescription { subtask: 0 },
+            RejectionReason::PayloadTooLarge {
+                subtask: 0,
+                field: "description".into(),
+                size: 9,
+                max: 1,
+            },
+        ];
+        for reason in by_index {
+            let text = reason.to_string();
+            assert!(text.starts_with("proposed task 0"), "{text}");
+            assert!(
+                !text.contains("item ") && !text.contains("subtask"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            RejectionReason::InvalidPath {
+                subtask: 0,
+                path: "../x".into(),
+                problem: PathProblem::ParentTraversal
+            }
+            .to_string(),
+            r#"proposed task 0's path "../x" is invalid: the path climbs out with '..'"#
+        );
+        for pair in [
+            RejectionReason::ScopeOverlap {
+                first: 0,
+                second: 1,
+                path: "a".into(),
+            },
+            RejectionReason::DependencyCycle { cycle: vec![0, 1] },
+        ] {
+            let text = pair.to_string();
+            assert!(text.starts_with("proposed tasks "), "{text}");
+        }
+    }
 
     #[test]
     fn user_decisions_are_tagged_by_decision() {

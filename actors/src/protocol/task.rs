@@ -196,6 +196,15 @@ impl Budget {
 }
 
 impl Budget {
+    /// Whether `spent` has used all of this budget in some dimension, so another attempt
+    /// would start with nothing there. A dimension that allowed nothing and got nothing is
+    /// not used up (a retry starts with what the first attempt had).
+    pub fn is_used_up_by(&self, spent: &Budget) -> bool {
+        (spent.tokens > 0 && spent.tokens >= self.tokens)
+            || (spent.cost_usd > Usd::ZERO && spent.cost_usd >= self.cost_usd)
+            || (spent.wall_time_ms > 0 && spent.wall_time_ms >= self.wall_time_ms)
+    }
+
     /// Whether any dimension of `self` is above the same dimension of `limit`.
     pub fn exceeds(&self, limit: &Budget) -> bool {
         self.tokens > limit.tokens
@@ -380,6 +389,17 @@ mod tests {
         let spent = Budget::new(1, Usd::MAX, 1).saturating_add(Budget::new(1, Usd::MAX, 1));
         let json = serde_json::to_string(&spent).unwrap();
         assert_eq!(serde_json::from_str::<Budget>(&json).unwrap(), spent);
+    }
+
+    #[test]
+    fn a_budget_is_used_up_when_any_dimension_it_allowed_is_spent() {
+        let budget = Budget::new(1_000, Usd::ZERO, 1_500);
+        assert!(!budget.is_used_up_by(&Budget::default()));
+        assert!(!budget.is_used_up_by(&Budget::new(999, Usd::ZERO, 1_499)));
+        assert!(budget.is_used_up_by(&Budget::new(1_000, Usd::ZERO, 0)));
+        assert!(budget.is_used_up_by(&Budget::new(0, Usd::ZERO, 1_500)));
+        // A dimension that allowed nothing is used up only once something was spent there.
+        assert!(budget.is_used_up_by(&Budget::new(0, Usd::from_micros(1), 0)));
     }
 
     #[test]

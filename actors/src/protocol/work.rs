@@ -47,7 +47,9 @@ pub struct ReadyTask {
     pub critical_path: u32,
     /// Creation order within the run: lower is older.
     pub created: u64,
-    /// What the task may spend (its spec's budget or the run's default).
+    /// What this attempt may spend: the task's budget (its spec's or the run's default) less
+    /// what its earlier attempts spent. The Worker bounds the attempt's agent calls by its
+    /// wall time; the task's whole budget is in the graph's snapshot.
     pub budget: Budget,
 }
 
