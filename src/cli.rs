@@ -42,6 +42,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon in the foreground: it resumes unfinished runs and serves the API.
+    ///
+    /// It logs to stderr (set the level with FLOTILLA_LOG, e.g. FLOTILLA_LOG=debug; redirect
+    /// stderr to keep it out of your terminal, e.g. `flotilla daemon 2>daemon.log &`). Stop
+    /// it with Ctrl-C or SIGTERM: runs resume when it starts again. While it runs, its PID is
+    /// in <state-dir>/daemon.lock.
     Daemon {
         /// Serve on loopback TCP (e.g. 127.0.0.1:7070) with a bearer token instead of the
         /// Unix socket. Non-loopback addresses are refused.
@@ -83,6 +88,7 @@ pub enum Command {
     Status {
         /// Run id or unique prefix.
         run: Option<String>,
+        /// Print the status as JSON (the API's answer) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -90,6 +96,8 @@ pub enum Command {
     Graph {
         /// Run id or unique prefix.
         run: String,
+        /// Mermaid (paste into a Markdown file), Graphviz DOT (`| dot -Tsvg`), or the JSON
+        /// task list.
         #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
         format: GraphFormat,
     },
@@ -121,6 +129,7 @@ pub enum Command {
     },
     /// List all runs, oldest first.
     Runs {
+        /// Print the runs as JSON (the API's answer) instead of one line each.
         #[arg(long)]
         json: bool,
     },
@@ -150,6 +159,8 @@ pub enum Exit {
     DaemonNotRunning = 3,
     /// Anything else.
     Failure = 4,
+    /// Stopped by Ctrl-C (128 + SIGINT, as shells report it).
+    Interrupted = 130,
 }
 
 /// A user-facing error: what went wrong, and what to do about it.
@@ -195,17 +206,48 @@ impl From<ClientError> for CliError {
                 ),
                 exit: Exit::DaemonNotRunning,
             },
-            ClientError::Api { status, .. } if status.is_client_error() => CliError {
-                message: e.to_string(),
-                hint: None,
-                exit: Exit::Usage,
-            },
+            ClientError::Api {
+                status,
+                ref message,
+            } => {
+                let hint = api_hint(status, message).map(str::to_owned);
+                CliError {
+                    message: e.to_string(),
+                    hint,
+                    exit: if status.is_client_error() {
+                        Exit::Usage
+                    } else {
+                        Exit::Failure
+                    },
+                }
+            }
             other => CliError {
                 message: other.to_string(),
                 hint: None,
                 exit: Exit::Failure,
             },
         }
+    }
+}
+
+/// What to do about a common API error, when there is something to say.
+fn api_hint(status: hyper::StatusCode, message: &str) -> Option<&'static str> {
+    use hyper::StatusCode as S;
+    match status {
+        S::NOT_FOUND if message.starts_with("no run matches") => {
+            Some("see `flotilla runs` for the runs this daemon knows")
+        }
+        S::BAD_REQUEST if message.contains("is not a run id") => Some(
+            "a run id is what `submit --detach` printed (or any unique prefix of it); see `flotilla runs`",
+        ),
+        S::CONFLICT if message.contains("matches") && message.contains("runs:") => {
+            Some("give more of the id; `flotilla runs` prints prefixes that are unique")
+        }
+        S::UNAUTHORIZED => {
+            Some("the token is read from <state-dir>/token: use the same --state-dir as the daemon")
+        }
+        S::SERVICE_UNAVAILABLE => Some("the daemon is busy or restarting a run; try again shortly"),
+        _ => None,
     }
 }
 
@@ -219,6 +261,20 @@ impl Cli {
     pub fn endpoint(&self) -> Result<Endpoint, CliError> {
         let state_dir = self.state_dir();
         if let Some(addr) = self.connect {
+            // The bearer token travels in cleartext: it may only go to this machine, as the
+            // daemon only listens there.
+            if !addr.ip().is_loopback() {
+                return Err(CliError::usage(
+                    format!(
+                        "--connect {addr} is not a loopback address; the bearer token would \
+                         cross the network in cleartext"
+                    ),
+                    Some(
+                        "the daemon listens only on loopback (e.g. --connect 127.0.0.1:7070); \
+                         reach another machine through an SSH tunnel",
+                    ),
+                ));
+            }
             let token_file = paths::token_path(&state_dir);
             let token = crate::config::read(&token_file).map_err(|e| CliError {
                 message: format!("the daemon's token: {e}"),
@@ -271,10 +327,16 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             if *json {
                 let running: Vec<&RunSummary> =
                     runs.iter().filter(|r| r.state == "running").collect();
+                // Damaged and paused runs need the user's attention as much as running ones.
+                let attention: Vec<&RunSummary> = runs
+                    .iter()
+                    .filter(|r| r.state != "running" && render::needs_listing(r))
+                    .collect();
                 emit(&format!(
                     "{}\n",
                     render::json_pretty(&serde_json::json!({
                         "daemon": client.endpoint_label(), "runs": runs.len(), "running": running,
+                        "needs_attention": attention,
                     }))
                 ))?;
             } else {
@@ -446,7 +508,8 @@ async fn finished_outcome(client: &Client, run: &str) -> Result<Option<RunOutcom
 }
 
 /// Prints a run's events until `run_finished`, reconnecting (from the last seq) if the
-/// daemon restarts meanwhile. Returns the outcome.
+/// daemon restarts meanwhile. Returns the outcome. Ctrl-C stops following (not the run) and
+/// says how to follow it again from where it stopped.
 pub async fn follow(
     client: &Client,
     run: &str,
@@ -455,12 +518,57 @@ pub async fn follow(
 ) -> Result<Option<RunOutcome>, CliError> {
     let style = Style::detect();
     let live = style.live && !json;
+    let last = std::cell::Cell::new(since);
+    tokio::select! {
+        outcome = follow_from(client, run, &last, json, style) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            if live {
+                // End the live summary line.
+                let _ = emit("\n");
+            }
+            let since = last
+                .get()
+                .map(|seq| format!(" --since {seq}"))
+                .unwrap_or_default();
+            note(&format!(
+                "stopped following; run {} goes on in the daemon. Follow it again with \
+                 `flotilla tail {}{since}`",
+                render::terminal_safe(run),
+                render::terminal_safe(run)
+            ));
+            Err(CliError {
+                message: String::new(),
+                hint: None,
+                exit: Exit::Interrupted,
+            })
+        }
+    }
+}
+
+/// [`follow`]'s work; `last` is the seq of the last event printed.
+async fn follow_from(
+    client: &Client,
+    run: &str,
+    last: &std::cell::Cell<Option<u64>>,
+    json: bool,
+    style: Style,
+) -> Result<Option<RunOutcome>, CliError> {
+    let live = style.live && !json;
     let mut tally = Tally::default();
-    let mut last = since;
+    if live {
+        // The live line shows spending against the run's budget; without it, spending alone.
+        if let Ok(status) = client
+            .get::<RunStatus>(&format!("/v1/runs/{}", segment(run)))
+            .await
+        {
+            tally.set_budget(status.graph.run_budget);
+            tally.set_created(status.created_ms);
+        }
+    }
     // When the daemon goes away mid-run, keep trying for a minute: it resumes the run.
     let mut lost_at: Option<std::time::Instant> = None;
     loop {
-        let mut stream = match client.events(run, last).await {
+        let mut stream = match client.events(run, last.get()).await {
             Ok(stream) => {
                 lost_at = None;
                 stream
@@ -489,7 +597,7 @@ pub async fn follow(
             };
             // Notices (seq 0) are not in the journal: resuming from them would replay all.
             if event.seq > 0 {
-                last = Some(event.seq);
+                last.set(Some(event.seq));
             }
             if json {
                 emit(&format!("{}\n", render::json_line(&event)))?;
@@ -502,7 +610,8 @@ pub async fn follow(
                 text.push_str(&render::event_line(&event, &style));
                 text.push('\n');
                 if live {
-                    text.push_str(&style.dim(&tally.summary(now_ms())));
+                    // As of this event: a replayed backlog shows the time it happened at.
+                    text.push_str(&style.dim(&tally.summary(event.at_ms)));
                 }
                 emit(&text)?;
             }
@@ -534,4 +643,31 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use hyper::StatusCode;
+
+    use super::*;
+
+    #[test]
+    fn a_wrong_token_or_a_busy_daemon_says_what_to_do() {
+        let hint = |status, message: &str| {
+            CliError::from(ClientError::Api {
+                status,
+                message: message.into(),
+            })
+            .hint
+            .unwrap_or_default()
+        };
+        assert!(
+            hint(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
+                .contains("same --state-dir as the daemon")
+        );
+        assert!(
+            hint(StatusCode::SERVICE_UNAVAILABLE, "too many connections")
+                .contains("try again shortly")
+        );
+    }
 }

@@ -30,6 +30,14 @@ pub const STREAM_SILENCE: Duration = Duration::from_secs(60);
 /// How many times `submit` sends the same run (with the same idempotency key) when the
 /// answer is lost.
 pub const SUBMIT_ATTEMPTS: u32 = 4;
+/// How many times a request that is safe to repeat (a GET, a submit with its idempotency
+/// key) is sent to a daemon that answers 503 (too many connections) before giving up.
+pub const BUSY_ATTEMPTS: u32 = 5;
+/// The longest wait between two of those attempts, whatever `retry-after` asks: the whole
+/// retry stays within a few seconds.
+pub const BUSY_WAIT_MAX: Duration = Duration::from_secs(3);
+/// The wait when a 503 names none.
+const BUSY_WAIT_DEFAULT: Duration = Duration::from_secs(1);
 /// The header carrying a submission's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
@@ -74,8 +82,10 @@ impl ClientError {
     fn answer_lost(&self) -> bool {
         match self {
             ClientError::Transport(_) | ClientError::TimedOut { .. } => true,
-            ClientError::Api { status, .. } => *status == StatusCode::SERVICE_UNAVAILABLE,
-            ClientError::DaemonNotRunning { .. } | ClientError::Decode(_) => false,
+            // A busy daemon (503) was already waited for by `request_patiently`.
+            ClientError::Api { .. }
+            | ClientError::DaemonNotRunning { .. }
+            | ClientError::Decode(_) => false,
         }
     }
 }
@@ -94,6 +104,20 @@ where
         .map_err(transport)?;
     tokio::spawn(conn);
     sender.send_request(request).await.map_err(transport)
+}
+
+/// The wait a `retry-after: SECONDS` header asks for (the HTTP-date form is not used by
+/// the daemon and counts as none).
+fn retry_after(response: &hyper::Response<Body>) -> Option<Duration> {
+    response
+        .headers()
+        .get(hyper::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
 }
 
 #[derive(Debug, Clone)]
@@ -164,11 +188,49 @@ impl Client {
         body: Option<Vec<u8>>,
         headers: &[(&str, String)],
     ) -> Result<(StatusCode, Bytes), ClientError> {
+        let (status, _, body) = self.request_once(method, path, body, headers).await?;
+        Ok((status, body))
+    }
+
+    /// [`Client::request`], also returning how long a 503 asked to wait (`retry-after`).
+    async fn request_once(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, String)],
+    ) -> Result<(StatusCode, Option<Duration>, Bytes), ClientError> {
         tokio::time::timeout(self.request_timeout, async {
-            Self::read(self.send_unbounded(method, path, body, headers).await?).await
+            let response = self.send_unbounded(method, path, body, headers).await?;
+            let wait = retry_after(&response);
+            let (status, body) = Self::read(response).await?;
+            Ok((status, wait, body))
         })
         .await
         .map_err(|_| self.timed_out())?
+    }
+
+    /// [`Client::request`] for a request that is safe to send again: a daemon answering 503
+    /// (too many connections right now) is asked again after the wait it names (capped at
+    /// [`BUSY_WAIT_MAX`]), at most [`BUSY_ATTEMPTS`] times; then its last answer stands.
+    async fn request_patiently(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, String)],
+    ) -> Result<(StatusCode, Bytes), ClientError> {
+        let mut attempt = 1;
+        loop {
+            let (status, wait, bytes) = self
+                .request_once(method.clone(), path, body.clone(), headers)
+                .await?;
+            if status != StatusCode::SERVICE_UNAVAILABLE || attempt >= BUSY_ATTEMPTS {
+                return Ok((status, bytes));
+            }
+            tokio::time::sleep(wait.unwrap_or(BUSY_WAIT_DEFAULT).min(BUSY_WAIT_MAX)).await;
+            attempt += 1;
+        }
     }
 
     async fn send_unbounded(
@@ -188,6 +250,14 @@ impl Client {
                 ClientError::Transport(format!("cannot connect to {}: {e}", self.endpoint_label()))
             }
         };
+        if let Endpoint::Tcp { addr, .. } = &self.endpoint
+            && !addr.ip().is_loopback()
+        {
+            // The token goes in cleartext; the daemon only ever listens on loopback.
+            return Err(ClientError::Transport(format!(
+                "refusing to send the bearer token to {addr}, which is not a loopback address"
+            )));
+        }
         let mut builder = Request::builder()
             .method(method)
             .uri(path)
@@ -232,11 +302,35 @@ impl Client {
         Ok((status, body))
     }
 
+    /// The daemon's `{"error": …}`, or, for an answer that is not one (an empty body, a
+    /// proxy's page, something else on the port), the status and what came with it, so that
+    /// there is always a message to print.
     fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
+        const SHOWN: usize = 200;
         let message = serde_json::from_slice::<serde_json::Value>(body)
             .ok()
             .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-            .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| {
+                let head = format!(
+                    "the daemon answered {} {}",
+                    status.as_u16(),
+                    status.canonical_reason().unwrap_or("(unknown status)")
+                );
+                let text = String::from_utf8_lossy(body);
+                let text = text.trim();
+                if text.is_empty() {
+                    head
+                } else {
+                    let shown: String = text.chars().take(SHOWN).collect();
+                    let more = if text.chars().count() > SHOWN {
+                        "…"
+                    } else {
+                        ""
+                    };
+                    format!("{head}: {shown}{more}")
+                }
+            });
         ClientError::Api { status, message }
     }
 
@@ -248,13 +342,28 @@ impl Client {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Vec<u8>), ClientError> {
-        let (status, bytes) = self.request(method, path, body, &[]).await?;
+        self.raw_with_headers(method, path, body, &[]).await
+    }
+
+    /// [`Client::raw`] with extra headers.
+    pub async fn raw_with_headers(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, String)],
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
+        let (status, bytes) = self.request(method, path, body, headers).await?;
         Ok((status, bytes.to_vec()))
     }
 
     /// A request whose answer is text (graph exports).
     pub async fn text(&self, method: Method, path: &str) -> Result<String, ClientError> {
-        let (status, body) = self.request(method, path, None, &[]).await?;
+        let (status, body) = if method == Method::GET {
+            self.request_patiently(method, path, None, &[]).await?
+        } else {
+            self.request(method, path, None, &[]).await?
+        };
         if !status.is_success() {
             return Err(Self::api_error(status, &body));
         }
@@ -271,7 +380,12 @@ impl Client {
             .map(|b| serde_json::to_vec(b))
             .transpose()
             .map_err(|e| ClientError::Decode(e.to_string()))?;
-        let (status, bytes) = self.request(method, path, body, &[]).await?;
+        // Only a GET is safe to repeat: a POST's first attempt may have been acted on.
+        let (status, bytes) = if method == Method::GET {
+            self.request_patiently(method, path, body, &[]).await?
+        } else {
+            self.request(method, path, body, &[]).await?
+        };
         if !status.is_success() {
             return Err(Self::api_error(status, &bytes));
         }
@@ -298,7 +412,7 @@ impl Client {
         let mut attempt = 1;
         loop {
             let error = match self
-                .request(Method::POST, "/v1/runs", Some(body.clone()), &headers)
+                .request_patiently(Method::POST, "/v1/runs", Some(body.clone()), &headers)
                 .await
             {
                 Ok((status, bytes)) if status.is_success() => {
@@ -332,18 +446,22 @@ impl Client {
             .map(|s| ("last-event-id", s.to_string()))
             .into_iter()
             .collect();
-        let response = self
-            .send(
-                Method::GET,
-                &format!("/v1/runs/{}/events", segment(run)),
-                None,
-                &headers,
-            )
-            .await?;
-        if !response.status().is_success() {
+        let path = format!("/v1/runs/{}/events", segment(run));
+        let mut attempt = 1;
+        let response = loop {
+            let response = self.send(Method::GET, &path, None, &headers).await?;
+            if response.status().is_success() {
+                break response;
+            }
+            // A busy daemon: wait as it asks (bounded), like `request_patiently`.
+            let wait = retry_after(&response);
             let (status, body) = Self::read(response).await?;
-            return Err(Self::api_error(status, &body));
-        }
+            if status != StatusCode::SERVICE_UNAVAILABLE || attempt >= BUSY_ATTEMPTS {
+                return Err(Self::api_error(status, &body));
+            }
+            tokio::time::sleep(wait.unwrap_or(BUSY_WAIT_DEFAULT).min(BUSY_WAIT_MAX)).await;
+            attempt += 1;
+        };
         // The stream is long-lived by design, so the request timeout does not apply to it;
         // silence does: the daemon sends a keep-alive comment regularly, and a daemon that
         // sends nothing at all for `stream_silence` is gone (stopped, or the link is dead).

@@ -8,7 +8,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use flotilla_actors::actors::{PlannerConfig, WorkerProfile};
+use flotilla_actors::actors::{PlannerConfig, PlannerConfigError, WorkerProfile};
 use flotilla_actors::config::{Limits, LimitsError};
 use serde::{Deserialize, Serialize};
 
@@ -136,6 +136,11 @@ pub enum ConfigError {
     Invalid { path: PathBuf, problem: TomlProblem },
     #[error("{path}: impossible limits: {source}")]
     Limits { path: PathBuf, source: LimitsError },
+    #[error("{path}: impossible planner settings: {source}")]
+    Planner {
+        path: PathBuf,
+        source: PlannerConfigError,
+    },
     #[error("{path}: {source}")]
     Scenario {
         path: PathBuf,
@@ -158,6 +163,12 @@ impl RunConfig {
         file.limits
             .validate()
             .map_err(|source| ConfigError::Limits {
+                path: path.into(),
+                source,
+            })?;
+        file.planner
+            .validate()
+            .map_err(|source| ConfigError::Planner {
                 path: path.into(),
                 source,
             })?;
@@ -377,6 +388,28 @@ mod tests {
             .unwrap();
             let err = RunConfig::load(&path).unwrap_err();
             assert!(matches!(err, ConfigError::Limits { .. }), "{err}");
+            assert!(err.to_string().contains(field), "{err}");
+        }
+    }
+
+    #[test]
+    fn impossible_planner_settings_are_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.toml"), "").unwrap();
+        let path = dir.path().join("flotilla.toml");
+        for (setting, field) in [
+            ("max_iterations = 0", "max_iterations"),
+            ("max_consecutive_errors = 0", "max_consecutive_errors"),
+            ("max_answer_bytes = 100", "max_answer_bytes"),
+            ("backoff_base_ms = 10\nbackoff_max_ms = 5", "backoff_max_ms"),
+        ] {
+            std::fs::write(
+                &path,
+                format!("[provider]\nscenario = \"s.toml\"\n[planner]\n{setting}\n"),
+            )
+            .unwrap();
+            let err = RunConfig::load(&path).unwrap_err();
+            assert!(matches!(err, ConfigError::Planner { .. }), "{err}");
             assert!(err.to_string().contains(field), "{err}");
         }
     }

@@ -35,10 +35,13 @@ const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX events_by_run ON events(run, seq);
      CREATE INDEX events_by_kind ON events(kind, run);",
-    // 2: submissions' idempotency keys, so that a retried submit finds its run.
+    // 2: submissions' idempotency keys, so that a retried submit finds its run, and the
+    // fingerprint of the request each key came with, so that a key reused for a different
+    // request is refused rather than answered with the wrong run.
     "CREATE TABLE submit_keys (
          key TEXT PRIMARY KEY,
-         run TEXT NOT NULL UNIQUE REFERENCES runs(id)
+         run TEXT NOT NULL UNIQUE REFERENCES runs(id),
+         fingerprint TEXT NOT NULL
      );",
 ];
 
@@ -166,9 +169,11 @@ impl SqliteJournal {
             match created.await? {
                 SubmitOutcome::Created(event) => Ok(*event),
                 // Without a key nothing can match an earlier run.
-                SubmitOutcome::Existing(_) => Err(JournalError::Storage(format!(
-                    "run {id} was not created: an earlier submission answered instead"
-                ))),
+                SubmitOutcome::Existing(_) | SubmitOutcome::KeyReused(_) => {
+                    Err(JournalError::Storage(format!(
+                        "run {id} was not created: an earlier submission answered instead"
+                    )))
+                }
             }
         })
     }
@@ -344,33 +349,48 @@ impl Journal for SqliteJournal {
 pub enum SubmitOutcome {
     /// A new run, and its `RunStarted`.
     Created(Box<Event>),
-    /// The key was already used: the run created for it then.
+    /// The key was already used, for the same request: the run created for it then.
     Existing(RunId),
+    /// The key was already used for a different request (the run created for it then).
+    KeyReused(RunId),
+}
+
+/// A submission's idempotency key and the fingerprint of the request it came with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmitKey {
+    pub key: String,
+    pub fingerprint: String,
 }
 
 impl SqliteJournal {
     /// [`SqliteJournal::create_run`], at most once per idempotency `key`: the run, its
     /// `RunStarted` and the key are written in one transaction, and a key seen before returns
-    /// the run it created instead. Without a key, always a new run.
+    /// the run it created instead, if it came with the same request fingerprint
+    /// ([`SubmitOutcome::KeyReused`] otherwise). Without a key, always a new run.
     pub fn create_run_once(
         &self,
         record: RunRecord,
-        key: Option<String>,
+        key: Option<SubmitKey>,
     ) -> BoxFuture<'static, Result<SubmitOutcome, JournalError>> {
         let at_ms = self.clock.now_ms();
         self.blocking(move |conn| {
             let tx = conn.transaction().map_err(storage)?;
             if let Some(key) = &key {
-                let existing: Option<String> = tx
+                let existing: Option<(String, String)> = tx
                     .query_row(
-                        "SELECT run FROM submit_keys WHERE key = ?1",
-                        params![key],
-                        |r| r.get(0),
+                        "SELECT run, fingerprint FROM submit_keys WHERE key = ?1",
+                        params![key.key],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .optional()
                     .map_err(storage)?;
-                if let Some(run) = existing {
-                    return Ok(SubmitOutcome::Existing(run.parse().map_err(storage)?));
+                if let Some((run, fingerprint)) = existing {
+                    let run = run.parse().map_err(storage)?;
+                    return Ok(if fingerprint == key.fingerprint {
+                        SubmitOutcome::Existing(run)
+                    } else {
+                        SubmitOutcome::KeyReused(run)
+                    });
                 }
             }
             tx.execute(
@@ -386,8 +406,8 @@ impl SqliteJournal {
             .map_err(storage)?;
             if let Some(key) = &key {
                 tx.execute(
-                    "INSERT INTO submit_keys (key, run) VALUES (?1, ?2)",
-                    params![key, record.id.to_string()],
+                    "INSERT INTO submit_keys (key, run, fingerprint) VALUES (?1, ?2, ?3)",
+                    params![key.key, record.id.to_string(), key.fingerprint],
                 )
                 .map_err(storage)?;
             }

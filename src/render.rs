@@ -13,11 +13,11 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 
 use flotilla_actors::protocol::{
-    DecompositionReason, Event, EventKind, Route, RunOutcome, TaskId, TaskState, Usd,
+    Budget, DecompositionReason, Event, EventKind, Route, RunOutcome, TaskId, TaskState,
 };
 
 use crate::daemon::api::RunSummary;
-use crate::daemon::report::RunStatus;
+use crate::daemon::report::{RunStatus, task_state_words};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Style {
@@ -187,11 +187,13 @@ pub fn event_line(e: &Event, style: &Style) -> String {
         Tone::Bad => style.bad(&what),
         Tone::Dim => style.dim(&what),
     };
-    format!(
-        "{} {} {what}",
-        style.dim(&clock(e.at_ms)),
-        style.dim(&format!("#{:<5}", e.seq))
-    )
+    // A notice (seq 0) is not in the journal: it has no number to resume from.
+    let seq = if e.seq == 0 {
+        "#-    ".to_string()
+    } else {
+        format!("#{:<5}", e.seq)
+    };
+    format!("{} {} {what}", style.dim(&clock(e.at_ms)), style.dim(&seq))
 }
 
 /// An event in words, unescaped, and how to colour it.
@@ -335,10 +337,8 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             Tone::Bad,
         ),
         EventKind::JournalUnavailable { error } => (
-            format!(
-                "the journal cannot be written; the run is paused and retries: {}",
-                shorten(error, 120)
-            ),
+            // The error says what failed (written or read); say it once.
+            format!("run paused, retrying: {}", shorten(error, 160)),
             Tone::Bad,
         ),
         EventKind::RunFinished { outcome, reason } => {
@@ -400,11 +400,8 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
         "tasks:   {} total · {} completed · {} running · {} waiting · {} pending · {} failed · {} cancelled",
         c.total, c.completed, c.running, c.waiting, c.pending, c.failed, c.cancelled
     );
-    let _ = writeln!(
-        out,
-        "spent:   {} tokens in · {} tokens out · ${:.4}",
-        status.tokens_in, status.tokens_out, status.cost_usd
-    );
+    let _ = writeln!(out, "spent:   {}", spending(&status.graph.run_spent));
+    let _ = writeln!(out, "budget:  {}", spending(&status.graph.run_budget));
     for t in &status.graph.tasks {
         let indent = "  ".repeat((t.id.depth() as usize).saturating_sub(1));
         let summary = t
@@ -417,15 +414,43 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
             .as_ref()
             .map(|f| format!(" — failed: {}", shorten(&f.to_string(), 100)))
             .unwrap_or_default();
+        let state = if status.awaiting_decision.contains(&t.id) {
+            "awaiting your decision"
+        } else {
+            task_state_words(t.state)
+        };
         let line = format!(
-            "{} [{}] {}{summary}{failure}",
+            "{} [{state}] {}{summary}{failure}",
             t.id,
-            t.state,
             shorten(&t.description, 60)
         );
         let _ = writeln!(out, "  {indent}{}", safe(&line));
     }
     out
+}
+
+/// Tokens, cost and agent wall time, as the budgets count them.
+pub fn spending(b: &Budget) -> String {
+    format!(
+        "{} tokens · {} · {} agent time",
+        b.tokens,
+        b.cost_usd,
+        duration(b.wall_time_ms)
+    )
+}
+
+/// A duration for people: `0.1s`, `42s`, `7m27s`, `2h05m`.
+pub fn duration(ms: u64) -> String {
+    let secs = ms / 1000;
+    if secs < 10 {
+        format!("{}.{}s", secs, ms % 1000 / 100)
+    } else if secs < 60 {
+        format!("{secs}s")
+    } else if secs < 3600 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{}h{:02}m", secs / 3600, secs / 60 % 60)
+    }
 }
 
 /// `flotilla runs`: one line per run, its id shortened to the shortest prefix (at least 8
@@ -452,25 +477,47 @@ pub fn runs_text(runs: &[RunSummary]) -> String {
     out
 }
 
-/// `flotilla status` without a run: the daemon and its running runs.
+/// Whether `flotilla status` without a run lists the run: it runs, is damaged, or has a
+/// problem (paused on an unwritable journal, restarting).
+pub fn needs_listing(run: &RunSummary) -> bool {
+    run.state == "running" || run.state == "damaged" || run.problem.is_some()
+}
+
+/// `flotilla status` without a run: the daemon, and its runs that run or need attention
+/// (damaged, paused), each with its problem.
 pub fn daemon_text(endpoint: &str, runs: &[RunSummary]) -> String {
     let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
     let prefixes = unique_prefixes(&ids, 8);
-    let running: Vec<_> = runs
+    let listed: Vec<_> = runs
         .iter()
         .zip(&prefixes)
-        .filter(|(r, _)| r.state == "running")
+        .filter(|(r, _)| needs_listing(r))
         .collect();
+    let count = |state: &str| runs.iter().filter(|r| r.state == state).count();
     let mut out = String::new();
     let _ = writeln!(out, "daemon: listening on {}", terminal_safe(endpoint));
+    let damaged = match count("damaged") {
+        0 => String::new(),
+        n => format!(", {n} damaged"),
+    };
     let _ = writeln!(
         out,
-        "runs: {} in total, {} running",
+        "runs: {} in total, {} running{damaged}",
         runs.len(),
-        running.len()
+        count("running")
     );
-    for (r, prefix) in running {
-        let line = format!("{prefix}  {}", shorten(&r.request, 70));
+    let width = listed.iter().map(|(_, p)| p.len()).max().unwrap_or(8);
+    for (r, prefix) in listed {
+        let problem = r
+            .problem
+            .as_deref()
+            .map(|p| format!("  ({})", shorten(p, 100)))
+            .unwrap_or_default();
+        let line = format!(
+            "{prefix:<width$}  {:<9}  {}{problem}",
+            r.state,
+            shorten(&r.request, 70)
+        );
         let _ = writeln!(out, "  {}", terminal_safe(&line));
     }
     out
@@ -519,13 +566,26 @@ pub fn outcome_name(outcome: RunOutcome) -> &'static str {
 #[derive(Debug, Default)]
 pub struct Tally {
     states: HashMap<TaskId, TaskState>,
-    tokens: u64,
-    cost: u64,
+    spent: Budget,
+    /// The run's budget, when known (the tail asks for it once).
+    budget: Option<Budget>,
     started_ms: Option<u64>,
     last_ms: u64,
+    finished_ms: Option<u64>,
 }
 
 impl Tally {
+    /// Shows spending against `budget` from now on.
+    pub fn set_budget(&mut self, budget: Budget) {
+        self.budget = Some(budget);
+    }
+
+    /// Counts elapsed time from when the run was created, not from the first event seen
+    /// (which, with `tail --since`, may be hours later).
+    pub fn set_created(&mut self, created_ms: u64) {
+        self.started_ms = Some(created_ms);
+    }
+
     pub fn observe(&mut self, e: &Event) {
         self.started_ms.get_or_insert(e.at_ms);
         self.last_ms = e.at_ms;
@@ -540,23 +600,28 @@ impl Tally {
             EventKind::TaskRetried { task, .. } | EventKind::TaskInterrupted { task, .. } => {
                 set(task, TaskState::Ready)
             }
-            EventKind::TaskCompleted { task, handoff, .. } => {
-                set(task, TaskState::Completed);
-                if let Some(h) = handoff {
-                    self.tokens = self.tokens.saturating_add(h.metrics.spent().tokens);
-                    self.cost = self.cost.saturating_add(h.metrics.cost_usd.micros());
-                }
-            }
+            EventKind::TaskCompleted { task, .. } => set(task, TaskState::Completed),
             EventKind::TaskFailed { task, .. } => set(task, TaskState::Failed),
             EventKind::TaskCancelled { task, .. } => set(task, TaskState::Cancelled),
             EventKind::DecompositionAccepted { parent, .. } => {
                 set(parent, TaskState::WaitingForSubtasks)
             }
-            EventKind::PlannerResponded { usage, .. } => {
-                let used = usage.tokens_in.saturating_add(usage.tokens_out);
-                self.tokens = self.tokens.saturating_add(used);
-                self.cost = self.cost.saturating_add(usage.cost_usd.micros());
+            // What the budgets count: each charge to a task (a handoff's spend is charged
+            // only beyond what was already reported, so handoffs are not counted again)
+            // and the planner's calls.
+            EventKind::SpendCharged { spent, .. } => {
+                self.spent = self.spent.saturating_add(*spent);
             }
+            EventKind::PlannerResponded { usage, .. } => {
+                let used = Budget::new(
+                    usage.tokens_in.saturating_add(usage.tokens_out),
+                    usage.cost_usd,
+                    0,
+                );
+                self.spent = self.spent.saturating_add(used);
+            }
+            // The clock stops with the run.
+            EventKind::RunFinished { .. } => self.finished_ms = Some(e.at_ms),
             _ => {}
         }
     }
@@ -577,16 +642,23 @@ impl Tally {
         });
         let pending = count(|s| matches!(s, TaskState::Pending | TaskState::Ready));
         let failed = count(|s| matches!(s, TaskState::Failed | TaskState::Cancelled));
-        let elapsed = now_ms
-            .max(self.last_ms)
-            .saturating_sub(self.started_ms.unwrap_or(now_ms))
-            / 1000;
+        let end = self.finished_ms.unwrap_or(now_ms.max(self.last_ms));
+        let elapsed = end.saturating_sub(self.started_ms.unwrap_or(end));
+        let spent = match &self.budget {
+            Some(b) => format!(
+                "{}/{} tokens · {}/{} · {}/{} agent time",
+                self.spent.tokens,
+                b.tokens,
+                self.spent.cost_usd,
+                b.cost_usd,
+                duration(self.spent.wall_time_ms),
+                duration(b.wall_time_ms)
+            ),
+            None => spending(&self.spent),
+        };
         format!(
-            "{done} done · {running} running · {pending} pending · {failed} failed/cancelled · {} tokens · {} · {}m{:02}s",
-            self.tokens,
-            Usd::from_micros(self.cost),
-            elapsed / 60,
-            elapsed % 60
+            "{done} done · {running} running · {pending} pending · {failed} failed/cancelled · {spent} · {} elapsed",
+            duration(elapsed)
         )
     }
 }
@@ -595,7 +667,7 @@ impl Tally {
 mod tests {
     use flotilla_actors::protocol::{
         AttemptFailure, Budget, FailureReason, GraphSnapshot, Handoff, HandoffMetrics,
-        HandoffStatus, Priority, RunId, TaskSpec, TaskView, Usage,
+        HandoffStatus, Priority, RunId, TaskSpec, TaskView, Usage, Usd,
     };
 
     use super::*;
@@ -775,10 +847,8 @@ mod tests {
             created_ms: 0,
             state: "failed".into(),
             counts: Counts::default(),
-            tokens_in: 0,
-            tokens_out: 0,
-            cost_usd: 0.0,
             last_seq: 1,
+            awaiting_decision: vec![],
             graph: GraphSnapshot {
                 tasks: vec![
                     task(1, TaskState::Completed, None),
@@ -841,6 +911,161 @@ mod tests {
         assert_safe(&text, true);
         assert_eq!(text.lines().count(), 2, "{text}");
         assert!(text.starts_with("error: ok"));
+    }
+
+    #[test]
+    fn status_says_states_in_words_and_spending_as_the_budgets_count_it() {
+        let mut status = hostile_status();
+        status.graph.tasks[0].state = TaskState::WaitingForSubtasks;
+        let mut waiting = status.graph.tasks[0].clone();
+        waiting.id = TaskId::root(3);
+        status.graph.tasks.push(waiting);
+        status.awaiting_decision = vec![TaskId::root(1)];
+        status.graph.run_spent = Budget::new(1234, Usd::from_micros(5_000), 447_000);
+        status.graph.run_budget = Budget::new(10_000, Usd::from_micros(1_000_000), 3_600_000);
+        let text = status_text(&status, &Style::plain());
+        assert!(text.contains("t1 [awaiting your decision]"), "{text}");
+        assert!(text.contains("t3 [waiting for subtasks]"), "{text}");
+        assert!(!text.contains("waiting_for_subtasks"), "{text}");
+        assert!(
+            text.contains(
+                "spent:   1234 tokens · $0.0050 · 7m27s agent time\n\
+                 budget:  10000 tokens · $1.0000 · 1h00m agent time\n"
+            ),
+            "{text}"
+        );
+    }
+
+    fn event(seq: u64, at_ms: u64, kind: EventKind) -> Event {
+        Event {
+            seq,
+            run: RunId::generate(),
+            at_ms,
+            kind,
+        }
+    }
+
+    #[test]
+    fn a_notice_has_no_seq_and_says_its_problem_once() {
+        let line = event_line(
+            &event(
+                0,
+                0,
+                EventKind::JournalUnavailable {
+                    error: format!(
+                        "the journal could not be written: journal storage failed: {HOSTILE}"
+                    ),
+                },
+            ),
+            &Style::plain(),
+        );
+        assert!(line.starts_with("00:00:00 #-     run paused"), "{line}");
+        assert_eq!(line.matches("could not be written").count(), 1, "{line}");
+        assert_eq!(line.matches("cannot be written").count(), 0, "{line}");
+        assert!(line.contains("\\x1b]0;pwned"), "escaped: {line}");
+    }
+
+    #[test]
+    fn the_live_line_counts_every_charge_once_and_stops_its_clock_with_the_run() {
+        let t1 = TaskId::root(1);
+        let mut handoff = Handoff::complete("done");
+        handoff.metrics.tokens_in = 700;
+        let mut tally = Tally::default();
+        for e in [
+            event(
+                1,
+                1_000,
+                EventKind::RunStarted {
+                    request: "r".into(),
+                },
+            ),
+            event(
+                2,
+                1_010,
+                EventKind::PlannerResponded {
+                    call: 0,
+                    prompt: String::new(),
+                    content: String::new(),
+                    usage: Usage {
+                        tokens_in: 60,
+                        tokens_out: 40,
+                        cost_usd: Usd::from_micros(1_000),
+                    },
+                    error: None,
+                },
+            ),
+            event(
+                3,
+                1_050,
+                EventKind::SpendCharged {
+                    task: t1.clone(),
+                    attempt: 1,
+                    spent: Budget::new(500, Usd::from_micros(2_000), 30),
+                },
+            ),
+            // Its handoff's spend was charged above: not counted again.
+            event(
+                4,
+                1_060,
+                EventKind::TaskCompleted {
+                    task: t1,
+                    attempt: 1,
+                    handoff: Some(handoff),
+                    artifacts: vec![],
+                },
+            ),
+            event(
+                5,
+                1_100,
+                EventKind::RunFinished {
+                    outcome: RunOutcome::Completed,
+                    reason: None,
+                },
+            ),
+        ] {
+            tally.observe(&e);
+        }
+        // Minutes later, the run still took 0.1 s.
+        let line = tally.summary(450_000);
+        assert!(
+            line.ends_with("600 tokens · $0.0030 · 0.0s agent time · 0.1s elapsed"),
+            "{line}"
+        );
+        tally.set_budget(Budget::new(10_000, Usd::from_micros(1_000_000), 60_000));
+        // Created before the first event this tail saw: counted from its creation.
+        tally.set_created(500);
+        let line = tally.summary(450_000);
+        assert!(
+            line.ends_with(
+                "600/10000 tokens · $0.0030/$1.0000 · 0.0s/1m00s agent time · 0.6s elapsed"
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn daemon_status_lists_damaged_and_paused_runs_with_their_problem() {
+        let mut damaged = summary("01a20163-c6be-7585-89dc-6c22ed29ed73", "broken");
+        damaged.state = "damaged".into();
+        damaged.problem = Some("damaged: journal entry 6 is unreadable".into());
+        let mut paused = summary("01b00000-0000-7000-8000-000000000000", "paused");
+        paused.problem = Some("the journal could not be written: disk full".into());
+        let mut done = summary("01c00000-0000-7000-8000-000000000000", "done");
+        done.state = "completed".into();
+        let text = daemon_text("sock", &[damaged, paused, done]);
+        assert!(
+            text.contains("runs: 3 in total, 1 running, 1 damaged"),
+            "{text}"
+        );
+        assert!(
+            text.contains("damaged    broken  (damaged: journal entry 6 is unreadable)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("running    paused  (the journal could not be written: disk full)"),
+            "{text}"
+        );
+        assert!(!text.contains("done"), "{text}");
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! runs it matches.
 //!
 //! `POST /v1/runs` is idempotent: a request carrying an `Idempotency-Key` header that an
-//! earlier request already carried gets that request's run (200) instead of a new one.
+//! earlier request already carried gets that request's run (200) instead of a new one; a
+//! key that came with a different request (by its fingerprint) is refused with a 422.
 //!
 //! [`serve`] runs the server itself, with a cap on concurrent connections and a timeout for
 //! reading a request's head (which also closes idle keep-alive connections); a connection
@@ -48,7 +49,7 @@ use super::report;
 use super::supervisor::{CancelAnswer, CancelRun, DecideTask, RunProblems, StartRun, Supervisor};
 use crate::client::IDEMPOTENCY_KEY;
 use crate::config::RunConfig;
-use crate::journal::{RunRecord, SqliteJournal, SubmitOutcome};
+use crate::journal::{RunRecord, SqliteJournal, SubmitKey, SubmitOutcome};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -387,6 +388,20 @@ fn unprocessable(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
 }
 
+/// A stable fingerprint of a submission: FNV-1a (64 bits) of its canonical JSON (serde_json
+/// sorts object keys), so that a retry of the same request matches whatever the whitespace
+/// or key order, and the value does not change between daemon builds (std's hasher may).
+fn request_fingerprint(body: &CreateRun) -> String {
+    let canonical = serde_json::json!({
+        "request": body.request, "repo": body.repo, "config": body.config,
+    })
+    .to_string();
+    let hash = canonical.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
 /// The submission's idempotency key, if it sent one.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
@@ -412,7 +427,10 @@ async fn create_run(
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateRun>,
 ) -> Result<Response, ApiError> {
-    let key = idempotency_key(&headers)?;
+    let key = idempotency_key(&headers)?.map(|key| SubmitKey {
+        key,
+        fingerprint: request_fingerprint(&body),
+    });
     let request = body.request.trim().to_string();
     if request.is_empty() {
         return Err(unprocessable("the request is empty"));
@@ -457,6 +475,10 @@ async fn create_run(
                 .validate()
                 .map_err(|e| unprocessable(format!("impossible limits: {e}")))?;
             config
+                .planner
+                .validate()
+                .map_err(|e| unprocessable(format!("impossible planner settings: {e}")))?;
+            config
                 .scenario
                 .check()
                 .map_err(|e| unprocessable(e.to_string()))?;
@@ -489,6 +511,12 @@ async fn create_run(
                 }),
             )
                 .into_response());
+        }
+        SubmitOutcome::KeyReused(earlier) => {
+            return Err(unprocessable(format!(
+                "the Idempotency-Key was already used for a different request (run {earlier}); \
+                 a new request needs a new key"
+            )));
         }
     };
     let _ = state.hub.send(started.clone());
@@ -537,7 +565,7 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
         runs.into_iter()
             .map(|r| {
                 let problem = problems.remove(&r.id).filter(|_| r.outcome.is_none());
-                let damaged = problem.as_deref().is_some_and(|p| p.starts_with("damaged"));
+                let damaged = problem.as_deref().is_some_and(report::is_damage);
                 RunSummary {
                     id: r.id.to_string(),
                     request: r.request,
@@ -558,20 +586,36 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
 async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, ApiError> {
     let record = resolve(state, id).await?;
     let problem = problems(state).await.remove(&record.id);
-    let events = match state.journal.read(record.id, 0).await {
-        Ok(events) => events,
-        Err(e) => {
-            return Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("run {} is damaged: {e}", record.id),
-            ));
-        }
+    // A journal with an unreadable row still gives a status: the run is damaged, and shows
+    // no graph (the read stops at the bad row and hands back none of it).
+    let (events, unreadable) = match state.journal.read(record.id, 0).await {
+        Ok(events) => (events, None),
+        Err(e) => (Vec::new(), Some(format!("damaged: {e}"))),
     };
     let mut status = replay_status(record, Arc::new(events)).await?;
-    if status.outcome_is_open() {
-        status.problem = status.problem.or(problem);
+    if let Some(damage) = unreadable {
+        status.mark_damaged(damage);
+    } else if let Some(problem) = problem.filter(|_| status.outcome_is_open()) {
+        // The supervisor's word: damaged (e.g. its stored config is unreadable), or paused.
+        if report::is_damage(&problem) {
+            status.mark_damaged(problem);
+        } else {
+            status.problem = status.problem.or(Some(problem));
+        }
     }
     Ok(status)
+}
+
+/// A run's events after `after`. An unreadable row makes the run damaged: a 409 that says
+/// so (status still shows the run), not a 500.
+async fn read_events(state: &AppState, run: RunId, after: u64) -> Result<Vec<Event>, ApiError> {
+    state.journal.read(run, after).await.map_err(|e| match e {
+        JournalError::Corrupt { .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            format!("run {run} is damaged: {e}; `flotilla status {run}` shows what is known"),
+        ),
+        other => other.into(),
+    })
 }
 
 /// A run's status, replayed from its events on a blocking thread. A journal that does not
@@ -601,7 +645,11 @@ async fn cancel_run(
     if let Some(outcome) = record.outcome {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!("run {} already finished ({outcome:?})", record.id),
+            format!(
+                "run {} already finished ({})",
+                record.id,
+                report::state_name(Some(outcome))
+            ),
         ));
     }
     // Answered only once the cancellation is in the journal: an acknowledged cancel
@@ -657,11 +705,15 @@ async fn decide(
     if let Some(outcome) = record.outcome {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!("run {} already finished ({outcome:?})", record.id),
+            format!(
+                "run {} already finished ({})",
+                record.id,
+                report::state_name(Some(outcome))
+            ),
         ));
     }
-    let events = Arc::new(state.journal.read(record.id, 0).await?);
-    let status = replay_status(record.clone(), events.clone()).await?;
+    let events = Arc::new(read_events(&state, record.id, 0).await?);
+    let status = replay_status(record.clone(), events).await?;
     let view = |id: &TaskId| status.graph.tasks.iter().find(|t| t.id == *id);
     let Some(waiting) = view(&task) else {
         return Err(ApiError::new(
@@ -670,22 +722,13 @@ async fn decide(
         ));
     };
     // Awaiting: it announced so after its latest decomposition, and still waits.
-    let awaiting = waiting.state == TaskState::WaitingForSubtasks
-        && events
-            .iter()
-            .rev()
-            .find_map(|e| match &e.kind {
-                EventKind::AwaitingUserDecision { parent } if *parent == task => Some(true),
-                EventKind::DecompositionAccepted { parent, .. } if *parent == task => Some(false),
-                _ => None,
-            })
-            .unwrap_or(false);
+    let awaiting = status.awaiting_decision.contains(&task);
     if !awaiting {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
                 "task {task} is not waiting for a decision (it is {})",
-                waiting.state
+                report::task_state_words(waiting.state)
             ),
         ));
     }
@@ -832,7 +875,7 @@ async fn events(
     let after = last_event_id.or(q.since).unwrap_or(0);
     // Subscribe before reading the backlog, so nothing falls between the two.
     let live = state.hub.subscribe();
-    let backlog: VecDeque<Event> = state.journal.read(record.id, after).await?.into();
+    let backlog: VecDeque<Event> = read_events(&state, record.id, after).await?.into();
     let tail = Tail {
         run: record.id,
         last: after,

@@ -2,11 +2,12 @@
 //! replay the journal rather than ask the live actor, so finished and running runs share
 //! one code path, and what the API shows is exactly what a restart would rebuild.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::{GraphError, RunGraph};
-use flotilla_actors::protocol::{Event, EventKind, GraphSnapshot, RunOutcome, TaskState, Usd};
+use flotilla_actors::protocol::{Event, EventKind, GraphSnapshot, RunOutcome, TaskId, TaskState};
 use serde::{Deserialize, Serialize};
 
 use crate::journal::RunRecord;
@@ -21,11 +22,14 @@ pub struct RunStatus {
     /// `running`, or the outcome.
     pub state: String,
     pub counts: Counts,
-    pub tokens_in: u64,
-    pub tokens_out: u64,
-    pub cost_usd: f64,
     pub last_seq: u64,
+    /// What the run spent (`graph.run_spent`: every charge, the planner's calls included,
+    /// as the budgets count it) and may spend (`graph.run_budget`) are in the graph.
     pub graph: GraphSnapshot,
+    /// Tasks that wait for the user's decision (`flotilla decide`): they announced it after
+    /// their latest decomposition and still wait for their subtasks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaiting_decision: Vec<TaskId>,
     /// What is wrong with the run, if anything: damaged (its journal does not replay; the
     /// graph then shows what replayed), or paused because the journal cannot be written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,6 +52,62 @@ impl RunStatus {
     pub fn outcome_is_open(&self) -> bool {
         self.state == "running"
     }
+
+    /// Marks a run that has not finished as damaged (its journal or config cannot be read),
+    /// keeping the first reason found.
+    pub fn mark_damaged(&mut self, problem: String) {
+        if self.graph.outcome.is_none() {
+            self.state = "damaged".into();
+        }
+        if !self.problem.as_deref().is_some_and(is_damage) {
+            self.problem = Some(problem);
+        }
+    }
+}
+
+/// Whether a problem (the supervisor's or the replay's) says the run is damaged.
+pub fn is_damage(problem: &str) -> bool {
+    problem.starts_with("damaged")
+}
+
+/// A task's state in words, for people (`waiting for subtasks`, not `waiting_for_subtasks`).
+pub fn task_state_words(state: TaskState) -> &'static str {
+    match state {
+        TaskState::Pending => "pending",
+        TaskState::Ready => "ready",
+        TaskState::Dispatched => "dispatched",
+        TaskState::Running => "running",
+        TaskState::WaitingForSubtasks => "waiting for subtasks",
+        TaskState::Synthesizing => "synthesizing",
+        TaskState::Completed => "completed",
+        TaskState::Failed => "failed",
+        TaskState::Cancelled => "cancelled",
+    }
+}
+
+/// The tasks whose latest word, after their latest decomposition, is that they wait for
+/// the user's decision, and that still wait (as `decide` checks them).
+fn awaiting_decision(events: &[Event], graph: &GraphSnapshot) -> Vec<TaskId> {
+    let mut asked: BTreeMap<&TaskId, bool> = BTreeMap::new();
+    for e in events {
+        match &e.kind {
+            EventKind::AwaitingUserDecision { parent } => {
+                asked.insert(parent, true);
+            }
+            EventKind::DecompositionAccepted { parent, .. } => {
+                asked.insert(parent, false);
+            }
+            _ => {}
+        }
+    }
+    graph
+        .tasks
+        .iter()
+        .filter(|t| {
+            t.state == TaskState::WaitingForSubtasks && asked.get(&t.id).copied().unwrap_or(false)
+        })
+        .map(|t| t.id.clone())
+        .collect()
 }
 
 pub fn state_name(outcome: Option<RunOutcome>) -> &'static str {
@@ -87,27 +147,6 @@ pub fn status(record: &RunRecord, limits: Limits, events: &[Event]) -> RunStatus
             TaskState::Cancelled => counts.cancelled += 1,
         }
     }
-    let (mut tokens_in, mut tokens_out, mut cost) = (0u64, 0u64, 0u64);
-    for e in events {
-        match &e.kind {
-            EventKind::PlannerResponded { usage, .. } => {
-                tokens_in = tokens_in.saturating_add(usage.tokens_in);
-                tokens_out = tokens_out.saturating_add(usage.tokens_out);
-                cost = cost.saturating_add(usage.cost_usd.micros());
-            }
-            EventKind::TaskCompleted {
-                handoff: Some(h), ..
-            }
-            | EventKind::DecompositionAccepted {
-                handoff: Some(h), ..
-            } => {
-                tokens_in = tokens_in.saturating_add(h.metrics.tokens_in);
-                tokens_out = tokens_out.saturating_add(h.metrics.tokens_out);
-                cost = cost.saturating_add(h.metrics.cost_usd.micros());
-            }
-            _ => {}
-        }
-    }
     let state = match (&damage, graph.outcome()) {
         (_, Some(outcome)) => state_name(Some(outcome)),
         (Some(_), None) => "damaged",
@@ -120,10 +159,8 @@ pub fn status(record: &RunRecord, limits: Limits, events: &[Event]) -> RunStatus
         created_ms: record.created_ms,
         state: state.into(),
         counts,
-        tokens_in,
-        tokens_out,
-        cost_usd: Usd::from_micros(cost).dollars(),
         last_seq: events.last().map_or(0, |e| e.seq),
+        awaiting_decision: awaiting_decision(events, &snapshot),
         graph: snapshot,
         problem: damage
             .map(|(seq, error)| format!("damaged: the journal does not replay at #{seq}: {error}")),
@@ -170,7 +207,7 @@ pub fn dot(graph: &GraphSnapshot) -> String {
             "  \"{}\" [label=\"{} [{}]\\n{}\"];",
             t.id,
             t.id,
-            t.state,
+            task_state_words(t.state),
             dot_label(&t.description)
         );
     }
@@ -201,7 +238,7 @@ pub fn mermaid(graph: &GraphSnapshot) -> String {
             "  {}[\"{} ({}): {}\"]",
             node(&id),
             id,
-            t.state,
+            task_state_words(t.state),
             mermaid_label(&t.description)
         );
     }
@@ -219,7 +256,7 @@ pub fn mermaid(graph: &GraphSnapshot) -> String {
 
 #[cfg(test)]
 mod tests {
-    use flotilla_actors::protocol::{Budget, Priority, TaskId, TaskView};
+    use flotilla_actors::protocol::{Budget, Priority, TaskView};
 
     use super::*;
 
@@ -249,6 +286,19 @@ mod tests {
             run_budget: Budget::default(),
             finish_reason: None,
         }
+    }
+
+    #[test]
+    fn every_task_state_has_words() {
+        for (from, to) in TaskState::TRANSITIONS {
+            for words in [task_state_words(*from), task_state_words(*to)] {
+                assert!(!words.contains('_'), "{words}");
+            }
+        }
+        assert_eq!(
+            task_state_words(TaskState::WaitingForSubtasks),
+            "waiting for subtasks"
+        );
     }
 
     const HOSTILE: &str = "x\x1b]52;c;ZXZpbA==\x07\u{202e}\"];\n  evil -> t1 [\\\"<b>#&`";

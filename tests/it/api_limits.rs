@@ -347,6 +347,58 @@ async fn submitting_twice_with_one_key_creates_one_run() {
 }
 
 #[tokio::test]
+async fn a_key_reused_for_a_different_request_is_refused() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let body = serde_json::json!({
+        "request": "build it", "repo": repo.path(), "config": run_config("", 1),
+    });
+    let key = "reused-key";
+    let first = daemon.client.submit_with_key(&body, key).await.unwrap();
+    let mut other = body.clone();
+    other["request"] = "build something else".into();
+    let refused = daemon
+        .client
+        .submit_with_key(&other, key)
+        .await
+        .unwrap_err();
+    match &refused {
+        ClientError::Api { status, message } => {
+            assert_eq!(*status, StatusCode::UNPROCESSABLE_ENTITY, "{message}");
+            assert!(message.contains("different request"), "{message}");
+            assert!(message.contains(&first.id), "{message}");
+        }
+        other => panic!("expected a 422, got {other:?}"),
+    }
+    // The same request in other words (key order, whitespace) is the same request.
+    let mut reordered = serde_json::to_string(&serde_json::json!({
+        "config": body["config"], "repo": body["repo"], "request": body["request"],
+    }))
+    .unwrap();
+    reordered.insert(1, ' ');
+    let (status, answer) = daemon
+        .client
+        .raw_with_headers(
+            Method::POST,
+            "/v1/runs",
+            Some(reordered.into_bytes()),
+            &[("idempotency-key", key.to_string())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(String::from_utf8_lossy(&answer).contains(&first.id));
+    let runs: Vec<serde_json::Value> = daemon.client.get("/v1/runs").await.unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    daemon.stop();
+}
+
+#[tokio::test]
 async fn impossible_limits_in_a_submitted_config_are_refused() {
     let daemon = InProcessDaemon::start(false);
     let repo = git_repo();
@@ -365,6 +417,36 @@ async fn impossible_limits_in_a_submitted_config_are_refused() {
     let answer = String::from_utf8_lossy(&answer);
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
     assert!(answer.contains("max_workers"), "{answer}");
+    let runs: Vec<serde_json::Value> = daemon.client.get("/v1/runs").await.unwrap();
+    assert!(runs.is_empty());
+    daemon.stop();
+}
+
+#[tokio::test]
+async fn impossible_planner_settings_in_a_submitted_config_are_refused() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    for (field, value) in [
+        ("max_iterations", 0u64),
+        ("max_consecutive_errors", 0),
+        ("max_answer_bytes", 10),
+    ] {
+        let mut config = run_config("", 1);
+        config["planner"][field] = value.into();
+        let body = serde_json::json!({ "request": "x", "repo": repo.path(), "config": config });
+        let (status, answer) = daemon
+            .client
+            .raw(
+                Method::POST,
+                "/v1/runs",
+                Some(serde_json::to_vec(&body).unwrap()),
+            )
+            .await
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert!(answer.contains(field), "{answer}");
+    }
     let runs: Vec<serde_json::Value> = daemon.client.get("/v1/runs").await.unwrap();
     assert!(runs.is_empty());
     daemon.stop();

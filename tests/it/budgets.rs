@@ -565,6 +565,16 @@ fn huge_reported_token_counts_do_not_crash_status_or_the_live_line() {
             task: task("t1"),
             attempt: 1,
         },
+        EventKind::SpendCharged {
+            task: task("t1"),
+            attempt: 1,
+            spent: tokens(u64::MAX),
+        },
+        EventKind::SpendCharged {
+            task: task("t1"),
+            attempt: 1,
+            spent: tokens(u64::MAX),
+        },
         EventKind::DecompositionAccepted {
             parent: task("t1"),
             attempt: 1,
@@ -607,7 +617,7 @@ fn huge_reported_token_counts_do_not_crash_status_or_the_live_line() {
         outcome: None,
     };
     let status = flotilla::daemon::report::status(&record, Limits::default(), &events);
-    assert_eq!(status.tokens_in, u64::MAX);
+    assert_eq!(status.graph.run_spent.tokens, u64::MAX);
 }
 
 #[test]

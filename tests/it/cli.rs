@@ -434,6 +434,31 @@ async fn decide_answers_a_task_waiting_for_the_user() {
     })
     .await
     .unwrap();
+    flotilla(state.path())
+        .args(["status", &run])
+        .assert()
+        .success()
+        .stdout(
+            predicates::str::contains("t1 [awaiting your decision]")
+                .and(predicates::str::contains("waiting_for_subtasks").not()),
+        );
+    for format in ["mermaid", "dot"] {
+        flotilla(state.path())
+            .args(["graph", &run, "--format", format])
+            .assert()
+            .success()
+            .stdout(
+                predicates::str::contains("waiting for subtasks")
+                    .and(predicates::str::contains("waiting_for_subtasks").not()),
+            );
+    }
+    flotilla(state.path())
+        .args(["decide", &run, "t1.1", "--fail"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "task t1.1 is not waiting for a decision (it is completed)",
+        ));
     // Exactly one decision: none, or two, is a usage error.
     flotilla(state.path())
         .args(["decide", &run, "t1"])
@@ -462,4 +487,327 @@ async fn decide_answers_a_task_waiting_for_the_user() {
             predicates::str::contains("t1 failed: declined by the user")
                 .and(predicates::str::contains("run finished: failed")),
         );
+    // After the end, in words.
+    for args in [vec!["decide", &run, "t1", "--fail"], vec!["cancel", &run]] {
+        flotilla(state.path())
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("already finished (failed)"));
+    }
+}
+
+#[test]
+fn help_describes_every_option_and_how_to_run_the_daemon() {
+    let help = |args: &[&str]| {
+        let out = Command::cargo_bin("flotilla")
+            .unwrap()
+            .args(args)
+            .arg("--help")
+            .assert()
+            .success();
+        String::from_utf8(out.get_output().stdout.clone()).unwrap()
+    };
+    let described = |help: &str, option: &str| {
+        // clap prints an option without a description alone on its line.
+        help.lines()
+            .find(|l| l.trim_start().starts_with(option))
+            .is_some_and(|l| l.trim() != option)
+    };
+    assert!(described(&help(&["status"]), "--json"), "status --json");
+    assert!(described(&help(&["runs"]), "--json"), "runs --json");
+    assert!(described(&help(&["graph"]), "--format"), "graph --format");
+    let daemon = help(&["daemon"]);
+    for words in ["stderr", "FLOTILLA_LOG", "Ctrl-C", "SIGTERM", "daemon.lock"] {
+        assert!(
+            daemon.contains(words),
+            "daemon --help lacks {words}:\n{daemon}"
+        );
+    }
+}
+
+#[test]
+fn the_token_is_never_sent_to_a_non_loopback_address() {
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join("token"), "s3cr3t\n").unwrap();
+    let out = flotilla(state.path())
+        .args(["--connect", "192.0.2.1:7070", "runs"])
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(stderr.contains("not a loopback address"), "{stderr}");
+    assert!(stderr.contains("hint: "), "{stderr}");
+    let out = flotilla(state.path())
+        .env("FLOTILLA_CONNECT", "[2001:db8::1]:7070")
+        .arg("runs")
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(stderr.contains("not a loopback address"), "{stderr}");
+}
+
+/// A fake daemon on a Unix socket that answers each request with the next of `answers`
+/// (raw HTTP), then closes. Returns how many requests it read.
+fn scripted_server(
+    path: &std::path::Path,
+    answers: Vec<String>,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use std::io::{Read, Write};
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for answer in answers {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    count
+}
+
+#[test]
+fn an_error_answer_that_is_not_json_is_still_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fake.sock");
+    scripted_server(
+        &socket,
+        vec![
+            "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".into(),
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 8\r\n\r\n\x1b]0;pwn\x07".into(),
+        ],
+    );
+    let out = flotilla(dir.path())
+        .arg("--socket")
+        .arg(&socket)
+        .args(["status", "0123"])
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(
+        stderr.starts_with("error: the daemon answered 404 Not Found"),
+        "{stderr:?}"
+    );
+    let out = flotilla(dir.path())
+        .arg("--socket")
+        .arg(&socket)
+        .args(["status", "0123"])
+        .assert()
+        .code(4);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(
+        stderr
+            .starts_with("error: the daemon answered 500 Internal Server Error: \\x1b]0;pwn\\x07"),
+        "escaped: {stderr:?}"
+    );
+}
+
+#[test]
+fn a_busy_daemon_is_asked_again_as_it_says_then_given_up_on_with_a_hint() {
+    let busy = "HTTP/1.1 503 Service Unavailable\r\nretry-after: 0\r\ncontent-type: application/json\r\ncontent-length: 73\r\n\r\n{\"error\":\"the daemon is serving too many connections; try again shortly\"}";
+    assert_eq!(busy.split("\r\n\r\n").nth(1).unwrap().len(), 73);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fake.sock");
+    let mut answers = vec![busy.to_string(); 2];
+    answers.push(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n[]".into(),
+    );
+    let seen = scripted_server(&socket, answers);
+    flotilla(dir.path())
+        .arg("--socket")
+        .arg(&socket)
+        .arg("runs")
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("no runs yet"));
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+    let socket = dir.path().join("busy.sock");
+    let seen = scripted_server(&socket, vec![busy.to_string(); 10]);
+    let out = flotilla(dir.path())
+        .arg("--socket")
+        .arg(&socket)
+        .arg("runs")
+        .assert()
+        .failure();
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(stderr.contains("too many connections"), "{stderr}");
+    assert!(
+        stderr.contains("hint: ") && stderr.contains("try again shortly"),
+        "{stderr}"
+    );
+    assert_eq!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        flotilla::client::BUSY_ATTEMPTS as usize
+    );
+}
+
+#[test]
+fn common_api_errors_come_with_a_hint() {
+    let state = tempfile::tempdir().unwrap();
+    let _daemon = DaemonProcess::start(state.path());
+    flotilla(state.path())
+        .args(["status", "0123abcd"])
+        .assert()
+        .code(2)
+        .stderr(
+            predicates::str::contains("no run matches")
+                .and(predicates::str::contains("hint: see `flotilla runs`")),
+        );
+    flotilla(state.path())
+        .args(["status", "not-an-id"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("not a run id").and(predicates::str::contains("hint: ")));
+}
+
+/// A state directory with two runs the daemon cannot resume: one with an undecodable journal
+/// row, one whose stored config is unreadable.
+async fn state_with_damaged_runs() -> (tempfile::TempDir, [String; 2]) {
+    use flotilla::journal::{RunRecord, SqliteJournal};
+    use flotilla_actors::ports::SystemClock;
+    use flotilla_actors::protocol::RunId;
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().join("journal.sqlite");
+    let journal = SqliteJournal::open(&path, std::sync::Arc::new(SystemClock)).unwrap();
+    let ids = [RunId::generate(), RunId::generate()];
+    for (i, id) in ids.iter().enumerate() {
+        journal
+            .create_run(RunRecord {
+                id: *id,
+                request: format!("damaged run {i}"),
+                repo: "/tmp".into(),
+                config: run_config("", 1),
+                created_ms: i as u64,
+                outcome: None,
+            })
+            .await
+            .unwrap();
+    }
+    drop(journal);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "INSERT INTO events (run, at_ms, kind, data) VALUES (?1, 0, 'task_ready', '{not json')",
+        [ids[0].to_string()],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE runs SET config = '{\"limits\": 7' WHERE id = ?1",
+        [ids[1].to_string()],
+    )
+    .unwrap();
+    (state, ids.map(|id| id.to_string()))
+}
+
+#[tokio::test]
+async fn damaged_runs_are_shown_as_damaged_with_their_problem() {
+    let (state, [unreadable_row, unreadable_config]) = state_with_damaged_runs().await;
+    let _daemon = DaemonProcess::start(state.path());
+    for (run, why) in [
+        (&unreadable_row, "unreadable"),
+        (&unreadable_config, "config"),
+    ] {
+        let out = flotilla(state.path())
+            .args(["status", run])
+            .assert()
+            .success();
+        let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+        assert!(text.starts_with(&format!("run {run}  damaged\n")), "{text}");
+        let problem = text
+            .lines()
+            .find(|l| l.starts_with("problem: damaged"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(problem.contains(why), "{text}");
+    }
+    flotilla(state.path())
+        .args(["tail", &unreadable_row])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(format!(
+            "error: run {unreadable_row} is damaged: journal entry"
+        )));
+    let out = flotilla(state.path()).arg("status").assert().success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(
+        text.contains("runs: 2 in total, 0 running, 2 damaged"),
+        "{text}"
+    );
+    for run in [&unreadable_row, &unreadable_config] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&run[..8]))
+            .unwrap_or_else(|| panic!("{run} is not listed: {text}"));
+        assert!(
+            line.contains("damaged") && line.contains("(damaged: "),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_stops_following_and_says_how_to_follow_again() {
+    use std::io::BufRead;
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    // The run waits for a decision: it goes on until someone decides.
+    write_project(repo.path(), crate::daemon::USER_DECIDES);
+    let _daemon = DaemonProcess::start(state.path());
+    let out = flotilla(state.path())
+        .args(["submit", "pick a design", "--detach", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .success();
+    let run = String::from_utf8(out.get_output().stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut tail = std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .arg("--state-dir")
+        .arg(state.path())
+        .args(["tail", &run])
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(tail.stdout.take().unwrap()).lines();
+    let mut last_seq = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        last_seq = line
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .trim_start_matches('#')
+            .to_string();
+        if line.contains("waits for your decision") {
+            break;
+        }
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &tail.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = tail.wait_with_output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("goes on"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("`flotilla tail {run} --since {last_seq}`")),
+        "{stderr}"
+    );
 }

@@ -395,3 +395,56 @@ async fn a_user_decision_ends_a_task_waiting_for_one() {
     assert_eq!(status, StatusCode::CONFLICT, "{answer}");
     daemon.stop();
 }
+
+#[tokio::test]
+async fn deciding_too_early_says_what_the_task_does_in_words() {
+    const STILL_WORKING: &str = r#"
+[[planner.answers]]
+tasks = [{ description = "explore two designs", scope = ["src"] }]
+[tasks.t1]
+outcome = "subplan"
+[tasks.t1.subplan]
+reason = "ambiguity"
+stop_when = "user_decision"
+subtasks = [{ description = "design one", scope = ["src/one.rs"] }]
+[tasks."t1.1"]
+outcome = "hang"
+"#;
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let c = &daemon.client;
+    let run = submit(c, repo.path(), run_config(STILL_WORKING, 2)).await;
+    let mut stream = c.events(&run, None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(e) = stream.next().await {
+            if let EventKind::TaskStarted { task, .. } = e.unwrap().kind
+                && task.to_string() == "t1.1"
+            {
+                return;
+            }
+        }
+        panic!("t1.1 never started")
+    })
+    .await
+    .unwrap();
+    let (status, answer) = c
+        .raw(
+            Method::POST,
+            &format!("/v1/runs/{run}/tasks/t1/decision"),
+            Some(br#"{"decision": "fail"}"#.to_vec()),
+        )
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    assert!(
+        answer.contains("not waiting for a decision (it is waiting for subtasks)"),
+        "{answer}"
+    );
+    let (status, _) = c
+        .raw(Method::POST, &format!("/v1/runs/{run}/cancel"), None)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED);
+    daemon.stop();
+}

@@ -8,7 +8,7 @@ pub mod worker;
 pub mod worker_pool;
 
 pub use dispatch::{Dispatch, WorkerProfile, best_profile};
-pub use planner::{Exchange, Planner, PlannerConfig};
+pub use planner::{Exchange, Planner, PlannerConfig, PlannerConfigError};
 pub use task_graph::{CancelRun, Recovery, TaskGraph};
 pub use worker::{Job, Worker};
 pub use worker_pool::WorkerPool;

@@ -74,6 +74,52 @@ impl Default for PlannerConfig {
     }
 }
 
+/// The smallest `max_answer_bytes` accepted: below it, no batch of tasks fits in an answer.
+pub const MIN_ANSWER_BYTES: usize = 1024;
+
+/// A `PlannerConfig` that cannot plan, naming the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlannerConfigError {
+    #[error("planner.{field} = 0: it must be at least 1")]
+    Zero { field: &'static str },
+    #[error("planner.max_answer_bytes = {value}: it must be at least {MIN_ANSWER_BYTES}")]
+    AnswerTooSmall { value: usize },
+    #[error("planner.backoff_base_ms ({base}) is larger than planner.backoff_max_ms ({max})")]
+    BackoffBaseAboveMax { base: u64, max: u64 },
+}
+
+impl PlannerConfig {
+    /// Checks that the planner can plan. With `max_iterations = 0` a run would "complete"
+    /// without a single planner call; with `max_consecutive_errors = 0` the first error
+    /// would fail it; answers too small to hold a batch are always refused.
+    pub fn validate(&self) -> Result<(), PlannerConfigError> {
+        let at_least_one: [(&'static str, u64); 4] = [
+            ("max_iterations", self.max_iterations.into()),
+            ("max_consecutive_errors", self.max_consecutive_errors.into()),
+            (
+                "min_handoffs_for_replan",
+                self.min_handoffs_for_replan as u64,
+            ),
+            ("max_summary_chars", self.max_summary_chars as u64),
+        ];
+        if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
+            return Err(PlannerConfigError::Zero { field });
+        }
+        if self.max_answer_bytes < MIN_ANSWER_BYTES {
+            return Err(PlannerConfigError::AnswerTooSmall {
+                value: self.max_answer_bytes,
+            });
+        }
+        if self.backoff_base_ms > self.backoff_max_ms {
+            return Err(PlannerConfigError::BackoffBaseAboveMax {
+                base: self.backoff_base_ms,
+                max: self.backoff_max_ms,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// One recorded exchange of the conversation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Exchange {
