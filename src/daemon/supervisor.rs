@@ -188,8 +188,17 @@ impl Supervisor {
             return Err(format!("run {run} is not known to the supervisor"));
         };
         let config = entry.config.clone();
-        if let Err(e) = config.limits.validate() {
-            let reason = format!("its limits are impossible: {e}");
+        let impossible = config
+            .limits
+            .validate()
+            .map_err(|e| format!("its limits are impossible: {e}"))
+            .and_then(|()| {
+                config
+                    .planner
+                    .validate()
+                    .map_err(|e| format!("its planner settings are impossible: {e}"))
+            });
+        if let Err(reason) = impossible {
             entry.problem = Some(format!("damaged: {reason}"));
             entry.life = Life::Damaged;
             return Err(reason);

@@ -641,3 +641,37 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
     );
     drop(daemon);
 }
+
+#[tokio::test]
+async fn a_stored_run_with_impossible_settings_is_damaged_not_started() {
+    let state = tempfile::tempdir().unwrap();
+    let journal =
+        SqliteJournal::open(&state.path().join("journal.sqlite"), Arc::new(SystemClock)).unwrap();
+    let mut config = run_config(&scenario(2, 0, ""), 2);
+    // Written by an older flotilla, or by hand: no worker could ever run its tasks.
+    config["limits"]["max_workers"] = 0.into();
+    let run = RunId::generate();
+    journal
+        .create_run(RunRecord {
+            id: run,
+            request: "r".into(),
+            repo: "/tmp".into(),
+            config,
+            created_ms: 0,
+            outcome: None,
+        })
+        .await
+        .unwrap();
+    drop(journal);
+    let daemon = InProcessDaemon::start_with(DaemonSetup {
+        state: Some(state),
+        ..DaemonSetup::default()
+    });
+    let runs: Vec<serde_json::Value> = daemon.client.get("/v1/runs").await.unwrap();
+    let problem = runs[0]["problem"].as_str().unwrap_or_default().to_string();
+    assert!(
+        problem.contains("damaged") && problem.contains("max_workers"),
+        "{runs:?}"
+    );
+    assert_eq!(runs[0]["state"], "damaged");
+}
