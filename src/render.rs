@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 
 use flotilla_actors::protocol::{
-    Budget, DecompositionReason, Event, EventKind, Route, RunOutcome, TaskId, TaskState,
+    Budget, DecompositionReason, Event, EventKind, Route, RunOutcome, TaskId, TaskState, Usd,
 };
 
 use crate::daemon::api::RunSummary;
@@ -165,6 +165,22 @@ fn shorten(text: &str, max: usize) -> String {
     } else {
         format!("{}…", one_line.chars().take(max - 1).collect::<String>())
     }
+}
+
+/// A charge in words, naming only what was spent: agents report tokens and cost as they
+/// work, and the worker charges the time each call took, so most charges are one of them.
+fn charge_words(spent: &Budget) -> String {
+    let mut parts = Vec::new();
+    if spent.tokens > 0 {
+        parts.push(format!("{} tokens", spent.tokens));
+    }
+    if spent.cost_usd > Usd::ZERO {
+        parts.push(spent.cost_usd.to_string());
+    }
+    if spent.wall_time_ms > 0 || parts.is_empty() {
+        parts.push(format!("{} ms", spent.wall_time_ms));
+    }
+    parts.join(", ")
 }
 
 /// How an event line is coloured.
@@ -324,7 +340,10 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             task,
             attempt,
             spent,
-        } => (format!("{task} attempt {attempt} spent {spent}"), Tone::Dim),
+        } => (
+            format!("{task} attempt {attempt} spent {}", charge_words(spent)),
+            Tone::Dim,
+        ),
         EventKind::RunBudgetExhausted { spent, budget } => (
             format!("run budget exhausted: spent {spent} of {budget}; stopping"),
             Tone::Bad,
@@ -672,6 +691,17 @@ mod tests {
 
     use super::*;
     use crate::daemon::report::Counts;
+
+    #[test]
+    fn a_charge_names_only_what_was_spent() {
+        let tokens = Budget::new(1000, Usd::ZERO, 0);
+        let time = Budget::new(0, Usd::ZERO, 152);
+        let both = Budget::new(7, Usd::from_micros(1_500), 3);
+        assert_eq!(charge_words(&tokens), "1000 tokens");
+        assert_eq!(charge_words(&time), "152 ms");
+        assert_eq!(charge_words(&both), "7 tokens, $0.0015, 3 ms");
+        assert_eq!(charge_words(&Budget::default()), "0 ms");
+    }
 
     /// Retitles the terminal (OSC 0), clears it (CSI 2J), writes the clipboard (OSC 52),
     /// returns the carriage, an 8-bit CSI, reverses the line (RLO), DEL, an isolate.
