@@ -134,17 +134,31 @@ pub async fn serve<L: axum::serve::Listener>(
     let slots = Arc::new(Semaphore::new(max));
     // Connections being told "busy": each lives a second at most.
     let refusals = Arc::new(Semaphore::new(max.div_ceil(4).max(16)));
+    let unproven = Unproven::default();
     let app = app.layer(axum::Extension(BodyReadTimeout(limits.body_read_timeout)));
     let service = hyper_util::service::TowerToHyperService::new(app);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
+    let mut next_id = 0u64;
     loop {
         let (io, _) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.cancelled() => break,
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => Some(slot),
+            // Full: a connection that never presented the token makes room, oldest first,
+            // so that holding connections open without it cannot lock real clients out.
+            Err(_) if unproven.evict_oldest() => {
+                tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+            Err(_) => None,
+        };
+        let Some(slot) = slot else {
             if let Ok(permit) = refusals.clone().try_acquire_owned() {
                 tokio::spawn(async move {
                     refuse_busy(io).await;
@@ -153,22 +167,92 @@ pub async fn serve<L: axum::serve::Listener>(
             }
             continue;
         };
-        let connection = http.serve_connection(hyper_util::rt::TokioIo::new(io), service.clone());
+        next_id += 1;
+        let proof = unproven.admit(next_id);
+        let evicted = proof.evicted.clone();
+        let per_connection = {
+            let service = service.clone();
+            let proof = proof.clone();
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(proof.clone());
+                hyper::service::Service::call(&service, req)
+            })
+        };
+        let connection = http.serve_connection(hyper_util::rt::TokioIo::new(io), per_connection);
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let mut connection = std::pin::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
+                // Dropping the connection closes it.
+                _ = evicted.cancelled() => {}
                 _ = shutdown.cancelled() => {
                     connection.as_mut().graceful_shutdown();
                     let _ = connection.await;
                 }
             }
+            proof.forget();
             drop(slot);
         });
     }
     // Every connection holds a slot until it ends: having them all back means all ended.
     let _ = slots.acquire_many(max as u32).await;
+}
+
+/// How long a new connection waits for an evicted one's slot.
+const EVICTION_WAIT: Duration = Duration::from_millis(500);
+
+/// Connections that have not yet made a request that passed authentication (on the Unix
+/// socket, any request does), oldest first: when the server is full, they are the ones
+/// closed to make room.
+#[derive(Clone, Default)]
+struct Unproven(Arc<std::sync::Mutex<std::collections::BTreeMap<u64, CancellationToken>>>);
+
+impl Unproven {
+    fn admit(&self, id: u64) -> ConnectionProof {
+        let evicted = CancellationToken::new();
+        if let Ok(mut waiting) = self.0.lock() {
+            waiting.insert(id, evicted.clone());
+        }
+        ConnectionProof {
+            id,
+            evicted,
+            unproven: self.clone(),
+        }
+    }
+
+    /// Closes the oldest unproven connection; false if there is none.
+    fn evict_oldest(&self) -> bool {
+        let oldest = self.0.lock().ok().and_then(|mut w| w.pop_first());
+        match oldest {
+            Some((_, evicted)) => {
+                evicted.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A connection's standing, carried in each of its requests: `authenticate` proves it.
+#[derive(Clone)]
+struct ConnectionProof {
+    id: u64,
+    evicted: CancellationToken,
+    unproven: Unproven,
+}
+
+impl ConnectionProof {
+    /// The connection presented the token (or needed none): it is no longer evictable.
+    fn prove(&self) {
+        self.forget();
+    }
+
+    fn forget(&self) {
+        if let Ok(mut waiting) = self.unproven.0.lock() {
+            waiting.remove(&self.id);
+        }
+    }
 }
 
 /// Answers a connection past the cap with a 503 and closes it, reading (and dropping) what
@@ -304,6 +388,9 @@ async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -
             return ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
                 .into_response();
         }
+    }
+    if let Some(proof) = req.extensions().get::<ConnectionProof>() {
+        proof.prove();
     }
     next.run(req).await
 }

@@ -146,6 +146,60 @@ async fn idle_connections_past_the_cap_cannot_starve_requests_and_are_closed() {
 }
 
 #[tokio::test]
+async fn connections_without_the_token_cannot_lock_real_clients_out() {
+    const CAP: usize = 4;
+    let daemon = LimitedDaemon::start(
+        true,
+        ServerLimits {
+            max_connections: CAP,
+            ..ServerLimits::default()
+        },
+    );
+    let Bound::Tcp { addr, .. } = daemon.bound.clone() else {
+        unreachable!()
+    };
+    // A local user without the token keeps the server full: it opens connections that send
+    // nothing, and opens a new one whenever one is closed (bounded: until the test is done).
+    let stop = CancellationToken::new();
+    let flood = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut held: Vec<tokio::net::TcpStream> = Vec::new();
+            let mut opened = 0usize;
+            while !stop.is_cancelled() && opened < 10_000 {
+                held.retain(|s| s.peer_addr().is_ok());
+                if held.len() < CAP + 4 {
+                    if let Ok(s) = tokio::net::TcpStream::connect(addr).await {
+                        held.push(s);
+                        opened += 1;
+                    }
+                } else {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            opened
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every request of a client with the token is served (the proven are never evicted).
+    for _ in 0..10 {
+        let (status, body) = daemon
+            .client
+            .raw(Method::GET, "/v1/runs", None)
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    }
+    stop.cancel();
+    let opened = flood.await.unwrap();
+    assert!(
+        opened >= CAP,
+        "the flood held the server full ({opened} connections)"
+    );
+    daemon.stop();
+}
+
+#[tokio::test]
 async fn an_event_stream_outlives_the_idle_timeout() {
     let daemon = LimitedDaemon::start(
         false,
