@@ -196,8 +196,20 @@ struct SubIn {
     priority: Option<u8>,
 }
 
+/// A subplan: well-formed (so that decompositions are accepted often enough for the
+/// fuzzer to reach subtasks, synthesis and user decisions), or anything.
 #[derive(Arbitrary, Debug)]
-struct SubplanIn {
+enum SubplanIn {
+    Valid {
+        count: u8,
+        chain: bool,
+        stop_when: u8,
+    },
+    Raw(RawSubplan),
+}
+
+#[derive(Arbitrary, Debug)]
+struct RawSubplan {
     /// `None`: the task the report is about.
     parent: Option<TaskRef>,
     reason: u8,
@@ -205,7 +217,50 @@ struct SubplanIn {
     subtasks: Vec<SubIn>,
 }
 
+const STOP: [StopCondition; 3] = [
+    StopCondition::AllSubtasksComplete,
+    StopCondition::FirstSuccess,
+    StopCondition::UserDecision,
+];
+
 impl SubplanIn {
+    fn get(&self, g: &RunGraph, task: &TaskId) -> ProposedSubplan {
+        match self {
+            SubplanIn::Raw(raw) => raw.get(g, task),
+            SubplanIn::Valid {
+                count,
+                chain,
+                stop_when,
+            } => {
+                // Disjoint paths inside the task's own first scope path.
+                let base = g
+                    .task(task)
+                    .and_then(|t| t.scope.first())
+                    .map_or("src".to_string(), |p| p.as_str().to_string());
+                let subtasks = (0..usize::from(*count % 4) + 1)
+                    .map(|i| {
+                        let mut s = SubtaskProposal::new(
+                            format!("part {i} of {task}"),
+                            &[&format!("{base}/p{i}")],
+                        );
+                        if *chain && i > 0 {
+                            s.depends_on = vec![i - 1];
+                        }
+                        s
+                    })
+                    .collect();
+                ProposedSubplan {
+                    parent: task.clone(),
+                    reason: DecompositionReason::TooLarge,
+                    stop_when: STOP[*stop_when as usize % 3],
+                    subtasks,
+                }
+            }
+        }
+    }
+}
+
+impl RawSubplan {
     fn get(&self, g: &RunGraph, task: &TaskId) -> ProposedSubplan {
         ProposedSubplan {
             parent: self
@@ -219,11 +274,7 @@ impl SubplanIn {
                 DecompositionReason::Ambiguity,
                 DecompositionReason::ExternalToolRequired,
             ][self.reason as usize % 5],
-            stop_when: [
-                StopCondition::AllSubtasksComplete,
-                StopCondition::FirstSuccess,
-                StopCondition::UserDecision,
-            ][self.stop_when as usize % 3],
+            stop_when: STOP[self.stop_when as usize % 3],
             subtasks: self
                 .subtasks
                 .iter()
@@ -325,6 +376,17 @@ enum Op {
     Interrupt,
     PlanningFinished,
     PlannerGaveUp,
+    /// Report on the `n`th task an agent is at work on (its current attempt).
+    Report {
+        n: u8,
+        handoff: Option<HandoffIn>,
+        subplan: Option<SubplanIn>,
+    },
+    /// Every live task one step along the happy path: ready ones are dispatched and
+    /// started, running and synthesizing ones complete, waiting ones get `decision`.
+    Settle {
+        decision: u8,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -541,6 +603,69 @@ fuzz_target!(|input: Input| {
                     "deadline_passed",
                     g.deadline_passed(&t, (*decomposition % 4).into()),
                 )
+            }
+            Op::Report {
+                n,
+                handoff,
+                subplan,
+            } => {
+                let at_work: Vec<TaskId> = g
+                    .tasks()
+                    .filter(|t| matches!(t.state, TaskState::Running | TaskState::Synthesizing))
+                    .map(|t| t.id.clone())
+                    .collect();
+                let Some(t) =
+                    (!at_work.is_empty()).then(|| at_work[*n as usize % at_work.len()].clone())
+                else {
+                    continue;
+                };
+                let report = TaskCompleted {
+                    task: t.clone(),
+                    attempt: g.task(&t).map_or(1, |n| n.attempt),
+                    handoff: handoff.as_ref().map(HandoffIn::get),
+                    artifacts: Vec::new(),
+                    subplan: subplan.as_ref().map(|s| s.get(&g, &t)),
+                };
+                ("report", g.complete(report))
+            }
+            Op::Settle { decision } => {
+                let live: Vec<(TaskId, TaskState, u32)> = g
+                    .tasks()
+                    .filter(|t| !t.state.is_terminal())
+                    .map(|t| (t.id.clone(), t.state, t.attempt))
+                    .collect();
+                for (t, state, a) in live {
+                    let r = match state {
+                        TaskState::Ready => {
+                            let r = g.dispatched(&t, a, "general", Route::Worker);
+                            w.after(&g, "settle: dispatched", r);
+                            g.started(&t, a)
+                        }
+                        TaskState::Dispatched => g.started(&t, a),
+                        TaskState::Running | TaskState::Synthesizing => g.complete(TaskCompleted {
+                            task: t.clone(),
+                            attempt: a,
+                            handoff: Some(Handoff::complete(format!("{t} done"))),
+                            artifacts: Vec::new(),
+                            subplan: None,
+                        }),
+                        TaskState::WaitingForSubtasks => {
+                            let first_done = g
+                                .subtask_results(&t)
+                                .into_iter()
+                                .find(|r| r.state == TaskState::Completed);
+                            let d = match (decision % 3, first_done) {
+                                (0, Some(r)) => UserDecision::Accept { subtask: r.task },
+                                (1, _) => UserDecision::Fail,
+                                _ => UserDecision::Complete,
+                            };
+                            g.user_decision(&t, &d)
+                        }
+                        _ => continue,
+                    };
+                    w.after(&g, &format!("settle: {t} {state}"), r);
+                }
+                continue;
             }
             Op::Interrupt => ("interrupt_in_flight", g.interrupt_in_flight()),
             Op::PlanningFinished => ("planning_finished", g.planning_finished()),

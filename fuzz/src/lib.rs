@@ -1,6 +1,7 @@
 //! What the fuzz targets share: the task graph's invariants, checked after every change.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::protocol::{EventKind, TaskId, TaskState};
@@ -27,6 +28,21 @@ pub fn reachable(from: TaskState, to: TaskState) -> bool {
 pub struct Watch {
     pub journal: Vec<EventKind>,
     seen: BTreeMap<TaskId, TaskState>,
+}
+
+impl Drop for Watch {
+    /// With `FLOTILLA_FUZZ_EVENTS=1`, prints the kinds of events each input produced: run a
+    /// target over its corpus (`-runs=0`) to see which parts of the graph it reaches.
+    fn drop(&mut self) {
+        static SHOW: OnceLock<bool> = OnceLock::new();
+        if *SHOW.get_or_init(|| std::env::var_os("FLOTILLA_FUZZ_EVENTS").is_some()) {
+            let kinds: BTreeSet<&str> = self.journal.iter().map(EventKind::name).collect();
+            eprintln!(
+                "events: {}",
+                kinds.into_iter().collect::<Vec<_>>().join(" ")
+            );
+        }
+    }
 }
 
 impl Watch {
