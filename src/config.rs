@@ -152,20 +152,38 @@ pub enum ConfigError {
     NoScenario { path: PathBuf },
 }
 
+/// Why the text of a `flotilla.toml` is refused (the caller adds the path).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FileProblem {
+    Invalid(TomlProblem),
+    Limits(LimitsError),
+}
+
+impl FileConfig {
+    /// Parses the text of a `flotilla.toml` and checks its limits; the scenario it names is
+    /// not read. [`RunConfig::load`] reads the file through this (and the fuzzer calls it).
+    pub fn parse(text: &str) -> Result<FileConfig, FileProblem> {
+        let file: FileConfig =
+            toml::from_str(text).map_err(|e| FileProblem::Invalid(TomlProblem::new(text, &e)))?;
+        file.limits.validate().map_err(FileProblem::Limits)?;
+        Ok(file)
+    }
+}
+
 impl RunConfig {
     /// Loads `flotilla.toml` and the scenario it names.
     pub fn load(path: &Path) -> Result<RunConfig, ConfigError> {
         let text = read(path)?;
-        let file: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
-            path: path.into(),
-            problem: TomlProblem::new(&text, &e),
-        })?;
-        file.limits
-            .validate()
-            .map_err(|source| ConfigError::Limits {
+        let file = FileConfig::parse(&text).map_err(|problem| match problem {
+            FileProblem::Invalid(problem) => ConfigError::Invalid {
+                path: path.into(),
+                problem,
+            },
+            FileProblem::Limits(source) => ConfigError::Limits {
                 path: path.into(),
                 source,
-            })?;
+            },
+        })?;
         file.planner
             .validate()
             .map_err(|source| ConfigError::Planner {

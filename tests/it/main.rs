@@ -8,6 +8,7 @@ mod crash;
 mod daemon;
 mod daemon_env;
 mod dispatch;
+mod fuzz_regressions;
 mod harness;
 mod pipeline;
 mod planner;
