@@ -53,6 +53,9 @@ use crate::journal::{RunRecord, SqliteJournal, SubmitKey, SubmitOutcome};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Largest oversize body read (and dropped) before its 413, so that the client, still
+/// writing, can read the answer; a larger one is answered at once.
+pub const MAX_DRAINED_BODY_BYTES: u64 = 16 * 1024 * 1024;
 /// Largest request text accepted.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 /// Longest request target (path and query) accepted; longer ones get a 414.
@@ -362,6 +365,19 @@ where
             .extensions()
             .get::<BodyReadTimeout>()
             .map_or(ServerLimits::default().body_read_timeout, |t| t.0);
+        if let Some(declared) = declared_length(&req).filter(|&n| n > MAX_BODY_BYTES as u64) {
+            // Answering before the body is read makes the server close a connection the
+            // client is still writing to: the client sees a broken pipe instead of the 413.
+            // Reading (and dropping) the rest first lets it read the answer; bounded in
+            // bytes and time, so an endless body costs no more than a slow one.
+            if declared <= MAX_DRAINED_BODY_BYTES {
+                let _ = tokio::time::timeout(limit, drain(req.into_body())).await;
+            }
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is {declared} bytes; at most {MAX_BODY_BYTES}"),
+            ));
+        }
         match tokio::time::timeout(limit, Json::<T>::from_request(req, state)).await {
             Ok(Ok(Json(value))) => Ok(ApiJson(value)),
             Ok(Err(rejection)) => Err(ApiError::new(rejection.status(), rejection.body_text())),
@@ -372,6 +388,30 @@ where
                     limit.as_secs_f32()
                 ),
             )),
+        }
+    }
+}
+
+/// The body length a request declares (`Content-Length`), if it declares one.
+fn declared_length(req: &Request) -> Option<u64> {
+    req.headers()
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Reads a body to its end (at most [`MAX_DRAINED_BODY_BYTES`]) and drops it.
+async fn drain(body: axum::body::Body) {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut read: u64 = 0;
+    while let Some(Ok(frame)) = body.frame().await {
+        read = read.saturating_add(frame.data_ref().map_or(0, |d| d.len() as u64));
+        if read > MAX_DRAINED_BODY_BYTES {
+            return;
         }
     }
 }

@@ -625,3 +625,27 @@ async fn a_body_that_never_arrives_is_answered_408_and_frees_its_slot() {
     assert!(runs.is_empty());
     daemon.stop();
 }
+
+/// A body over the cap is answered 413 with a JSON error, every time: the server reads the
+/// rest of a declared-oversize body before answering, so a client still writing it gets the
+/// answer instead of a broken pipe (which a 2 MiB body got now and then when the answer came
+/// first).
+#[tokio::test]
+async fn an_oversize_body_always_gets_its_413() {
+    let daemon = InProcessDaemon::start(false);
+    for size in [2 * 1024 * 1024, 4 * 1024 * 1024] {
+        for _ in 0..10 {
+            let (status, answer) = daemon
+                .client
+                .raw(Method::POST, "/v1/runs", Some(vec![b' '; size]))
+                .await
+                .expect("the 413 reaches a client that writes its whole body first");
+            assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+            let json: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+            assert!(
+                json["error"].as_str().unwrap().contains("at most"),
+                "{json}"
+            );
+        }
+    }
+}
