@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use flotilla_actors::ports::{
-    Agent, AgentError, AgentReport, AttemptContext, ChatRole, Llm, LlmError, LlmRequest,
+    Agent, AgentError, AgentReport, AttemptContext, ChatRole, Llm, LlmCall, LlmError, LlmRequest,
     LlmResponse, Role,
 };
 use flotilla_actors::protocol::{
@@ -266,7 +266,11 @@ impl ScriptedLlm {
 }
 
 impl Llm for ScriptedLlm {
-    fn complete(&self, request: LlmRequest) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+    fn complete(
+        &self,
+        request: LlmRequest,
+        _call: LlmCall,
+    ) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
         if let Ok(mut log) = self.requests.lock() {
             log.push(request.clone());
         }
@@ -305,7 +309,12 @@ impl Llm for ScriptedLlm {
                 tokens_out: (content.len() / 4) as u64,
                 ..Usage::default()
             };
-            Ok(LlmResponse { content, usage })
+            Ok(LlmResponse {
+                content,
+                usage,
+                model: "scripted".into(),
+                ..LlmResponse::default()
+            })
         })
     }
 }
@@ -573,29 +582,21 @@ mod tests {
         .unwrap();
         let llm = ScriptedLlm::new(scenario);
         use flotilla_actors::ports::ChatMessage;
-        let msg = |role, content: &str| ChatMessage {
-            role,
-            content: content.into(),
+        let ask = |messages| {
+            llm.complete(
+                LlmRequest::chat(Role::Planner, messages),
+                LlmCall::default(),
+            )
         };
-        let first = llm
-            .complete(LlmRequest {
-                role: Role::Planner,
-                messages: vec![msg(ChatRole::User, "go")],
-            })
-            .await
-            .unwrap();
+        let first = ask(vec![ChatMessage::user("go")]).await.unwrap();
         assert!(first.content.contains("\"description\":\"a\""));
-        let second = llm
-            .complete(LlmRequest {
-                role: Role::Planner,
-                messages: vec![
-                    msg(ChatRole::User, "go"),
-                    msg(ChatRole::Assistant, &first.content),
-                    msg(ChatRole::User, "next"),
-                ],
-            })
-            .await
-            .unwrap();
+        let second = ask(vec![
+            ChatMessage::user("go"),
+            ChatMessage::assistant(first.content.clone()),
+            ChatMessage::user("next"),
+        ])
+        .await
+        .unwrap();
         assert!(!second.content.trim_start().starts_with('{'));
         assert_eq!(llm.requests().len(), 2);
     }

@@ -12,7 +12,7 @@ use flotilla_actors::actors::{
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{
-    ChatRole, Llm, LlmError, LlmRequest, LlmResponse, MemoryJournal, SystemClock,
+    ChatRole, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, MemoryJournal, SystemClock,
 };
 use flotilla_actors::protocol::*;
 use futures::future::BoxFuture;
@@ -623,7 +623,11 @@ async fn a_resumed_planner_still_owes_the_reminder_after_an_empty_first_sprint()
 struct RateLimitedOnce(std::sync::Mutex<u32>);
 
 impl Llm for RateLimitedOnce {
-    fn complete(&self, _: LlmRequest) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+    fn complete(
+        &self,
+        _: LlmRequest,
+        _: LlmCall,
+    ) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
         let mut calls = self.0.lock().unwrap();
         *calls += 1;
         let first = *calls == 1;
@@ -635,7 +639,7 @@ impl Llm for RateLimitedOnce {
             }
             Ok(LlmResponse {
                 content: r#"{"tasks": [{"description": "d", "scope": ["a"]}]}"#.into(),
-                usage: Usage::default(),
+                ..LlmResponse::default()
             })
         })
     }
@@ -767,4 +771,54 @@ async fn a_batch_that_fills_the_free_slots_is_not_followed_by_another_call_at_on
     );
     worker.expect_none().await;
     assert_eq!(llm.requests().len(), 2);
+}
+
+/// An LLM whose every call is refused for good (as a bad API key is), counting its calls.
+struct RefusesForGood(std::sync::atomic::AtomicU32);
+
+impl Llm for RefusesForGood {
+    fn complete(
+        &self,
+        _: LlmRequest,
+        _: LlmCall,
+    ) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async {
+            Err(LlmError::Refused {
+                status: 401,
+                message: "invalid api key".into(),
+            })
+        })
+    }
+}
+
+#[actix::test]
+async fn a_final_provider_error_ends_planning_at_once_with_the_providers_reason() {
+    virtual_time();
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let llm = Arc::new(RefusesForGood(Default::default()));
+    let planner = Planner::new(
+        RunId::generate(),
+        "r".into(),
+        "S".into(),
+        llm.clone(),
+        graph,
+        PlannerConfig::default(),
+    )
+    .start();
+    planner.do_send(ToPlanner::Start);
+    let error = inbox
+        .fish_for("PlannerGaveUp", |m| match m {
+            ToTaskGraph::PlannerGaveUp { error } => Some(error.clone()),
+            _ => None,
+        })
+        .await;
+    assert!(
+        error.contains("HTTP 401") && error.contains("invalid api key"),
+        "{error}"
+    );
+    // No backoff and no second call: a refusal would be refused again.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    inbox.expect_none().await;
+    assert_eq!(llm.0.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

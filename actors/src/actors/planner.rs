@@ -37,10 +37,11 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::llm_output::{PlannerOutput, parse_json_answer};
-use crate::ports::{ChatMessage, ChatRole, Llm, LlmError, LlmRequest, LlmResponse, Role};
+use crate::ports::{ChatMessage, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Role};
 use crate::protocol::{
     HandoffStatus, PlannerAnswer, RejectionReason, RootHandoff, RunId, TaskState, ToPlanner,
     ToTaskGraph,
@@ -171,6 +172,8 @@ pub struct Planner {
     remind_empty: bool,
     /// Reports to the run's supervisor when the actor ends.
     lifeline: Option<Lifeline>,
+    /// Calls off an LLM call in flight when the actor stops.
+    cancel: CancellationToken,
 }
 
 /// The longest "retry after" a provider can make the planner wait (15 minutes).
@@ -215,6 +218,7 @@ impl Planner {
             reminded: false,
             remind_empty: false,
             lifeline: None,
+            cancel: CancellationToken::new(),
         }
     }
 
@@ -328,29 +332,17 @@ impl Planner {
             return;
         }
         let prompt = self.prompt();
-        let mut messages = vec![ChatMessage {
-            role: ChatRole::System,
-            content: self.system_prompt.clone(),
-        }];
+        let mut messages = vec![ChatMessage::system(self.system_prompt.clone())];
         for ex in &self.conversation {
-            messages.push(ChatMessage {
-                role: ChatRole::User,
-                content: ex.prompt.clone(),
-            });
-            messages.push(ChatMessage {
-                role: ChatRole::Assistant,
-                content: ex.answer.clone(),
-            });
+            messages.push(ChatMessage::user(ex.prompt.clone()));
+            messages.push(ChatMessage::assistant(ex.answer.clone()));
         }
-        messages.push(ChatMessage {
-            role: ChatRole::User,
-            content: prompt.clone(),
-        });
+        messages.push(ChatMessage::user(prompt.clone()));
         self.phase = Phase::Asking;
-        let request = self.llm.complete(LlmRequest {
-            role: Role::Planner,
-            messages,
-        });
+        let request = self.llm.complete(
+            LlmRequest::chat(Role::Planner, messages).json(),
+            LlmCall::new(self.cancel.child_token()),
+        );
         ctx.spawn(
             request
                 .into_actor(self)
@@ -413,6 +405,13 @@ impl Planner {
                         self.plan_if_needed(ctx);
                     }
                 }
+            }
+            // A refusal (bad key, unknown model, prompt too long) or a missing model will be
+            // the same on every try: the run fails now, with the provider's reason, instead
+            // of after max_consecutive_errors backoffs.
+            Err(error) if !error.is_retryable() => {
+                warn!(run = %self.run, call, %error, "the planner's LLM call failed for good");
+                self.give_up(format!("the planner's model cannot be used: {error}"));
             }
             Err(error) => {
                 warn!(run = %self.run, call, %error, "the planner's LLM call failed");
@@ -485,6 +484,10 @@ fn needs_attention(handoff: &RootHandoff) -> bool {
 
 impl Actor for Planner {
     type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.cancel.cancel();
+    }
 }
 
 impl Handler<ToPlanner> for Planner {

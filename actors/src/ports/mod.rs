@@ -13,11 +13,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+
+mod llm;
+pub use llm::*;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{
     ArtifactRef, Assignment, Budget, Event, EventKind, Handoff, ProposedSubplan, RejectionReason,
-    RunId, SubtaskResult, TaskId, Usage,
+    RunId, SubtaskResult, TaskId,
 };
 
 /// Wall-clock time for event timestamps. Timers use the runtime's clock, which tests pause.
@@ -215,59 +218,6 @@ impl Journal for FailingJournal {
     fn read(&self, run: RunId, after: u64) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
         self.inner.read(run, after)
     }
-}
-
-/// Which conversation an LLM call belongs to; selects the model and the system prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Planner,
-    Subplanner,
-    Worker,
-    Reconciler,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatMessage {
-    pub role: ChatRole,
-    pub content: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChatRole {
-    System,
-    User,
-    Assistant,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LlmRequest {
-    pub role: Role,
-    pub messages: Vec<ChatMessage>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LlmResponse {
-    pub content: String,
-    pub usage: Usage,
-}
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum LlmError {
-    #[error("the provider could not be reached: {0}")]
-    Transport(String),
-    #[error("the provider is rate limiting; retry after {retry_after_ms} ms")]
-    RateLimited { retry_after_ms: u64 },
-    #[error("the provider answered with something unusable: {0}")]
-    Malformed(String),
-    #[error("the provider did not answer in time")]
-    Timeout,
-}
-
-/// Chat completion: the root planner, subplanner and reconciler conversations.
-pub trait Llm: Send + Sync + 'static {
-    fn complete(&self, request: LlmRequest) -> BoxFuture<'static, Result<LlmResponse, LlmError>>;
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -1,0 +1,332 @@
+//! The `Llm` port: one chat-completion interface for every role (root planner, subplanner,
+//! worker agent, reconciler), whatever serves it (OpenAI-compatible servers, Anthropic, the
+//! scripted provider).
+//!
+//! What crosses it is plain data: messages (with tool calls and tool results, for the
+//! built-in agent), tool definitions, whether a JSON object is wanted, and back the text, the
+//! tool calls the model asked for and the usage the provider measured. Everything in an
+//! `LlmResponse` is untrusted model output: callers parse and bound it.
+//!
+//! Retries live in the provider (one retry layer): an `LlmError` that reaches a caller is
+//! what is left after them, and [`LlmError::is_retryable`] says whether asking again later
+//! could help.
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::{TaskId, Usage};
+
+/// Which conversation an LLM call belongs to; selects the model and the system prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Planner,
+    Subplanner,
+    Worker,
+    Reconciler,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [
+        Role::Planner,
+        Role::Subplanner,
+        Role::Worker,
+        Role::Reconciler,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Planner => "planner",
+            Role::Subplanner => "subplanner",
+            Role::Worker => "worker",
+            Role::Reconciler => "reconciler",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatRole {
+    System,
+    User,
+    Assistant,
+    /// The result of a tool call, answering the assistant message that asked for it.
+    Tool,
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: ChatRole,
+    pub content: String,
+    /// On an assistant message: the tools it asked to call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// On a tool message: which call this is the result of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    fn new(role: ChatRole, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(ChatRole::System, content)
+    }
+
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(ChatRole::User, content)
+    }
+
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(ChatRole::Assistant, content)
+    }
+
+    /// The model's turn that asked for tools.
+    pub fn assistant_calls(content: impl Into<String>, calls: Vec<ToolCall>) -> Self {
+        ChatMessage {
+            tool_calls: calls,
+            ..Self::new(ChatRole::Assistant, content)
+        }
+    }
+
+    /// What a tool call returned.
+    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            tool_call_id: Some(call_id.into()),
+            ..Self::new(ChatRole::Tool, content)
+        }
+    }
+}
+
+/// A tool the model may call: a name, what it does, and its arguments' JSON Schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+/// A tool call the model asked for. `id` is the provider's (it pairs the call with its
+/// result in the conversation, nothing more); `arguments` is the model's raw JSON text,
+/// untrusted: the tool parses and checks it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// What kind of answer is asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerFormat {
+    #[default]
+    Text,
+    /// One JSON object. Providers that support it are asked for JSON output
+    /// (`response_format`); others get the instruction in the prompt only. The caller parses
+    /// the answer either way.
+    JsonObject,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmRequest {
+    pub role: Role,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    #[serde(default)]
+    pub format: AnswerFormat,
+    /// The most output tokens the call may produce, if the caller bounds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+}
+
+impl LlmRequest {
+    /// A plain chat request.
+    pub fn chat(role: Role, messages: Vec<ChatMessage>) -> Self {
+        LlmRequest {
+            role,
+            messages,
+            tools: Vec::new(),
+            format: AnswerFormat::Text,
+            max_output_tokens: None,
+        }
+    }
+
+    /// Asks for one JSON object as the answer.
+    pub fn json(mut self) -> Self {
+        self.format = AnswerFormat::JsonObject;
+        self
+    }
+
+    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Self {
+        self.tools = tools;
+        self
+    }
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    #[default]
+    Stop,
+    /// It hit the output-token cap: the answer is cut off.
+    Length,
+    ToolCalls,
+    /// The provider filtered the answer.
+    ContentFilter,
+    /// The provider said nothing, or something this version does not know.
+    Other,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LlmResponse {
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// As the provider measured it; `cost_usd` from the configured price table.
+    pub usage: Usage,
+    /// The provider sent no usage: `usage` is estimated from the text (about four characters
+    /// a token).
+    #[serde(default)]
+    pub usage_approximate: bool,
+    /// `provider/model` that answered (after failover, maybe not the first configured).
+    #[serde(default)]
+    pub model: String,
+    #[serde(default)]
+    pub finish: FinishReason,
+}
+
+/// Progress of a call while it streams: live only, never journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlmProgress {
+    /// Output tokens streamed so far (estimated from the text while streaming).
+    pub tokens_out: u64,
+}
+
+/// What a call gets besides its request: a way to call it off, and where to say how far it
+/// got.
+#[derive(Clone, Default)]
+pub struct LlmCall {
+    /// Cancelled when the run or task is called off: the provider drops the HTTP request.
+    pub cancel: CancellationToken,
+    /// The task the call works for, if any (for progress lines and accounting).
+    pub task: Option<TaskId>,
+    progress: Option<Arc<dyn Fn(LlmProgress) + Send + Sync>>,
+}
+
+impl LlmCall {
+    pub fn new(cancel: CancellationToken) -> Self {
+        LlmCall {
+            cancel,
+            task: None,
+            progress: None,
+        }
+    }
+
+    pub fn for_task(mut self, task: TaskId) -> Self {
+        self.task = Some(task);
+        self
+    }
+
+    pub fn on_progress(mut self, report: impl Fn(LlmProgress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(report));
+        self
+    }
+
+    pub fn progress(&self, progress: LlmProgress) {
+        if let Some(report) = &self.progress {
+            report(progress)
+        }
+    }
+}
+
+impl fmt::Debug for LlmCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LlmCall")
+            .field("cancelled", &self.cancel.is_cancelled())
+            .field("task", &self.task)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a call failed, after the provider's own retries.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    /// The provider could not be reached, or the connection broke.
+    #[error("the provider could not be reached: {0}")]
+    Transport(String),
+    /// Rate limited past what the provider waited for.
+    #[error("the provider is rate limiting; retry after {retry_after_ms} ms")]
+    RateLimited { retry_after_ms: u64 },
+    /// The provider failed on its side (5xx), or answered an empty body.
+    #[error("the provider failed (HTTP {status}): {message}")]
+    Server { status: u16, message: String },
+    /// The request itself is refused (bad key, unknown model, prompt too long): asking again
+    /// the same way cannot help.
+    #[error("the provider refused the request (HTTP {status}): {message}")]
+    Refused { status: u16, message: String },
+    /// The answer did not follow the wire format.
+    #[error("the provider answered with something unusable: {0}")]
+    Malformed(String),
+    #[error("the provider did not answer in time")]
+    Timeout,
+    /// A streamed answer stopped sending bytes for longer than the stall timeout.
+    #[error("the provider's stream stalled: no bytes for {after_ms} ms")]
+    Stalled { after_ms: u64 },
+    /// The call was called off (its token was cancelled).
+    #[error("the call was called off")]
+    Cancelled,
+    /// Nothing is configured to serve the role.
+    #[error("no model is configured for the {0} role")]
+    NotConfigured(Role),
+}
+
+impl LlmError {
+    /// Whether asking again later could help. Refusals, cancellations and missing
+    /// configuration are final; an unusable answer may differ on the next try.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::Transport(_)
+            | LlmError::RateLimited { .. }
+            | LlmError::Server { .. }
+            | LlmError::Malformed(_)
+            | LlmError::Timeout
+            | LlmError::Stalled { .. } => true,
+            LlmError::Refused { .. } | LlmError::Cancelled | LlmError::NotConfigured(_) => false,
+        }
+    }
+}
+
+/// Chat completion, for every role.
+pub trait Llm: Send + Sync + 'static {
+    fn complete(
+        &self,
+        request: LlmRequest,
+        call: LlmCall,
+    ) -> BoxFuture<'static, Result<LlmResponse, LlmError>>;
+}
+
+/// Estimated tokens of a text when a provider reports none: about four characters a token.
+pub fn approximate_tokens(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(4)
+}
