@@ -4,6 +4,7 @@
 //!
 //! Secrets never live here: provider keys come from the environment (later issues).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,9 @@ use flotilla_actors::actors::{PlannerConfig, PlannerConfigError, WorkerProfile};
 use flotilla_actors::config::{Limits, LimitsError};
 use serde::{Deserialize, Serialize};
 
+use crate::providers::settings::{
+    Price, ProviderSettings, ProviderSettingsError, ProviderSpec, RoleModels,
+};
 use crate::scripted::{Scenario, ScenarioError};
 
 /// `flotilla.toml`.
@@ -27,12 +31,23 @@ pub struct FileConfig {
     /// Worker profiles; one general profile if none are given.
     #[serde(default)]
     pub workers: Vec<WorkerProfile>,
+    /// Real models: `[providers.NAME]` endpoints (docs/configuration.md).
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderSpec>,
+    /// Which `provider/model` serves each role; a role left out is scripted.
+    #[serde(default)]
+    pub roles: RoleModels,
+    /// USD per million tokens, by `provider/model`.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
 }
 
+/// `[provider]`: the scripted provider's scenario, which serves every role `[roles]` leaves
+/// out, and the workers (until the built-in agent).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
-    /// `scripted` is the only provider so far.
+    /// `scripted` is the only kind here; real models are `[providers.NAME]`.
     #[serde(default)]
     pub kind: ProviderKind,
     /// The scenario file, relative to the config file.
@@ -59,6 +74,22 @@ pub struct RunConfig {
     pub workers: Vec<WorkerProfile>,
     #[serde(default)]
     pub scenario: Scenario,
+    /// Real models for the roles (never keys: names of the daemon's environment variables).
+    #[serde(default)]
+    pub models: ProviderSettings,
+}
+
+/// Why a run's configuration cannot run, naming the part at fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RunConfigError {
+    #[error("impossible limits: {0}")]
+    Limits(#[from] LimitsError),
+    #[error("impossible planner settings: {0}")]
+    Planner(#[from] PlannerConfigError),
+    #[error("impossible provider settings: {0}")]
+    Models(#[from] ProviderSettingsError),
+    #[error("the scenario: {0}")]
+    Scenario(String),
 }
 
 /// The largest config or scenario file read. Anything bigger is refused unread.
@@ -141,6 +172,11 @@ pub enum ConfigError {
         path: PathBuf,
         source: PlannerConfigError,
     },
+    #[error("{path}: impossible provider settings: {source}")]
+    Models {
+        path: PathBuf,
+        source: ProviderSettingsError,
+    },
     #[error("{path}: {source}")]
     Scenario {
         path: PathBuf,
@@ -200,12 +236,34 @@ impl RunConfig {
                 source,
             }
         })?;
+        let models = ProviderSettings {
+            providers: file.providers,
+            roles: file.roles,
+            prices: file.prices,
+        };
+        models.validate().map_err(|source| ConfigError::Models {
+            path: path.into(),
+            source,
+        })?;
         Ok(RunConfig {
             limits: file.limits,
             planner: file.planner,
             workers: file.workers,
             scenario,
+            models,
         })
+    }
+
+    /// Checks everything a run needs, as [`RunConfig::load`] does: for a config that came
+    /// another way (in a request's body, or from the journal).
+    pub fn validate(&self) -> Result<(), RunConfigError> {
+        self.limits.validate()?;
+        self.planner.validate()?;
+        self.models.validate()?;
+        self.scenario
+            .check()
+            .map_err(|e| RunConfigError::Scenario(e.to_string()))?;
+        Ok(())
     }
 
     /// The worker profiles to dispatch to: the configured ones, or one general profile.

@@ -14,7 +14,9 @@ pub mod config;
 pub mod daemon;
 pub mod journal;
 pub mod paths;
+pub mod providers;
 pub mod render;
 pub mod scripted;
+pub mod sse;
 
 pub use flotilla_actors as actors;

@@ -24,6 +24,7 @@ use tracing::{info, warn};
 use crate::config::RunConfig;
 use crate::journal::SqliteJournal;
 use crate::paths;
+use crate::providers::ProviderRegistry;
 use state_lock::StateLock;
 use supervisor::{RunDamaged, StartRun, Supervisor};
 
@@ -84,12 +85,15 @@ pub async fn serve(
     // Bind before resuming: a daemon that cannot serve (address refused or taken) must exit
     // having changed nothing.
     let (listener, bound, token) = bind(&options).await?;
+    let providers =
+        ProviderRegistry::new().context("cannot set up the HTTP client for LLM providers")?;
     let supervisor = Supervisor::new(
         journal.clone(),
         journal_port,
         clock,
         hub.clone(),
         paths::workspaces_dir(&options.state_dir),
+        Arc::new(providers),
     )
     .start();
     resume_unfinished(&journal, &supervisor).await;

@@ -38,6 +38,7 @@ use tracing::{error, info, warn};
 
 use crate::config::RunConfig;
 use crate::journal::SqliteJournal;
+use crate::providers::ProviderRegistry;
 use crate::scripted::{ScriptedAgent, ScriptedLlm};
 
 const ROOT_PLANNER_PROMPT: &str = include_str!("../../prompts/root-planner.md");
@@ -127,6 +128,8 @@ pub struct Supervisor {
     hub: broadcast::Sender<Event>,
     /// Runs' scratch workspaces live below it, one directory per run.
     workspaces: PathBuf,
+    /// The daemon's LLM endpoints, shared by every run (rate limits, concurrency caps).
+    providers: Arc<ProviderRegistry>,
     runs: HashMap<RunId, RunEntry>,
 }
 
@@ -137,6 +140,7 @@ impl Supervisor {
         clock: Arc<dyn Clock>,
         hub: broadcast::Sender<Event>,
         workspaces: PathBuf,
+        providers: Arc<ProviderRegistry>,
     ) -> Self {
         Supervisor {
             journal,
@@ -144,6 +148,7 @@ impl Supervisor {
             clock,
             hub,
             workspaces,
+            providers,
             runs: HashMap::new(),
         }
     }
@@ -189,15 +194,8 @@ impl Supervisor {
         };
         let config = entry.config.clone();
         let impossible = config
-            .limits
             .validate()
-            .map_err(|e| format!("its limits are impossible: {e}"))
-            .and_then(|()| {
-                config
-                    .planner
-                    .validate()
-                    .map_err(|e| format!("its planner settings are impossible: {e}"))
-            });
+            .map_err(|e| format!("its configuration cannot run: {e}"));
         if let Err(reason) = impossible {
             entry.problem = Some(format!("damaged: {reason}"));
             entry.life = Life::Damaged;
@@ -241,7 +239,10 @@ impl Supervisor {
         let recovery = recovering.then(|| recovery(&graph_state, journal, self.clock.now_ms()));
         let planner_calls = graph_state.planner_calls();
 
-        let llm: Arc<dyn Llm> = Arc::new(ScriptedLlm::new(config.scenario.clone()));
+        // Roles with models in [roles] call them (through the daemon's shared endpoints);
+        // the others replay the scenario.
+        let scripted: Arc<dyn Llm> = Arc::new(ScriptedLlm::new(config.scenario.clone()));
+        let llm: Arc<dyn Llm> = Arc::new(self.providers.llm_for(&config.models, Some(scripted)));
         let agent: Arc<dyn Agent> = Arc::new(ScriptedAgent::new(config.scenario.clone()));
 
         let graph_ctx = Context::<TaskGraph>::new();

@@ -499,6 +499,7 @@ async fn when_a_run_ends_every_one_of_its_actors_stops() {
         Arc::new(SystemClock),
         hub,
         state.path().join("workspaces"),
+        Arc::new(flotilla::providers::ProviderRegistry::new().unwrap()),
     ));
     let run = RunId::generate();
     let config: flotilla::config::RunConfig =

@@ -299,6 +299,10 @@ pub enum LlmError {
     /// Nothing is configured to serve the role.
     #[error("no model is configured for the {0} role")]
     NotConfigured(Role),
+    /// The provider's key is read from the daemon's environment when a call is made, and
+    /// this variable is not set there.
+    #[error("{env} is not set in the daemon's environment (the provider's API key)")]
+    MissingKey { env: String },
 }
 
 impl LlmError {
@@ -312,7 +316,10 @@ impl LlmError {
             | LlmError::Malformed(_)
             | LlmError::Timeout
             | LlmError::Stalled { .. } => true,
-            LlmError::Refused { .. } | LlmError::Cancelled | LlmError::NotConfigured(_) => false,
+            LlmError::Refused { .. }
+            | LlmError::Cancelled
+            | LlmError::NotConfigured(_)
+            | LlmError::MissingKey { .. } => false,
         }
     }
 }

@@ -1,0 +1,579 @@
+//! One provider endpoint, shared by every run and actor that uses it: its HTTP client, its
+//! concurrency cap, its rate-limit pause, and the one retry layer.
+//!
+//! A call goes: wait out the endpoint's pause (a 429 paused it for everyone), take a
+//! concurrency permit, make one HTTP exchange (bounded in time, bytes and stalls), and on a
+//! failure another try may fix (429, 5xx, transport, timeout, stall, an empty body) wait
+//! (exponential backoff with jitter, at least what `Retry-After` asked) and try again, at
+//! most `max_retries` times. Refusals (other 4xx) are final at once. Cancelling the call's
+//! token drops the HTTP request wherever it is.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use flotilla_actors::ports::{
+    AnswerFormat, LlmCall, LlmError, LlmProgress, LlmRequest, approximate_tokens,
+};
+use futures::StreamExt;
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::settings::{ProviderKind, ProviderSpec};
+use super::{Parsed, anthropic, openai};
+use crate::sse::{self, EventStreamError};
+
+/// The longest a provider's `Retry-After` is honoured for (15 minutes): untrusted input.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(15 * 60);
+/// The most bytes of an answer (a body, or a stream's text and tool arguments together).
+pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+/// The most characters of an error body quoted in an error message.
+const MAX_ERROR_CHARS: usize = 500;
+
+/// Which wire format an endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireFormat {
+    OpenAi,
+    Anthropic,
+}
+
+/// What one HTTP exchange may send, for a format module to build its request from.
+pub struct Outgoing<'a> {
+    pub model: &'a str,
+    pub request: &'a LlmRequest,
+    pub stream: bool,
+    /// Ask for JSON output (`response_format`), where the format has it.
+    pub json_mode: bool,
+    pub max_output_tokens: Option<u32>,
+}
+
+/// What every run using one endpoint (same kind, URL and key variable) shares: its rate
+/// limit pause, its concurrency cap, what it was found to support.
+pub struct EndpointState {
+    permits: Semaphore,
+    /// Permits the semaphore is meant to hold (the latest configured `max_concurrency`).
+    capacity: Mutex<usize>,
+    /// No request is sent before this instant: a 429 paused the endpoint for every caller.
+    paused_until: Mutex<Option<Instant>>,
+    /// The server accepts `response_format`; cleared for good the first time it refuses it.
+    json_mode: AtomicBool,
+}
+
+impl EndpointState {
+    pub fn new(spec: &ProviderSpec) -> Self {
+        let capacity = spec.max_concurrency.max(1);
+        EndpointState {
+            permits: Semaphore::new(capacity),
+            capacity: Mutex::new(capacity),
+            paused_until: Mutex::new(None),
+            json_mode: AtomicBool::new(true),
+        }
+    }
+
+    /// Makes the concurrency cap `capacity` (a later run's config changed it). Fewer
+    /// permits take effect as calls in flight end.
+    pub fn resize(self: &std::sync::Arc<Self>, capacity: usize) {
+        let capacity = capacity.max(1);
+        let Ok(mut current) = self.capacity.lock() else {
+            return;
+        };
+        if capacity > *current {
+            self.permits.add_permits(capacity - *current);
+        } else if capacity < *current {
+            let surplus = u32::try_from(*current - capacity).unwrap_or(u32::MAX);
+            let state = self.clone();
+            tokio::spawn(async move {
+                if let Ok(permits) = state.permits.acquire_many(surplus).await {
+                    permits.forget();
+                }
+            });
+        }
+        *current = capacity;
+    }
+
+    /// When the endpoint is paused until, if it is.
+    pub fn paused_until(&self) -> Option<Instant> {
+        self.paused_until
+            .lock()
+            .ok()
+            .and_then(|p| *p)
+            .filter(|&until| until > Instant::now())
+    }
+
+    /// Pauses the endpoint for every caller until `wait` from now (never shortens a pause).
+    fn pause_for(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        if let Ok(mut paused) = self.paused_until.lock()
+            && paused.is_none_or(|p| p < until)
+        {
+            *paused = Some(until);
+        }
+    }
+}
+
+/// One configured endpoint, as a run sees it: its settings, and the state it shares with
+/// every other run that uses the same server.
+pub struct Endpoint {
+    /// The provider's name in `[providers]`, for messages.
+    name: String,
+    format: WireFormat,
+    base_url: String,
+    api_key_env: Option<String>,
+    spec: ProviderSpec,
+    http: reqwest::Client,
+    shared: std::sync::Arc<EndpointState>,
+}
+
+/// A failed exchange: the error, and how long the server asked us to wait.
+struct Failure {
+    error: LlmError,
+    retry_after: Option<Duration>,
+    /// The server refused JSON output mode: asking again without it may succeed.
+    json_mode_refused: bool,
+}
+
+impl From<LlmError> for Failure {
+    fn from(error: LlmError) -> Self {
+        Failure {
+            error,
+            retry_after: None,
+            json_mode_refused: false,
+        }
+    }
+}
+
+impl Endpoint {
+    /// An endpoint for `spec` (already validated), sharing `shared` with every other user
+    /// of the same server. `http` is the daemon's client (one connection pool).
+    pub fn new(
+        name: &str,
+        spec: &ProviderSpec,
+        http: reqwest::Client,
+        shared: std::sync::Arc<EndpointState>,
+    ) -> Self {
+        let format = match spec.kind {
+            ProviderKind::Anthropic => WireFormat::Anthropic,
+            ProviderKind::Openai | ProviderKind::Scripted => WireFormat::OpenAi,
+        };
+        Endpoint {
+            name: name.to_string(),
+            format,
+            base_url: spec
+                .base_url
+                .clone()
+                .unwrap_or_default()
+                .trim_end_matches('/')
+                .to_string(),
+            api_key_env: spec.api_key_env.clone(),
+            spec: spec.clone(),
+            http,
+            shared,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// When the endpoint is paused until, if it is.
+    pub fn paused_until(&self) -> Option<Instant> {
+        self.shared.paused_until()
+    }
+
+    /// Asks `model`, retrying what another try may fix.
+    pub async fn complete(
+        &self,
+        model: &str,
+        request: &LlmRequest,
+        call: &LlmCall,
+    ) -> Result<Parsed, LlmError> {
+        let mut delays = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(self.spec.backoff_min_ms))
+            .with_max_delay(Duration::from_millis(self.spec.backoff_max_ms))
+            .with_max_times(self.spec.max_retries as usize)
+            .with_jitter()
+            .build();
+        loop {
+            let failure = match self.attempt(model, request, call).await {
+                Ok(parsed) => return Ok(parsed),
+                Err(failure) => failure,
+            };
+            if failure.json_mode_refused && self.shared.json_mode.swap(false, Ordering::SeqCst) {
+                // Not a retry: the request was wrong for this server, and now it is not.
+                warn!(endpoint = %self.name, "the server refuses JSON output mode; asking with the prompt alone from now on");
+                continue;
+            }
+            let retry_after = failure.retry_after.map(|d| d.min(MAX_RETRY_AFTER));
+            if let (LlmError::RateLimited { .. }, Some(wait)) = (&failure.error, retry_after) {
+                self.shared.pause_for(wait);
+            }
+            if !failure.error.is_retryable() {
+                return Err(failure.error);
+            }
+            let Some(backoff) = delays.next() else {
+                return Err(failure.error);
+            };
+            let wait = backoff.max(retry_after.unwrap_or_default());
+            debug!(endpoint = %self.name, error = %failure.error, ?wait, "retrying");
+            tokio::select! {
+                _ = call.cancel.cancelled() => return Err(LlmError::Cancelled),
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// One exchange: waits out the pause, takes a permit, sends, reads the answer.
+    async fn attempt(
+        &self,
+        model: &str,
+        request: &LlmRequest,
+        call: &LlmCall,
+    ) -> Result<Parsed, Failure> {
+        // Waiting out a pause: another caller's 429 may extend it meanwhile.
+        while let Some(until) = self.paused_until() {
+            tokio::select! {
+                _ = call.cancel.cancelled() => return Err(LlmError::Cancelled.into()),
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
+        let _permit = tokio::select! {
+            _ = call.cancel.cancelled() => return Err(LlmError::Cancelled.into()),
+            permit = self.shared.permits.acquire() => permit.map_err(|_| LlmError::Cancelled)?,
+        };
+        let exchange = self.exchange(model, request, call);
+        tokio::select! {
+            _ = call.cancel.cancelled() => Err(LlmError::Cancelled.into()),
+            result = tokio::time::timeout(self.spec.request_timeout(), exchange) => {
+                result.unwrap_or(Err(LlmError::Timeout.into()))
+            }
+        }
+    }
+
+    async fn exchange(
+        &self,
+        model: &str,
+        request: &LlmRequest,
+        call: &LlmCall,
+    ) -> Result<Parsed, Failure> {
+        let key = match &self.api_key_env {
+            // Read at call time, from the daemon's environment: never stored anywhere.
+            Some(env) => {
+                Some(std::env::var(env).map_err(|_| LlmError::MissingKey { env: env.clone() })?)
+            }
+            None => None,
+        };
+        let json_mode = request.format == AnswerFormat::JsonObject
+            && self.spec.json_mode
+            && self.shared.json_mode.load(Ordering::SeqCst);
+        let outgoing = Outgoing {
+            model,
+            request,
+            stream: self.spec.stream,
+            json_mode,
+            max_output_tokens: request.max_output_tokens.or(self.spec.max_output_tokens),
+        };
+        let builder = match self.format {
+            WireFormat::OpenAi => {
+                openai::build(&self.http, &self.base_url, key.as_deref(), &outgoing)
+            }
+            WireFormat::Anthropic => {
+                anthropic::build(&self.http, &self.base_url, key.as_deref(), &outgoing)
+            }
+        };
+        let response = builder
+            .send()
+            .await
+            .map_err(|e| LlmError::Transport(transport_message(&e)))?;
+        let status = response.status();
+        if !status.is_success() {
+            let headers = response.headers().clone();
+            let body = read_bounded(response, self.spec.stall_timeout())
+                .await
+                .unwrap_or_default();
+            return Err(failure_for(status, &headers, &body, json_mode));
+        }
+        let parsed = if self.spec.stream {
+            self.read_stream(response, call).await?
+        } else {
+            let body = read_bounded(response, self.spec.stall_timeout()).await?;
+            if body.trim().is_empty() {
+                return Err(LlmError::Server {
+                    status: status.as_u16(),
+                    message: "the answer's body is empty".into(),
+                }
+                .into());
+            }
+            match self.format {
+                WireFormat::OpenAi => openai::parse_body(&body)?,
+                WireFormat::Anthropic => anthropic::parse_body(&body)?,
+            }
+        };
+        if parsed.is_empty() {
+            // Nothing at all came back: as with an empty body, the server failed.
+            return Err(LlmError::Server {
+                status: status.as_u16(),
+                message: "the answer holds no text and no tool call".into(),
+            }
+            .into());
+        }
+        Ok(parsed)
+    }
+
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        call: &LlmCall,
+    ) -> Result<Parsed, LlmError> {
+        let stall = self.spec.stall_timeout();
+        let stall_ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
+        // The stall timeout counts bytes, not events: keep-alive comments keep a stream
+        // alive, as they are meant to.
+        let chunks =
+            tokio_stream::StreamExt::timeout(response.bytes_stream(), stall).map(
+                |item| match item {
+                    Ok(Ok(bytes)) => Ok(bytes),
+                    Ok(Err(e)) => Err(ChunkError::Transport(transport_message(&e))),
+                    Err(_) => Err(ChunkError::Stalled),
+                },
+            );
+        let mut frames = std::pin::pin!(sse::frames(chunks));
+        let mut state = match self.format {
+            WireFormat::OpenAi => StreamState::OpenAi(openai::StreamAssembler::default()),
+            WireFormat::Anthropic => StreamState::Anthropic(anthropic::StreamAssembler::default()),
+        };
+        let mut reported = 0u64;
+        while let Some(frame) = frames.next().await {
+            let frame = match frame {
+                Ok(frame) => frame,
+                Err(EventStreamError::Transport(ChunkError::Stalled)) => {
+                    return Err(LlmError::Stalled { after_ms: stall_ms });
+                }
+                Err(EventStreamError::Transport(ChunkError::Transport(e))) => {
+                    return Err(LlmError::Transport(e));
+                }
+                Err(e) => return Err(LlmError::Malformed(format!("the event stream: {e}"))),
+            };
+            let done = match &mut state {
+                StreamState::OpenAi(s) => s.push(&frame)?,
+                StreamState::Anthropic(s) => s.push(&frame)?,
+            };
+            let so_far = match &state {
+                StreamState::OpenAi(s) => s.bytes_so_far(),
+                StreamState::Anthropic(s) => s.bytes_so_far(),
+            };
+            if so_far > MAX_ANSWER_BYTES {
+                return Err(LlmError::Malformed(format!(
+                    "the answer passed {MAX_ANSWER_BYTES} bytes"
+                )));
+            }
+            let tokens = (so_far as u64).div_ceil(4);
+            if tokens != reported {
+                reported = tokens;
+                call.progress(LlmProgress { tokens_out: tokens });
+            }
+            if done {
+                break;
+            }
+        }
+        match state {
+            StreamState::OpenAi(s) => s.finish(),
+            StreamState::Anthropic(s) => s.finish(),
+        }
+    }
+}
+
+enum StreamState {
+    OpenAi(openai::StreamAssembler),
+    Anthropic(anthropic::StreamAssembler),
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ChunkError {
+    #[error("{0}")]
+    Transport(String),
+    #[error("the stream stalled")]
+    Stalled,
+}
+
+/// A transport error in words, with its causes (reqwest's own message is often just "error
+/// sending request").
+fn transport_message(e: &reqwest::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+/// Reads a whole body, at most [`MAX_ANSWER_BYTES`], each chunk within `stall`.
+async fn read_bounded(response: reqwest::Response, stall: Duration) -> Result<String, LlmError> {
+    let mut body = Vec::new();
+    let mut chunks = std::pin::pin!(response.bytes_stream());
+    loop {
+        let chunk = match tokio::time::timeout(stall, chunks.next()).await {
+            Err(_) => {
+                return Err(LlmError::Stalled {
+                    after_ms: u64::try_from(stall.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            Ok(None) => break,
+            Ok(Some(chunk)) => chunk.map_err(|e| LlmError::Transport(transport_message(&e)))?,
+        };
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(LlmError::Malformed(format!(
+                "the answer is larger than {MAX_ANSWER_BYTES} bytes"
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// What a non-success status means.
+fn failure_for(status: StatusCode, headers: &HeaderMap, body: &str, json_mode: bool) -> Failure {
+    let message = error_message(body);
+    let code = status.as_u16();
+    let retry_after = retry_after(headers);
+    // Servers that do not know `response_format` say so with a 400, a 422, or (llama.cpp
+    // and others) a 500 with a plain-text body.
+    let json_mode_refused = json_mode
+        && (status.is_client_error() || status.is_server_error())
+        && status != StatusCode::TOO_MANY_REQUESTS
+        && mentions_json_mode(body);
+    let error = match status {
+        StatusCode::TOO_MANY_REQUESTS => LlmError::RateLimited {
+            retry_after_ms: retry_after
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        },
+        StatusCode::REQUEST_TIMEOUT => LlmError::Timeout,
+        // 529: Anthropic's "overloaded".
+        s if s.is_server_error() || code == 529 => LlmError::Server {
+            status: code,
+            message,
+        },
+        _ => LlmError::Refused {
+            status: code,
+            message,
+        },
+    };
+    Failure {
+        error,
+        retry_after,
+        json_mode_refused,
+    }
+}
+
+fn mentions_json_mode(body: &str) -> bool {
+    let lower = body.to_ascii_lowercase();
+    ["response_format", "json_object", "json mode", "grammar"]
+        .iter()
+        .any(|needle| lower.contains(needle))
+}
+
+/// The error's message: `{"error": {"message": …}}` (OpenAI and Anthropic), `{"error": "…"}`,
+/// `{"message": …}`, or the body's text; bounded, and never empty.
+pub fn error_message(body: &str) -> String {
+    let from_json = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+            v.pointer("/error/message")
+                .and_then(text)
+                .or_else(|| v.get("error").and_then(text))
+                .or_else(|| v.get("message").and_then(text))
+        });
+    let message = from_json.unwrap_or_else(|| body.trim().to_string());
+    let mut bounded: String = message.chars().take(MAX_ERROR_CHARS).collect();
+    if bounded.len() < message.len() {
+        bounded.push('…');
+    }
+    if bounded.is_empty() {
+        bounded = "(no message)".into();
+    }
+    bounded
+}
+
+/// `retry-after-ms` (OpenAI), else `retry-after` in seconds (fractions allowed). The
+/// HTTP-date form counts as none: the backoff applies.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return seconds(ms / 1000.0);
+    }
+    header("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(seconds)
+}
+
+fn seconds(value: f64) -> Option<Duration> {
+    (value.is_finite() && value >= 0.0)
+        .then(|| Duration::from_secs_f64(value.min(MAX_RETRY_AFTER.as_secs_f64())))
+}
+
+/// A prompt's size in estimated tokens, when a provider reports no usage.
+pub fn approximate_prompt_tokens(request: &LlmRequest) -> u64 {
+    let messages: u64 = request
+        .messages
+        .iter()
+        .map(|m| {
+            approximate_tokens(&m.content)
+                + m.tool_calls
+                    .iter()
+                    .map(|c| approximate_tokens(&c.arguments) + approximate_tokens(&c.name))
+                    .sum::<u64>()
+        })
+        .fold(0u64, u64::saturating_add);
+    let tools: u64 = request
+        .tools
+        .iter()
+        .map(|t| approximate_tokens(&t.description) + approximate_tokens(&t.parameters.to_string()))
+        .fold(0u64, u64::saturating_add);
+    messages.saturating_add(tools)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_are_found_and_bounded() {
+        assert_eq!(
+            error_message(r#"{"error": {"message": "invalid api key", "type": "x"}}"#),
+            "invalid api key"
+        );
+        assert_eq!(
+            error_message(r#"{"error": "model not found"}"#),
+            "model not found"
+        );
+        assert_eq!(error_message("  plain text\n"), "plain text");
+        assert_eq!(error_message(""), "(no message)");
+        let long = error_message(&"x".repeat(10_000));
+        assert_eq!(long.chars().count(), MAX_ERROR_CHARS + 1);
+    }
+
+    #[test]
+    fn retry_after_is_read_and_bounded() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "2".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", "250".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "99999999999999".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
+        h.insert("retry-after", "-1".parse().unwrap());
+        assert_eq!(retry_after(&h), None);
+        h.insert(
+            "retry-after",
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&h), None);
+    }
+}

@@ -1,0 +1,297 @@
+//! LLM providers behind the `Llm` port: OpenAI-compatible chat completions and Anthropic
+//! Messages over HTTP (reqwest, rustls), and the scripted provider for unconfigured roles.
+//!
+//! - [`settings`]: `[providers.NAME]`, `[roles]`, `[prices]` in `flotilla.toml`.
+//! - [`endpoint`]: one endpoint: the retry layer (backoff with jitter, `Retry-After`), the
+//!   rate-limit pause and concurrency cap it shares with every run, timeouts, stall cuts.
+//! - [`openai`], [`anthropic`]: the wire formats, whole and streamed.
+//! - [`ProviderRegistry`]: the daemon's endpoints, one state per server, shared by every
+//!   run; [`RoutedLlm`]: a run's `Llm`, each role to its models in failover order, each
+//!   answer's usage priced.
+//!
+//! Keys are read from the daemon's environment at each call (`api_key_env`) and go into the
+//! request's header only: never into a config, the journal, an event, a log line or argv.
+
+pub mod anthropic;
+pub mod endpoint;
+pub mod openai;
+pub mod settings;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flotilla_actors::ports::{
+    FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Role, ToolCall,
+    approximate_tokens,
+};
+use flotilla_actors::protocol::Usage;
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use tracing::warn;
+
+use self::endpoint::{Endpoint, EndpointState, approximate_prompt_tokens};
+use self::settings::{Price, ProviderKind, ProviderSettings, ProviderSpec, split_model};
+
+/// An answer as a wire format parsed it, before accounting.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Parsed {
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+    /// `(input, output)` tokens, if the provider said.
+    pub usage: Option<(u64, u64)>,
+    pub finish: FinishReason,
+}
+
+impl Parsed {
+    /// No text and no tool call: nothing to use.
+    pub fn is_empty(&self) -> bool {
+        self.content.trim().is_empty() && self.tool_calls.is_empty()
+    }
+}
+
+/// Parses JSON from a provider. Some servers put raw control characters (a literal newline
+/// or tab) inside JSON strings, which the grammar forbids: if the text does not parse as
+/// it is, it is parsed again with those characters escaped.
+pub fn parse_lenient<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    match serde_json::from_str(text) {
+        Ok(value) => Ok(value),
+        Err(first) => match escape_controls_in_strings(text) {
+            Some(escaped) => serde_json::from_str(&escaped).map_err(|_| first),
+            None => Err(first),
+        },
+    }
+}
+
+/// `text` with control characters inside JSON strings escaped; `None` if there are none.
+fn escape_controls_in_strings(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len() + 16);
+    let (mut in_string, mut escaped, mut changed) = (false, false, false);
+    for c in text.chars() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            } else if (c as u32) < 0x20 {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+                changed = true;
+                continue;
+            }
+        } else if c == '"' {
+            in_string = true;
+        }
+        out.push(c);
+    }
+    changed.then_some(out)
+}
+
+/// Key of an endpoint's shared state: the same server, reached with the same key.
+type EndpointKey = (ProviderKind, String, Option<String>);
+
+/// The daemon's providers: one HTTP client (connection pool) and one state per endpoint,
+/// shared by every run, so that rate limits and concurrency caps hold across runs.
+pub struct ProviderRegistry {
+    http: reqwest::Client,
+    states: Mutex<HashMap<EndpointKey, Arc<EndpointState>>>,
+}
+
+/// Connecting to a provider may take this long.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl ProviderRegistry {
+    pub fn new() -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            // A redirect could carry the request (and its key) somewhere unconfigured.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("flotilla/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(ProviderRegistry {
+            http,
+            states: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The endpoint for provider `name`, sharing its state with every other user of the
+    /// same server. The latest `max_concurrency` configured for a server holds.
+    pub fn endpoint(&self, name: &str, spec: &ProviderSpec) -> Arc<Endpoint> {
+        let base = spec
+            .base_url
+            .as_deref()
+            .unwrap_or_default()
+            .trim_end_matches('/')
+            .to_string();
+        let key = (spec.kind, base, spec.api_key_env.clone());
+        let state = {
+            let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+            match states.get(&key) {
+                Some(state) => {
+                    state.resize(spec.max_concurrency);
+                    state.clone()
+                }
+                None => {
+                    let state = Arc::new(EndpointState::new(spec));
+                    states.insert(key, state.clone());
+                    state
+                }
+            }
+        };
+        Arc::new(Endpoint::new(name, spec, self.http.clone(), state))
+    }
+
+    /// A run's `Llm`: every role configured in `settings` goes to its models; the others to
+    /// `scripted` (the run's scenario), if there is one.
+    pub fn llm_for(
+        &self,
+        settings: &ProviderSettings,
+        scripted: Option<Arc<dyn Llm>>,
+    ) -> RoutedLlm {
+        let mut routes = HashMap::new();
+        for role in Role::ALL {
+            let Some(models) = settings.roles.get(role) else {
+                continue;
+            };
+            let targets: Vec<Target> = models
+                .names()
+                .iter()
+                .filter_map(|full| {
+                    let (provider, model) = split_model(full)?;
+                    let spec = settings.providers.get(provider)?;
+                    let endpoint = match spec.kind {
+                        ProviderKind::Scripted => None,
+                        _ => Some(self.endpoint(provider, spec)),
+                    };
+                    Some(Target {
+                        full: full.clone(),
+                        model: model.to_string(),
+                        endpoint,
+                        price: settings.price(full),
+                    })
+                })
+                .collect();
+            routes.insert(role, Arc::new(targets));
+        }
+        RoutedLlm { routes, scripted }
+    }
+}
+
+/// One model a role may use.
+struct Target {
+    /// `provider/model`, as configured.
+    full: String,
+    model: String,
+    /// `None`: the scripted provider.
+    endpoint: Option<Arc<Endpoint>>,
+    price: Price,
+}
+
+/// A run's `Llm`: routes each call by role, fails over in order, prices the usage.
+pub struct RoutedLlm {
+    routes: HashMap<Role, Arc<Vec<Target>>>,
+    scripted: Option<Arc<dyn Llm>>,
+}
+
+impl RoutedLlm {
+    /// The `provider/model` names configured for `role`, in failover order.
+    pub fn models(&self, role: Role) -> Vec<String> {
+        self.routes
+            .get(&role)
+            .map(|targets| targets.iter().map(|t| t.full.clone()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Llm for RoutedLlm {
+    fn complete(
+        &self,
+        request: LlmRequest,
+        call: LlmCall,
+    ) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+        let targets = self.routes.get(&request.role).cloned();
+        let scripted = self.scripted.clone();
+        Box::pin(async move {
+            let Some(targets) = targets else {
+                return match scripted {
+                    Some(llm) => llm.complete(request, call).await,
+                    None => Err(LlmError::NotConfigured(request.role)),
+                };
+            };
+            let mut last = LlmError::NotConfigured(request.role);
+            for (i, target) in targets.iter().enumerate() {
+                if call.cancel.is_cancelled() {
+                    return Err(LlmError::Cancelled);
+                }
+                let result = match &target.endpoint {
+                    Some(endpoint) => endpoint
+                        .complete(&target.model, &request, &call)
+                        .await
+                        .map(|parsed| priced(parsed, &request, target)),
+                    None => match &scripted {
+                        Some(llm) => llm.complete(request.clone(), call.clone()).await,
+                        None => Err(LlmError::NotConfigured(request.role)),
+                    },
+                };
+                match result {
+                    Ok(response) => return Ok(response),
+                    Err(LlmError::Cancelled) => return Err(LlmError::Cancelled),
+                    Err(error) => {
+                        if i + 1 < targets.len() {
+                            warn!(role = %request.role, model = %target.full, %error, "failing over to the next model");
+                        }
+                        last = error;
+                    }
+                }
+            }
+            Err(last)
+        })
+    }
+}
+
+/// The response for `parsed`: usage as measured (or estimated, and marked so), priced.
+fn priced(parsed: Parsed, request: &LlmRequest, target: &Target) -> LlmResponse {
+    let (tokens_in, tokens_out, approximate) = match parsed.usage {
+        Some((i, o)) => (i, o, false),
+        None => {
+            let out = approximate_tokens(&parsed.content).saturating_add(
+                parsed
+                    .tool_calls
+                    .iter()
+                    .map(|c| approximate_tokens(&c.arguments))
+                    .fold(0, u64::saturating_add),
+            );
+            (approximate_prompt_tokens(request), out, true)
+        }
+    };
+    let mut usage = Usage {
+        tokens_in,
+        tokens_out,
+        ..Usage::default()
+    };
+    target.price.charge(&mut usage);
+    LlmResponse {
+        content: parsed.content,
+        tool_calls: parsed.tool_calls,
+        usage,
+        usage_approximate: approximate,
+        model: target.full.clone(),
+        finish: parsed.finish,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_control_characters_inside_strings_are_escaped_only_there() {
+        let text = "{\"a\": \"line one\nline\ttwo\u{1}\",\n \"b\": \"ok\\\"\n\"}";
+        let value: serde_json::Value = parse_lenient(text).unwrap();
+        assert_eq!(value["a"], "line one\nline\ttwo\u{1}");
+        assert_eq!(value["b"], "ok\"\n");
+        assert!(parse_lenient::<serde_json::Value>("{\"a\": tru}").is_err());
+        assert_eq!(escape_controls_in_strings("{\"a\":\n1}"), None);
+    }
+}
