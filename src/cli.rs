@@ -15,6 +15,7 @@ use crate::config::RunConfig;
 use crate::daemon::api::RunSummary;
 use crate::daemon::report::RunStatus;
 use crate::paths;
+use crate::providers::ProviderRegistry;
 use crate::render::{self, Style, Tally};
 
 /// flotilla orchestrates many LLM coding agents on one git repository.
@@ -130,6 +131,36 @@ pub enum Command {
     /// List all runs, oldest first.
     Runs {
         /// Print the runs as JSON (the API's answer) instead of one line each.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The LLM providers configured in flotilla.toml ([providers], [roles]).
+    Providers {
+        #[command(subcommand)]
+        action: ProvidersAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProvidersAction {
+    /// Call every model of every configured role once, with a one-line prompt and no
+    /// retries, and print per role whether it answered, the model, the latency and the
+    /// error. Exits 0 only if every one answered.
+    ///
+    /// It runs here, not in the daemon: keys are read from this shell's environment
+    /// (api_key_env), as the daemon reads them from its own; start the daemon from a shell
+    /// where the same variables are set.
+    Check {
+        /// The config file. Default: <repo>/flotilla.toml.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The repository whose flotilla.toml to read.
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// Seconds each call may take.
+        #[arg(long, default_value_t = 60, value_name = "SECS")]
+        timeout: u64,
+        /// One JSON object per model.
         #[arg(long)]
         json: bool,
     },
@@ -296,6 +327,19 @@ impl Cli {
 
 /// Runs a client command (everything but `daemon`).
 pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
+    // Checking providers needs no daemon.
+    if let Command::Providers {
+        action:
+            ProvidersAction::Check {
+                config,
+                repo,
+                timeout,
+                json,
+            },
+    } = &cli.command
+    {
+        return check_providers(config.as_deref(), repo, *timeout, *json).await;
+    }
     let client = Client::new(cli.endpoint()?);
     match &cli.command {
         Command::Daemon { .. } => unreachable!("the daemon is started by main"),
@@ -411,6 +455,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             emit(&format!("decided: {}\n", render::terminal_safe(&words)))?;
             Ok(Exit::Ok)
         }
+        Command::Providers { .. } => unreachable!("answered above, without the daemon"),
         Command::Runs { json } => {
             let runs: Vec<RunSummary> = client.get("/v1/runs").await?;
             if *json {
@@ -423,6 +468,52 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             Ok(Exit::Ok)
         }
     }
+}
+
+async fn check_providers(
+    config: Option<&Path>,
+    repo: &Path,
+    timeout: u64,
+    json: bool,
+) -> Result<Exit, CliError> {
+    let path = config
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| repo.join("flotilla.toml"));
+    let models = RunConfig::load_models(&path).map_err(|e| {
+        CliError::usage(
+            e.to_string(),
+            Some("see docs/configuration.md for [providers] and [roles]"),
+        )
+    })?;
+    if models.roles == Default::default() {
+        return Err(CliError::usage(
+            format!(
+                "{} configures no [roles]: every role is scripted",
+                path.display()
+            ),
+            Some("see docs/configuration.md for [providers] and [roles]"),
+        ));
+    }
+    let registry = ProviderRegistry::new().map_err(|e| CliError {
+        message: format!("cannot set up the HTTP client: {e}"),
+        hint: None,
+        exit: Exit::Failure,
+    })?;
+    let results = registry
+        .check(&models, Duration::from_secs(timeout.max(1)))
+        .await;
+    if json {
+        for result in &results {
+            emit(&format!("{}\n", render::json_line(result)))?;
+        }
+    } else {
+        emit(&render::provider_checks_text(&results))?;
+    }
+    Ok(if results.iter().all(|r| r.reachable) {
+        Exit::Ok
+    } else {
+        Exit::Failure
+    })
 }
 
 /// Writes to stdout. A closed pipe (the reader went away, as in `flotilla tail RUN | head`)

@@ -209,17 +209,7 @@ impl FileConfig {
 impl RunConfig {
     /// Loads `flotilla.toml` and the scenario it names.
     pub fn load(path: &Path) -> Result<RunConfig, ConfigError> {
-        let text = read(path)?;
-        let file = FileConfig::parse(&text).map_err(|problem| match problem {
-            FileProblem::Invalid(problem) => ConfigError::Invalid {
-                path: path.into(),
-                problem,
-            },
-            FileProblem::Limits(source) => ConfigError::Limits {
-                path: path.into(),
-                source,
-            },
-        })?;
+        let file = load_file(path)?;
         file.planner
             .validate()
             .map_err(|source| ConfigError::Planner {
@@ -236,15 +226,7 @@ impl RunConfig {
                 source,
             }
         })?;
-        let models = ProviderSettings {
-            providers: file.providers,
-            roles: file.roles,
-            prices: file.prices,
-        };
-        models.validate().map_err(|source| ConfigError::Models {
-            path: path.into(),
-            source,
-        })?;
+        let models = models_of(file.providers, file.roles, file.prices, path)?;
         Ok(RunConfig {
             limits: file.limits,
             planner: file.planner,
@@ -252,6 +234,13 @@ impl RunConfig {
             scenario,
             models,
         })
+    }
+
+    /// Loads only the provider settings of a `flotilla.toml` (for `providers check`, which
+    /// needs no scenario).
+    pub fn load_models(path: &Path) -> Result<ProviderSettings, ConfigError> {
+        let file = load_file(path)?;
+        models_of(file.providers, file.roles, file.prices, path)
     }
 
     /// Checks everything a run needs, as [`RunConfig::load`] does: for a config that came
@@ -274,6 +263,40 @@ impl RunConfig {
             self.workers.clone()
         }
     }
+}
+
+/// Reads and parses a `flotilla.toml`, its limits checked.
+fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = read(path)?;
+    FileConfig::parse(&text).map_err(|problem| match problem {
+        FileProblem::Invalid(problem) => ConfigError::Invalid {
+            path: path.into(),
+            problem,
+        },
+        FileProblem::Limits(source) => ConfigError::Limits {
+            path: path.into(),
+            source,
+        },
+    })
+}
+
+/// The provider settings of a `flotilla.toml`, checked.
+fn models_of(
+    providers: BTreeMap<String, ProviderSpec>,
+    roles: RoleModels,
+    prices: BTreeMap<String, Price>,
+    path: &Path,
+) -> Result<ProviderSettings, ConfigError> {
+    let models = ProviderSettings {
+        providers,
+        roles,
+        prices,
+    };
+    models.validate().map_err(|source| ConfigError::Models {
+        path: path.into(),
+        source,
+    })?;
+    Ok(models)
 }
 
 /// Reads a config or scenario file: only a regular file (not a device such as `/dev/zero`,
@@ -494,6 +517,20 @@ mod tests {
     fn the_documented_examples_load() {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
         RunConfig::load(&docs.join("examples/flotilla.toml")).unwrap();
+        let local = RunConfig::load(&docs.join("examples/local-openai.toml")).unwrap();
+        assert_eq!(
+            local.models.roles.planner.as_ref().unwrap().names(),
+            ["local/smollm2"]
+        );
+        // Every TOML block of the configuration guide is a valid part of a flotilla.toml.
+        let guide = std::fs::read_to_string(docs.join("configuration.md")).unwrap();
+        for block in guide.split("```toml\n").skip(1) {
+            let block = block.split("```").next().unwrap();
+            let file = FileConfig::parse(block)
+                .unwrap_or_else(|e| panic!("docs/configuration.md: {e:?}\n{block}"));
+            models_of(file.providers, file.roles, file.prices, Path::new("guide"))
+                .unwrap_or_else(|e| panic!("docs/configuration.md: {e}\n{block}"));
+        }
         let guide = std::fs::read_to_string(docs.join("scenarios.md")).unwrap();
         let blocks: Vec<&str> = guide
             .split("```toml\n")

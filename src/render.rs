@@ -474,6 +474,32 @@ pub fn duration(ms: u64) -> String {
 
 /// `flotilla runs`: one line per run, its id shortened to the shortest prefix (at least 8
 /// characters) that names no other run.
+/// `flotilla providers check`: one line per model of each role, what failed escaped (it is
+/// the provider's own text).
+pub fn provider_checks_text(results: &[crate::providers::CheckResult]) -> String {
+    let width = results
+        .iter()
+        .map(|r| r.model.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(60);
+    let mut out = String::new();
+    for r in results {
+        let model = terminal_safe(&r.model);
+        let verdict = if r.reachable {
+            format!("reachable    {:>6} ms", r.latency_ms)
+        } else {
+            format!(
+                "unreachable  {:>6} ms  {}",
+                r.latency_ms,
+                terminal_safe(&shorten(r.error.as_deref().unwrap_or("no answer"), 200))
+            )
+        };
+        let _ = writeln!(out, "{:<10}  {model:<width$}  {verdict}", r.role.as_str());
+    }
+    out
+}
+
 pub fn runs_text(runs: &[RunSummary]) -> String {
     let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
     let prefixes = unique_prefixes(&ids, 8);

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_actors::ports::{
-    FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Role, ToolCall,
+    ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Role, ToolCall,
     approximate_tokens,
 };
 use flotilla_actors::protocol::Usage;
@@ -175,6 +175,69 @@ impl ProviderRegistry {
             routes.insert(role, Arc::new(targets));
         }
         RoutedLlm { routes, scripted }
+    }
+}
+
+/// What `flotilla providers check` found for one model of one role.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CheckResult {
+    pub role: Role,
+    /// `provider/model`.
+    pub model: String,
+    /// The call got an answer.
+    pub reachable: bool,
+    pub latency_ms: u64,
+    /// Why not, in words (the provider's own message where it gave one).
+    pub error: Option<String>,
+}
+
+/// The one-line prompt `providers check` sends.
+const CHECK_PROMPT: &str = "Reply with the single word: ok";
+
+impl ProviderRegistry {
+    /// Calls every model of every configured role once, in order, without retries (a check
+    /// says how the endpoint is now), each within `timeout`.
+    pub async fn check(&self, settings: &ProviderSettings, timeout: Duration) -> Vec<CheckResult> {
+        let mut results = Vec::new();
+        for role in Role::ALL {
+            let Some(models) = settings.roles.get(role) else {
+                continue;
+            };
+            for full in models.names() {
+                let started = tokio::time::Instant::now();
+                let outcome = match split_model(full).and_then(|(provider, model)| {
+                    Some((provider, model, settings.providers.get(provider)?))
+                }) {
+                    None => Err(format!("{full:?} names no configured provider")),
+                    Some((_, _, spec)) if spec.kind == ProviderKind::Scripted => Ok(()),
+                    Some((provider, model, spec)) => {
+                        let spec = ProviderSpec {
+                            max_retries: 0,
+                            request_timeout_secs: timeout.as_secs().max(1),
+                            ..spec.clone()
+                        };
+                        let endpoint = self.endpoint(provider, &spec);
+                        let request = LlmRequest {
+                            max_output_tokens: Some(16),
+                            ..LlmRequest::chat(role, vec![ChatMessage::user(CHECK_PROMPT)])
+                        };
+                        endpoint
+                            .complete(model, &request, &LlmCall::default())
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    }
+                };
+                results.push(CheckResult {
+                    role,
+                    model: full.clone(),
+                    reachable: outcome.is_ok(),
+                    latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    error: outcome.err(),
+                });
+            }
+        }
+        results
     }
 }
 

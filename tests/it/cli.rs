@@ -811,3 +811,69 @@ fn ctrl_c_stops_following_and_says_how_to_follow_again() {
         "{stderr}"
     );
 }
+
+/// `providers check` calls each configured model once, without a daemon, and says per role
+/// whether it answered; the exit code is 0 only if all did. The key goes to the server and
+/// never to the output.
+#[tokio::test]
+async fn providers_check_says_per_role_which_models_answer() {
+    use wiremock::matchers::{header, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("authorization", "Bearer sk-check-secret-1234"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 1},
+        })))
+        .mount(&server)
+        .await;
+    // Nothing listens on port 1: that endpoint is unreachable.
+    let config = format!(
+        r#"
+[providers.good]
+kind = "openai"
+base_url = "{}/v1"
+api_key_env = "FLOTILLA_CHECK_TEST_KEY"
+stream = false
+
+[providers.gone]
+kind = "openai"
+base_url = "http://127.0.0.1:1/v1"
+
+[roles]
+planner = "good/tiny"
+worker = "gone/other"
+"#,
+        server.uri()
+    );
+    let repo = git_repo();
+    std::fs::write(repo.path().join("flotilla.toml"), config).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut cmd = flotilla(state.path());
+    cmd.args(["providers", "check", "--timeout", "10", "--repo"])
+        .arg(repo.path())
+        .env("FLOTILLA_CHECK_TEST_KEY", "sk-check-secret-1234");
+    // The binary blocks; the mock server answers on this test's runtime meanwhile.
+    let out = tokio::task::spawn_blocking(move || cmd.assert().code(4).get_output().clone())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[0].starts_with("planner") && lines[0].contains("good/tiny"),
+        "{stdout}"
+    );
+    assert!(lines[0].contains(" reachable"), "{stdout}");
+    assert!(
+        lines[1].starts_with("worker") && lines[1].contains("unreachable"),
+        "{stdout}"
+    );
+    assert!(lines[1].contains("could not be reached"), "{stdout}");
+    assert!(!stdout.contains("sk-check-secret"), "{stdout}");
+    let received = server.received_requests().await.unwrap();
+    assert_eq!(received.len(), 1, "one call, no retries");
+}
