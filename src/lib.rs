@@ -12,6 +12,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod git_repo;
 pub mod journal;
 pub mod paths;
 pub mod providers;

@@ -37,6 +37,7 @@ use tokio::sync::broadcast;
 use tracing::{error, info, warn};
 
 use crate::config::RunConfig;
+use crate::git_repo::GitRepo;
 use crate::journal::SqliteJournal;
 use crate::providers::ProviderRegistry;
 use crate::scripted::{ScriptedAgent, ScriptedLlm};
@@ -105,6 +106,8 @@ enum Life {
 
 struct RunEntry {
     request: String,
+    /// The target repository (its `main` is what the planner reads).
+    repo: PathBuf,
     config: RunConfig,
     /// Bumped on every (re)start; notices from older members are ignored.
     generation: u64,
@@ -223,6 +226,7 @@ impl Supervisor {
         entry.generation += 1;
         let generation = entry.generation;
         let request = entry.request.clone();
+        let entry_repo = entry.repo.clone();
         let recovering = journal.len() > 1;
         let conversation: Vec<Exchange> = journal
             .iter()
@@ -276,6 +280,7 @@ impl Supervisor {
             graph_addr.clone().recipient(),
             config.planner.clone(),
         )
+        .with_repo(Arc::new(GitRepo::new(entry_repo)))
         .resuming(conversation)
         .watched(self.lifeline(run, generation, Member::Planner, ctx))
         .start();
@@ -472,7 +477,7 @@ impl Handler<StartRun> for Supervisor {
         let StartRun {
             run,
             request,
-            repo: _,
+            repo,
             config,
             journal,
         } = msg;
@@ -483,6 +488,7 @@ impl Handler<StartRun> for Supervisor {
             run,
             RunEntry {
                 request,
+                repo,
                 config,
                 generation: 0,
                 life: Life::Restarting,
@@ -505,6 +511,7 @@ impl Handler<RunDamaged> for Supervisor {
             msg.run,
             RunEntry {
                 request: String::new(),
+                repo: PathBuf::new(),
                 config: RunConfig::default(),
                 generation: 0,
                 problem: Some(format!("damaged: {}", msg.reason)),

@@ -12,7 +12,8 @@ use flotilla_actors::actors::{
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{
-    ChatRole, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, MemoryJournal, SystemClock,
+    ChatRole, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, MemoryJournal, Repo, RepoError,
+    RepoSnapshot, SystemClock,
 };
 use flotilla_actors::protocol::*;
 use futures::future::BoxFuture;
@@ -821,4 +822,148 @@ async fn a_final_provider_error_ends_planning_at_once_with_the_providers_reason(
     tokio::time::sleep(Duration::from_secs(600)).await;
     inbox.expect_none().await;
     assert_eq!(llm.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A repository whose `main` reads as each snapshot in turn (the last one repeats).
+struct ScriptedRepo(std::sync::Mutex<std::collections::VecDeque<RepoSnapshot>>);
+
+impl Repo for ScriptedRepo {
+    fn main_tip(&self) -> BoxFuture<'static, Result<String, RepoError>> {
+        Box::pin(async { Ok("tip".to_string()) })
+    }
+
+    fn snapshot(&self) -> BoxFuture<'static, Result<RepoSnapshot, RepoError>> {
+        let mut queue = self.0.lock().unwrap();
+        let next = if queue.len() > 1 {
+            queue.pop_front().unwrap()
+        } else {
+            queue.front().cloned().unwrap()
+        };
+        Box::pin(async move { Ok(next) })
+    }
+
+    fn changed_paths(
+        &self,
+        _: String,
+        _: String,
+    ) -> BoxFuture<'static, Result<Vec<String>, RepoError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+fn repo_snapshot(files: impl IntoIterator<Item = String>, features: &str) -> RepoSnapshot {
+    let mut files: Vec<String> = files.into_iter().collect();
+    files.sort();
+    RepoSnapshot {
+        commit: "c".into(),
+        files,
+        files_omitted: 0,
+        docs: vec![
+            ("SPEC.md".into(), "# The spec: a calculator".into()),
+            ("FEATURES.json".into(), features.into()),
+        ],
+        recent_commits: vec!["abc1234 first commit".into()],
+    }
+}
+
+/// The first prompt carries the repository whole (planning documents, file tree, recent
+/// commits); a follow-up carries only what changed: files added and removed, and
+/// FEATURES.json only when its text changed. On a 2,000-file repository where 20 files
+/// changed, the follow-up is more than ten times smaller.
+#[actix::test]
+async fn follow_up_prompts_carry_the_repositorys_changes_not_its_unchanged_state() {
+    virtual_time();
+    let base: Vec<String> = (0..2000)
+        .map(|i| format!("src/mod{i:04}/file.rs"))
+        .collect();
+    let mut changed = base.clone();
+    changed.retain(|f| f != "src/mod0005/file.rs");
+    changed.extend((0..20).map(|i| format!("src/new{i:02}.rs")));
+    let repo = Arc::new(ScriptedRepo(std::sync::Mutex::new(
+        [
+            repo_snapshot(base, r#"{"add": false}"#),
+            repo_snapshot(changed.clone(), r#"{"add": false}"#),
+            repo_snapshot(changed, r#"{"add": true}"#),
+        ]
+        .into(),
+    )));
+    let one_task = "[[planner.answers]]\ntasks = [{ description = \"d\", scope = [\"a\"] }]\n";
+    let llm = Arc::new(ScriptedLlm::new(
+        Scenario::from_toml(&one_task.repeat(3)).unwrap(),
+    ));
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let planner = Planner::new(
+        RunId::generate(),
+        "build a calculator".into(),
+        "SYSTEM".into(),
+        llm.clone(),
+        graph,
+        PlannerConfig::default(),
+    )
+    .with_repo(repo)
+    .start();
+    planner.do_send(ToPlanner::Start);
+    let first = expect_answer(&mut inbox).await.prompt;
+    for part in [
+        "## SPEC.md",
+        "# The spec: a calculator",
+        "## FEATURES.json",
+        "## Repository file tree (2000 files)",
+        "src/mod1999/file.rs",
+        "## Recent commits\nabc1234 first commit",
+    ] {
+        assert!(first.contains(part), "the first prompt lacks {part:?}");
+    }
+    for features_changed in [false, true] {
+        planner.do_send(ToPlanner::BatchAccepted { ready: 0 });
+        planner.do_send(ToPlanner::Quiescent);
+        let follow_up = expect_answer(&mut inbox).await.prompt;
+        assert!(
+            follow_up.contains("File tree (2019 files)")
+                || follow_up.contains("unchanged (2019 files)"),
+            "{follow_up}"
+        );
+        assert!(
+            !follow_up.contains("src/mod1999/file.rs"),
+            "unchanged files are not re-sent"
+        );
+        assert!(!follow_up.contains("SPEC.md"), "the spec is sent once");
+        assert_eq!(
+            follow_up.contains("## FEATURES.json (changed)"),
+            features_changed,
+            "{follow_up}"
+        );
+        if !features_changed {
+            assert!(
+                follow_up.contains("New: src/new00.rs, src/new01.rs"),
+                "{follow_up}"
+            );
+            assert!(
+                follow_up.contains("Removed: src/mod0005/file.rs"),
+                "{follow_up}"
+            );
+            assert!(
+                follow_up.len() * 10 < first.len(),
+                "follow-up {} chars, first {}",
+                follow_up.len(),
+                first.len()
+            );
+        } else {
+            assert!(
+                follow_up.contains("File tree: unchanged (2019 files)"),
+                "{follow_up}"
+            );
+        }
+    }
+    // What reached the model: the follow-ups above, after the first exchange.
+    let asked = llm.requests();
+    assert_eq!(asked.len(), 3);
+    assert!(
+        asked[2]
+            .messages
+            .last()
+            .unwrap()
+            .content
+            .contains("{\"add\": true}")
+    );
 }

@@ -32,6 +32,7 @@
 //!
 //! Nothing polls: every step is a message or a timer.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +42,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::llm_output::{PlannerOutput, parse_json_answer};
-use crate::ports::{ChatMessage, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Role};
+use crate::ports::{
+    ChatMessage, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo, RepoError, RepoSnapshot,
+    Role,
+};
 use crate::protocol::{
     HandoffStatus, PlannerAnswer, RejectionReason, RootHandoff, RunId, TaskState, ToPlanner,
     ToTaskGraph,
@@ -174,7 +178,24 @@ pub struct Planner {
     lifeline: Option<Lifeline>,
     /// Calls off an LLM call in flight when the actor stops.
     cancel: CancellationToken,
+    /// The target repository, read (main's tip) before every call.
+    repo: Option<Arc<dyn Repo>>,
+    /// What the last prompt told the planner about the repository, so that follow-ups send
+    /// only what changed. `None` until a prompt carried the file tree (and after a restart:
+    /// the next prompt then carries it whole again).
+    told: Option<ToldState>,
 }
+
+/// The repository as the planner last saw it.
+#[derive(Debug, Clone, Default)]
+struct ToldState {
+    files: HashSet<String>,
+    /// Planning documents by name, as last sent.
+    docs: HashMap<String, String>,
+}
+
+/// Documents re-sent in a follow-up when their text changed (the others are read once).
+const LIVE_DOCS: [&str; 2] = ["FEATURES.json", "DECISIONS.md"];
 
 /// The longest "retry after" a provider can make the planner wait (15 minutes).
 const MAX_RETRY_AFTER_MS: u64 = 15 * 60 * 1000;
@@ -219,7 +240,16 @@ impl Planner {
             remind_empty: false,
             lifeline: None,
             cancel: CancellationToken::new(),
+            repo: None,
+            told: None,
         }
+    }
+
+    /// Reads the target repository (main's tip) before every call: the first prompt carries
+    /// its planning documents, file tree and recent commits, later ones what changed.
+    pub fn with_repo(mut self, repo: Arc<dyn Repo>) -> Self {
+        self.repo = Some(repo);
+        self
     }
 
     /// Reports to the run's supervisor when the actor ends, however it ends.
@@ -256,14 +286,20 @@ impl Planner {
         !self.planned_anything && !self.reminded
     }
 
-    fn prompt(&mut self) -> String {
+    fn prompt(&mut self, repo: Option<Result<RepoSnapshot, RepoError>>) -> String {
         let mut msg = String::new();
         if self.conversation.is_empty() {
             msg.push_str(&format!("## Request\n{}\n\n", self.request));
+            if let Some(repo) = repo {
+                self.initial_repo_state(&mut msg, repo);
+            }
             msg.push_str(
                 "This is the first planning call. Plan the first sprint: only tasks you can fully specify now.\n",
             );
             return msg;
+        }
+        if let Some(repo) = repo {
+            self.repo_delta(&mut msg, repo);
         }
         if std::mem::take(&mut self.remind_empty) {
             self.reminded = true;
@@ -319,6 +355,116 @@ impl Planner {
         msg
     }
 
+    /// The repository in full: planning documents, file tree, recent commits.
+    fn initial_repo_state(&mut self, msg: &mut String, repo: Result<RepoSnapshot, RepoError>) {
+        let snapshot = match repo {
+            Ok(snapshot) => snapshot,
+            Err(e) => {
+                msg.push_str(&format!("(The repository could not be read: {e}.)\n\n"));
+                return;
+            }
+        };
+        for (name, text) in &snapshot.docs {
+            let what = match name.as_str() {
+                "SPEC.md" => " (product specification: binding)",
+                "FEATURES.json" => " (binding)",
+                "AGENTS.md" => " (coding conventions)",
+                "DECISIONS.md" => " (architecture decisions)",
+                _ => "",
+            };
+            msg.push_str(&format!("## {name}{what}\n{text}\n\n"));
+        }
+        self.push_file_tree(msg, &snapshot, "");
+        if !snapshot.recent_commits.is_empty() {
+            msg.push_str("## Recent commits\n");
+            for c in &snapshot.recent_commits {
+                msg.push_str(&format!("{c}\n"));
+            }
+            msg.push('\n');
+        }
+        self.remember(snapshot);
+    }
+
+    fn push_file_tree(&self, msg: &mut String, snapshot: &RepoSnapshot, note: &str) {
+        let total = snapshot.files.len() + snapshot.files_omitted;
+        if total == 0 {
+            msg.push_str("## Repository file tree\n(empty: nothing is committed on main yet)\n\n");
+            return;
+        }
+        msg.push_str(&format!("## Repository file tree ({total} files{note})\n"));
+        for f in &snapshot.files {
+            msg.push_str(f);
+            msg.push('\n');
+        }
+        if snapshot.files_omitted > 0 {
+            msg.push_str(&format!("… and {} more\n", snapshot.files_omitted));
+        }
+        msg.push('\n');
+    }
+
+    /// What changed since the last prompt: files added and removed, the live documents
+    /// whose text changed. Unchanged state is not sent again.
+    fn repo_delta(&mut self, msg: &mut String, repo: Result<RepoSnapshot, RepoError>) {
+        let snapshot = match repo {
+            Ok(snapshot) => snapshot,
+            Err(e) => {
+                msg.push_str(&format!("(The repository could not be read: {e}.)\n\n"));
+                return;
+            }
+        };
+        let Some(told) = &self.told else {
+            // Nothing was sent in this life (a restart): send the tree whole once.
+            self.push_file_tree(msg, &snapshot, "; sent in full after a restart");
+            self.remember(snapshot);
+            return;
+        };
+        let current: HashSet<&str> = snapshot.files.iter().map(String::as_str).collect();
+        let added: Vec<&str> = snapshot
+            .files
+            .iter()
+            .map(String::as_str)
+            .filter(|f| !told.files.contains(*f))
+            .collect();
+        let mut removed: Vec<&str> = told
+            .files
+            .iter()
+            .map(String::as_str)
+            .filter(|f| !current.contains(f))
+            .collect();
+        removed.sort_unstable();
+        let total = snapshot.files.len() + snapshot.files_omitted;
+        msg.push_str("## Updated repository state\n");
+        if added.is_empty() && removed.is_empty() {
+            msg.push_str(&format!("File tree: unchanged ({total} files).\n"));
+        } else {
+            msg.push_str(&format!("File tree ({total} files):\n"));
+            if !added.is_empty() {
+                msg.push_str(&format!("  New: {}\n", added.join(", ")));
+            }
+            if !removed.is_empty() {
+                msg.push_str(&format!("  Removed: {}\n", removed.join(", ")));
+            }
+        }
+        msg.push('\n');
+        for name in LIVE_DOCS {
+            let now = snapshot.doc(name);
+            if now != told.docs.get(name).map(String::as_str) {
+                match now {
+                    Some(text) => msg.push_str(&format!("## {name} (changed)\n{text}\n\n")),
+                    None => msg.push_str(&format!("## {name} was removed\n\n")),
+                }
+            }
+        }
+        self.remember(snapshot);
+    }
+
+    fn remember(&mut self, snapshot: RepoSnapshot) {
+        self.told = Some(ToldState {
+            files: snapshot.files.into_iter().collect(),
+            docs: snapshot.docs.into_iter().collect(),
+        });
+    }
+
     fn plan(&mut self, ctx: &mut Context<Self>) {
         if self.phase != Phase::Idle {
             return;
@@ -331,14 +477,33 @@ impl Planner {
             ));
             return;
         }
-        let prompt = self.prompt();
+        self.phase = Phase::Asking;
+        match &self.repo {
+            // The repository is read first (off this thread), then the prompt is built.
+            Some(repo) => {
+                ctx.spawn(
+                    repo.snapshot()
+                        .into_actor(self)
+                        .map(move |snapshot, act, ctx| act.ask(call, Some(snapshot), ctx)),
+                );
+            }
+            None => self.ask(call, None, ctx),
+        }
+    }
+
+    fn ask(
+        &mut self,
+        call: u32,
+        repo: Option<Result<RepoSnapshot, RepoError>>,
+        ctx: &mut Context<Self>,
+    ) {
+        let prompt = self.prompt(repo);
         let mut messages = vec![ChatMessage::system(self.system_prompt.clone())];
         for ex in &self.conversation {
             messages.push(ChatMessage::user(ex.prompt.clone()));
             messages.push(ChatMessage::assistant(ex.answer.clone()));
         }
         messages.push(ChatMessage::user(prompt.clone()));
-        self.phase = Phase::Asking;
         let request = self.llm.complete(
             LlmRequest::chat(Role::Planner, messages).json(),
             LlmCall::new(self.cancel.child_token()),

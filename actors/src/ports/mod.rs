@@ -327,11 +327,44 @@ pub enum RepoError {
     NotARepository(PathBuf),
 }
 
+/// What the root planner reads of the target repository: main's tip, never a work tree
+/// (which may be dirty). Every part is bounded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepoSnapshot {
+    /// The commit read (empty for a repository without commits).
+    pub commit: String,
+    /// Every file path at that commit, sorted (at most [`RepoSnapshot::MAX_FILES`]).
+    pub files: Vec<String>,
+    /// Files left out of `files` past the cap.
+    pub files_omitted: usize,
+    /// The planning documents that exist (SPEC.md, FEATURES.json, AGENTS.md,
+    /// DECISIONS.md), each as (name, text), the text cut at [`RepoSnapshot::MAX_DOC_BYTES`].
+    pub docs: Vec<(String, String)>,
+    /// The last commits, newest first, as "abcdef1 subject".
+    pub recent_commits: Vec<String>,
+}
+
+impl RepoSnapshot {
+    pub const DOCS: [&'static str; 4] = ["SPEC.md", "FEATURES.json", "AGENTS.md", "DECISIONS.md"];
+    pub const MAX_FILES: usize = 5_000;
+    pub const MAX_DOC_BYTES: usize = 32 * 1024;
+    pub const RECENT_COMMITS: usize = 40;
+
+    pub fn doc(&self, name: &str) -> Option<&str> {
+        self.docs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, text)| text.as_str())
+    }
+}
+
 /// The target repository, read side: what workers changed and where `main` is. Moving
 /// `main` is the merge queue's alone and is not on this port.
 pub trait Repo: Send + Sync + 'static {
     /// The commit `main` points at.
     fn main_tip(&self) -> BoxFuture<'static, Result<String, RepoError>>;
+    /// What the planner reads: files, planning documents and recent commits at main's tip.
+    fn snapshot(&self) -> BoxFuture<'static, Result<RepoSnapshot, RepoError>>;
     /// Repo-relative paths changed on `branch` since it left `base`: for scope enforcement.
     fn changed_paths(
         &self,

@@ -1,0 +1,246 @@
+//! The `Repo` port on git2: reads the target repository's `main` (its tip's tree, blobs and
+//! history), never its work tree or index. Every call opens the repository on a blocking
+//! thread (`git2::Repository` is not `Sync`, and git work blocks).
+
+use std::path::PathBuf;
+
+use flotilla_actors::ports::{Repo, RepoError, RepoSnapshot};
+use futures::future::BoxFuture;
+
+/// The branch flotilla lands work on.
+pub const MAIN_BRANCH: &str = "main";
+
+pub struct GitRepo {
+    path: PathBuf,
+}
+
+impl GitRepo {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        GitRepo { path: path.into() }
+    }
+
+    fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&git2::Repository) -> Result<T, RepoError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, RepoError>> {
+        let path = self.path.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let repo = git2::Repository::open(&path)
+                    .map_err(|_| RepoError::NotARepository(path.clone()))?;
+                work(&repo)
+            })
+            .await
+            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+        })
+    }
+}
+
+fn git(e: git2::Error) -> RepoError {
+    RepoError::Git(e.message().to_string())
+}
+
+/// `refs/heads/main`'s commit; a repository whose `main` does not exist yet reads as its
+/// HEAD commit, and one without commits as none.
+fn main_commit(repo: &git2::Repository) -> Result<Option<git2::Commit<'_>>, RepoError> {
+    if let Ok(reference) = repo.find_reference(&format!("refs/heads/{MAIN_BRANCH}")) {
+        return reference.peel_to_commit().map(Some).map_err(git);
+    }
+    match repo.head() {
+        Ok(head) => head.peel_to_commit().map(Some).map_err(git),
+        // An unborn branch: `git init` and nothing committed yet.
+        Err(e)
+            if e.code() == git2::ErrorCode::UnbornBranch
+                || e.code() == git2::ErrorCode::NotFound =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(git(e)),
+    }
+}
+
+/// A blob's text, cut at `max` bytes on a character boundary (with a note saying so).
+fn bounded_text(bytes: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    if text.len() <= max {
+        return text.into_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n[… cut: the file is {} bytes; the first {end} are shown]",
+        &text[..end],
+        bytes.len()
+    )
+}
+
+fn snapshot(repo: &git2::Repository) -> Result<RepoSnapshot, RepoError> {
+    let Some(commit) = main_commit(repo)? else {
+        return Ok(RepoSnapshot::default());
+    };
+    let tree = commit.tree().map_err(git)?;
+    let mut files = Vec::new();
+    let mut omitted = 0usize;
+    tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+        if entry.kind() == Some(git2::ObjectType::Blob) {
+            if files.len() < RepoSnapshot::MAX_FILES {
+                files.push(format!(
+                    "{dir}{}",
+                    String::from_utf8_lossy(entry.name_bytes())
+                ));
+            } else {
+                omitted += 1;
+            }
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .map_err(git)?;
+    files.sort();
+    let mut docs = Vec::new();
+    for name in RepoSnapshot::DOCS {
+        let Ok(entry) = tree.get_path(std::path::Path::new(name)) else {
+            continue;
+        };
+        if let Ok(blob) = entry.to_object(repo).and_then(|o| o.peel_to_blob()) {
+            docs.push((
+                name.to_string(),
+                bounded_text(blob.content(), RepoSnapshot::MAX_DOC_BYTES),
+            ));
+        }
+    }
+    let mut walk = repo.revwalk().map_err(git)?;
+    walk.push(commit.id()).map_err(git)?;
+    let recent_commits = walk
+        .take(RepoSnapshot::RECENT_COMMITS)
+        .filter_map(|id| repo.find_commit(id.ok()?).ok())
+        .map(|c| {
+            let id = c.id().to_string();
+            let subject: String = c
+                .summary()
+                .ok()
+                .flatten()
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect();
+            format!("{} {subject}", &id[..7.min(id.len())])
+        })
+        .collect();
+    Ok(RepoSnapshot {
+        commit: commit.id().to_string(),
+        files,
+        files_omitted: omitted,
+        docs,
+        recent_commits,
+    })
+}
+
+impl Repo for GitRepo {
+    fn main_tip(&self) -> BoxFuture<'static, Result<String, RepoError>> {
+        self.blocking(|repo| {
+            main_commit(repo)?
+                .map(|c| c.id().to_string())
+                .ok_or_else(|| RepoError::Git("the repository has no commits yet".into()))
+        })
+    }
+
+    fn snapshot(&self) -> BoxFuture<'static, Result<RepoSnapshot, RepoError>> {
+        self.blocking(snapshot)
+    }
+
+    fn changed_paths(
+        &self,
+        branch: String,
+        base: String,
+    ) -> BoxFuture<'static, Result<Vec<String>, RepoError>> {
+        self.blocking(move |repo| {
+            let tree_of = |spec: &str| {
+                repo.revparse_single(spec)
+                    .and_then(|o| o.peel_to_tree())
+                    .map_err(git)
+            };
+            let (old, new) = (tree_of(&base)?, tree_of(&branch)?);
+            let diff = repo
+                .diff_tree_to_tree(Some(&old), Some(&new), None)
+                .map_err(git)?;
+            let mut paths: Vec<String> = diff
+                .deltas()
+                .flat_map(|d| [d.old_file().path(), d.new_file().path()])
+                .flatten()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect();
+            paths.sort();
+            paths.dedup();
+            Ok(paths)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(repo: &git2::Repository, files: &[(&str, &str)], message: &str) {
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let mut index = repo.index().unwrap();
+        for (path, text) in files {
+            let full = repo.workdir().unwrap().join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(&full, text).unwrap();
+            index.add_path(std::path::Path::new(path)).unwrap();
+        }
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let parents: Vec<git2::Commit> = repo
+            .head()
+            .ok()
+            .and_then(|h| h.peel_to_commit().ok())
+            .into_iter()
+            .collect();
+        let parents: Vec<&git2::Commit> = parents.iter().collect();
+        repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_reads_mains_tip_not_the_work_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_opts(
+            dir.path(),
+            git2::RepositoryInitOptions::new().initial_head("main"),
+        )
+        .unwrap();
+        let reader = GitRepo::new(dir.path());
+        assert_eq!(reader.snapshot().await.unwrap(), RepoSnapshot::default());
+        commit(
+            &repo,
+            &[("SPEC.md", "# Spec\nadd numbers\n"), ("src/a.rs", "")],
+            "first",
+        );
+        commit(&repo, &[("FEATURES.json", "{}")], "second");
+        // Uncommitted and untracked changes are not main.
+        std::fs::write(dir.path().join("SPEC.md"), "dirty").unwrap();
+        std::fs::write(dir.path().join("untracked.rs"), "").unwrap();
+        let snap = reader.snapshot().await.unwrap();
+        assert_eq!(snap.files, ["FEATURES.json", "SPEC.md", "src/a.rs"]);
+        assert_eq!(snap.doc("SPEC.md"), Some("# Spec\nadd numbers\n"));
+        assert_eq!(snap.doc("AGENTS.md"), None);
+        assert_eq!(snap.recent_commits.len(), 2);
+        assert!(
+            snap.recent_commits[0].ends_with(" second"),
+            "{:?}",
+            snap.recent_commits
+        );
+        assert_eq!(reader.main_tip().await.unwrap(), snap.commit);
+    }
+
+    #[test]
+    fn long_documents_are_cut_on_a_character_boundary() {
+        let text = "é".repeat(100);
+        let cut = bounded_text(text.as_bytes(), 51);
+        assert!(cut.starts_with(&"é".repeat(25)) && cut.contains("cut: the file is 200 bytes"));
+        assert_eq!(bounded_text(b"short", 51), "short");
+    }
+}
