@@ -698,8 +698,14 @@ async fn follow_from(
                 if live {
                     text.push_str("\r\x1b[2K");
                 }
-                text.push_str(&render::event_line(&event, &style));
-                text.push('\n');
+                // A streaming call's progress updates the live line only; without one (a
+                // pipe, a log) it is left out: its final usage comes with its answer.
+                if !matches!(event.kind, EventKind::LlmProgress { .. }) {
+                    text.push_str(&render::event_line(&event, &style));
+                    text.push('\n');
+                } else if !live {
+                    continue;
+                }
                 if live {
                     // As of this event: a replayed backlog shows the time it happened at.
                     text.push_str(&style.dim(&tally.summary(event.at_ms)));

@@ -355,6 +355,17 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             ),
             Tone::Bad,
         ),
+        EventKind::LlmProgress {
+            role,
+            task,
+            tokens_out,
+        } => (
+            format!(
+                "{role}{} call streaming: {tokens_out} tokens so far",
+                task.as_ref().map(|t| format!(" ({t})")).unwrap_or_default()
+            ),
+            Tone::Dim,
+        ),
         EventKind::JournalUnavailable { error } => (
             // The error says what failed (written or read); say it once.
             format!("run paused, retrying: {}", shorten(error, 160)),
@@ -617,6 +628,8 @@ pub struct Tally {
     started_ms: Option<u64>,
     last_ms: u64,
     finished_ms: Option<u64>,
+    /// An LLM call streaming now: "planner: 340 tokens" (live notices only).
+    streaming: Option<String>,
 }
 
 impl Tally {
@@ -657,7 +670,18 @@ impl Tally {
             EventKind::SpendCharged { spent, .. } => {
                 self.spent = self.spent.saturating_add(*spent);
             }
+            EventKind::LlmProgress {
+                role,
+                task,
+                tokens_out,
+            } => {
+                self.streaming = Some(format!(
+                    "{role}{}: {tokens_out} tokens streaming",
+                    task.as_ref().map(|t| format!(" {t}")).unwrap_or_default()
+                ));
+            }
             EventKind::PlannerResponded { usage, .. } => {
+                self.streaming = None;
                 let used = Budget::new(
                     usage.tokens_in.saturating_add(usage.tokens_out),
                     usage.cost_usd,
@@ -701,8 +725,12 @@ impl Tally {
             ),
             None => spending(&self.spent),
         };
+        let streaming = match (&self.streaming, self.finished_ms) {
+            (Some(call), None) => format!(" · {call}"),
+            _ => String::new(),
+        };
         format!(
-            "{done} done · {running} running · {pending} pending · {failed} failed/cancelled · {spent} · {} elapsed",
+            "{done} done · {running} running · {pending} pending · {failed} failed/cancelled · {spent} · {} elapsed{streaming}",
             duration(elapsed)
         )
     }
@@ -712,7 +740,7 @@ impl Tally {
 mod tests {
     use flotilla_actors::protocol::{
         AttemptFailure, Budget, FailureReason, GraphSnapshot, Handoff, HandoffMetrics,
-        HandoffStatus, Priority, RunId, TaskSpec, TaskView, Usage, Usd,
+        HandoffStatus, Priority, Role, RunId, TaskSpec, TaskView, Usage, Usd,
     };
 
     use super::*;
@@ -1019,6 +1047,45 @@ mod tests {
         assert_eq!(line.matches("could not be written").count(), 1, "{line}");
         assert_eq!(line.matches("cannot be written").count(), 0, "{line}");
         assert!(line.contains("\\x1b]0;pwned"), "escaped: {line}");
+    }
+
+    #[test]
+    fn the_live_line_shows_a_streaming_call_until_its_answer_and_no_tail_line_is_printed_for_it() {
+        let mut tally = Tally::default();
+        let progress = event(
+            0,
+            1_000,
+            EventKind::LlmProgress {
+                role: Role::Planner,
+                task: None,
+                tokens_out: 340,
+            },
+        );
+        tally.observe(&progress);
+        assert!(
+            tally
+                .summary(1_000)
+                .ends_with(" · planner: 340 tokens streaming"),
+            "{}",
+            tally.summary(1_000)
+        );
+        tally.observe(&event(
+            1,
+            1_100,
+            EventKind::PlannerResponded {
+                call: 0,
+                prompt: String::new(),
+                content: String::new(),
+                usage: Usage::default(),
+                error: None,
+            },
+        ));
+        assert!(!tally.summary(1_100).contains("streaming"));
+        let line = event_line(&progress, &Style::plain());
+        assert!(
+            line.contains("#-     planner call streaming: 340 tokens so far"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -281,6 +281,7 @@ impl Supervisor {
             config.planner.clone(),
         )
         .with_repo(Arc::new(GitRepo::new(entry_repo)))
+        .with_notices(ctx.address().recipient())
         .resuming(conversation)
         .watched(self.lifeline(run, generation, Member::Planner, ctx))
         .start();
@@ -404,8 +405,11 @@ impl Supervisor {
                 members.stop_all();
             }
             clean_up_after(self.workspaces.join(event.run.to_string()));
-        } else if let Some(entry) = self.runs.get_mut(&event.run) {
+        } else if event.seq > 0
+            && let Some(entry) = self.runs.get_mut(&event.run)
+        {
             // An append went through: whatever kept the journal from being written is over.
+            // (A notice, seq 0, was not appended: it proves nothing.)
             if matches!(entry.life, Life::Live(_)) && entry.journal_retries > 0 {
                 entry.journal_retries = 0;
                 entry.problem = None;

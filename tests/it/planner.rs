@@ -967,3 +967,60 @@ async fn follow_up_prompts_carry_the_repositorys_changes_not_its_unchanged_state
             .contains("{\"add\": true}")
     );
 }
+
+/// An LLM that streams: it reports its progress three times, then answers one task.
+struct Streams;
+
+impl Llm for Streams {
+    fn complete(
+        &self,
+        _: LlmRequest,
+        call: LlmCall,
+    ) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+        Box::pin(async move {
+            for tokens_out in [10, 20, 30] {
+                call.progress(flotilla_actors::ports::LlmProgress { tokens_out });
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Ok(LlmResponse {
+                content: r#"{"tasks": [{"description": "d", "scope": ["a"]}]}"#.into(),
+                ..LlmResponse::default()
+            })
+        })
+    }
+}
+
+/// A streaming planner call shows its progress as live notices (seq 0: never journaled),
+/// throttled, naming the role; the answer itself goes to the graph as before.
+#[actix::test]
+async fn a_streaming_planner_call_publishes_its_progress_as_live_notices() {
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let (notices, mut seen) = probe::<Published>("notices");
+    let planner = Planner::new(
+        RunId::generate(),
+        "r".into(),
+        "S".into(),
+        Arc::new(Streams),
+        graph,
+        PlannerConfig::default(),
+    )
+    .with_notices(notices)
+    .start();
+    planner.do_send(ToPlanner::Start);
+    let mut progress = Vec::new();
+    for _ in 0..3 {
+        let Published(event) = seen.expect().await;
+        assert_eq!(event.seq, 0, "a notice is not journaled");
+        match event.kind {
+            EventKind::LlmProgress {
+                role: Role::Planner,
+                task: None,
+                tokens_out,
+            } => progress.push(tokens_out),
+            other => panic!("not progress: {other:?}"),
+        }
+    }
+    assert_eq!(progress, [10, 20, 30]);
+    let answer = expect_answer(&mut inbox).await;
+    assert_eq!(answer.tasks.unwrap().len(), 1);
+}

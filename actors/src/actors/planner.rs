@@ -43,12 +43,12 @@ use tracing::{info, warn};
 
 use crate::llm_output::{PlannerOutput, parse_json_answer};
 use crate::ports::{
-    ChatMessage, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo, RepoError, RepoSnapshot,
-    Role,
+    ChatMessage, Clock, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo, RepoError,
+    RepoSnapshot, Role, SystemClock,
 };
 use crate::protocol::{
-    HandoffStatus, PlannerAnswer, RejectionReason, RootHandoff, RunId, TaskState, ToPlanner,
-    ToTaskGraph,
+    Event, EventKind, HandoffStatus, PlannerAnswer, Published, RejectionReason, RootHandoff, RunId,
+    TaskState, ToPlanner, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -180,6 +180,8 @@ pub struct Planner {
     cancel: CancellationToken,
     /// The target repository, read (main's tip) before every call.
     repo: Option<Arc<dyn Repo>>,
+    /// Where live notices go (a streaming call's progress): the run's supervisor.
+    notices: Option<Recipient<Published>>,
     /// What the last prompt told the planner about the repository, so that follow-ups send
     /// only what changed. `None` until a prompt carried the file tree (and after a restart:
     /// the next prompt then carries it whole again).
@@ -196,6 +198,9 @@ struct ToldState {
 
 /// Documents re-sent in a follow-up when their text changed (the others are read once).
 const LIVE_DOCS: [&str; 2] = ["FEATURES.json", "DECISIONS.md"];
+
+/// The least time between two progress notices of one call.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// The longest "retry after" a provider can make the planner wait (15 minutes).
 const MAX_RETRY_AFTER_MS: u64 = 15 * 60 * 1000;
@@ -241,6 +246,7 @@ impl Planner {
             lifeline: None,
             cancel: CancellationToken::new(),
             repo: None,
+            notices: None,
             told: None,
         }
     }
@@ -249,6 +255,12 @@ impl Planner {
     /// its planning documents, file tree and recent commits, later ones what changed.
     pub fn with_repo(mut self, repo: Arc<dyn Repo>) -> Self {
         self.repo = Some(repo);
+        self
+    }
+
+    /// Sends live notices (a streaming call's progress) to `notices`.
+    pub fn with_notices(mut self, notices: Recipient<Published>) -> Self {
+        self.notices = Some(notices);
         self
     }
 
@@ -506,13 +518,44 @@ impl Planner {
         messages.push(ChatMessage::user(prompt.clone()));
         let request = self.llm.complete(
             LlmRequest::chat(Role::Planner, messages).json(),
-            LlmCall::new(self.cancel.child_token()),
+            self.call(),
         );
         ctx.spawn(
             request
                 .into_actor(self)
                 .map(move |result, act, ctx| act.answered(call, prompt, result, ctx)),
         );
+    }
+
+    /// A call's context: cancelled with the actor; its streaming progress goes out as live
+    /// notices, at most one per [`PROGRESS_EVERY`].
+    fn call(&self) -> LlmCall {
+        let call = LlmCall::new(self.cancel.child_token());
+        let Some(notices) = self.notices.clone() else {
+            return call;
+        };
+        let run = self.run;
+        let last_sent = std::sync::Mutex::new(None::<std::time::Instant>);
+        call.on_progress(move |progress| {
+            let now = std::time::Instant::now();
+            let Ok(mut last) = last_sent.lock() else {
+                return;
+            };
+            if last.is_some_and(|at| now.duration_since(at) < PROGRESS_EVERY) {
+                return;
+            }
+            *last = Some(now);
+            notices.do_send(Published(Event {
+                seq: 0,
+                run,
+                at_ms: SystemClock.now_ms(),
+                kind: EventKind::LlmProgress {
+                    role: Role::Planner,
+                    task: None,
+                    tokens_out: progress.tokens_out,
+                },
+            }));
+        })
     }
 
     fn answered(

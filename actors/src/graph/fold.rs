@@ -173,7 +173,9 @@ impl RunGraph {
                 self.finish_reason = reason.clone();
             }
             // The supervisor's records: nothing in the graph changes.
-            EventKind::RunRestarted { .. } | EventKind::JournalUnavailable { .. } => {}
+            EventKind::RunRestarted { .. }
+            | EventKind::JournalUnavailable { .. }
+            | EventKind::LlmProgress { .. } => {}
         }
         Ok(())
     }

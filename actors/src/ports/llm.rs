@@ -18,41 +18,8 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::protocol::Role;
 use crate::protocol::{TaskId, Usage};
-
-/// Which conversation an LLM call belongs to; selects the model and the system prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Planner,
-    Subplanner,
-    Worker,
-    Reconciler,
-}
-
-impl Role {
-    pub const ALL: [Role; 4] = [
-        Role::Planner,
-        Role::Subplanner,
-        Role::Worker,
-        Role::Reconciler,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Planner => "planner",
-            Role::Subplanner => "subplanner",
-            Role::Worker => "worker",
-            Role::Reconciler => "reconciler",
-        }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

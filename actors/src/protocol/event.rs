@@ -8,7 +8,7 @@ use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
 use super::subplan::{DecompositionReason, RejectionReason, StopCondition};
 use super::task::{Budget, TaskSpec, TaskState};
-use super::work::Route;
+use super::work::{Role, Route};
 
 /// A journaled event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -172,6 +172,14 @@ pub enum EventKind {
     JournalUnavailable {
         error: String,
     },
+    /// A notice for live streams, never journaled (its `seq` is 0): an LLM call is
+    /// streaming its answer. The call's final usage is journaled with its answer.
+    LlmProgress {
+        role: Role,
+        #[serde(default)]
+        task: Option<TaskId>,
+        tokens_out: u64,
+    },
 }
 
 impl EventKind {
@@ -204,6 +212,7 @@ impl EventKind {
             EventKind::RunFinished { .. } => "run_finished",
             EventKind::RunRestarted { .. } => "run_restarted",
             EventKind::JournalUnavailable { .. } => "journal_unavailable",
+            EventKind::LlmProgress { .. } => "llm_progress",
         }
     }
 }
@@ -480,6 +489,11 @@ mod tests {
             EventKind::JournalUnavailable {
                 error: "disk full".into(),
             },
+            EventKind::LlmProgress {
+                role: Role::Subplanner,
+                task: Some("t1.2".parse().unwrap()),
+                tokens_out: u64::MAX,
+            },
         ]
     }
 
@@ -511,7 +525,8 @@ mod tests {
             | EventKind::RunBudgetExhausted { .. }
             | EventKind::RunFinished { .. }
             | EventKind::RunRestarted { .. }
-            | EventKind::JournalUnavailable { .. } => true,
+            | EventKind::JournalUnavailable { .. }
+            | EventKind::LlmProgress { .. } => true,
         }
     }
 

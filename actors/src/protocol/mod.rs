@@ -31,7 +31,7 @@ pub use subplan::{
 };
 pub use task::{Budget, DependencyRef, IllegalTransition, Priority, TaskSpec, TaskState, Usd};
 pub use view::{GraphSnapshot, TaskView};
-pub use work::{Assignment, PlannerAnswer, ReadyTask, RootHandoff, Route, TaskCompleted};
+pub use work::{Assignment, PlannerAnswer, ReadyTask, Role, RootHandoff, Route, TaskCompleted};
 
 #[cfg(test)]
 mod tests {

@@ -4,6 +4,7 @@
 //! [`messages`](super::messages) do), so the journal, the API, tests and fuzzers use them
 //! without an actor runtime.
 
+use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -82,4 +83,38 @@ pub struct RootHandoff {
     pub state: TaskState,
     pub description: String,
     pub handoff: Option<Handoff>,
+}
+
+/// Which conversation an LLM call belongs to; selects the model and the system prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Planner,
+    Subplanner,
+    Worker,
+    Reconciler,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [
+        Role::Planner,
+        Role::Subplanner,
+        Role::Worker,
+        Role::Reconciler,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Planner => "planner",
+            Role::Subplanner => "subplanner",
+            Role::Worker => "worker",
+            Role::Reconciler => "reconciler",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
