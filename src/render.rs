@@ -953,6 +953,7 @@ mod tests {
                 finish_reason: Some(HOSTILE.into()),
             },
             problem: Some(HOSTILE.into()),
+            damage_noted: false,
         }
     }
 

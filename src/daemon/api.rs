@@ -46,7 +46,9 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::report;
-use super::supervisor::{CancelAnswer, CancelRun, DecideTask, RunProblems, StartRun, Supervisor};
+use super::supervisor::{
+    CancelAnswer, CancelRun, DecideTask, RunProblem, RunProblems, StartRun, Supervisor,
+};
 use crate::client::IDEMPOTENCY_KEY;
 use crate::config::RunConfig;
 use crate::journal::{RunRecord, SqliteJournal, SubmitKey, SubmitOutcome};
@@ -672,7 +674,7 @@ pub struct RunSummary {
 }
 
 /// The supervisor's view of what is wrong with each run (damaged, paused, restarting).
-async fn problems(state: &AppState) -> HashMap<RunId, String> {
+async fn problems(state: &AppState) -> HashMap<RunId, RunProblem> {
     state.supervisor.send(RunProblems).await.unwrap_or_default()
 }
 
@@ -683,7 +685,7 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
         runs.into_iter()
             .map(|r| {
                 let problem = problems.remove(&r.id).filter(|_| r.outcome.is_none());
-                let damaged = problem.as_deref().is_some_and(report::is_damage);
+                let damaged = problem.as_ref().is_some_and(RunProblem::is_damage);
                 RunSummary {
                     id: r.id.to_string(),
                     request: r.request,
@@ -694,7 +696,7 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
                     } else {
                         report::state_name(r.outcome).into()
                     },
-                    problem,
+                    problem: problem.map(|p| p.to_string()),
                 }
             })
             .collect(),
@@ -715,10 +717,10 @@ async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, Api
         status.mark_damaged(damage);
     } else if let Some(problem) = problem.filter(|_| status.outcome_is_open()) {
         // The supervisor's word: damaged (e.g. its stored config is unreadable), or paused.
-        if report::is_damage(&problem) {
-            status.mark_damaged(problem);
+        if problem.is_damage() {
+            status.mark_damaged(problem.to_string());
         } else {
-            status.problem = status.problem.or(Some(problem));
+            status.problem = status.problem.or(Some(problem.to_string()));
         }
     }
     Ok(status)

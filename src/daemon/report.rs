@@ -34,6 +34,9 @@ pub struct RunStatus {
     /// graph then shows what replayed), or paused because the journal cannot be written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// `problem` is a damage (the first one found is kept).
+    #[serde(skip)]
+    pub(crate) damage_noted: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -59,15 +62,11 @@ impl RunStatus {
         if self.graph.outcome.is_none() {
             self.state = "damaged".into();
         }
-        if !self.problem.as_deref().is_some_and(is_damage) {
+        if !self.damage_noted {
             self.problem = Some(problem);
+            self.damage_noted = true;
         }
     }
-}
-
-/// Whether a problem (the supervisor's or the replay's) says the run is damaged.
-pub fn is_damage(problem: &str) -> bool {
-    problem.starts_with("damaged")
 }
 
 /// A task's state in words, for people (`waiting for subtasks`, not `waiting_for_subtasks`).
@@ -162,6 +161,7 @@ pub fn status(record: &RunRecord, limits: Limits, events: &[Event]) -> RunStatus
         last_seq: events.last().map_or(0, |e| e.seq),
         awaiting_decision: awaiting_decision(events, &snapshot),
         graph: snapshot,
+        damage_noted: damage.is_some(),
         problem: damage
             .map(|(seq, error)| format!("damaged: the journal does not replay at #{seq}: {error}")),
     }

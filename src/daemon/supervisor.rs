@@ -117,7 +117,7 @@ struct RunEntry {
     /// Consecutive retries that found the journal unwritable.
     journal_retries: u32,
     /// What is wrong right now, for `status` and `runs`.
-    problem: Option<String>,
+    problem: Option<RunProblem>,
     /// The run must end Failed with this reason once the journal takes it.
     failing: Option<String>,
 }
@@ -200,7 +200,7 @@ impl Supervisor {
             .validate()
             .map_err(|e| format!("its configuration cannot run: {e}"));
         if let Err(reason) = impossible {
-            entry.problem = Some(format!("damaged: {reason}"));
+            entry.problem = Some(RunProblem::Damaged(reason.clone()));
             entry.life = Life::Damaged;
             return Err(reason);
         }
@@ -210,7 +210,7 @@ impl Supervisor {
                 Err(e) => {
                     let reason = format!("the journal does not replay: {e}");
                     error!(%run, %reason, "run damaged");
-                    entry.problem = Some(format!("damaged: {reason}"));
+                    entry.problem = Some(RunProblem::Damaged(reason.clone()));
                     entry.life = Life::Damaged;
                     return Err(reason);
                 }
@@ -350,7 +350,7 @@ impl Supervisor {
             .min(JOURNAL_RETRY_MAX);
         entry.journal_retries = entry.journal_retries.saturating_add(1);
         warn!(%run, %problem, retry_in_ms = delay.as_millis() as u64, "run paused");
-        entry.problem = Some(problem.clone());
+        entry.problem = Some(RunProblem::Paused(problem.clone()));
         self.notice(run, EventKind::JournalUnavailable { error: problem });
         ctx.run_later(delay, move |act, ctx| act.restart(run, ctx));
     }
@@ -466,8 +466,36 @@ pub struct CancelRun {
 
 /// What is wrong with each run that has a problem (damaged, journal unwritable, restarting).
 #[derive(Message)]
-#[rtype(result = "HashMap<RunId, String>")]
+#[rtype(result = "HashMap<RunId, RunProblem>")]
 pub struct RunProblems;
+
+/// What is wrong with a run, as the supervisor knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunProblem {
+    /// Its journal does not replay, or its stored config cannot run: it is left alone.
+    Damaged(String),
+    /// Its journal could not be written (or read): it waits and retries.
+    Paused(String),
+    /// One of its actors died: it is being restarted from the journal.
+    Restarting(String),
+}
+
+impl RunProblem {
+    pub fn is_damage(&self) -> bool {
+        matches!(self, RunProblem::Damaged(_))
+    }
+}
+
+impl std::fmt::Display for RunProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunProblem::Damaged(reason) => write!(f, "damaged: {reason}"),
+            // The text says what failed ("the journal could not be written: …").
+            RunProblem::Paused(problem) => f.write_str(problem),
+            RunProblem::Restarting(reason) => write!(f, "restarting: {reason}"),
+        }
+    }
+}
 
 /// The live actors of a run, if it is live: for tests and diagnostics.
 #[derive(Message)]
@@ -518,7 +546,7 @@ impl Handler<RunDamaged> for Supervisor {
                 repo: PathBuf::new(),
                 config: RunConfig::default(),
                 generation: 0,
-                problem: Some(format!("damaged: {}", msg.reason)),
+                problem: Some(RunProblem::Damaged(msg.reason.clone())),
                 life: Life::Damaged,
                 restarts: 0,
                 journal_retries: 0,
@@ -567,7 +595,7 @@ impl Handler<MemberStopped> for Supervisor {
                     self.journal_failure(run, reason, ctx);
                     return;
                 }
-                entry.problem = Some(format!("restarting: {reason}"));
+                entry.problem = Some(RunProblem::Restarting(reason.clone()));
                 let restarted = EventKind::RunRestarted { restart, reason };
                 self.record(run, restarted, ctx, move |_, ctx| {
                     ctx.run_later(RESTART_DELAY, move |act, ctx| act.restart(run, ctx));
@@ -664,8 +692,8 @@ impl Handler<CancelRun> for Supervisor {
             Life::Restarting => Box::pin(fut::ready(CancelAnswer::Unavailable(
                 entry
                     .problem
-                    .clone()
-                    .unwrap_or_else(|| "the run is restarting".into()),
+                    .as_ref()
+                    .map_or_else(|| "the run is restarting".into(), ToString::to_string),
             ))),
             Life::Damaged => {
                 // A damaged run has no actors: its end is journaled directly.
