@@ -2,8 +2,19 @@
 //! is the fuzzer's minimized case, or the smallest hand-written form of it, and each test
 //! asserts the behaviour the fix gives, so that it runs on stable in CI.
 
+use std::sync::Arc;
+
 use flotilla::client::{ClientError, parse_events};
-use flotilla_actors::protocol::{Event, EventKind, RunId};
+use flotilla::journal::{RunRecord, SqliteJournal};
+use flotilla_actors::config::{Limits, LimitsError};
+use flotilla_actors::graph::scope::ScopePath;
+use flotilla_actors::llm_output::{PlannerOutput, parse_json_answer};
+use flotilla_actors::ports::{Journal, SystemClock};
+use flotilla_actors::protocol::{
+    ArtifactKind, ArtifactRef, AttemptFailure, Budget, DecompositionReason, Event, EventKind,
+    FailureReason, Handoff, MAX_TASK_DEPTH, PathProblem, RejectionReason, Route, RunId, RunOutcome,
+    StopCondition, TaskId, TaskSpec, TaskState, Usage, Usd,
+};
 use futures::StreamExt;
 
 /// One SSE frame carrying `kind` as event `seq`.
@@ -93,4 +104,358 @@ fn a_stream_that_is_only_part_of_a_byte_order_mark_is_an_error_not_a_panic() {
     }
     assert!(parse(vec![b"\xEF\xBB\xBF".to_vec()]).is_empty());
     assert!(parse(Vec::new()).is_empty());
+}
+
+/// Fuzz finding (target `planner_answer`, issue 11): the parser looked for a Markdown fence
+/// before trying the whole text, so a valid pretty-printed answer whose descriptions mention
+/// ```` ``` ```` was cut between those two fences and refused. The whole text must be taken
+/// when it is valid JSON, with the fences inside its strings kept verbatim.
+#[test]
+fn a_valid_planner_answer_whose_strings_mention_a_fence_is_taken_whole() {
+    let answer = r#"{
+  "scratchpad": "two docs tasks",
+  "tasks": [
+    {"description": "show the example in a ```rust block", "scope": ["a.md"]},
+    {"description": "close the block with ``` on its own line", "scope": ["b.md"]}
+  ]
+}"#;
+    let compact: String = answer.lines().map(str::trim).collect();
+    for text in [answer.to_string(), compact, format!("\n  {answer}\n")] {
+        let out: PlannerOutput = parse_json_answer(&text, 10_000)
+            .unwrap_or_else(|e| panic!("refused a valid answer: {e}\n{text}"));
+        assert_eq!(out.scratchpad.as_deref(), Some("two docs tasks"));
+        let descriptions: Vec<&str> = out.tasks.iter().map(|t| t.description.as_str()).collect();
+        assert_eq!(
+            descriptions,
+            [
+                "show the example in a ```rust block",
+                "close the block with ``` on its own line"
+            ]
+        );
+        assert_eq!(out.tasks[1].scope, ["b.md"]);
+    }
+    // The fence is still stripped when the JSON really is inside one.
+    let fenced = "Here is the plan:\n```json\n{\"tasks\": []}\n```\n";
+    let out: PlannerOutput = parse_json_answer(fenced, 10_000).unwrap();
+    assert!(out.tasks.is_empty());
+}
+
+/// A task id `depth` levels deep, every number the largest there is.
+fn deep_id(depth: u32) -> TaskId {
+    let mut id = TaskId::root(u32::MAX);
+    while id.depth() < depth {
+        id = id.child(u32::MAX);
+    }
+    id
+}
+
+/// One event of every kind about task `t`, with the awkward values: the largest numbers,
+/// text that needs escaping (mirrors the unit test in actors/src/protocol/event.rs).
+fn one_of_each(t: &TaskId) -> Vec<EventKind> {
+    let most = Budget::new(u64::MAX, Usd::from_micros(u64::MAX), u64::MAX);
+    let handoff = Some(Handoff::complete("done \"quoted\" \u{1b}[2J\n"));
+    let artifacts = vec![ArtifactRef {
+        kind: ArtifactKind::Commit,
+        locator: "abc123".into(),
+    }];
+    let reason = RejectionReason::TaskBudgetTooLarge {
+        subtask: usize::MAX,
+        asked: most,
+        max: Budget::default(),
+    };
+    let t = || t.clone();
+    vec![
+        EventKind::RunStarted {
+            request: "fix \u{0}it".into(),
+        },
+        EventKind::PlannerResponded {
+            call: u32::MAX,
+            prompt: "p".into(),
+            content: "```json\n{}\n```".into(),
+            usage: Usage {
+                tokens_in: u64::MAX,
+                tokens_out: u64::MAX,
+                cost_usd: Usd::from_micros(u64::MAX),
+            },
+            error: Some("bad".into()),
+        },
+        EventKind::PlannerGaveUp { error: "e".into() },
+        EventKind::TaskAdded {
+            task: t(),
+            spec: TaskSpec::new("d", &["src/a b"]),
+            budget: most,
+            depends_on: vec![TaskId::root(1), t()],
+        },
+        EventKind::TasksRejected {
+            reason: reason.clone(),
+        },
+        EventKind::TaskReady { task: t() },
+        EventKind::TaskDispatched {
+            task: t(),
+            attempt: u32::MAX,
+            profile: "w".into(),
+            route: Route::Subplanner,
+        },
+        EventKind::TaskStarted {
+            task: t(),
+            attempt: 1,
+        },
+        EventKind::TaskRetried {
+            task: t(),
+            attempt: 1,
+            failure: AttemptFailure::TimedOut { limit_ms: u64::MAX },
+        },
+        EventKind::TaskInterrupted {
+            task: t(),
+            attempt: 1,
+        },
+        EventKind::TaskCompleted {
+            task: t(),
+            attempt: 1,
+            handoff: handoff.clone(),
+            artifacts: artifacts.clone(),
+        },
+        EventKind::TaskFailed {
+            task: t(),
+            attempt: 1,
+            reason: FailureReason::BudgetExceeded {
+                spent: most,
+                budget: most,
+            },
+        },
+        EventKind::TaskCancelled {
+            task: t(),
+            was: TaskState::Synthesizing,
+            reason: "r".into(),
+        },
+        EventKind::DecompositionAccepted {
+            parent: t(),
+            attempt: 1,
+            reason: DecompositionReason::ExternalToolRequired,
+            stop_when: StopCondition::UserDecision,
+            subtasks: vec![t()],
+            handoff,
+            artifacts,
+        },
+        EventKind::DecompositionRejected {
+            parent: t(),
+            attempt: 1,
+            reason,
+        },
+        EventKind::SpendCharged {
+            task: t(),
+            attempt: 1,
+            spent: most,
+        },
+        EventKind::ProposalsStopped {
+            task: t(),
+            attempt: 1,
+            rejections: u32::MAX,
+        },
+        EventKind::SubtasksCompleted { parent: t() },
+        EventKind::AwaitingUserDecision { parent: t() },
+        EventKind::MessageIgnored {
+            task: Some(t()),
+            message: "m".into(),
+            why: "w".into(),
+        },
+        EventKind::PlanningFinished,
+        EventKind::RunCancelRequested { reason: "r".into() },
+        EventKind::RunBudgetExhausted {
+            spent: most,
+            budget: most,
+        },
+        EventKind::RunRestarted {
+            restart: u32::MAX,
+            reason: "the run's TaskGraph actor stopped unexpectedly".into(),
+        },
+        EventKind::JournalUnavailable {
+            error: "disk full".into(),
+        },
+        EventKind::RunFinished {
+            outcome: RunOutcome::Failed,
+            reason: Some("budget exhausted".into()),
+        },
+        EventKind::LlmProgress {
+            role: flotilla_actors::protocol::Role::Worker,
+            task: Some(t()),
+            tokens_out: u64::MAX,
+        },
+    ]
+}
+
+/// Fails to compile when a kind is added without a sample in `one_of_each`.
+fn sampled(kind: &EventKind) -> &'static str {
+    match kind {
+        EventKind::RunStarted { .. }
+        | EventKind::PlannerResponded { .. }
+        | EventKind::PlannerGaveUp { .. }
+        | EventKind::TaskAdded { .. }
+        | EventKind::TasksRejected { .. }
+        | EventKind::TaskReady { .. }
+        | EventKind::TaskDispatched { .. }
+        | EventKind::TaskStarted { .. }
+        | EventKind::TaskRetried { .. }
+        | EventKind::TaskInterrupted { .. }
+        | EventKind::TaskCompleted { .. }
+        | EventKind::TaskFailed { .. }
+        | EventKind::TaskCancelled { .. }
+        | EventKind::DecompositionAccepted { .. }
+        | EventKind::DecompositionRejected { .. }
+        | EventKind::SpendCharged { .. }
+        | EventKind::ProposalsStopped { .. }
+        | EventKind::SubtasksCompleted { .. }
+        | EventKind::AwaitingUserDecision { .. }
+        | EventKind::MessageIgnored { .. }
+        | EventKind::PlanningFinished
+        | EventKind::RunCancelRequested { .. }
+        | EventKind::RunBudgetExhausted { .. }
+        | EventKind::RunFinished { .. }
+        | EventKind::RunRestarted { .. }
+        | EventKind::JournalUnavailable { .. }
+        | EventKind::LlmProgress { .. } => kind.name(),
+    }
+}
+
+/// Fuzz finding (target `task_graph`, issue 11): with `max_depth` above what a task id
+/// holds, a subplan 17 levels deep was journaled with an id that `TaskId` refuses to parse,
+/// so the run's journal no longer read back. Every depth that `Limits::validate` accepts
+/// must round-trip through the journal's JSON encoding, for every event kind; the first
+/// depth ids cannot hold (17) must be refused by `Limits::validate`.
+#[test]
+fn every_event_kind_about_the_deepest_task_limits_allow_round_trips_through_json() {
+    let kinds: std::collections::BTreeSet<&str> =
+        one_of_each(&TaskId::root(1)).iter().map(sampled).collect();
+    assert_eq!(
+        kinds.len(),
+        one_of_each(&TaskId::root(1)).len(),
+        "one of each"
+    );
+
+    let mut deepest_allowed = 0;
+    for depth in 1..=MAX_TASK_DEPTH + 4 {
+        let limits = Limits {
+            max_depth: depth,
+            ..Limits::default()
+        };
+        if limits.validate().is_err() {
+            continue;
+        }
+        deepest_allowed = depth;
+        let id = deep_id(depth);
+        let text = serde_json::to_string(&id).unwrap();
+        assert_eq!(serde_json::from_str::<TaskId>(&text).unwrap(), id, "{text}");
+        for kind in one_of_each(&id) {
+            let event = Event {
+                seq: u64::MAX,
+                run: RunId::generate(),
+                at_ms: u64::MAX,
+                kind,
+            };
+            let json = serde_json::to_string(&event.kind).unwrap();
+            let back: EventKind = serde_json::from_str(&json)
+                .unwrap_or_else(|e| panic!("depth {depth}: {json} does not read back: {e}"));
+            assert_eq!(back, event.kind, "depth {depth}");
+            let json = serde_json::to_string(&event).unwrap();
+            assert_eq!(serde_json::from_str::<Event>(&json).unwrap(), event);
+        }
+    }
+    assert_eq!(deepest_allowed, MAX_TASK_DEPTH);
+    let seventeen = Limits {
+        max_depth: 17,
+        ..Limits::default()
+    };
+    assert_eq!(MAX_TASK_DEPTH + 1, 17);
+    assert_eq!(
+        seventeen.validate(),
+        Err(LimitsError::DepthBeyondTaskId {
+            max_depth: 17,
+            max: MAX_TASK_DEPTH
+        })
+    );
+}
+
+/// The same finding through the real journal: one event of every kind about a task at the
+/// deepest depth limits allow is appended to a `SqliteJournal` and read back unchanged (a
+/// row that does not decode would make the run damaged at the next start).
+#[tokio::test]
+async fn every_event_kind_about_the_deepest_task_reads_back_from_the_sqlite_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal =
+        SqliteJournal::open(&dir.path().join("journal.sqlite"), Arc::new(SystemClock)).unwrap();
+    let run = RunId::generate();
+    let started = journal
+        .create_run(RunRecord {
+            id: run,
+            request: "deep".into(),
+            repo: "/tmp".into(),
+            config: serde_json::Value::Null,
+            created_ms: 0,
+            outcome: None,
+        })
+        .await
+        .unwrap();
+    let deepest = deep_id(MAX_TASK_DEPTH);
+    assert_eq!(
+        Limits {
+            max_depth: deepest.depth(),
+            ..Limits::default()
+        }
+        .validate(),
+        Ok(())
+    );
+    let appended = journal.append(run, one_of_each(&deepest)).await.unwrap();
+    assert_eq!(appended.len(), one_of_each(&deepest).len());
+    let read = journal.read(run, 0).await.unwrap();
+    assert_eq!(read.first(), Some(&started));
+    assert_eq!(read[1..], appended[..]);
+    let kinds: Vec<EventKind> = read[1..].iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(kinds, one_of_each(&deepest));
+}
+
+/// Fuzz finding (target `task_graph`, issue 11): scope normalization was not idempotent.
+/// `"s /"` was stored as `"s "`, which parses to `"s"`: what was validated (and locked) was
+/// not what a replay rebuilt, and `"src/a /"` did not overlap `"src/a"`. Whitespace is now
+/// trimmed around every component: the stored form parses to itself.
+#[test]
+fn scope_paths_normalize_once_and_the_stored_form_parses_to_itself() {
+    let cases = [
+        ("s /", "s"),
+        ("src/a /", "src/a"),
+        (" a//b/ ", "a/b"),
+        ("./x", "x"),
+        ("./src//lib.rs", "src/lib.rs"),
+        (" src / a b .rs ", "src/a b .rs"),
+        ("src/ . /x", "src/x"),
+        ("x/./y/", "x/y"),
+        ("a\u{a0}/\u{a0}b", "a/b"),
+    ];
+    for (raw, stored) in cases {
+        let once = ScopePath::parse(raw, 1024).unwrap_or_else(|e| panic!("{raw:?}: {e}"));
+        assert_eq!(once.as_str(), stored, "{raw:?}");
+        let twice = ScopePath::parse(once.as_str(), 1024).unwrap();
+        assert_eq!(
+            twice, once,
+            "{raw:?} is stored as {once:?}, which parses to {twice:?}"
+        );
+        // And through the journal's JSON encoding.
+        let json = serde_json::to_string(&once).unwrap();
+        assert_eq!(serde_json::from_str::<ScopePath>(&json).unwrap(), once);
+    }
+    let p = |s: &str| ScopePath::parse(s, 1024).unwrap();
+    assert!(p("src/a /").overlaps(&p("src/a")));
+    assert!(p("src/a").overlaps(&p("src/a /")));
+    assert!(p("src/a /").covers(&p("src/a/b.rs")));
+    assert!(!p("src/a /").overlaps(&p("src/ab")));
+    // What is refused once trimmed is refused, not stored in a form that reads differently.
+    for (raw, problem) in [
+        (".git /", PathProblem::GitDirectory),
+        ("..  /", PathProblem::ParentTraversal),
+        ("src/ .. /x", PathProblem::ParentTraversal),
+        ("  . /  ", PathProblem::Empty),
+        ("./~/x", PathProblem::Absolute),
+        (". /C:/x", PathProblem::Absolute),
+    ] {
+        assert_eq!(ScopePath::parse(raw, 1024), Err(problem), "{raw:?}");
+    }
 }

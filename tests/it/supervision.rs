@@ -9,10 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla::client::Client;
-use flotilla::daemon::supervisor::{GetRunMembers, StartRun, Supervisor};
+use flotilla::daemon::supervisor::{GetRunMembers, Member, StartRun, Supervisor};
 use flotilla::journal::{RunRecord, SqliteJournal};
 use flotilla_actors::ports::{Journal, JournalFault, JournalFaults, SystemClock};
-use flotilla_actors::protocol::{AttemptFailure, Event, EventKind, RunId, RunOutcome, TaskId};
+use flotilla_actors::protocol::{
+    AttemptFailure, Event, EventKind, FailureReason, RunId, RunOutcome, TaskId,
+};
+use flotilla_actors::supervision::StopMember;
 use futures::StreamExt;
 
 use crate::daemon_env::*;
@@ -675,4 +678,360 @@ async fn a_stored_run_with_impossible_settings_is_damaged_not_started() {
         "{runs:?}"
     );
     assert_eq!(runs[0]["state"], "damaged");
+}
+
+/// t1 (whose budget the test sets) is decomposed into two subtasks that take a while.
+const DECOMPOSED: &str = r#"
+[[planner.answers]]
+tasks = [{ description = "the long one", scope = ["src/long"] }]
+
+[tasks.t1]
+outcome = "subplan"
+[tasks.t1.subplan]
+subtasks = [
+  { description = "long part a", scope = ["src/long/a.rs"] },
+  { description = "long part b", scope = ["src/long/b.rs"] },
+]
+[tasks."t1.1"]
+delay_ms = 1500
+[tasks."t1.2"]
+delay_ms = 1500
+"#;
+
+/// [`DECOMPOSED`] with t1's wall-time budget at `wall_time_ms`, under limits that allow it.
+fn decomposed_with_wall_time(wall_time_ms: u64) -> serde_json::Value {
+    let mut config: flotilla::config::RunConfig =
+        serde_json::from_value(run_config(DECOMPOSED, 2)).unwrap();
+    config.limits.max_task_budget.wall_time_ms = u64::MAX;
+    config.limits.run_budget.wall_time_ms = u64::MAX;
+    let t1 = &mut config.scenario.planner.answers[0].tasks.as_mut().unwrap()[0];
+    t1["budget"] = serde_json::json!({
+        "tokens": 100_000,
+        "cost_usd": 1.0,
+        "wall_time_ms": wall_time_ms,
+    });
+    config.validate().expect("the limits allow the huge budget");
+    serde_json::to_value(config).unwrap()
+}
+
+/// Issue: "A `wall_time_ms` of `i64::MAX` overflows at the deadline computation in
+/// supervisor.rs on recovery." The daemon is killed while t1 (with a wall-time budget of
+/// i64::MAX, then u64::MAX ms) waits for its subtasks; the restarted daemon computes t1's
+/// decomposition deadline from the journal (`recovery`). It must neither panic (an overflow
+/// in a debug build) nor wrap into a deadline already passed (a release build): the run
+/// resumes, its subtasks run again, and t1 completes instead of failing on a deadline.
+#[tokio::test]
+async fn a_huge_wall_time_budget_survives_recovery_of_a_task_waiting_for_its_subtasks() {
+    for wall_time_ms in [i64::MAX as u64, u64::MAX] {
+        let state = tempfile::tempdir().unwrap();
+        let repo = git_repo();
+        let daemon = DaemonProcess::start(state.path());
+        let client = DaemonProcess::client(state.path());
+        let run = submit(
+            &client,
+            repo.path(),
+            decomposed_with_wall_time(wall_time_ms),
+        )
+        .await;
+        wait_for(
+            &client,
+            &run,
+            "a started subtask",
+            |e| matches!(&e.kind, EventKind::TaskStarted { task, .. } if task.depth() == 2),
+        )
+        .await;
+        daemon.kill();
+
+        // The crash caught t1 waiting for its subtasks, with its huge budget.
+        let before = journal_kinds(state.path(), &run);
+        assert!(
+            before.iter().any(|k| matches!(k,
+                EventKind::TaskAdded { task, budget, .. }
+                    if task.to_string() == "t1" && budget.wall_time_ms == wall_time_ms)),
+            "{before:?}"
+        );
+        assert!(
+            before.iter().any(|k| matches!(k,
+                EventKind::DecompositionAccepted { parent, .. } if parent.to_string() == "t1")),
+            "{before:?}"
+        );
+        assert!(
+            !before.iter().any(|k| matches!(
+                k,
+                EventKind::SubtasksCompleted { .. } | EventKind::RunFinished { .. }
+            )),
+            "the kill came too late: {before:?}"
+        );
+
+        let daemon = DaemonProcess::start(state.path());
+        let events = follow_to_end(&client, &run, None).await;
+        let log = daemon.log();
+        assert_eq!(
+            outcome(&events),
+            Some(RunOutcome::Completed),
+            "wall_time_ms = {wall_time_ms}; daemon log:\n{log}"
+        );
+        assert!(!log.contains("panicked"), "{log}");
+        let runs: Vec<serde_json::Value> = client.get("/v1/runs").await.unwrap();
+        let listed = runs.iter().find(|r| r["id"] == run.as_str()).unwrap();
+        assert!(listed["problem"].is_null(), "not damaged: {listed}");
+        drop(daemon);
+
+        let kinds = journal_kinds(state.path(), &run);
+        let resumed = &kinds[before.len()..];
+        assert!(
+            resumed.iter().any(|k| matches!(k,
+                EventKind::TaskInterrupted { task, .. } if task.depth() == 2)),
+            "the restart interrupted the subtasks in flight: {resumed:?}"
+        );
+        assert!(
+            !kinds.iter().any(|k| matches!(
+                k,
+                EventKind::TaskFailed {
+                    reason: FailureReason::DecompositionDeadline { .. },
+                    ..
+                }
+            )),
+            "the re-armed deadline is not already due: {kinds:?}"
+        );
+        assert!(
+            resumed.iter().any(|k| matches!(k,
+                EventKind::SubtasksCompleted { parent } if parent.to_string() == "t1")),
+            "{resumed:?}"
+        );
+        assert!(
+            resumed.iter().any(|k| matches!(k,
+                EventKind::TaskCompleted { task, .. } if task.to_string() == "t1")),
+            "t1 completed after the restart: {resumed:?}"
+        );
+        assert_each_task_completed_once(&kinds);
+    }
+}
+
+/// POSTs a cancel of `run`; its status, bounded in time (an acknowledgement that never comes
+/// is not one).
+async fn cancel(client: &Client, run: &str) -> hyper::StatusCode {
+    let path = format!("/v1/runs/{run}/cancel");
+    let asked = client.raw(hyper::Method::POST, &path, None);
+    let (status, _) = tokio::time::timeout(Duration::from_secs(30), asked)
+        .await
+        .expect("the cancel was answered within 30 s")
+        .unwrap();
+    status
+}
+
+/// The deterministic form of `a_cancel_is_journaled_before_it_is_acknowledged`: while the
+/// journal refuses every append, a cancel cannot be journaled, so it must not be
+/// acknowledged (the supervisor answers `Unavailable`: 503, "try again"); once the journal
+/// takes writes again, a cancel is acknowledged, and by then `RunCancelRequested` is in the
+/// file, and the run ends cancelled.
+#[tokio::test]
+async fn a_cancel_the_journal_cannot_take_is_not_acknowledged_and_one_it_can_take_is() {
+    let (daemon, faults, run) = faulted_run(4, 5_000, "task_started").await;
+    faults.set(JournalFault::FailAppends);
+    let refused = cancel(&daemon.client, &run).await;
+    assert_eq!(
+        refused,
+        hyper::StatusCode::SERVICE_UNAVAILABLE,
+        "a cancel that is not in the journal is not acknowledged"
+    );
+    let kinds = journal_kinds(daemon.state_dir(), &run);
+    assert!(
+        !kinds.iter().any(|k| matches!(
+            k,
+            EventKind::RunCancelRequested { .. } | EventKind::RunFinished { .. }
+        )),
+        "nothing could be journaled: {kinds:?}"
+    );
+    // However often it is asked while the journal refuses writes.
+    for _ in 0..3 {
+        assert_ne!(
+            cancel(&daemon.client, &run).await,
+            hyper::StatusCode::ACCEPTED
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    faults.set(JournalFault::None);
+    // The run resumes once its supervisor retries (backing off): until then it answers 503.
+    let mut acknowledged = false;
+    for _ in 0..150 {
+        let status = cancel(&daemon.client, &run).await;
+        if status == hyper::StatusCode::ACCEPTED {
+            acknowledged = true;
+            break;
+        }
+        assert_eq!(status, hyper::StatusCode::SERVICE_UNAVAILABLE);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        acknowledged,
+        "no cancel acknowledged within 30 s of the journal's return"
+    );
+    // Read right after the 202, from the file.
+    let kinds = journal_kinds(daemon.state_dir(), &run);
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| matches!(k, EventKind::RunCancelRequested { .. }))
+            .count(),
+        1,
+        "{kinds:?}"
+    );
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Cancelled));
+}
+
+/// A Supervisor driven directly (no HTTP), running `scenario(n, delay_ms)` on two workers:
+/// the supervisor, its journal, the run and the hub's receiver.
+async fn supervised_run(
+    state: &Path,
+    n: usize,
+    delay_ms: u64,
+) -> (
+    actix::Addr<Supervisor>,
+    SqliteJournal,
+    RunId,
+    tokio::sync::broadcast::Receiver<Event>,
+) {
+    let journal =
+        SqliteJournal::open(&state.join("journal.sqlite"), Arc::new(SystemClock)).unwrap();
+    let (hub, events) = tokio::sync::broadcast::channel(4096);
+    let supervisor = actix::Actor::start(Supervisor::new(
+        journal.clone(),
+        Arc::new(journal.clone()),
+        Arc::new(SystemClock),
+        hub,
+        state.join("workspaces"),
+        Arc::new(flotilla::providers::ProviderRegistry::new().unwrap()),
+    ));
+    let run = RunId::generate();
+    let config: flotilla::config::RunConfig =
+        serde_json::from_value(run_config(&scenario(n, delay_ms, ""), 2)).unwrap();
+    let started = journal
+        .create_run(RunRecord {
+            id: run,
+            request: "r".into(),
+            repo: "/tmp".into(),
+            config: serde_json::to_value(&config).unwrap(),
+            created_ms: 0,
+            outcome: None,
+        })
+        .await
+        .unwrap();
+    supervisor
+        .send(StartRun {
+            run,
+            request: "r".into(),
+            repo: "/tmp".into(),
+            config,
+            journal: vec![started],
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    (supervisor, journal, run, events)
+}
+
+/// Receives hub events of `run` until `pick` accepts one (bounded).
+async fn hub_until(
+    events: &mut tokio::sync::broadcast::Receiver<Event>,
+    run: RunId,
+    what: &str,
+    pick: impl Fn(&EventKind) -> bool,
+) -> EventKind {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let e = events.recv().await.unwrap();
+            if e.run == run && pick(&e.kind) {
+                return e.kind;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {what} within 60 s"))
+}
+
+/// `a_task_graph_that_dies_is_restarted_from_the_journal_and_the_run_completes` for the
+/// other members. Nothing in a scenario or the journal's fault switch can make the Planner,
+/// Dispatch or the WorkerPool panic, so each is made to end in the middle of the run the one
+/// way it can be from outside: `StopMember` sent to it alone. A member that ends while its
+/// run is live, for whatever reason, means the run's actors no longer agree: the supervisor
+/// stops the others, journals one `RunRestarted` naming the member, restarts the run from
+/// the journal, and the run completes with every task completed exactly once.
+#[actix::test]
+async fn a_planner_dispatch_or_worker_pool_that_dies_mid_run_is_restarted_and_the_run_completes() {
+    for (member, name) in [
+        (Member::Planner, "Planner"),
+        (Member::Dispatch, "Dispatch"),
+        (Member::Workers, "Workers"),
+    ] {
+        let state = tempfile::tempdir().unwrap();
+        let (supervisor, journal, run, mut events) = supervised_run(state.path(), 8, 150).await;
+        hub_until(&mut events, run, "a completed task", |k| {
+            matches!(k, EventKind::TaskCompleted { .. })
+        })
+        .await;
+        let before = supervisor
+            .send(GetRunMembers(run))
+            .await
+            .unwrap()
+            .expect("the run is live");
+        match member {
+            Member::Planner => before.planner.do_send(StopMember),
+            Member::Dispatch => before.dispatch.do_send(StopMember),
+            Member::Workers => before.workers.do_send(StopMember),
+            Member::TaskGraph => unreachable!(),
+        }
+        let restarted = hub_until(&mut events, run, "run_restarted", |k| {
+            matches!(
+                k,
+                EventKind::RunRestarted { .. } | EventKind::RunFinished { .. }
+            )
+        })
+        .await;
+        let EventKind::RunRestarted { restart, reason } = restarted else {
+            panic!("{name}: the run finished instead of restarting: {restarted:?}");
+        };
+        assert_eq!(restart, 1, "{name}");
+        assert!(reason.contains(name), "{name}: {reason}");
+        let finished = hub_until(&mut events, run, "run_finished", |k| {
+            matches!(k, EventKind::RunFinished { .. })
+        })
+        .await;
+        assert!(
+            matches!(
+                finished,
+                EventKind::RunFinished {
+                    outcome: RunOutcome::Completed,
+                    ..
+                }
+            ),
+            "{name}: {finished:?}"
+        );
+        // The earlier life's actors were all stopped, not left running beside the new ones.
+        for _ in 0..200 {
+            if !before.any_alive() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!before.any_alive(), "{name}: the old members still run");
+        let kinds: Vec<EventKind> = journal
+            .read(run, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds
+                .iter()
+                .filter(|k| matches!(k, EventKind::RunRestarted { .. }))
+                .count(),
+            1,
+            "{name}: {kinds:?}"
+        );
+        assert_each_task_completed_once(&kinds);
+    }
 }
