@@ -13,6 +13,7 @@ use flotilla_actors::actors::{PlannerConfig, PlannerConfigError, WorkerProfile};
 use flotilla_actors::config::{Limits, LimitsError};
 use serde::{Deserialize, Serialize};
 
+use crate::prompts::{PromptError, PromptOverrides, check_overrides, load_overrides};
 use crate::providers::settings::{
     Price, ProviderSettings, ProviderSettingsError, ProviderSpec, RoleModels,
 };
@@ -40,6 +41,10 @@ pub struct FileConfig {
     /// USD per million tokens, by `provider/model`.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
+    /// A directory (relative to this file) whose `root-planner.md`, `subplanner.md`,
+    /// `worker.md` or `reconciler.md` replace the built-in prompts.
+    #[serde(default)]
+    pub prompts_dir: Option<PathBuf>,
 }
 
 /// `[provider]`: the scripted provider's scenario, which serves every role `[roles]` leaves
@@ -77,6 +82,9 @@ pub struct RunConfig {
     /// Real models for the roles (never keys: names of the daemon's environment variables).
     #[serde(default)]
     pub models: ProviderSettings,
+    /// Prompts that replace built-in ones, by file name (read from `prompts_dir`).
+    #[serde(default)]
+    pub prompts: PromptOverrides,
 }
 
 /// Why a run's configuration cannot run, naming the part at fault.
@@ -90,6 +98,8 @@ pub enum RunConfigError {
     Models(#[from] ProviderSettingsError),
     #[error("the scenario: {0}")]
     Scenario(String),
+    #[error("a prompt: {0}")]
+    Prompt(#[from] PromptError),
 }
 
 /// The largest config or scenario file read. Anything bigger is refused unread.
@@ -178,6 +188,8 @@ pub enum ConfigError {
         source: ProviderSettingsError,
     },
     #[error("{path}: {source}")]
+    Prompt { path: PathBuf, source: PromptError },
+    #[error("{path}: {source}")]
     Scenario {
         path: PathBuf,
         source: ScenarioError,
@@ -227,12 +239,17 @@ impl RunConfig {
             }
         })?;
         let models = models_of(file.providers, file.roles, file.prices, path)?;
+        let prompts = match &file.prompts_dir {
+            Some(dir) => load_overrides(&path.parent().unwrap_or(Path::new(".")).join(dir))?,
+            None => PromptOverrides::new(),
+        };
         Ok(RunConfig {
             limits: file.limits,
             planner: file.planner,
             workers: file.workers,
             scenario,
             models,
+            prompts,
         })
     }
 
@@ -252,6 +269,7 @@ impl RunConfig {
         self.scenario
             .check()
             .map_err(|e| RunConfigError::Scenario(e.to_string()))?;
+        check_overrides(&self.prompts)?;
         Ok(())
     }
 
@@ -489,6 +507,38 @@ mod tests {
             assert!(matches!(err, ConfigError::Limits { .. }), "{err}");
             assert!(err.to_string().contains(field), "{err}");
         }
+    }
+
+    #[test]
+    fn a_prompts_dir_overrides_prompts_and_a_bad_placeholder_is_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.toml"), "").unwrap();
+        std::fs::create_dir(dir.path().join("mine")).unwrap();
+        std::fs::write(
+            dir.path().join("mine/root-planner.md"),
+            "Plan at most {{max_subtasks}} things.",
+        )
+        .unwrap();
+        let path = dir.path().join("flotilla.toml");
+        std::fs::write(
+            &path,
+            "prompts_dir = \"mine\"\n[provider]\nscenario = \"s.toml\"\n",
+        )
+        .unwrap();
+        let config = RunConfig::load(&path).unwrap();
+        assert_eq!(
+            crate::prompts::for_role(
+                flotilla_actors::protocol::Role::Planner,
+                &config.prompts,
+                &config.limits
+            ),
+            "Plan at most 10 things."
+        );
+        config.validate().unwrap();
+        std::fs::write(dir.path().join("mine/root-planner.md"), "{{max_subtask}}").unwrap();
+        let err = RunConfig::load(&path).unwrap_err();
+        assert!(matches!(err, ConfigError::Prompt { .. }), "{err}");
+        assert!(err.to_string().contains("max_subtask"), "{err}");
     }
 
     #[test]

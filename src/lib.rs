@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod git_repo;
 pub mod journal;
 pub mod paths;
+pub mod prompts;
 pub mod providers;
 pub mod render;
 pub mod scripted;

@@ -29,8 +29,8 @@ use flotilla_actors::actors::{self, Dispatch, Exchange, Planner, Recovery, TaskG
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{Agent, Clock, Journal, Llm};
 use flotilla_actors::protocol::{
-    Event, EventKind, Published, RootHandoff, RunId, RunOutcome, TaskId, TaskState, ToPlanner,
-    ToTaskGraph, UserDecision,
+    Event, EventKind, Published, Role, RootHandoff, RunId, RunOutcome, TaskId, TaskState,
+    ToPlanner, ToTaskGraph, UserDecision,
 };
 use flotilla_actors::supervision::{Lifeline, StopCause, StopMember};
 use tokio::sync::broadcast;
@@ -39,10 +39,9 @@ use tracing::{error, info, warn};
 use crate::config::RunConfig;
 use crate::git_repo::GitRepo;
 use crate::journal::SqliteJournal;
+use crate::prompts;
 use crate::providers::ProviderRegistry;
 use crate::scripted::{ScriptedAgent, ScriptedLlm};
-
-const ROOT_PLANNER_PROMPT: &str = include_str!("../../prompts/root-planner.md");
 
 /// First wait before retrying a run whose journal could not be written; doubles up to
 /// [`JOURNAL_RETRY_MAX`].
@@ -275,7 +274,7 @@ impl Supervisor {
         let planner = Planner::new(
             run,
             request,
-            ROOT_PLANNER_PROMPT.to_string(),
+            prompts::for_role(Role::Planner, &config.prompts, &config.limits),
             llm,
             graph_addr.clone().recipient(),
             config.planner.clone(),

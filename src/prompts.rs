@@ -1,0 +1,257 @@
+//! The system prompt of each role. The project's own (prompts/*.md) are built into the
+//! binary; a `prompts_dir` in flotilla.toml overrides any of them with a file of the same
+//! name. Overrides are read when the run is submitted and stored with the run's config, so a
+//! resumed run keeps the prompts it started with.
+//!
+//! A prompt may name a run's limits as `{{placeholder}}` (see [`PLACEHOLDERS`]), so that what
+//! it tells the model agrees with what flotilla enforces. Every placeholder must be known:
+//! an unknown one is refused when the prompt is loaded, never sent to a model unfilled.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use flotilla_actors::config::Limits;
+use flotilla_actors::protocol::Role;
+
+/// The built-in prompts: (role, file name, text).
+pub const BUILT_IN: [(Role, &str, &str); 4] = [
+    (
+        Role::Planner,
+        "root-planner.md",
+        include_str!("../prompts/root-planner.md"),
+    ),
+    (
+        Role::Subplanner,
+        "subplanner.md",
+        include_str!("../prompts/subplanner.md"),
+    ),
+    (
+        Role::Worker,
+        "worker.md",
+        include_str!("../prompts/worker.md"),
+    ),
+    (
+        Role::Reconciler,
+        "reconciler.md",
+        include_str!("../prompts/reconciler.md"),
+    ),
+];
+
+/// Every placeholder a prompt may use.
+pub const PLACEHOLDERS: [&str; 6] = [
+    "max_subtasks",
+    "max_depth",
+    "subplanner_scope_threshold",
+    "max_scope_paths",
+    "max_description_bytes",
+    "max_nodes",
+];
+
+/// The value of each placeholder for a run with `limits`.
+fn values(limits: &Limits) -> [(&'static str, String); 6] {
+    [
+        ("max_subtasks", limits.max_subtasks.to_string()),
+        ("max_depth", limits.max_depth.to_string()),
+        (
+            "subplanner_scope_threshold",
+            limits.subplanner_scope_threshold.to_string(),
+        ),
+        ("max_scope_paths", limits.max_scope_paths.to_string()),
+        (
+            "max_description_bytes",
+            limits.max_description_bytes.to_string(),
+        ),
+        ("max_nodes", limits.max_nodes.to_string()),
+    ]
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PromptError {
+    #[error("{file}: unknown placeholder {{{{{name}}}}}; known: {known}")]
+    UnknownPlaceholder {
+        file: String,
+        name: String,
+        known: String,
+    },
+    #[error("{file}: a `{{{{` is not closed by `}}}}`")]
+    Unclosed { file: String },
+    #[error("{file}: the prompt is empty")]
+    Empty { file: String },
+}
+
+/// The names of the placeholders `template` uses, in order.
+fn placeholders_in<'a>(template: &'a str, file: &str) -> Result<Vec<&'a str>, PromptError> {
+    let mut names = Vec::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let end = after.find("}}").ok_or_else(|| PromptError::Unclosed {
+            file: file.to_string(),
+        })?;
+        names.push(after[..end].trim());
+        rest = &after[end + 2..];
+    }
+    Ok(names)
+}
+
+/// Checks that `template` uses only known placeholders.
+pub fn check(template: &str, file: &str) -> Result<(), PromptError> {
+    if template.trim().is_empty() {
+        return Err(PromptError::Empty {
+            file: file.to_string(),
+        });
+    }
+    for name in placeholders_in(template, file)? {
+        if !PLACEHOLDERS.contains(&name) {
+            return Err(PromptError::UnknownPlaceholder {
+                file: file.to_string(),
+                name: name.to_string(),
+                known: PLACEHOLDERS.join(", "),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `template` with its placeholders filled from `limits` (checked with [`check`] first).
+pub fn render(template: &str, limits: &Limits) -> String {
+    let values = values(limits);
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let name = after[..end].trim();
+        match values.iter().find(|(n, _)| *n == name) {
+            Some((_, value)) => out.push_str(value),
+            None => out.push_str(&rest[start..start + 2 + end + 2]),
+        }
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Prompts from a `prompts_dir` that replace built-in ones, by file name.
+pub type PromptOverrides = BTreeMap<String, String>;
+
+/// The prompt `role` runs with: its override if the run has one, else the built-in one,
+/// with placeholders filled.
+pub fn for_role(role: Role, overrides: &PromptOverrides, limits: &Limits) -> String {
+    let (_, file, built_in) = BUILT_IN
+        .iter()
+        .find(|(r, _, _)| *r == role)
+        .copied()
+        .unwrap_or(BUILT_IN[0]);
+    render(overrides.get(file).map_or(built_in, String::as_str), limits)
+}
+
+/// Reads the overrides in `dir`: each built-in prompt's file name that exists there. Files
+/// are read as configs are (regular files only, size-capped) and checked.
+pub fn load_overrides(dir: &Path) -> Result<PromptOverrides, crate::config::ConfigError> {
+    let mut overrides = PromptOverrides::new();
+    if !dir.is_dir() {
+        return Err(crate::config::ConfigError::NotAFile { path: dir.into() });
+    }
+    for (_, file, _) in BUILT_IN {
+        let path = dir.join(file);
+        if !path.exists() {
+            continue;
+        }
+        let text = crate::config::read(&path)?;
+        check(&text, &path.display().to_string()).map_err(|source| {
+            crate::config::ConfigError::Prompt {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        overrides.insert(file.to_string(), text);
+    }
+    Ok(overrides)
+}
+
+/// Checks stored overrides (a config that came in a request's body).
+pub fn check_overrides(overrides: &PromptOverrides) -> Result<(), PromptError> {
+    for (file, text) in overrides {
+        if !BUILT_IN.iter().any(|(_, name, _)| name == file) {
+            return Err(PromptError::UnknownPlaceholder {
+                file: file.clone(),
+                name: "(not a prompt file)".into(),
+                known: BUILT_IN.map(|(_, name, _)| name).join(", "),
+            });
+        }
+        check(text, file)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_placeholder_of_every_built_in_prompt_is_filled() {
+        let limits = Limits {
+            max_subtasks: 7,
+            ..Limits::default()
+        };
+        for (role, file, text) in BUILT_IN {
+            check(text, file).unwrap();
+            let rendered = for_role(role, &PromptOverrides::new(), &limits);
+            assert!(!rendered.contains("{{"), "{file} keeps a placeholder");
+            assert!(!rendered.contains("}}"), "{file} keeps a placeholder");
+        }
+        // The limits the prompts state are the run's.
+        let subplanner = for_role(Role::Subplanner, &PromptOverrides::new(), &limits);
+        assert!(subplanner.contains("At most 7 subtasks"), "{subplanner}");
+        assert!(
+            PLACEHOLDERS
+                .iter()
+                .all(|p| values(&limits).iter().any(|(n, _)| n == p)),
+            "every placeholder has a value"
+        );
+    }
+
+    #[test]
+    fn unknown_or_unclosed_placeholders_are_refused() {
+        assert!(matches!(
+            check("plan {{max_subtaks}} tasks", "p.md"),
+            Err(PromptError::UnknownPlaceholder { name, .. }) if name == "max_subtaks"
+        ));
+        assert!(matches!(
+            check("plan {{max_subtasks tasks", "p.md"),
+            Err(PromptError::Unclosed { .. })
+        ));
+        assert!(matches!(
+            check("  \n", "p.md"),
+            Err(PromptError::Empty { .. })
+        ));
+        check("at most {{ max_subtasks }} tasks", "p.md").unwrap();
+    }
+
+    #[test]
+    fn an_override_replaces_only_its_role() {
+        let mut overrides = PromptOverrides::new();
+        overrides.insert(
+            "root-planner.md".into(),
+            "Plan with {{max_depth}} levels".into(),
+        );
+        let limits = Limits::default();
+        assert_eq!(
+            for_role(Role::Planner, &overrides, &limits),
+            "Plan with 3 levels"
+        );
+        assert!(for_role(Role::Subplanner, &overrides, &limits).starts_with("# Subplanner"));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("worker.md"), "{{nope}}").unwrap();
+        let err = load_overrides(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("nope") && err.contains("worker.md"), "{err}");
+        std::fs::write(dir.path().join("worker.md"), "Work.").unwrap();
+        let loaded = load_overrides(dir.path()).unwrap();
+        assert_eq!(loaded.keys().collect::<Vec<_>>(), ["worker.md"]);
+    }
+}
