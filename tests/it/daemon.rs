@@ -448,3 +448,112 @@ outcome = "hang"
     assert_eq!(status, StatusCode::ACCEPTED);
     daemon.stop();
 }
+
+/// A run whose planner is a real (HTTP, OpenAI-compatible, streaming) provider, with
+/// scripted workers: the key goes from the daemon's environment into the request header and
+/// nowhere else (not the journal, not the log); every call's usage is journaled, priced from
+/// the price table, and the run's spent tokens in `status` are exactly the sum of what the
+/// journal recorded (planner usage and the workers' charges), counted once.
+#[tokio::test]
+async fn a_real_planner_is_metered_once_and_its_key_stays_in_the_daemons_environment() {
+    use wiremock::matchers::{header, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    const KEY: &str = "sk-metered-secret-0451";
+    // SAFETY: set once, by this test only (a name no other test uses); the daemon under
+    // test reads it from its (this) process's environment, as a real daemon would.
+    unsafe { std::env::set_var("FLOTILLA_METERED_TEST_KEY", KEY) };
+    let server = MockServer::start().await;
+    let sse = |content: &str, usage: (u64, u64)| {
+        let chunk = |v: serde_json::Value| format!("data: {v}\n\n");
+        let mut body = String::new();
+        // The answer in two pieces, then usage in its own chunk, as OpenAI streams it.
+        let (a, b) = content.split_at(content.len() / 2);
+        for piece in [a, b] {
+            body.push_str(&chunk(serde_json::json!({
+                "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]
+            })));
+        }
+        body.push_str(&chunk(serde_json::json!({
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]
+        })));
+        body.push_str(&chunk(serde_json::json!({
+            "choices": [],
+            "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1}
+        })));
+        body.push_str("data: [DONE]\n\n");
+        ResponseTemplate::new(200)
+            .insert_header("content-type", "text/event-stream")
+            .set_body_string(body)
+    };
+    let first = r#"{"scratchpad": "s", "tasks": [
+        {"description": "write the lexer", "scope": ["src/lex.rs"], "acceptance": "it lexes"},
+        {"description": "write the parser", "scope": ["src/parse.rs"], "acceptance": "it parses"}
+    ]}"#;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .respond_with(sse(first, (1000, 200)))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .respond_with(sse(r#"{"tasks": []}"#, (1500, 10)))
+        .with_priority(2)
+        .mount(&server)
+        .await;
+
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let mut config = run_config("[agent]\ndelay_ms = 10\n", 2);
+    config["models"] = serde_json::json!({
+        "providers": {"local": {
+            "kind": "openai",
+            "base_url": format!("{}/v1", server.uri()),
+            "api_key_env": "FLOTILLA_METERED_TEST_KEY",
+        }},
+        "roles": {"planner": "local/tiny"},
+        "prices": {"local/tiny": {"input": 2.0, "output": 10.0}},
+    });
+    let run = submit(&daemon.client, repo.path(), config).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+
+    let mut recorded = 0u64;
+    let mut planner_cost = 0u64;
+    let mut calls = 0;
+    for e in &events {
+        match &e.kind {
+            EventKind::PlannerResponded { usage, .. } => {
+                calls += 1;
+                recorded += usage.tokens_in + usage.tokens_out;
+                planner_cost += usage.cost_usd.micros();
+            }
+            EventKind::SpendCharged { spent, .. } => recorded += spent.tokens,
+            _ => {}
+        }
+    }
+    assert!(
+        calls >= 2,
+        "a sprint, then the empty answer that ends planning"
+    );
+    // 1000 in × $2/M + 200 out × $10/M = 4000 µ$; each later call 1500 × 2 + 10 × 10 = 3100.
+    assert_eq!(planner_cost, 4_000 + 3_100 * (calls - 1));
+    let status: serde_json::Value = daemon.client.get(&format!("/v1/runs/{run}")).await.unwrap();
+    assert_eq!(
+        status["graph"]["run_spent"]["tokens"].as_u64(),
+        Some(recorded),
+        "status counts exactly what the journal recorded: {status}"
+    );
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        calls as usize
+    );
+    let journal = journal_dump(daemon.state_dir(), 10_000);
+    assert!(!journal.contains(KEY), "the key is in the journal");
+    assert!(!daemon.log_text().contains(KEY), "the key is in the log");
+    assert!(!serde_json::to_string(&events).unwrap().contains(KEY));
+}

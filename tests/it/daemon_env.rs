@@ -200,6 +200,11 @@ impl InProcessDaemon {
         }
     }
 
+    /// What the daemon logged so far.
+    pub fn log_text(&self) -> String {
+        self.log.text()
+    }
+
     pub fn state_dir(&self) -> &Path {
         self.state.as_ref().unwrap().path()
     }
