@@ -14,6 +14,7 @@ pub mod actors;
 pub mod config;
 pub mod graph;
 pub mod llm_output;
+pub mod planner_context;
 pub mod ports;
 pub mod protocol;
 pub mod supervision;

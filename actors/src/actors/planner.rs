@@ -32,7 +32,6 @@
 //!
 //! Nothing polls: every step is a message or a timer.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::llm_output::{PlannerOutput, parse_json_answer};
+use crate::planner_context::RepoContext;
 use crate::ports::{
     ChatMessage, Clock, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo, RepoError,
     RepoSnapshot, Role, SystemClock,
@@ -182,22 +182,10 @@ pub struct Planner {
     repo: Option<Arc<dyn Repo>>,
     /// Where live notices go (a streaming call's progress): the run's supervisor.
     notices: Option<Recipient<Published>>,
-    /// What the last prompt told the planner about the repository, so that follow-ups send
-    /// only what changed. `None` until a prompt carried the file tree (and after a restart:
-    /// the next prompt then carries it whole again).
-    told: Option<ToldState>,
+    /// What the prompts told the model about the repository, so that follow-ups send only
+    /// what changed.
+    repo_context: RepoContext,
 }
-
-/// The repository as the planner last saw it.
-#[derive(Debug, Clone, Default)]
-struct ToldState {
-    files: HashSet<String>,
-    /// Planning documents by name, as last sent.
-    docs: HashMap<String, String>,
-}
-
-/// Documents re-sent in a follow-up when their text changed (the others are read once).
-const LIVE_DOCS: [&str; 2] = ["FEATURES.json", "DECISIONS.md"];
 
 /// The least time between two progress notices of one call.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
@@ -247,7 +235,7 @@ impl Planner {
             cancel: CancellationToken::new(),
             repo: None,
             notices: None,
-            told: None,
+            repo_context: RepoContext::default(),
         }
     }
 
@@ -303,7 +291,7 @@ impl Planner {
         if self.conversation.is_empty() {
             msg.push_str(&format!("## Request\n{}\n\n", self.request));
             if let Some(repo) = repo {
-                self.initial_repo_state(&mut msg, repo);
+                msg.push_str(&self.repo_context.initial(repo));
             }
             msg.push_str(
                 "This is the first planning call. Plan the first sprint: only tasks you can fully specify now.\n",
@@ -311,7 +299,7 @@ impl Planner {
             return msg;
         }
         if let Some(repo) = repo {
-            self.repo_delta(&mut msg, repo);
+            msg.push_str(&self.repo_context.follow_up(repo));
         }
         if std::mem::take(&mut self.remind_empty) {
             self.reminded = true;
@@ -365,116 +353,6 @@ impl Planner {
         }
         msg.push_str("Plan the next sprint, or answer with an empty task list if the request is fully done.\n");
         msg
-    }
-
-    /// The repository in full: planning documents, file tree, recent commits.
-    fn initial_repo_state(&mut self, msg: &mut String, repo: Result<RepoSnapshot, RepoError>) {
-        let snapshot = match repo {
-            Ok(snapshot) => snapshot,
-            Err(e) => {
-                msg.push_str(&format!("(The repository could not be read: {e}.)\n\n"));
-                return;
-            }
-        };
-        for (name, text) in &snapshot.docs {
-            let what = match name.as_str() {
-                "SPEC.md" => " (product specification: binding)",
-                "FEATURES.json" => " (binding)",
-                "AGENTS.md" => " (coding conventions)",
-                "DECISIONS.md" => " (architecture decisions)",
-                _ => "",
-            };
-            msg.push_str(&format!("## {name}{what}\n{text}\n\n"));
-        }
-        self.push_file_tree(msg, &snapshot, "");
-        if !snapshot.recent_commits.is_empty() {
-            msg.push_str("## Recent commits\n");
-            for c in &snapshot.recent_commits {
-                msg.push_str(&format!("{c}\n"));
-            }
-            msg.push('\n');
-        }
-        self.remember(snapshot);
-    }
-
-    fn push_file_tree(&self, msg: &mut String, snapshot: &RepoSnapshot, note: &str) {
-        let total = snapshot.files.len() + snapshot.files_omitted;
-        if total == 0 {
-            msg.push_str("## Repository file tree\n(empty: nothing is committed on main yet)\n\n");
-            return;
-        }
-        msg.push_str(&format!("## Repository file tree ({total} files{note})\n"));
-        for f in &snapshot.files {
-            msg.push_str(f);
-            msg.push('\n');
-        }
-        if snapshot.files_omitted > 0 {
-            msg.push_str(&format!("… and {} more\n", snapshot.files_omitted));
-        }
-        msg.push('\n');
-    }
-
-    /// What changed since the last prompt: files added and removed, the live documents
-    /// whose text changed. Unchanged state is not sent again.
-    fn repo_delta(&mut self, msg: &mut String, repo: Result<RepoSnapshot, RepoError>) {
-        let snapshot = match repo {
-            Ok(snapshot) => snapshot,
-            Err(e) => {
-                msg.push_str(&format!("(The repository could not be read: {e}.)\n\n"));
-                return;
-            }
-        };
-        let Some(told) = &self.told else {
-            // Nothing was sent in this life (a restart): send the tree whole once.
-            self.push_file_tree(msg, &snapshot, "; sent in full after a restart");
-            self.remember(snapshot);
-            return;
-        };
-        let current: HashSet<&str> = snapshot.files.iter().map(String::as_str).collect();
-        let added: Vec<&str> = snapshot
-            .files
-            .iter()
-            .map(String::as_str)
-            .filter(|f| !told.files.contains(*f))
-            .collect();
-        let mut removed: Vec<&str> = told
-            .files
-            .iter()
-            .map(String::as_str)
-            .filter(|f| !current.contains(f))
-            .collect();
-        removed.sort_unstable();
-        let total = snapshot.files.len() + snapshot.files_omitted;
-        msg.push_str("## Updated repository state\n");
-        if added.is_empty() && removed.is_empty() {
-            msg.push_str(&format!("File tree: unchanged ({total} files).\n"));
-        } else {
-            msg.push_str(&format!("File tree ({total} files):\n"));
-            if !added.is_empty() {
-                msg.push_str(&format!("  New: {}\n", added.join(", ")));
-            }
-            if !removed.is_empty() {
-                msg.push_str(&format!("  Removed: {}\n", removed.join(", ")));
-            }
-        }
-        msg.push('\n');
-        for name in LIVE_DOCS {
-            let now = snapshot.doc(name);
-            if now != told.docs.get(name).map(String::as_str) {
-                match now {
-                    Some(text) => msg.push_str(&format!("## {name} (changed)\n{text}\n\n")),
-                    None => msg.push_str(&format!("## {name} was removed\n\n")),
-                }
-            }
-        }
-        self.remember(snapshot);
-    }
-
-    fn remember(&mut self, snapshot: RepoSnapshot) {
-        self.told = Some(ToldState {
-            files: snapshot.files.into_iter().collect(),
-            docs: snapshot.docs.into_iter().collect(),
-        });
     }
 
     fn plan(&mut self, ctx: &mut Context<Self>) {
