@@ -197,14 +197,21 @@ impl Endpoint {
             .with_max_times(self.spec.max_retries as usize)
             .with_jitter()
             .build();
+        // Whether this call was already asked again without JSON output mode.
+        let mut asked_without_json_mode = false;
         loop {
             let failure = match self.attempt(model, request, call).await {
                 Ok(parsed) => return Ok(parsed),
                 Err(failure) => failure,
             };
-            if failure.json_mode_refused && self.shared.json_mode.swap(false, Ordering::SeqCst) {
+            if failure.json_mode_refused && !asked_without_json_mode {
                 // Not a retry: the request was wrong for this server, and now it is not.
-                warn!(endpoint = %self.name, "the server refuses JSON output mode; asking with the prompt alone from now on");
+                // Every call that was in flight with JSON mode gets this refusal and asks
+                // again, not only the one that turns the mode off.
+                asked_without_json_mode = true;
+                if self.shared.json_mode.swap(false, Ordering::SeqCst) {
+                    warn!(endpoint = %self.name, "the server refuses JSON output mode; asking with the prompt alone from now on");
+                }
                 continue;
             }
             let retry_after = failure.retry_after.map(|d| d.min(MAX_RETRY_AFTER));
@@ -296,7 +303,8 @@ impl Endpoint {
                 .unwrap_or_default();
             return Err(failure_for(status, &headers, &body, json_mode));
         }
-        let parsed = if self.spec.stream {
+        // A server that ignores `stream: true` answers a whole JSON body, and says so.
+        let parsed = if self.spec.stream && !declares_json(response.headers()) {
             self.read_stream(response, call).await?
         } else {
             let body = read_bounded(response, self.spec.stall_timeout()).await?;
@@ -436,6 +444,17 @@ async fn read_bounded(response: reqwest::Response, stall: Duration) -> Result<St
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// The answer's `Content-Type` is JSON (`application/json`, `application/problem+json`, …),
+/// not an event stream.
+fn declares_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|mime| mime.trim().to_ascii_lowercase())
+        .is_some_and(|mime| mime == "application/json" || mime.ends_with("+json"))
+}
+
 /// What a non-success status means.
 fn failure_for(status: StatusCode, headers: &HeaderMap, body: &str, json_mode: bool) -> Failure {
     let message = error_message(body);
@@ -556,6 +575,22 @@ mod tests {
         assert_eq!(error_message(""), "(no message)");
         let long = error_message(&"x".repeat(10_000));
         assert_eq!(long.chars().count(), MAX_ERROR_CHARS + 1);
+    }
+
+    #[test]
+    fn json_bodies_are_told_from_event_streams() {
+        let with = |content_type: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(reqwest::header::CONTENT_TYPE, content_type.parse().unwrap());
+            declares_json(&h)
+        };
+        assert!(with("application/json"));
+        assert!(with("Application/JSON; charset=utf-8"));
+        assert!(with("application/problem+json"));
+        assert!(!with("text/event-stream"));
+        assert!(!with("text/event-stream; charset=utf-8"));
+        assert!(!with("text/plain"));
+        assert!(!declares_json(&HeaderMap::new()));
     }
 
     #[test]

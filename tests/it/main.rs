@@ -12,6 +12,7 @@ mod fuzz_regressions;
 mod harness;
 mod pipeline;
 mod planner;
+mod providers;
 mod subplan_rules;
 mod supervision;
 mod task_graph;
