@@ -15,7 +15,7 @@ set -uo pipefail
 
 seconds="${1:-600}"
 cd "$(dirname "$0")"
-targets="${FUZZ_TARGETS:-planner_answer task_graph scenario config sse_events}"
+targets="${FUZZ_TARGETS:-planner_answer task_graph scenario config sse_events provider_stream}"
 mkdir -p logs
 
 cargo +nightly fuzz build >/dev/null || { echo "fuzz build failed" >&2; exit 2; }

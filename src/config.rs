@@ -205,6 +205,7 @@ pub enum ConfigError {
 pub enum FileProblem {
     Invalid(TomlProblem),
     Limits(LimitsError),
+    Models(ProviderSettingsError),
 }
 
 impl FileConfig {
@@ -214,7 +215,17 @@ impl FileConfig {
         let file: FileConfig =
             toml::from_str(text).map_err(|e| FileProblem::Invalid(TomlProblem::new(text, &e)))?;
         file.limits.validate().map_err(FileProblem::Limits)?;
+        file.models().validate().map_err(FileProblem::Models)?;
         Ok(file)
+    }
+
+    /// The provider settings (`[providers]`, `[roles]`, `[prices]`) of this file.
+    pub fn models(&self) -> ProviderSettings {
+        ProviderSettings {
+            providers: self.providers.clone(),
+            roles: self.roles.clone(),
+            prices: self.prices.clone(),
+        }
     }
 }
 
@@ -238,7 +249,7 @@ impl RunConfig {
                 source,
             }
         })?;
-        let models = models_of(file.providers, file.roles, file.prices, path)?;
+        let models = file.models();
         let prompts = match &file.prompts_dir {
             Some(dir) => load_overrides(&path.parent().unwrap_or(Path::new(".")).join(dir))?,
             None => PromptOverrides::new(),
@@ -256,8 +267,7 @@ impl RunConfig {
     /// Loads only the provider settings of a `flotilla.toml` (for `providers check`, which
     /// needs no scenario).
     pub fn load_models(path: &Path) -> Result<ProviderSettings, ConfigError> {
-        let file = load_file(path)?;
-        models_of(file.providers, file.roles, file.prices, path)
+        Ok(load_file(path)?.models())
     }
 
     /// Checks everything a run needs, as [`RunConfig::load`] does: for a config that came
@@ -295,26 +305,11 @@ fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
             path: path.into(),
             source,
         },
+        FileProblem::Models(source) => ConfigError::Models {
+            path: path.into(),
+            source,
+        },
     })
-}
-
-/// The provider settings of a `flotilla.toml`, checked.
-fn models_of(
-    providers: BTreeMap<String, ProviderSpec>,
-    roles: RoleModels,
-    prices: BTreeMap<String, Price>,
-    path: &Path,
-) -> Result<ProviderSettings, ConfigError> {
-    let models = ProviderSettings {
-        providers,
-        roles,
-        prices,
-    };
-    models.validate().map_err(|source| ConfigError::Models {
-        path: path.into(),
-        source,
-    })?;
-    Ok(models)
 }
 
 /// Reads a config or scenario file: only a regular file (not a device such as `/dev/zero`,
@@ -576,10 +571,8 @@ mod tests {
         let guide = std::fs::read_to_string(docs.join("configuration.md")).unwrap();
         for block in guide.split("```toml\n").skip(1) {
             let block = block.split("```").next().unwrap();
-            let file = FileConfig::parse(block)
+            FileConfig::parse(block)
                 .unwrap_or_else(|e| panic!("docs/configuration.md: {e:?}\n{block}"));
-            models_of(file.providers, file.roles, file.prices, Path::new("guide"))
-                .unwrap_or_else(|e| panic!("docs/configuration.md: {e}\n{block}"));
         }
         let guide = std::fs::read_to_string(docs.join("scenarios.md")).unwrap();
         let blocks: Vec<&str> = guide

@@ -21,8 +21,14 @@ fuzz_target!(|data: &[u8]| {
         limits: file.limits.clone(),
         planner: file.planner.clone(),
         workers: file.workers.clone(),
+        models: file.models(),
         ..RunConfig::default()
     };
+    // What parses is a config a run accepts (submission checks it again).
+    config
+        .models
+        .validate()
+        .expect("parsed provider settings validate");
     assert!(!config.profiles().is_empty());
     let json = serde_json::to_string(&config).expect("a parsed config serializes");
     let back: RunConfig = serde_json::from_str(&json)

@@ -315,10 +315,7 @@ impl Endpoint {
                 }
                 .into());
             }
-            match self.format {
-                WireFormat::OpenAi => openai::parse_body(&body)?,
-                WireFormat::Anthropic => anthropic::parse_body(&body)?,
-            }
+            parse_whole_body(self.format, &body)?
         };
         if parsed.is_empty() {
             // Nothing at all came back: as with an empty body, the server failed.
@@ -348,49 +345,80 @@ impl Endpoint {
                     Err(_) => Err(ChunkError::Stalled),
                 },
             );
-        let mut frames = std::pin::pin!(sse::frames(chunks));
-        let mut state = match self.format {
-            WireFormat::OpenAi => StreamState::OpenAi(openai::StreamAssembler::default()),
-            WireFormat::Anthropic => StreamState::Anthropic(anthropic::StreamAssembler::default()),
+        assemble_stream(self.format, chunks, stall_ms, call).await
+    }
+}
+
+/// Assembles a streamed answer from its body's chunks, however they are split: SSE frames,
+/// then the format's events, within [`MAX_ANSWER_BYTES`], reporting progress as it goes.
+/// A chunk error ends it (a stall as [`LlmError::Stalled`] of `stall_ms`).
+async fn assemble_stream<S, B>(
+    format: WireFormat,
+    chunks: S,
+    stall_ms: u64,
+    call: &LlmCall,
+) -> Result<Parsed, LlmError>
+where
+    S: futures::Stream<Item = Result<B, ChunkError>> + Send,
+    B: AsRef<[u8]> + Send,
+{
+    let mut frames = std::pin::pin!(sse::frames(chunks));
+    let mut state = match format {
+        WireFormat::OpenAi => StreamState::OpenAi(openai::StreamAssembler::default()),
+        WireFormat::Anthropic => StreamState::Anthropic(anthropic::StreamAssembler::default()),
+    };
+    let mut reported = 0u64;
+    while let Some(frame) = frames.next().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(EventStreamError::Transport(ChunkError::Stalled)) => {
+                return Err(LlmError::Stalled { after_ms: stall_ms });
+            }
+            Err(EventStreamError::Transport(ChunkError::Transport(e))) => {
+                return Err(LlmError::Transport(e));
+            }
+            Err(e) => return Err(LlmError::Malformed(format!("the event stream: {e}"))),
         };
-        let mut reported = 0u64;
-        while let Some(frame) = frames.next().await {
-            let frame = match frame {
-                Ok(frame) => frame,
-                Err(EventStreamError::Transport(ChunkError::Stalled)) => {
-                    return Err(LlmError::Stalled { after_ms: stall_ms });
-                }
-                Err(EventStreamError::Transport(ChunkError::Transport(e))) => {
-                    return Err(LlmError::Transport(e));
-                }
-                Err(e) => return Err(LlmError::Malformed(format!("the event stream: {e}"))),
-            };
-            let done = match &mut state {
-                StreamState::OpenAi(s) => s.push(&frame)?,
-                StreamState::Anthropic(s) => s.push(&frame)?,
-            };
-            let so_far = match &state {
-                StreamState::OpenAi(s) => s.bytes_so_far(),
-                StreamState::Anthropic(s) => s.bytes_so_far(),
-            };
-            if so_far > MAX_ANSWER_BYTES {
-                return Err(LlmError::Malformed(format!(
-                    "the answer passed {MAX_ANSWER_BYTES} bytes"
-                )));
-            }
-            let tokens = (so_far as u64).div_ceil(4);
-            if tokens != reported {
-                reported = tokens;
-                call.progress(LlmProgress { tokens_out: tokens });
-            }
-            if done {
-                break;
-            }
+        let done = match &mut state {
+            StreamState::OpenAi(s) => s.push(&frame)?,
+            StreamState::Anthropic(s) => s.push(&frame)?,
+        };
+        let so_far = match &state {
+            StreamState::OpenAi(s) => s.bytes_so_far(),
+            StreamState::Anthropic(s) => s.bytes_so_far(),
+        };
+        if so_far > MAX_ANSWER_BYTES {
+            return Err(LlmError::Malformed(format!(
+                "the answer passed {MAX_ANSWER_BYTES} bytes"
+            )));
         }
-        match state {
-            StreamState::OpenAi(s) => s.finish(),
-            StreamState::Anthropic(s) => s.finish(),
+        let tokens = (so_far as u64).div_ceil(4);
+        if tokens != reported {
+            reported = tokens;
+            call.progress(LlmProgress { tokens_out: tokens });
         }
+        if done {
+            break;
+        }
+    }
+    match state {
+        StreamState::OpenAi(s) => s.finish(),
+        StreamState::Anthropic(s) => s.finish(),
+    }
+}
+
+/// What the endpoint makes of a streamed body that arrived as `chunks`, without the
+/// network: for the fuzzer (fuzz/fuzz_targets/provider_stream.rs) and tests.
+pub fn parse_stream_chunks(format: WireFormat, chunks: Vec<Vec<u8>>) -> Result<Parsed, LlmError> {
+    let chunks = futures::stream::iter(chunks.into_iter().map(Ok::<_, ChunkError>));
+    futures::executor::block_on(assemble_stream(format, chunks, 0, &LlmCall::default()))
+}
+
+/// What the endpoint makes of a whole (non-streamed) body.
+pub fn parse_whole_body(format: WireFormat, body: &str) -> Result<Parsed, LlmError> {
+    match format {
+        WireFormat::OpenAi => openai::parse_body(body),
+        WireFormat::Anthropic => anthropic::parse_body(body),
     }
 }
 

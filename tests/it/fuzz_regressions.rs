@@ -459,3 +459,36 @@ fn scope_paths_normalize_once_and_the_stored_form_parses_to_itself() {
         assert_eq!(ScopePath::parse(raw, 1024), Err(problem), "{raw:?}");
     }
 }
+
+/// The `provider_stream` target's invariant on its seeds (fuzz/seeds/provider_stream: each
+/// file's first byte picks the format, even = OpenAI, odd = Anthropic): a streamed answer
+/// assembles to the same thing however its body is split, down to one byte per chunk, and
+/// the whole-body seeds parse.
+#[test]
+fn provider_stream_seeds_assemble_the_same_however_they_are_split() {
+    use flotilla::providers::endpoint::{WireFormat, parse_stream_chunks, parse_whole_body};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/provider_stream");
+    let mut streams = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        let (seed, body) = data.split_first().unwrap();
+        let format = if seed & 1 == 0 {
+            WireFormat::OpenAi
+        } else {
+            WireFormat::Anthropic
+        };
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with("-whole") {
+            let answer = parse_whole_body(format, std::str::from_utf8(body).unwrap())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!answer.content.is_empty(), "{name}");
+            continue;
+        }
+        let whole = parse_stream_chunks(format, vec![body.to_vec()]);
+        let bytewise = parse_stream_chunks(format, body.iter().map(|b| vec![*b]).collect());
+        assert_eq!(whole, bytewise, "{name}: the split changed the answer");
+        streams += 1;
+    }
+    assert!(streams >= 3);
+}
