@@ -10,11 +10,7 @@ use flotilla_actors::config::{Limits, LimitsError};
 use flotilla_actors::graph::scope::ScopePath;
 use flotilla_actors::llm_output::{PlannerOutput, parse_json_answer};
 use flotilla_actors::ports::{Journal, SystemClock};
-use flotilla_actors::protocol::{
-    ArtifactKind, ArtifactRef, AttemptFailure, Budget, DecompositionReason, Event, EventKind,
-    FailureReason, Handoff, MAX_TASK_DEPTH, PathProblem, RejectionReason, Route, RunId, RunOutcome,
-    StopCondition, TaskId, TaskSpec, TaskState, Usage, Usd,
-};
+use flotilla_actors::protocol::{Event, EventKind, MAX_TASK_DEPTH, PathProblem, RunId, TaskId};
 use futures::StreamExt;
 
 /// One SSE frame carrying `kind` as event `seq`.
@@ -149,172 +145,10 @@ fn deep_id(depth: u32) -> TaskId {
     id
 }
 
-/// One event of every kind about task `t`, with the awkward values: the largest numbers,
-/// text that needs escaping (mirrors the unit test in actors/src/protocol/event.rs).
+/// One event of every kind about task `t` (the protocol's own samples, which its unit test
+/// keeps complete).
 fn one_of_each(t: &TaskId) -> Vec<EventKind> {
-    let most = Budget::new(u64::MAX, Usd::from_micros(u64::MAX), u64::MAX);
-    let handoff = Some(Handoff::complete("done \"quoted\" \u{1b}[2J\n"));
-    let artifacts = vec![ArtifactRef {
-        kind: ArtifactKind::Commit,
-        locator: "abc123".into(),
-    }];
-    let reason = RejectionReason::TaskBudgetTooLarge {
-        subtask: usize::MAX,
-        asked: most,
-        max: Budget::default(),
-    };
-    let t = || t.clone();
-    vec![
-        EventKind::RunStarted {
-            request: "fix \u{0}it".into(),
-        },
-        EventKind::PlannerResponded {
-            call: u32::MAX,
-            prompt: "p".into(),
-            content: "```json\n{}\n```".into(),
-            usage: Usage {
-                tokens_in: u64::MAX,
-                tokens_out: u64::MAX,
-                cost_usd: Usd::from_micros(u64::MAX),
-            },
-            error: Some("bad".into()),
-        },
-        EventKind::PlannerGaveUp { error: "e".into() },
-        EventKind::TaskAdded {
-            task: t(),
-            spec: TaskSpec::new("d", &["src/a b"]),
-            budget: most,
-            depends_on: vec![TaskId::root(1), t()],
-        },
-        EventKind::TasksRejected {
-            reason: reason.clone(),
-        },
-        EventKind::TaskReady { task: t() },
-        EventKind::TaskDispatched {
-            task: t(),
-            attempt: u32::MAX,
-            profile: "w".into(),
-            route: Route::Subplanner,
-        },
-        EventKind::TaskStarted {
-            task: t(),
-            attempt: 1,
-        },
-        EventKind::TaskRetried {
-            task: t(),
-            attempt: 1,
-            failure: AttemptFailure::TimedOut { limit_ms: u64::MAX },
-        },
-        EventKind::TaskInterrupted {
-            task: t(),
-            attempt: 1,
-        },
-        EventKind::TaskCompleted {
-            task: t(),
-            attempt: 1,
-            handoff: handoff.clone(),
-            artifacts: artifacts.clone(),
-        },
-        EventKind::TaskFailed {
-            task: t(),
-            attempt: 1,
-            reason: FailureReason::BudgetExceeded {
-                spent: most,
-                budget: most,
-            },
-        },
-        EventKind::TaskCancelled {
-            task: t(),
-            was: TaskState::Synthesizing,
-            reason: "r".into(),
-        },
-        EventKind::DecompositionAccepted {
-            parent: t(),
-            attempt: 1,
-            reason: DecompositionReason::ExternalToolRequired,
-            stop_when: StopCondition::UserDecision,
-            subtasks: vec![t()],
-            handoff,
-            artifacts,
-        },
-        EventKind::DecompositionRejected {
-            parent: t(),
-            attempt: 1,
-            reason,
-        },
-        EventKind::SpendCharged {
-            task: t(),
-            attempt: 1,
-            spent: most,
-        },
-        EventKind::ProposalsStopped {
-            task: t(),
-            attempt: 1,
-            rejections: u32::MAX,
-        },
-        EventKind::SubtasksCompleted { parent: t() },
-        EventKind::AwaitingUserDecision { parent: t() },
-        EventKind::MessageIgnored {
-            task: Some(t()),
-            message: "m".into(),
-            why: "w".into(),
-        },
-        EventKind::PlanningFinished,
-        EventKind::RunCancelRequested { reason: "r".into() },
-        EventKind::RunBudgetExhausted {
-            spent: most,
-            budget: most,
-        },
-        EventKind::RunRestarted {
-            restart: u32::MAX,
-            reason: "the run's TaskGraph actor stopped unexpectedly".into(),
-        },
-        EventKind::JournalUnavailable {
-            error: "disk full".into(),
-        },
-        EventKind::RunFinished {
-            outcome: RunOutcome::Failed,
-            reason: Some("budget exhausted".into()),
-        },
-        EventKind::LlmProgress {
-            role: flotilla_actors::protocol::Role::Worker,
-            task: Some(t()),
-            tokens_out: u64::MAX,
-        },
-    ]
-}
-
-/// Fails to compile when a kind is added without a sample in `one_of_each`.
-fn sampled(kind: &EventKind) -> &'static str {
-    match kind {
-        EventKind::RunStarted { .. }
-        | EventKind::PlannerResponded { .. }
-        | EventKind::PlannerGaveUp { .. }
-        | EventKind::TaskAdded { .. }
-        | EventKind::TasksRejected { .. }
-        | EventKind::TaskReady { .. }
-        | EventKind::TaskDispatched { .. }
-        | EventKind::TaskStarted { .. }
-        | EventKind::TaskRetried { .. }
-        | EventKind::TaskInterrupted { .. }
-        | EventKind::TaskCompleted { .. }
-        | EventKind::TaskFailed { .. }
-        | EventKind::TaskCancelled { .. }
-        | EventKind::DecompositionAccepted { .. }
-        | EventKind::DecompositionRejected { .. }
-        | EventKind::SpendCharged { .. }
-        | EventKind::ProposalsStopped { .. }
-        | EventKind::SubtasksCompleted { .. }
-        | EventKind::AwaitingUserDecision { .. }
-        | EventKind::MessageIgnored { .. }
-        | EventKind::PlanningFinished
-        | EventKind::RunCancelRequested { .. }
-        | EventKind::RunBudgetExhausted { .. }
-        | EventKind::RunFinished { .. }
-        | EventKind::RunRestarted { .. }
-        | EventKind::JournalUnavailable { .. }
-        | EventKind::LlmProgress { .. } => kind.name(),
-    }
+    EventKind::samples(t)
 }
 
 /// Fuzz finding (target `task_graph`, issue 11): with `max_depth` above what a task id
@@ -324,8 +158,15 @@ fn sampled(kind: &EventKind) -> &'static str {
 /// depth ids cannot hold (17) must be refused by `Limits::validate`.
 #[test]
 fn every_event_kind_about_the_deepest_task_limits_allow_round_trips_through_json() {
-    let kinds: std::collections::BTreeSet<&str> =
-        one_of_each(&TaskId::root(1)).iter().map(sampled).collect();
+    let kinds: std::collections::BTreeSet<&str> = one_of_each(&TaskId::root(1))
+        .iter()
+        .map(EventKind::name)
+        .collect();
+    assert_eq!(
+        kinds.len(),
+        one_of_each(&TaskId::root(1)).len(),
+        "one of each"
+    );
     assert_eq!(
         kinds.len(),
         one_of_each(&TaskId::root(1)).len(),

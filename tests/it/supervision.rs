@@ -493,42 +493,7 @@ async fn a_cancel_is_journaled_before_it_is_acknowledged() {
 #[actix::test]
 async fn when_a_run_ends_every_one_of_its_actors_stops() {
     let state = tempfile::tempdir().unwrap();
-    let journal =
-        SqliteJournal::open(&state.path().join("journal.sqlite"), Arc::new(SystemClock)).unwrap();
-    let (hub, mut events) = tokio::sync::broadcast::channel(1024);
-    let supervisor = actix::Actor::start(Supervisor::new(
-        journal.clone(),
-        Arc::new(journal.clone()),
-        Arc::new(SystemClock),
-        hub,
-        state.path().join("workspaces"),
-        Arc::new(flotilla::providers::ProviderRegistry::new().unwrap()),
-    ));
-    let run = RunId::generate();
-    let config: flotilla::config::RunConfig =
-        serde_json::from_value(run_config(&scenario(5, 20, ""), 2)).unwrap();
-    let started = journal
-        .create_run(RunRecord {
-            id: run,
-            request: "r".into(),
-            repo: "/tmp".into(),
-            config: serde_json::to_value(&config).unwrap(),
-            created_ms: 0,
-            outcome: None,
-        })
-        .await
-        .unwrap();
-    supervisor
-        .send(StartRun {
-            run,
-            request: "r".into(),
-            repo: "/tmp".into(),
-            config,
-            journal: vec![started],
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let (supervisor, _journal, run, mut events) = supervised_run(state.path(), 5, 20).await;
     let members = supervisor
         .send(GetRunMembers(run))
         .await

@@ -183,6 +183,143 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// One event of every kind about `task`, with the awkward values (the largest numbers,
+    /// text that needs escaping): for round-trip tests of the journal's encoding and for
+    /// fuzzing. The protocol's unit test fails to compile when a kind has no sample here.
+    pub fn samples(task: &TaskId) -> Vec<EventKind> {
+        use crate::protocol::{ArtifactKind, DecompositionReason, Route, StopCondition, Usd};
+        let most = Budget::new(u64::MAX, Usd::from_micros(u64::MAX), u64::MAX);
+        let handoff = Some(Handoff::complete("done \"quoted\" \u{1b}[2J\n"));
+        let artifacts = vec![ArtifactRef {
+            kind: ArtifactKind::Commit,
+            locator: "abc123".into(),
+        }];
+        let reason = RejectionReason::TaskBudgetTooLarge {
+            subtask: usize::MAX,
+            asked: most,
+            max: Budget::default(),
+        };
+        let t = || task.clone();
+        vec![
+            EventKind::RunStarted {
+                request: "fix \u{0}it".into(),
+            },
+            EventKind::PlannerResponded {
+                call: u32::MAX,
+                prompt: "p".into(),
+                content: "c".into(),
+                usage: Usage {
+                    tokens_in: u64::MAX,
+                    tokens_out: u64::MAX,
+                    cost_usd: Usd::from_micros(1),
+                },
+                error: Some("bad".into()),
+            },
+            EventKind::PlannerGaveUp { error: "e".into() },
+            EventKind::TaskAdded {
+                task: t(),
+                spec: TaskSpec::new("d", &["src/a b"]),
+                budget: most,
+                depends_on: vec![TaskId::root(1)],
+            },
+            EventKind::TasksRejected {
+                reason: reason.clone(),
+            },
+            EventKind::TaskReady { task: t() },
+            EventKind::TaskDispatched {
+                task: t(),
+                attempt: u32::MAX,
+                profile: "w".into(),
+                route: Route::Subplanner,
+            },
+            EventKind::TaskStarted {
+                task: t(),
+                attempt: 1,
+            },
+            EventKind::TaskRetried {
+                task: t(),
+                attempt: 1,
+                failure: AttemptFailure::TimedOut { limit_ms: u64::MAX },
+            },
+            EventKind::TaskInterrupted {
+                task: t(),
+                attempt: 1,
+            },
+            EventKind::TaskCompleted {
+                task: t(),
+                attempt: 1,
+                handoff: handoff.clone(),
+                artifacts: artifacts.clone(),
+            },
+            EventKind::TaskFailed {
+                task: t(),
+                attempt: 1,
+                reason: FailureReason::BudgetExceeded {
+                    spent: most,
+                    budget: most,
+                },
+            },
+            EventKind::TaskCancelled {
+                task: t(),
+                was: TaskState::Synthesizing,
+                reason: "r".into(),
+            },
+            EventKind::DecompositionAccepted {
+                parent: t(),
+                attempt: 1,
+                reason: DecompositionReason::ExternalToolRequired,
+                stop_when: StopCondition::UserDecision,
+                subtasks: vec![t()],
+                handoff,
+                artifacts,
+            },
+            EventKind::DecompositionRejected {
+                parent: t(),
+                attempt: 1,
+                reason,
+            },
+            EventKind::SpendCharged {
+                task: t(),
+                attempt: 1,
+                spent: most,
+            },
+            EventKind::ProposalsStopped {
+                task: t(),
+                attempt: 1,
+                rejections: u32::MAX,
+            },
+            EventKind::SubtasksCompleted { parent: t() },
+            EventKind::AwaitingUserDecision { parent: t() },
+            EventKind::MessageIgnored {
+                task: None,
+                message: "m".into(),
+                why: "w".into(),
+            },
+            EventKind::PlanningFinished,
+            EventKind::RunCancelRequested { reason: "r".into() },
+            EventKind::RunBudgetExhausted {
+                spent: most,
+                budget: most,
+            },
+            EventKind::RunFinished {
+                outcome: RunOutcome::Failed,
+                reason: Some("budget exhausted".into()),
+            },
+            EventKind::RunRestarted {
+                restart: u32::MAX,
+                reason: "the run's TaskGraph actor stopped unexpectedly".into(),
+            },
+            EventKind::JournalUnavailable {
+                error: "disk full".into(),
+            },
+            EventKind::LlmProgress {
+                role: Role::Subplanner,
+                task: Some("t1.2".parse().unwrap()),
+                tokens_out: u64::MAX,
+            },
+        ]
+    }
+
     /// The snake_case name used as the journal's `kind` column and the SSE `event:` field.
     pub fn name(&self) -> &'static str {
         match self {
@@ -355,146 +492,14 @@ mod tests {
         );
     }
 
-    /// One event of every kind, with the awkward values: the deepest task id, the largest
-    /// numbers, text that needs escaping.
+    /// One event of every kind about the deepest task id.
     fn one_of_each() -> Vec<EventKind> {
-        use crate::protocol::{
-            ArtifactKind, DecompositionReason, MAX_TASK_DEPTH, Route, StopCondition, Usd,
-        };
+        use crate::protocol::MAX_TASK_DEPTH;
         let mut deep = TaskId::root(u32::MAX);
         while deep.depth() < MAX_TASK_DEPTH {
             deep = deep.child(u32::MAX);
         }
-        let most = Budget::new(u64::MAX, Usd::from_micros(u64::MAX), u64::MAX);
-        let handoff = Some(Handoff::complete("done \"quoted\" \u{1b}[2J\n"));
-        let artifacts = vec![ArtifactRef {
-            kind: ArtifactKind::Commit,
-            locator: "abc123".into(),
-        }];
-        let reason = RejectionReason::TaskBudgetTooLarge {
-            subtask: usize::MAX,
-            asked: most,
-            max: Budget::default(),
-        };
-        let t = || deep.clone();
-        vec![
-            EventKind::RunStarted {
-                request: "fix \u{0}it".into(),
-            },
-            EventKind::PlannerResponded {
-                call: u32::MAX,
-                prompt: "p".into(),
-                content: "c".into(),
-                usage: Usage {
-                    tokens_in: u64::MAX,
-                    tokens_out: u64::MAX,
-                    cost_usd: Usd::from_micros(1),
-                },
-                error: Some("bad".into()),
-            },
-            EventKind::PlannerGaveUp { error: "e".into() },
-            EventKind::TaskAdded {
-                task: t(),
-                spec: TaskSpec::new("d", &["src/a b"]),
-                budget: most,
-                depends_on: vec![TaskId::root(1)],
-            },
-            EventKind::TasksRejected {
-                reason: reason.clone(),
-            },
-            EventKind::TaskReady { task: t() },
-            EventKind::TaskDispatched {
-                task: t(),
-                attempt: u32::MAX,
-                profile: "w".into(),
-                route: Route::Subplanner,
-            },
-            EventKind::TaskStarted {
-                task: t(),
-                attempt: 1,
-            },
-            EventKind::TaskRetried {
-                task: t(),
-                attempt: 1,
-                failure: AttemptFailure::TimedOut { limit_ms: u64::MAX },
-            },
-            EventKind::TaskInterrupted {
-                task: t(),
-                attempt: 1,
-            },
-            EventKind::TaskCompleted {
-                task: t(),
-                attempt: 1,
-                handoff: handoff.clone(),
-                artifacts: artifacts.clone(),
-            },
-            EventKind::TaskFailed {
-                task: t(),
-                attempt: 1,
-                reason: FailureReason::BudgetExceeded {
-                    spent: most,
-                    budget: most,
-                },
-            },
-            EventKind::TaskCancelled {
-                task: t(),
-                was: TaskState::Synthesizing,
-                reason: "r".into(),
-            },
-            EventKind::DecompositionAccepted {
-                parent: t(),
-                attempt: 1,
-                reason: DecompositionReason::ExternalToolRequired,
-                stop_when: StopCondition::UserDecision,
-                subtasks: vec![t()],
-                handoff,
-                artifacts,
-            },
-            EventKind::DecompositionRejected {
-                parent: t(),
-                attempt: 1,
-                reason,
-            },
-            EventKind::SpendCharged {
-                task: t(),
-                attempt: 1,
-                spent: most,
-            },
-            EventKind::ProposalsStopped {
-                task: t(),
-                attempt: 1,
-                rejections: u32::MAX,
-            },
-            EventKind::SubtasksCompleted { parent: t() },
-            EventKind::AwaitingUserDecision { parent: t() },
-            EventKind::MessageIgnored {
-                task: None,
-                message: "m".into(),
-                why: "w".into(),
-            },
-            EventKind::PlanningFinished,
-            EventKind::RunCancelRequested { reason: "r".into() },
-            EventKind::RunBudgetExhausted {
-                spent: most,
-                budget: most,
-            },
-            EventKind::RunFinished {
-                outcome: RunOutcome::Failed,
-                reason: Some("budget exhausted".into()),
-            },
-            EventKind::RunRestarted {
-                restart: u32::MAX,
-                reason: "the run's TaskGraph actor stopped unexpectedly".into(),
-            },
-            EventKind::JournalUnavailable {
-                error: "disk full".into(),
-            },
-            EventKind::LlmProgress {
-                role: Role::Subplanner,
-                task: Some("t1.2".parse().unwrap()),
-                tokens_out: u64::MAX,
-            },
-        ]
+        EventKind::samples(&deep)
     }
 
     /// Fails to compile when a kind is added without a sample in `one_of_each`.
