@@ -281,6 +281,7 @@ impl Supervisor {
         )
         .with_repo(Arc::new(GitRepo::new(entry_repo)))
         .with_notices(ctx.address().recipient())
+        .with_graph_view(graph_addr.clone().recipient())
         .resuming(conversation)
         .watched(self.lifeline(run, generation, Member::Planner, ctx))
         .start();

@@ -1024,3 +1024,90 @@ async fn a_streaming_planner_call_publishes_its_progress_as_live_notices() {
     let answer = expect_answer(&mut inbox).await;
     assert_eq!(answer.tasks.unwrap().len(), 1);
 }
+
+/// Answers every `GetSnapshot` with the same graph.
+struct FixedGraph(GraphSnapshot);
+
+impl Actor for FixedGraph {
+    type Context = Context<Self>;
+}
+
+impl Handler<GetSnapshot> for FixedGraph {
+    type Result = MessageResult<GetSnapshot>;
+
+    fn handle(&mut self, _: GetSnapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.0.clone())
+    }
+}
+
+fn view(id: &str, state: TaskState, scope: &[&str]) -> TaskView {
+    TaskView {
+        id: id.parse().unwrap(),
+        state,
+        attempt: 1,
+        description: format!("task {id}"),
+        scope: scope.iter().map(|s| s.to_string()).collect(),
+        priority: Priority::default(),
+        parent: None,
+        depends_on: vec![],
+        budget: Budget::default(),
+        spent: Budget::default(),
+        summary: None,
+        failure: None,
+    }
+}
+
+/// A follow-up names the tasks still active and the paths running tasks hold (the seed's
+/// "locked scopes"), so the model does not plan into them; finished tasks are not listed.
+#[actix::test]
+async fn follow_ups_name_the_active_tasks_and_the_locked_scopes() {
+    virtual_time();
+    let graph_view = FixedGraph(GraphSnapshot {
+        tasks: vec![
+            view("t1", TaskState::Completed, &["src/done.rs"]),
+            view("t2", TaskState::Running, &["src/parse.rs", "src/ast.rs"]),
+            view("t3", TaskState::Pending, &["src/eval.rs"]),
+        ],
+        planning_finished: false,
+        outcome: None,
+        run_spent: Budget::default(),
+        run_budget: Budget::default(),
+        finish_reason: None,
+    })
+    .start();
+    let one_task = "[[planner.answers]]\ntasks = [{ description = \"d\", scope = [\"a\"] }]\n";
+    let llm = Arc::new(ScriptedLlm::new(
+        Scenario::from_toml(&one_task.repeat(2)).unwrap(),
+    ));
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let planner = Planner::new(
+        RunId::generate(),
+        "r".into(),
+        "S".into(),
+        llm,
+        graph,
+        PlannerConfig::default(),
+    )
+    .with_graph_view(graph_view.recipient())
+    .start();
+    planner.do_send(ToPlanner::Start);
+    let first = expect_answer(&mut inbox).await.prompt;
+    assert!(!first.contains("## Active tasks"), "nothing is planned yet");
+    planner.do_send(ToPlanner::BatchAccepted { ready: 0 });
+    planner.do_send(ToPlanner::Quiescent);
+    let follow_up = expect_answer(&mut inbox).await.prompt;
+    assert!(follow_up.contains("## Active tasks (2)\nt2 [running] task t2 [src/parse.rs, src/ast.rs]\nt3 [pending] task t3 [src/eval.rs]\n"), "{follow_up}");
+    assert!(
+        follow_up.contains("## Locked file scopes (2 paths)")
+            && follow_up.contains("src/ast.rs, src/parse.rs"),
+        "{follow_up}"
+    );
+    assert!(
+        !follow_up.contains("src/done.rs"),
+        "finished tasks are not listed"
+    );
+    assert!(
+        !follow_up.contains("src/eval.rs, src/parse.rs"),
+        "a pending task locks nothing"
+    );
+}

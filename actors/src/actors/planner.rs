@@ -47,8 +47,8 @@ use crate::ports::{
     RepoSnapshot, Role, SystemClock,
 };
 use crate::protocol::{
-    Event, EventKind, HandoffStatus, PlannerAnswer, Published, RejectionReason, RootHandoff, RunId,
-    TaskState, ToPlanner, ToTaskGraph,
+    Event, EventKind, GetSnapshot, GraphSnapshot, HandoffStatus, PlannerAnswer, Published,
+    RejectionReason, RootHandoff, RunId, TaskState, TaskView, ToPlanner, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -182,6 +182,8 @@ pub struct Planner {
     repo: Option<Arc<dyn Repo>>,
     /// Where live notices go (a streaming call's progress): the run's supervisor.
     notices: Option<Recipient<Published>>,
+    /// The run's graph, read before each follow-up for the active tasks and locked scopes.
+    graph_view: Option<Recipient<GetSnapshot>>,
     /// What the prompts told the model about the repository, so that follow-ups send only
     /// what changed.
     repo_context: RepoContext,
@@ -235,6 +237,7 @@ impl Planner {
             cancel: CancellationToken::new(),
             repo: None,
             notices: None,
+            graph_view: None,
             repo_context: RepoContext::default(),
         }
     }
@@ -243,6 +246,13 @@ impl Planner {
     /// its planning documents, file tree and recent commits, later ones what changed.
     pub fn with_repo(mut self, repo: Arc<dyn Repo>) -> Self {
         self.repo = Some(repo);
+        self
+    }
+
+    /// Reads the run's graph before each follow-up, to tell the model which tasks are still
+    /// active and which paths running tasks hold.
+    pub fn with_graph_view(mut self, view: Recipient<GetSnapshot>) -> Self {
+        self.graph_view = Some(view);
         self
     }
 
@@ -286,7 +296,11 @@ impl Planner {
         !self.planned_anything && !self.reminded
     }
 
-    fn prompt(&mut self, repo: Option<Result<RepoSnapshot, RepoError>>) -> String {
+    fn prompt(
+        &mut self,
+        repo: Option<Result<RepoSnapshot, RepoError>>,
+        graph: Option<GraphSnapshot>,
+    ) -> String {
         let mut msg = String::new();
         if self.conversation.is_empty() {
             msg.push_str(&format!("## Request\n{}\n\n", self.request));
@@ -300,6 +314,9 @@ impl Planner {
         }
         if let Some(repo) = repo {
             msg.push_str(&self.repo_context.follow_up(repo));
+        }
+        if let Some(graph) = graph {
+            msg.push_str(&active_work(&graph));
         }
         if std::mem::take(&mut self.remind_empty) {
             self.reminded = true;
@@ -368,26 +385,39 @@ impl Planner {
             return;
         }
         self.phase = Phase::Asking;
-        match &self.repo {
-            // The repository is read first (off this thread), then the prompt is built.
-            Some(repo) => {
-                ctx.spawn(
-                    repo.snapshot()
-                        .into_actor(self)
-                        .map(move |snapshot, act, ctx| act.ask(call, Some(snapshot), ctx)),
-                );
-            }
-            None => self.ask(call, None, ctx),
-        }
+        // The repository and the graph are read first (off this thread), then the prompt is
+        // built. The first prompt needs no graph: nothing is planned yet.
+        let repo = self.repo.as_ref().map(|repo| repo.snapshot());
+        let view = self
+            .graph_view
+            .as_ref()
+            .filter(|_| call > 0)
+            .map(|view| view.send(GetSnapshot));
+        let read = async move {
+            let repo = match repo {
+                Some(read) => Some(read.await),
+                None => None,
+            };
+            let graph = match view {
+                Some(asked) => asked.await.ok(),
+                None => None,
+            };
+            (repo, graph)
+        };
+        ctx.spawn(
+            read.into_actor(self)
+                .map(move |(repo, graph), act, ctx| act.ask(call, repo, graph, ctx)),
+        );
     }
 
     fn ask(
         &mut self,
         call: u32,
         repo: Option<Result<RepoSnapshot, RepoError>>,
+        graph: Option<GraphSnapshot>,
         ctx: &mut Context<Self>,
     ) {
-        let prompt = self.prompt(repo);
+        let prompt = self.prompt(repo, graph);
         let mut messages = vec![ChatMessage::system(self.system_prompt.clone())];
         for ex in &self.conversation {
             messages.push(ChatMessage::user(ex.prompt.clone()));
@@ -557,6 +587,63 @@ impl Planner {
         self.phase = Phase::Done;
         self.graph.do_send(ToTaskGraph::PlannerGaveUp { error });
     }
+}
+
+/// The most active tasks a follow-up lists, and the most locked paths.
+const MAX_ACTIVE_LISTED: usize = 50;
+const MAX_LOCKED_LISTED: usize = 200;
+
+/// The active tasks and the paths running tasks hold, for a follow-up (bounded lists). Plans
+/// that touch a locked path wait for it; saying so keeps the model from planning into it.
+fn active_work(graph: &GraphSnapshot) -> String {
+    let active: Vec<&TaskView> = graph
+        .tasks
+        .iter()
+        .filter(|t| !t.state.is_terminal())
+        .collect();
+    if active.is_empty() {
+        return "## Active tasks\nnone\n\n".to_string();
+    }
+    let mut msg = format!("## Active tasks ({})\n", active.len());
+    for t in active.iter().take(MAX_ACTIVE_LISTED) {
+        let description: String = t.description.chars().take(200).collect();
+        msg.push_str(&format!(
+            "{} [{}] {description} [{}]\n",
+            t.id,
+            t.state,
+            t.scope.join(", ")
+        ));
+    }
+    if active.len() > MAX_ACTIVE_LISTED {
+        msg.push_str(&format!(
+            "… and {} more\n",
+            active.len() - MAX_ACTIVE_LISTED
+        ));
+    }
+    msg.push('\n');
+    let mut locked: Vec<&str> = active
+        .iter()
+        .filter(|t| matches!(t.state, TaskState::Dispatched | TaskState::Running))
+        .flat_map(|t| t.scope.iter().map(String::as_str))
+        .collect();
+    locked.sort_unstable();
+    locked.dedup();
+    if !locked.is_empty() {
+        msg.push_str(&format!(
+            "## Locked file scopes ({} paths)\nRunning tasks are changing these; do not plan other work on them now:\n",
+            locked.len()
+        ));
+        let shown: Vec<&str> = locked.iter().take(MAX_LOCKED_LISTED).copied().collect();
+        msg.push_str(&shown.join(", "));
+        if locked.len() > MAX_LOCKED_LISTED {
+            msg.push_str(&format!(
+                ", … and {} more",
+                locked.len() - MAX_LOCKED_LISTED
+            ));
+        }
+        msg.push_str("\n\n");
+    }
+    msg
 }
 
 /// A root task that did not simply get done: its follow-up should be planned now.
