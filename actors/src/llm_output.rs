@@ -17,6 +17,45 @@ pub struct PlannerOutput {
     pub tasks: Vec<TaskSpec>,
 }
 
+/// The JSON Schema of [`PlannerOutput`], sent with planner calls so that servers able to
+/// constrain their output (the llama.cpp family) answer in the right shape. The answer is
+/// parsed and validated like any other: the schema helps a model, it protects nothing.
+pub fn planner_answer_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "scratchpad": { "type": "string" },
+            "tasks": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "description": { "type": "string", "minLength": 1 },
+                        "scope": {
+                            "type": "array",
+                            "items": { "type": "string", "minLength": 1 },
+                            "minItems": 1
+                        },
+                        "acceptance": { "type": "string", "minLength": 1 },
+                        "priority": { "type": "integer", "minimum": 1, "maximum": 10 },
+                        "dependencies": {
+                            "type": "array",
+                            "items": {
+                                "anyOf": [
+                                    { "type": "integer", "minimum": 0 },
+                                    { "type": "string" }
+                                ]
+                            }
+                        }
+                    },
+                    "required": ["description", "scope", "acceptance"]
+                }
+            }
+        },
+        "required": ["scratchpad", "tasks"]
+    })
+}
+
 /// Parses one JSON object out of an LLM answer: the whole text, or else the text inside a
 /// ```` ```json ```` fence, or else from the first `{` to the last `}`. The whole text comes
 /// first: a valid answer whose strings mention a fence must not be cut at that fence.
@@ -54,6 +93,30 @@ fn fenced(text: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_of_the_schemas_shape_parses() {
+        let schema = planner_answer_schema();
+        let required = |v: &serde_json::Value| -> Vec<String> {
+            serde_json::from_value(v["required"].clone()).unwrap()
+        };
+        assert_eq!(required(&schema), ["scratchpad", "tasks"]);
+        let item = &schema["properties"]["tasks"]["items"];
+        // Every property the schema names is a field PlannerOutput's tasks read.
+        let answer = serde_json::json!({
+            "scratchpad": "s",
+            "tasks": [{
+                "description": "d", "scope": ["a"], "acceptance": "x",
+                "priority": 2, "dependencies": [0, "t1"]
+            }]
+        });
+        for key in item["properties"].as_object().unwrap().keys() {
+            assert!(answer["tasks"][0].get(key).is_some(), "{key}");
+        }
+        let parsed: PlannerOutput = parse_json_answer(&answer.to_string(), 10_000).unwrap();
+        assert_eq!(parsed.tasks[0].acceptance, "x");
+        assert_eq!(parsed.tasks[0].dependencies.len(), 2);
+    }
 
     #[test]
     fn accepts_plain_and_fenced_json() {

@@ -9,7 +9,7 @@
 //! token drops the HTTP request wherever it is.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -41,13 +41,44 @@ pub enum WireFormat {
     Anthropic,
 }
 
+/// How a request asks for JSON output. Servers differ in what they accept, so an endpoint
+/// starts at the most it could use and steps down when a server refuses: a schema the
+/// answer must follow (`{"type": "json_object", "schema": …}`, the llama.cpp family), then
+/// plain JSON mode (`{"type": "json_object"}`, OpenAI and most others), then none (the
+/// prompt alone asks for JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum JsonMode {
+    Off = 0,
+    Object = 1,
+    Schema = 2,
+}
+
+impl JsonMode {
+    fn from_u8(level: u8) -> JsonMode {
+        match level {
+            0 => JsonMode::Off,
+            1 => JsonMode::Object,
+            _ => JsonMode::Schema,
+        }
+    }
+
+    /// The next mode down (what to try after a refusal of this one).
+    fn below(self) -> JsonMode {
+        match self {
+            JsonMode::Schema => JsonMode::Object,
+            JsonMode::Object | JsonMode::Off => JsonMode::Off,
+        }
+    }
+}
+
 /// What one HTTP exchange may send, for a format module to build its request from.
 pub struct Outgoing<'a> {
     pub model: &'a str,
     pub request: &'a LlmRequest,
     pub stream: bool,
-    /// Ask for JSON output (`response_format`), where the format has it.
-    pub json_mode: bool,
+    /// How to ask for JSON output (`response_format`), where the format has it.
+    pub json_mode: JsonMode,
     pub max_output_tokens: Option<u32>,
 }
 
@@ -59,8 +90,9 @@ pub struct EndpointState {
     capacity: Mutex<usize>,
     /// No request is sent before this instant: a 429 paused the endpoint for every caller.
     paused_until: Mutex<Option<Instant>>,
-    /// The server accepts `response_format`; cleared for good the first time it refuses it.
-    json_mode: AtomicBool,
+    /// The most JSON output mode the server accepts (a [`JsonMode`]); lowered for good each
+    /// time it refuses one.
+    json_mode: AtomicU8,
 }
 
 impl EndpointState {
@@ -70,7 +102,7 @@ impl EndpointState {
             permits: Semaphore::new(capacity),
             capacity: Mutex::new(capacity),
             paused_until: Mutex::new(None),
-            json_mode: AtomicBool::new(true),
+            json_mode: AtomicU8::new(JsonMode::Schema as u8),
         }
     }
 
@@ -132,8 +164,8 @@ pub struct Endpoint {
 struct Failure {
     error: LlmError,
     retry_after: Option<Duration>,
-    /// The server refused JSON output mode: asking again without it may succeed.
-    json_mode_refused: bool,
+    /// The server refused the JSON output mode sent: asking again with less may succeed.
+    json_mode_refused: Option<JsonMode>,
 }
 
 impl From<LlmError> for Failure {
@@ -141,7 +173,7 @@ impl From<LlmError> for Failure {
         Failure {
             error,
             retry_after: None,
-            json_mode_refused: false,
+            json_mode_refused: None,
         }
     }
 }
@@ -197,20 +229,25 @@ impl Endpoint {
             .with_max_times(self.spec.max_retries as usize)
             .with_jitter()
             .build();
-        // Whether this call was already asked again without JSON output mode.
-        let mut asked_without_json_mode = false;
+        // The most JSON output mode this call may still ask with: lowered when the server
+        // refuses one, so a call steps down at most twice.
+        let mut json_cap = JsonMode::Schema;
         loop {
-            let failure = match self.attempt(model, request, call).await {
+            let failure = match self.attempt(model, request, call, json_cap).await {
                 Ok(parsed) => return Ok(parsed),
                 Err(failure) => failure,
             };
-            if failure.json_mode_refused && !asked_without_json_mode {
+            if let Some(refused) = failure.json_mode_refused {
                 // Not a retry: the request was wrong for this server, and now it is not.
-                // Every call that was in flight with JSON mode gets this refusal and asks
-                // again, not only the one that turns the mode off.
-                asked_without_json_mode = true;
-                if self.shared.json_mode.swap(false, Ordering::SeqCst) {
-                    warn!(endpoint = %self.name, "the server refuses JSON output mode; asking with the prompt alone from now on");
+                // Every call that was in flight with that mode gets this refusal and asks
+                // again one step down, not only the one that lowers the endpoint's mode.
+                json_cap = refused.below();
+                let before = self
+                    .shared
+                    .json_mode
+                    .fetch_min(json_cap as u8, Ordering::SeqCst);
+                if before > json_cap as u8 {
+                    warn!(endpoint = %self.name, ?refused, now = ?json_cap, "the server refuses this JSON output mode; asking with less from now on");
                 }
                 continue;
             }
@@ -239,6 +276,7 @@ impl Endpoint {
         model: &str,
         request: &LlmRequest,
         call: &LlmCall,
+        json_cap: JsonMode,
     ) -> Result<Parsed, Failure> {
         // Waiting out a pause: another caller's 429 may extend it meanwhile.
         while let Some(until) = self.paused_until() {
@@ -251,7 +289,7 @@ impl Endpoint {
             _ = call.cancel.cancelled() => return Err(LlmError::Cancelled.into()),
             permit = self.shared.permits.acquire() => permit.map_err(|_| LlmError::Cancelled)?,
         };
-        let exchange = self.exchange(model, request, call);
+        let exchange = self.exchange(model, request, call, json_cap);
         tokio::select! {
             _ = call.cancel.cancelled() => Err(LlmError::Cancelled.into()),
             result = tokio::time::timeout(self.spec.request_timeout(), exchange) => {
@@ -265,6 +303,7 @@ impl Endpoint {
         model: &str,
         request: &LlmRequest,
         call: &LlmCall,
+        json_cap: JsonMode,
     ) -> Result<Parsed, Failure> {
         let key = match &self.api_key_env {
             // Read at call time, from the daemon's environment: never stored anywhere.
@@ -273,9 +312,16 @@ impl Endpoint {
             }
             None => None,
         };
-        let json_mode = request.format == AnswerFormat::JsonObject
-            && self.spec.json_mode
-            && self.shared.json_mode.load(Ordering::SeqCst);
+        let json_mode = if request.format == AnswerFormat::JsonObject && self.spec.json_mode {
+            let level = JsonMode::from_u8(self.shared.json_mode.load(Ordering::SeqCst));
+            match level.min(json_cap) {
+                // Without a schema to send, the most is plain JSON mode.
+                JsonMode::Schema if request.schema.is_none() => JsonMode::Object,
+                mode => mode,
+            }
+        } else {
+            JsonMode::Off
+        };
         let outgoing = Outgoing {
             model,
             request,
@@ -484,16 +530,22 @@ fn declares_json(headers: &HeaderMap) -> bool {
 }
 
 /// What a non-success status means.
-fn failure_for(status: StatusCode, headers: &HeaderMap, body: &str, json_mode: bool) -> Failure {
+fn failure_for(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &str,
+    json_mode: JsonMode,
+) -> Failure {
     let message = error_message(body);
     let code = status.as_u16();
     let retry_after = retry_after(headers);
     // Servers that do not know `response_format` say so with a 400, a 422, or (llama.cpp
     // and others) a 500 with a plain-text body.
-    let json_mode_refused = json_mode
+    let json_mode_refused = (json_mode != JsonMode::Off
         && (status.is_client_error() || status.is_server_error())
         && status != StatusCode::TOO_MANY_REQUESTS
-        && mentions_json_mode(body);
+        && mentions_json_mode(body))
+    .then_some(json_mode);
     let error = match status {
         StatusCode::TOO_MANY_REQUESTS => LlmError::RateLimited {
             retry_after_ms: retry_after

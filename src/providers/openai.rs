@@ -9,7 +9,7 @@ use flotilla_actors::ports::{ChatRole, FinishReason, LlmError, ToolCall};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::endpoint::{Outgoing, error_message};
+use super::endpoint::{JsonMode, Outgoing, error_message};
 use super::{Parsed, parse_lenient};
 use crate::sse::SseFrame;
 
@@ -78,8 +78,15 @@ pub fn build(
             })
             .collect();
     }
-    if outgoing.json_mode {
-        body["response_format"] = json!({ "type": "json_object" });
+    match (outgoing.json_mode, &request.schema) {
+        // The llama.cpp family's form: JSON mode constrained to a schema.
+        (JsonMode::Schema, Some(schema)) => {
+            body["response_format"] = json!({ "type": "json_object", "schema": schema });
+        }
+        (JsonMode::Schema | JsonMode::Object, _) => {
+            body["response_format"] = json!({ "type": "json_object" });
+        }
+        (JsonMode::Off, _) => {}
     }
     if let Some(max) = outgoing.max_output_tokens {
         body["max_tokens"] = json!(max);

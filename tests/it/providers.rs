@@ -1815,3 +1815,60 @@ async fn concurrency_cap_holds_across_runs() {
         "the second request arrived {gap:?} after the first, while it was in flight"
     );
 }
+
+/// A server that refuses a schema in `response_format` (400 naming it) but takes plain JSON
+/// mode, as OpenAI does with the llama.cpp form.
+struct RefusesSchemas {
+    answer: ResponseTemplate,
+}
+
+impl Respond for RefusesSchemas {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = request.body_json().unwrap_or_default();
+        if body["response_format"].get("schema").is_some() {
+            ResponseTemplate::new(400).set_body_json(error_body(
+                Format::OpenAi,
+                "invalid_request_error",
+                "Unrecognized request argument supplied: response_format.schema",
+            ))
+        } else {
+            self.answer.clone()
+        }
+    }
+}
+
+/// A JSON request with a schema asks for it (`{"type": "json_object", "schema": …}`, which
+/// the llama.cpp family constrains its output to); a server that refuses the schema is
+/// asked again at once with plain JSON mode, and the endpoint does not send the schema
+/// again. One step down, not two: JSON mode itself stays.
+#[tokio::test]
+async fn a_refused_schema_steps_down_to_plain_json_mode_not_to_none() {
+    let answer = ResponseTemplate::new(200).set_body_json(whole_text(
+        Format::OpenAi,
+        "{\"tasks\": []}",
+        (5, 4),
+    ));
+    let server = server(Format::OpenAi, RefusesSchemas { answer }).await;
+    let settings = settings(Format::OpenAi, &server.uri(), |s| {
+        s.stream = false;
+        s.max_retries = 0;
+    });
+    let schema = json!({"type": "object", "required": ["tasks"]});
+    let registry = ProviderRegistry::new().unwrap();
+    for _ in 0..2 {
+        let answer = registry
+            .llm_for(&settings, None)
+            .complete(hi().json_schema(schema.clone()), LlmCall::default())
+            .await
+            .unwrap();
+        assert_eq!(answer.content, "{\"tasks\": []}");
+    }
+    let sent = bodies(&server).await;
+    assert_eq!(sent.len(), 3, "refused, asked again, later call: {sent:?}");
+    assert_eq!(
+        sent[0]["response_format"],
+        json!({ "type": "json_object", "schema": schema })
+    );
+    assert_eq!(sent[1]["response_format"], json!({ "type": "json_object" }));
+    assert_eq!(sent[2]["response_format"], json!({ "type": "json_object" }));
+}

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::llm_output::{PlannerOutput, parse_json_answer};
+use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::planner_context::RepoContext;
 use crate::ports::{
     ChatMessage, Clock, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo, RepoError,
@@ -425,7 +425,7 @@ impl Planner {
         }
         messages.push(ChatMessage::user(prompt.clone()));
         let request = self.llm.complete(
-            LlmRequest::chat(Role::Planner, messages).json(),
+            LlmRequest::chat(Role::Planner, messages).json_schema(planner_answer_schema()),
             self.call(),
         );
         ctx.spawn(

@@ -121,6 +121,11 @@ pub struct LlmRequest {
     pub tools: Vec<ToolSpec>,
     #[serde(default)]
     pub format: AnswerFormat,
+    /// With `AnswerFormat::JsonObject`: the JSON Schema the object should follow. Servers
+    /// that can constrain their output to it (the llama.cpp family) are asked to; the
+    /// caller validates the answer either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<serde_json::Value>,
     /// The most output tokens the call may produce, if the caller bounds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
@@ -134,6 +139,7 @@ impl LlmRequest {
             messages,
             tools: Vec::new(),
             format: AnswerFormat::Text,
+            schema: None,
             max_output_tokens: None,
         }
     }
@@ -141,6 +147,13 @@ impl LlmRequest {
     /// Asks for one JSON object as the answer.
     pub fn json(mut self) -> Self {
         self.format = AnswerFormat::JsonObject;
+        self
+    }
+
+    /// Asks for one JSON object following `schema`.
+    pub fn json_schema(mut self, schema: serde_json::Value) -> Self {
+        self.format = AnswerFormat::JsonObject;
+        self.schema = Some(schema);
         self
     }
 
