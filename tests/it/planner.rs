@@ -1111,3 +1111,53 @@ async fn follow_ups_name_the_active_tasks_and_the_locked_scopes() {
         "a pending task locks nothing"
     );
 }
+
+/// An LLM whose answer is cut off at its output-token limit.
+struct CutOff;
+
+impl Llm for CutOff {
+    fn complete(
+        &self,
+        _: LlmRequest,
+        _: LlmCall,
+    ) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+        Box::pin(async {
+            Ok(LlmResponse {
+                content: r#"{"scratchpad": "s", "tasks": [{"description": "a very long"#.into(),
+                finish: flotilla_actors::ports::FinishReason::Length,
+                ..LlmResponse::default()
+            })
+        })
+    }
+}
+
+/// An answer cut off at the output-token limit is unusable, and says why in words the model
+/// can act on in its next prompt, instead of only the parser's "EOF while parsing".
+#[actix::test]
+async fn a_cut_off_answer_says_it_was_cut_off() {
+    virtual_time();
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let planner = Planner::new(
+        RunId::generate(),
+        "r".into(),
+        "S".into(),
+        Arc::new(CutOff),
+        graph,
+        PlannerConfig::default(),
+    )
+    .start();
+    planner.do_send(ToPlanner::Start);
+    let first = expect_answer(&mut inbox).await;
+    let error = first.tasks.unwrap_err();
+    assert!(
+        error.contains("cut off at the output-token limit (the answer"),
+        "{error}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let second = expect_answer(&mut inbox).await;
+    assert!(
+        second.prompt.contains("cut off at the output-token limit"),
+        "{}",
+        second.prompt
+    );
+}

@@ -43,8 +43,8 @@ use tracing::{info, warn};
 use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::planner_context::RepoContext;
 use crate::ports::{
-    ChatMessage, Clock, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo, RepoError,
-    RepoSnapshot, Role, SystemClock,
+    ChatMessage, Clock, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo,
+    RepoError, RepoSnapshot, Role, SystemClock,
 };
 use crate::protocol::{
     Event, EventKind, GetSnapshot, GraphSnapshot, HandoffStatus, PlannerAnswer, Published,
@@ -480,7 +480,15 @@ impl Planner {
                     &response.content,
                     self.config.max_answer_bytes,
                 )
-                .map(|out| out.tasks);
+                .map(|out| out.tasks)
+                .map_err(|error| match response.finish {
+                    // The parser's "EOF while parsing" says less than the provider did.
+                    FinishReason::Length => format!(
+                        "the answer was cut off at the output-token limit ({error}); \
+                         answer with fewer and shorter tasks"
+                    ),
+                    _ => error,
+                });
                 self.conversation.push(Exchange {
                     prompt: prompt.clone(),
                     answer: response.content.clone(),
