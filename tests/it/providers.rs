@@ -1872,3 +1872,99 @@ async fn a_refused_schema_steps_down_to_plain_json_mode_not_to_none() {
     assert_eq!(sent[1]["response_format"], json!({ "type": "json_object" }));
     assert_eq!(sent[2]["response_format"], json!({ "type": "json_object" }));
 }
+
+/// Answers each planner call with the next of `answers` (then the last again), as whole
+/// OpenAI chat completions.
+struct PlannerAnswers(std::sync::Mutex<std::collections::VecDeque<String>>);
+
+impl Respond for PlannerAnswers {
+    fn respond(&self, _: &Request) -> ResponseTemplate {
+        let mut answers = self.0.lock().unwrap();
+        let next = if answers.len() > 1 {
+            answers.pop_front().unwrap()
+        } else {
+            answers.front().cloned().unwrap()
+        };
+        ResponseTemplate::new(200).set_body_json(whole_text(Format::OpenAi, &next, (10, 10)))
+    }
+}
+
+/// The root planner on a real provider whose model answers badly: a fenced answer is used;
+/// a truncated one, one of the wrong types and a 5 MB one are each recorded as unusable with
+/// a clear reason, backed off and counted, until the planner gives up; nothing panics.
+#[actix::test]
+async fn the_planner_survives_what_a_real_model_answers() {
+    use actix::Actor;
+    use flotilla_actors::actors::{Planner, PlannerConfig};
+    use flotilla_actors::protocol::{RunId, ToPlanner, ToTaskGraph};
+
+    let answers = [
+        "Here is the plan:\n```json\n{\"scratchpad\": \"s\", \"tasks\": [{\"description\": \"d\", \"scope\": [\"a.rs\"], \"acceptance\": \"x\"}]}\n```".to_string(),
+        "{\"scratchpad\": \"s\", \"tasks\": [{\"description\": \"d\", \"sco".to_string(),
+        "{\"scratchpad\": 5, \"tasks\": {\"description\": [1, 2]}}".to_string(),
+        format!("{{\"scratchpad\": \"{}\", \"tasks\": []}}", "x".repeat(5 * 1024 * 1024)),
+    ];
+    let server = server(
+        Format::OpenAi,
+        PlannerAnswers(std::sync::Mutex::new(answers.into())),
+    )
+    .await;
+    let settings = settings(Format::OpenAi, &server.uri(), |s| {
+        s.stream = false;
+        s.max_retries = 0;
+    });
+    let llm = Arc::new(ProviderRegistry::new().unwrap().llm_for(&settings, None));
+    let (graph, mut inbox) = crate::harness::probe::<ToTaskGraph>("task graph");
+    let config = PlannerConfig {
+        backoff_base_ms: 10,
+        backoff_max_ms: 20,
+        max_consecutive_errors: 3,
+        ..PlannerConfig::default()
+    };
+    let planner = Planner::new(
+        RunId::generate(),
+        "r".into(),
+        "S".into(),
+        llm,
+        graph,
+        config,
+    )
+    .start();
+    planner.do_send(ToPlanner::Start);
+    let mut outcomes = Vec::new();
+    let gave_up = loop {
+        match inbox.expect().await {
+            ToTaskGraph::PlannerAnswered(answer) => {
+                let fenced_ok = answer.tasks.as_ref().is_ok_and(|t| t.len() == 1);
+                outcomes.push(answer.tasks.map(|_| ()));
+                if fenced_ok {
+                    planner.do_send(ToPlanner::BatchAccepted { ready: 0 });
+                    planner.do_send(ToPlanner::Quiescent);
+                }
+            }
+            ToTaskGraph::PlannerGaveUp { error } => break error,
+            _ => {}
+        }
+    };
+    assert_eq!(outcomes.len(), 4, "{outcomes:?}");
+    assert!(outcomes[0].is_ok(), "the fenced answer is used");
+    let errors: Vec<String> = outcomes[1..]
+        .iter()
+        .map(|o| o.clone().unwrap_err())
+        .collect();
+    assert!(
+        errors[0].contains("no JSON object"),
+        "truncated: {}",
+        errors[0]
+    );
+    assert!(
+        errors[1].contains("not valid"),
+        "wrong types: {}",
+        errors[1]
+    );
+    assert!(errors[2].contains("at most"), "5 MB: {}", errors[2]);
+    assert!(
+        gave_up.contains("3 consecutive planner errors"),
+        "{gave_up}"
+    );
+}
