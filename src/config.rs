@@ -9,7 +9,9 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use flotilla_actors::actors::{PlannerConfig, PlannerConfigError, WorkerProfile};
+use flotilla_actors::actors::{
+    PlannerConfig, PlannerConfigError, SubplannerConfig, SubplannerConfigError, WorkerProfile,
+};
 use flotilla_actors::config::{Limits, LimitsError};
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +31,8 @@ pub struct FileConfig {
     pub limits: Limits,
     #[serde(default)]
     pub planner: PlannerConfig,
+    #[serde(default)]
+    pub subplanner: SubplannerConfig,
     /// Worker profiles; one general profile if none are given.
     #[serde(default)]
     pub workers: Vec<WorkerProfile>,
@@ -76,6 +80,8 @@ pub struct RunConfig {
     #[serde(default)]
     pub planner: PlannerConfig,
     #[serde(default)]
+    pub subplanner: SubplannerConfig,
+    #[serde(default)]
     pub workers: Vec<WorkerProfile>,
     #[serde(default)]
     pub scenario: Scenario,
@@ -94,6 +100,8 @@ pub enum RunConfigError {
     Limits(#[from] LimitsError),
     #[error("impossible planner settings: {0}")]
     Planner(#[from] PlannerConfigError),
+    #[error("impossible subplanner settings: {0}")]
+    Subplanner(#[from] SubplannerConfigError),
     #[error("impossible provider settings: {0}")]
     Models(#[from] ProviderSettingsError),
     #[error("the scenario: {0}")]
@@ -182,6 +190,11 @@ pub enum ConfigError {
         path: PathBuf,
         source: PlannerConfigError,
     },
+    #[error("{path}: impossible subplanner settings: {source}")]
+    Subplanner {
+        path: PathBuf,
+        source: SubplannerConfigError,
+    },
     #[error("{path}: impossible provider settings: {source}")]
     Models {
         path: PathBuf,
@@ -239,6 +252,12 @@ impl RunConfig {
                 path: path.into(),
                 source,
             })?;
+        file.subplanner
+            .validate()
+            .map_err(|source| ConfigError::Subplanner {
+                path: path.into(),
+                source,
+            })?;
         let scenario_path = match &file.provider.scenario {
             Some(rel) => path.parent().unwrap_or(Path::new(".")).join(rel),
             None => return Err(ConfigError::NoScenario { path: path.into() }),
@@ -257,6 +276,7 @@ impl RunConfig {
         Ok(RunConfig {
             limits: file.limits,
             planner: file.planner,
+            subplanner: file.subplanner,
             workers: file.workers,
             scenario,
             models,
@@ -275,6 +295,7 @@ impl RunConfig {
     pub fn validate(&self) -> Result<(), RunConfigError> {
         self.limits.validate()?;
         self.planner.validate()?;
+        self.subplanner.validate()?;
         self.models.validate()?;
         self.scenario
             .check()

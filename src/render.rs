@@ -234,7 +234,7 @@ fn describe(kind: &EventKind) -> (String, Tone) {
         EventKind::PlannerResponded { call, usage, .. } => plain(format!(
             "planner call {} answered ({} tokens)",
             call + 1,
-            usage.tokens_in + usage.tokens_out
+            usage.tokens_in.saturating_add(usage.tokens_out)
         )),
         EventKind::PlannerGaveUp { error } => (
             format!("planner gave up: {}", shorten(error, 120)),
@@ -309,6 +309,37 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             "{parent} decomposed ({}) into {}",
             decomposition_reason(*reason),
             list(subtasks)
+        )),
+        EventKind::SubtasksAdded {
+            parent, subtasks, ..
+        } => plain(format!("{parent}: the subplanner added {}", list(subtasks))),
+        EventKind::DecompositionClosed { parent, reason, .. } => plain(format!(
+            "{parent}: no more subtasks ({})",
+            shorten(reason, 100)
+        )),
+        EventKind::SubplannerResponded {
+            task,
+            call,
+            error: Some(error),
+            ..
+        } => (
+            format!(
+                "subplanner call {} for {task} unusable: {}",
+                call + 1,
+                shorten(error, 120)
+            ),
+            Tone::Bad,
+        ),
+        EventKind::SubplannerResponded {
+            task, call, usage, ..
+        } => plain(format!(
+            "subplanner call {} for {task} answered ({} tokens)",
+            call + 1,
+            usage.tokens_in.saturating_add(usage.tokens_out)
+        )),
+        EventKind::TaskAtomic { task, reason, .. } => plain(format!(
+            "{task} goes to a worker as it is: {}",
+            shorten(reason, 100)
         )),
         EventKind::DecompositionRejected { parent, reason, .. } => {
             (format!("{parent} subplan rejected: {reason}"), Tone::Bad)

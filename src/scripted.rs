@@ -32,6 +32,11 @@ use crate::config::TomlProblem;
 pub struct Scenario {
     #[serde(default)]
     pub planner: PlannerScript,
+    /// The Subplanner's answers, per task id (`[[subplanner.t4.answers]]`): the n-th call
+    /// about a task gets its n-th answer; calls beyond the list (and tasks not listed) get
+    /// an empty task list, so an unlisted task is atomic and goes to a worker.
+    #[serde(default)]
+    pub subplanner: BTreeMap<String, PlannerScript>,
     /// What every task not listed under `tasks` does.
     #[serde(default)]
     pub agent: AgentStep,
@@ -269,7 +274,7 @@ impl Llm for ScriptedLlm {
     fn complete(
         &self,
         request: LlmRequest,
-        _call: LlmCall,
+        call_context: LlmCall,
     ) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
         if let Ok(mut log) = self.requests.lock() {
             log.push(request.clone());
@@ -281,6 +286,11 @@ impl Llm for ScriptedLlm {
             .count();
         let step = match request.role {
             Role::Planner => self.scenario.planner.answers.get(call).cloned(),
+            Role::Subplanner => call_context
+                .task
+                .as_ref()
+                .and_then(|task| self.scenario.subplanner.get(&task.to_string()))
+                .and_then(|script| script.answers.get(call).cloned()),
             _ => None,
         }
         .unwrap_or_default();

@@ -38,6 +38,9 @@ pub struct Limits {
     /// A task with at least this many scope paths (and depth below `max_depth`) goes to the
     /// subplanner instead of a worker.
     pub subplanner_scope_threshold: usize,
+    /// LLM calls the Subplanner may make for one task (the seed's 20): it replans after
+    /// every subtask handoff, and at this cap its decomposition is closed with what it has.
+    pub max_subplanner_iterations: u32,
     /// The most a single task may be given: a planner task or a subtask asking for more in
     /// any dimension is refused (`RejectionReason::TaskBudgetTooLarge`), never clamped.
     pub max_task_budget: Budget,
@@ -70,6 +73,7 @@ impl Default for Limits {
             max_workers: 4,
             max_subplanners: 2,
             subplanner_scope_threshold: 4,
+            max_subplanner_iterations: 20,
             max_task_budget: Budget::new(
                 1_000_000,
                 Usd::from_micros(10_000_000),
@@ -106,7 +110,7 @@ impl Limits {
     /// Checks that the limits can run a run: no zero where at least one is needed, no depth
     /// that task ids cannot hold, and default ≤ per-task maximum ≤ run budget.
     pub fn validate(&self) -> Result<(), LimitsError> {
-        let at_least_one: [(&'static str, u64); 11] = [
+        let at_least_one: [(&'static str, u64); 12] = [
             ("max_depth", self.max_depth.into()),
             ("max_subtasks", self.max_subtasks as u64),
             ("max_nodes", self.max_nodes as u64),
@@ -117,6 +121,10 @@ impl Limits {
             ("max_path_bytes", self.max_path_bytes as u64),
             ("max_workers", self.max_workers as u64),
             ("max_subplanners", self.max_subplanners as u64),
+            (
+                "max_subplanner_iterations",
+                self.max_subplanner_iterations.into(),
+            ),
             ("max_subplan_rejections", self.max_subplan_rejections.into()),
         ];
         if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {

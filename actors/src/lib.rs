@@ -3,9 +3,13 @@
 //! - [`protocol`]: every id, payload, message and event, in one place.
 //! - [`config`]: the run's limits with their defaults.
 //! - [`graph`]: the task graph as plain data (a fold of events) and subplan validation.
-//! - [`llm_output`]: parsing untrusted LLM answers into typed structs.
+//! - [`llm_output`]: parsing untrusted LLM answers into typed structs; [`llm_progress`]: live
+//!   progress notices of streaming calls.
+//! - [`planner_context`], [`subplanner_context`]: what the planners tell their models, and
+//!   the Subplanner's aggregation of handoffs (pure functions).
 //! - [`ports`]: traits for side effects (journal, LLM, agent, repo, clock) and in-memory fakes.
-//! - [`actors`]: TaskGraph, Dispatch, Planner, WorkerPool and Worker, one actor per file.
+//! - [`actors`]: TaskGraph, Dispatch, Planner, Subplanner, WorkerPool and Worker, one actor
+//!   per file.
 //! - [`supervision`]: how actors report that they ended (`Lifeline`), and `StopMember`.
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
@@ -14,7 +18,9 @@ pub mod actors;
 pub mod config;
 pub mod graph;
 pub mod llm_output;
+pub mod llm_progress;
 pub mod planner_context;
 pub mod ports;
 pub mod protocol;
+pub mod subplanner_context;
 pub mod supervision;

@@ -25,7 +25,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use flotilla_actors::actors::{self, Dispatch, Exchange, Planner, Recovery, TaskGraph, WorkerPool};
+use flotilla_actors::actors::{
+    self, Dispatch, Exchange, Planner, RecordedExchange, Recovery, Subplanner, TaskGraph,
+    WorkerPool,
+};
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{Agent, Clock, Journal, Llm};
 use flotilla_actors::protocol::{
@@ -56,6 +59,7 @@ pub enum Member {
     TaskGraph,
     Dispatch,
     Planner,
+    Subplanner,
     Workers,
 }
 
@@ -75,6 +79,7 @@ pub struct RunMembers {
     pub task_graph: Addr<TaskGraph>,
     pub dispatch: Addr<Dispatch>,
     pub planner: Addr<Planner>,
+    pub subplanner: Addr<Subplanner>,
     pub workers: Addr<WorkerPool>,
 }
 
@@ -83,6 +88,7 @@ impl RunMembers {
         self.task_graph.do_send(StopMember);
         self.dispatch.do_send(StopMember);
         self.planner.do_send(StopMember);
+        self.subplanner.do_send(StopMember);
         self.workers.do_send(StopMember);
     }
 
@@ -91,6 +97,7 @@ impl RunMembers {
         self.task_graph.connected()
             || self.dispatch.connected()
             || self.planner.connected()
+            || self.subplanner.connected()
             || self.workers.connected()
     }
 }
@@ -239,6 +246,26 @@ impl Supervisor {
                 _ => None,
             })
             .collect();
+        let subplanner_conversations: Vec<RecordedExchange> = journal
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::SubplannerResponded {
+                    task,
+                    attempt,
+                    prompt,
+                    content,
+                    ..
+                } => Some(RecordedExchange {
+                    task: task.clone(),
+                    attempt: *attempt,
+                    exchange: Exchange {
+                        prompt: prompt.clone(),
+                        answer: content.clone(),
+                    },
+                }),
+                _ => None,
+            })
+            .collect();
         let recovery = recovering.then(|| recovery(&graph_state, journal, self.clock.now_ms()));
         let planner_calls = graph_state.planner_calls();
 
@@ -259,15 +286,27 @@ impl Supervisor {
         )
         .watched(self.lifeline(run, generation, Member::Workers, ctx))
         .start();
-        // The subplanner route is served by the worker pool's agent until the Subplanner
-        // actor exists: a scripted agent answers wide tasks with a subplan.
+        let repo = Arc::new(GitRepo::new(entry_repo));
+        let subplanner = Subplanner::new(
+            run,
+            prompts::for_role(Role::Subplanner, &config.prompts, &config.limits),
+            llm.clone(),
+            graph_addr.clone().recipient(),
+            config.limits.clone(),
+            config.subplanner.clone(),
+        )
+        .with_repo(repo.clone())
+        .with_notices(ctx.address().recipient())
+        .resuming(subplanner_conversations)
+        .watched(self.lifeline(run, generation, Member::Subplanner, ctx))
+        .start();
         let dispatch = Dispatch::new(
             run,
             config.limits.clone(),
             config.profiles(),
             graph_addr.clone().recipient(),
             workers.clone().recipient(),
-            workers.clone().recipient(),
+            subplanner.clone().recipient(),
         )
         .watched(self.lifeline(run, generation, Member::Dispatch, ctx))
         .start();
@@ -279,7 +318,7 @@ impl Supervisor {
             graph_addr.clone().recipient(),
             config.planner.clone(),
         )
-        .with_repo(Arc::new(GitRepo::new(entry_repo)))
+        .with_repo(repo)
         .with_notices(ctx.address().recipient())
         .with_graph_view(graph_addr.clone().recipient())
         .resuming(conversation)
@@ -294,6 +333,7 @@ impl Supervisor {
         )
         .with_planner(planner.clone().recipient())
         .with_default_agent(workers.clone().recipient())
+        .with_subplanner(subplanner.clone().recipient())
         .watched(self.lifeline(run, generation, Member::TaskGraph, ctx));
         if let Some(recovery) = recovery {
             task_graph = task_graph.resuming(recovery);
@@ -308,6 +348,7 @@ impl Supervisor {
                 task_graph: graph_addr,
                 dispatch,
                 planner,
+                subplanner,
                 workers,
             });
         }

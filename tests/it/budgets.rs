@@ -583,6 +583,7 @@ fn huge_reported_token_counts_do_not_crash_status_or_the_live_line() {
             subtasks: Vec::new(),
             handoff: Some(greedy.clone()),
             artifacts: Vec::new(),
+            subplanner: false,
         },
         EventKind::SubtasksCompleted { parent: task("t1") },
         EventKind::TaskCompleted {

@@ -145,6 +145,7 @@ pub fn ready(id: &str, spec: TaskSpec, critical_path: u32, created: u64) -> Read
         critical_path,
         created,
         budget: Budget::default(),
+        atomic: false,
     }
 }
 

@@ -929,6 +929,7 @@ async fn a_planner_dispatch_or_worker_pool_that_dies_mid_run_is_restarted_and_th
     for (member, name) in [
         (Member::Planner, "Planner"),
         (Member::Dispatch, "Dispatch"),
+        (Member::Subplanner, "Subplanner"),
         (Member::Workers, "Workers"),
     ] {
         let state = tempfile::tempdir().unwrap();
@@ -945,6 +946,7 @@ async fn a_planner_dispatch_or_worker_pool_that_dies_mid_run_is_restarted_and_th
         match member {
             Member::Planner => before.planner.do_send(StopMember),
             Member::Dispatch => before.dispatch.do_send(StopMember),
+            Member::Subplanner => before.subplanner.do_send(StopMember),
             Member::Workers => before.workers.do_send(StopMember),
             Member::TaskGraph => unreachable!(),
         }

@@ -3,7 +3,7 @@
 //! Order: priority (1 first), then the longest remaining dependency chain (critical path),
 //! then age. A task whose scope overlaps a running task's scope waits; tasks behind it may
 //! go first. A task with `subplanner_scope_threshold` or more scope paths, above the maximum
-//! depth, goes to the subplanner, which has its own concurrency limit and takes no scope
+//! depth, goes to the subplanner (unless the Subplanner already found it atomic), which has its own concurrency limit and takes no scope
 //! locks: it only plans, and its subtasks lock what they touch. The best-fitting worker
 //! profile is chosen in the same turn (no bidding window).
 //!
@@ -127,7 +127,8 @@ impl Dispatch {
     }
 
     fn route(&self, task: &ReadyTask) -> Route {
-        if task.spec.scope.len() >= self.limits.subplanner_scope_threshold
+        if !task.atomic
+            && task.spec.scope.len() >= self.limits.subplanner_scope_threshold
             && task.task.depth() < self.limits.max_depth
         {
             Route::Subplanner

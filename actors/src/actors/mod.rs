@@ -3,12 +3,14 @@
 
 pub mod dispatch;
 pub mod planner;
+pub mod subplanner;
 pub mod task_graph;
 pub mod worker;
 pub mod worker_pool;
 
 pub use dispatch::{Dispatch, WorkerProfile, best_profile};
 pub use planner::{Exchange, Planner, PlannerConfig, PlannerConfigError};
+pub use subplanner::{RecordedExchange, Subplanner, SubplannerConfig, SubplannerConfigError};
 pub use task_graph::{CancelRun, Recovery, TaskGraph};
 pub use worker::{Job, Worker};
 pub use worker_pool::WorkerPool;

@@ -41,14 +41,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema};
+use crate::llm_progress::with_progress_notices;
 use crate::planner_context::RepoContext;
 use crate::ports::{
-    ChatMessage, Clock, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo,
-    RepoError, RepoSnapshot, Role, SystemClock,
+    ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo, RepoError,
+    RepoSnapshot, Role,
 };
 use crate::protocol::{
-    Event, EventKind, GetSnapshot, GraphSnapshot, HandoffStatus, PlannerAnswer, Published,
-    RejectionReason, RootHandoff, RunId, TaskState, TaskView, ToPlanner, ToTaskGraph,
+    GetSnapshot, GraphSnapshot, HandoffStatus, PlannerAnswer, Published, RejectionReason,
+    RootHandoff, RunId, TaskState, TaskView, ToPlanner, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -188,9 +189,6 @@ pub struct Planner {
     /// what changed.
     repo_context: RepoContext,
 }
-
-/// The least time between two progress notices of one call.
-const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// The longest "retry after" a provider can make the planner wait (15 minutes).
 const MAX_RETRY_AFTER_MS: u64 = 15 * 60 * 1000;
@@ -436,34 +434,10 @@ impl Planner {
     }
 
     /// A call's context: cancelled with the actor; its streaming progress goes out as live
-    /// notices, at most one per [`PROGRESS_EVERY`].
+    /// notices.
     fn call(&self) -> LlmCall {
         let call = LlmCall::new(self.cancel.child_token());
-        let Some(notices) = self.notices.clone() else {
-            return call;
-        };
-        let run = self.run;
-        let last_sent = std::sync::Mutex::new(None::<std::time::Instant>);
-        call.on_progress(move |progress| {
-            let now = std::time::Instant::now();
-            let Ok(mut last) = last_sent.lock() else {
-                return;
-            };
-            if last.is_some_and(|at| now.duration_since(at) < PROGRESS_EVERY) {
-                return;
-            }
-            *last = Some(now);
-            notices.do_send(Published(Event {
-                seq: 0,
-                run,
-                at_ms: SystemClock.now_ms(),
-                kind: EventKind::LlmProgress {
-                    role: Role::Planner,
-                    task: None,
-                    tokens_out: progress.tokens_out,
-                },
-            }));
-        })
+        with_progress_notices(call, self.notices.as_ref(), self.run, Role::Planner, None)
     }
 
     fn answered(

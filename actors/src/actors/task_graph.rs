@@ -22,9 +22,9 @@ use tracing::{error, warn};
 use crate::graph::{GraphError, RunGraph};
 use crate::ports::{Journal, JournalError};
 use crate::protocol::{
-    Event, EventKind, FailureReason, GetSnapshot, Published, RootHandoff, RunId, SubtasksCompleted,
-    TaskDecompositionAccepted, TaskDecompositionRejected, TaskId, TaskState, ToAgent, ToDispatch,
-    ToPlanner, ToTaskGraph,
+    Event, EventKind, FailureReason, GetSnapshot, Published, RootHandoff, RunId, SubtaskEnded,
+    SubtasksCompleted, TaskDecompositionAccepted, TaskDecompositionRejected, TaskId, TaskState,
+    ToAgent, ToDispatch, ToPlanner, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -48,6 +48,8 @@ pub struct TaskGraph {
     agents: HashMap<TaskId, Recipient<ToAgent>>,
     /// Who synthesizes for a parent whose agent is unknown (after a restart).
     default_agent: Option<Recipient<ToAgent>>,
+    /// The run's Subplanner: it owns the decompositions it made, also after a restart.
+    subplanner: Option<Recipient<ToAgent>>,
     planner: Option<Recipient<ToPlanner>>,
     /// Set when the graph was rebuilt from the journal: `started` resumes the run.
     recovery: Option<Recovery>,
@@ -79,6 +81,7 @@ impl TaskGraph {
             observer,
             agents: HashMap::new(),
             default_agent: None,
+            subplanner: None,
             planner: None,
             recovery: None,
             lifeline: None,
@@ -109,6 +112,12 @@ impl TaskGraph {
     /// The agent that synthesizes for parents whose own agent is gone.
     pub fn with_default_agent(mut self, agent: Recipient<ToAgent>) -> Self {
         self.default_agent = Some(agent);
+        self
+    }
+
+    /// The run's Subplanner, which hears about the subtasks of its decompositions.
+    pub fn with_subplanner(mut self, subplanner: Recipient<ToAgent>) -> Self {
+        self.subplanner = Some(subplanner);
         self
     }
 
@@ -153,6 +162,13 @@ impl TaskGraph {
             }
             for parent in act.graph.tasks_in(TaskState::Synthesizing) {
                 act.send_subtasks_completed(&parent);
+            }
+            // The Subplanner's open decompositions continue where its journaled
+            // conversation left off.
+            if let Some(subplanner) = &act.subplanner {
+                for open in act.graph.open_decompositions() {
+                    subplanner.do_send(ToAgent::Resume(open));
+                }
             }
             for (task, ms) in recovery.deadlines_in_ms {
                 act.arm_deadline_in(&task, ms, ctx);
@@ -249,6 +265,7 @@ impl TaskGraph {
             {
                 something_ended = true;
                 self.tell_planner_root_ended(task);
+                self.tell_subplanner_subtask_ended(task);
             }
             match &event.kind {
                 EventKind::TasksRejected { reason } => {
@@ -337,6 +354,39 @@ impl TaskGraph {
                     );
                 }
                 EventKind::SubtasksCompleted { parent } => self.send_subtasks_completed(parent),
+                EventKind::DecompositionClosed { parent, reason, .. } => {
+                    self.tell_agent(
+                        parent,
+                        ToAgent::DecompositionClosed {
+                            parent: parent.clone(),
+                            reason: reason.clone(),
+                        },
+                    );
+                }
+                EventKind::SubtasksAdded {
+                    parent, subtasks, ..
+                } => {
+                    self.tell_agent(
+                        parent,
+                        ToAgent::DecompositionAccepted(TaskDecompositionAccepted {
+                            parent: parent.clone(),
+                            subtasks: subtasks.clone(),
+                        }),
+                    );
+                }
+                // The Subplanner handed the task over: it goes back to Dispatch, for a
+                // worker this time.
+                EventKind::TaskAtomic { task, reason, .. } => {
+                    if let Some(agent) = self.agents.remove(task) {
+                        agent.do_send(ToAgent::Cancel {
+                            task: task.clone(),
+                            reason: format!("handed to a worker: {reason}"),
+                        });
+                    }
+                    self.dispatch
+                        .do_send(ToDispatch::Release { task: task.clone() });
+                    ready.extend(self.graph.ready_task(task));
+                }
                 _ => {}
             }
             if let Some(observer) = &self.observer {
@@ -356,12 +406,48 @@ impl TaskGraph {
         }
     }
 
+    /// The Subplanner replans after every subtask handoff of a decomposition it still
+    /// plans (ADR-008).
+    fn tell_subplanner_subtask_ended(&self, task: &TaskId) {
+        let Some(parent) = self.graph.task(task).and_then(|n| n.id.parent()) else {
+            return;
+        };
+        let open = self
+            .graph
+            .task(&parent)
+            .is_some_and(|p| p.state == TaskState::WaitingForSubtasks && p.decomposition_open);
+        if !open {
+            return;
+        }
+        let (Some(result), Some(p)) = (self.graph.subtask_result(task), self.graph.task(&parent))
+        else {
+            return;
+        };
+        let attempt = p.attempt;
+        self.tell_agent(
+            &parent,
+            ToAgent::SubtaskEnded(SubtaskEnded {
+                parent: parent.clone(),
+                attempt,
+                result,
+            }),
+        );
+    }
+
     fn is_over(&self, task: &TaskId) -> bool {
         self.graph.task(task).is_some_and(|n| n.state.is_terminal())
     }
 
     fn tell_agent(&self, task: &TaskId, message: ToAgent) {
-        match self.agents.get(task).or(self.default_agent.as_ref()) {
+        // After a restart no agent is registered: the Subplanner's decompositions stay its
+        // own, every other parent's synthesis goes to the default agent.
+        let subplanned = self.graph.task(task).is_some_and(|n| n.subplanned);
+        let fallback = if subplanned {
+            self.subplanner.as_ref()
+        } else {
+            self.default_agent.as_ref()
+        };
+        match self.agents.get(task).or(fallback) {
             Some(agent) => agent.do_send(message),
             None => {
                 warn!(run = %self.run, %task, "no agent registered for the task; message dropped")
@@ -464,6 +550,12 @@ impl Handler<ToTaskGraph> for TaskGraph {
                 task,
                 decomposition,
             } => self.graph.deadline_passed(&task, decomposition),
+            ToTaskGraph::SubplannerAnswered(answer) => self.graph.subplanner_answered(*answer),
+            ToTaskGraph::SubplannerStopped {
+                task,
+                attempt,
+                reason,
+            } => self.graph.subplanner_stopped(&task, attempt, &reason),
         };
         match result {
             Ok(events) => self.commit(events, ctx),

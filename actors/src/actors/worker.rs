@@ -319,6 +319,9 @@ impl Handler<ToAgent> for Worker {
             ToAgent::Assign(a) => {
                 warn!(task = %a.task.task, "an assignment reached a running worker; the pool routes those");
             }
+            ToAgent::SubtaskEnded(_) | ToAgent::Resume(_) | ToAgent::DecompositionClosed { .. } => {
+                warn!(task = %self.task, "a Subplanner message reached a worker");
+            }
         }
     }
 }

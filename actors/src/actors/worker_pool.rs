@@ -165,6 +165,10 @@ impl Handler<ToAgent> for WorkerPool {
                 let task = rejected.parent.clone();
                 self.forward(&task, ToAgent::DecompositionRejected(rejected));
             }
+            // The Subplanner's: a worker's decomposition is not replanned per subtask.
+            ToAgent::SubtaskEnded(_) | ToAgent::Resume(_) | ToAgent::DecompositionClosed { .. } => {
+                debug!(run = %self.run, "a Subplanner message reached the worker pool; dropped");
+            }
             ToAgent::Cancel { task, reason } => {
                 if let Some(worker) = self.running.remove(&task) {
                     worker.addr.do_send(ToAgent::Cancel { task, reason });

@@ -15,7 +15,7 @@ impl RunGraph {
     /// Looks up the task a message is about. Unknown tasks, terminal tasks, stale attempts and
     /// tasks not in one of the `expected` states produce `MessageIgnored` and `None`: a late
     /// message never changes a settled task.
-    fn current(
+    pub(super) fn current(
         &self,
         out: &mut Emitted,
         task: &TaskId,
@@ -160,8 +160,11 @@ impl RunGraph {
             )?;
         }
         // The handoff's metrics cover the work since the attempt's last report; charge only
-        // what the attempt has not already reported as it went.
-        if let Some(h) = &report.handoff {
+        // what the attempt has not already reported as it went. Not for the Subplanner's
+        // aggregate (ADR-008): its metrics sum its subtasks' handoffs, which were charged to
+        // them, and its own calls were charged as they were answered.
+        let aggregate = self.dag[ix].subplanned && self.dag[ix].state == TaskState::Synthesizing;
+        if let Some(h) = report.handoff.as_ref().filter(|_| !aggregate) {
             let unreported = h
                 .metrics
                 .spent()
@@ -250,7 +253,7 @@ impl RunGraph {
         failure: AttemptFailure,
     ) -> Result<(), GraphError> {
         let task = self.dag[ix].id.clone();
-        let charged = attempt.saturating_sub(self.dag[ix].interruptions);
+        let charged = attempt.saturating_sub(self.dag[ix].uncharged_attempts);
         let retryable = failure.is_retryable()
             && self.dag[ix].state != TaskState::Synthesizing
             && charged < self.limits.max_attempts;

@@ -5,11 +5,25 @@ use std::collections::VecDeque;
 
 use petgraph::graph::NodeIndex;
 
+use super::validate::Proposal;
 use super::{Emitted, GraphError, RunGraph, validate};
 use crate::protocol::{
     ArtifactRef, EventKind, FailureReason, Handoff, HandoffStatus, ProposedSubplan,
     RejectionReason, StopCondition, TaskId, TaskState, UserDecision,
 };
+
+/// Who proposed a subplan.
+pub(super) enum Proposer {
+    /// An agent's report (ADR-009), with the work delivered beside the proposal.
+    Agent {
+        handoff: Option<Box<Handoff>>,
+        artifacts: Vec<ArtifactRef>,
+    },
+    /// The Subplanner's first batch for a running task (ADR-008).
+    SubplannerFirst,
+    /// A further batch of the Subplanner's open decomposition.
+    SubplannerMore,
+}
 
 impl RunGraph {
     /// The subplan part of an agent's report (ADR-009): validated, then inserted with the
@@ -22,9 +36,35 @@ impl RunGraph {
         handoff: Option<Handoff>,
         artifacts: Vec<ArtifactRef>,
     ) -> Result<(), GraphError> {
+        self.propose(
+            out,
+            ix,
+            plan,
+            Proposer::Agent {
+                handoff: handoff.map(Box::new),
+                artifacts,
+            },
+        )
+    }
+
+    /// A subplan from an agent or from the Subplanner, validated by the same rules
+    /// (`validate_subplan`), then inserted all at once or rejected with the graph unchanged.
+    /// Who proposed decides what an acceptance records and what happens once too many
+    /// proposals of the attempt were rejected.
+    pub(super) fn propose(
+        &mut self,
+        out: &mut Emitted,
+        ix: NodeIndex,
+        plan: ProposedSubplan,
+        proposer: Proposer,
+    ) -> Result<(), GraphError> {
         let task = self.dag[ix].id.clone();
         let attempt = self.dag[ix].attempt;
-        match validate::validate_subplan(self, ix, &plan) {
+        let proposal = match proposer {
+            Proposer::SubplannerMore => Proposal::FurtherBatch,
+            _ => Proposal::Decompose,
+        };
+        match validate::validate_subplan(self, ix, &plan, proposal) {
             Err(reason) => {
                 let past_cap = matches!(reason, RejectionReason::AttemptDecompositionCap { .. });
                 self.emit(
@@ -37,7 +77,29 @@ impl RunGraph {
                 )?;
                 let rejections = self.dag[ix].rejections_this_attempt;
                 if past_cap || rejections >= self.limits.max_subplan_rejections {
-                    self.stop_proposing(out, ix, rejections, handoff, artifacts)?;
+                    match proposer {
+                        Proposer::Agent { handoff, artifacts } => {
+                            let handoff = handoff.map(|h| *h);
+                            self.stop_proposing(out, ix, rejections, handoff, artifacts)?;
+                        }
+                        // The Subplanner could not split the task validly: a worker takes it
+                        // as it is, which is what the Subplanner does with an atomic task.
+                        Proposer::SubplannerFirst => self.emit(
+                            out,
+                            EventKind::TaskAtomic {
+                                task,
+                                attempt,
+                                reason: format!(
+                                    "the Subplanner's subplans were rejected {rejections} times; a worker takes the task as it is"
+                                ),
+                            },
+                        )?,
+                        Proposer::SubplannerMore => self.close_decomposition(
+                            out,
+                            ix,
+                            format!("{rejections} further batches in a row were rejected"),
+                        )?,
+                    }
                 }
             }
             Ok(valid) => {
@@ -60,18 +122,34 @@ impl RunGraph {
                         },
                     )?;
                 }
-                self.emit(
-                    out,
-                    EventKind::DecompositionAccepted {
+                let accepted = match proposer {
+                    Proposer::Agent { handoff, artifacts } => EventKind::DecompositionAccepted {
                         parent: task.clone(),
                         attempt,
                         reason: plan.reason,
                         stop_when: plan.stop_when,
                         subtasks: ids.clone(),
-                        handoff,
+                        handoff: handoff.map(|h| *h),
                         artifacts,
+                        subplanner: false,
                     },
-                )?;
+                    Proposer::SubplannerFirst => EventKind::DecompositionAccepted {
+                        parent: task.clone(),
+                        attempt,
+                        reason: plan.reason,
+                        stop_when: plan.stop_when,
+                        subtasks: ids.clone(),
+                        handoff: None,
+                        artifacts: Vec::new(),
+                        subplanner: true,
+                    },
+                    Proposer::SubplannerMore => EventKind::SubtasksAdded {
+                        parent: task.clone(),
+                        attempt,
+                        subtasks: ids.clone(),
+                    },
+                };
+                self.emit(out, accepted)?;
                 let mut work = VecDeque::new();
                 for id in &ids {
                     self.settle_new(out, id, &mut work)?;
@@ -80,6 +158,29 @@ impl RunGraph {
             }
         }
         self.check_run_budget(out)
+    }
+
+    /// Closes the Subplanner's open decomposition of the task at `ix`: no more subtasks; the
+    /// parent's result is aggregated once every subtask has ended (perhaps at once).
+    pub(super) fn close_decomposition(
+        &mut self,
+        out: &mut Emitted,
+        ix: NodeIndex,
+        reason: String,
+    ) -> Result<(), GraphError> {
+        let node = &self.dag[ix];
+        if !node.decomposition_open || node.state != TaskState::WaitingForSubtasks {
+            return Ok(());
+        }
+        let event = EventKind::DecompositionClosed {
+            parent: node.id.clone(),
+            attempt: node.attempt,
+            reason,
+        };
+        self.emit(out, event)?;
+        let mut work = VecDeque::new();
+        self.check_parent(out, ix, &mut work)?;
+        self.settle(out, work)
     }
 
     /// Ends an attempt that keeps proposing rejected subplans: with the last report's handoff

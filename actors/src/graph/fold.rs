@@ -46,10 +46,60 @@ impl RunGraph {
                 self.set_state(ix, TaskState::Ready)?;
                 let node = &mut self.dag[ix];
                 node.attempt = node.attempt.saturating_add(1);
-                node.interruptions = node.interruptions.saturating_add(1);
+                node.uncharged_attempts = node.uncharged_attempts.saturating_add(1);
                 node.proposals_this_attempt = 0;
                 node.rejections_this_attempt = 0;
+                node.subplanner_calls = 0;
                 node.reported_since_report = Budget::default();
+            }
+            EventKind::TaskAtomic { task, attempt, .. } => {
+                let ix = self.ix_at(task, *attempt)?;
+                self.set_state(ix, TaskState::Ready)?;
+                let node = &mut self.dag[ix];
+                node.atomic = true;
+                node.attempt = node.attempt.saturating_add(1);
+                node.uncharged_attempts = node.uncharged_attempts.saturating_add(1);
+                node.proposals_this_attempt = 0;
+                node.rejections_this_attempt = 0;
+                node.subplanner_calls = 0;
+                node.reported_since_report = Budget::default();
+            }
+            EventKind::SubplannerResponded {
+                task,
+                call,
+                usage,
+                reported,
+                ..
+            } => {
+                let ix = self.ix(task)?;
+                let spent = Budget::new(
+                    usage.tokens_in.saturating_add(usage.tokens_out),
+                    usage.cost_usd,
+                    0,
+                );
+                let reported: Vec<NodeIndex> = reported
+                    .iter()
+                    .filter_map(|r| self.index.get(r).copied())
+                    .collect();
+                let node = &mut self.dag[ix];
+                node.subplanner_calls = node.subplanner_calls.max(call.saturating_add(1));
+                node.spent = node.spent.saturating_add(spent);
+                node.unheard.retain(|c| !reported.contains(c));
+                self.run_spent = self.run_spent.saturating_add(spent);
+            }
+            EventKind::SubtasksAdded {
+                parent, attempt, ..
+            } => {
+                // The subtasks themselves came with their `TaskAdded` events. Rejections
+                // count in a row for an open decomposition: an accepted batch ends the streak.
+                let ix = self.ix_at(parent, *attempt)?;
+                self.dag[ix].rejections_this_attempt = 0;
+            }
+            EventKind::DecompositionClosed {
+                parent, attempt, ..
+            } => {
+                let ix = self.ix_at(parent, *attempt)?;
+                self.dag[ix].decomposition_open = false;
             }
             EventKind::RunStarted { .. }
             | EventKind::TasksRejected { .. }
@@ -82,6 +132,7 @@ impl RunGraph {
                 node.attempt = node.attempt.saturating_add(1);
                 node.proposals_this_attempt = 0;
                 node.rejections_this_attempt = 0;
+                node.subplanner_calls = 0;
                 node.reported_since_report = Budget::default();
             }
             EventKind::TaskCompleted {
@@ -114,6 +165,7 @@ impl RunGraph {
                 stop_when,
                 handoff,
                 artifacts,
+                subplanner,
                 ..
             } => {
                 let ix = self.ix_at(parent, *attempt)?;
@@ -121,6 +173,8 @@ impl RunGraph {
                 self.decompositions = self.decompositions.saturating_add(1);
                 let node = &mut self.dag[ix];
                 node.stop_when = *stop_when;
+                node.subplanned = *subplanner;
+                node.decomposition_open = *subplanner;
                 node.decompositions = node.decompositions.saturating_add(1);
                 node.proposals_this_attempt = node.proposals_this_attempt.saturating_add(1);
                 node.reported_since_report = Budget::default();
@@ -247,7 +301,12 @@ impl RunGraph {
             decompositions: 0,
             proposals_this_attempt: 0,
             rejections_this_attempt: 0,
-            interruptions: 0,
+            uncharged_attempts: 0,
+            atomic: false,
+            subplanned: false,
+            decomposition_open: false,
+            subplanner_calls: 0,
+            unheard: Vec::new(),
             unfinished_deps,
             open_children: 0,
             completed_children: 0,
@@ -314,9 +373,13 @@ impl RunGraph {
             let parent = self.dag[ix].parent;
             match parent {
                 Some(p) => {
-                    self.dag[p].open_children -= 1;
+                    let parent = &mut self.dag[p];
+                    parent.open_children -= 1;
                     if next == TaskState::Completed {
-                        self.dag[p].completed_children += 1;
+                        parent.completed_children += 1;
+                    }
+                    if parent.decomposition_open {
+                        parent.unheard.push(ix);
                     }
                 }
                 None if next != TaskState::Completed => self.unsuccessful_roots += 1,

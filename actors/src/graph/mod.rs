@@ -19,6 +19,7 @@
 //! - `planning`: the root planner's batches and answers;
 //! - `attempts`: dispatch, start, the deliverable, failures, interruption;
 //! - `decomposition`: subplans, user decisions, deadlines;
+//! - `subplanning`: the Subplanner's answers and its open decompositions (ADR-008);
 //! - `budget`: spend charged as reported, task and run budgets;
 //! - `queries`: read-only views;
 //! - `validate`: the rules LLM-proposed work must pass; `scope`: scope paths.
@@ -31,6 +32,7 @@ mod planning;
 mod queries;
 pub mod scope;
 mod settle;
+mod subplanning;
 mod validate;
 
 use std::collections::HashMap;
@@ -72,8 +74,23 @@ pub struct TaskNode {
     /// Subplans rejected during the current attempt; at `max_subplan_rejections` the task is
     /// stopped, so an agent cannot loop on invalid proposals.
     pub rejections_this_attempt: u32,
-    /// Attempts ended by a daemon restart rather than by the agent; not charged as retries.
-    pub interruptions: u32,
+    /// Attempts not charged as retries: ended by a daemon restart, or handed from the
+    /// Subplanner to a worker (`TaskAtomic`).
+    pub uncharged_attempts: u32,
+    /// The Subplanner found the task atomic: it goes to a worker, never to the Subplanner
+    /// again.
+    pub atomic: bool,
+    /// The task's decomposition is the Subplanner's (ADR-008): its subtasks' failures do
+    /// not fail it, and its result is their aggregate.
+    pub subplanned: bool,
+    /// The Subplanner may still add subtasks (`SubtasksAdded`) until it closes the
+    /// decomposition; the parent waits at least that long.
+    pub decomposition_open: bool,
+    /// Subplanner calls recorded for the task's current attempt.
+    pub subplanner_calls: u32,
+    /// Subtasks of an open Subplanner decomposition that ended and whose handoffs no
+    /// recorded Subplanner prompt carried yet: what a restarted Subplanner must still read.
+    pub unheard: Vec<NodeIndex>,
     /// Dependencies that have not completed yet; 0 means the task may become ready.
     unfinished_deps: u32,
     open_children: u32,

@@ -95,6 +95,7 @@ impl RunGraph {
             critical_path: node.critical_path,
             created: node.created,
             budget: node.budget.saturating_sub(node.spent),
+            atomic: node.atomic,
         })
     }
 

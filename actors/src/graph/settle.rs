@@ -103,8 +103,10 @@ impl RunGraph {
         Ok(())
     }
 
-    /// Moves a waiting parent on once its stop condition decides.
-    fn check_parent(
+    /// Moves a waiting parent on once its stop condition decides. The Subplanner's
+    /// decomposition (ADR-008) has one condition of its own: closed, and every subtask
+    /// ended, whatever its outcome (its aggregate says how it went).
+    pub(super) fn check_parent(
         &mut self,
         out: &mut Emitted,
         p: NodeIndex,
@@ -118,6 +120,12 @@ impl RunGraph {
         let open = parent.open_children;
         let completed = parent.completed_children;
         let total = parent.children.len() as u32;
+        if parent.subplanned {
+            if !parent.decomposition_open && open == 0 {
+                self.emit(out, EventKind::SubtasksCompleted { parent: id })?;
+            }
+            return Ok(());
+        }
         match parent.stop_when {
             StopCondition::AllSubtasksComplete => {
                 let unsuccessful = total.saturating_sub(open).saturating_sub(completed);

@@ -276,12 +276,23 @@ pub(super) fn validate_batch(
     Ok(ValidBatch { items, order })
 }
 
-/// An agent's subplan for the task at `parent`. The parent's `spent` already includes what
-/// every earlier attempt and the partial work delivered with this proposal consumed.
+/// What a subplan proposes: a decomposition of a running task, or a further batch of the
+/// Subplanner's open decomposition (ADR-008). The same rules apply to both; a further batch
+/// is not a new decomposition (the caps of rule (i) do not count it), must not touch what
+/// a running sibling holds, and shares what the parent has left after its earlier subtasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Proposal {
+    Decompose,
+    FurtherBatch,
+}
+
+/// A subplan for the task at `parent`. The parent's `spent` already includes what every
+/// earlier attempt and the partial work delivered with this proposal consumed.
 pub(super) fn validate_subplan(
     graph: &RunGraph,
     parent: NodeIndex,
     plan: &ProposedSubplan,
+    proposal: Proposal,
 ) -> Result<ValidBatch, RejectionReason> {
     let limits = graph.limits();
     let node = graph.node(parent);
@@ -291,19 +302,28 @@ pub(super) fn validate_subplan(
             actual: node.id.clone(),
         });
     }
-    if node.state != TaskState::Running {
-        return Err(RejectionReason::ParentNotRunning { state: node.state });
-    }
-    // (i) decomposition caps.
-    if node.proposals_this_attempt >= limits.max_proposals_per_attempt {
-        return Err(RejectionReason::AttemptDecompositionCap {
-            max: limits.max_proposals_per_attempt,
-        });
-    }
-    if graph.decompositions() >= limits.max_decompositions_per_run {
-        return Err(RejectionReason::RunDecompositionCap {
-            max: limits.max_decompositions_per_run,
-        });
+    match proposal {
+        Proposal::Decompose => {
+            if node.state != TaskState::Running {
+                return Err(RejectionReason::ParentNotRunning { state: node.state });
+            }
+            // (i) decomposition caps.
+            if node.proposals_this_attempt >= limits.max_proposals_per_attempt {
+                return Err(RejectionReason::AttemptDecompositionCap {
+                    max: limits.max_proposals_per_attempt,
+                });
+            }
+            if graph.decompositions() >= limits.max_decompositions_per_run {
+                return Err(RejectionReason::RunDecompositionCap {
+                    max: limits.max_decompositions_per_run,
+                });
+            }
+        }
+        Proposal::FurtherBatch => {
+            if node.state != TaskState::WaitingForSubtasks || !node.decomposition_open {
+                return Err(RejectionReason::DecompositionNotOpen);
+            }
+        }
     }
     let n = plan.subtasks.len();
     if n == 0 {
@@ -397,10 +417,50 @@ pub(super) fn validate_subplan(
             }
         }
     }
+    // (f) for a further batch: nothing a running sibling holds. Bounded by the parent's
+    // subtasks, which rules (a), (c) and the iteration cap bound.
+    let siblings = || {
+        node.children
+            .iter()
+            .map(|&c| graph.node(c))
+            .filter(|c| !c.state.is_terminal())
+    };
+    if proposal == Proposal::FurtherBatch {
+        for (i, scope) in scopes.iter().enumerate() {
+            for sibling in siblings() {
+                if let Some(p) = scope
+                    .iter()
+                    .find(|p| sibling.scope.iter().any(|q| p.overlaps(q)))
+                {
+                    return Err(RejectionReason::ScopeOverlapsLiveSubtask {
+                        subtask: i,
+                        sibling: sibling.id.clone(),
+                        path: p.to_string(),
+                    });
+                }
+            }
+        }
+    }
     // (d) budget: no cap above the per-task maximum; caps sum within what the parent has
-    // left after everything its attempts spent; uncapped subtasks share the rest. Sums
-    // saturate: a model's numbers must not wrap into a small "need".
-    let remaining = node.budget.saturating_sub(node.spent);
+    // left after everything its attempts spent (and, for a further batch, after what its
+    // earlier subtasks hold: a live one its budget, an ended one what it spent); uncapped
+    // subtasks share the rest. Sums saturate: a model's numbers must not wrap into a small
+    // "need".
+    let mut remaining = node.budget.saturating_sub(node.spent);
+    if proposal == Proposal::FurtherBatch {
+        for &c in &node.children {
+            let child = graph.node(c);
+            let held = if child.state.is_terminal() {
+                child.spent
+            } else {
+                child.budget
+            };
+            remaining = remaining.saturating_sub(Budget {
+                wall_time_ms: 0,
+                ..held
+            });
+        }
+    }
     let mut capped = Budget::default();
     let mut uncapped = 0u64;
     for (i, sub) in plan.subtasks.iter().enumerate() {

@@ -105,6 +105,50 @@ pub enum EventKind {
         /// Partial work delivered together with the proposal.
         handoff: Option<Handoff>,
         artifacts: Vec<ArtifactRef>,
+        /// The Subplanner's decomposition (ADR-008): open for more batches
+        /// (`SubtasksAdded`) until `DecompositionClosed`; a subtask's failure does not fail
+        /// the parent, and the parent's result is the subtasks' aggregate. `false` for an
+        /// agent's subplan (and in journals written before M4).
+        #[serde(default)]
+        subplanner: bool,
+    },
+    /// A further batch of the Subplanner's open decomposition was inserted (its `TaskAdded`
+    /// events precede this one).
+    SubtasksAdded {
+        parent: TaskId,
+        attempt: u32,
+        subtasks: Vec<TaskId>,
+    },
+    /// The Subplanner will add no more subtasks to `parent`: it said the work is done, or
+    /// it reached its iteration or error cap (`reason`). The parent's result is aggregated
+    /// once every subtask has ended.
+    DecompositionClosed {
+        parent: TaskId,
+        attempt: u32,
+        reason: String,
+    },
+    /// One Subplanner LLM call about `task`, recorded before anything is done with its
+    /// answer, so that recovery rebuilds the conversation instead of asking again. Its usage
+    /// is charged to the task and the run here, once. `reported` are the subtasks whose
+    /// handoffs the prompt carried; `error` is set when the answer could not be used.
+    SubplannerResponded {
+        task: TaskId,
+        attempt: u32,
+        call: u32,
+        prompt: String,
+        content: String,
+        usage: Usage,
+        #[serde(default)]
+        reported: Vec<TaskId>,
+        error: Option<String>,
+    },
+    /// The Subplanner found the task atomic (its first answer had no subtasks, or it could
+    /// not produce a valid one): the task goes back to Ready as attempt `attempt + 1`, for a
+    /// worker, without being charged a retry.
+    TaskAtomic {
+        task: TaskId,
+        attempt: u32,
+        reason: String,
     },
     DecompositionRejected {
         parent: TaskId,
@@ -272,6 +316,36 @@ impl EventKind {
                 subtasks: vec![t()],
                 handoff,
                 artifacts,
+                subplanner: true,
+            },
+            EventKind::SubtasksAdded {
+                parent: t(),
+                attempt: u32::MAX,
+                subtasks: vec![t()],
+            },
+            EventKind::DecompositionClosed {
+                parent: t(),
+                attempt: 1,
+                reason: "20 calls \u{7}".into(),
+            },
+            EventKind::SubplannerResponded {
+                task: t(),
+                attempt: 1,
+                call: u32::MAX,
+                prompt: "p\u{1b}".into(),
+                content: "{\"tasks\": []}".into(),
+                usage: Usage {
+                    tokens_in: u64::MAX,
+                    tokens_out: 1,
+                    cost_usd: Usd::from_micros(u64::MAX),
+                },
+                reported: vec![t()],
+                error: None,
+            },
+            EventKind::TaskAtomic {
+                task: t(),
+                attempt: 1,
+                reason: "no subtasks".into(),
             },
             EventKind::DecompositionRejected {
                 parent: t(),
@@ -338,6 +412,10 @@ impl EventKind {
             EventKind::TaskCancelled { .. } => "task_cancelled",
             EventKind::DecompositionAccepted { .. } => "decomposition_accepted",
             EventKind::DecompositionRejected { .. } => "decomposition_rejected",
+            EventKind::SubtasksAdded { .. } => "subtasks_added",
+            EventKind::DecompositionClosed { .. } => "decomposition_closed",
+            EventKind::SubplannerResponded { .. } => "subplanner_responded",
+            EventKind::TaskAtomic { .. } => "task_atomic",
             EventKind::SubtasksCompleted { .. } => "subtasks_completed",
             EventKind::AwaitingUserDecision { .. } => "awaiting_user_decision",
             EventKind::MessageIgnored { .. } => "message_ignored",
@@ -520,6 +598,10 @@ mod tests {
             | EventKind::TaskCancelled { .. }
             | EventKind::DecompositionAccepted { .. }
             | EventKind::DecompositionRejected { .. }
+            | EventKind::SubtasksAdded { .. }
+            | EventKind::DecompositionClosed { .. }
+            | EventKind::SubplannerResponded { .. }
+            | EventKind::TaskAtomic { .. }
             | EventKind::SpendCharged { .. }
             | EventKind::ProposalsStopped { .. }
             | EventKind::SubtasksCompleted { .. }

@@ -13,12 +13,14 @@ use actix::{Message, Recipient};
 use super::event::{AttemptFailure, Event};
 use super::ids::TaskId;
 use super::subplan::{
-    RejectionReason, SubtasksCompleted, TaskDecompositionAccepted, TaskDecompositionRejected,
-    UserDecision,
+    OpenDecomposition, RejectionReason, SubtaskEnded, SubtasksCompleted, TaskDecompositionAccepted,
+    TaskDecompositionRejected, UserDecision,
 };
 use super::task::{Budget, TaskSpec};
 use super::view::GraphSnapshot;
-use super::work::{Assignment, PlannerAnswer, ReadyTask, RootHandoff, Route, TaskCompleted};
+use super::work::{
+    Assignment, PlannerAnswer, ReadyTask, RootHandoff, Route, SubplannerAnswer, TaskCompleted,
+};
 
 /// The TaskGraph actor's inbox.
 #[derive(Message)]
@@ -87,6 +89,17 @@ pub enum ToTaskGraph {
     WorkerCapacity {
         free: usize,
     },
+    /// One Subplanner call about a task it was assigned or decomposes: recorded, then acted
+    /// on (ADR-008).
+    SubplannerAnswered(Box<SubplannerAnswer>),
+    /// The Subplanner cannot go on planning `task` (its model failed for good, or too many
+    /// answers in a row were unusable). A task it had not decomposed yet fails this attempt;
+    /// an open decomposition is closed with what it has.
+    SubplannerStopped {
+        task: TaskId,
+        attempt: u32,
+        reason: String,
+    },
     /// Timer: the parent's decomposition deadline. `decomposition` guards against a timer
     /// from an earlier decomposition of the same task.
     DecompositionDeadline {
@@ -153,7 +166,20 @@ pub enum ToAgent {
     DecompositionAccepted(TaskDecompositionAccepted),
     DecompositionRejected(TaskDecompositionRejected),
     SubtasksCompleted(SubtasksCompleted),
-    Cancel { task: TaskId, reason: String },
+    /// To the Subplanner: a subtask of its open decomposition ended.
+    SubtaskEnded(SubtaskEnded),
+    /// To the Subplanner, after a restart: an open decomposition to pick up again.
+    Resume(OpenDecomposition),
+    /// To the Subplanner: its decomposition of `parent` takes no more subtasks (it reached a
+    /// cap); it stops planning and aggregates once the subtasks have ended.
+    DecompositionClosed {
+        parent: TaskId,
+        reason: String,
+    },
+    Cancel {
+        task: TaskId,
+        reason: String,
+    },
 }
 
 impl fmt::Debug for ToTaskGraph {
@@ -194,6 +220,18 @@ impl fmt::Debug for ToTaskGraph {
                 write!(f, "UserDecision({task}: {decision:?})")
             }
             ToTaskGraph::WorkerCapacity { free } => write!(f, "WorkerCapacity({free} free)"),
+            ToTaskGraph::SubplannerAnswered(a) => {
+                write!(
+                    f,
+                    "SubplannerAnswered({}#{} call {})",
+                    a.task, a.attempt, a.call
+                )
+            }
+            ToTaskGraph::SubplannerStopped {
+                task,
+                attempt,
+                reason,
+            } => write!(f, "SubplannerStopped({task}#{attempt}: {reason})"),
             ToTaskGraph::DecompositionDeadline { task, .. } => {
                 write!(f, "DecompositionDeadline({task})")
             }

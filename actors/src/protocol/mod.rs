@@ -25,13 +25,15 @@ pub use handoff::{ArtifactKind, ArtifactRef, Handoff, HandoffMetrics, HandoffSta
 pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name};
 pub use messages::{GetSnapshot, Published, ToAgent, ToDispatch, ToPlanner, ToTaskGraph};
 pub use subplan::{
-    DecompositionReason, PathProblem, ProposedSubplan, RejectionReason, StopCondition,
-    SubtaskProposal, SubtaskResult, SubtasksCompleted, TaskDecompositionAccepted,
-    TaskDecompositionRejected, UserDecision,
+    DecompositionReason, OpenDecomposition, PathProblem, ProposedSubplan, RejectionReason,
+    StopCondition, SubtaskEnded, SubtaskProposal, SubtaskResult, SubtasksCompleted,
+    TaskDecompositionAccepted, TaskDecompositionRejected, UserDecision,
 };
 pub use task::{Budget, DependencyRef, IllegalTransition, Priority, TaskSpec, TaskState, Usd};
 pub use view::{GraphSnapshot, TaskView};
-pub use work::{Assignment, PlannerAnswer, ReadyTask, Role, RootHandoff, Route, TaskCompleted};
+pub use work::{
+    Assignment, PlannerAnswer, ReadyTask, Role, RootHandoff, Route, SubplannerAnswer, TaskCompleted,
+};
 
 #[cfg(test)]
 mod tests {

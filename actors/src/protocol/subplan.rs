@@ -5,12 +5,13 @@
 //! [`SubtasksCompleted`] and synthesizes the final result.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::handoff::{ArtifactKind, Handoff};
 use super::ids::TaskId;
-use super::task::{Budget, Priority, TaskState};
+use super::task::{Budget, Priority, TaskSpec, TaskState};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProposedSubplan {
@@ -127,6 +128,28 @@ pub struct SubtasksCompleted {
     pub budget: Budget,
 }
 
+/// Sent to the Subplanner when a subtask of its open decomposition ended: it replans after
+/// every subtask handoff.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskEnded {
+    pub parent: TaskId,
+    pub attempt: u32,
+    pub result: SubtaskResult,
+}
+
+/// After a restart: a Subplanner decomposition that is still open, for the Subplanner to
+/// pick up where its journaled conversation left off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenDecomposition {
+    pub parent: TaskId,
+    pub attempt: u32,
+    pub spec: Arc<TaskSpec>,
+    /// Subtasks still live, with their descriptions.
+    pub active: Vec<(TaskId, String)>,
+    /// Subtasks that ended and whose handoffs no recorded prompt carried yet.
+    pub unheard: Vec<SubtaskResult>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubtaskResult {
     pub task: TaskId,
@@ -205,6 +228,16 @@ pub enum RejectionReason {
         second: usize,
         path: String,
     },
+    /// Rule (f), for a further batch of an open decomposition: a new subtask may not touch
+    /// what a running sibling is changing. Plan it after that sibling's handoff.
+    #[error(
+        "proposed task {subtask}'s path {path:?} overlaps the scope of {sibling}, which is still running; plan it after {sibling}'s handoff"
+    )]
+    ScopeOverlapsLiveSubtask {
+        subtask: usize,
+        sibling: TaskId,
+        path: String,
+    },
     /// Rule (g).
     #[error("proposed task {subtask}'s path {path:?} is invalid: {problem}")]
     InvalidPath {
@@ -242,6 +275,10 @@ pub enum RejectionReason {
     ParentMismatch { named: TaskId, actual: TaskId },
     #[error("the parent is {state}; only a running task can be decomposed")]
     ParentNotRunning { state: TaskState },
+    /// A further batch for a decomposition that is not open (closed, or not the
+    /// Subplanner's).
+    #[error("the parent's decomposition takes no more subtasks")]
+    DecompositionNotOpen,
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
-use super::subplan::ProposedSubplan;
+use super::subplan::{ProposedSubplan, SubtaskProposal};
 use super::task::{Budget, TaskSpec, TaskState};
 
 /// What a worker (or subplanner, or synthesizing parent) reports when it stops. It may carry
@@ -52,6 +52,10 @@ pub struct ReadyTask {
     /// what its earlier attempts spent. The Worker bounds the attempt's agent calls by its
     /// wall time; the task's whole budget is in the graph's snapshot.
     pub budget: Budget,
+    /// The Subplanner found the task atomic: Dispatch sends it to a worker whatever its
+    /// scope, so it is never planned twice.
+    #[serde(default)]
+    pub atomic: bool,
 }
 
 /// Dispatch → agent: run this task.
@@ -74,6 +78,26 @@ pub struct PlannerAnswer {
     pub usage: Usage,
     /// The tasks parsed from `content`, or why it could not be parsed.
     pub tasks: Result<Vec<TaskSpec>, String>,
+}
+
+/// One Subplanner call about `task` and what came of it (the Subplanner's counterpart of
+/// [`PlannerAnswer`]). The TaskGraph journals it (`SubplannerResponded`), charges its usage
+/// to the task, and decides: the first answer's subtasks decompose the task (none: the task
+/// is atomic), later answers add a batch or, empty with nothing left running, close the
+/// decomposition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubplannerAnswer {
+    pub task: TaskId,
+    pub attempt: u32,
+    pub call: u32,
+    pub prompt: String,
+    pub content: String,
+    pub usage: Usage,
+    /// The subtasks whose handoffs this call's prompt carried.
+    pub reported: Vec<TaskId>,
+    /// The batch parsed from `content` (paths outside the parent's scope already filtered
+    /// out, and said so to the model), or why it could not be used.
+    pub subtasks: Result<Vec<SubtaskProposal>, String>,
 }
 
 /// A root task ended: what the planner reads before its next sprint.
