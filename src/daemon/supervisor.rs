@@ -687,6 +687,7 @@ fn recovery(graph: &RunGraph, journal: &[Event], now_ms: u64) -> Recovery {
                     state: n.state,
                     description: n.spec.description.clone(),
                     handoff: n.handoff.as_deref().cloned(),
+                    failure: n.failure.as_deref().cloned(),
                 })
             }
             _ => None,

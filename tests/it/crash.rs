@@ -1,5 +1,5 @@
 //! Crash recovery: a real `flotilla daemon` is SIGKILLed in the middle of a scripted run of
-//! 53 tasks (one of them decomposed through an accepted subplan), restarted, and the run must
+//! 53 tasks (one of them decomposed by the Subplanner, in two batches), restarted, and the run must
 //! finish with every task completed exactly once, asserted from the journal itself.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,16 +32,19 @@ fn scenario() -> String {
             "  {{ description = \"sprint two task {i}\", scope = [\"src/two/{i}.rs\"] }},\n"
         ));
     }
+    // t31 is decomposed by the Subplanner: two subtasks first, the third after a handoff;
+    // later calls answer empty, which closes the decomposition once nothing runs.
     s.push_str(
         r#"]
 
-[tasks.t31]
-outcome = "subplan"
-[tasks.t31.subplan]
-subtasks = [
+[[subplanner.t31.answers]]
+tasks = [
   { description = "w part a", scope = ["src/w/a.rs", "src/w/b.rs"] },
   { description = "w part c", scope = ["src/w/c.rs"] },
-  { description = "w part d", scope = ["src/w/d.rs"], depends_on = [0, 1] },
+]
+[[subplanner.t31.answers]]
+tasks = [
+  { description = "w part d, on parts a and c", scope = ["src/w/d.rs"] },
 ]
 "#,
     );
@@ -112,9 +115,55 @@ impl Journal {
         let decompositions = self
             .kinds
             .iter()
-            .filter(|k| matches!(k, EventKind::DecompositionAccepted { .. }))
+            .filter(|k| {
+                matches!(
+                    k,
+                    EventKind::DecompositionAccepted {
+                        subplanner: true,
+                        ..
+                    }
+                )
+            })
             .count();
         assert_eq!(decompositions, 1, "{context}: the subplan is accepted once");
+
+        // The Subplanner's calls, per task attempt: 0, 1, 2, … with no call asked twice,
+        // whatever the kills interrupted.
+        let mut subplanner_calls: BTreeMap<(String, u32), Vec<u32>> = BTreeMap::new();
+        for k in &self.kinds {
+            if let EventKind::SubplannerResponded {
+                task,
+                attempt,
+                call,
+                ..
+            } = k
+            {
+                subplanner_calls
+                    .entry((task.to_string(), *attempt))
+                    .or_default()
+                    .push(*call);
+            }
+        }
+        assert!(
+            !subplanner_calls.is_empty(),
+            "{context}: the Subplanner ran"
+        );
+        for ((task, attempt), calls) in &subplanner_calls {
+            assert_eq!(
+                *calls,
+                (0..calls.len() as u32).collect::<Vec<_>>(),
+                "{context}: {task} attempt {attempt}: no Subplanner answer is asked for twice"
+            );
+        }
+        let added_batches = self
+            .kinds
+            .iter()
+            .filter(|k| matches!(k, EventKind::SubtasksAdded { .. }))
+            .count();
+        assert_eq!(
+            added_batches, 1,
+            "{context}: the second batch is added once"
+        );
 
         let calls: Vec<u32> = self
             .kinds

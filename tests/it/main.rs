@@ -14,6 +14,7 @@ mod pipeline;
 mod planner;
 mod providers;
 mod subplan_rules;
+mod subplanner;
 mod supervision;
 mod task_graph;
 mod worker;

@@ -49,26 +49,32 @@ async fn expect_answer(inbox: &mut Inbox<ToTaskGraph>) -> PlannerAnswer {
 }
 
 fn handoff(id: &str) -> ToPlanner {
-    ToPlanner::Handoff(RootHandoff {
+    ToPlanner::Handoff(Box::new(RootHandoff {
         task: task(id),
         state: TaskState::Completed,
         description: format!("task {id}"),
         handoff: Some(Handoff::complete(format!(
             "{id} is done; watch the error paths"
         ))),
-    })
+        failure: None,
+    }))
 }
 
 /// A root task whose worker reported a failure.
 fn failed_handoff(id: &str) -> ToPlanner {
     let mut report = Handoff::complete(format!("{id}: the build is broken"));
     report.status = HandoffStatus::Failed;
-    ToPlanner::Handoff(RootHandoff {
+    ToPlanner::Handoff(Box::new(RootHandoff {
         task: task(id),
         state: TaskState::Failed,
         description: format!("task {id}"),
         handoff: Some(report),
-    })
+        failure: Some(FailureReason::AgentFailed {
+            failure: AttemptFailure::Reported {
+                summary: format!("{id}: the build is broken"),
+            },
+        }),
+    }))
 }
 
 const TWO_SPRINTS: &str = r#"

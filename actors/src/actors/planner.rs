@@ -337,6 +337,9 @@ impl Planner {
                     "### {} ({}): {}\n",
                     h.task, h.state, h.description
                 ));
+                if let Some(failure) = &h.failure {
+                    msg.push_str(&format!("why: {failure}\n"));
+                }
                 if let Some(handoff) = &h.handoff {
                     let summary: String = handoff
                         .summary
@@ -657,7 +660,7 @@ impl Handler<ToPlanner> for Planner {
             }
             ToPlanner::Retry => {}
             ToPlanner::Handoff(handoff) => {
-                self.unread.push(handoff);
+                self.unread.push(*handoff);
                 self.plan_if_needed(ctx);
             }
             ToPlanner::Capacity { free_workers } => {

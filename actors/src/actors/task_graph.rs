@@ -175,7 +175,7 @@ impl TaskGraph {
             }
             if let Some(planner) = &act.planner {
                 for handoff in recovery.unread_handoffs {
-                    planner.do_send(ToPlanner::Handoff(handoff));
+                    planner.do_send(ToPlanner::Handoff(Box::new(handoff)));
                 }
                 if act.graph.is_quiescent() {
                     planner.do_send(ToPlanner::Quiescent);
@@ -209,12 +209,13 @@ impl TaskGraph {
             return;
         };
         if node.parent.is_none() {
-            planner.do_send(ToPlanner::Handoff(RootHandoff {
+            planner.do_send(ToPlanner::Handoff(Box::new(RootHandoff {
                 task: task.clone(),
                 state: node.state,
                 description: node.spec.description.clone(),
                 handoff: node.handoff.as_deref().cloned(),
-            }));
+                failure: node.failure.as_deref().cloned(),
+            })));
         }
     }
 

@@ -107,14 +107,7 @@ impl RunGraph {
         self.dag[ix]
             .children
             .iter()
-            .map(|&c| {
-                let child = &self.dag[c];
-                SubtaskResult {
-                    task: child.id.clone(),
-                    state: child.state,
-                    handoff: child.handoff.as_deref().cloned(),
-                }
-            })
+            .map(|&c| self.result_of(c))
             .collect()
     }
 

@@ -222,12 +222,13 @@ impl RunGraph {
         self.index.get(task).map(|&ix| self.result_of(ix))
     }
 
-    fn result_of(&self, ix: NodeIndex) -> SubtaskResult {
+    pub(super) fn result_of(&self, ix: NodeIndex) -> SubtaskResult {
         let node = &self.dag[ix];
         SubtaskResult {
             task: node.id.clone(),
             state: node.state,
             handoff: node.handoff.as_deref().cloned(),
+            failure: node.failure.as_deref().cloned(),
         }
     }
 }

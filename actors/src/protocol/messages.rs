@@ -124,7 +124,7 @@ pub struct Published(pub Event);
 pub enum ToPlanner {
     /// Plan the first sprint.
     Start,
-    Handoff(RootHandoff),
+    Handoff(Box<RootHandoff>),
     /// No task is live and planning has not finished: plan the next sprint (or finish).
     Quiescent,
     /// The planner's last batch was refused; the reason goes into its next prompt.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::event::FailureReason;
 use super::handoff::{ArtifactKind, Handoff};
 use super::ids::TaskId;
 use super::task::{Budget, Priority, TaskSpec, TaskState};
@@ -155,6 +156,10 @@ pub struct SubtaskResult {
     pub task: TaskId,
     pub state: TaskState,
     pub handoff: Option<Handoff>,
+    /// Why it failed, when it did (a blocked worker's summary is here: a failed task keeps
+    /// no handoff).
+    #[serde(default)]
+    pub failure: Option<FailureReason>,
 }
 
 /// Why a path in a scope was refused.

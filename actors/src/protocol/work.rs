@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::event::FailureReason;
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
 use super::subplan::{ProposedSubplan, SubtaskProposal};
@@ -107,6 +108,10 @@ pub struct RootHandoff {
     pub state: TaskState,
     pub description: String,
     pub handoff: Option<Handoff>,
+    /// Why it failed (or was cancelled), when it did: the planner plans a targeted
+    /// follow-up from it.
+    #[serde(default)]
+    pub failure: Option<FailureReason>,
 }
 
 /// Which conversation an LLM call belongs to; selects the model and the system prompt.
