@@ -38,8 +38,9 @@ pub const BUILT_IN: [(Role, &str, &str); 4] = [
 ];
 
 /// Every placeholder a prompt may use.
-pub const PLACEHOLDERS: [&str; 6] = [
+pub const PLACEHOLDERS: [&str; 7] = [
     "max_subtasks",
+    "max_subplanner_iterations",
     "max_depth",
     "subplanner_scope_threshold",
     "max_scope_paths",
@@ -48,9 +49,13 @@ pub const PLACEHOLDERS: [&str; 6] = [
 ];
 
 /// The value of each placeholder for a run with `limits`.
-fn values(limits: &Limits) -> [(&'static str, String); 6] {
+fn values(limits: &Limits) -> [(&'static str, String); 7] {
     [
         ("max_subtasks", limits.max_subtasks.to_string()),
+        (
+            "max_subplanner_iterations",
+            limits.max_subplanner_iterations.to_string(),
+        ),
         ("max_depth", limits.max_depth.to_string()),
         (
             "subplanner_scope_threshold",
