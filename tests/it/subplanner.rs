@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use flotilla::scripted::{Scenario, ScriptedLlm};
-use flotilla_actors::actors::{Dispatch, Subplanner, SubplannerConfig, TaskGraph, WorkerProfile};
+use flotilla_actors::actors::{
+    Dispatch, Exchange, RecordedExchange, Recovery, Subplanner, SubplannerConfig, TaskGraph,
+    WorkerProfile,
+};
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{ChatRole, LlmRequest, MemoryJournal, SystemClock};
@@ -719,4 +722,149 @@ tasks = [{ description = "The lexer again, smaller: only numbers", scope = ["src
         _ => None,
     });
     assert_eq!(status, Some(HandoffStatus::Partial));
+}
+
+/// A restart in the middle of an open decomposition: the journal holds the first call and
+/// its batch, and one subtask's handoff that no prompt carried yet. The new Subplanner reads
+/// its conversation back, asks the *second* question (the first is never asked again), and
+/// its prompt carries that handoff; the subtask that was in flight is re-run.
+#[actix::test]
+async fn after_a_restart_an_open_decomposition_resumes_its_conversation_without_asking_again() {
+    virtual_time();
+    let mut first = SubplannerRun::start(Limits::default(), fast(), ITERATIVE);
+    first.submit(vec![wide("the language front end", &LANG)]);
+    first.expect_assign().await;
+    first.expect_assign().await;
+    // The daemon "dies" here; t1.1 had finished just before, its handoff journaled.
+    let mut kinds = first.journaled();
+    let mut lexed = Handoff::complete("lexer with a Token enum");
+    lexed.concerns = vec!["no unicode identifiers yet".into()];
+    kinds.push(EventKind::TaskStarted {
+        task: task("t1.1"),
+        attempt: 1,
+    });
+    kinds.push(EventKind::TaskCompleted {
+        task: task("t1.1"),
+        attempt: 1,
+        handoff: Some(lexed),
+        artifacts: Vec::new(),
+    });
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| matches!(k, EventKind::SubplannerResponded { .. }))
+            .count(),
+        1
+    );
+
+    // The second life, built as the supervisor builds it: the graph replayed, the
+    // Subplanner's exchanges read back from the journal.
+    let limits = Limits::default();
+    let graph_state = RunGraph::replay(limits.clone(), &kinds).unwrap();
+    let recorded: Vec<RecordedExchange> = kinds
+        .iter()
+        .filter_map(|k| match k {
+            EventKind::SubplannerResponded {
+                task,
+                attempt,
+                prompt,
+                content,
+                ..
+            } => Some(RecordedExchange {
+                task: task.clone(),
+                attempt: *attempt,
+                exchange: Exchange {
+                    prompt: prompt.clone(),
+                    answer: content.clone(),
+                },
+            }),
+            _ => None,
+        })
+        .collect();
+    let run = RunId::generate();
+    let journal = Arc::new(MemoryJournal::new(Arc::new(SystemClock)));
+    let (events_addr, mut events) = probe::<Published>("events");
+    let (worker_addr, mut worker) = probe::<ToAgent>("worker");
+    let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(ITERATIVE).unwrap()));
+    let graph_ctx = Context::<TaskGraph>::new();
+    let graph_addr = graph_ctx.address();
+    let subplanner = Subplanner::new(
+        run,
+        "You are a subplanner.".into(),
+        llm.clone(),
+        graph_addr.clone().recipient(),
+        limits.clone(),
+        fast(),
+    )
+    .resuming(recorded)
+    .start();
+    let dispatch = Dispatch::new(
+        run,
+        limits.clone(),
+        vec![WorkerProfile::new("default", &[], 1)],
+        graph_addr.clone().recipient(),
+        worker_addr,
+        subplanner.clone().recipient(),
+    )
+    .start();
+    let _graph = graph_ctx.run(
+        TaskGraph::new(
+            run,
+            graph_state,
+            journal.clone(),
+            dispatch.recipient(),
+            Some(events_addr),
+        )
+        .with_subplanner(subplanner.recipient())
+        .resuming(Recovery::default()),
+    );
+
+    // The interrupted parser runs again, and the checker of the second batch is planned.
+    let mut assigned = Vec::new();
+    for _ in 0..2 {
+        let a = worker
+            .fish_for("Assign", |m| match m {
+                ToAgent::Assign(a) => Some(a.clone()),
+                _ => None,
+            })
+            .await;
+        assigned.push((a.task.task.to_string(), a.task.attempt));
+    }
+    assigned.sort();
+    assert_eq!(assigned, [("t1.2".to_string(), 2), ("t1.3".to_string(), 1)]);
+    let asked: Vec<LlmRequest> = llm
+        .requests()
+        .into_iter()
+        .filter(|r| r.role == Role::Subplanner)
+        .collect();
+    assert_eq!(asked.len(), 1, "only the new question is asked");
+    let turns: Vec<ChatRole> = asked[0].messages.iter().map(|m| m.role).collect();
+    assert_eq!(
+        turns,
+        [
+            ChatRole::System,
+            ChatRole::User,
+            ChatRole::Assistant,
+            ChatRole::User
+        ],
+        "the recorded exchange comes first"
+    );
+    let prompt = prompt_of(&asked[0]);
+    assert!(
+        prompt.contains("### t1.1 (completed, complete)"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("- t1.2: Parser for the language"),
+        "{prompt}"
+    );
+    let recorded = events
+        .fish_for("the second call", |Published(e)| match &e.kind {
+            EventKind::SubplannerResponded { call, reported, .. } => {
+                Some((*call, reported.clone()))
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(recorded, (1, vec![task("t1.1")]));
 }
