@@ -382,6 +382,20 @@ enum Op {
         handoff: Option<HandoffIn>,
         subplan: Option<SubplanIn>,
     },
+    /// A Subplanner answer about a task: its subtasks (as the Subplanner would send them
+    /// after filtering, or anything), or why the answer was unusable.
+    SubplannerAnswered {
+        task: TaskRef,
+        attempt: AttemptIn,
+        subtasks: Result<Option<SubplanIn>, Text>,
+        tokens: Num,
+        /// Report the first `reported` ended subtasks as carried by the prompt.
+        reported: u8,
+    },
+    SubplannerStopped {
+        task: TaskRef,
+        attempt: AttemptIn,
+    },
     /// Every live task one step along the happy path: ready ones are dispatched and
     /// started, running and synthesizing ones complete, waiting ones get `decision`.
     Settle {
@@ -666,6 +680,54 @@ fuzz_target!(|input: Input| {
                     w.after(&g, &format!("settle: {t} {state}"), r);
                 }
                 continue;
+            }
+            Op::SubplannerAnswered {
+                task,
+                attempt,
+                subtasks,
+                tokens,
+                reported,
+            } => {
+                let t = task.get(&g);
+                let a = attempt.get(&g, &t);
+                let call = g.task(&t).map_or(0, |n| n.subplanner_calls);
+                let reported = g
+                    .task(&t)
+                    .map(|n| n.children.len())
+                    .map(|_| {
+                        g.subtask_results(&t)
+                            .into_iter()
+                            .filter(|r| r.state.is_terminal())
+                            .take(usize::from(*reported))
+                            .map(|r| r.task)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let subtasks = match subtasks {
+                    Ok(None) => Ok(Vec::new()),
+                    Ok(Some(plan)) => Ok(plan.get(&g, &t).subtasks),
+                    Err(e) => Err(e.word()),
+                };
+                let answer = SubplannerAnswer {
+                    task: t,
+                    attempt: a,
+                    call,
+                    prompt: "p".into(),
+                    content: "c".into(),
+                    usage: Usage {
+                        tokens_in: tokens.get(),
+                        tokens_out: 1,
+                        cost_usd: Usd::from_micros(0),
+                    },
+                    reported,
+                    subtasks,
+                };
+                ("subplanner_answered", g.subplanner_answered(answer))
+            }
+            Op::SubplannerStopped { task, attempt } => {
+                let t = task.get(&g);
+                let a = attempt.get(&g, &t);
+                ("subplanner_stopped", g.subplanner_stopped(&t, a, "fuzz"))
             }
             Op::Interrupt => ("interrupt_in_flight", g.interrupt_in_flight()),
             Op::PlanningFinished => ("planning_finished", g.planning_finished()),
