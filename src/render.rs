@@ -167,6 +167,24 @@ fn shorten(text: &str, max: usize) -> String {
     }
 }
 
+/// The most scope paths an event line shows, and the longest path it shows whole: a model
+/// can name many long paths, and one line must stay a line.
+const SCOPE_PATHS_SHOWN: usize = 4;
+const SCOPE_PATH_CHARS: usize = 60;
+
+/// A task's scope for an event line: the first paths, each shortened, and how many more.
+fn scope_words(scope: &[String]) -> String {
+    let mut words: Vec<String> = scope
+        .iter()
+        .take(SCOPE_PATHS_SHOWN)
+        .map(|p| shorten(p, SCOPE_PATH_CHARS))
+        .collect();
+    if scope.len() > SCOPE_PATHS_SHOWN {
+        words.push(format!("+{} more", scope.len() - SCOPE_PATHS_SHOWN));
+    }
+    words.join(", ")
+}
+
 /// A charge in words, naming only what was spent: agents report tokens and cost as they
 /// work, and the worker charges the time each call took, so most charges are one of them.
 fn charge_words(spent: &Budget) -> String {
@@ -254,7 +272,7 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             plain(format!(
                 "{task} added: {} [{}]{after}",
                 shorten(&spec.description, 80),
-                spec.scope.join(", ")
+                scope_words(&spec.scope)
             ))
         }
         EventKind::TasksRejected { reason } => {
