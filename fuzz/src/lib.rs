@@ -140,16 +140,18 @@ impl Watch {
             let r = replayed.task(&t.id).expect("replayed task");
             let fields = |n: &flotilla_actors::graph::TaskNode| {
                 (
+                    (
+                        n.atomic,
+                        n.subplanned,
+                        n.decomposition_open,
+                        n.subplanner_calls,
+                        n.unheard.clone(),
+                    ),
                     n.attempt,
                     n.decompositions,
                     n.proposals_this_attempt,
                     n.rejections_this_attempt,
                     n.uncharged_attempts,
-                    n.atomic,
-                    n.subplanned,
-                    n.decomposition_open,
-                    n.subplanner_calls,
-                    n.unheard.clone(),
                     n.critical_path,
                     n.created,
                     n.reported_since_report,
