@@ -15,6 +15,7 @@
 //! See ARCHITECTURE.md for the map and the invariants.
 
 pub mod actors;
+pub mod backoff;
 pub mod config;
 pub mod graph;
 pub mod llm_output;

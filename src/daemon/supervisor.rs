@@ -246,26 +246,8 @@ impl Supervisor {
                 _ => None,
             })
             .collect();
-        let subplanner_conversations: Vec<RecordedExchange> = journal
-            .iter()
-            .filter_map(|e| match &e.kind {
-                EventKind::SubplannerResponded {
-                    task,
-                    attempt,
-                    prompt,
-                    content,
-                    ..
-                } => Some(RecordedExchange {
-                    task: task.clone(),
-                    attempt: *attempt,
-                    exchange: Exchange {
-                        prompt: prompt.clone(),
-                        answer: content.clone(),
-                    },
-                }),
-                _ => None,
-            })
-            .collect();
+        let subplanner_conversations =
+            RecordedExchange::from_journal(journal.iter().map(|e| &e.kind));
         let recovery = recovering.then(|| recovery(&graph_state, journal, self.clock.now_ms()));
         let planner_calls = graph_state.planner_calls();
 

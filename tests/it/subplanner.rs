@@ -7,8 +7,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use flotilla::scripted::{Scenario, ScriptedLlm};
 use flotilla_actors::actors::{
-    Dispatch, Exchange, RecordedExchange, Recovery, Subplanner, SubplannerConfig, TaskGraph,
-    WorkerProfile,
+    Dispatch, RecordedExchange, Recovery, Subplanner, SubplannerConfig, TaskGraph, WorkerProfile,
 };
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
@@ -35,6 +34,27 @@ fn fast() -> SubplannerConfig {
 
 impl SubplannerRun {
     fn start(limits: Limits, config: SubplannerConfig, scenario: &str) -> Self {
+        Self::wire(limits, config, scenario, None)
+    }
+
+    /// A second life of a run, wired as the supervisor wires it: the graph replayed from
+    /// `journal`, the Subplanner's conversations read back from it, and the TaskGraph
+    /// resuming.
+    fn resume(
+        limits: Limits,
+        config: SubplannerConfig,
+        scenario: &str,
+        journal: &[EventKind],
+    ) -> Self {
+        Self::wire(limits, config, scenario, Some(journal))
+    }
+
+    fn wire(
+        limits: Limits,
+        config: SubplannerConfig,
+        scenario: &str,
+        resumed_from: Option<&[EventKind]>,
+    ) -> Self {
         let run = RunId::generate();
         let journal = Arc::new(MemoryJournal::new(Arc::new(SystemClock)));
         let (events_addr, events) = probe::<Published>("events");
@@ -42,6 +62,9 @@ impl SubplannerRun {
         let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
         let graph_ctx = Context::<TaskGraph>::new();
         let graph_addr = graph_ctx.address();
+        let recorded = resumed_from
+            .map(RecordedExchange::from_journal)
+            .unwrap_or_default();
         let subplanner = Subplanner::new(
             run,
             "You are a subplanner.".into(),
@@ -50,6 +73,7 @@ impl SubplannerRun {
             limits.clone(),
             config,
         )
+        .resuming(recorded)
         .start();
         let dispatch = Dispatch::new(
             run,
@@ -60,16 +84,22 @@ impl SubplannerRun {
             subplanner.clone().recipient(),
         )
         .start();
-        let graph = graph_ctx.run(
-            TaskGraph::new(
-                run,
-                RunGraph::new(limits),
-                journal.clone(),
-                dispatch.recipient(),
-                Some(events_addr),
-            )
-            .with_subplanner(subplanner.recipient()),
-        );
+        let graph_state = match resumed_from {
+            Some(kinds) => RunGraph::replay(limits, kinds).unwrap(),
+            None => RunGraph::new(limits),
+        };
+        let mut task_graph = TaskGraph::new(
+            run,
+            graph_state,
+            journal.clone(),
+            dispatch.recipient(),
+            Some(events_addr),
+        )
+        .with_subplanner(subplanner.recipient());
+        if resumed_from.is_some() {
+            task_graph = task_graph.resuming(Recovery::default());
+        }
+        let graph = graph_ctx.run(task_graph);
         SubplannerRun {
             graph,
             journal,
@@ -757,86 +787,18 @@ async fn after_a_restart_an_open_decomposition_resumes_its_conversation_without_
         1
     );
 
-    // The second life, built as the supervisor builds it: the graph replayed, the
-    // Subplanner's exchanges read back from the journal.
-    let limits = Limits::default();
-    let graph_state = RunGraph::replay(limits.clone(), &kinds).unwrap();
-    let recorded: Vec<RecordedExchange> = kinds
-        .iter()
-        .filter_map(|k| match k {
-            EventKind::SubplannerResponded {
-                task,
-                attempt,
-                prompt,
-                content,
-                ..
-            } => Some(RecordedExchange {
-                task: task.clone(),
-                attempt: *attempt,
-                exchange: Exchange {
-                    prompt: prompt.clone(),
-                    answer: content.clone(),
-                },
-            }),
-            _ => None,
-        })
-        .collect();
-    let run = RunId::generate();
-    let journal = Arc::new(MemoryJournal::new(Arc::new(SystemClock)));
-    let (events_addr, mut events) = probe::<Published>("events");
-    let (worker_addr, mut worker) = probe::<ToAgent>("worker");
-    let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(ITERATIVE).unwrap()));
-    let graph_ctx = Context::<TaskGraph>::new();
-    let graph_addr = graph_ctx.address();
-    let subplanner = Subplanner::new(
-        run,
-        "You are a subplanner.".into(),
-        llm.clone(),
-        graph_addr.clone().recipient(),
-        limits.clone(),
-        fast(),
-    )
-    .resuming(recorded)
-    .start();
-    let dispatch = Dispatch::new(
-        run,
-        limits.clone(),
-        vec![WorkerProfile::new("default", &[], 1)],
-        graph_addr.clone().recipient(),
-        worker_addr,
-        subplanner.clone().recipient(),
-    )
-    .start();
-    let _graph = graph_ctx.run(
-        TaskGraph::new(
-            run,
-            graph_state,
-            journal.clone(),
-            dispatch.recipient(),
-            Some(events_addr),
-        )
-        .with_subplanner(subplanner.recipient())
-        .resuming(Recovery::default()),
-    );
+    // The second life, wired as the supervisor wires it.
+    let mut second = SubplannerRun::resume(Limits::default(), fast(), ITERATIVE, &kinds);
 
     // The interrupted parser runs again, and the checker of the second batch is planned.
     let mut assigned = Vec::new();
     for _ in 0..2 {
-        let a = worker
-            .fish_for("Assign", |m| match m {
-                ToAgent::Assign(a) => Some(a.clone()),
-                _ => None,
-            })
-            .await;
+        let a = second.expect_assign().await;
         assigned.push((a.task.task.to_string(), a.task.attempt));
     }
     assigned.sort();
     assert_eq!(assigned, [("t1.2".to_string(), 2), ("t1.3".to_string(), 1)]);
-    let asked: Vec<LlmRequest> = llm
-        .requests()
-        .into_iter()
-        .filter(|r| r.role == Role::Subplanner)
-        .collect();
+    let asked = second.asked();
     assert_eq!(asked.len(), 1, "only the new question is asked");
     let turns: Vec<ChatRole> = asked[0].messages.iter().map(|m| m.role).collect();
     assert_eq!(
@@ -858,7 +820,8 @@ async fn after_a_restart_an_open_decomposition_resumes_its_conversation_without_
         prompt.contains("- t1.2: Parser for the language"),
         "{prompt}"
     );
-    let recorded = events
+    let recorded = second
+        .events
         .fish_for("the second call", |Published(e)| match &e.kind {
             EventKind::SubplannerResponded { call, reported, .. } => {
                 Some((*call, reported.clone()))

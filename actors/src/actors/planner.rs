@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::backoff;
 use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm_progress::with_progress_notices;
 use crate::planner_context::RepoContext;
@@ -189,9 +190,6 @@ pub struct Planner {
     /// what changed.
     repo_context: RepoContext,
 }
-
-/// The longest "retry after" a provider can make the planner wait (15 minutes).
-const MAX_RETRY_AFTER_MS: u64 = 15 * 60 * 1000;
 
 /// Why an empty first answer was not taken as "nothing to do" (recorded in the journal).
 const EMPTY_FIRST_SPRINT: &str =
@@ -548,13 +546,12 @@ impl Planner {
             ));
             return;
         }
-        let exp = self
-            .config
-            .backoff_base_ms
-            .saturating_mul(1 << (self.consecutive_errors - 1).min(20));
-        // A provider's retry-after is untrusted input too: honoured, up to a bound.
-        let asked = at_least_ms.unwrap_or(0).min(MAX_RETRY_AFTER_MS);
-        let delay = exp.min(self.config.backoff_max_ms).max(asked);
+        let delay = backoff::delay_ms(
+            self.config.backoff_base_ms,
+            self.config.backoff_max_ms,
+            self.consecutive_errors,
+            at_least_ms,
+        );
         self.phase = Phase::BackingOff;
         ctx.notify_later(ToPlanner::Retry, Duration::from_millis(delay));
     }

@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::planner::Exchange;
+use crate::backoff;
 use crate::config::Limits;
 use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm_progress::with_progress_notices;
@@ -46,7 +47,7 @@ use crate::ports::{
     RepoSnapshot, Role,
 };
 use crate::protocol::{
-    Assignment, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
+    Assignment, EventKind, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
     TaskCompleted, TaskId, TaskSpec, ToAgent, ToTaskGraph,
 };
 use crate::subplanner_context::{
@@ -117,6 +118,32 @@ pub struct RecordedExchange {
     pub exchange: Exchange,
 }
 
+impl RecordedExchange {
+    /// Every Subplanner exchange a run's journal holds, in order: what `resuming` needs.
+    pub fn from_journal<'a>(events: impl IntoIterator<Item = &'a EventKind>) -> Vec<Self> {
+        events
+            .into_iter()
+            .filter_map(|kind| match kind {
+                EventKind::SubplannerResponded {
+                    task,
+                    attempt,
+                    prompt,
+                    content,
+                    ..
+                } => Some(RecordedExchange {
+                    task: task.clone(),
+                    attempt: *attempt,
+                    exchange: Exchange {
+                        prompt: prompt.clone(),
+                        answer: content.clone(),
+                    },
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// Where one conversation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -174,9 +201,6 @@ impl Conversation {
         }
     }
 }
-
-/// The longest "retry after" a provider can make the Subplanner wait (15 minutes).
-const MAX_RETRY_AFTER_MS: u64 = 15 * 60 * 1000;
 
 pub struct Subplanner {
     run: RunId,
@@ -529,12 +553,12 @@ impl Subplanner {
             );
             return;
         }
-        let exp = self
-            .config
-            .backoff_base_ms
-            .saturating_mul(1 << (conv.consecutive_errors - 1).min(20));
-        let asked = at_least_ms.unwrap_or(0).min(MAX_RETRY_AFTER_MS);
-        let delay = exp.min(self.config.backoff_max_ms).max(asked);
+        let delay = backoff::delay_ms(
+            self.config.backoff_base_ms,
+            self.config.backoff_max_ms,
+            conv.consecutive_errors,
+            at_least_ms,
+        );
         conv.phase = Phase::BackingOff;
         let attempt = conv.attempt;
         ctx.run_later(Duration::from_millis(delay), move |act, ctx| {

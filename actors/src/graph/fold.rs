@@ -12,6 +12,13 @@ use super::{Emitted, GraphError, RunGraph, TaskNode, fingerprint, is_open};
 use crate::config::Limits;
 use crate::protocol::{Budget, EventKind, StopCondition, TaskId, TaskSpec, TaskState};
 
+/// Whether a new attempt counts toward `max_attempts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Charged {
+    Yes,
+    No,
+}
+
 impl RunGraph {
     /// Rebuilds a graph from journaled events.
     pub fn replay<'a>(
@@ -30,12 +37,7 @@ impl RunGraph {
         match event {
             EventKind::PlannerResponded { call, usage, .. } => {
                 self.planner_calls = self.planner_calls.max(call.saturating_add(1));
-                let planner = Budget::new(
-                    usage.tokens_in.saturating_add(usage.tokens_out),
-                    usage.cost_usd,
-                    0,
-                );
-                self.run_spent = self.run_spent.saturating_add(planner);
+                self.run_spent = self.run_spent.saturating_add(usage.spent());
             }
             EventKind::PlannerGaveUp { error } => {
                 self.planning_finished = true;
@@ -43,26 +45,12 @@ impl RunGraph {
             }
             EventKind::TaskInterrupted { task, attempt } => {
                 let ix = self.ix_at(task, *attempt)?;
-                self.set_state(ix, TaskState::Ready)?;
-                let node = &mut self.dag[ix];
-                node.attempt = node.attempt.saturating_add(1);
-                node.uncharged_attempts = node.uncharged_attempts.saturating_add(1);
-                node.proposals_this_attempt = 0;
-                node.rejections_this_attempt = 0;
-                node.subplanner_calls = 0;
-                node.reported_since_report = Budget::default();
+                self.next_attempt(ix, Charged::No)?;
             }
             EventKind::TaskAtomic { task, attempt, .. } => {
                 let ix = self.ix_at(task, *attempt)?;
-                self.set_state(ix, TaskState::Ready)?;
-                let node = &mut self.dag[ix];
-                node.atomic = true;
-                node.attempt = node.attempt.saturating_add(1);
-                node.uncharged_attempts = node.uncharged_attempts.saturating_add(1);
-                node.proposals_this_attempt = 0;
-                node.rejections_this_attempt = 0;
-                node.subplanner_calls = 0;
-                node.reported_since_report = Budget::default();
+                self.next_attempt(ix, Charged::No)?;
+                self.dag[ix].atomic = true;
             }
             EventKind::SubplannerResponded {
                 task,
@@ -72,11 +60,7 @@ impl RunGraph {
                 ..
             } => {
                 let ix = self.ix(task)?;
-                let spent = Budget::new(
-                    usage.tokens_in.saturating_add(usage.tokens_out),
-                    usage.cost_usd,
-                    0,
-                );
+                let spent = usage.spent();
                 let reported: Vec<NodeIndex> = reported
                     .iter()
                     .filter_map(|r| self.index.get(r).copied())
@@ -127,13 +111,7 @@ impl RunGraph {
             }
             EventKind::TaskRetried { task, attempt, .. } => {
                 let ix = self.ix_at(task, *attempt)?;
-                self.set_state(ix, TaskState::Ready)?;
-                let node = &mut self.dag[ix];
-                node.attempt = node.attempt.saturating_add(1);
-                node.proposals_this_attempt = 0;
-                node.rejections_this_attempt = 0;
-                node.subplanner_calls = 0;
-                node.reported_since_report = Budget::default();
+                self.next_attempt(ix, Charged::Yes)?;
             }
             EventKind::TaskCompleted {
                 task,
@@ -231,6 +209,23 @@ impl RunGraph {
             | EventKind::JournalUnavailable { .. }
             | EventKind::LlmProgress { .. } => {}
         }
+        Ok(())
+    }
+
+    /// The task goes back to Ready as its next attempt, with the per-attempt counters reset.
+    /// An uncharged attempt (a restart's interruption, the Subplanner's handover) does not
+    /// count toward `max_attempts`.
+    fn next_attempt(&mut self, ix: NodeIndex, charged: Charged) -> Result<(), GraphError> {
+        self.set_state(ix, TaskState::Ready)?;
+        let node = &mut self.dag[ix];
+        node.attempt = node.attempt.saturating_add(1);
+        if charged == Charged::No {
+            node.uncharged_attempts = node.uncharged_attempts.saturating_add(1);
+        }
+        node.proposals_this_attempt = 0;
+        node.rejections_this_attempt = 0;
+        node.subplanner_calls = 0;
+        node.reported_since_report = Budget::default();
         Ok(())
     }
 

@@ -85,6 +85,17 @@ pub struct Usage {
     pub cost_usd: Usd,
 }
 
+impl Usage {
+    /// What this usage costs in budget terms: its tokens (in and out) and its money.
+    pub fn spent(&self) -> Budget {
+        Budget::new(
+            self.tokens_in.saturating_add(self.tokens_out),
+            self.cost_usd,
+            0,
+        )
+    }
+}
+
 /// A typed output (ADR-008). The locator is interpreted by the kind: a commit sha, a
 /// repo-relative path, a report's text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
