@@ -13,6 +13,8 @@ use crate::protocol::{
 /// Characters of a subtask's summary shown in a follow-up (descriptions: 120).
 pub const MAX_SUMMARY_CHARS: usize = 2_000;
 const MAX_DESCRIPTION_CHARS: usize = 120;
+/// Characters of a removed path quoted back to the model.
+const MAX_PATH_SHOWN: usize = 200;
 /// Files of one handoff listed in a follow-up.
 const MAX_FILES_LISTED: usize = 10;
 
@@ -153,7 +155,12 @@ pub fn proposals_from(
             ScopePath::parse(raw, max_path_bytes).is_ok_and(|p| parent.iter().any(|q| q.covers(&p)))
         });
         if !outside.is_empty() {
-            let shown: Vec<String> = outside.iter().take(10).map(|p| format!("{p:?}")).collect();
+            // A model's path can be any text: each is shown cut, so a note stays short.
+            let shown: Vec<String> = outside
+                .iter()
+                .take(10)
+                .map(|p| format!("{:?}", p.chars().take(MAX_PATH_SHOWN).collect::<String>()))
+                .collect();
             notes.push(format!(
                 "Task {i}: removed paths outside the parent's scope: {}.",
                 shown.join(", ")
@@ -872,6 +879,15 @@ mod tests {
                     .to_string()
             ]
         );
+    }
+
+    #[test]
+    fn proposals_quote_a_huge_removed_path_cut_short() {
+        let huge = "x".repeat(100_000);
+        let task = TaskSpec::new("a", &["src/a.rs", &huge]);
+        let (_, notes) = proposals_from(vec![task], &["src".to_string()], 4096);
+        assert!(notes[0].len() < 300, "{} bytes", notes[0].len());
+        assert!(notes[0].contains(&"x".repeat(MAX_PATH_SHOWN)));
     }
 
     #[test]
