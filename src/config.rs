@@ -13,6 +13,9 @@ use flotilla_actors::actors::{
     PlannerConfig, PlannerConfigError, SubplannerConfig, SubplannerConfigError, WorkerProfile,
 };
 use flotilla_actors::config::{Limits, LimitsError};
+use flotilla_actors::work_check::{ChecksConfig, ChecksConfigError};
+
+use crate::agents::builtin::{BuiltinConfig, BuiltinConfigError};
 use serde::{Deserialize, Serialize};
 
 use crate::prompts::{PromptError, PromptOverrides, check_overrides, load_overrides};
@@ -33,6 +36,12 @@ pub struct FileConfig {
     pub planner: PlannerConfig,
     #[serde(default)]
     pub subplanner: SubplannerConfig,
+    /// What flotilla checks in every worker's branch (scope, deleted tests, verification).
+    #[serde(default)]
+    pub checks: ChecksConfig,
+    /// The built-in agent's limits (tool calls, context, commands).
+    #[serde(default)]
+    pub builtin_agent: BuiltinConfig,
     /// Worker profiles; one general profile if none are given.
     #[serde(default)]
     pub workers: Vec<WorkerProfile>,
@@ -82,6 +91,10 @@ pub struct RunConfig {
     #[serde(default)]
     pub subplanner: SubplannerConfig,
     #[serde(default)]
+    pub checks: ChecksConfig,
+    #[serde(default)]
+    pub builtin_agent: BuiltinConfig,
+    #[serde(default)]
     pub workers: Vec<WorkerProfile>,
     #[serde(default)]
     pub scenario: Scenario,
@@ -93,6 +106,9 @@ pub struct RunConfig {
     pub prompts: PromptOverrides,
 }
 
+/// The agents a worker profile may name.
+pub const AGENT_KINDS: [&str; 2] = ["scripted", "builtin"];
+
 /// Why a run's configuration cannot run, naming the part at fault.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RunConfigError {
@@ -102,6 +118,14 @@ pub enum RunConfigError {
     Planner(#[from] PlannerConfigError),
     #[error("impossible subplanner settings: {0}")]
     Subplanner(#[from] SubplannerConfigError),
+    #[error("impossible checks: {0}")]
+    Checks(#[from] ChecksConfigError),
+    #[error("impossible built-in agent settings: {0}")]
+    Builtin(#[from] BuiltinConfigError),
+    #[error(
+        "worker profile {profile:?} names agent {agent:?}: the agents are \"scripted\" and \"builtin\""
+    )]
+    UnknownAgent { profile: String, agent: String },
     #[error("impossible provider settings: {0}")]
     Models(#[from] ProviderSettingsError),
     #[error("the scenario: {0}")]
@@ -195,6 +219,16 @@ pub enum ConfigError {
         path: PathBuf,
         source: SubplannerConfigError,
     },
+    #[error("{path}: impossible checks: {source}")]
+    Checks {
+        path: PathBuf,
+        source: ChecksConfigError,
+    },
+    #[error("{path}: {source}")]
+    Run {
+        path: PathBuf,
+        source: RunConfigError,
+    },
     #[error("{path}: impossible provider settings: {source}")]
     Models {
         path: PathBuf,
@@ -258,6 +292,12 @@ impl RunConfig {
                 path: path.into(),
                 source,
             })?;
+        file.checks
+            .validate()
+            .map_err(|source| ConfigError::Checks {
+                path: path.into(),
+                source,
+            })?;
         let scenario_path = match &file.provider.scenario {
             Some(rel) => path.parent().unwrap_or(Path::new(".")).join(rel),
             None => return Err(ConfigError::NoScenario { path: path.into() }),
@@ -273,15 +313,23 @@ impl RunConfig {
             Some(dir) => load_overrides(&path.parent().unwrap_or(Path::new(".")).join(dir))?,
             None => PromptOverrides::new(),
         };
-        Ok(RunConfig {
+        let config = RunConfig {
             limits: file.limits,
             planner: file.planner,
             subplanner: file.subplanner,
+            checks: file.checks,
+            builtin_agent: file.builtin_agent,
             workers: file.workers,
             scenario,
             models,
             prompts,
-        })
+        };
+        // What the file-level checks above do not cover (the profiles' agents, …).
+        config.validate().map_err(|source| ConfigError::Run {
+            path: path.into(),
+            source,
+        })?;
+        Ok(config)
     }
 
     /// Loads only the provider settings of a `flotilla.toml` (for `providers check`, which
@@ -296,6 +344,18 @@ impl RunConfig {
         self.limits.validate()?;
         self.planner.validate()?;
         self.subplanner.validate()?;
+        self.checks.validate()?;
+        self.builtin_agent.validate()?;
+        for profile in &self.workers {
+            if let Some(agent) = &profile.agent
+                && !AGENT_KINDS.contains(&agent.as_str())
+            {
+                return Err(RunConfigError::UnknownAgent {
+                    profile: profile.name.clone(),
+                    agent: agent.chars().take(100).collect(),
+                });
+            }
+        }
         self.models.validate()?;
         self.scenario
             .check()

@@ -1,10 +1,11 @@
-//! The `Repo` port on git2: reads the target repository's `main` (its tip's tree, blobs and
-//! history), never its work tree or index. Every call opens the repository on a blocking
+//! The `RepoReader` port on git2: reads the target repository's `main` (its tip's tree,
+//! blobs and history), never its work tree or index; and the `MainRef` port, the
+//! compare-and-swap of `refs/heads/main` that only the MergeQueue is given. Every call opens the repository on a blocking
 //! thread (`git2::Repository` is not `Sync`, and git work blocks).
 
 use std::path::PathBuf;
 
-use flotilla_actors::ports::{Repo, RepoError, RepoSnapshot};
+use flotilla_actors::ports::{MainRef, MainRefError, RepoError, RepoReader, RepoSnapshot};
 use futures::future::BoxFuture;
 
 /// The branch flotilla lands work on.
@@ -42,7 +43,7 @@ fn git(e: git2::Error) -> RepoError {
 
 /// `refs/heads/main`'s commit; a repository whose `main` does not exist yet reads as its
 /// HEAD commit, and one without commits as none.
-fn main_commit(repo: &git2::Repository) -> Result<Option<git2::Commit<'_>>, RepoError> {
+pub(crate) fn main_commit(repo: &git2::Repository) -> Result<Option<git2::Commit<'_>>, RepoError> {
     if let Ok(reference) = repo.find_reference(&format!("refs/heads/{MAIN_BRANCH}")) {
         return reference.peel_to_commit().map(Some).map_err(git);
     }
@@ -137,7 +138,7 @@ fn snapshot(repo: &git2::Repository) -> Result<RepoSnapshot, RepoError> {
     })
 }
 
-impl Repo for GitRepo {
+impl RepoReader for GitRepo {
     fn main_tip(&self) -> BoxFuture<'static, Result<String, RepoError>> {
         self.blocking(|repo| {
             main_commit(repo)?
@@ -174,6 +175,46 @@ impl Repo for GitRepo {
             paths.sort();
             paths.dedup();
             Ok(paths)
+        })
+    }
+}
+
+impl MainRef for GitRepo {
+    fn compare_and_swap(
+        &self,
+        expected: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<(), MainRefError>> {
+        let path = self.path.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let repo = git2::Repository::open(&path)
+                    .map_err(|_| RepoError::NotARepository(path.clone()))?;
+                let oid = |s: &str| {
+                    git2::Oid::from_str(s).map_err(|e| RepoError::Git(git(e).to_string()))
+                };
+                let (from, to) = (oid(&expected)?, oid(&new)?);
+                let name = format!("refs/heads/{MAIN_BRANCH}");
+                // git2 checks the ref's value and moves it under git's own ref lock.
+                match repo.reference_matching(&name, to, true, from, "flotilla: land") {
+                    Ok(_) => Ok(()),
+                    Err(e)
+                        if e.code() == git2::ErrorCode::Modified
+                            || e.code() == git2::ErrorCode::NotFound =>
+                    {
+                        let actual = repo
+                            .refname_to_id(&name)
+                            .map(|id| id.to_string())
+                            .unwrap_or_default();
+                        Err(MainRefError::Moved { expected, actual })
+                    }
+                    Err(e) => Err(MainRefError::Repo(git(e))),
+                }
+            })
+            .await
+            .map_err(|e| {
+                MainRefError::Repo(RepoError::Git(format!("the git thread failed: {e}")))
+            })?
         })
     }
 }
@@ -234,6 +275,35 @@ mod tests {
             snap.recent_commits
         );
         assert_eq!(reader.main_tip().await.unwrap(), snap.commit);
+    }
+
+    #[tokio::test]
+    async fn main_moves_only_from_the_tip_the_caller_built_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_opts(
+            dir.path(),
+            git2::RepositoryInitOptions::new().initial_head("main"),
+        )
+        .unwrap();
+        commit(&repo, &[("a", "1")], "first");
+        let first = repo.refname_to_id("refs/heads/main").unwrap().to_string();
+        commit(&repo, &[("a", "2")], "second");
+        let second = repo.refname_to_id("refs/heads/main").unwrap().to_string();
+        let main = GitRepo::new(dir.path());
+        // Built on `first`, but main is at `second`: refused, and main stays.
+        let refused = main.compare_and_swap(first.clone(), first.clone()).await;
+        assert_eq!(
+            refused,
+            Err(MainRefError::Moved {
+                expected: first.clone(),
+                actual: second.clone()
+            })
+        );
+        assert_eq!(main.main_tip().await.unwrap(), second);
+        main.compare_and_swap(second.clone(), first.clone())
+            .await
+            .unwrap();
+        assert_eq!(main.main_tip().await.unwrap(), first);
     }
 
     #[test]

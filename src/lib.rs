@@ -8,17 +8,21 @@
 //! - [`cli`]: the commands and how they print.
 //! - [`paths`]: the state directory and the files in it.
 
+pub mod agents;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod confine;
 pub mod daemon;
 pub mod git_repo;
 pub mod journal;
 pub mod paths;
+pub mod process;
 pub mod prompts;
 pub mod providers;
 pub mod render;
 pub mod scripted;
 pub mod sse;
+pub mod worktrees;
 
 pub use flotilla_actors as actors;

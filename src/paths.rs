@@ -38,9 +38,9 @@ pub fn journal_marker_path(state_dir: &Path) -> PathBuf {
     state_dir.join("journal.marker")
 }
 
-/// Scratch workspaces of agent attempts (until attempts get git worktrees).
-pub fn workspaces_dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("workspaces")
+/// The git worktrees of agent attempts, one directory per run (`worktrees/<run>/<task>-a<n>`).
+pub fn worktrees_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("worktrees")
 }
 
 /// Creates the state directory with mode 0700 (and tightens an existing one).

@@ -305,11 +305,31 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             "{task} attempt {attempt} interrupted by a restart; queued again"
         )),
         EventKind::TaskCompleted { task, handoff, .. } => {
-            let summary = handoff
-                .as_ref()
-                .map(|h| format!(": {}", shorten(&h.summary, 100)))
-                .unwrap_or_default();
-            (format!("{task} completed{summary}"), Tone::Good)
+            let Some(h) = handoff else {
+                return (format!("{task} completed"), Tone::Good);
+            };
+            let mut line = format!("{task} completed: {}", shorten(&h.summary, 100));
+            if let Some(work) = &h.work {
+                let files = work.files.len() as u64 + work.files_omitted;
+                let head: String = work.head.chars().take(7).collect();
+                line.push_str(&format!(
+                    " [{files} file{}, +{} -{}, {head}]",
+                    if files == 1 { "" } else { "s" },
+                    work.lines_added,
+                    work.lines_removed
+                ));
+            }
+            if h.findings.is_empty() {
+                (line, Tone::Good)
+            } else {
+                let found: Vec<String> = h
+                    .findings
+                    .iter()
+                    .map(|f| shorten(&f.to_string(), 120))
+                    .collect();
+                line.push_str(&format!("; flagged: {}", found.join("; ")));
+                (line, Tone::Bad)
+            }
         }
         EventKind::TaskFailed { task, reason, .. } => (
             format!("{task} failed: {}", shorten(&reason.to_string(), 120)),
@@ -788,7 +808,7 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use flotilla_actors::protocol::{
-        AttemptFailure, Budget, FailureReason, GraphSnapshot, Handoff, HandoffMetrics,
+        AttemptFailure, Budget, FailureReason, Finding, GraphSnapshot, Handoff, HandoffMetrics,
         HandoffStatus, Priority, Role, RunId, TaskSpec, TaskView, Usage, Usd,
     };
 
@@ -900,6 +920,12 @@ mod tests {
                     suggestions: vec![],
                     metrics: HandoffMetrics::default(),
                     build_exit_code: None,
+                    work: None,
+                    findings: vec![Finding::VerificationFailed {
+                        command: HOSTILE.into(),
+                        exit: HOSTILE.into(),
+                        output_tail: HOSTILE.into(),
+                    }],
                 }),
                 artifacts: vec![],
             },

@@ -8,13 +8,14 @@
 //! every request they receive, so tests can assert what each actor was asked.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_actors::ports::{
-    Agent, AgentError, AgentReport, AttemptContext, ChatRole, Llm, LlmCall, LlmError, LlmRequest,
-    LlmResponse, Role,
+    Agent, AgentError, AgentReport, AgentSession, AttemptContext, ChatRole, CommandSpec,
+    FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, ProcessRunner, Role, ToolCall,
+    Workspace,
 };
 use flotilla_actors::protocol::{
     Assignment, Budget, DecompositionReason, Handoff, HandoffMetrics, HandoffStatus,
@@ -23,8 +24,10 @@ use flotilla_actors::protocol::{
 };
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 
 use crate::config::TomlProblem;
+use crate::confine::confine;
 
 /// A whole scenario: what the planner answers, and what each task's agent does.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -37,6 +40,10 @@ pub struct Scenario {
     /// an empty task list, so an unlisted task is atomic and goes to a worker.
     #[serde(default)]
     pub subplanner: BTreeMap<String, PlannerScript>,
+    /// The `worker` role's model, per task (`[[worker.t1.answers]]`): what the built-in
+    /// agent's model answers, call by call (tool calls or text); past the list, nothing.
+    #[serde(default)]
+    pub worker: BTreeMap<String, PlannerScript>,
     /// What every task not listed under `tasks` does.
     #[serde(default)]
     pub agent: AgentStep,
@@ -68,6 +75,24 @@ pub struct PlannerStep {
     pub delay_ms: u64,
     #[serde(default)]
     pub fault: Option<PlannerFault>,
+    /// The worker role's model: tools it calls in this answer.
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptedToolCall>,
+    /// Tokens the answer reports (default: about four characters a token).
+    #[serde(default)]
+    pub tokens: Option<u64>,
+}
+
+/// A tool call in a scripted answer: the tool's name and its arguments, as a table (sent
+/// as JSON) or as raw text (`raw_arguments`, to send what no JSON encoder would).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedToolCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Option<serde_json::Value>,
+    #[serde(default)]
+    pub raw_arguments: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,6 +145,12 @@ struct TaskScriptFile {
     #[serde(default)]
     subplan: Option<ScriptedSubplan>,
     #[serde(default)]
+    writes: BTreeMap<String, String>,
+    #[serde(default)]
+    deletes: Vec<String>,
+    #[serde(default)]
+    run: Option<String>,
+    #[serde(default)]
     attempts: Vec<AgentStep>,
     #[serde(default)]
     on_rejection: Option<AgentStep>,
@@ -139,6 +170,9 @@ impl From<TaskScriptFile> for TaskScript {
                 suggestions: file.suggestions,
                 tokens: file.tokens,
                 subplan: file.subplan,
+                writes: file.writes,
+                deletes: file.deletes,
+                run: file.run,
             },
             attempts: file.attempts,
             on_rejection: file.on_rejection,
@@ -167,6 +201,17 @@ pub struct AgentStep {
     pub tokens: Option<u64>,
     #[serde(default)]
     pub subplan: Option<ScriptedSubplan>,
+    /// Files the step writes into its worktree, by path (relative to the worktree, confined
+    /// to it like any agent's): real work, which flotilla commits on the task branch.
+    #[serde(default)]
+    pub writes: BTreeMap<String, String>,
+    /// Files the step deletes from its worktree.
+    #[serde(default)]
+    pub deletes: Vec<String>,
+    /// A shell command the step runs in its worktree after writing (`cargo build`); its
+    /// exit code is the handoff's `build_exit_code`.
+    #[serde(default)]
+    pub run: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -226,6 +271,10 @@ impl Scenario {
     }
 
     pub fn check(&self) -> Result<(), ScenarioError> {
+        for key in self.subplanner.keys().chain(self.worker.keys()) {
+            key.parse::<TaskId>()
+                .map_err(|_| ScenarioError::BadTaskKey(key.clone()))?;
+        }
         for (key, script) in &self.tasks {
             key.parse::<TaskId>()
                 .map_err(|_| ScenarioError::BadTaskKey(key.clone()))?;
@@ -291,13 +340,41 @@ impl Llm for ScriptedLlm {
                 .as_ref()
                 .and_then(|task| self.scenario.subplanner.get(&task.to_string()))
                 .and_then(|script| script.answers.get(call).cloned()),
+            // A worker's script that has run out answers nothing: a model with nothing
+            // more to say.
+            Role::Worker => Some(
+                call_context
+                    .task
+                    .as_ref()
+                    .and_then(|task| self.scenario.worker.get(&task.to_string()))
+                    .and_then(|script| script.answers.get(call).cloned())
+                    .unwrap_or_else(|| PlannerStep {
+                        content: Some(String::new()),
+                        ..PlannerStep::default()
+                    }),
+            ),
             _ => None,
         }
         .unwrap_or_default();
+        let tool_calls: Vec<ToolCall> = step
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ToolCall {
+                id: format!("call_{call}_{i}"),
+                name: c.name.clone(),
+                arguments: match (&c.raw_arguments, &c.arguments) {
+                    (Some(raw), _) => raw.clone(),
+                    (None, Some(args)) => args.to_string(),
+                    (None, None) => "{}".into(),
+                },
+            })
+            .collect();
         let prompt_chars: usize = request.messages.iter().map(|m| m.content.len()).sum();
         Box::pin(async move {
             sleep_ms(step.delay_ms).await;
             let content = match step.fault {
+                _ if !tool_calls.is_empty() => step.content.unwrap_or_default(),
                 Some(PlannerFault::Error) => {
                     return Err(LlmError::Transport("scripted provider error".into()));
                 }
@@ -314,15 +391,29 @@ impl Llm for ScriptedLlm {
                 },
             };
             // Roughly four characters a token, like the real thing.
-            let usage = Usage {
-                tokens_in: (prompt_chars / 4) as u64,
-                tokens_out: (content.len() / 4) as u64,
-                ..Usage::default()
+            let usage = match step.tokens {
+                Some(tokens) => Usage {
+                    tokens_in: tokens - tokens / 4,
+                    tokens_out: tokens / 4,
+                    ..Usage::default()
+                },
+                None => Usage {
+                    tokens_in: (prompt_chars / 4) as u64,
+                    tokens_out: (content.len() / 4) as u64,
+                    ..Usage::default()
+                },
+            };
+            let finish = if tool_calls.is_empty() {
+                FinishReason::Stop
+            } else {
+                FinishReason::ToolCalls
             };
             Ok(LlmResponse {
                 content,
+                tool_calls,
                 usage,
                 model: "scripted".into(),
+                finish,
                 ..LlmResponse::default()
             })
         })
@@ -350,41 +441,123 @@ pub enum AgentCall {
 
 /// The scripted coding agent.
 pub struct ScriptedAgent {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     scenario: Scenario,
     calls: Mutex<Vec<AgentCall>>,
+    /// Runs a step's `run` command; without one such a step crashes.
+    runner: Option<Arc<dyn ProcessRunner>>,
 }
 
 impl ScriptedAgent {
     pub fn new(scenario: Scenario) -> Self {
         ScriptedAgent {
-            scenario,
-            calls: Mutex::new(Vec::new()),
+            shared: Arc::new(Shared {
+                scenario,
+                calls: Mutex::new(Vec::new()),
+                runner: None,
+            }),
+        }
+    }
+
+    /// Steps with `run` run their command through `runner`.
+    pub fn with_runner(scenario: Scenario, runner: Arc<dyn ProcessRunner>) -> Self {
+        ScriptedAgent {
+            shared: Arc::new(Shared {
+                scenario,
+                calls: Mutex::new(Vec::new()),
+                runner: Some(runner),
+            }),
         }
     }
 
     pub fn calls(&self) -> Vec<AgentCall> {
-        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+        self.shared
+            .calls
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
     }
+}
 
+impl Shared {
     fn record(&self, call: AgentCall) {
         if let Ok(mut log) = self.calls.lock() {
             log.push(call);
         }
     }
+}
 
+/// The longest a step's `run` command may take (the attempt's own limit still applies).
+const STEP_COMMAND_LIMIT: Duration = Duration::from_secs(600);
+
+/// Does a step's file work in the worktree: writes, then deletes, then its command.
+/// Returns the command's exit code, if it ran one.
+async fn work_in(
+    workspace: &Path,
+    step: &AgentStep,
+    runner: Option<Arc<dyn ProcessRunner>>,
+    cancel: CancellationToken,
+) -> Result<Option<i32>, AgentError> {
+    for (path, text) in &step.writes {
+        let full = confine(workspace, path).map_err(|e| AgentError::Crashed(e.to_string()))?;
+        if let Some(dir) = full.parent() {
+            tokio::fs::create_dir_all(dir).await.map_err(|e| {
+                AgentError::Crashed(format!("cannot create {path}'s directory: {e}"))
+            })?;
+        }
+        tokio::fs::write(&full, text)
+            .await
+            .map_err(|e| AgentError::Crashed(format!("cannot write {path}: {e}")))?;
+    }
+    for path in &step.deletes {
+        let full = confine(workspace, path).map_err(|e| AgentError::Crashed(e.to_string()))?;
+        match tokio::fs::remove_file(&full).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(AgentError::Crashed(format!("cannot delete {path}: {e}")));
+            }
+            _ => {}
+        }
+    }
+    let Some(line) = &step.run else {
+        return Ok(None);
+    };
+    let runner = runner.ok_or_else(|| {
+        AgentError::Crashed("the scripted step runs a command and no process runner is set".into())
+    })?;
+    let mut command = CommandSpec::shell(line.clone(), workspace.to_path_buf());
+    command.limits.wall = STEP_COMMAND_LIMIT;
+    let output = runner
+        .run(command, cancel, None)
+        .await
+        .map_err(|e| AgentError::Crashed(e.to_string()))?;
+    Ok(output.exit.code().or(Some(-1)))
+}
+
+/// One attempt's scripted session, in its workspace.
+struct ScriptedSession {
+    shared: Arc<Shared>,
+    workspace: Workspace,
+    attempt: AttemptContext,
+}
+
+impl ScriptedSession {
     /// Plays one step. Like a real agent it reports its spend through the attempt context
-    /// as soon as it starts working (so budgets bind before the step ends), writes a note
-    /// into its workspace when it has one, and stops as soon as the attempt is called off.
+    /// as soon as it starts working (so budgets bind before the step ends), does the step's
+    /// file work in its worktree, and stops as soon as the attempt is called off.
     fn play(
         &self,
         task: &TaskId,
         step: AgentStep,
         fallback_summary: String,
-        attempt: AttemptContext,
-        workspace_note: bool,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
-        let defaults = self.scenario.agent.clone();
+        let defaults = self.shared.scenario.agent.clone();
+        let runner = self.shared.runner.clone();
         let task = task.clone();
+        let attempt = self.attempt.clone();
+        let workspace = self.workspace.path.clone();
         let cancel = attempt.cancel.clone();
         let work = async move {
             let outcome = step
@@ -395,14 +568,8 @@ impl ScriptedAgent {
             if !matches!(outcome, Outcome::Crash | Outcome::Malformed) {
                 attempt.spend.report(Budget::new(tokens, Usd::ZERO, 0));
             }
-            if workspace_note {
-                let note = attempt.workspace.join("flotilla-scripted-agent.txt");
-                tokio::fs::write(&note, format!("scripted agent worked on {task}\n"))
-                    .await
-                    .map_err(|e| {
-                        AgentError::Crashed(format!("cannot write {}: {e}", note.display()))
-                    })?;
-            }
+            let build_exit_code =
+                work_in(&workspace, &step, runner, attempt.cancel.clone()).await?;
             sleep_ms(step.delay_ms.or(defaults.delay_ms).unwrap_or(0)).await;
             let status = match outcome {
                 Outcome::Crash => {
@@ -451,7 +618,9 @@ impl ScriptedAgent {
                     tool_calls: 1,
                     ..HandoffMetrics::default()
                 },
-                build_exit_code: Some(0),
+                build_exit_code: build_exit_code.or(Some(0)),
+                work: None,
+                findings: Vec::new(),
             };
             Ok(AgentReport {
                 handoff: Some(handoff),
@@ -470,19 +639,29 @@ impl ScriptedAgent {
 }
 
 impl Agent for ScriptedAgent {
+    fn open(&self, workspace: Workspace, attempt: AttemptContext) -> Box<dyn AgentSession> {
+        Box::new(ScriptedSession {
+            shared: self.shared.clone(),
+            workspace,
+            attempt,
+        })
+    }
+}
+
+impl AgentSession for ScriptedSession {
     fn run(
-        &self,
+        &mut self,
         assignment: Assignment,
-        context: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         let task = assignment.task.task.clone();
         let attempt = assignment.task.attempt;
-        self.record(AgentCall::Run {
+        self.shared.record(AgentCall::Run {
             task: task.clone(),
             attempt,
-            workspace: context.workspace.clone(),
+            workspace: self.workspace.path.clone(),
         });
         let step = self
+            .shared
             .scenario
             .script(&task)
             .map(|s| {
@@ -496,23 +675,21 @@ impl Agent for ScriptedAgent {
             &task,
             step,
             format!("{task}: {}", assignment.task.spec.description),
-            context,
-            true,
         )
     }
 
     fn revise(
-        &self,
+        &mut self,
         assignment: Assignment,
         rejection: RejectionReason,
-        context: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         let task = assignment.task.task.clone();
-        self.record(AgentCall::Revise {
+        self.shared.record(AgentCall::Revise {
             task: task.clone(),
             reason: rejection.clone(),
         });
         let step = self
+            .shared
             .scenario
             .script(&task)
             .and_then(|s| s.on_rejection.clone())
@@ -521,22 +698,20 @@ impl Agent for ScriptedAgent {
             &task,
             step,
             format!("{task}: finished as is after the subplan was refused ({rejection})"),
-            context,
-            false,
         )
     }
 
     fn synthesize(
-        &self,
+        &mut self,
         parent: TaskId,
         results: Vec<SubtaskResult>,
-        context: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
-        self.record(AgentCall::Synthesize {
+        self.shared.record(AgentCall::Synthesize {
             task: parent.clone(),
             subtasks: results.len(),
         });
         let step = self
+            .shared
             .scenario
             .script(&parent)
             .and_then(|s| s.synthesis.clone())
@@ -549,8 +724,6 @@ impl Agent for ScriptedAgent {
             &parent,
             step,
             format!("{parent}: merged {} subtasks", results.len()),
-            context,
-            false,
         )
     }
 }

@@ -10,6 +10,8 @@
 //! - [`ports`]: traits for side effects (journal, LLM, agent, repo, clock) and in-memory fakes.
 //! - [`actors`]: TaskGraph, Dispatch, Planner, Subplanner, WorkerPool and Worker, one actor
 //!   per file.
+//! - [`work_check`]: handoffs from git truth: what a branch changed, checked against the
+//!   task's scope and the run's `[checks]` (pure).
 //! - [`supervision`]: how actors report that they ended (`Lifeline`), and `StopMember`.
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
@@ -25,3 +27,4 @@ pub mod ports;
 pub mod protocol;
 pub mod subplanner_context;
 pub mod supervision;
+pub mod work_check;

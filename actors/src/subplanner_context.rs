@@ -120,6 +120,9 @@ fn push_result(msg: &mut String, r: &SubtaskResult) {
     if !h.suggestions.is_empty() {
         msg.push_str(&format!("suggestions: {}\n", h.suggestions.join("; ")));
     }
+    for f in &h.findings {
+        msg.push_str(&format!("flotilla found: {f}\n"));
+    }
     msg.push('\n');
 }
 
@@ -305,6 +308,7 @@ pub fn aggregate(parent_description: &str, results: &[SubtaskResult]) -> Handoff
     let mut suggestions = Vec::new();
     let mut metrics = HandoffMetrics::default();
     let mut build_exit_code = None;
+    let mut findings = Vec::new();
     for r in results {
         let word = status_word(status_of(r));
         let Some(h) = &r.handoff else {
@@ -328,6 +332,7 @@ pub fn aggregate(parent_description: &str, results: &[SubtaskResult]) -> Handoff
         metrics.lines_removed = metrics.lines_removed.saturating_add(m.lines_removed);
         metrics.files_created = metrics.files_created.saturating_add(m.files_created);
         metrics.files_modified = metrics.files_modified.saturating_add(m.files_modified);
+        metrics.files_deleted = metrics.files_deleted.saturating_add(m.files_deleted);
         metrics.tokens_in = metrics.tokens_in.saturating_add(m.tokens_in);
         metrics.tokens_out = metrics.tokens_out.saturating_add(m.tokens_out);
         metrics.tool_calls = metrics.tool_calls.saturating_add(m.tool_calls);
@@ -339,6 +344,8 @@ pub fn aggregate(parent_description: &str, results: &[SubtaskResult]) -> Handoff
         {
             build_exit_code = Some(code);
         }
+        // What flotilla found in a subtask's branch is the parent's to report too.
+        findings.extend(h.findings.iter().cloned());
     }
     Handoff {
         status,
@@ -348,6 +355,9 @@ pub fn aggregate(parent_description: &str, results: &[SubtaskResult]) -> Handoff
         suggestions,
         metrics,
         build_exit_code,
+        // A decomposed parent has no branch of its own: its subtasks' branches hold the work.
+        work: None,
+        findings,
     }
 }
 
@@ -662,6 +672,7 @@ mod tests {
             lines_removed: 2,
             files_created: 1,
             files_modified: 3,
+            files_deleted: 1,
             tokens_in: 1_000,
             tokens_out: 200,
             tool_calls: 7,
@@ -674,6 +685,7 @@ mod tests {
             lines_removed: 8,
             files_created: 0,
             files_modified: 2,
+            files_deleted: 1,
             tokens_in: 300,
             tokens_out: 50,
             tool_calls: 4,
@@ -698,6 +710,7 @@ mod tests {
                 lines_removed: 10,
                 files_created: 1,
                 files_modified: 5,
+                files_deleted: 2,
                 tokens_in: 1_300,
                 tokens_out: 250,
                 tool_calls: 11,
@@ -714,6 +727,7 @@ mod tests {
             lines_removed: u64::MAX,
             files_created: u64::MAX,
             files_modified: u64::MAX,
+            files_deleted: u64::MAX,
             tokens_in: u64::MAX,
             tokens_out: u64::MAX,
             tool_calls: u64::MAX,
@@ -747,6 +761,7 @@ mod tests {
                 lines_removed: u64::MAX,
                 files_created: u64::MAX,
                 files_modified: u64::MAX,
+                files_deleted: u64::MAX,
                 tokens_in: u64::MAX,
                 tokens_out: u64::MAX,
                 tool_calls: u64::MAX,

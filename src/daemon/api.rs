@@ -591,6 +591,14 @@ async fn create_run(
                     e.message()
                 ))
             })?;
+            // Every task branch starts from main's tip: there must be one.
+            if matches!(crate::git_repo::main_commit(&opened), Ok(None)) {
+                return Err(unprocessable(format!(
+                    "{} has no commits yet: flotilla's task branches start from main's tip, \
+                     so commit something first (git add -A && git commit -m start)",
+                    repo.display()
+                )));
+            }
             let root = opened.workdir().map(|p| p.to_path_buf()).unwrap_or(repo);
             let config = match config {
                 Some(c) => c,

@@ -92,7 +92,7 @@ pub async fn serve(
         journal_port,
         clock,
         hub.clone(),
-        paths::workspaces_dir(&options.state_dir),
+        paths::worktrees_dir(&options.state_dir),
         Arc::new(providers),
     )
     .start();

@@ -26,25 +26,28 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use flotilla_actors::actors::{
-    self, Dispatch, Exchange, Planner, RecordedExchange, Recovery, Subplanner, TaskGraph,
-    WorkerPool,
+    self, AgentSet, Dispatch, Exchange, Planner, RecordedExchange, Recovery, Subplanner, TaskGraph,
+    WorkerKit, WorkerPool,
 };
 use flotilla_actors::graph::RunGraph;
-use flotilla_actors::ports::{Agent, Clock, Journal, Llm};
+use flotilla_actors::ports::{Agent, Clock, Journal, Llm, ProcessRunner, Worktrees};
 use flotilla_actors::protocol::{
     Event, EventKind, Published, Role, RootHandoff, RunId, RunOutcome, TaskId, TaskState,
-    ToPlanner, ToTaskGraph, UserDecision,
+    ToPlanner, ToTaskGraph, UserDecision, branch_name,
 };
 use flotilla_actors::supervision::{Lifeline, StopCause, StopMember};
 use tokio::sync::broadcast;
 use tracing::{error, info, warn};
 
+use crate::agents::builtin::BuiltinAgent;
 use crate::config::RunConfig;
 use crate::git_repo::GitRepo;
 use crate::journal::SqliteJournal;
+use crate::process::TokioProcessRunner;
 use crate::prompts;
 use crate::providers::ProviderRegistry;
 use crate::scripted::{ScriptedAgent, ScriptedLlm};
+use crate::worktrees::GitWorktrees;
 
 /// First wait before retrying a run whose journal could not be written; doubles up to
 /// [`JOURNAL_RETRY_MAX`].
@@ -135,7 +138,7 @@ pub struct Supervisor {
     journal_port: Arc<dyn Journal>,
     clock: Arc<dyn Clock>,
     hub: broadcast::Sender<Event>,
-    /// Runs' scratch workspaces live below it, one directory per run.
+    /// Runs' attempt worktrees live below it, one directory per run.
     workspaces: PathBuf,
     /// The daemon's LLM endpoints, shared by every run (rate limits, concurrency caps).
     providers: Arc<ProviderRegistry>,
@@ -255,17 +258,44 @@ impl Supervisor {
         // the others replay the scenario.
         let scripted: Arc<dyn Llm> = Arc::new(ScriptedLlm::new(config.scenario.clone()));
         let llm: Arc<dyn Llm> = Arc::new(self.providers.llm_for(&config.models, Some(scripted)));
-        let agent: Arc<dyn Agent> = Arc::new(ScriptedAgent::new(config.scenario.clone()));
+        let runner: Arc<dyn ProcessRunner> = Arc::new(TokioProcessRunner);
+        let agents = agent_set(&config, llm.clone(), runner.clone());
+        let checks = config
+            .checks
+            .compile()
+            .map_err(|e| format!("its configuration cannot run: {e}"))?;
+        let kit = WorkerKit {
+            agents,
+            worktrees: Arc::new(GitWorktrees::new(
+                entry_repo.clone(),
+                run,
+                self.workspaces.join(run.to_string()),
+            )),
+            runner,
+            checks: Arc::new(checks),
+        };
+        // Parents waiting for their subtasks keep the worktree their synthesis runs in.
+        let synthesizing: Vec<String> = graph_state
+            .tasks()
+            .filter(|n| {
+                !n.subplanned
+                    && matches!(
+                        n.state,
+                        TaskState::WaitingForSubtasks | TaskState::Synthesizing
+                    )
+            })
+            .map(|n| branch_name(run, &n.id, n.attempt))
+            .collect();
 
         let graph_ctx = Context::<TaskGraph>::new();
         let graph_addr = graph_ctx.address();
         let workers = WorkerPool::new(
             run,
-            agent,
+            kit,
             graph_addr.clone().recipient(),
-            self.workspaces.join(run.to_string()),
             Duration::from_millis(config.limits.default_budget.wall_time_ms.max(1)),
         )
+        .keeping_worktrees(synthesizing)
         .watched(self.lifeline(run, generation, Member::Workers, ctx))
         .start();
         let repo = Arc::new(GitRepo::new(entry_repo));
@@ -422,12 +452,20 @@ impl Supervisor {
     fn publish(&mut self, event: Event) {
         if let EventKind::RunFinished { outcome, .. } = &event.kind {
             info!(run = %event.run, ?outcome, "run finished");
-            if let Some(entry) = self.runs.remove(&event.run)
-                && let Life::Live(members) = entry.life
-            {
-                members.stop_all();
+            let mut finished_repo = None;
+            if let Some(entry) = self.runs.remove(&event.run) {
+                finished_repo = Some(entry.repo.clone());
+                if let Life::Live(members) = entry.life {
+                    members.stop_all();
+                }
             }
-            clean_up_after(self.workspaces.join(event.run.to_string()));
+            if let Some(repo) = finished_repo {
+                clean_up_after(GitWorktrees::new(
+                    repo,
+                    event.run,
+                    self.workspaces.join(event.run.to_string()),
+                ));
+            }
         } else if event.seq > 0
             && let Some(entry) = self.runs.get_mut(&event.run)
         {
@@ -628,25 +666,57 @@ impl Handler<MemberStopped> for Supervisor {
     }
 }
 
-/// After a run ended: removes its scratch workspaces (attempts interrupted by a crash leave
-/// theirs behind) and asks glibc to return the run's freed memory to the system, so that a
-/// long-lived daemon's footprint follows its live runs. On a blocking thread: both take
-/// milliseconds.
-fn clean_up_after(workspaces: PathBuf) {
-    tokio::task::spawn_blocking(move || {
+/// The run's agents by worker profile: `scripted`, `builtin` (on the worker role's model),
+/// or, for a profile that names none, the built-in agent when `[roles]` gives the worker
+/// role a model and the scripted agent otherwise.
+fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunner>) -> AgentSet {
+    let scripted: Arc<dyn Agent> = Arc::new(ScriptedAgent::with_runner(
+        config.scenario.clone(),
+        runner.clone(),
+    ));
+    let builtin: Arc<dyn Agent> = Arc::new(BuiltinAgent::new(
+        llm,
+        runner,
+        prompts::for_role(Role::Worker, &config.prompts, &config.limits),
+        config.builtin_agent.clone(),
+    ));
+    let worker_has_model = config.models.roles.get(Role::Worker).is_some();
+    let default = if worker_has_model {
+        builtin.clone()
+    } else {
+        scripted.clone()
+    };
+    config
+        .profiles()
+        .iter()
+        .fold(AgentSet::one(default), |set, profile| {
+            match profile.agent.as_deref() {
+                Some("builtin") => set.with(&profile.name, builtin.clone()),
+                Some("scripted") => set.with(&profile.name, scripted.clone()),
+                _ => set,
+            }
+        })
+}
+
+/// After a run ended: removes its worktrees (and the branches of attempts that never
+/// delivered; delivered work stays on its branch), and asks glibc to return the run's freed
+/// memory to the system, so that a long-lived daemon's footprint follows its live runs.
+fn clean_up_after(worktrees: GitWorktrees) {
+    actix::spawn(async move {
         // Let the run's actors finish stopping first: their memory is what is given back,
-        // and their Workers remove their own directories as they stop.
-        std::thread::sleep(Duration::from_millis(200));
-        if let Err(e) = std::fs::remove_dir_all(&workspaces)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            warn!(workspaces = %workspaces.display(), error = %e, "cannot remove a run's workspaces");
+        // and their Workers release their own worktrees as they stop.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if let Err(e) = worktrees.sweep(Vec::new()).await {
+            warn!(error = %e, "cannot remove a finished run's worktrees");
         }
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        let _ = tokio::task::spawn_blocking(|| {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        })
+        .await;
     });
 }
 

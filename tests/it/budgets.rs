@@ -750,9 +750,8 @@ fn scripted_pool(
     let agent = Arc::new(ScriptedAgent::new(Scenario::from_toml(scenario).unwrap()));
     flotilla_actors::actors::WorkerPool::new(
         RunId::generate(),
-        agent,
+        crate::harness::scratch_kit(agent, workspaces),
         h.graph.clone().recipient(),
-        workspaces.to_path_buf(),
         Duration::from_secs(60),
     )
     .start()

@@ -19,11 +19,46 @@ use futures::StreamExt;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 
-/// A git repository in a temporary directory.
+/// A git repository in a temporary directory, `main` checked out, with one commit (a
+/// README): task branches start from main's tip.
 pub fn git_repo() -> TempDir {
     let dir = tempfile::tempdir().unwrap();
-    git2::Repository::init(dir.path()).unwrap();
+    init_repo(dir.path());
     dir
+}
+
+/// Makes `path` a git repository on `main` with one commit of a README.
+pub fn init_repo(path: &Path) {
+    let repo = git2::Repository::init_opts(
+        path,
+        git2::RepositoryInitOptions::new().initial_head("main"),
+    )
+    .unwrap();
+    commit_files(&repo, &[("README.md", "a test repository\n")], "start");
+}
+
+/// Commits `files` (written into the work tree) on the checked-out branch, as a test
+/// identity (CI machines have none of their own).
+pub fn commit_files(repo: &git2::Repository, files: &[(&str, &str)], message: &str) -> git2::Oid {
+    let sig = git2::Signature::now("test", "test@example.com").unwrap();
+    let mut index = repo.index().unwrap();
+    for (path, text) in files {
+        let full = repo.workdir().unwrap().join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(&full, text).unwrap();
+        index.add_path(Path::new(path)).unwrap();
+    }
+    index.write().unwrap();
+    let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+    let parents: Vec<git2::Commit> = repo
+        .head()
+        .ok()
+        .and_then(|h| h.peel_to_commit().ok())
+        .into_iter()
+        .collect();
+    let parents: Vec<&git2::Commit> = parents.iter().collect();
+    repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)
+        .unwrap()
 }
 
 /// A run config (as the API takes it) around a scenario written in TOML.

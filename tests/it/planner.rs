@@ -12,8 +12,8 @@ use flotilla_actors::actors::{
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{
-    ChatRole, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, MemoryJournal, Repo, RepoError,
-    RepoSnapshot, SystemClock,
+    ChatRole, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, MemoryJournal, RepoError,
+    RepoReader, RepoSnapshot, SystemClock,
 };
 use flotilla_actors::protocol::*;
 use futures::future::BoxFuture;
@@ -833,7 +833,7 @@ async fn a_final_provider_error_ends_planning_at_once_with_the_providers_reason(
 /// A repository whose `main` reads as each snapshot in turn (the last one repeats).
 struct ScriptedRepo(std::sync::Mutex<std::collections::VecDeque<RepoSnapshot>>);
 
-impl Repo for ScriptedRepo {
+impl RepoReader for ScriptedRepo {
     fn main_tip(&self) -> BoxFuture<'static, Result<String, RepoError>> {
         Box::pin(async { Ok("tip".to_string()) })
     }

@@ -158,12 +158,14 @@ async fn journal_with_damaged_runs(state_dir: &Path) -> [RunId; 4] {
         RunId::generate(),
         RunId::generate(),
     ];
+    let repo = state_dir.join("repo");
+    init_repo(&repo);
     for (i, id) in ids.iter().enumerate() {
         journal
             .create_run(RunRecord {
                 id: *id,
                 request: format!("run {i}"),
-                repo: "/tmp".into(),
+                repo: repo.clone(),
                 config: config.clone(),
                 created_ms: i as u64,
                 outcome: None,
@@ -353,15 +355,41 @@ async fn a_panicking_agent_call_costs_its_attempt_and_nothing_else() {
         "t1's first attempt died with its runner: {kinds:?}"
     );
     assert_each_task_completed_once(&kinds);
-    // The agents worked in scratch workspaces under the state directory, never in the repo.
-    let in_repo: Vec<_> = std::fs::read_dir(repo.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .filter(|n| n != ".git")
+    // The agents worked in worktrees under the state directory, never in the repo.
+    assert_checkout_untouched(repo.path());
+}
+
+/// The user's checkout is as the test made it: `main` checked out, its README only, nothing
+/// modified, staged or untracked, and no worktree of flotilla's left registered.
+pub fn assert_checkout_untouched(path: &Path) {
+    let repo = git2::Repository::open(path).unwrap();
+    let statuses = repo
+        .statuses(Some(
+            git2::StatusOptions::new()
+                .include_untracked(true)
+                .include_ignored(false),
+        ))
+        .unwrap();
+    let dirty: Vec<String> = statuses
+        .iter()
+        .map(|s| format!("{:?} {}", s.status(), s.path().unwrap_or("?")))
         .collect();
     assert!(
-        in_repo.is_empty(),
-        "the user's checkout was touched: {in_repo:?}"
+        dirty.is_empty(),
+        "the user's checkout was touched: {dirty:?}"
+    );
+    assert_eq!(repo.head().unwrap().shorthand().unwrap(), "main");
+    let worktrees: Vec<String> = repo
+        .worktrees()
+        .unwrap()
+        .iter()
+        .flatten()
+        .flatten()
+        .map(String::from)
+        .collect();
+    assert!(
+        worktrees.is_empty(),
+        "worktrees left registered: {worktrees:?}"
     );
 }
 
@@ -379,7 +407,7 @@ async fn faulted_run(
         ..DaemonSetup::default()
     });
     let repo = daemon.state_dir().join("repo");
-    git2::Repository::init(&repo).unwrap();
+    init_repo(&repo);
     let run = submit(
         &daemon.client,
         &repo,
@@ -585,7 +613,7 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
         matches!(e.kind, EventKind::TaskStarted { .. })
     })
     .await;
-    let run_workspaces = state.path().join("workspaces").join(&run);
+    let run_workspaces = state.path().join("worktrees").join(&run);
     for _ in 0..100 {
         if std::fs::read_dir(&run_workspaces).is_ok_and(|mut d| d.next().is_some()) {
             break;
@@ -609,6 +637,24 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
         run_workspaces.display()
     );
     drop(daemon);
+    // The interrupted attempts' branches went with their worktrees; the delivered ones stay,
+    // one per task (the scenario's tasks write nothing, so none has a commit of its own).
+    assert_checkout_untouched(repo.path());
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let mut task_branches: Vec<String> = git
+        .branches(Some(git2::BranchType::Local))
+        .unwrap()
+        .map(|b| b.unwrap().0.name().unwrap().unwrap().to_string())
+        .filter(|name| name.starts_with("flotilla/"))
+        .map(|name| name.rsplit('/').next().unwrap().to_string())
+        .map(|task| task.split("-a").next().unwrap().to_string())
+        .collect();
+    task_branches.sort();
+    assert_eq!(
+        task_branches,
+        ["t1", "t2", "t3", "t4"],
+        "one delivered branch per task"
+    );
 }
 
 #[tokio::test]
@@ -861,6 +907,8 @@ async fn supervised_run(
 ) {
     let journal =
         SqliteJournal::open(&state.join("journal.sqlite"), Arc::new(SystemClock)).unwrap();
+    let repo = state.join("repo");
+    init_repo(&repo);
     let (hub, events) = tokio::sync::broadcast::channel(4096);
     let supervisor = actix::Actor::start(Supervisor::new(
         journal.clone(),
@@ -877,7 +925,7 @@ async fn supervised_run(
         .create_run(RunRecord {
             id: run,
             request: "r".into(),
-            repo: "/tmp".into(),
+            repo: repo.clone(),
             config: serde_json::to_value(&config).unwrap(),
             created_ms: 0,
             outcome: None,
@@ -888,7 +936,7 @@ async fn supervised_run(
         .send(StartRun {
             run,
             request: "r".into(),
-            repo: "/tmp".into(),
+            repo,
             config,
             journal: vec![started],
         })

@@ -9,7 +9,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use flotilla::scripted::{AgentCall, Scenario, ScriptedAgent};
 use flotilla_actors::actors::WorkerPool;
-use flotilla_actors::ports::{Agent, AgentError, AgentReport, AttemptContext};
+use flotilla_actors::ports::{
+    Agent, AgentError, AgentReport, AgentSession, AttemptContext, Workspace,
+};
 use flotilla_actors::protocol::*;
 use futures::future::BoxFuture;
 
@@ -29,9 +31,8 @@ fn start(scenario: &str) -> Pool {
     let workspaces = tempfile::tempdir().unwrap();
     let addr = WorkerPool::new(
         RunId::generate(),
-        agent.clone(),
+        scratch_kit(agent.clone(), workspaces.path()),
         graph,
-        workspaces.path().to_path_buf(),
         Duration::from_secs(60),
     )
     .start();
@@ -240,7 +241,7 @@ async fn each_attempt_works_in_its_own_scratch_workspace_which_is_removed_after(
             _ => None,
         })
         .unwrap();
-    assert_eq!(workspace, pool.workspaces.path().join("t1-3"));
+    assert_eq!(workspace, pool.workspaces.path().join("t1-a3"));
     wait_until_gone(&workspace).await;
 }
 
@@ -262,34 +263,43 @@ struct Obedient {
 }
 
 impl Agent for Obedient {
-    fn run(
-        &self,
-        _: Assignment,
-        attempt: AttemptContext,
-    ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
+    fn open(&self, workspace: Workspace, attempt: AttemptContext) -> Box<dyn AgentSession> {
+        *self.workspace.lock().unwrap() = Some(workspace.path);
+        Box::new(ObedientSession {
+            noticed: self.noticed.clone(),
+            attempt,
+        })
+    }
+}
+
+struct ObedientSession {
+    noticed: Arc<AtomicBool>,
+    attempt: AttemptContext,
+}
+
+impl AgentSession for ObedientSession {
+    fn run(&mut self, _: Assignment) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         let noticed = self.noticed.clone();
-        *self.workspace.lock().unwrap() = Some(attempt.workspace.clone());
+        let cancel = self.attempt.cancel.clone();
         Box::pin(async move {
-            attempt.cancel.cancelled().await;
+            cancel.cancelled().await;
             noticed.store(true, Ordering::SeqCst);
             Err(AgentError::Cancelled)
         })
     }
 
     fn revise(
-        &self,
+        &mut self,
         _: Assignment,
         _: RejectionReason,
-        _: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         Box::pin(async { Err(AgentError::Crashed("not asked to revise".into())) })
     }
 
     fn synthesize(
-        &self,
+        &mut self,
         _: TaskId,
         _: Vec<SubtaskResult>,
-        _: AttemptContext,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         Box::pin(async { Err(AgentError::Crashed("not asked to synthesize".into())) })
     }
@@ -307,9 +317,8 @@ async fn cancel_and_timeout_reach_the_agent_through_its_cancellation_token() {
     let dir = tempfile::tempdir().unwrap();
     let pool = WorkerPool::new(
         RunId::generate(),
-        agent.clone(),
+        scratch_kit(agent.clone(), dir.path()),
         graph,
-        dir.path().to_path_buf(),
         Duration::from_secs(60),
     )
     .start();
@@ -320,6 +329,13 @@ async fn cancel_and_timeout_reach_the_agent_through_its_cancellation_token() {
         inbox.expect().await,
         ToTaskGraph::TaskStarted { .. }
     ));
+    // Once its worktree is made and the agent is at work.
+    for _ in 0..100 {
+        if agent.workspace.lock().unwrap().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     pool.do_send(ToAgent::Cancel {
         task: task("t1"),
         reason: "user".into(),
@@ -522,6 +538,8 @@ async fn a_synthesis_gets_only_what_its_parent_has_left() {
             attempt: 1,
             results: Vec::new(),
             budget: Budget::new(1_000, Usd::ZERO, 1_500),
+            scope: vec!["a.rs".into()],
+            profile: "general".into(),
         }));
     let failure = pool
         .graph

@@ -26,8 +26,9 @@ use crate::protocol::{
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
-/// A kind of worker: what it can do and what it costs.
+/// A kind of worker: what it can do, what it costs, and which agent does the work.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WorkerProfile {
     pub name: String,
     #[serde(default)]
@@ -35,6 +36,11 @@ pub struct WorkerProfile {
     /// Relative cost; the cheapest profile that fits wins.
     #[serde(default = "default_cost")]
     pub cost: u32,
+    /// `scripted`, `builtin`, or the name of an `[agents.NAME]` command agent. None: the
+    /// built-in agent when the worker role has a model, else the scripted agent. Dispatch
+    /// does not read it; the run's WorkerPool does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 fn default_cost() -> u32 {
@@ -47,6 +53,7 @@ impl WorkerProfile {
             name: name.into(),
             capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
             cost,
+            agent: None,
         }
     }
 }
@@ -247,7 +254,7 @@ impl Dispatch {
                 route,
                 agent: agent.clone(),
             });
-            let branch = branch_name(self.run, &task.task);
+            let branch = branch_name(self.run, &task.task, task.attempt);
             agent.do_send(ToAgent::Assign(Assignment {
                 run: self.run,
                 task,

@@ -12,5 +12,5 @@ pub use dispatch::{Dispatch, WorkerProfile, best_profile};
 pub use planner::{Exchange, Planner, PlannerConfig, PlannerConfigError};
 pub use subplanner::{RecordedExchange, Subplanner, SubplannerConfig, SubplannerConfigError};
 pub use task_graph::{CancelRun, Recovery, TaskGraph};
-pub use worker::{Job, Worker};
+pub use worker::{AgentSet, Job, Worker, WorkerKit};
 pub use worker_pool::WorkerPool;

@@ -45,8 +45,8 @@ use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema}
 use crate::llm_progress::with_progress_notices;
 use crate::planner_context::RepoContext;
 use crate::ports::{
-    ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo, RepoError,
-    RepoSnapshot, Role,
+    ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError,
+    RepoReader, RepoSnapshot, Role,
 };
 use crate::protocol::{
     GetSnapshot, GraphSnapshot, HandoffStatus, PlannerAnswer, Published, RejectionReason,
@@ -181,7 +181,7 @@ pub struct Planner {
     /// Calls off an LLM call in flight when the actor stops.
     cancel: CancellationToken,
     /// The target repository, read (main's tip) before every call.
-    repo: Option<Arc<dyn Repo>>,
+    repo: Option<Arc<dyn RepoReader>>,
     /// Where live notices go (a streaming call's progress): the run's supervisor.
     notices: Option<Recipient<Published>>,
     /// The run's graph, read before each follow-up for the active tasks and locked scopes.
@@ -240,7 +240,7 @@ impl Planner {
 
     /// Reads the target repository (main's tip) before every call: the first prompt carries
     /// its planning documents, file tree and recent commits, later ones what changed.
-    pub fn with_repo(mut self, repo: Arc<dyn Repo>) -> Self {
+    pub fn with_repo(mut self, repo: Arc<dyn RepoReader>) -> Self {
         self.repo = Some(repo);
         self
     }
@@ -359,6 +359,9 @@ impl Planner {
                     }
                     for c in &handoff.concerns {
                         msg.push_str(&format!("concern: {c}\n"));
+                    }
+                    for f in &handoff.findings {
+                        msg.push_str(&format!("flotilla found: {f}\n"));
                     }
                     for s in &handoff.suggestions {
                         msg.push_str(&format!("suggestion: {s}\n"));

@@ -43,8 +43,8 @@ use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema}
 use crate::llm_progress::with_progress_notices;
 use crate::planner_context::RepoContext;
 use crate::ports::{
-    ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, Repo, RepoError,
-    RepoSnapshot, Role,
+    ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError,
+    RepoReader, RepoSnapshot, Role,
 };
 use crate::protocol::{
     Assignment, EventKind, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
@@ -209,7 +209,7 @@ pub struct Subplanner {
     graph: Recipient<ToTaskGraph>,
     limits: Limits,
     config: SubplannerConfig,
-    repo: Option<Arc<dyn Repo>>,
+    repo: Option<Arc<dyn RepoReader>>,
     notices: Option<Recipient<Published>>,
     conversations: HashMap<TaskId, Conversation>,
     /// Journaled exchanges, read when the TaskGraph says which decompositions are open.
@@ -245,7 +245,7 @@ impl Subplanner {
     }
 
     /// Reads the target repository (main's tip) before every call.
-    pub fn with_repo(mut self, repo: Arc<dyn Repo>) -> Self {
+    pub fn with_repo(mut self, repo: Arc<dyn RepoReader>) -> Self {
         self.repo = Some(repo);
         self
     }

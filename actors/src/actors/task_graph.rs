@@ -193,6 +193,11 @@ impl TaskGraph {
             .ready_task(parent)
             .map(|t| t.budget)
             .unwrap_or_default();
+        let (scope, profile) = self
+            .graph
+            .task(parent)
+            .map(|n| (n.spec.scope.clone(), n.profile.clone().unwrap_or_default()))
+            .unwrap_or_default();
         self.tell_agent(
             parent,
             ToAgent::SubtasksCompleted(SubtasksCompleted {
@@ -200,6 +205,8 @@ impl TaskGraph {
                 attempt,
                 results,
                 budget,
+                scope,
+                profile,
             }),
         );
     }

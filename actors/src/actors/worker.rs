@@ -1,25 +1,35 @@
-//! The Worker actor: runs ONE attempt of one task through the `Agent` port, reports, and
-//! ends. The run's [`WorkerPool`](super::worker_pool::WorkerPool) starts one per attempt
-//! (and one per synthesis) and watches it through a [`Lifeline`]: a panic in one agent call
-//! kills only its own Worker, and the pool turns that into a failed attempt.
+//! The Worker actor: runs ONE attempt of one task through the `Agent` port, in the attempt's
+//! own git worktree, reports, and ends. The run's
+//! [`WorkerPool`](super::worker_pool::WorkerPool) starts one per attempt (and one per
+//! synthesis) and watches it through a [`Lifeline`]: a panic in one agent call kills only
+//! its own Worker, and the pool turns that into a failed attempt.
 //!
-//! On start it reports `TaskStarted`, creates its scratch workspace and runs the agent,
-//! bounded by the wall time the task has left (the assignment's budget: the graph subtracts
-//! what earlier attempts spent); the agent's report becomes a `TaskCompleted`
-//! carrying the task id and attempt *it* was given (the agent never names ids). Spend the
-//! agent reports while it works goes to the TaskGraph as `SpendReported`. A report with a
-//! subplan keeps the Worker alive for the decision: a rejection asks the agent to revise,
-//! an acceptance ends the attempt (the synthesis is a new Worker). Cancel, timeout and stop
-//! all go through one cancellation token that the agent honours, and the workspace is
-//! removed when the Worker ends.
+//! The attempt, in order:
+//! 1. `TaskStarted`; the attempt's worktree is made from main's tip on the branch flotilla
+//!    named (`Worktrees::prepare`; a synthesis reopens its parent's).
+//! 2. An agent session is opened on it (`Agent::open`) and runs the assignment, bounded by
+//!    the wall time the task has left (the assignment's budget: the graph subtracts what
+//!    earlier attempts spent). Spend the agent reports while it works goes to the TaskGraph
+//!    as `SpendReported`.
+//! 3. Git truth (`work_check`): whatever the agent left uncommitted is committed
+//!    (`Worktrees::seal`), the run's verification command runs on it, and the handoff is
+//!    built from git's files and lines and the agent's own words. Edits outside the scope
+//!    fail the attempt (or are flagged, by the run's `[checks]`).
+//! 4. The report becomes a `TaskCompleted` carrying the task id and attempt *it* was given
+//!    (the agent never names ids). A report with a subplan keeps the Worker and its session
+//!    alive for the decision: a rejection asks the same session to revise, in the same
+//!    worktree; an acceptance ends the attempt and leaves the worktree for the synthesis.
+//! 5. When the Worker stops, the worktree goes: its branch stays when it holds delivered
+//!    work, and is deleted when the attempt failed or was called off.
 //!
+//! Cancel, timeout and stop all go through one cancellation token that the agent honours.
 //! The Worker charges the agent's time: when an agent call (run, revise, synthesis) ends,
 //! whether with a report, a failure, a timeout or a cancel, it reports the call's elapsed
 //! wall time as `SpendReported { spent: Budget { wall_time_ms, .. } }` *before* the report or
 //! failure, so the TaskGraph charges it first (a task whose time is used up is not retried).
 //! Agents report tokens and money; wall time is measured here, on tokio's clock.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,34 +39,108 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::ports::{Agent, AgentError, AgentReport, AttemptContext, SpendReporter};
+use crate::ports::{
+    Agent, AgentError, AgentReport, AgentSession, AttemptContext, BranchFate, CommandSpec,
+    ProcessRunner, SpendReporter, Workspace, WorktreeRequest, Worktrees,
+};
 use crate::protocol::{
-    Assignment, AttemptFailure, Budget, SubtasksCompleted, TaskCompleted, TaskId, ToAgent,
-    ToTaskGraph,
+    Assignment, AttemptFailure, Budget, Finding, HandoffStatus, SubtasksCompleted, TaskCompleted,
+    TaskId, ToAgent, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
+use crate::work_check::{Checks, check_work};
 
 /// How long an agent that was called off (cancel, timeout) gets to stop what it started
 /// before the Worker stops waiting for it.
 pub const CALL_OFF_GRACE: Duration = Duration::from_secs(5);
+
+/// The longest making (or reopening) a worktree may take.
+pub const PREPARE_LIMIT: Duration = Duration::from_secs(300);
+
+/// The most of a verification command's output a finding keeps (its end).
+const VERIFY_TAIL_CHARS: usize = 2_000;
 
 /// What a Worker was started for.
 #[derive(Debug, Clone)]
 pub enum Job {
     /// Work on an assignment (one attempt).
     Run(Assignment),
-    /// Merge the results of a decomposed task's subtasks.
-    Synthesize(SubtasksCompleted),
+    /// Merge the results of a decomposed task's subtasks, on the parent's branch.
+    Synthesize {
+        done: SubtasksCompleted,
+        branch: String,
+    },
+}
+
+/// The agents of a run, by worker profile: one run can mix agent kinds.
+#[derive(Clone)]
+pub struct AgentSet {
+    default: Arc<dyn Agent>,
+    by_profile: HashMap<String, Arc<dyn Agent>>,
+}
+
+impl AgentSet {
+    /// One agent for every profile.
+    pub fn one(agent: Arc<dyn Agent>) -> Self {
+        AgentSet {
+            default: agent,
+            by_profile: HashMap::new(),
+        }
+    }
+
+    /// `agent` serves `profile`; other profiles keep the default.
+    pub fn with(mut self, profile: impl Into<String>, agent: Arc<dyn Agent>) -> Self {
+        self.by_profile.insert(profile.into(), agent);
+        self
+    }
+
+    pub fn for_profile(&self, profile: &str) -> Arc<dyn Agent> {
+        self.by_profile
+            .get(profile)
+            .unwrap_or(&self.default)
+            .clone()
+    }
+}
+
+/// What every Worker of a run shares.
+#[derive(Clone)]
+pub struct WorkerKit {
+    pub agents: AgentSet,
+    pub worktrees: Arc<dyn Worktrees>,
+    /// Runs the verification command.
+    pub runner: Arc<dyn ProcessRunner>,
+    pub checks: Arc<Checks>,
+}
+
+/// What becomes of the worktree when the Worker stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterAttempt {
+    /// Removed; the branch stays or goes.
+    Release(BranchFate),
+    /// Left for the synthesis of the accepted subplan.
+    KeepForSynthesis,
+}
+
+/// An agent call's outcome, after git truth.
+struct Finished {
+    report: AgentReport,
+    out_of_scope: Vec<String>,
 }
 
 pub struct Worker {
-    agent: Arc<dyn Agent>,
+    kit: WorkerKit,
     graph: Recipient<ToTaskGraph>,
     job: Job,
     task: TaskId,
     attempt: u32,
+    /// The worker profile: which agent does the work.
+    profile: String,
+    branch: String,
+    scope: Vec<String>,
     limit: Duration,
-    workspace: PathBuf,
+    workspace: Option<Workspace>,
+    session: Option<Box<dyn AgentSession>>,
+    after: AfterAttempt,
     cancel: CancellationToken,
     in_flight: Option<SpawnHandle>,
     /// When the agent call in flight started; taken when its time is charged.
@@ -71,27 +155,37 @@ pub struct Worker {
 
 impl Worker {
     /// `limit` bounds the agent calls of the attempt together (a revision gets what the
-    /// earlier calls left); `workspace` is created on start and removed at the
-    /// end.
-    pub fn new(
-        agent: Arc<dyn Agent>,
-        graph: Recipient<ToTaskGraph>,
-        job: Job,
-        limit: Duration,
-        workspace: PathBuf,
-    ) -> Self {
-        let (task, attempt) = match &job {
-            Job::Run(a) => (a.task.task.clone(), a.task.attempt),
-            Job::Synthesize(done) => (done.parent.clone(), done.attempt),
+    /// earlier calls left).
+    pub fn new(kit: WorkerKit, graph: Recipient<ToTaskGraph>, job: Job, limit: Duration) -> Self {
+        let (task, attempt, profile, branch, scope) = match &job {
+            Job::Run(a) => (
+                a.task.task.clone(),
+                a.task.attempt,
+                a.profile.clone(),
+                a.branch.clone(),
+                a.task.spec.scope.clone(),
+            ),
+            Job::Synthesize { done, branch } => (
+                done.parent.clone(),
+                done.attempt,
+                done.profile.clone(),
+                branch.clone(),
+                done.scope.clone(),
+            ),
         };
         Worker {
-            agent,
+            kit,
             graph,
             job,
             task,
             attempt,
+            profile,
+            branch,
+            scope,
             limit,
-            workspace,
+            workspace: None,
+            session: None,
+            after: AfterAttempt::Release(BranchFate::Delete),
             cancel: CancellationToken::new(),
             in_flight: None,
             call_started: None,
@@ -111,7 +205,6 @@ impl Worker {
         let graph = self.graph.clone();
         let (task, attempt) = (self.task.clone(), self.attempt);
         AttemptContext {
-            workspace: self.workspace.clone(),
             cancel: self.cancel.clone(),
             spend: SpendReporter::new(move |spent| {
                 graph.do_send(ToTaskGraph::SpendReported {
@@ -144,7 +237,124 @@ impl Worker {
         }
     }
 
-    /// Runs one agent call and reports its outcome, after the time it took.
+    /// Makes (or reopens) the worktree, then opens the session and starts the job's first
+    /// call in it.
+    fn prepare(&mut self, ctx: &mut Context<Self>) {
+        let request = WorktreeRequest {
+            task: self.task.clone(),
+            attempt: self.attempt,
+            branch: self.branch.clone(),
+        };
+        let prepare = self.kit.worktrees.prepare(request);
+        let bounded = async move {
+            match tokio::time::timeout(PREPARE_LIMIT, prepare).await {
+                Ok(result) => result.map_err(|e| e.to_string()),
+                Err(_) => Err(format!(
+                    "making the worktree took longer than {} s",
+                    PREPARE_LIMIT.as_secs()
+                )),
+            }
+        };
+        let handle = ctx.spawn(bounded.into_actor(self).map(|result, act, ctx| {
+            act.in_flight = None;
+            let workspace = match result {
+                Ok(workspace) => workspace,
+                Err(detail) => {
+                    if !act.called_off {
+                        act.graph.do_send(ToTaskGraph::TaskFailed {
+                            task: act.task.clone(),
+                            attempt: act.attempt,
+                            failure: AttemptFailure::Workspace { detail },
+                        });
+                    }
+                    act.finish(ctx);
+                    return;
+                }
+            };
+            act.workspace = Some(workspace.clone());
+            if act.called_off {
+                act.finish(ctx);
+                return;
+            }
+            let agent = act.kit.agents.for_profile(&act.profile);
+            let mut session = agent.open(workspace, act.context());
+            let call = match &act.job {
+                Job::Run(assignment) => session.run(assignment.clone()),
+                Job::Synthesize { done, .. } => {
+                    session.synthesize(done.parent.clone(), done.results.clone())
+                }
+            };
+            act.session = Some(session);
+            act.drive(call, ctx);
+        }));
+        self.in_flight = Some(handle);
+    }
+
+    /// After an agent call: commits what it left, reads the branch, runs the verification
+    /// command and builds the handoff from git truth. A report without a handoff (a subplan
+    /// only) is sealed too, so that its partial work is on the branch for the synthesis.
+    fn git_truth(
+        &self,
+    ) -> impl FnOnce(AgentReport) -> BoxFuture<'static, Result<Finished, AttemptFailure>> + use<>
+    {
+        let worktrees = self.kit.worktrees.clone();
+        let runner = self.kit.runner.clone();
+        let checks = self.kit.checks.clone();
+        let workspace = self.workspace.clone();
+        let scope = self.scope.clone();
+        let cancel = self.cancel.clone();
+        move |mut report: AgentReport| {
+            Box::pin(async move {
+                let Some(workspace) = workspace else {
+                    return Err(AttemptFailure::Workspace {
+                        detail: "the attempt has no worktree".into(),
+                    });
+                };
+                let path = workspace.path.clone();
+                let work =
+                    worktrees
+                        .seal(workspace)
+                        .await
+                        .map_err(|e| AttemptFailure::Workspace {
+                            detail: format!("reading the branch: {e}"),
+                        })?;
+                let Some(handoff) = report.handoff.take() else {
+                    return Ok(Finished {
+                        report,
+                        out_of_scope: Vec::new(),
+                    });
+                };
+                let mut checked = check_work(handoff, work, &scope, &checks);
+                if let Some(command) = checks.config.verify.clone() {
+                    let mut spec = CommandSpec::shell(command.clone(), path);
+                    spec.limits.wall = Duration::from_secs(checks.config.verify_timeout_secs);
+                    let (exit_code, failure) = match runner.run(spec, cancel, None).await {
+                        Ok(out) if out.exit.success() => (out.exit.code(), None),
+                        Ok(out) => {
+                            let both = format!("{}{}", out.stdout.text, out.stderr.text);
+                            (out.exit.code(), Some((out.exit.to_string(), tail(&both))))
+                        }
+                        Err(e) => (None, Some((e.to_string(), String::new()))),
+                    };
+                    checked.handoff.build_exit_code = exit_code;
+                    if let Some((exit, output_tail)) = failure {
+                        checked.handoff.findings.push(Finding::VerificationFailed {
+                            command,
+                            exit,
+                            output_tail,
+                        });
+                    }
+                }
+                report.handoff = Some(checked.handoff);
+                Ok(Finished {
+                    report,
+                    out_of_scope: checked.out_of_scope,
+                })
+            })
+        }
+    }
+
+    /// Runs one agent call, then git truth, and reports the outcome, after the time it took.
     fn drive(
         &mut self,
         call: BoxFuture<'static, Result<AgentReport, AgentError>>,
@@ -158,16 +368,22 @@ impl Worker {
             .saturating_sub(self.used)
             .max(Duration::from_millis(1));
         let cancel = self.cancel.clone();
+        let whole_limit = self.limit;
+        let git_truth = self.git_truth();
+        let work = async move {
+            let report = call.await.map_err(|e| failure_of(e, whole_limit))?;
+            git_truth(report).await
+        };
         let bounded = async move {
-            let mut call = call;
+            let mut work = std::pin::pin!(work);
             tokio::select! {
-                result = &mut call => result,
+                result = &mut work => result,
                 _ = tokio::time::sleep(limit) => {
                     // Call the agent off and give it a moment to stop what it started;
                     // its answer no longer matters.
                     cancel.cancel();
-                    let _ = tokio::time::timeout(CALL_OFF_GRACE, call).await;
-                    Err(AgentError::Timeout)
+                    let _ = tokio::time::timeout(CALL_OFF_GRACE, work).await;
+                    Err(failure_of(AgentError::Timeout, whole_limit))
                 }
             }
         };
@@ -178,31 +394,85 @@ impl Worker {
                 act.finish(ctx);
                 return;
             }
-            let proposes = matches!(&result, Ok(report) if report.subplan.is_some());
-            let (task, attempt) = (act.task.clone(), act.attempt);
-            let message = match result {
-                Ok(report) => ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
-                    task,
-                    attempt,
-                    handoff: report.handoff,
-                    artifacts: report.artifacts,
-                    subplan: report.subplan,
-                })),
-                Err(error) => ToTaskGraph::TaskFailed {
-                    task,
-                    attempt,
-                    failure: failure_of(error, act.limit),
-                },
-            };
-            act.graph.do_send(message);
-            // A proposal waits for the graph's decision; anything else ends the attempt.
-            if !proposes {
-                act.finish(ctx);
-            }
+            act.report(result, ctx);
         }));
         if let Some(previous) = self.in_flight.replace(handle) {
             ctx.cancel_future(previous);
         }
+    }
+
+    /// Tells the TaskGraph how the call ended and decides what becomes of the worktree. A
+    /// worktree the attempt is done with is released *before* the TaskGraph hears: once a
+    /// run can end, none of its delivered work still sits in a worktree that a sweep would
+    /// take for an interrupted attempt's.
+    fn report(&mut self, result: Result<Finished, AttemptFailure>, ctx: &mut Context<Self>) {
+        let (task, attempt) = (self.task.clone(), self.attempt);
+        let failed = |failure| ToTaskGraph::TaskFailed {
+            task: task.clone(),
+            attempt,
+            failure,
+        };
+        let (message, proposes) = match result {
+            Err(failure) => (failed(failure), false),
+            Ok(finished) if !finished.out_of_scope.is_empty() => (
+                failed(AttemptFailure::OutOfScope {
+                    paths: finished.out_of_scope,
+                }),
+                false,
+            ),
+            Ok(Finished { report, .. }) => {
+                let delivered = report.handoff.as_ref().is_some_and(|h| {
+                    matches!(h.status, HandoffStatus::Complete | HandoffStatus::Partial)
+                });
+                let proposes = report.subplan.is_some();
+                self.after = if proposes {
+                    AfterAttempt::KeepForSynthesis
+                } else if delivered {
+                    AfterAttempt::Release(BranchFate::Keep)
+                } else {
+                    AfterAttempt::Release(BranchFate::Delete)
+                };
+                let message = ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
+                    task: task.clone(),
+                    attempt,
+                    handoff: report.handoff,
+                    artifacts: report.artifacts,
+                    subplan: report.subplan,
+                }));
+                (message, proposes)
+            }
+        };
+        if proposes {
+            // The worktree stays for a revision or the synthesis; the decision comes back.
+            self.graph.do_send(message);
+            return;
+        }
+        let fate = match self.after {
+            AfterAttempt::Release(fate) => fate,
+            AfterAttempt::KeepForSynthesis => BranchFate::Delete,
+        };
+        let release = self.workspace.take().map(|workspace| {
+            (
+                workspace.path.clone(),
+                self.kit.worktrees.release(workspace, fate),
+            )
+        });
+        let released = async move {
+            if let Some((path, release)) = release
+                && let Err(e) = release.await
+            {
+                // The run's sweep (at its end, or at a restart) removes what is left.
+                warn!(workspace = %path.display(), error = %e, "cannot remove an attempt's worktree");
+            }
+        };
+        let handle = ctx.spawn(released.into_actor(self).map(move |(), act, ctx| {
+            act.in_flight = None;
+            if !act.called_off {
+                act.graph.do_send(message);
+            }
+            act.finish(ctx);
+        }));
+        self.in_flight = Some(handle);
     }
 
     fn finish(&mut self, ctx: &mut Context<Self>) {
@@ -211,6 +481,14 @@ impl Worker {
         }
         ctx.stop();
     }
+}
+
+/// The last [`VERIFY_TAIL_CHARS`] characters.
+fn tail(text: &str) -> String {
+    let count = text.chars().count();
+    text.chars()
+        .skip(count.saturating_sub(VERIFY_TAIL_CHARS))
+        .collect()
 }
 
 /// The typed failure the TaskGraph sees: it retries a crash or a timeout, not a budget stop.
@@ -229,33 +507,13 @@ impl Actor for Worker {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        match self.job.clone() {
-            Job::Run(assignment) => {
-                self.graph.do_send(ToTaskGraph::TaskStarted {
-                    task: self.task.clone(),
-                    attempt: self.attempt,
-                });
-                let agent = self.agent.clone();
-                let attempt = self.context();
-                let workspace = self.workspace.clone();
-                let call = Box::pin(async move {
-                    tokio::fs::create_dir_all(&workspace).await.map_err(|e| {
-                        AgentError::Crashed(format!(
-                            "cannot create the workspace {}: {e}",
-                            workspace.display()
-                        ))
-                    })?;
-                    agent.run(assignment, attempt).await
-                });
-                self.drive(call, ctx);
-            }
-            Job::Synthesize(done) => {
-                let call = self
-                    .agent
-                    .synthesize(done.parent, done.results, self.context());
-                self.drive(call, ctx);
-            }
+        if matches!(self.job, Job::Run(_)) {
+            self.graph.do_send(ToTaskGraph::TaskStarted {
+                task: self.task.clone(),
+                attempt: self.attempt,
+            });
         }
+        self.prepare(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -263,18 +521,18 @@ impl Actor for Worker {
         // (a call cut short by a cancel's grace or a stop ends here).
         self.cancel.cancel();
         self.charge_time();
-        let workspace = self.workspace.clone();
-        if matches!(self.job, Job::Run(_)) {
-            // Scratch only: nothing in it outlives the attempt (M5 replaces it with a
-            // worktree whose branch keeps the work).
-            actix::spawn(async move {
-                if let Err(e) = tokio::fs::remove_dir_all(&workspace).await
-                    && e.kind() != std::io::ErrorKind::NotFound
-                {
-                    warn!(workspace = %workspace.display(), error = %e, "cannot remove a scratch workspace");
-                }
-            });
-        }
+        self.session = None;
+        let (Some(workspace), AfterAttempt::Release(fate)) = (self.workspace.take(), self.after)
+        else {
+            return;
+        };
+        let release = self.kit.worktrees.release(workspace.clone(), fate);
+        actix::spawn(async move {
+            if let Err(e) = release.await {
+                // The run's sweep (at its end, or at a restart) removes what is left.
+                warn!(workspace = %workspace.path.display(), error = %e, "cannot remove an attempt's worktree");
+            }
+        });
     }
 }
 
@@ -285,24 +543,18 @@ impl Handler<ToAgent> for Worker {
         match msg {
             ToAgent::DecompositionAccepted(accepted) => {
                 debug!(parent = %accepted.parent, subtasks = accepted.subtasks.len(), "subplan accepted; attempt done");
+                self.after = AfterAttempt::KeepForSynthesis;
                 self.finish(ctx);
             }
-            ToAgent::DecompositionRejected(rejected) => match &self.job {
-                Job::Run(assignment) => {
-                    let call =
-                        self.agent
-                            .revise(assignment.clone(), rejected.reason, self.context());
+            ToAgent::DecompositionRejected(rejected) => match (&self.job, &mut self.session) {
+                (Job::Run(assignment), Some(session)) => {
+                    let call = session.revise(assignment.clone(), rejected.reason);
                     self.drive(call, ctx);
                 }
-                Job::Synthesize(_) => {
-                    warn!(task = %self.task, "a rejection reached a synthesizing worker");
-                }
+                _ => warn!(task = %self.task, "a rejection reached a worker with no proposal"),
             },
-            ToAgent::SubtasksCompleted(done) => {
-                let call = self
-                    .agent
-                    .synthesize(done.parent, done.results, self.context());
-                self.drive(call, ctx);
+            ToAgent::SubtasksCompleted(_) => {
+                warn!(task = %self.task, "a synthesis reached a running worker; the pool starts those");
             }
             ToAgent::Cancel { task, reason } => {
                 debug!(%task, %reason, "attempt called off");
@@ -310,6 +562,7 @@ impl Handler<ToAgent> for Worker {
                 // it answers is reported (the TaskGraph already settled the task).
                 self.cancel.cancel();
                 self.called_off = true;
+                self.after = AfterAttempt::Release(BranchFate::Delete);
                 if self.in_flight.is_none() {
                     self.finish(ctx);
                 } else {

@@ -9,16 +9,13 @@
 //! (`AttemptFailure::RunnerDied`) that the TaskGraph retries or fails like any other.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
-use super::worker::{Job, Worker};
-use crate::ports::Agent;
-use crate::protocol::{AttemptFailure, RunId, TaskId, ToAgent, ToTaskGraph};
+use super::worker::{Job, Worker, WorkerKit};
+use crate::protocol::{AttemptFailure, RunId, TaskId, ToAgent, ToTaskGraph, branch_name};
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
 /// A Worker of this pool ended (from its lifeline).
@@ -39,33 +36,32 @@ struct Running {
 
 pub struct WorkerPool {
     run: RunId,
-    agent: Arc<dyn Agent>,
+    kit: WorkerKit,
     graph: Recipient<ToTaskGraph>,
-    /// This run's scratch workspaces live below it, one directory per attempt.
-    workspaces: PathBuf,
     /// The longest a synthesis may take, whatever its parent has left.
     synthesis_limit: Duration,
     running: HashMap<TaskId, Running>,
     next_serial: u64,
+    /// Branches whose worktrees survive the sweep at start: parents waiting to synthesize.
+    keep_worktrees: Vec<String>,
     lifeline: Option<Lifeline>,
 }
 
 impl WorkerPool {
     pub fn new(
         run: RunId,
-        agent: Arc<dyn Agent>,
+        kit: WorkerKit,
         graph: Recipient<ToTaskGraph>,
-        workspaces: PathBuf,
         synthesis_limit: Duration,
     ) -> Self {
         WorkerPool {
             run,
-            agent,
+            kit,
             graph,
-            workspaces,
             synthesis_limit,
             running: HashMap::new(),
             next_serial: 0,
+            keep_worktrees: Vec::new(),
             lifeline: None,
         }
     }
@@ -76,23 +72,23 @@ impl WorkerPool {
         self
     }
 
+    /// After a restart: the worktrees of parents waiting to synthesize (on these branches)
+    /// survive the sweep the pool makes before its first attempt; every other worktree of
+    /// the run belonged to an interrupted attempt and goes.
+    pub fn keeping_worktrees(mut self, branches: Vec<String>) -> Self {
+        self.keep_worktrees = branches;
+        self
+    }
+
     /// Attempts with a live Worker: for tests and status.
     pub fn running(&self) -> usize {
         self.running.len()
     }
 
     fn start_worker(&mut self, job: Job, limit: Duration, ctx: &mut Context<Self>) {
-        let (task, attempt, dir) = match &job {
-            Job::Run(a) => (
-                a.task.task.clone(),
-                a.task.attempt,
-                format!("{}-{}", a.task.task, a.task.attempt),
-            ),
-            Job::Synthesize(done) => (
-                done.parent.clone(),
-                done.attempt,
-                format!("{}-{}-synthesis", done.parent, done.attempt),
-            ),
+        let (task, attempt) = match &job {
+            Job::Run(a) => (a.task.task.clone(), a.task.attempt),
+            Job::Synthesize { done, .. } => (done.parent.clone(), done.attempt),
         };
         // A Worker still holding the task belongs to an older attempt: call it off.
         if let Some(old) = self.running.remove(&task) {
@@ -110,17 +106,9 @@ impl WorkerPool {
                 cause,
             })
         });
-        // Ids are flotilla's (`t3.1`) and attempts are numbers: the path cannot escape.
-        let workspace = self.workspaces.join(dir);
-        let addr = Worker::new(
-            self.agent.clone(),
-            self.graph.clone(),
-            job,
-            limit,
-            workspace,
-        )
-        .watched(lifeline)
-        .start();
+        let addr = Worker::new(self.kit.clone(), self.graph.clone(), job, limit)
+            .watched(lifeline)
+            .start();
         self.running.insert(task, Running { serial, addr });
     }
 
@@ -134,6 +122,23 @@ impl WorkerPool {
 
 impl Actor for WorkerPool {
     type Context = Context<Self>;
+
+    /// Sweeps what an earlier life of the run left (worktrees of interrupted attempts)
+    /// before any attempt starts: assignments wait in the mailbox meanwhile.
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let sweep = self
+            .kit
+            .worktrees
+            .sweep(std::mem::take(&mut self.keep_worktrees));
+        let run = self.run;
+        ctx.wait(sweep.into_actor(self).map(move |result, _, _| match result {
+            Ok(swept) if !swept.worktrees.is_empty() || !swept.branches.is_empty() => {
+                info!(%run, worktrees = swept.worktrees.len(), branches = swept.branches.len(), "removed what interrupted attempts left");
+            }
+            Ok(_) => {}
+            Err(e) => warn!(%run, error = %e, "cannot sweep the run's worktrees"),
+        }));
+    }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         for (_, worker) in self.running.drain() {
@@ -155,7 +160,9 @@ impl Handler<ToAgent> for WorkerPool {
                 // What the parent has left, and never more than the pool's cap.
                 let left = Duration::from_millis(done.budget.wall_time_ms.max(1));
                 let limit = left.min(self.synthesis_limit);
-                self.start_worker(Job::Synthesize(done), limit, ctx);
+                // On the parent's own branch, in the worktree its attempt left.
+                let branch = branch_name(self.run, &done.parent, done.attempt);
+                self.start_worker(Job::Synthesize { done, branch }, limit, ctx);
             }
             ToAgent::DecompositionAccepted(accepted) => {
                 let task = accepted.parent.clone();

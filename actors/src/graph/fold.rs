@@ -101,9 +101,15 @@ impl RunGraph {
                 let ix = self.ix(task)?;
                 self.set_state(ix, TaskState::Ready)?;
             }
-            EventKind::TaskDispatched { task, attempt, .. } => {
+            EventKind::TaskDispatched {
+                task,
+                attempt,
+                profile,
+                ..
+            } => {
                 let ix = self.ix_at(task, *attempt)?;
                 self.set_state(ix, TaskState::Dispatched)?;
+                self.dag[ix].profile = Some(profile.clone());
             }
             EventKind::TaskStarted { task, attempt } => {
                 let ix = self.ix_at(task, *attempt)?;
@@ -301,6 +307,7 @@ impl RunGraph {
             subplanned: false,
             decomposition_open: false,
             subplanner_calls: 0,
+            profile: None,
             unheard: Vec::new(),
             unfinished_deps,
             open_children: 0,

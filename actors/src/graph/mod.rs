@@ -91,6 +91,9 @@ pub struct TaskNode {
     /// Subtasks of an open Subplanner decomposition that ended and whose handoffs no
     /// recorded Subplanner prompt carried yet: what a restarted Subplanner must still read.
     pub unheard: Vec<NodeIndex>,
+    /// The worker profile the last dispatch chose (a synthesis runs on the same kind of
+    /// agent as the attempt that proposed the subplan).
+    pub profile: Option<String>,
     /// Dependencies that have not completed yet; 0 means the task may become ready.
     unfinished_deps: u32,
     open_children: u32,

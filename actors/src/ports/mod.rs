@@ -1,27 +1,28 @@
-//! Ports: the side effects actors need, as small traits, so that every actor runs against
-//! fakes in tests and against SQLite, git, HTTP providers and child processes in the daemon.
+//! Ports: the side effects actors need, as small traits (the journal and the clock here;
+//! the agent, the LLM, processes and the repository in their own files), so that every
+//! actor runs against fakes in tests and against SQLite, git, HTTP providers and child
+//! processes in the daemon.
 //!
 //! Every method returns a `'static` future. Implementations that block (SQLite, git2) must
 //! move the work onto a blocking thread inside that future; an actor awaiting a port never
 //! blocks its own thread (ARCHITECTURE.md, invariant 5).
 
-use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 
+mod agent;
 mod llm;
+mod process;
+mod repo;
+pub use agent::*;
 pub use llm::*;
-use tokio_util::sync::CancellationToken;
+pub use process::*;
+pub use repo::*;
 
-use crate::protocol::{
-    ArtifactRef, Assignment, Budget, Event, EventKind, Handoff, ProposedSubplan, RejectionReason,
-    RunId, SubtaskResult, TaskId,
-};
+use crate::protocol::{Event, EventKind, RunId};
 
 /// Wall-clock time for event timestamps. Timers use the runtime's clock, which tests pause.
 pub trait Clock: Send + Sync + 'static {
@@ -218,157 +219,4 @@ impl Journal for FailingJournal {
     fn read(&self, run: RunId, after: u64) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
         self.inner.read(run, after)
     }
-}
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum AgentError {
-    #[error("the agent crashed: {0}")]
-    Crashed(String),
-    #[error("the agent's output could not be parsed: {0}")]
-    Malformed(String),
-    #[error("the agent exceeded its time budget")]
-    Timeout,
-    /// The attempt was called off (its token was cancelled) and the agent stopped.
-    #[error("the agent was called off")]
-    Cancelled,
-}
-
-/// Where an agent reports what it spends while it works, so that budgets bind during an
-/// attempt and not only at its end.
-#[derive(Clone)]
-pub struct SpendReporter(Arc<dyn Fn(Budget) + Send + Sync>);
-
-impl SpendReporter {
-    pub fn new(report: impl Fn(Budget) + Send + Sync + 'static) -> Self {
-        SpendReporter(Arc::new(report))
-    }
-
-    /// Reports to nobody: for agents called outside a run.
-    pub fn none() -> Self {
-        SpendReporter(Arc::new(|_| {}))
-    }
-
-    /// `spent` is what was spent since the previous report (not a running total).
-    pub fn report(&self, spent: Budget) {
-        (self.0)(spent)
-    }
-}
-
-impl fmt::Debug for SpendReporter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SpendReporter")
-    }
-}
-
-/// What an agent gets with each call besides the work itself.
-#[derive(Debug, Clone)]
-pub struct AttemptContext {
-    /// Where it may work: a scratch directory of its own under the state directory (M5
-    /// makes it a git worktree). Never the user's checkout.
-    pub workspace: PathBuf,
-    /// Cancelled when the attempt is called off (cancel, timeout, budget, run end). An agent
-    /// must stop promptly, and stop what it started.
-    pub cancel: CancellationToken,
-    pub spend: SpendReporter,
-}
-
-impl AttemptContext {
-    /// A context that is never cancelled and reports spend to nobody.
-    pub fn detached(workspace: PathBuf) -> Self {
-        AttemptContext {
-            workspace,
-            cancel: CancellationToken::new(),
-            spend: SpendReporter::none(),
-        }
-    }
-}
-
-/// What an agent reports: a handoff, a subplan, or both (ADR-009). The worker wraps it in a
-/// `TaskCompleted` with the task id and attempt it assigned: ids never come from the agent.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct AgentReport {
-    #[serde(default)]
-    pub handoff: Option<Handoff>,
-    #[serde(default)]
-    pub artifacts: Vec<ArtifactRef>,
-    #[serde(default)]
-    pub subplan: Option<ProposedSubplan>,
-}
-
-/// A coding agent that runs one task in one workspace and reports back.
-pub trait Agent: Send + Sync + 'static {
-    /// Works on the assignment.
-    fn run(
-        &self,
-        assignment: Assignment,
-        attempt: AttemptContext,
-    ) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
-    /// The agent's subplan was rejected: it may propose again or finish the task as it is.
-    fn revise(
-        &self,
-        assignment: Assignment,
-        rejection: RejectionReason,
-        attempt: AttemptContext,
-    ) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
-    /// The subtasks of `parent` ended: merge their results into the parent's final report.
-    fn synthesize(
-        &self,
-        parent: TaskId,
-        results: Vec<SubtaskResult>,
-        attempt: AttemptContext,
-    ) -> BoxFuture<'static, Result<AgentReport, AgentError>>;
-}
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RepoError {
-    #[error("git: {0}")]
-    Git(String),
-    #[error("{0} is not a git repository")]
-    NotARepository(PathBuf),
-}
-
-/// What the root planner reads of the target repository: main's tip, never a work tree
-/// (which may be dirty). Every part is bounded.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RepoSnapshot {
-    /// The commit read (empty for a repository without commits).
-    pub commit: String,
-    /// Every file path at that commit, sorted (at most [`RepoSnapshot::MAX_FILES`]).
-    pub files: Vec<String>,
-    /// Files left out of `files` past the cap.
-    pub files_omitted: usize,
-    /// The planning documents that exist (SPEC.md, FEATURES.json, AGENTS.md,
-    /// DECISIONS.md), each as (name, text), the text cut at [`RepoSnapshot::MAX_DOC_BYTES`].
-    pub docs: Vec<(String, String)>,
-    /// The last commits, newest first, as "abcdef1 subject".
-    pub recent_commits: Vec<String>,
-}
-
-impl RepoSnapshot {
-    pub const DOCS: [&'static str; 4] = ["SPEC.md", "FEATURES.json", "AGENTS.md", "DECISIONS.md"];
-    pub const MAX_FILES: usize = 5_000;
-    pub const MAX_DOC_BYTES: usize = 32 * 1024;
-    pub const RECENT_COMMITS: usize = 40;
-
-    pub fn doc(&self, name: &str) -> Option<&str> {
-        self.docs
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, text)| text.as_str())
-    }
-}
-
-/// The target repository, read side: what workers changed and where `main` is. Moving
-/// `main` is the merge queue's alone and is not on this port.
-pub trait Repo: Send + Sync + 'static {
-    /// The commit `main` points at.
-    fn main_tip(&self) -> BoxFuture<'static, Result<String, RepoError>>;
-    /// What the planner reads: files, planning documents and recent commits at main's tip.
-    fn snapshot(&self) -> BoxFuture<'static, Result<RepoSnapshot, RepoError>>;
-    /// Repo-relative paths changed on `branch` since it left `base`: for scope enforcement.
-    fn changed_paths(
-        &self,
-        branch: String,
-        base: String,
-    ) -> BoxFuture<'static, Result<Vec<String>, RepoError>>;
 }

@@ -492,6 +492,22 @@ pub enum AttemptFailure {
     /// The attempt was called off (by flotilla, not by the agent).
     #[error("the attempt was cancelled")]
     Cancelled,
+    /// The branch changes files outside the task's scope (the run's policy fails such
+    /// work rather than flag it). A fresh attempt may keep to its scope.
+    #[error("changed files outside the task's scope: {}", list_paths(paths))]
+    OutOfScope { paths: Vec<String> },
+    /// The attempt's git worktree could not be made or read.
+    #[error("the workspace failed: {detail}")]
+    Workspace { detail: String },
+}
+
+/// At most 10 paths, then how many more.
+fn list_paths(paths: &[String]) -> String {
+    let shown: Vec<&str> = paths.iter().take(10).map(String::as_str).collect();
+    match paths.len().saturating_sub(shown.len()) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
 }
 
 impl AttemptFailure {

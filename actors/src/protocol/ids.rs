@@ -150,10 +150,24 @@ impl<'de> Deserialize<'de> for TaskId {
     }
 }
 
-/// The branch a task's worker commits to. Derived from ids flotilla generated, so an LLM can
-/// never choose a branch name (let alone `main`).
-pub fn branch_name(run: RunId, task: &TaskId) -> String {
-    format!("flotilla/{}/{}", run.short(), task)
+/// The branch one attempt of a task commits to: `flotilla/<run>/<task>` for the first
+/// attempt, `flotilla/<run>/<task>-a<n>` for a retry, so that a retry starts on a fresh
+/// branch (and worktree) and never inherits a failed attempt's commits. Derived from ids
+/// flotilla generated, so an LLM can never choose a branch name (let alone `main`). The run
+/// is its full id: the 8-digit short form is a timestamp prefix that two runs started in
+/// the same minute share.
+pub fn branch_name(run: RunId, task: &TaskId, attempt: u32) -> String {
+    let run = run.0.simple();
+    if attempt <= 1 {
+        format!("flotilla/{run}/{task}")
+    } else {
+        format!("flotilla/{run}/{task}-a{attempt}")
+    }
+}
+
+/// The prefix of every branch of a run (`flotilla/<run>/`), for finding what a run left.
+pub fn branch_prefix(run: RunId) -> String {
+    format!("flotilla/{}/", run.0.simple())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -201,7 +215,19 @@ mod tests {
     #[test]
     fn branch_names_come_from_flotilla_ids_only() {
         let run = RunId::generate();
-        let b = branch_name(run, &TaskId::root(2).child(1));
-        assert_eq!(b, format!("flotilla/{}/t2.1", run.short()));
+        let full = run.as_uuid().simple().to_string();
+        let b = branch_name(run, &TaskId::root(2).child(1), 1);
+        assert_eq!(b, format!("flotilla/{full}/t2.1"));
+        assert_eq!(
+            branch_name(run, &TaskId::root(2), 3),
+            format!("flotilla/{full}/t2-a3")
+        );
+        assert!(b.starts_with(&branch_prefix(run)));
+        // Two runs of the same minute share `short()`, never a branch.
+        let (a, b) = (RunId::generate(), RunId::generate());
+        assert_ne!(
+            branch_name(a, &TaskId::root(1), 1),
+            branch_name(b, &TaskId::root(1), 1)
+        );
     }
 }

@@ -21,8 +21,11 @@ pub mod view;
 pub mod work;
 
 pub use event::{AttemptFailure, Event, EventKind, FailureReason, RunOutcome};
-pub use handoff::{ArtifactKind, ArtifactRef, Handoff, HandoffMetrics, HandoffStatus, Usage};
-pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name};
+pub use handoff::{
+    ArtifactKind, ArtifactRef, BranchWork, ChangeKind, FileChange, Finding, Handoff,
+    HandoffMetrics, HandoffStatus, Usage,
+};
+pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name, branch_prefix};
 pub use messages::{GetSnapshot, Published, ToAgent, ToDispatch, ToPlanner, ToTaskGraph};
 pub use subplan::{
     DecompositionReason, OpenDecomposition, PathProblem, ProposedSubplan, RejectionReason,

@@ -127,6 +127,13 @@ pub struct SubtasksCompleted {
     /// What the parent has left of its budget: the synthesis must fit in it.
     #[serde(default)]
     pub budget: Budget,
+    /// The parent's scope (as in its spec): what the synthesis may change.
+    #[serde(default)]
+    pub scope: Vec<String>,
+    /// The worker profile of the attempt that proposed the subplan: the synthesis runs on
+    /// the same kind of agent.
+    #[serde(default)]
+    pub profile: String,
 }
 
 /// Sent to the Subplanner when a subtask of its open decomposition ended: it replans after

@@ -1,0 +1,255 @@
+//! The target repository, as three ports with three owners:
+//! - [`RepoReader`]: reading main (the planners, the Subplanner);
+//! - [`Worktrees`]: one git worktree per attempt, on a branch flotilla named, and what git
+//!   says the attempt changed (the Worker);
+//! - [`MainRef`]: moving `refs/heads/main` with a compare-and-swap, given only to the
+//!   MergeQueue (M6). No other port can write main.
+//!
+//! None of them touches the target repository's own work tree or index.
+
+use std::path::PathBuf;
+
+use futures::future::BoxFuture;
+
+use super::Workspace;
+use crate::protocol::{BranchWork, TaskId};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RepoError {
+    #[error("git: {0}")]
+    Git(String),
+    #[error("{0} is not a git repository")]
+    NotARepository(PathBuf),
+}
+
+/// What the root planner reads of the target repository: main's tip, never a work tree
+/// (which may be dirty). Every part is bounded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepoSnapshot {
+    /// The commit read (empty for a repository without commits).
+    pub commit: String,
+    /// Every file path at that commit, sorted (at most [`RepoSnapshot::MAX_FILES`]).
+    pub files: Vec<String>,
+    /// Files left out of `files` past the cap.
+    pub files_omitted: usize,
+    /// The planning documents that exist (SPEC.md, FEATURES.json, AGENTS.md,
+    /// DECISIONS.md), each as (name, text), the text cut at [`RepoSnapshot::MAX_DOC_BYTES`].
+    pub docs: Vec<(String, String)>,
+    /// The last commits, newest first, as "abcdef1 subject".
+    pub recent_commits: Vec<String>,
+}
+
+impl RepoSnapshot {
+    pub const DOCS: [&'static str; 4] = ["SPEC.md", "FEATURES.json", "AGENTS.md", "DECISIONS.md"];
+    pub const MAX_FILES: usize = 5_000;
+    pub const MAX_DOC_BYTES: usize = 32 * 1024;
+    pub const RECENT_COMMITS: usize = 40;
+
+    pub fn doc(&self, name: &str) -> Option<&str> {
+        self.docs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, text)| text.as_str())
+    }
+}
+
+/// The target repository, read side: what workers changed and where `main` is.
+pub trait RepoReader: Send + Sync + 'static {
+    /// The commit `main` points at.
+    fn main_tip(&self) -> BoxFuture<'static, Result<String, RepoError>>;
+    /// What the planner reads: files, planning documents and recent commits at main's tip.
+    fn snapshot(&self) -> BoxFuture<'static, Result<RepoSnapshot, RepoError>>;
+    /// Repo-relative paths changed on `branch` since it left `base`: for scope enforcement.
+    fn changed_paths(
+        &self,
+        branch: String,
+        base: String,
+    ) -> BoxFuture<'static, Result<Vec<String>, RepoError>>;
+}
+
+/// One attempt's worktree: which task and attempt, and the branch flotilla named for it
+/// (`branch_name`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorktreeRequest {
+    pub task: TaskId,
+    pub attempt: u32,
+    pub branch: String,
+}
+
+/// What becomes of an attempt's branch when its worktree goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BranchFate {
+    /// Its work was delivered: the merge queue lands it (and deletes it then).
+    Keep,
+    /// The attempt failed or was called off: its commits can never land.
+    Delete,
+}
+
+/// What a sweep removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub worktrees: Vec<PathBuf>,
+    pub branches: Vec<String>,
+}
+
+/// One run's attempt worktrees in the target repository. Implementations serialize what
+/// they change in the repository's `.git` and do git work on blocking threads.
+pub trait Worktrees: Send + Sync + 'static {
+    /// A worktree for the attempt on its branch. A new branch starts at main's tip; when the
+    /// branch exists already (a synthesis on its parent's branch, a restart) the worktree is
+    /// reused if it is there and made again on the branch if it is not.
+    fn prepare(&self, request: WorktreeRequest)
+    -> BoxFuture<'static, Result<Workspace, RepoError>>;
+    /// Commits whatever the agent left uncommitted (as flotilla, never as a person) and
+    /// reads what the branch changed since its base.
+    fn seal(&self, workspace: Workspace) -> BoxFuture<'static, Result<BranchWork, RepoError>>;
+    /// Removes the worktree; the branch stays or goes by `fate`.
+    fn release(
+        &self,
+        workspace: Workspace,
+        fate: BranchFate,
+    ) -> BoxFuture<'static, Result<(), RepoError>>;
+    /// Removes every worktree of the run except those on the `keep` branches (parents
+    /// waiting to synthesize), deleting their branches with them: an attempt that still has
+    /// its worktree never delivered (a Worker releases the worktree of delivered work before
+    /// it reports). Branches without a worktree stay: they hold delivered work. For a restart
+    /// (before any attempt starts) and for the end of a run.
+    fn sweep(&self, keep: Vec<String>) -> BoxFuture<'static, Result<Swept, RepoError>>;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MainRefError {
+    /// main is not where the caller built on: it must rebuild on the new tip.
+    #[error("main moved: expected {expected}, found {actual}")]
+    Moved { expected: String, actual: String },
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+}
+
+/// Moving main: the MergeQueue's alone (ARCHITECTURE.md invariant "only the merge queue
+/// moves main"). A compare-and-swap: main moves from `expected` to `new` or not at all.
+pub trait MainRef: Send + Sync + 'static {
+    fn compare_and_swap(
+        &self,
+        expected: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<(), MainRefError>>;
+}
+
+/// Worktrees without git, for actor tests: each attempt gets a plain directory under
+/// `root`, and sealing reports every file in it as added (with its lines counted), at an
+/// empty base. Removing it removes the directory; there are no branches to keep.
+pub struct ScratchWorktrees {
+    root: PathBuf,
+}
+
+impl ScratchWorktrees {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        ScratchWorktrees { root: root.into() }
+    }
+
+    /// Where an attempt's directory is.
+    pub fn path_of(&self, task: &TaskId, attempt: u32) -> PathBuf {
+        self.root.join(format!("{task}-a{attempt}"))
+    }
+}
+
+fn io(e: std::io::Error) -> RepoError {
+    RepoError::Git(format!("scratch workspace: {e}"))
+}
+
+fn scratch_files(root: &std::path::Path) -> Result<Vec<crate::protocol::FileChange>, RepoError> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let kind = entry.file_type().map_err(io)?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                let text = std::fs::read(entry.path()).map_err(io)?;
+                let path = entry
+                    .path()
+                    .strip_prefix(root)
+                    .map_err(|e| RepoError::Git(e.to_string()))?
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                files.push(crate::protocol::FileChange {
+                    path,
+                    old_path: None,
+                    change: crate::protocol::ChangeKind::Added,
+                    lines_added: text.iter().filter(|b| **b == b'\n').count() as u64,
+                    lines_removed: 0,
+                    binary: false,
+                });
+            }
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(files)
+}
+
+impl Worktrees for ScratchWorktrees {
+    fn prepare(
+        &self,
+        request: WorktreeRequest,
+    ) -> BoxFuture<'static, Result<Workspace, RepoError>> {
+        let path = self.path_of(&request.task, request.attempt);
+        Box::pin(async move {
+            tokio::fs::create_dir_all(&path).await.map_err(io)?;
+            Ok(Workspace {
+                path,
+                branch: request.branch,
+                base: String::new(),
+            })
+        })
+    }
+
+    fn seal(&self, workspace: Workspace) -> BoxFuture<'static, Result<BranchWork, RepoError>> {
+        Box::pin(async move {
+            let path = workspace.path.clone();
+            let files = tokio::task::spawn_blocking(move || scratch_files(&path))
+                .await
+                .map_err(|e| RepoError::Git(e.to_string()))??;
+            Ok(BranchWork {
+                branch: workspace.branch,
+                base: workspace.base,
+                head: String::new(),
+                lines_added: files.iter().map(|f| f.lines_added).sum(),
+                lines_removed: 0,
+                files,
+                files_omitted: 0,
+                committed_for_agent: false,
+            })
+        })
+    }
+
+    fn release(
+        &self,
+        workspace: Workspace,
+        _: BranchFate,
+    ) -> BoxFuture<'static, Result<(), RepoError>> {
+        Box::pin(async move {
+            match tokio::fs::remove_dir_all(&workspace.path).await {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    fn sweep(&self, _: Vec<String>) -> BoxFuture<'static, Result<Swept, RepoError>> {
+        let root = self.root.clone();
+        Box::pin(async move {
+            let mut swept = Swept::default();
+            let Ok(mut entries) = tokio::fs::read_dir(&root).await else {
+                return Ok(swept);
+            };
+            while let Ok(Some(entry)) = entries.next_entry().await {
+                tokio::fs::remove_dir_all(entry.path()).await.map_err(io)?;
+                swept.worktrees.push(entry.path());
+            }
+            Ok(swept)
+        })
+    }
+}

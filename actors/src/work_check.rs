@@ -1,0 +1,435 @@
+//! Handoffs from git truth (pure). After an agent stops, the Worker commits what it left and
+//! reads what the branch changed (`Worktrees::seal`); [`check_work`] then builds the handoff
+//! the planner reads from both: git's files and line counts, the agent's own status,
+//! summary, concerns and suggestions (kept, never replaced), and what flotilla found: an
+//! empty diff reported as complete, edits outside the task's scope, deleted tests, files the
+//! agent claims and git does not show. Edits outside the scope fail the attempt unless the
+//! run's `[checks] out_of_scope` says to flag them.
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde::{Deserialize, Serialize};
+
+use crate::graph::scope::ScopePath;
+use crate::protocol::{BranchWork, ChangeKind, Finding, Handoff, HandoffStatus};
+
+/// What becomes of work that changes files outside its task's scope.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutOfScopePolicy {
+    /// The attempt fails with the list of files (retried on a fresh worktree while the task
+    /// has attempts left).
+    #[default]
+    Fail,
+    /// The work is delivered with an `OutOfScope` finding.
+    Flag,
+}
+
+/// `[checks]` in flotilla.toml: what flotilla checks in every worker's branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChecksConfig {
+    pub out_of_scope: OutOfScopePolicy,
+    /// Globs (`**` crosses directories) naming test files; deleting one is reported.
+    pub test_patterns: Vec<String>,
+    /// A shell command run in the worktree after the agent, on the committed work; its exit
+    /// code becomes the handoff's `build_exit_code`. None: no verification.
+    pub verify: Option<String>,
+    pub verify_timeout_secs: u64,
+}
+
+impl Default for ChecksConfig {
+    fn default() -> Self {
+        ChecksConfig {
+            out_of_scope: OutOfScopePolicy::Fail,
+            test_patterns: [
+                "**/tests/**",
+                "**/test/**",
+                "**/__tests__/**",
+                "**/*_test.*",
+                "**/*.test.*",
+                "**/*.spec.*",
+                "**/test_*.py",
+            ]
+            .map(String::from)
+            .to_vec(),
+            verify: None,
+            verify_timeout_secs: 600,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChecksConfigError {
+    #[error("checks.test_patterns: {pattern:?} is not a glob: {problem}")]
+    BadPattern { pattern: String, problem: String },
+    #[error("checks.verify_timeout_secs = 0: the verification needs some time")]
+    NoVerifyTime,
+    #[error("checks.verify is empty: leave it out for no verification")]
+    EmptyVerify,
+}
+
+impl ChecksConfig {
+    pub fn validate(&self) -> Result<(), ChecksConfigError> {
+        self.compile().map(|_| ())
+    }
+
+    /// The config with its globs compiled, once per run.
+    pub fn compile(&self) -> Result<Checks, ChecksConfigError> {
+        if self.verify_timeout_secs == 0 {
+            return Err(ChecksConfigError::NoVerifyTime);
+        }
+        if self.verify.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(ChecksConfigError::EmptyVerify);
+        }
+        let mut tests = GlobSetBuilder::new();
+        for pattern in &self.test_patterns {
+            let glob = Glob::new(pattern).map_err(|e| ChecksConfigError::BadPattern {
+                pattern: pattern.clone(),
+                problem: e.kind().to_string(),
+            })?;
+            tests.add(glob);
+        }
+        let tests = tests.build().map_err(|e| ChecksConfigError::BadPattern {
+            pattern: self.test_patterns.join(", "),
+            problem: e.to_string(),
+        })?;
+        Ok(Checks {
+            config: self.clone(),
+            tests,
+        })
+    }
+}
+
+/// A run's checks, ready to use.
+#[derive(Debug, Clone)]
+pub struct Checks {
+    pub config: ChecksConfig,
+    tests: GlobSet,
+}
+
+impl Default for Checks {
+    fn default() -> Self {
+        // The defaults are valid globs (a unit test says so).
+        ChecksConfig::default()
+            .compile()
+            .unwrap_or_else(|_| Checks {
+                config: ChecksConfig::default(),
+                tests: GlobSet::empty(),
+            })
+    }
+}
+
+impl Checks {
+    pub fn is_test(&self, path: &str) -> bool {
+        self.tests.is_match(path)
+    }
+}
+
+/// The handoff built from the agent's and git's, and the files outside the scope when the
+/// policy fails such work (the Worker then reports a failure instead).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedWork {
+    pub handoff: Handoff,
+    pub out_of_scope: Vec<String>,
+}
+
+/// The most claimed-but-unchanged paths reported, and how much of each.
+const MAX_CLAIMS: usize = 20;
+const MAX_CLAIM_CHARS: usize = 200;
+
+/// Builds the handoff from the agent's own (`agent`) and what git says (`work`), for a
+/// task whose scope is `scope` (raw, as in its spec; every path there parsed when it was
+/// submitted).
+pub fn check_work(
+    agent: Handoff,
+    work: BranchWork,
+    scope: &[String],
+    checks: &Checks,
+) -> CheckedWork {
+    let scope: Vec<ScopePath> = scope
+        .iter()
+        .filter_map(|p| ScopePath::parse(p, usize::MAX).ok())
+        .collect();
+    let in_scope = |path: &str| {
+        ScopePath::parse(path, usize::MAX)
+            .is_ok_and(|p| scope.iter().any(|allowed| allowed.covers(&p)))
+    };
+    let mut outside: Vec<String> = work
+        .paths()
+        .filter(|p| !in_scope(p))
+        .map(String::from)
+        .collect();
+    outside.sort();
+    outside.dedup();
+
+    let deleted_tests: Vec<String> = work
+        .files
+        .iter()
+        .filter(|f| f.change == ChangeKind::Deleted && checks.is_test(&f.path))
+        .map(|f| f.path.clone())
+        .collect();
+
+    let changed: Vec<String> = work.files.iter().map(|f| f.path.clone()).collect();
+    let claimed_not_changed: Vec<String> = agent
+        .files_changed
+        .iter()
+        .filter(|claim| {
+            let claim = ScopePath::parse(claim, usize::MAX);
+            !claim.is_ok_and(|c| work.paths().any(|p| p == c.as_str()))
+        })
+        .take(MAX_CLAIMS)
+        .map(|claim| claim.chars().take(MAX_CLAIM_CHARS).collect())
+        .collect();
+
+    let mut findings = agent.findings.clone();
+    if agent.status == HandoffStatus::Complete && work.is_empty() {
+        findings.push(Finding::EmptyDiff);
+    }
+    let out_of_scope = match checks.config.out_of_scope {
+        OutOfScopePolicy::Fail => outside,
+        OutOfScopePolicy::Flag => {
+            if !outside.is_empty() {
+                findings.push(Finding::OutOfScope { paths: outside });
+            }
+            Vec::new()
+        }
+    };
+    if !deleted_tests.is_empty() {
+        findings.push(Finding::DeletedTests {
+            paths: deleted_tests,
+        });
+    }
+    if !claimed_not_changed.is_empty() {
+        findings.push(Finding::ClaimedNotChanged {
+            paths: claimed_not_changed,
+        });
+    }
+
+    let count = |kinds: &[ChangeKind]| {
+        work.files
+            .iter()
+            .filter(|f| kinds.contains(&f.change))
+            .count() as u64
+    };
+    let mut metrics = agent.metrics;
+    metrics.lines_added = work.lines_added;
+    metrics.lines_removed = work.lines_removed;
+    metrics.files_created = count(&[ChangeKind::Added, ChangeKind::Copied]);
+    metrics.files_modified = count(&[
+        ChangeKind::Modified,
+        ChangeKind::Renamed,
+        ChangeKind::TypeChanged,
+    ]);
+    metrics.files_deleted = count(&[ChangeKind::Deleted]);
+
+    CheckedWork {
+        handoff: Handoff {
+            files_changed: changed,
+            metrics,
+            work: Some(Box::new(work)),
+            findings,
+            ..agent
+        },
+        out_of_scope,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::FileChange;
+
+    fn change(path: &str, change: ChangeKind, added: u64, removed: u64) -> FileChange {
+        FileChange {
+            path: path.into(),
+            old_path: None,
+            change,
+            lines_added: added,
+            lines_removed: removed,
+            binary: false,
+        }
+    }
+
+    fn work(files: Vec<FileChange>) -> BranchWork {
+        BranchWork {
+            branch: "flotilla/r/t1".into(),
+            base: "b".into(),
+            head: "h".into(),
+            lines_added: files.iter().map(|f| f.lines_added).sum(),
+            lines_removed: files.iter().map(|f| f.lines_removed).sum(),
+            files,
+            files_omitted: 0,
+            committed_for_agent: false,
+        }
+    }
+
+    fn agent(status: HandoffStatus, claims: &[&str]) -> Handoff {
+        Handoff {
+            status,
+            concerns: vec!["mine".into()],
+            suggestions: vec!["next".into()],
+            files_changed: claims.iter().map(|c| c.to_string()).collect(),
+            ..Handoff::complete("did it")
+        }
+    }
+
+    fn scope(paths: &[&str]) -> Vec<String> {
+        paths.iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn git_supplies_the_files_and_lines_and_the_agent_keeps_its_word() {
+        let w = work(vec![
+            change("src/a.rs", ChangeKind::Added, 10, 0),
+            change("src/b.rs", ChangeKind::Modified, 3, 2),
+            change("src/c.rs", ChangeKind::Deleted, 0, 7),
+        ]);
+        let checked = check_work(
+            agent(HandoffStatus::Partial, &["src/a.rs"]),
+            w.clone(),
+            &scope(&["src"]),
+            &Checks::default(),
+        );
+        let h = checked.handoff;
+        assert!(checked.out_of_scope.is_empty());
+        assert_eq!(h.status, HandoffStatus::Partial);
+        assert_eq!(h.summary, "did it");
+        assert_eq!(h.concerns, ["mine"]);
+        assert_eq!(h.suggestions, ["next"]);
+        assert_eq!(h.files_changed, ["src/a.rs", "src/b.rs", "src/c.rs"]);
+        assert_eq!(
+            (h.metrics.lines_added, h.metrics.lines_removed),
+            (13, 9),
+            "line counts come from git"
+        );
+        assert_eq!(
+            (
+                h.metrics.files_created,
+                h.metrics.files_modified,
+                h.metrics.files_deleted
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(h.work, Some(Box::new(w)));
+        assert!(h.findings.is_empty(), "{:?}", h.findings);
+    }
+
+    #[test]
+    fn an_empty_branch_reported_complete_is_a_finding_and_partial_is_not() {
+        let checked = check_work(
+            agent(HandoffStatus::Complete, &[]),
+            work(vec![]),
+            &scope(&["src"]),
+            &Checks::default(),
+        );
+        assert_eq!(checked.handoff.findings, [Finding::EmptyDiff]);
+        let checked = check_work(
+            agent(HandoffStatus::Blocked, &[]),
+            work(vec![]),
+            &scope(&["src"]),
+            &Checks::default(),
+        );
+        assert!(checked.handoff.findings.is_empty());
+    }
+
+    #[test]
+    fn edits_outside_the_scope_fail_by_default_and_are_flagged_when_configured() {
+        let mut renamed = change("lib/moved.rs", ChangeKind::Renamed, 0, 0);
+        renamed.old_path = Some("src/moved.rs".into());
+        let w = work(vec![
+            change("src/ok.rs", ChangeKind::Modified, 1, 1),
+            change("Cargo.toml", ChangeKind::Modified, 1, 0),
+            renamed,
+            change("src2/x.rs", ChangeKind::Added, 1, 0),
+        ]);
+        let checked = check_work(
+            agent(HandoffStatus::Complete, &[]),
+            w.clone(),
+            &scope(&["src"]),
+            &Checks::default(),
+        );
+        assert_eq!(
+            checked.out_of_scope,
+            ["Cargo.toml", "lib/moved.rs", "src2/x.rs"],
+            "a rename out of the scope counts by its new path; `src` does not cover `src2`"
+        );
+        let flag = ChecksConfig {
+            out_of_scope: OutOfScopePolicy::Flag,
+            ..ChecksConfig::default()
+        }
+        .compile()
+        .unwrap();
+        let checked = check_work(
+            agent(HandoffStatus::Complete, &[]),
+            w,
+            &scope(&["src"]),
+            &flag,
+        );
+        assert!(checked.out_of_scope.is_empty());
+        assert_eq!(
+            checked.handoff.findings,
+            [Finding::OutOfScope {
+                paths: vec![
+                    "Cargo.toml".into(),
+                    "lib/moved.rs".into(),
+                    "src2/x.rs".into()
+                ]
+            }]
+        );
+    }
+
+    #[test]
+    fn deleted_tests_and_claims_git_does_not_show_are_findings() {
+        let w = work(vec![
+            change("tests/parse.rs", ChangeKind::Deleted, 0, 40),
+            change("src/lex_test.go", ChangeKind::Deleted, 0, 4),
+            change("src/lex.rs", ChangeKind::Deleted, 0, 4),
+            change("tests/new.rs", ChangeKind::Added, 4, 0),
+        ]);
+        let long = "x/".repeat(500);
+        let checked = check_work(
+            agent(
+                HandoffStatus::Complete,
+                &["src/lex.rs", "./src/gone.rs", &long],
+            ),
+            w,
+            &scope(&["src", "tests"]),
+            &Checks::default(),
+        );
+        let findings = checked.handoff.findings;
+        assert_eq!(
+            findings[0],
+            Finding::DeletedTests {
+                paths: vec!["tests/parse.rs".into(), "src/lex_test.go".into()]
+            }
+        );
+        let Finding::ClaimedNotChanged { paths } = &findings[1] else {
+            panic!("{findings:?}");
+        };
+        assert_eq!(paths[0], "./src/gone.rs");
+        assert_eq!(paths[1].chars().count(), MAX_CLAIM_CHARS);
+        assert_eq!(paths.len(), 2);
+    }
+
+    #[test]
+    fn the_default_test_patterns_compile_and_bad_config_is_refused_by_field() {
+        assert!(ChecksConfig::default().validate().is_ok());
+        let checks = Checks::default();
+        assert!(checks.is_test("tests/it/main.rs"));
+        assert!(checks.is_test("web/src/app.test.ts"));
+        assert!(!checks.is_test("src/testing.rs"));
+        let bad = ChecksConfig {
+            test_patterns: vec!["[".into()],
+            ..ChecksConfig::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ChecksConfigError::BadPattern { .. })
+        ));
+        let no_time = ChecksConfig {
+            verify_timeout_secs: 0,
+            ..ChecksConfig::default()
+        };
+        assert_eq!(no_time.validate(), Err(ChecksConfigError::NoVerifyTime));
+    }
+}

@@ -1,0 +1,479 @@
+//! The built-in agent's tools: what a model may do in its worktree, and nothing else.
+//!
+//! Every argument is the model's and untrusted: parsed into a typed struct (an unknown
+//! field, a wrong type or a missing one is an error the model reads and may correct), every
+//! path confined to the worktree ([`confine`]), every output bounded. A tool that fails
+//! answers with the reason; only `finish` ends the loop.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use flotilla_actors::ports::{
+    CommandLimits, CommandSpec, ProcessRunner, Sandbox, ToolCall, ToolSpec,
+};
+use flotilla_actors::protocol::{
+    DecompositionReason, HandoffStatus, StopCondition, SubtaskProposal,
+};
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::confine::confine;
+
+/// What the tools may do, and how much of it.
+#[derive(Debug, Clone)]
+pub struct ToolLimits {
+    /// The most of a file `read_file` returns.
+    pub read_bytes: usize,
+    /// The largest file `write_file` or `edit_file` writes.
+    pub write_bytes: usize,
+    pub list_entries: usize,
+    pub search_matches: usize,
+    /// Files larger than this are not searched.
+    pub search_file_bytes: u64,
+    /// A command's limits (its output cap is what the model reads of each stream).
+    pub command: CommandLimits,
+    pub sandbox: Sandbox,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        ToolLimits {
+            read_bytes: 64 * 1024,
+            write_bytes: 1024 * 1024,
+            list_entries: 500,
+            search_matches: 200,
+            search_file_bytes: 1024 * 1024,
+            command: CommandLimits {
+                wall: std::time::Duration::from_secs(300),
+                stall: None,
+                output_bytes: 16 * 1024,
+            },
+            sandbox: Sandbox::None,
+        }
+    }
+}
+
+/// Where the tools work.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub root: PathBuf,
+    pub runner: Arc<dyn ProcessRunner>,
+    pub cancel: CancellationToken,
+    pub limits: ToolLimits,
+    /// The commands' environment (scrubbed: see `scrubbed_env`).
+    pub env: Vec<(String, String)>,
+}
+
+/// What the model handed over with `finish`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FinishArgs {
+    pub status: HandoffStatus,
+    pub summary: String,
+    #[serde(default)]
+    pub concerns: Vec<String>,
+    #[serde(default)]
+    pub suggestions: Vec<String>,
+    #[serde(default)]
+    pub files_changed: Vec<String>,
+    #[serde(default)]
+    pub subplan: Option<SubplanArgs>,
+}
+
+/// A subplan as the model writes it; flotilla adds the parent (the task it works on).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubplanArgs {
+    #[serde(default = "too_large")]
+    pub reason: DecompositionReason,
+    #[serde(default)]
+    pub stop_when: StopCondition,
+    pub subtasks: Vec<SubtaskProposal>,
+}
+
+fn too_large() -> DecompositionReason {
+    DecompositionReason::TooLarge
+}
+
+/// A tool call's outcome: text for the model, or the end of the loop.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutcome {
+    Output(String),
+    Finish(Box<FinishArgs>),
+}
+
+/// The tools, as the model sees them.
+pub fn specs() -> Vec<ToolSpec> {
+    let spec = |name: &str, description: &str, parameters: serde_json::Value| ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        parameters,
+    };
+    let path = json!({"type": "string", "description": "relative to the repository root"});
+    vec![
+        spec(
+            "read_file",
+            "Read a text file. Long files are cut; ask for a later part with offset (in bytes).",
+            json!({"type": "object", "properties": {"path": path, "offset": {"type": "integer", "minimum": 0}}, "required": ["path"], "additionalProperties": false}),
+        ),
+        spec(
+            "write_file",
+            "Create or replace a file with the given content (directories are made).",
+            json!({"type": "object", "properties": {"path": path, "content": {"type": "string"}}, "required": ["path", "content"], "additionalProperties": false}),
+        ),
+        spec(
+            "edit_file",
+            "Replace the one exact occurrence of old_text in a file with new_text.",
+            json!({"type": "object", "properties": {"path": path, "old_text": {"type": "string"}, "new_text": {"type": "string"}}, "required": ["path", "old_text", "new_text"], "additionalProperties": false}),
+        ),
+        spec(
+            "list_dir",
+            "List a directory (the repository root if no path); directories end with /.",
+            json!({"type": "object", "properties": {"path": path}, "additionalProperties": false}),
+        ),
+        spec(
+            "search",
+            "Search file contents with a regular expression; answers path:line: text.",
+            json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": path}, "required": ["pattern"], "additionalProperties": false}),
+        ),
+        spec(
+            "run_command",
+            "Run a shell command in the repository root (build, test). No network, no secrets; it is killed at its time limit.",
+            json!({"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false}),
+        ),
+        spec(
+            "finish",
+            "End the task with your handoff. status: complete, partial (say what is missing in concerns), blocked (say why) or failed. With subplan instead of (or besides) the work: split a task too big for you.",
+            json!({"type": "object", "properties": {
+                "status": {"type": "string", "enum": ["complete", "partial", "blocked", "failed"]},
+                "summary": {"type": "string"},
+                "concerns": {"type": "array", "items": {"type": "string"}},
+                "suggestions": {"type": "array", "items": {"type": "string"}},
+                "files_changed": {"type": "array", "items": {"type": "string"}},
+                "subplan": {"type": "object", "properties": {
+                    "reason": {"type": "string", "enum": ["too_large", "missing_info", "dependency_discovered", "ambiguity", "external_tool_required"]},
+                    "subtasks": {"type": "array", "items": {"type": "object", "properties": {
+                        "description": {"type": "string"},
+                        "scope": {"type": "array", "items": {"type": "string"}},
+                        "acceptance": {"type": "string"},
+                        "depends_on": {"type": "array", "items": {"type": "integer"}}
+                    }, "required": ["description", "scope"]}}
+                }, "required": ["subtasks"]}
+            }, "required": ["status", "summary"], "additionalProperties": false}),
+        ),
+    ]
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    path: String,
+    #[serde(default)]
+    offset: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    path: String,
+    old_text: String,
+    new_text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    #[serde(default)]
+    path: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    pattern: String,
+    #[serde(default)]
+    path: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommandArgs {
+    command: String,
+}
+
+fn parse<'a, T: Deserialize<'a>>(call: &'a ToolCall) -> Result<T, String> {
+    // An empty argument string is an empty object (some models send nothing for no
+    // arguments).
+    let text = if call.arguments.trim().is_empty() {
+        "{}"
+    } else {
+        call.arguments.as_str()
+    };
+    serde_json::from_str(text)
+        .map_err(|e| format!("the arguments of {} are not valid: {e}", call.name))
+}
+
+/// Runs one tool call. Errors are the model's to read (`Output("error: …")`).
+pub async fn execute(call: &ToolCall, ctx: &ToolContext) -> ToolOutcome {
+    let result = match call.name.as_str() {
+        "read_file" => match parse::<ReadArgs>(call) {
+            Ok(args) => read_file(ctx, &args.path, args.offset).await,
+            Err(e) => Err(e),
+        },
+        "write_file" => match parse::<WriteArgs>(call) {
+            Ok(args) => write_file(ctx, &args.path, &args.content).await,
+            Err(e) => Err(e),
+        },
+        "edit_file" => match parse::<EditArgs>(call) {
+            Ok(args) => edit_file(ctx, &args.path, &args.old_text, &args.new_text).await,
+            Err(e) => Err(e),
+        },
+        "list_dir" => match parse::<ListArgs>(call) {
+            Ok(args) => list_dir(ctx, args.path.as_deref()).await,
+            Err(e) => Err(e),
+        },
+        "search" => match parse::<SearchArgs>(call) {
+            Ok(args) => search(ctx, &args.pattern, args.path.as_deref()).await,
+            Err(e) => Err(e),
+        },
+        "run_command" => match parse::<CommandArgs>(call) {
+            Ok(args) => run_command(ctx, &args.command).await,
+            Err(e) => Err(e),
+        },
+        "finish" => match parse::<FinishArgs>(call) {
+            Ok(args) => return ToolOutcome::Finish(Box::new(args)),
+            Err(e) => Err(e),
+        },
+        other => Err(format!(
+            "there is no tool {:?}; the tools are read_file, write_file, edit_file, list_dir, search, run_command and finish",
+            other.chars().take(100).collect::<String>()
+        )),
+    };
+    ToolOutcome::Output(result.unwrap_or_else(|e| format!("error: {e}")))
+}
+
+fn place(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
+    confine(&ctx.root, path).map_err(|e| e.to_string())
+}
+
+/// `text` cut to `max` bytes on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+async fn read_file(ctx: &ToolContext, path: &str, offset: u64) -> Result<String, String> {
+    let full = place(ctx, path)?;
+    let bytes = tokio::fs::read(&full)
+        .await
+        .map_err(|e| format!("cannot read {path}: {e}"))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(text.len());
+    let mut start = start;
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    let part = cut(&text[start..], ctx.limits.read_bytes);
+    let end = start + part.len();
+    if end < text.len() {
+        Ok(format!(
+            "{part}\n[… the file is {} bytes; this is bytes {start}..{end}: read on with offset {end}]",
+            text.len()
+        ))
+    } else {
+        Ok(part.to_string())
+    }
+}
+
+async fn write_file(ctx: &ToolContext, path: &str, content: &str) -> Result<String, String> {
+    if content.len() > ctx.limits.write_bytes {
+        return Err(format!(
+            "{} bytes is more than the {} a file may have",
+            content.len(),
+            ctx.limits.write_bytes
+        ));
+    }
+    let full = place(ctx, path)?;
+    if let Some(dir) = full.parent() {
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|e| format!("cannot make the directory for {path}: {e}"))?;
+    }
+    tokio::fs::write(&full, content)
+        .await
+        .map_err(|e| format!("cannot write {path}: {e}"))?;
+    Ok(format!("wrote {path} ({} bytes)", content.len()))
+}
+
+async fn edit_file(ctx: &ToolContext, path: &str, old: &str, new: &str) -> Result<String, String> {
+    if old.is_empty() {
+        return Err("old_text is empty: say which text to replace".into());
+    }
+    let full = place(ctx, path)?;
+    let text = tokio::fs::read_to_string(&full)
+        .await
+        .map_err(|e| format!("cannot read {path}: {e}"))?;
+    match text.matches(old).count() {
+        0 => Err(format!(
+            "old_text does not occur in {path}: read the file and copy the text exactly"
+        )),
+        1 => {
+            let edited = text.replacen(old, new, 1);
+            if edited.len() > ctx.limits.write_bytes {
+                return Err(format!(
+                    "the edited file would be {} bytes, more than the {} a file may have",
+                    edited.len(),
+                    ctx.limits.write_bytes
+                ));
+            }
+            tokio::fs::write(&full, edited)
+                .await
+                .map_err(|e| format!("cannot write {path}: {e}"))?;
+            Ok(format!("edited {path}"))
+        }
+        n => Err(format!(
+            "old_text occurs {n} times in {path}: include more of the text around it so it occurs once"
+        )),
+    }
+}
+
+async fn list_dir(ctx: &ToolContext, path: Option<&str>) -> Result<String, String> {
+    let dir = match path {
+        Some(p) if !p.trim().is_empty() && p.trim() != "." => place(ctx, p)?,
+        _ => std::fs::canonicalize(&ctx.root).map_err(|e| e.to_string())?,
+    };
+    let mut entries = tokio::fs::read_dir(&dir)
+        .await
+        .map_err(|e| format!("cannot list {}: {e}", path.unwrap_or(".")))?;
+    let mut names = Vec::new();
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == ".git" {
+            continue;
+        }
+        let is_dir = entry.file_type().await.is_ok_and(|t| t.is_dir());
+        names.push(if is_dir { format!("{name}/") } else { name });
+    }
+    names.sort();
+    let total = names.len();
+    names.truncate(ctx.limits.list_entries);
+    let mut out = names.join("\n");
+    if total > names.len() {
+        out.push_str(&format!("\n[… {} more]", total - names.len()));
+    }
+    if out.is_empty() {
+        out = "(empty)".into();
+    }
+    Ok(out)
+}
+
+async fn search(ctx: &ToolContext, pattern: &str, path: Option<&str>) -> Result<String, String> {
+    let regex = regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| format!("not a regular expression: {e}"))?;
+    let root = std::fs::canonicalize(&ctx.root).map_err(|e| e.to_string())?;
+    let start = match path {
+        Some(p) if !p.trim().is_empty() && p.trim() != "." => place(ctx, p)?,
+        _ => root.clone(),
+    };
+    let limits = ctx.limits.clone();
+    tokio::task::spawn_blocking(move || search_blocking(&root, &start, &regex, &limits))
+        .await
+        .map_err(|e| format!("the search failed: {e}"))
+}
+
+fn search_blocking(root: &Path, start: &Path, regex: &regex::Regex, limits: &ToolLimits) -> String {
+    let mut matches = Vec::new();
+    let mut more = false;
+    // The walk honours .gitignore and skips hidden files (and so .git); links are not
+    // followed, so a search never leaves the worktree.
+    let walk = ignore::WalkBuilder::new(start)
+        .follow_links(false)
+        .require_git(false)
+        .build();
+    'files: for entry in walk.flatten() {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        if entry
+            .metadata()
+            .is_ok_and(|m| m.len() > limits.search_file_bytes)
+        {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            continue; // binary or unreadable
+        };
+        let shown = entry
+            .path()
+            .strip_prefix(root)
+            .unwrap_or(entry.path())
+            .to_string_lossy()
+            .into_owned();
+        for (n, line) in text.lines().enumerate() {
+            if regex.is_match(line) {
+                if matches.len() == limits.search_matches {
+                    more = true;
+                    break 'files;
+                }
+                matches.push(format!("{shown}:{}: {}", n + 1, cut(line, 300)));
+            }
+        }
+    }
+    if matches.is_empty() {
+        return "no matches".into();
+    }
+    let mut out = matches.join("\n");
+    if more {
+        out.push_str(&format!(
+            "\n[… stopped at {} matches: narrow the pattern or the path]",
+            limits.search_matches
+        ));
+    }
+    out
+}
+
+async fn run_command(ctx: &ToolContext, command: &str) -> Result<String, String> {
+    if command.trim().is_empty() {
+        return Err("the command is empty".into());
+    }
+    let spec = CommandSpec {
+        program: "sh".into(),
+        args: vec!["-c".into(), command.to_string()],
+        cwd: ctx.root.clone(),
+        stdin: None,
+        env: ctx.env.clone(),
+        limits: ctx.limits.command,
+        sandbox: ctx.limits.sandbox,
+    };
+    let output = ctx
+        .runner
+        .run(spec, ctx.cancel.clone(), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = format!("{}\n", output.exit);
+    if !output.stdout.text.is_empty() {
+        out.push_str(&format!("stdout:\n{}\n", output.stdout.text));
+    }
+    if !output.stderr.text.is_empty() {
+        out.push_str(&format!("stderr:\n{}\n", output.stderr.text));
+    }
+    Ok(out)
+}

@@ -1,0 +1,711 @@
+//! The `ProcessRunner` port on `tokio::process`: every command in its own process group, with
+//! an environment built from nothing but `spec.env`, its output read as it arrives (line by
+//! line to the caller's sink, and into a capture that keeps its first and last halves), and
+//! the whole group killed when the command ends, however it ends.
+//!
+//! Nothing here blocks the caller's thread: spawning, reading, waiting and the bwrap lookup
+//! are all asynchronous.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use flotilla_actors::ports::{
+    Captured, CommandOutput, CommandSpec, Exit, LineSink, ProcessError, ProcessRunner, Sandbox,
+    Stream,
+};
+use futures::future::BoxFuture;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tokio::time::{Instant, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+
+/// How long a command gets between SIGTERM and SIGKILL: enough to flush and remove its
+/// temporary files, not enough to hold up a cancelled task.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// How long the pipes are still read once the command has ended. The group is dead by then,
+/// so this only bounds the wait for a process that left the group (its own session) while
+/// holding a pipe open.
+const DRAIN: Duration = Duration::from_millis(500);
+
+/// How long to wait for the kernel to hand back a child that was sent SIGKILL. Only a child
+/// stuck in the kernel takes longer; `kill_on_drop` and tokio's reaper see to it then.
+const REAP: Duration = Duration::from_secs(5);
+
+/// Bytes read from a pipe at a time.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Runs commands as child processes of the daemon.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TokioProcessRunner;
+
+impl ProcessRunner for TokioProcessRunner {
+    fn run(
+        &self,
+        command: CommandSpec,
+        cancel: CancellationToken,
+        lines: Option<LineSink>,
+    ) -> BoxFuture<'static, Result<CommandOutput, ProcessError>> {
+        Box::pin(run(command, cancel, lines))
+    }
+}
+
+/// How the wait for the command ended, before the group is cleaned up.
+enum Ended {
+    /// The direct child exited by itself.
+    Exited(io::Result<ExitStatus>),
+    /// A limit or the caller stopped it; the group still has to be killed.
+    Stopped(Exit),
+}
+
+async fn run(
+    mut spec: CommandSpec,
+    cancel: CancellationToken,
+    lines: Option<LineSink>,
+) -> Result<CommandOutput, ProcessError> {
+    let (program, args) = invocation(&spec).await?;
+    // A missing working directory fails the spawn with the same "No such file or directory"
+    // as a missing program; say which it was.
+    let cwd_is_dir = tokio::fs::metadata(&spec.cwd)
+        .await
+        .map(|m| m.is_dir())
+        .unwrap_or(false);
+    if !cwd_is_dir {
+        return Err(ProcessError::Spawn {
+            program: spec.program,
+            detail: format!(
+                "the working directory {} does not exist",
+                spec.cwd.display()
+            ),
+        });
+    }
+
+    let mut command = Command::new(&program);
+    command
+        .args(&args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(name, value)| (name, value)))
+        .current_dir(&spec.cwd)
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        // The last resort, for the direct child only; `Group` covers the rest.
+        .kill_on_drop(true);
+
+    let start = Instant::now();
+    let mut child = command.spawn().map_err(|e| ProcessError::Spawn {
+        program: spec.program.clone(),
+        // The OS's reason only: neither the environment nor stdin goes into the message.
+        detail: e.to_string(),
+    })?;
+    // `process_group(0)` made the child the leader of a new group whose id is its pid.
+    let Some(pgid) = child.id().and_then(|id| libc::pid_t::try_from(id).ok()) else {
+        return Err(io_error(&spec.program, "the child has no process id"));
+    };
+    let mut group = Group { pgid, armed: true };
+
+    // Written from inside the loops below rather than a task of its own, so that it ends
+    // with this call; dropping it closes the pipe, which is how the command sees the end.
+    let mut feed: Option<BoxFuture<'static, ()>> = match (spec.stdin.take(), child.stdin.take()) {
+        (Some(bytes), Some(mut pipe)) => Some(Box::pin(async move {
+            // A command that exits without reading all of it is not an error of ours.
+            let _ = pipe.write_all(&bytes).await;
+        })),
+        _ => None,
+    };
+
+    let cap = spec.limits.output_bytes;
+    let mut out = Pipe::new(Stream::Stdout, child.stdout.take(), cap, lines.clone());
+    let mut err = Pipe::new(Stream::Stderr, child.stderr.take(), cap, lines);
+
+    let wall_at = later(start, spec.limits.wall);
+    let mut last_output = start;
+    let ended = loop {
+        let stall_at = spec.limits.stall.map(|stall| later(last_output, stall));
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => break Ended::Stopped(Exit::Cancelled),
+            () = sleep_until(wall_at) => break Ended::Stopped(Exit::TimedOut),
+            () = sleep_until(stall_at.unwrap_or(wall_at)), if stall_at.is_some() => {
+                break Ended::Stopped(Exit::Stalled)
+            }
+            status = child.wait() => break Ended::Exited(status),
+            got = out.pump(), if out.open() => {
+                if got {
+                    last_output = Instant::now();
+                }
+            }
+            got = err.pump(), if err.open() => {
+                if got {
+                    last_output = Instant::now();
+                }
+            }
+            () = async {
+                if let Some(writing) = feed.as_mut() {
+                    writing.await
+                }
+            }, if feed.is_some() => feed = None,
+        }
+    };
+    drop(feed);
+
+    let exit = match ended {
+        Ended::Exited(status) => {
+            // The child is gone, but what it started in the background is still in its
+            // group (`sleep 1000 &`), and would hold the pipes open.
+            group.kill();
+            let status = status.map_err(|e| io_error(&spec.program, &e.to_string()))?;
+            exit_of(status)
+                .ok_or_else(|| io_error(&spec.program, "it ended with an unknown status"))?
+        }
+        Ended::Stopped(exit) => {
+            group.signal(libc::SIGTERM);
+            let grace_until = Instant::now() + TERM_GRACE;
+            // Keep reading: a command blocked on a full pipe could not act on SIGTERM.
+            let exited = loop {
+                tokio::select! {
+                    biased;
+                    _ = child.wait() => break true,
+                    () = sleep_until(grace_until) => break false,
+                    _ = out.pump(), if out.open() => {}
+                    _ = err.pump(), if err.open() => {}
+                }
+            };
+            // Whether or not the child went quietly, whatever ignored SIGTERM goes now.
+            group.kill();
+            if !exited {
+                let _ = timeout(REAP, child.wait()).await;
+            }
+            exit
+        }
+    };
+
+    let drain_until = Instant::now() + DRAIN;
+    while out.open() || err.open() {
+        tokio::select! {
+            () = sleep_until(drain_until) => break,
+            _ = out.pump(), if out.open() => {}
+            _ = err.pump(), if err.open() => {}
+        }
+    }
+
+    Ok(CommandOutput {
+        exit,
+        stdout: out.finish(),
+        stderr: err.finish(),
+        elapsed: start.elapsed(),
+    })
+}
+
+/// `at + after`, or a time far enough away to never come when that does not fit.
+fn later(at: Instant, after: Duration) -> Instant {
+    at.checked_add(after)
+        .unwrap_or_else(|| at + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+fn io_error(program: &str, detail: &str) -> ProcessError {
+    ProcessError::Io {
+        program: program.to_string(),
+        detail: detail.to_string(),
+    }
+}
+
+/// An exit code when it exited, the signal when one ended it (one flotilla did not send: a
+/// stop of ours is reported as the limit or the cancel that caused it).
+fn exit_of(status: ExitStatus) -> Option<Exit> {
+    status
+        .code()
+        .map(|code| Exit::Code { code })
+        .or_else(|| status.signal().map(|signal| Exit::Signal { signal }))
+}
+
+/// The program and arguments actually started: the command itself, or bwrap around it.
+async fn invocation(spec: &CommandSpec) -> Result<(OsString, Vec<OsString>), ProcessError> {
+    match spec.sandbox {
+        Sandbox::None => Ok((
+            spec.program.clone().into(),
+            spec.args.iter().map(OsString::from).collect(),
+        )),
+        Sandbox::Bwrap => {
+            // The PATH the command will see, so that a sandbox is found exactly where the
+            // command's own tools are; the daemon's PATH when the caller gave none.
+            let path = spec
+                .env
+                .iter()
+                .find(|(name, _)| name == "PATH")
+                .map(|(_, value)| OsString::from(value))
+                .or_else(|| std::env::var_os("PATH"));
+            let Some(bwrap) = find_on_path("bwrap", path).await else {
+                return Err(ProcessError::SandboxUnavailable(
+                    Sandbox::Bwrap,
+                    "bwrap is not installed".into(),
+                ));
+            };
+            // bwrap binds paths as given; a relative or symlinked cwd would bind elsewhere.
+            let cwd =
+                tokio::fs::canonicalize(&spec.cwd)
+                    .await
+                    .map_err(|e| ProcessError::Spawn {
+                        program: spec.program.clone(),
+                        detail: format!("the working directory {}: {e}", spec.cwd.display()),
+                    })?;
+            let mut args: Vec<OsString> = [
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--tmpfs",
+                "/tmp",
+            ]
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+            args.extend([
+                "--bind".into(),
+                cwd.clone().into_os_string(),
+                cwd.clone().into_os_string(),
+            ]);
+            args.extend(
+                [
+                    "--unshare-net",
+                    "--unshare-pid",
+                    "--die-with-parent",
+                    "--new-session",
+                    "--chdir",
+                ]
+                .map(OsString::from),
+            );
+            args.push(cwd.into_os_string());
+            args.push("--".into());
+            args.push(spec.program.clone().into());
+            args.extend(spec.args.iter().map(OsString::from));
+            Ok((bwrap.into_os_string(), args))
+        }
+    }
+}
+
+/// The first executable file called `name` in `path`'s directories.
+async fn find_on_path(name: &str, path: Option<OsString>) -> Option<PathBuf> {
+    let path = path?;
+    for dir in std::env::split_paths(&path) {
+        // An empty entry means the current directory, which is never where a sandbox
+        // should come from.
+        if dir.as_os_str().is_empty() {
+            continue;
+        }
+        let candidate = dir.join(name);
+        if let Ok(meta) = tokio::fs::metadata(&candidate).await
+            && meta.is_file()
+            && meta.permissions().mode() & 0o111 != 0
+        {
+            return Some(candidate);
+        }
+    }
+    None
+}
+
+/// The command's process group. Dropped before it was killed (the caller dropped the
+/// `run` future), it kills the group, so nothing a command started outlives `run` even
+/// then.
+struct Group {
+    pgid: libc::pid_t,
+    armed: bool,
+}
+
+impl Group {
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours. A group that
+        // is already gone gives ESRCH, which is what we want anyway.
+        unsafe {
+            libc::kill(-self.pgid, signal);
+        }
+    }
+
+    /// SIGKILL for the whole group, once: after this the group id may be reused.
+    fn kill(&mut self) {
+        if self.armed {
+            self.signal(libc::SIGKILL);
+            self.armed = false;
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One of the command's output streams: read as it arrives, into the capture and the sink.
+struct Pipe {
+    reader: Option<Pin<Box<dyn AsyncRead + Send>>>,
+    buf: Box<[u8]>,
+    kept: Kept,
+    lines: Option<Lines>,
+}
+
+impl Pipe {
+    fn new(
+        stream: Stream,
+        reader: Option<impl AsyncRead + Send + 'static>,
+        cap: usize,
+        sink: Option<LineSink>,
+    ) -> Self {
+        Pipe {
+            reader: reader.map(|r| Box::pin(r) as Pin<Box<dyn AsyncRead + Send>>),
+            buf: vec![0; READ_CHUNK].into_boxed_slice(),
+            kept: Kept::new(cap),
+            lines: sink.map(|sink| Lines::new(stream, sink, cap)),
+        }
+    }
+
+    fn open(&self) -> bool {
+        self.reader.is_some()
+    }
+
+    /// Reads what the stream has and hands it on; true when there were bytes. Cancel-safe
+    /// (the loops above race it against timers): `read` is, and the bytes it returns are
+    /// handed on in the same poll.
+    async fn pump(&mut self) -> bool {
+        let Some(reader) = self.reader.as_mut() else {
+            return false;
+        };
+        match reader.read(&mut self.buf).await {
+            Ok(0) => {
+                self.close();
+                false
+            }
+            Ok(n) => {
+                let bytes = &self.buf[..n];
+                self.kept.push(bytes);
+                if let Some(lines) = self.lines.as_mut() {
+                    lines.push(bytes);
+                }
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => false,
+            // A pipe that fails to read is a pipe that has ended, for our purposes.
+            Err(_) => {
+                self.close();
+                false
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        self.reader = None;
+        if let Some(lines) = self.lines.as_mut() {
+            lines.finish();
+        }
+    }
+
+    fn finish(mut self) -> Captured {
+        self.close();
+        self.kept.captured()
+    }
+}
+
+/// Splits a stream into lines for the sink. A line longer than the cap arrives as its first
+/// `cap` bytes (cut back to a character boundary) and the rest of it, up to its newline, is
+/// skipped: a sink wants events, and an event that big is not one it can use whole anyway.
+/// A last line without a newline arrives when the stream ends.
+struct Lines {
+    stream: Stream,
+    sink: LineSink,
+    max: usize,
+    pending: Vec<u8>,
+    /// Inside an overlong line that was already delivered cut.
+    skipping: bool,
+}
+
+impl Lines {
+    fn new(stream: Stream, sink: LineSink, max: usize) -> Self {
+        Lines {
+            stream,
+            sink,
+            max,
+            pending: Vec::new(),
+            skipping: false,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        while let Some(newline) = bytes.iter().position(|&b| b == b'\n') {
+            self.add(&bytes[..newline]);
+            if !self.skipping {
+                self.deliver(false);
+            }
+            self.pending.clear();
+            self.skipping = false;
+            bytes = &bytes[newline + 1..];
+        }
+        self.add(bytes);
+    }
+
+    fn add(&mut self, part: &[u8]) {
+        if self.skipping || part.is_empty() {
+            return;
+        }
+        let room = self.max.saturating_sub(self.pending.len());
+        if part.len() <= room {
+            self.pending.extend_from_slice(part);
+        } else {
+            self.pending.extend_from_slice(&part[..room]);
+            self.deliver(true);
+            self.pending.clear();
+            self.skipping = true;
+        }
+    }
+
+    fn deliver(&self, cut: bool) {
+        let end = if cut {
+            self.pending.len() - incomplete_tail_len(&self.pending)
+        } else {
+            self.pending.len()
+        };
+        self.sink
+            .line(self.stream, &String::from_utf8_lossy(&self.pending[..end]));
+    }
+
+    /// The stream ended: its last line, if it had no newline.
+    fn finish(&mut self) {
+        if !self.skipping && !self.pending.is_empty() {
+            self.deliver(false);
+        }
+        self.pending.clear();
+        self.skipping = false;
+    }
+}
+
+/// One stream's capture, in memory bounded by the cap whatever the command writes: the
+/// first half of the cap as it came, the last half in a ring that forgets its oldest bytes.
+/// While the stream is within the cap, the two together are all of it.
+struct Kept {
+    cap: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+}
+
+impl Kept {
+    fn new(cap: usize) -> Self {
+        Kept {
+            cap,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+        }
+    }
+
+    fn head_cap(&self) -> usize {
+        self.cap / 2
+    }
+
+    fn tail_cap(&self) -> usize {
+        self.cap - self.cap / 2
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let into_head = self
+            .head_cap()
+            .saturating_sub(self.head.len())
+            .min(bytes.len());
+        self.head.extend_from_slice(&bytes[..into_head]);
+        bytes = &bytes[into_head..];
+        let tail_cap = self.tail_cap();
+        if bytes.len() >= tail_cap {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - tail_cap..]);
+        } else {
+            let overflow = (self.tail.len() + bytes.len()).saturating_sub(tail_cap);
+            self.tail.drain(..overflow);
+            self.tail.extend(bytes);
+        }
+    }
+
+    fn captured(mut self) -> Captured {
+        let tail = self.tail.make_contiguous();
+        let held = (self.head.len() + tail.len()) as u64;
+        if held == self.total {
+            let mut all = self.head.clone();
+            all.extend_from_slice(tail);
+            let text = String::from_utf8_lossy(&all);
+            // Invalid bytes grow threefold as U+FFFD; past the cap, it is cut like the rest.
+            if text.len() <= self.cap {
+                return Captured {
+                    text: text.into_owned(),
+                    total_bytes: self.total,
+                    cut_bytes: 0,
+                };
+            }
+        }
+        let head_budget = self.cap / 2;
+        let tail_budget = self.cap - self.cap / 2;
+        let (head_text, head_used) = lossy_prefix(&self.head, head_budget);
+        let (tail_text, tail_used) = lossy_suffix(tail, tail_budget);
+        let cut = self.total - (head_used + tail_used) as u64;
+        Captured {
+            text: format!("{head_text}\n[… {cut} bytes cut …]\n{tail_text}"),
+            total_bytes: self.total,
+            cut_bytes: cut,
+        }
+    }
+}
+
+/// Lossy UTF-8 as (text bytes, raw bytes) per character: `from_utf8_lossy` gives one
+/// U+FFFD for each invalid sequence `utf8_chunks` reports.
+fn pieces(bytes: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    bytes.utf8_chunks().flat_map(|chunk| {
+        let bad = chunk.invalid().len();
+        chunk
+            .valid()
+            .chars()
+            .map(|c| (c.len_utf8(), c.len_utf8()))
+            .chain((bad > 0).then_some(('\u{FFFD}'.len_utf8(), bad)))
+    })
+}
+
+/// The start of `bytes` as lossy text of at most `budget` bytes, never ending inside a
+/// character; and how many raw bytes it shows.
+fn lossy_prefix(bytes: &[u8], budget: usize) -> (String, usize) {
+    let bytes = &bytes[..bytes.len() - incomplete_tail_len(bytes)];
+    let (mut text_len, mut end) = (0, 0);
+    for (text, raw) in pieces(bytes) {
+        if text_len + text > budget {
+            break;
+        }
+        text_len += text;
+        end += raw;
+    }
+    (String::from_utf8_lossy(&bytes[..end]).into_owned(), end)
+}
+
+/// The end of `bytes` as lossy text of at most `budget` bytes, never starting inside a
+/// character; and how many raw bytes it shows.
+fn lossy_suffix(bytes: &[u8], budget: usize) -> (String, usize) {
+    let skip = bytes
+        .iter()
+        .take(3)
+        .take_while(|&&b| b & 0xC0 == 0x80)
+        .count();
+    let bytes = &bytes[skip..];
+    let mut excess = pieces(bytes)
+        .map(|(text, _)| text)
+        .sum::<usize>()
+        .saturating_sub(budget);
+    let mut start = 0;
+    for (text, raw) in pieces(bytes) {
+        if excess == 0 {
+            break;
+        }
+        excess = excess.saturating_sub(text);
+        start += raw;
+    }
+    let kept = &bytes[start..];
+    (String::from_utf8_lossy(kept).into_owned(), kept.len())
+}
+
+/// How many bytes at the end of `bytes` are the start of a character cut off there.
+fn incomplete_tail_len(bytes: &[u8]) -> usize {
+    for back in 1..=bytes.len().min(3) {
+        let byte = bytes[bytes.len() - back];
+        if byte & 0xC0 == 0x80 {
+            continue;
+        }
+        let width = match byte {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        return if width > back { back } else { 0 };
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capture_within_the_cap_is_all_of_it() {
+        let mut kept = Kept::new(10);
+        kept.push(b"hello");
+        kept.push(b"world");
+        let captured = kept.captured();
+        assert_eq!(captured.text, "helloworld");
+        assert!(!captured.truncated());
+    }
+
+    #[test]
+    fn a_capture_past_the_cap_keeps_both_ends_and_says_how_much_was_cut() {
+        let mut kept = Kept::new(100);
+        kept.push(&[b'a'; 60]);
+        for _ in 0..1000 {
+            kept.push(b"0123456789");
+        }
+        kept.push(&[b'z'; 50]);
+        let captured = kept.captured();
+        assert_eq!(captured.total_bytes, 10_110);
+        assert!(captured.text.starts_with(&"a".repeat(50)));
+        assert!(captured.text.ends_with(&"z".repeat(50)));
+        assert!(captured.text.contains("\n[… 10010 bytes cut …]\n"));
+        assert!(captured.truncated());
+    }
+
+    #[test]
+    fn a_stream_just_over_the_cap_still_reads_as_truncated() {
+        let mut kept = Kept::new(100);
+        kept.push(&[b'x'; 101]);
+        let captured = kept.captured();
+        assert!(captured.truncated(), "{:?}", captured.text);
+        assert!(captured.text.len() <= 100 + 40);
+    }
+
+    #[test]
+    fn cuts_fall_on_character_boundaries() {
+        let mut kept = Kept::new(9);
+        kept.push("ééééééééééé".as_bytes());
+        let captured = kept.captured();
+        assert!(!captured.text.contains('\u{FFFD}'), "{:?}", captured.text);
+        assert!(captured.truncated());
+    }
+
+    #[test]
+    fn binary_output_never_grows_past_the_cap() {
+        let mut kept = Kept::new(64);
+        kept.push(&[0xFF; 60]);
+        let captured = kept.captured();
+        assert!(captured.text.len() <= 64 + 40, "{}", captured.text.len());
+    }
+
+    #[test]
+    fn an_overlong_line_arrives_cut_and_its_rest_is_skipped() {
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = {
+            let got = got.clone();
+            LineSink::new(move |_, line| got.lock().unwrap().push(line.to_string()))
+        };
+        let mut lines = Lines::new(Stream::Stdout, sink, 4);
+        lines.push(b"ab\nabcdefgh");
+        lines.push(b"ij\nxy");
+        lines.finish();
+        assert_eq!(*got.lock().unwrap(), ["ab", "abcd", "xy"]);
+    }
+}

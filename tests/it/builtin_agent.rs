@@ -1,0 +1,355 @@
+//! The built-in agent, driven by the scripted provider, in a real worktree of a temporary
+//! repository, under a real Worker: what it does with tools ends up on the branch and in a
+//! handoff that matches git; it cannot leave its worktree; whatever the model does, the
+//! attempt ends within its limits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use flotilla::agents::builtin::{BuiltinAgent, BuiltinConfig};
+use flotilla::process::TokioProcessRunner;
+use flotilla::scripted::{Scenario, ScriptedLlm};
+use flotilla::worktrees::GitWorktrees;
+use flotilla_actors::actors::{AgentSet, WorkerKit, WorkerPool};
+use flotilla_actors::ports::{ChatRole, LlmRequest};
+use flotilla_actors::protocol::*;
+use flotilla_actors::work_check::Checks;
+
+use crate::daemon_env::{commit_files, init_repo};
+use crate::harness::*;
+
+struct Session {
+    graph: Inbox<ToTaskGraph>,
+    llm: Arc<ScriptedLlm>,
+    repo: tempfile::TempDir,
+    _state: tempfile::TempDir,
+    pool: Addr<WorkerPool>,
+    run: RunId,
+}
+
+fn start(scenario: &str, config: BuiltinConfig) -> Session {
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let git = git2::Repository::open(repo.path()).unwrap();
+    commit_files(&git, &[("src/lib.rs", "pub mod a;\n")], "code");
+    let state = tempfile::tempdir().unwrap();
+    let run = RunId::generate();
+    let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
+    let runner = Arc::new(TokioProcessRunner);
+    let agent = BuiltinAgent::new(
+        llm.clone(),
+        runner.clone(),
+        "You are a worker.".into(),
+        config,
+    );
+    let kit = WorkerKit {
+        agents: AgentSet::one(Arc::new(agent)),
+        worktrees: Arc::new(GitWorktrees::new(
+            repo.path(),
+            run,
+            state.path().join(run.to_string()),
+        )),
+        runner,
+        checks: Arc::new(Checks::default()),
+    };
+    let (graph, inbox) = probe::<ToTaskGraph>("task graph");
+    let pool = WorkerPool::new(run, kit, graph, Duration::from_secs(60)).start();
+    Session {
+        graph: inbox,
+        llm,
+        repo,
+        _state: state,
+        pool,
+        run,
+    }
+}
+
+impl Session {
+    fn assign(&self, id: &str, scope: &[&str]) {
+        let mut task = ready(id, spec("work", scope), 1, 1);
+        task.budget = Budget::new(10_000_000, Usd::ZERO, 60_000);
+        let branch = branch_name(self.run, &task.task, 1);
+        self.pool.do_send(ToAgent::Assign(Assignment {
+            run: self.run,
+            task,
+            profile: "general".into(),
+            route: Route::Worker,
+            branch,
+        }));
+    }
+
+    /// The attempt's last word: its completion or its failure.
+    async fn outcome(&mut self) -> Result<Box<TaskCompleted>, AttemptFailure> {
+        self.graph
+            .fish_for("the attempt's outcome", |m| match m {
+                ToTaskGraph::TaskCompleted(c) => Some(Ok(c.clone())),
+                ToTaskGraph::TaskFailed { failure, .. } => Some(Err(failure.clone())),
+                _ => None,
+            })
+            .await
+    }
+
+    /// What each tool call answered, in order, from the requests the model got.
+    fn tool_results(&self) -> Vec<String> {
+        let requests: Vec<LlmRequest> = self.llm.requests();
+        requests
+            .last()
+            .map(|r| {
+                r.messages
+                    .iter()
+                    .filter(|m| m.role == ChatRole::Tool)
+                    .map(|m| m.content.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn completed(outcome: Result<Box<TaskCompleted>, AttemptFailure>) -> Box<TaskCompleted> {
+    outcome.unwrap_or_else(|failure| panic!("expected a completion, got {failure:?}"))
+}
+
+#[actix::test]
+async fn the_agent_writes_edits_and_runs_a_command_and_the_handoff_is_what_git_says() {
+    let mut s = start(
+        r#"
+[[worker.t1.answers]]
+tool_calls = [
+  { name = "write_file", arguments = { path = "src/a.rs", content = "fn a() {}\n" } },
+  { name = "write_file", arguments = { path = "src/b/mod.rs", content = "one\ntwo\n" } },
+]
+[[worker.t1.answers]]
+tool_calls = [
+  { name = "edit_file", arguments = { path = "src/a.rs", old_text = "fn a()", new_text = "pub fn a()" } },
+  { name = "run_command", arguments = { command = "grep -c pub src/a.rs" } },
+]
+[[worker.t1.answers]]
+tool_calls = [
+  { name = "read_file", arguments = { path = "src/a.rs" } },
+  { name = "list_dir", arguments = { path = "src" } },
+  { name = "search", arguments = { pattern = "^pub" } },
+]
+[[worker.t1.answers]]
+tool_calls = [
+  { name = "finish", arguments = { status = "complete", summary = "a and b", concerns = ["b is a stub"], files_changed = ["src/a.rs"] } },
+]
+"#,
+        BuiltinConfig::default(),
+    );
+    s.assign("t1", &["src"]);
+    let done = completed(s.outcome().await);
+    let h = done.handoff.unwrap();
+    assert_eq!(h.status, HandoffStatus::Complete);
+    assert_eq!(h.summary, "a and b");
+    assert_eq!(h.concerns, ["b is a stub"], "the agent's words are kept");
+    assert_eq!(
+        h.files_changed,
+        ["src/a.rs", "src/b/mod.rs"],
+        "git's list, not the claim"
+    );
+    assert_eq!(h.metrics.tool_calls, 8);
+    assert_eq!((h.metrics.lines_added, h.metrics.lines_removed), (3, 0));
+    assert!(h.findings.is_empty(), "{:?}", h.findings);
+    let work = h.work.unwrap();
+    let git = git2::Repository::open(s.repo.path()).unwrap();
+    let tip = git
+        .find_branch(&work.branch, git2::BranchType::Local)
+        .unwrap()
+        .get()
+        .target()
+        .unwrap();
+    assert_eq!(tip.to_string(), work.head);
+    let blob = git
+        .find_commit(tip)
+        .unwrap()
+        .tree()
+        .unwrap()
+        .get_path(std::path::Path::new("src/a.rs"))
+        .unwrap()
+        .to_object(&git)
+        .unwrap()
+        .peel_to_blob()
+        .unwrap();
+    assert_eq!(blob.content(), b"pub fn a() {}\n");
+
+    let results = s.tool_results();
+    assert_eq!(results[0], "wrote src/a.rs (10 bytes)");
+    assert_eq!(results[2], "edited src/a.rs");
+    assert!(
+        results[3].starts_with("exit code 0") && results[3].contains("1"),
+        "{}",
+        results[3]
+    );
+    assert_eq!(results[4], "pub fn a() {}\n");
+    assert_eq!(results[5], "a.rs\nb/\nlib.rs");
+    assert!(
+        results[6].contains("src/a.rs:1: pub fn a() {}"),
+        "{}",
+        results[6]
+    );
+    assert!(
+        results[6].contains("src/lib.rs:1: pub mod a;"),
+        "{}",
+        results[6]
+    );
+}
+
+#[actix::test]
+async fn no_path_leaves_the_worktree_and_nothing_reaches_git() {
+    let mut s = start(
+        r#"
+[[worker.t1.answers]]
+tool_calls = [
+  { name = "write_file", arguments = { path = "../escaped.rs", content = "x" } },
+  { name = "write_file", arguments = { path = "/tmp/flotilla-escaped.rs", content = "x" } },
+  { name = "read_file", arguments = { path = "/etc/passwd" } },
+  { name = "write_file", arguments = { path = ".git/config", content = "x" } },
+  { name = "write_file", arguments = { path = "src/.git/hooks/pre-commit", content = "x" } },
+  { name = "run_command", arguments = { command = "ln -s /etc src/etc" } },
+]
+[[worker.t1.answers]]
+tool_calls = [
+  { name = "read_file", arguments = { path = "src/etc/passwd" } },
+  { name = "write_file", arguments = { path = "src/etc/evil", content = "x" } },
+  { name = "list_dir", arguments = { path = "src/etc" } },
+  { name = "edit_file", arguments = { path = "../../etc/hostname", old_text = "a", new_text = "b" } },
+  { name = "search", arguments = { pattern = "root", path = "src/etc" } },
+]
+[[worker.t1.answers]]
+tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "tried" } }]
+"#,
+        BuiltinConfig::default(),
+    );
+    s.assign("t1", &["src"]);
+    let _ = s.outcome().await;
+    let results = s.tool_results();
+    let refused: Vec<&String> = results.iter().filter(|r| r.starts_with("error:")).collect();
+    assert_eq!(refused.len(), 10, "{results:#?}");
+    assert!(results[0].contains("'..'"), "{}", results[0]);
+    assert!(results[1].contains("absolute") && results[2].contains("absolute"));
+    assert!(results[3].contains(".git") && results[4].contains(".git"));
+    for escaped in &results[6..11] {
+        assert!(
+            escaped.contains("outside the worktree") || escaped.contains("'..'"),
+            "{escaped}"
+        );
+    }
+    assert!(!std::path::Path::new("/tmp/flotilla-escaped.rs").exists());
+    assert!(!s.repo.path().parent().unwrap().join("escaped.rs").exists());
+}
+
+#[actix::test]
+async fn a_model_that_never_finishes_is_stopped_at_its_tool_call_limit() {
+    let mut answers = String::new();
+    for _ in 0..10 {
+        answers.push_str(
+            "[[worker.t1.answers]]\ntool_calls = [{ name = \"list_dir\" }, { name = \"list_dir\" }]\n",
+        );
+    }
+    let config = BuiltinConfig {
+        max_tool_calls: 5,
+        ..BuiltinConfig::default()
+    };
+    let mut s = start(&answers, config);
+    s.assign("t1", &["src"]);
+    let h = completed(s.outcome().await).handoff.unwrap();
+    assert_eq!(h.status, HandoffStatus::Failed);
+    assert!(h.summary.contains("5 tool calls"), "{}", h.summary);
+    assert_eq!(h.metrics.tool_calls, 5);
+    assert_eq!(
+        s.llm.requests().len(),
+        3,
+        "two answers of two calls, then one of one"
+    );
+    // Every call the model asked for was answered, so the conversation stays well formed.
+    let last = s.llm.requests().pop().unwrap();
+    assert_eq!(
+        last.messages
+            .iter()
+            .filter(|m| m.role == ChatRole::Tool)
+            .count(),
+        4
+    );
+}
+
+#[actix::test]
+async fn chatter_without_tools_fails_the_attempt_and_garbage_arguments_are_answered() {
+    let mut s = start(
+        r#"
+[[worker.t1.answers]]
+tool_calls = [
+  { name = "write_file", raw_arguments = "{\"path\": \"src/a.rs\", \"content\": " },
+  { name = "delete_everything", arguments = {} },
+  { name = "write_file", arguments = { path = "src/a.rs", content = "x", mode = "0777" } },
+]
+[[worker.t1.answers]]
+content = "I think I should write the file now."
+[[worker.t1.answers]]
+content = "Let me consider the options."
+[[worker.t1.answers]]
+content = "Thinking harder."
+"#,
+        BuiltinConfig::default(),
+    );
+    s.assign("t1", &["src"]);
+    let failure = s.outcome().await.unwrap_err();
+    let AttemptFailure::Malformed { detail } = failure else {
+        panic!("{failure:?}");
+    };
+    assert!(detail.contains("3 times"), "{detail}");
+    let results = s.tool_results();
+    assert!(results[0].starts_with("error: the arguments of write_file are not valid"));
+    assert!(results[1].contains("there is no tool \"delete_everything\""));
+    assert!(
+        results[2].contains("unknown field `mode`"),
+        "{}",
+        results[2]
+    );
+}
+
+#[actix::test]
+async fn a_subplan_handed_back_names_the_task_flotilla_gave_whatever_the_model_says() {
+    let mut s = start(
+        r#"
+[[worker.t1.answers]]
+tool_calls = [{ name = "finish", arguments = { status = "partial", summary = "too big", subplan = { reason = "too_large", subtasks = [
+  { description = "lexer", scope = ["src/lex.rs"] },
+  { description = "parser", scope = ["src/parse.rs"], depends_on = [0] },
+] } } }]
+"#,
+        BuiltinConfig::default(),
+    );
+    s.assign("t1", &["src"]);
+    let done = completed(s.outcome().await);
+    let plan = done.subplan.unwrap();
+    assert_eq!(plan.parent, "t1".parse::<TaskId>().unwrap());
+    assert_eq!(plan.subtasks.len(), 2);
+    assert_eq!(plan.subtasks[1].depends_on, [0]);
+    assert_eq!(done.handoff.unwrap().status, HandoffStatus::Partial);
+}
+
+#[actix::test]
+async fn the_tokens_a_task_may_spend_bind_the_loop() {
+    let mut answers = String::new();
+    for _ in 0..10 {
+        answers.push_str(
+            "[[worker.t1.answers]]\ntokens = 400\ntool_calls = [{ name = \"list_dir\" }]\n",
+        );
+    }
+    let mut s = start(&answers, BuiltinConfig::default());
+    let mut task = ready("t1", spec("work", &["src"]), 1, 1);
+    task.budget = Budget::new(1_000, Usd::ZERO, 60_000);
+    let branch = branch_name(s.run, &task.task, 1);
+    s.pool.do_send(ToAgent::Assign(Assignment {
+        run: s.run,
+        task,
+        profile: "general".into(),
+        route: Route::Worker,
+        branch,
+    }));
+    let h = completed(s.outcome().await).handoff.unwrap();
+    assert_eq!(h.status, HandoffStatus::Failed);
+    assert!(h.summary.contains("1000 tokens"), "{}", h.summary);
+    assert_eq!(s.llm.requests().len(), 3, "400 + 400 + 400 reaches 1000");
+}

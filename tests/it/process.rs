@@ -1,0 +1,342 @@
+//! `TokioProcessRunner`: exits, stdin, the wall and stall limits, cancel, the process group
+//! (nothing a command started survives it), the output cap, lines as they arrive, the
+//! scrubbed environment, spawn errors and the sandbox.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flotilla::process::TokioProcessRunner;
+use flotilla_actors::ports::{
+    CommandLimits, CommandSpec, EnvPolicy, Exit, LineSink, ProcessError, ProcessRunner, Sandbox,
+    Stream, scrubbed_env,
+};
+use tokio_util::sync::CancellationToken;
+
+fn sh(line: &str, dir: &std::path::Path) -> CommandSpec {
+    CommandSpec::shell(line, dir)
+}
+
+async fn run(spec: CommandSpec) -> flotilla_actors::ports::CommandOutput {
+    TokioProcessRunner
+        .run(spec, CancellationToken::new(), None)
+        .await
+        .unwrap()
+}
+
+/// Whether the process with this pid is dead (a bounded wait for it to go). A zombie counts
+/// as dead: an orphan is reaped by pid 1, which in some containers never reaps.
+async fn gone(pid: i32) -> bool {
+    for _ in 0..100 {
+        // SAFETY: signal 0 only checks for existence.
+        let exists = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(false);
+        if !exists || zombie {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+async fn pid_in(file: &std::path::Path) -> i32 {
+    for _ in 0..100 {
+        if let Ok(text) = std::fs::read_to_string(file)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no pid in {}", file.display());
+}
+
+#[tokio::test]
+async fn exit_codes_output_and_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(sh("echo hello; echo oops >&2", dir.path())).await;
+    assert_eq!(out.exit, Exit::Code { code: 0 });
+    assert_eq!(out.stdout.text, "hello\n");
+    assert_eq!(out.stderr.text, "oops\n");
+    assert!(!out.stdout.truncated());
+    assert_eq!(
+        run(sh("exit 3", dir.path())).await.exit,
+        Exit::Code { code: 3 }
+    );
+    let mut cat = sh("cat", dir.path());
+    cat.stdin = Some(b"from stdin".to_vec());
+    assert_eq!(run(cat).await.stdout.text, "from stdin");
+    let killed = run(sh("kill -9 $$", dir.path())).await;
+    assert_eq!(killed.exit, Exit::Signal { signal: 9 });
+}
+
+#[tokio::test]
+async fn a_command_past_its_time_is_killed_with_everything_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let mut spec = sh("sleep 300 & echo $! > pid; sleep 300", dir.path());
+    spec.limits.wall = Duration::from_millis(300);
+    let started = Instant::now();
+    let out = run(spec).await;
+    assert_eq!(out.exit, Exit::TimedOut);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        gone(pid_in(&pidfile).await).await,
+        "the background child survived"
+    );
+}
+
+#[tokio::test]
+async fn a_command_that_exits_leaves_no_background_child_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let started = Instant::now();
+    let out = run(sh("sleep 300 & echo $! > pid; exit 0", dir.path())).await;
+    assert_eq!(out.exit, Exit::Code { code: 0 });
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the pipes it held did not hold us up"
+    );
+    assert!(
+        gone(pid_in(&pidfile).await).await,
+        "the background child survived"
+    );
+}
+
+#[tokio::test]
+async fn silence_past_the_stall_limit_kills_and_steady_output_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut quiet = sh("echo started; sleep 300", dir.path());
+    quiet.limits.stall = Some(Duration::from_millis(500));
+    let out = run(quiet).await;
+    assert_eq!(out.exit, Exit::Stalled);
+    assert_eq!(out.stdout.text, "started\n");
+
+    let mut steady = sh(
+        "i=0; while [ $i -lt 10 ]; do echo tick; sleep 0.1; i=$((i+1)); done",
+        dir.path(),
+    );
+    steady.limits.stall = Some(Duration::from_secs(3));
+    let out = run(steady).await;
+    assert_eq!(out.exit, Exit::Code { code: 0 });
+    assert_eq!(out.stdout.text.lines().count(), 10);
+}
+
+#[tokio::test]
+async fn a_cancel_kills_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(TokioProcessRunner.run(
+        sh("sleep 300 & echo $! > pid; sleep 300", dir.path()),
+        cancel.clone(),
+        None,
+    ));
+    let pid = pid_in(&pidfile).await;
+    cancel.cancel();
+    let out = running.await.unwrap().unwrap();
+    assert_eq!(out.exit, Exit::Cancelled);
+    assert!(gone(pid).await);
+}
+
+#[tokio::test]
+async fn dropping_the_run_kills_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let running = tokio::spawn(TokioProcessRunner.run(
+        sh("sleep 300 & echo $! > pid; sleep 300", dir.path()),
+        CancellationToken::new(),
+        None,
+    ));
+    let pid = pid_in(&pidfile).await;
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+    assert!(gone(pid).await, "the background child survived");
+}
+
+#[tokio::test]
+async fn output_is_capped_head_and_tail_and_says_how_much_was_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = sh(
+        "printf 'HEAD'; head -c 1000000 /dev/zero | tr '\\0' a; printf 'TAIL'",
+        dir.path(),
+    );
+    spec.limits = CommandLimits {
+        output_bytes: 1024,
+        ..CommandLimits::default()
+    };
+    let out = run(spec).await;
+    assert_eq!(out.stdout.total_bytes, 1_000_008);
+    assert!(out.stdout.truncated());
+    assert!(
+        out.stdout.text.len() <= 1024 + 64,
+        "{}",
+        out.stdout.text.len()
+    );
+    assert!(out.stdout.text.starts_with("HEADaaa"));
+    assert!(out.stdout.text.ends_with("aaaTAIL"));
+    assert!(out.stdout.text.contains("bytes cut"));
+}
+
+#[tokio::test]
+async fn lines_arrive_in_order_tagged_by_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let seen = seen.clone();
+        LineSink::new(move |stream, line| seen.lock().unwrap().push((stream, line.to_string())))
+    };
+    TokioProcessRunner
+        .run(
+            sh(
+                "printf 'a\\nb\\n'; echo e >&2; sleep 0.2; printf c",
+                dir.path(),
+            ),
+            CancellationToken::new(),
+            Some(sink),
+        )
+        .await
+        .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let out: Vec<&str> = seen
+        .iter()
+        .filter(|(s, _)| *s == Stream::Stdout)
+        .map(|(_, l)| l.as_str())
+        .collect();
+    assert_eq!(out, ["a", "b", "c"], "the last line without a newline too");
+    assert!(seen.contains(&(Stream::Stderr, "e".to_string())));
+}
+
+#[tokio::test]
+async fn lines_arrive_while_the_command_still_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let sink = LineSink::new(move |_, line| {
+        let _ = tx.send(line.to_string());
+    });
+    // It waits for a file the test writes only once the first line has arrived.
+    let running = tokio::spawn(TokioProcessRunner.run(
+        sh(
+            "echo first; while [ ! -e go ]; do sleep 0.05; done; echo second",
+            dir.path(),
+        ),
+        CancellationToken::new(),
+        Some(sink),
+    ));
+    let first = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .expect("the first line came while the command waited");
+    assert_eq!(first.as_deref(), Some("first"));
+    assert!(!running.is_finished());
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let out = running.await.unwrap().unwrap();
+    assert_eq!(out.exit, Exit::Code { code: 0 });
+    assert_eq!(rx.recv().await.as_deref(), Some("second"));
+}
+
+#[tokio::test]
+async fn an_overlong_line_reaches_the_sink_cut_at_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let seen = seen.clone();
+        LineSink::new(move |_, line| seen.lock().unwrap().push(line.to_string()))
+    };
+    let mut spec = sh(
+        "head -c 5000 /dev/zero | tr '\\0' b; echo; echo after",
+        dir.path(),
+    );
+    spec.limits.output_bytes = 1024;
+    TokioProcessRunner
+        .run(spec, CancellationToken::new(), Some(sink))
+        .await
+        .unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["b".repeat(1024), "after".to_string()]
+    );
+}
+
+#[tokio::test]
+async fn the_environment_is_only_what_the_caller_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = std::env::var("PATH").unwrap();
+    let daemon = vec![
+        ("PATH".to_string(), path),
+        ("OPENAI_API_KEY".to_string(), "sk-test-secret".to_string()),
+        ("FLOTILLA_TOKEN".to_string(), "flotilla-secret".to_string()),
+        ("HOME".to_string(), "/home/someone".to_string()),
+    ];
+    let mut spec = sh("", dir.path());
+    // `env` itself rather than a shell, which would add PWD and SHLVL of its own.
+    spec.program = "env".into();
+    spec.args.clear();
+    spec.env = scrubbed_env(daemon, &EnvPolicy::default(), &[]);
+    let expected: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let out = run(spec).await;
+    let mut got: Vec<String> = out.stdout.text.lines().map(str::to_string).collect();
+    got.sort();
+    assert_eq!(got, expected, "exactly the caller's environment");
+    assert!(!out.stdout.text.contains("secret"));
+    // The test process's own variables (cargo sets this one) do not leak either.
+    assert!(std::env::var("CARGO_MANIFEST_DIR").is_ok());
+    assert!(!out.stdout.text.contains("CARGO_MANIFEST_DIR"));
+}
+
+#[tokio::test]
+async fn a_program_that_cannot_start_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = sh("", dir.path());
+    spec.program = "definitely-not-a-program-xyz".into();
+    spec.args.clear();
+    let error = TokioProcessRunner
+        .run(spec, CancellationToken::new(), None)
+        .await
+        .unwrap_err();
+    match &error {
+        ProcessError::Spawn { program, detail } => {
+            assert_eq!(program, "definitely-not-a-program-xyz");
+            assert!(detail.contains("No such file or directory"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let gone_dir = sh("true", &dir.path().join("missing"));
+    let error = TokioProcessRunner
+        .run(gone_dir, CancellationToken::new(), None)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("working directory"), "{error}");
+}
+
+#[tokio::test]
+async fn the_sandbox_is_refused_where_bwrap_is_missing_and_confines_where_it_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = sh(
+        "touch inside && touch /var/tmp/flotilla-sandbox-escape",
+        dir.path(),
+    );
+    spec.sandbox = Sandbox::Bwrap;
+    let result = TokioProcessRunner
+        .run(spec, CancellationToken::new(), None)
+        .await;
+    match result {
+        Err(ProcessError::SandboxUnavailable(Sandbox::Bwrap, _)) => {
+            eprintln!("bwrap is not installed here: only the refusal is checked");
+        }
+        Ok(out) => {
+            assert!(
+                dir.path().join("inside").exists(),
+                "the worktree is writable"
+            );
+            assert!(!out.exit.success(), "writing outside the worktree failed");
+            assert!(!std::path::Path::new("/var/tmp/flotilla-sandbox-escape").exists());
+        }
+        Err(other) => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,538 @@
+//! `GitWorktrees` against temporary git repositories: one worktree per attempt from main's
+//! tip, the safety-net commit, what a branch changed (checked against the git CLI when it is
+//! installed), release and sweep, and the user's checkout never touched.
+
+use std::path::Path;
+use std::process::Command;
+
+use flotilla::worktrees::{FLOTILLA_EMAIL, GitWorktrees, MAX_COMMITTED_FILE_BYTES};
+use flotilla_actors::ports::{BranchFate, Workspace, WorktreeRequest, Worktrees};
+use flotilla_actors::protocol::{ChangeKind, RunId, TaskId, branch_name};
+
+use crate::daemon_env::{commit_files, init_repo};
+use crate::supervision::assert_checkout_untouched;
+
+struct Fixture {
+    repo: tempfile::TempDir,
+    state: tempfile::TempDir,
+    run: RunId,
+    worktrees: GitWorktrees,
+}
+
+fn fixture() -> Fixture {
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let git = git2::Repository::open(repo.path()).unwrap();
+    commit_files(
+        &git,
+        &[
+            ("src/lib.rs", "pub fn a() {}\npub fn b() {}\n"),
+            ("src/old.rs", "one\ntwo\nthree\nfour\nfive\n"),
+            ("tests/lib.rs", "#[test]\nfn t() {}\n"),
+        ],
+        "code",
+    );
+    let state = tempfile::tempdir().unwrap();
+    let run = RunId::generate();
+    let worktrees = GitWorktrees::new(repo.path(), run, state.path().join(run.to_string()));
+    Fixture {
+        repo,
+        state,
+        run,
+        worktrees,
+    }
+}
+
+impl Fixture {
+    fn request(&self, task: &str, attempt: u32) -> WorktreeRequest {
+        let task: TaskId = task.parse().unwrap();
+        WorktreeRequest {
+            branch: branch_name(self.run, &task, attempt),
+            task,
+            attempt,
+        }
+    }
+
+    fn main_tip(&self) -> String {
+        git2::Repository::open(self.repo.path())
+            .unwrap()
+            .refname_to_id("refs/heads/main")
+            .unwrap()
+            .to_string()
+    }
+
+    fn branch_tip(&self, branch: &str) -> Option<String> {
+        git2::Repository::open(self.repo.path())
+            .unwrap()
+            .find_branch(branch, git2::BranchType::Local)
+            .ok()
+            .map(|b| b.get().target().unwrap().to_string())
+    }
+}
+
+/// `git diff --numstat -M base head` as (path, added, removed), when git is installed.
+fn git_cli_numstat(repo: &Path, base: &str, head: &str) -> Option<Vec<(String, u64, u64)>> {
+    let out = Command::new("git")
+        .args(["diff", "--numstat", "-M", base, head])
+        .current_dir(repo)
+        .output()
+        .ok()?;
+    assert!(out.status.success(), "{out:?}");
+    let mut rows: Vec<(String, u64, u64)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut parts = line.splitn(3, '\t');
+            let added = parts.next().unwrap().parse().unwrap_or(0);
+            let removed = parts.next().unwrap().parse().unwrap_or(0);
+            (parts.next().unwrap().to_string(), added, removed)
+        })
+        .collect();
+    rows.sort();
+    Some(rows)
+}
+
+#[tokio::test]
+async fn an_attempt_works_on_its_own_branch_from_main_and_the_handoff_is_what_git_says() {
+    let f = fixture();
+    let main = f.main_tip();
+    let request = f.request("t1", 1);
+    let ws = f.worktrees.prepare(request.clone()).await.unwrap();
+    assert_eq!(ws.base, main);
+    assert_eq!(ws.branch, request.branch);
+    assert!(ws.path.starts_with(f.state.path()), "{}", ws.path.display());
+    assert_eq!(f.branch_tip(&ws.branch), Some(main.clone()));
+    assert!(
+        ws.path.join("src/lib.rs").exists(),
+        "main's files are checked out"
+    );
+
+    // The agent's work: a new file, an edit, a deletion, a rename, and an uncommitted mess.
+    std::fs::write(ws.path.join("src/new.rs"), "a\nb\nc\n").unwrap();
+    std::fs::write(
+        ws.path.join("src/lib.rs"),
+        "pub fn a() {}\npub fn c() {}\npub fn d() {}\n",
+    )
+    .unwrap();
+    std::fs::remove_file(ws.path.join("tests/lib.rs")).unwrap();
+    std::fs::rename(ws.path.join("src/old.rs"), ws.path.join("src/moved.rs")).unwrap();
+    let work = f.worktrees.seal(ws.clone()).await.unwrap();
+
+    assert!(work.committed_for_agent);
+    assert_eq!(work.base, main);
+    assert_eq!(f.branch_tip(&ws.branch), Some(work.head.clone()));
+    let files: Vec<(&str, ChangeKind, u64, u64)> = work
+        .files
+        .iter()
+        .map(|c| (c.path.as_str(), c.change, c.lines_added, c.lines_removed))
+        .collect();
+    assert_eq!(
+        files,
+        [
+            ("src/lib.rs", ChangeKind::Modified, 2, 1),
+            ("src/moved.rs", ChangeKind::Renamed, 0, 0),
+            ("src/new.rs", ChangeKind::Added, 3, 0),
+            ("tests/lib.rs", ChangeKind::Deleted, 0, 2),
+        ]
+    );
+    assert_eq!(work.files[1].old_path.as_deref(), Some("src/old.rs"));
+    assert_eq!((work.lines_added, work.lines_removed), (5, 3));
+    if let Some(cli) = git_cli_numstat(f.repo.path(), &work.base, &work.head) {
+        let ours: Vec<(String, u64, u64)> = work
+            .files
+            .iter()
+            .map(|c| {
+                let path = match &c.old_path {
+                    Some(old) => format!("{{{} => {}}}", old, c.path)
+                        .replace("{src/old.rs => src/moved.rs}", "src/{old.rs => moved.rs}"),
+                    None => c.path.clone(),
+                };
+                (path, c.lines_added, c.lines_removed)
+            })
+            .collect();
+        let mut ours = ours;
+        ours.sort();
+        assert_eq!(ours, cli, "the handoff's numbers are git's");
+    }
+
+    // The safety-net commit is flotilla's, never a person's.
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    let head = git
+        .find_commit(git2::Oid::from_str(&work.head).unwrap())
+        .unwrap();
+    assert_eq!(head.author().email().unwrap(), FLOTILLA_EMAIL);
+    assert_eq!(head.parent_id(0).unwrap().to_string(), main);
+
+    // Sealing again with nothing new commits nothing and reads the same.
+    let again = f.worktrees.seal(ws.clone()).await.unwrap();
+    assert!(!again.committed_for_agent);
+    assert_eq!(again.files, work.files);
+
+    // Delivered: the worktree goes, the branch stays; main and the checkout never moved.
+    f.worktrees
+        .release(ws.clone(), BranchFate::Keep)
+        .await
+        .unwrap();
+    assert!(!ws.path.exists());
+    assert_eq!(f.branch_tip(&ws.branch), Some(work.head));
+    assert_eq!(f.main_tip(), main);
+    assert_checkout_untouched(f.repo.path());
+}
+
+#[tokio::test]
+async fn a_retry_starts_fresh_from_main_and_a_failed_attempt_leaves_nothing() {
+    let f = fixture();
+    let first = f.worktrees.prepare(f.request("t2", 1)).await.unwrap();
+    std::fs::write(first.path.join("src/bad.rs"), "broken\n").unwrap();
+    f.worktrees.seal(first.clone()).await.unwrap();
+    f.worktrees
+        .release(first.clone(), BranchFate::Delete)
+        .await
+        .unwrap();
+    assert_eq!(
+        f.branch_tip(&first.branch),
+        None,
+        "a failed attempt's branch goes"
+    );
+    assert!(!first.path.exists());
+
+    let second = f.worktrees.prepare(f.request("t2", 2)).await.unwrap();
+    assert_ne!(second.path, first.path);
+    assert_ne!(second.branch, first.branch);
+    assert!(second.branch.ends_with("/t2-a2"), "{}", second.branch);
+    assert!(
+        !second.path.join("src/bad.rs").exists(),
+        "nothing of the failed attempt"
+    );
+    assert_eq!(second.base, f.main_tip());
+    f.worktrees
+        .release(second, BranchFate::Delete)
+        .await
+        .unwrap();
+    assert_checkout_untouched(f.repo.path());
+}
+
+#[tokio::test]
+async fn a_synthesis_reopens_its_parents_worktree_and_a_lost_one_is_made_again_from_the_branch() {
+    let f = fixture();
+    let request = f.request("t3", 1);
+    let ws = f.worktrees.prepare(request.clone()).await.unwrap();
+    std::fs::write(ws.path.join("src/part.rs"), "partial\n").unwrap();
+    let partial = f.worktrees.seal(ws.clone()).await.unwrap();
+
+    // Reopened while it is there: the same worktree, the work in it.
+    let reopened = f.worktrees.prepare(request.clone()).await.unwrap();
+    assert_eq!(reopened, ws);
+    assert!(reopened.path.join("src/part.rs").exists());
+
+    // Lost (a crash, a hand): made again on the branch, whose commits hold the work; the
+    // base is still where the branch left main.
+    std::fs::remove_dir_all(&ws.path).unwrap();
+    let remade = f.worktrees.prepare(request).await.unwrap();
+    assert!(remade.path.join("src/part.rs").exists());
+    assert_eq!(remade.base, partial.base);
+    let work = f.worktrees.seal(remade.clone()).await.unwrap();
+    assert_eq!(work.files.len(), 1);
+    assert_eq!(work.head, partial.head);
+    f.worktrees.release(remade, BranchFate::Keep).await.unwrap();
+    assert_checkout_untouched(f.repo.path());
+}
+
+#[tokio::test]
+async fn a_sweep_removes_every_worktree_but_the_kept_and_keeps_delivered_branches() {
+    let f = fixture();
+    let delivered = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    std::fs::write(delivered.path.join("src/a.rs"), "a\n").unwrap();
+    f.worktrees.seal(delivered.clone()).await.unwrap();
+    f.worktrees
+        .release(delivered.clone(), BranchFate::Keep)
+        .await
+        .unwrap();
+    let interrupted = f.worktrees.prepare(f.request("t2", 1)).await.unwrap();
+    let waiting = f.worktrees.prepare(f.request("t3", 1)).await.unwrap();
+    // A directory git never registered (a crash mid-way).
+    let stray = f.state.path().join(f.run.to_string()).join("t9-a1");
+    std::fs::create_dir_all(&stray).unwrap();
+
+    let swept = f
+        .worktrees
+        .sweep(vec![waiting.branch.clone()])
+        .await
+        .unwrap();
+    assert!(swept.worktrees.contains(&interrupted.path));
+    assert!(swept.worktrees.contains(&stray));
+    assert_eq!(swept.branches, std::slice::from_ref(&interrupted.branch));
+    assert!(!interrupted.path.exists() && !stray.exists());
+    assert!(
+        waiting.path.exists(),
+        "a parent waiting to synthesize keeps it"
+    );
+    assert!(f.branch_tip(&delivered.branch).is_some());
+    assert!(f.branch_tip(&waiting.branch).is_some());
+
+    // The end of the run: nothing is kept but delivered work.
+    f.worktrees.sweep(Vec::new()).await.unwrap();
+    assert!(!waiting.path.exists());
+    assert_eq!(f.branch_tip(&waiting.branch), None);
+    assert!(f.branch_tip(&delivered.branch).is_some());
+    assert!(!f.state.path().join(f.run.to_string()).exists());
+    assert_checkout_untouched(f.repo.path());
+}
+
+#[tokio::test]
+async fn the_safety_net_leaves_out_huge_files_and_says_so() {
+    let f = fixture();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    let huge = std::fs::File::create(ws.path.join("dump.bin")).unwrap();
+    huge.set_len(MAX_COMMITTED_FILE_BYTES + 1).unwrap();
+    std::fs::write(ws.path.join("src/ok.rs"), "ok\n").unwrap();
+    let work = f.worktrees.seal(ws.clone()).await.unwrap();
+    let paths: Vec<&str> = work.files.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["src/ok.rs"]);
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    let message = git
+        .find_commit(git2::Oid::from_str(&work.head).unwrap())
+        .unwrap()
+        .message()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("dump.bin"), "{message}");
+    f.worktrees.release(ws, BranchFate::Delete).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_repository_without_commits_has_no_base_to_start_from() {
+    let repo = tempfile::tempdir().unwrap();
+    git2::Repository::init(repo.path()).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let run = RunId::generate();
+    let worktrees = GitWorktrees::new(repo.path(), run, state.path().join("w"));
+    let task: TaskId = "t1".parse().unwrap();
+    let error = worktrees
+        .prepare(WorktreeRequest {
+            branch: branch_name(run, &task, 1),
+            task,
+            attempt: 1,
+        })
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("no commits"), "{error}");
+    let _ = Workspace::scratch(state.path().into());
+}
+
+/// The acceptance scenario in small: four tasks that write real files under the daemon, one
+/// that strays out of its scope, one that crashes; every handoff's files and lines are what
+/// git says of its branch, and the user's checkout is untouched.
+#[tokio::test]
+async fn a_scripted_run_makes_real_commits_on_real_branches_and_handoffs_match_git() {
+    use crate::daemon_env::{InProcessDaemon, follow_to_end, outcome, run_config, submit};
+    use flotilla_actors::protocol::{AttemptFailure, EventKind, Finding, RunOutcome};
+
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let git = git2::Repository::open(repo.path()).unwrap();
+    commit_files(
+        &git,
+        &[
+            ("src/lib.rs", "// empty\n"),
+            ("tests/lib.rs", "#[test]\nfn t() {}\n"),
+        ],
+        "code",
+    );
+    let main = git.refname_to_id("refs/heads/main").unwrap();
+    let scenario = r##"
+[[planner.answers]]
+tasks = [
+  { description = "lexer", scope = ["src/lex.rs"] },
+  { description = "parser", scope = ["src/parse.rs"] },
+  { description = "docs", scope = ["docs"] },
+  { description = "wire up", scope = ["src/lib.rs", "tests"] },
+]
+
+[tasks.t1]
+writes = { "src/lex.rs" = "pub fn lex() {}\n" }
+
+[tasks.t2]
+attempts = [
+  { writes = { "src/parse.rs" = "pub fn parse() {}\n", "Cargo.toml" = "[package]\n" } },
+  { writes = { "src/parse.rs" = "pub fn parse() {}\n" } },
+]
+
+[tasks.t3]
+attempts = [
+  { outcome = "crash", writes = { "docs/half.md" = "half\n" } },
+  { writes = { "docs/grammar.md" = "# Grammar\n\nexpr := term\n" } },
+]
+
+[tasks.t4]
+writes = { "src/lib.rs" = "pub mod lex;\npub mod parse;\n" }
+deletes = ["tests/lib.rs"]
+run = "test -f src/lib.rs && test ! -e tests/lib.rs"
+"##;
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), run_config(scenario, 2)).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed), "{events:#?}");
+
+    let retried: Vec<(String, AttemptFailure)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TaskRetried { task, failure, .. } => {
+                Some((task.to_string(), failure.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retried.len(), 2, "{retried:?}");
+    assert!(retried.contains(&(
+        "t2".into(),
+        AttemptFailure::OutOfScope {
+            paths: vec!["Cargo.toml".into()]
+        }
+    )));
+    assert!(
+        retried
+            .iter()
+            .any(|(t, f)| t == "t3" && matches!(f, AttemptFailure::Crashed { .. }))
+    );
+
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let mut handoffs = std::collections::BTreeMap::new();
+    for e in &events {
+        let EventKind::TaskCompleted { task, handoff, .. } = &e.kind else {
+            continue;
+        };
+        let h = handoff.clone().expect("a worker's handoff");
+        let work = h.work.clone().expect("git truth");
+        assert_eq!(
+            work.base,
+            main.to_string(),
+            "{task} started from main's tip"
+        );
+        let tip = git
+            .find_branch(&work.branch, git2::BranchType::Local)
+            .unwrap()
+            .get()
+            .target()
+            .unwrap();
+        assert_eq!(
+            tip.to_string(),
+            work.head,
+            "{task}: the branch holds the work"
+        );
+        let paths: Vec<&str> = work.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(h.files_changed, paths);
+        if let Some(cli) = git_cli_numstat(repo.path(), &work.base, &work.head) {
+            let ours: Vec<(String, u64, u64)> = work
+                .files
+                .iter()
+                .map(|f| (f.path.clone(), f.lines_added, f.lines_removed))
+                .collect();
+            assert_eq!(ours, cli, "{task}: the handoff is `git diff --numstat`");
+        }
+        handoffs.insert(task.to_string(), h);
+    }
+    assert_eq!(handoffs["t1"].files_changed, ["src/lex.rs"]);
+    assert_eq!(handoffs["t2"].files_changed, ["src/parse.rs"]);
+    assert_eq!(
+        handoffs["t3"].files_changed,
+        ["docs/grammar.md"],
+        "the retry ran on a fresh worktree"
+    );
+    assert_eq!(handoffs["t4"].files_changed, ["src/lib.rs", "tests/lib.rs"]);
+    assert_eq!(
+        handoffs["t4"].findings,
+        [Finding::DeletedTests {
+            paths: vec!["tests/lib.rs".into()]
+        }]
+    );
+    assert_eq!(handoffs["t4"].build_exit_code, Some(0), "its command ran");
+    assert_eq!(
+        (
+            handoffs["t4"].metrics.lines_added,
+            handoffs["t4"].metrics.lines_removed
+        ),
+        (2, 3)
+    );
+
+    // One branch per delivered attempt; main, the checkout and the index untouched.
+    let mut branches: Vec<String> = git
+        .branches(Some(git2::BranchType::Local))
+        .unwrap()
+        .map(|b| b.unwrap().0.name().unwrap().unwrap().to_string())
+        .filter(|n| n.starts_with("flotilla/"))
+        .map(|n| n.rsplit('/').next().unwrap().to_string())
+        .collect();
+    branches.sort();
+    assert_eq!(branches, ["t1", "t2-a2", "t3-a2", "t4"]);
+    assert_eq!(git.refname_to_id("refs/heads/main").unwrap(), main);
+    assert_checkout_untouched(repo.path());
+    let run_dir = daemon.state_dir().join("worktrees").join(&run);
+    for _ in 0..100 {
+        if !run_dir.exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(!run_dir.exists(), "the run's worktrees are gone");
+}
+
+/// The README's demo, as a new user runs it (the example files copied into a fresh
+/// repository with one commit): it completes, and every worker's work is a commit on its
+/// own branch.
+#[tokio::test]
+async fn the_readme_demo_completes_with_a_commit_on_every_workers_branch() {
+    use crate::daemon_env::{InProcessDaemon, follow_to_end, outcome, submit};
+    use flotilla_actors::protocol::{EventKind, RunOutcome};
+
+    let repo = tempfile::tempdir().unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples");
+    let read = |file: &str| std::fs::read_to_string(examples.join(file)).unwrap();
+    let (config, scenario) = (read("flotilla.toml"), read("calculator.toml"));
+    let git = git2::Repository::init_opts(
+        repo.path(),
+        git2::RepositoryInitOptions::new().initial_head("main"),
+    )
+    .unwrap();
+    commit_files(
+        &git,
+        &[("flotilla.toml", &config), ("calculator.toml", &scenario)],
+        "the demo's config",
+    );
+
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), serde_json::Value::Null).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let mut delivered: Vec<(String, Vec<String>)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TaskCompleted {
+                task,
+                handoff: Some(h),
+                ..
+            } if h.work.is_some() => Some((task.to_string(), h.files_changed.clone())),
+            _ => None,
+        })
+        .collect();
+    delivered.sort();
+    assert_eq!(
+        delivered,
+        [
+            ("t1", vec!["src/lex.rs"]),
+            ("t2", vec!["src/parse.rs"]),
+            ("t3", vec!["docs/grammar.md"]),
+            ("t4.1", vec!["src/args.rs", "src/cli.rs"]),
+            ("t4.2", vec!["src/out.rs"]),
+            ("t4.3", vec!["src/main.rs"]),
+        ]
+        .map(|(t, f)| (t.to_string(), f.into_iter().map(String::from).collect()))
+    );
+    let statuses = git
+        .statuses(Some(git2::StatusOptions::new().include_untracked(true)))
+        .unwrap();
+    assert!(
+        statuses.is_empty(),
+        "the demo repository's checkout was touched"
+    );
+}
