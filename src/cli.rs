@@ -698,9 +698,13 @@ async fn follow_from(
                 if live {
                     text.push_str("\r\x1b[2K");
                 }
-                // A streaming call's progress updates the live line only; without one (a
-                // pipe, a log) it is left out: its final usage comes with its answer.
-                if !matches!(event.kind, EventKind::LlmProgress { .. }) {
+                // A streaming call's progress and an agent's activity update the live line
+                // only; without one (a pipe, a log) they are left out: what they led to
+                // comes with the answer or the handoff.
+                if !matches!(
+                    event.kind,
+                    EventKind::LlmProgress { .. } | EventKind::AgentActivity { .. }
+                ) {
                     text.push_str(&render::event_line(&event, &style));
                     text.push('\n');
                 } else if !live {

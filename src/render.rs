@@ -435,6 +435,9 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             ),
             Tone::Dim,
         ),
+        EventKind::AgentActivity { task, activity, .. } => {
+            (format!("{task}: {}", shorten(activity, 120)), Tone::Dim)
+        }
         EventKind::JournalUnavailable { error } => (
             // The error says what failed (written or read); say it once.
             format!("run paused, retrying: {}", shorten(error, 160)),
@@ -748,6 +751,9 @@ impl Tally {
                     "{role}{}: {tokens_out} tokens streaming",
                     task.as_ref().map(|t| format!(" {t}")).unwrap_or_default()
                 ));
+            }
+            EventKind::AgentActivity { task, activity, .. } => {
+                self.streaming = Some(format!("{task}: {}", shorten(activity, 60)));
             }
             EventKind::PlannerResponded { usage, .. } => {
                 self.streaming = None;

@@ -331,6 +331,7 @@ impl Turns {
                     }
                     state.tool_calls += 1;
                 }
+                self.attempt.activity.report(&tools::describe(call));
                 match tools::execute(call, &self.ctx).await {
                     ToolOutcome::Finish(args) => return Ok(self.finished(*args)),
                     ToolOutcome::Output(text) => lock(&self.state)

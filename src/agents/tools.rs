@@ -260,6 +260,19 @@ pub async fn execute(call: &ToolCall, ctx: &ToolContext) -> ToolOutcome {
     ToolOutcome::Output(result.unwrap_or_else(|e| format!("error: {e}")))
 }
 
+/// A call in a few words, for the live line: the tool and what it works on.
+pub fn describe(call: &ToolCall) -> String {
+    let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap_or_default();
+    let what = ["path", "command", "pattern", "status"]
+        .iter()
+        .find_map(|key| args.get(key).and_then(|v| v.as_str()))
+        .unwrap_or("");
+    let what: String = what.chars().take(120).collect();
+    format!("{} {what}", call.name.chars().take(40).collect::<String>())
+        .trim_end()
+        .to_string()
+}
+
 fn place(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
     confine(&ctx.root, path).map_err(|e| e.to_string())
 }

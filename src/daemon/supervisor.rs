@@ -273,6 +273,7 @@ impl Supervisor {
             )),
             runner,
             checks: Arc::new(checks),
+            notices: Some(ctx.address().recipient()),
         };
         // Parents waiting for their subtasks keep the worktree their synthesis runs in.
         let synthesizing: Vec<String> = graph_state

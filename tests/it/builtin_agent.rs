@@ -29,6 +29,14 @@ struct Session {
 }
 
 fn start(scenario: &str, config: BuiltinConfig) -> Session {
+    start_telling(scenario, config, None)
+}
+
+fn start_telling(
+    scenario: &str,
+    config: BuiltinConfig,
+    notices: Option<Recipient<Published>>,
+) -> Session {
     let repo = tempfile::tempdir().unwrap();
     init_repo(repo.path());
     let git = git2::Repository::open(repo.path()).unwrap();
@@ -52,6 +60,7 @@ fn start(scenario: &str, config: BuiltinConfig) -> Session {
         )),
         runner,
         checks: Arc::new(Checks::default()),
+        notices,
     };
     let (graph, inbox) = probe::<ToTaskGraph>("task graph");
     let pool = WorkerPool::new(run, kit, graph, Duration::from_secs(60)).start();
@@ -352,4 +361,34 @@ async fn the_tokens_a_task_may_spend_bind_the_loop() {
     assert_eq!(h.status, HandoffStatus::Failed);
     assert!(h.summary.contains("1000 tokens"), "{}", h.summary);
     assert_eq!(s.llm.requests().len(), 3, "400 + 400 + 400 reaches 1000");
+}
+
+#[actix::test]
+async fn what_the_agent_does_shows_live_as_activity_notices() {
+    let (notices, mut seen) = probe::<Published>("notices");
+    let mut s = start_telling(
+        r#"
+[[worker.t1.answers]]
+tool_calls = [{ name = "run_command", arguments = { command = "true" } }]
+[[worker.t1.answers]]
+tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "s" } }]
+"#,
+        BuiltinConfig::default(),
+        Some(notices),
+    );
+    s.assign("t1", &["src"]);
+    completed(s.outcome().await);
+    let first = seen
+        .fish_for("an activity notice", |p| match &p.0.kind {
+            EventKind::AgentActivity { task, activity, .. } => {
+                Some((p.0.seq, task.to_string(), activity.clone()))
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(
+        first,
+        (0, "t1".into(), "run_command true".into()),
+        "live only: seq 0"
+    );
 }

@@ -376,5 +376,6 @@ pub fn scratch_kit(
         worktrees: Arc::new(flotilla_actors::ports::ScratchWorktrees::new(dir)),
         runner: Arc::new(flotilla::process::TokioProcessRunner),
         checks: Arc::new(flotilla_actors::work_check::Checks::default()),
+        notices: None,
     }
 }

@@ -40,12 +40,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::ports::{
-    Agent, AgentError, AgentReport, AgentSession, AttemptContext, BranchFate, CommandSpec,
-    ProcessRunner, SpendReporter, Workspace, WorktreeRequest, Worktrees,
+    ActivityReporter, Agent, AgentError, AgentReport, AgentSession, AttemptContext, BranchFate,
+    Clock, CommandSpec, ProcessRunner, SpendReporter, SystemClock, Workspace, WorktreeRequest,
+    Worktrees,
 };
 use crate::protocol::{
-    Assignment, AttemptFailure, Budget, Finding, HandoffStatus, SubtasksCompleted, TaskCompleted,
-    TaskId, ToAgent, ToTaskGraph,
+    Assignment, AttemptFailure, Budget, Event, EventKind, Finding, HandoffStatus, Published, RunId,
+    SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use crate::work_check::{Checks, check_work};
@@ -67,6 +68,7 @@ pub enum Job {
     Run(Assignment),
     /// Merge the results of a decomposed task's subtasks, on the parent's branch.
     Synthesize {
+        run: RunId,
         done: SubtasksCompleted,
         branch: String,
     },
@@ -110,7 +112,13 @@ pub struct WorkerKit {
     /// Runs the verification command.
     pub runner: Arc<dyn ProcessRunner>,
     pub checks: Arc<Checks>,
+    /// Where agents' activity goes as live notices (the run's supervisor), if anywhere.
+    pub notices: Option<Recipient<Published>>,
 }
+
+/// The least time between two activity notices of one attempt: an external agent may
+/// report dozens of steps a second, and the live line only needs the latest.
+pub const ACTIVITY_EVERY: Duration = Duration::from_millis(250);
 
 /// What becomes of the worktree when the Worker stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +139,8 @@ pub struct Worker {
     kit: WorkerKit,
     graph: Recipient<ToTaskGraph>,
     job: Job,
+    /// For activity notices.
+    run: RunId,
     task: TaskId,
     attempt: u32,
     /// The worker profile: which agent does the work.
@@ -165,7 +175,7 @@ impl Worker {
                 a.branch.clone(),
                 a.task.spec.scope.clone(),
             ),
-            Job::Synthesize { done, branch } => (
+            Job::Synthesize { done, branch, .. } => (
                 done.parent.clone(),
                 done.attempt,
                 done.profile.clone(),
@@ -173,9 +183,14 @@ impl Worker {
                 done.scope.clone(),
             ),
         };
+        let run = match &job {
+            Job::Run(a) => a.run,
+            Job::Synthesize { run, .. } => *run,
+        };
         Worker {
             kit,
             graph,
+            run,
             job,
             task,
             attempt,
@@ -201,10 +216,40 @@ impl Worker {
         self
     }
 
+    fn activity(&self) -> ActivityReporter {
+        let Some(notices) = self.kit.notices.clone() else {
+            return ActivityReporter::none();
+        };
+        let run = self.run;
+        let (task, attempt) = (self.task.clone(), self.attempt);
+        let last_sent = std::sync::Mutex::new(None::<std::time::Instant>);
+        ActivityReporter::new(move |activity| {
+            let now = std::time::Instant::now();
+            let Ok(mut last) = last_sent.lock() else {
+                return;
+            };
+            if last.is_some_and(|at| now.duration_since(at) < ACTIVITY_EVERY) {
+                return;
+            }
+            *last = Some(now);
+            notices.do_send(Published(Event {
+                seq: 0,
+                run,
+                at_ms: SystemClock.now_ms(),
+                kind: EventKind::AgentActivity {
+                    task: task.clone(),
+                    attempt,
+                    activity,
+                },
+            }));
+        })
+    }
+
     fn context(&self) -> AttemptContext {
         let graph = self.graph.clone();
         let (task, attempt) = (self.task.clone(), self.attempt);
         AttemptContext {
+            activity: self.activity(),
             cancel: self.cancel.clone(),
             spend: SpendReporter::new(move |spent| {
                 graph.do_send(ToTaskGraph::SpendReported {

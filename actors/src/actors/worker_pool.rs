@@ -162,7 +162,8 @@ impl Handler<ToAgent> for WorkerPool {
                 let limit = left.min(self.synthesis_limit);
                 // On the parent's own branch, in the worktree its attempt left.
                 let branch = branch_name(self.run, &done.parent, done.attempt);
-                self.start_worker(Job::Synthesize { done, branch }, limit, ctx);
+                let run = self.run;
+                self.start_worker(Job::Synthesize { run, done, branch }, limit, ctx);
             }
             ToAgent::DecompositionAccepted(accepted) => {
                 let task = accepted.parent.clone();

@@ -213,7 +213,8 @@ impl RunGraph {
             // The supervisor's records: nothing in the graph changes.
             EventKind::RunRestarted { .. }
             | EventKind::JournalUnavailable { .. }
-            | EventKind::LlmProgress { .. } => {}
+            | EventKind::LlmProgress { .. }
+            | EventKind::AgentActivity { .. } => {}
         }
         Ok(())
     }

@@ -78,6 +78,35 @@ impl Workspace {
     }
 }
 
+/// Where an agent says what it is doing as it does it (a tool it called, a step of an
+/// external agent's event stream), for `flotilla tail`'s live line. Live only: never
+/// journaled, and the text is cut to [`ActivityReporter::MAX_CHARS`].
+#[derive(Clone)]
+pub struct ActivityReporter(Arc<dyn Fn(String) + Send + Sync>);
+
+impl ActivityReporter {
+    pub const MAX_CHARS: usize = 200;
+
+    pub fn new(report: impl Fn(String) + Send + Sync + 'static) -> Self {
+        ActivityReporter(Arc::new(report))
+    }
+
+    /// Reports to nobody.
+    pub fn none() -> Self {
+        ActivityReporter(Arc::new(|_| {}))
+    }
+
+    pub fn report(&self, what: &str) {
+        (self.0)(what.chars().take(Self::MAX_CHARS).collect())
+    }
+}
+
+impl fmt::Debug for ActivityReporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ActivityReporter")
+    }
+}
+
 /// What a session gets for its whole attempt besides the workspace.
 #[derive(Debug, Clone)]
 pub struct AttemptContext {
@@ -85,14 +114,16 @@ pub struct AttemptContext {
     /// must stop promptly, and stop what it started.
     pub cancel: CancellationToken,
     pub spend: SpendReporter,
+    pub activity: ActivityReporter,
 }
 
 impl AttemptContext {
-    /// A context that is never cancelled and reports spend to nobody.
+    /// A context that is never cancelled and reports spend and activity to nobody.
     pub fn detached() -> Self {
         AttemptContext {
             cancel: CancellationToken::new(),
             spend: SpendReporter::none(),
+            activity: ActivityReporter::none(),
         }
     }
 }

@@ -224,6 +224,14 @@ pub enum EventKind {
         task: Option<TaskId>,
         tokens_out: u64,
     },
+    /// A notice for live streams, never journaled (its `seq` is 0): what an attempt's agent
+    /// is doing (a tool it called, a step an external agent reported). Its text is the
+    /// agent's, cut short.
+    AgentActivity {
+        task: TaskId,
+        attempt: u32,
+        activity: String,
+    },
 }
 
 impl EventKind {
@@ -391,6 +399,11 @@ impl EventKind {
                 task: Some("t1.2".parse().unwrap()),
                 tokens_out: u64::MAX,
             },
+            EventKind::AgentActivity {
+                task: t(),
+                attempt: u32::MAX,
+                activity: "run_command \u{1b}[2J\u{202e}".into(),
+            },
         ]
     }
 
@@ -428,6 +441,7 @@ impl EventKind {
             EventKind::RunRestarted { .. } => "run_restarted",
             EventKind::JournalUnavailable { .. } => "journal_unavailable",
             EventKind::LlmProgress { .. } => "llm_progress",
+            EventKind::AgentActivity { .. } => "agent_activity",
         }
     }
 }
@@ -629,7 +643,8 @@ mod tests {
             | EventKind::RunFinished { .. }
             | EventKind::RunRestarted { .. }
             | EventKind::JournalUnavailable { .. }
-            | EventKind::LlmProgress { .. } => true,
+            | EventKind::LlmProgress { .. }
+            | EventKind::AgentActivity { .. } => true,
         }
     }
 
