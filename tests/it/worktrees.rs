@@ -536,3 +536,93 @@ async fn the_readme_demo_completes_with_a_commit_on_every_workers_branch() {
         "the demo repository's checkout was touched"
     );
 }
+
+/// Cancelling a run while its agents run commands: the commands' process groups die, the
+/// worktrees go, the cancelled attempts' branches go, the checkout is untouched.
+#[tokio::test]
+async fn a_cancelled_run_leaves_no_process_worktree_or_branch_behind() {
+    use crate::daemon_env::{InProcessDaemon, follow_to_end, outcome, run_config, submit};
+    use flotilla_actors::protocol::{EventKind, RunOutcome};
+
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let pids = tempfile::tempdir().unwrap();
+    let pid = |task: &str| pids.path().join(task);
+    let scenario = format!(
+        r#"
+[[planner.answers]]
+tasks = [
+  {{ description = "one", scope = ["src/a.rs"] }},
+  {{ description = "two", scope = ["src/b.rs"] }},
+]
+[tasks.t1]
+writes = {{ "src/a.rs" = "half done\n" }}
+run = "sleep 300 & echo $! > {}; wait"
+[tasks.t2]
+run = "sleep 300 & echo $! > {}; wait"
+"#,
+        pid("t1").display(),
+        pid("t2").display()
+    );
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), run_config(&scenario, 2)).await;
+    let mut children = Vec::new();
+    for task in ["t1", "t2"] {
+        let mut found = None;
+        for _ in 0..500 {
+            if let Some(p) = std::fs::read_to_string(pid(task))
+                .ok()
+                .and_then(|t| t.trim().parse::<i32>().ok())
+            {
+                found = Some(p);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        children.push(found.unwrap_or_else(|| panic!("{task}'s command never started")));
+    }
+    let (status, body) = daemon
+        .client
+        .raw(hyper::Method::POST, &format!("/v1/runs/{run}/cancel"), None)
+        .await
+        .unwrap();
+    assert!(status.is_success(), "{}", String::from_utf8_lossy(&body));
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Cancelled));
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::TaskCompleted { .. }))
+    );
+
+    for child in children {
+        let mut dead = false;
+        for _ in 0..300 {
+            // SAFETY: signal 0 only checks whether the process exists.
+            if unsafe { libc::kill(child, 0) } != 0 {
+                dead = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(dead, "process {child} survived the cancelled run");
+    }
+    let run_dir = daemon.state_dir().join("worktrees").join(&run);
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let mut leftovers = Vec::new();
+    for _ in 0..300 {
+        leftovers = git
+            .branches(Some(git2::BranchType::Local))
+            .unwrap()
+            .map(|b| b.unwrap().0.name().unwrap().unwrap().to_string())
+            .filter(|n| n.starts_with("flotilla/"))
+            .collect();
+        if leftovers.is_empty() && !run_dir.exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(leftovers.is_empty(), "branches left: {leftovers:?}");
+    assert!(!run_dir.exists(), "worktrees left in {}", run_dir.display());
+    assert_checkout_untouched(repo.path());
+}
