@@ -14,6 +14,7 @@ use crate::client::{Client, ClientError, Endpoint, segment};
 use crate::config::RunConfig;
 use crate::daemon::api::RunSummary;
 use crate::daemon::report::RunStatus;
+use crate::daemon::supervisor::GcReport;
 use crate::paths;
 use crate::providers::ProviderRegistry;
 use crate::render::{self, Style, Tally};
@@ -106,6 +107,20 @@ pub enum Command {
     Cancel {
         /// Run id or unique prefix.
         run: String,
+    },
+    /// Remove what runs that are no longer running left behind: their attempts' worktrees
+    /// (under <state-dir>/worktrees) and the branches of attempts that never delivered.
+    ///
+    /// Branches holding delivered work stay (`git branch --list 'flotilla/*'` in the
+    /// repository lists them). The daemon does this by itself at every start; this is for
+    /// when you want it now.
+    Gc {
+        /// Only say what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Decide for a task that waits for you: its subplan stops on `user_decision`, and
     /// every subtask has ended (`tail` shows "t4 waits for your decision").
@@ -419,6 +434,58 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             let id = answer["id"].as_str().unwrap_or(run);
             emit(&format!("cancelling run {}\n", render::terminal_safe(id)))?;
             Ok(Exit::Ok)
+        }
+        Command::Gc { dry_run, json } => {
+            let path = if *dry_run {
+                "/v1/gc?dry_run=true"
+            } else {
+                "/v1/gc"
+            };
+            let report: GcReport = client.json(Method::POST, path, None::<&()>).await?;
+            if *json {
+                emit(&format!(
+                    "{}\n",
+                    render::json_safe(&serde_json::to_string(&report).unwrap_or_default())
+                ))?;
+                return Ok(Exit::Ok);
+            }
+            let verb = if report.dry_run {
+                "would remove"
+            } else {
+                "removed"
+            };
+            if report.worktrees.is_empty()
+                && report.unknown.is_empty()
+                && report.branches.is_empty()
+            {
+                emit("nothing to collect\n")?;
+            } else {
+                emit(&format!(
+                    "{verb} {} worktree(s), {} branch(es) of attempts that never delivered, {} unknown director(ies)\n",
+                    report.worktrees.len(),
+                    report.branches.len(),
+                    report.unknown.len()
+                ))?;
+                for line in report
+                    .worktrees
+                    .iter()
+                    .chain(&report.branches)
+                    .chain(&report.unknown)
+                {
+                    emit(&format!("  {}\n", render::terminal_safe(line)))?;
+                }
+            }
+            for error in &report.errors {
+                emit(&format!(
+                    "could not collect: {}\n",
+                    render::terminal_safe(error)
+                ))?;
+            }
+            Ok(if report.errors.is_empty() {
+                Exit::Ok
+            } else {
+                Exit::Failure
+            })
         }
         Command::Decide {
             run,

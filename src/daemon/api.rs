@@ -47,7 +47,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::report;
 use super::supervisor::{
-    CancelAnswer, CancelRun, DecideTask, RunProblem, RunProblems, StartRun, Supervisor,
+    CancelAnswer, CancelRun, CollectGarbage, DecideTask, GcReport, RunProblem, RunProblems,
+    StartRun, Supervisor,
 };
 use crate::client::IDEMPOTENCY_KEY;
 use crate::config::RunConfig;
@@ -113,6 +114,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/graph", get(graph))
         .route("/v1/runs/{id}/tasks/{task}/decision", post(decide))
+        .route("/v1/gc", post(collect_garbage))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -763,6 +765,26 @@ async fn show_run(
     Path(id): Path<String>,
 ) -> Result<Json<report::RunStatus>, ApiError> {
     Ok(Json(run_status(&state, &id).await?))
+}
+
+#[derive(Debug, Deserialize)]
+struct GcQuery {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// Removes what runs that are no longer live left behind (`flotilla gc`).
+async fn collect_garbage(
+    State(state): State<AppState>,
+    Query(q): Query<GcQuery>,
+) -> Result<Json<GcReport>, ApiError> {
+    let report = state
+        .supervisor
+        .send(CollectGarbage { dry_run: q.dry_run })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    Ok(Json(report))
 }
 
 async fn cancel_run(

@@ -97,6 +97,27 @@ pub async fn serve(
     )
     .start();
     resume_unfinished(&journal, &supervisor).await;
+    // What runs that ended while no daemon watched (a crash, a kill) left behind.
+    match supervisor
+        .send(supervisor::CollectGarbage { dry_run: false })
+        .await
+    {
+        Ok(Ok(report)) => {
+            if !report.worktrees.is_empty() || !report.unknown.is_empty() {
+                info!(
+                    worktrees = report.worktrees.len(),
+                    branches = report.branches.len(),
+                    unknown = report.unknown.len(),
+                    "removed what finished runs left behind"
+                );
+            }
+            if !report.errors.is_empty() {
+                warn!(errors = ?report.errors, "some leftovers of finished runs could not be removed");
+            }
+        }
+        Ok(Err(e)) => warn!(error = %e, "cannot collect what finished runs left"),
+        Err(e) => warn!(error = %e, "cannot collect what finished runs left"),
+    }
 
     let state = api::AppState {
         journal,

@@ -30,7 +30,7 @@ use flotilla_actors::actors::{
     WorkerKit, WorkerPool,
 };
 use flotilla_actors::graph::RunGraph;
-use flotilla_actors::ports::{Agent, Clock, Journal, Llm, ProcessRunner, Worktrees};
+use flotilla_actors::ports::{Agent, Clock, Journal, Llm, ProcessRunner, RepoError, Worktrees};
 use flotilla_actors::protocol::{
     Event, EventKind, Published, Role, RootHandoff, RunId, RunOutcome, TaskId, TaskState,
     ToPlanner, ToTaskGraph, UserDecision, branch_name,
@@ -139,7 +139,7 @@ pub struct Supervisor {
     clock: Arc<dyn Clock>,
     hub: broadcast::Sender<Event>,
     /// Runs' attempt worktrees live below it, one directory per run.
-    workspaces: PathBuf,
+    worktrees: PathBuf,
     /// The daemon's LLM endpoints, shared by every run (rate limits, concurrency caps).
     providers: Arc<ProviderRegistry>,
     runs: HashMap<RunId, RunEntry>,
@@ -151,7 +151,7 @@ impl Supervisor {
         journal_port: Arc<dyn Journal>,
         clock: Arc<dyn Clock>,
         hub: broadcast::Sender<Event>,
-        workspaces: PathBuf,
+        worktrees: PathBuf,
         providers: Arc<ProviderRegistry>,
     ) -> Self {
         Supervisor {
@@ -159,7 +159,7 @@ impl Supervisor {
             journal_port,
             clock,
             hub,
-            workspaces,
+            worktrees,
             providers,
             runs: HashMap::new(),
         }
@@ -269,7 +269,7 @@ impl Supervisor {
             worktrees: Arc::new(GitWorktrees::new(
                 entry_repo.clone(),
                 run,
-                self.workspaces.join(run.to_string()),
+                self.worktrees.join(run.to_string()),
             )),
             runner,
             checks: Arc::new(checks),
@@ -464,7 +464,7 @@ impl Supervisor {
                 clean_up_after(GitWorktrees::new(
                     repo,
                     event.run,
-                    self.workspaces.join(event.run.to_string()),
+                    self.worktrees.join(event.run.to_string()),
                 ));
             }
         } else if event.seq > 0
@@ -893,5 +893,105 @@ impl Handler<DecideTask> for Supervisor {
             }
             _ => false,
         }
+    }
+}
+
+/// Removes what runs that are no longer live left under the worktrees directory: their
+/// worktrees (and the branches of attempts that never delivered; delivered work stays on
+/// its branch), and directories of runs the journal does not know. Live runs are not
+/// touched. With `dry_run`, only says what it would remove.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<GcReport, String>")]
+pub struct CollectGarbage {
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GcReport {
+    /// Worktrees removed (or, in a dry run, that would be).
+    pub worktrees: Vec<String>,
+    /// Branches deleted with them.
+    pub branches: Vec<String>,
+    /// Directories of runs the journal does not know (or whose repository is gone),
+    /// removed whole.
+    pub unknown: Vec<String>,
+    /// Runs whose leftovers could not be removed, and why (the rest were).
+    pub errors: Vec<String>,
+    pub dry_run: bool,
+}
+
+impl Handler<CollectGarbage> for Supervisor {
+    type Result = ResponseActFuture<Self, Result<GcReport, String>>;
+
+    fn handle(&mut self, msg: CollectGarbage, _: &mut Context<Self>) -> Self::Result {
+        let live: std::collections::HashSet<RunId> = self.runs.keys().copied().collect();
+        let records = self.journal.runs();
+        let root = self.worktrees.clone();
+        let work = async move {
+            let repos: HashMap<RunId, PathBuf> = records
+                .await
+                .map_err(|e| format!("cannot read the runs: {e}"))?
+                .into_iter()
+                .map(|r| (r.id, r.repo))
+                .collect();
+            let mut report = GcReport {
+                dry_run: msg.dry_run,
+                ..GcReport::default()
+            };
+            let Ok(mut entries) = tokio::fs::read_dir(&root).await else {
+                return Ok(report); // nothing was ever made
+            };
+            while let Ok(Some(entry)) = entries.next_entry().await {
+                let dir = entry.path();
+                let run = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|name| name.parse::<uuid::Uuid>().ok())
+                    .map(RunId::from_uuid);
+                if run.is_some_and(|run| live.contains(&run)) {
+                    continue;
+                }
+                let Some((run, repo)) = run.and_then(|run| Some((run, repos.get(&run)?.clone())))
+                else {
+                    if !msg.dry_run {
+                        tokio::fs::remove_dir_all(&dir)
+                            .await
+                            .map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
+                    }
+                    report.unknown.push(dir.display().to_string());
+                    continue;
+                };
+                if msg.dry_run {
+                    let mut attempts = tokio::fs::read_dir(&dir)
+                        .await
+                        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+                    while let Ok(Some(attempt)) = attempts.next_entry().await {
+                        report.worktrees.push(attempt.path().display().to_string());
+                    }
+                    continue;
+                }
+                match GitWorktrees::new(repo, run, dir.clone())
+                    .sweep(Vec::new())
+                    .await
+                {
+                    Ok(swept) => {
+                        report
+                            .worktrees
+                            .extend(swept.worktrees.iter().map(|p| p.display().to_string()));
+                        report.branches.extend(swept.branches);
+                    }
+                    // The repository is gone: what is left of its worktrees is just files.
+                    Err(RepoError::NotARepository(_)) => {
+                        match tokio::fs::remove_dir_all(&dir).await {
+                            Ok(()) => report.unknown.push(dir.display().to_string()),
+                            Err(e) => report.errors.push(format!("{}: {e}", dir.display())),
+                        }
+                    }
+                    Err(e) => report.errors.push(format!("run {run}: {e}")),
+                }
+            }
+            Ok(report)
+        };
+        Box::pin(work.into_actor(self))
     }
 }

@@ -877,3 +877,67 @@ worker = "gone/other"
     let received = server.received_requests().await.unwrap();
     assert_eq!(received.len(), 1, "one call, no retries");
 }
+
+/// `flotilla gc` removes what a finished run left (a worktree a crash left, a directory no
+/// run owns), keeps delivered branches, and says what it did; `--dry-run` only says.
+#[tokio::test]
+async fn gc_removes_what_finished_runs_left_and_keeps_delivered_work() {
+    use flotilla::worktrees::GitWorktrees;
+    use flotilla_actors::ports::{WorktreeRequest, Worktrees};
+    use flotilla_actors::protocol::{RunId, TaskId, branch_name};
+
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "one", scope = ["a.rs"] }]
+[tasks.t1]
+writes = { "a.rs" = "fn a() {}\n" }
+"#;
+    let run = submit(&client, repo.path(), run_config(scenario, 1)).await;
+    follow_to_end(&client, &run, None).await;
+    // What a crash at the wrong moment leaves: a worktree of the finished run, and a
+    // directory nobody owns.
+    let run_id = RunId::from_uuid(run.parse().unwrap());
+    let leftover_dir = state.path().join("worktrees").join(&run);
+    let task: TaskId = "t9".parse().unwrap();
+    let leftover = GitWorktrees::new(repo.path(), run_id, &leftover_dir)
+        .prepare(WorktreeRequest {
+            branch: branch_name(run_id, &task, 1),
+            task,
+            attempt: 1,
+        })
+        .await
+        .unwrap();
+    let stray = state.path().join("worktrees").join("not-a-run");
+    std::fs::create_dir_all(&stray).unwrap();
+
+    let dry = flotilla(state.path()).args(["gc", "--dry-run"]).output().unwrap();
+    let text = String::from_utf8_lossy(&dry.stdout);
+    assert!(dry.status.success(), "{text}");
+    assert!(text.starts_with("would remove 1 worktree(s)"), "{text}");
+    assert!(leftover.path.exists() && stray.exists(), "a dry run removes nothing");
+
+    let out = flotilla(state.path()).args(["gc", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["worktrees"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["branches"][0], leftover.branch.as_str());
+    assert_eq!(report["unknown"].as_array().unwrap().len(), 1);
+    assert!(!leftover.path.exists() && !stray.exists());
+    let git = git2::Repository::open(repo.path()).unwrap();
+    assert!(
+        git.find_branch(&branch_name(run_id, &"t1".parse().unwrap(), 1), git2::BranchType::Local)
+            .is_ok(),
+        "the delivered branch stays"
+    );
+    assert!(
+        git.find_branch(&leftover.branch, git2::BranchType::Local)
+            .is_err()
+    );
+    let again = flotilla(state.path()).arg("gc").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&again.stdout), "nothing to collect\n");
+    drop(daemon);
+}
