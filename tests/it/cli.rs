@@ -914,13 +914,22 @@ writes = { "a.rs" = "fn a() {}\n" }
     let stray = state.path().join("worktrees").join("not-a-run");
     std::fs::create_dir_all(&stray).unwrap();
 
-    let dry = flotilla(state.path()).args(["gc", "--dry-run"]).output().unwrap();
+    let dry = flotilla(state.path())
+        .args(["gc", "--dry-run"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&dry.stdout);
     assert!(dry.status.success(), "{text}");
     assert!(text.starts_with("would remove 1 worktree(s)"), "{text}");
-    assert!(leftover.path.exists() && stray.exists(), "a dry run removes nothing");
+    assert!(
+        leftover.path.exists() && stray.exists(),
+        "a dry run removes nothing"
+    );
 
-    let out = flotilla(state.path()).args(["gc", "--json"]).output().unwrap();
+    let out = flotilla(state.path())
+        .args(["gc", "--json"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["worktrees"].as_array().unwrap().len(), 1, "{report}");
@@ -929,8 +938,11 @@ writes = { "a.rs" = "fn a() {}\n" }
     assert!(!leftover.path.exists() && !stray.exists());
     let git = git2::Repository::open(repo.path()).unwrap();
     assert!(
-        git.find_branch(&branch_name(run_id, &"t1".parse().unwrap(), 1), git2::BranchType::Local)
-            .is_ok(),
+        git.find_branch(
+            &branch_name(run_id, &"t1".parse().unwrap(), 1),
+            git2::BranchType::Local
+        )
+        .is_ok(),
         "the delivered branch stays"
     );
     assert!(
@@ -938,6 +950,9 @@ writes = { "a.rs" = "fn a() {}\n" }
             .is_err()
     );
     let again = flotilla(state.path()).arg("gc").output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&again.stdout), "nothing to collect\n");
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "nothing to collect\n"
+    );
     drop(daemon);
 }

@@ -528,13 +528,7 @@ async fn the_readme_demo_completes_with_a_commit_on_every_workers_branch() {
         ]
         .map(|(t, f)| (t.to_string(), f.into_iter().map(String::from).collect()))
     );
-    let statuses = git
-        .statuses(Some(git2::StatusOptions::new().include_untracked(true)))
-        .unwrap();
-    assert!(
-        statuses.is_empty(),
-        "the demo repository's checkout was touched"
-    );
+    assert_checkout_clean(repo.path());
 }
 
 /// Cancelling a run while its agents run commands: the commands' process groups die, the
@@ -625,4 +619,103 @@ run = "sleep 300 & echo $! > {}; wait"
     assert!(leftovers.is_empty(), "branches left: {leftovers:?}");
     assert!(!run_dir.exists(), "worktrees left in {}", run_dir.display());
     assert_checkout_untouched(repo.path());
+}
+
+/// docs/examples/workers, as its README runs it: nine tasks with real commits, a crash
+/// retried on a fresh worktree, an out-of-scope edit that fails an attempt, a verification
+/// finding; every handoff is what git says.
+#[tokio::test]
+async fn the_workers_example_runs_as_documented() {
+    use crate::daemon_env::{InProcessDaemon, follow_to_end, outcome, submit};
+    use flotilla_actors::protocol::{AttemptFailure, EventKind, Finding, RunOutcome};
+
+    let repo = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/workers");
+    let read = |file: &str| std::fs::read_to_string(example.join(file)).unwrap();
+    let (config, scenario) = (read("flotilla.toml"), read("scenario.toml"));
+    let git = git2::Repository::init_opts(
+        repo.path(),
+        git2::RepositoryInitOptions::new().initial_head("main"),
+    )
+    .unwrap();
+    commit_files(
+        &git,
+        &[("flotilla.toml", &config), ("scenario.toml", &scenario)],
+        "start",
+    );
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), serde_json::Value::Null).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+
+    let mut retried: Vec<(String, AttemptFailure)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TaskRetried { task, failure, .. } => {
+                Some((task.to_string(), failure.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    retried.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(retried.len(), 2, "{retried:?}");
+    assert!(matches!(&retried[0], (t, AttemptFailure::Crashed { .. }) if t == "t3"));
+    assert_eq!(
+        retried[1],
+        (
+            "t4".to_string(),
+            AttemptFailure::OutOfScope {
+                paths: vec!["Cargo.toml".into()]
+            }
+        )
+    );
+    let mut delivered = 0;
+    for e in &events {
+        let EventKind::TaskCompleted {
+            task,
+            handoff: Some(h),
+            ..
+        } = &e.kind
+        else {
+            continue;
+        };
+        delivered += 1;
+        let work = h.work.as_ref().unwrap();
+        assert_eq!(work.files.len(), 1, "{task}: one file each");
+        if let Some(cli) = git_cli_numstat(repo.path(), &work.base, &work.head) {
+            let ours: Vec<(String, u64, u64)> = work
+                .files
+                .iter()
+                .map(|f| (f.path.clone(), f.lines_added, f.lines_removed))
+                .collect();
+            assert_eq!(ours, cli, "{task}");
+        }
+        let verification_failed = h
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::VerificationFailed { .. }));
+        assert_eq!(
+            verification_failed,
+            task.to_string() == "t8",
+            "{task}: {:?}",
+            h.findings
+        );
+        assert_eq!(
+            h.build_exit_code,
+            Some(if task.to_string() == "t8" { 1 } else { 0 })
+        );
+    }
+    assert_eq!(delivered, 9);
+    assert_checkout_clean(repo.path());
+}
+
+/// A checkout with nothing modified or untracked and no worktree registered (for
+/// repositories made from the examples, whose files are not the test fixture's README).
+fn assert_checkout_clean(path: &Path) {
+    let repo = git2::Repository::open(path).unwrap();
+    let statuses = repo
+        .statuses(Some(git2::StatusOptions::new().include_untracked(true)))
+        .unwrap();
+    assert!(statuses.is_empty(), "the checkout was touched");
+    assert_eq!(repo.worktrees().unwrap().len(), 0);
 }
