@@ -16,6 +16,7 @@ use flotilla_actors::config::{Limits, LimitsError};
 use flotilla_actors::work_check::{ChecksConfig, ChecksConfigError};
 
 use crate::agents::builtin::{BuiltinConfig, BuiltinConfigError};
+use crate::agents::command::{CommandAgentConfig, CommandAgentConfigError};
 use serde::{Deserialize, Serialize};
 
 use crate::prompts::{PromptError, PromptOverrides, check_overrides, load_overrides};
@@ -42,6 +43,10 @@ pub struct FileConfig {
     /// The built-in agent's limits (tool calls, context, commands).
     #[serde(default)]
     pub builtin_agent: BuiltinConfig,
+    /// External agent CLIs, by name (`[agents.claude]`): a worker profile names one with
+    /// `agent = "claude"`.
+    #[serde(default)]
+    pub agents: BTreeMap<String, CommandAgentConfig>,
     /// Worker profiles; one general profile if none are given.
     #[serde(default)]
     pub workers: Vec<WorkerProfile>,
@@ -95,6 +100,8 @@ pub struct RunConfig {
     #[serde(default)]
     pub builtin_agent: BuiltinConfig,
     #[serde(default)]
+    pub agents: BTreeMap<String, CommandAgentConfig>,
+    #[serde(default)]
     pub workers: Vec<WorkerProfile>,
     #[serde(default)]
     pub scenario: Scenario,
@@ -123,9 +130,16 @@ pub enum RunConfigError {
     #[error("impossible built-in agent settings: {0}")]
     Builtin(#[from] BuiltinConfigError),
     #[error(
-        "worker profile {profile:?} names agent {agent:?}: the agents are \"scripted\" and \"builtin\""
+        "worker profile {profile:?} names agent {agent:?}: the agents are \"scripted\", \"builtin\" and the [agents.NAME] tables"
     )]
     UnknownAgent { profile: String, agent: String },
+    #[error("[agents.{name}]: {source}")]
+    CommandAgent {
+        name: String,
+        source: CommandAgentConfigError,
+    },
+    #[error("[agents.{0}]: the name is the built-in agent kind's; choose another")]
+    ReservedAgentName(String),
     #[error("impossible provider settings: {0}")]
     Models(#[from] ProviderSettingsError),
     #[error("the scenario: {0}")]
@@ -319,6 +333,7 @@ impl RunConfig {
             subplanner: file.subplanner,
             checks: file.checks,
             builtin_agent: file.builtin_agent,
+            agents: file.agents,
             workers: file.workers,
             scenario,
             models,
@@ -346,9 +361,21 @@ impl RunConfig {
         self.subplanner.validate()?;
         self.checks.validate()?;
         self.builtin_agent.validate()?;
+        for (name, agent) in &self.agents {
+            if AGENT_KINDS.contains(&name.as_str()) {
+                return Err(RunConfigError::ReservedAgentName(name.clone()));
+            }
+            agent
+                .validate()
+                .map_err(|source| RunConfigError::CommandAgent {
+                    name: name.chars().take(100).collect(),
+                    source,
+                })?;
+        }
         for profile in &self.workers {
             if let Some(agent) = &profile.agent
                 && !AGENT_KINDS.contains(&agent.as_str())
+                && !self.agents.contains_key(agent)
             {
                 return Err(RunConfigError::UnknownAgent {
                     profile: profile.name.clone(),
@@ -459,6 +486,48 @@ mod tests {
             RunConfig::load(&path),
             Err(ConfigError::NoScenario { .. })
         ));
+    }
+
+    #[test]
+    fn worker_profiles_name_agents_that_exist_and_agent_tables_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.toml"), "").unwrap();
+        let path = dir.path().join("flotilla.toml");
+        let load = |rest: &str| {
+            std::fs::write(&path, format!("[provider]\nscenario = \"s.toml\"\n{rest}")).unwrap();
+            RunConfig::load(&path)
+        };
+        let ok = load(
+            "[agents.claude]\npreset = \"claude-code\"\n[[workers]]\nname = \"a\"\nagent = \"claude\"\n[[workers]]\nname = \"b\"\nagent = \"builtin\"\n",
+        )
+        .unwrap();
+        assert_eq!(ok.agents.len(), 1);
+        let err = load("[[workers]]\nname = \"a\"\nagent = \"cluade\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"cluade\"") && err.contains("[agents.NAME]"),
+            "{err}"
+        );
+        let err = load("[agents.builtin]\nprogram = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("built-in agent kind"), "{err}");
+        let err = load("[agents.cli]\nargs = [\"-p\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("[agents.cli]"), "{err}");
+        let err = load("[[workers]]\nname = \"a\"\nagnet = \"builtin\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("agnet"),
+            "a typo in a profile is refused: {err}"
+        );
+        let err = load("[builtin_agent]\nmax_tool_calls = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_tool_calls"), "{err}");
     }
 
     /// A project whose scenario path is `scenario`.

@@ -3,4 +3,5 @@
 //! scripted provider (`crate::scripted`).
 
 pub mod builtin;
+pub mod command;
 pub mod tools;

@@ -40,6 +40,7 @@ use tokio::sync::broadcast;
 use tracing::{error, info, warn};
 
 use crate::agents::builtin::BuiltinAgent;
+use crate::agents::command::CommandAgent;
 use crate::config::RunConfig;
 use crate::git_repo::GitRepo;
 use crate::journal::SqliteJournal;
@@ -677,7 +678,7 @@ fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunne
     ));
     let builtin: Arc<dyn Agent> = Arc::new(BuiltinAgent::new(
         llm,
-        runner,
+        runner.clone(),
         prompts::for_role(Role::Worker, &config.prompts, &config.limits),
         config.builtin_agent.clone(),
     ));
@@ -687,16 +688,35 @@ fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunne
     } else {
         scripted.clone()
     };
-    config
-        .profiles()
-        .iter()
-        .fold(AgentSet::one(default), |set, profile| {
-            match profile.agent.as_deref() {
-                Some("builtin") => set.with(&profile.name, builtin.clone()),
-                Some("scripted") => set.with(&profile.name, scripted.clone()),
-                _ => set,
-            }
-        })
+    let worker_prompt = prompts::for_role(Role::Worker, &config.prompts, &config.limits);
+    let mut set = AgentSet::one(default);
+    for profile in config.profiles() {
+        let agent = match profile.agent.as_deref() {
+            Some("builtin") => builtin.clone(),
+            Some("scripted") => scripted.clone(),
+            Some(name) => match config.agents.get(name).map(|cfg| {
+                CommandAgent::new(
+                    name.to_string(),
+                    cfg.clone(),
+                    runner.clone(),
+                    worker_prompt.clone(),
+                )
+            }) {
+                Some(Ok(agent)) => Arc::new(agent),
+                // Validated when the config was loaded and again before the run started:
+                // only a config changed in between gets here, and its profile keeps the
+                // default agent, said in the log.
+                Some(Err(e)) => {
+                    warn!(profile = %profile.name, agent = name, error = %e, "cannot build the profile's agent");
+                    continue;
+                }
+                None => continue,
+            },
+            None => continue,
+        };
+        set = set.with(&profile.name, agent);
+    }
+    set
 }
 
 /// After a run ended: removes its worktrees (and the branches of attempts that never

@@ -44,9 +44,9 @@ pub fn build(
                         })
                     })
                     .collect();
-                if m.content.is_empty() {
-                    message["content"] = Value::Null;
-                }
+                // An assistant turn that only calls tools keeps `""` as its content: OpenAI
+                // takes it, and servers that validate with the SDK's types (llama-cpp-python)
+                // refuse `null` there.
             }
             if let Some(id) = &m.tool_call_id {
                 message["tool_call_id"] = json!(id);
@@ -77,6 +77,9 @@ pub fn build(
                 })
             })
             .collect();
+        // OpenAI's default when tools are given, said explicitly: some servers (llama.cpp's
+        // function-calling formats) call no tool unless asked to choose.
+        body["tool_choice"] = json!("auto");
     }
     match (outgoing.json_mode, &request.schema) {
         // The llama.cpp family's form: JSON mode constrained to a schema.

@@ -5,6 +5,7 @@ mod big_run;
 mod budgets;
 mod builtin_agent;
 mod cli;
+mod command_agent;
 mod crash;
 mod daemon;
 mod daemon_env;

@@ -707,6 +707,55 @@ async fn openai_streamed_tool_calls_are_assembled_from_fragments() {
     assert_eq!(tools[0]["type"], "function");
     assert_eq!(tools[0]["function"]["name"], "read_file");
     assert_eq!(tools[0]["function"]["parameters"], read_file_schema());
+    assert_eq!(
+        sent[0]["tool_choice"], "auto",
+        "said explicitly: llama.cpp's function-calling formats call no tool otherwise"
+    );
+}
+
+/// OpenAI: the built-in agent's next call carries its earlier turn's tool calls (content
+/// `""`, not `null`: llama-cpp-python's validation refuses `null` there) and each result with
+/// the id of the call it answers.
+#[tokio::test]
+async fn openai_a_conversation_with_tool_results_goes_out_in_the_wire_format() {
+    let body = oa_sse(&[
+        oa_chunk(
+            json!({ "role": "assistant", "content": "done" }),
+            Some("stop"),
+        ),
+        oa_usage_chunk(10, 1),
+    ]);
+    let server = server(Format::OpenAi, sse(body)).await;
+    let call = ToolCall {
+        id: "call_1".into(),
+        name: "read_file".into(),
+        arguments: "{\"path\":\"a.rs\"}".into(),
+    };
+    let request = LlmRequest::chat(
+        Role::Planner,
+        vec![
+            ChatMessage::user("do it"),
+            ChatMessage::assistant_calls("", vec![call]),
+            ChatMessage::tool_result("call_1", "fn a() {}"),
+        ],
+    )
+    .with_tools(vec![read_file_tool()]);
+    ask_with(&settings(Format::OpenAi, &server.uri(), |_| {}), request)
+        .await
+        .unwrap();
+    let sent = &bodies(&server).await[0]["messages"];
+    assert_eq!(sent[1]["role"], "assistant");
+    assert_eq!(sent[1]["content"], "");
+    assert_eq!(sent[1]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(sent[1]["tool_calls"][0]["function"]["name"], "read_file");
+    assert_eq!(
+        sent[1]["tool_calls"][0]["function"]["arguments"],
+        "{\"path\":\"a.rs\"}"
+    );
+    assert_eq!(
+        sent[2],
+        json!({ "role": "tool", "content": "fn a() {}", "tool_call_id": "call_1" })
+    );
 }
 
 /// OpenAI: some servers repeat the call's id and whole name in every chunk (with or without

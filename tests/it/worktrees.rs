@@ -719,3 +719,74 @@ fn assert_checkout_clean(path: &Path) {
     assert!(statuses.is_empty(), "the checkout was touched");
     assert_eq!(repo.worktrees().unwrap().len(), 0);
 }
+
+/// One run, two kinds of agent: a profile per kind, and the task that needs the `cli`
+/// capability goes to the external CLI (a fake one here) while the other stays scripted.
+#[tokio::test]
+async fn one_run_mixes_agent_kinds_by_worker_profile() {
+    use crate::daemon_env::{InProcessDaemon, follow_to_end, outcome, run_config, submit};
+    use flotilla_actors::protocol::{EventKind, RunOutcome};
+
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-agent.sh");
+    let scenario = r#"
+[[planner.answers]]
+tasks = [
+  { description = "scripted work", scope = ["docs"] },
+  { description = "work for the CLI", scope = ["src"], capabilities = ["cli"] },
+]
+[tasks.t1]
+writes = { "docs/a.md" = "scripted\n" }
+"#;
+    let mut config = run_config(scenario, 2);
+    config["workers"] = serde_json::json!([
+        { "name": "general", "agent": "scripted" },
+        { "name": "cli", "capabilities": ["cli"], "cost": 5, "agent": "fake" },
+    ]);
+    config["agents"] = serde_json::json!({
+        "fake": {
+            "program": "sh",
+            "args": [fake.to_string_lossy(), "envelope", "{prompt_file}"],
+            "prompt": "file",
+        }
+    });
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), config).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed), "{events:#?}");
+    let summaries: Vec<(String, String, Vec<String>)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TaskCompleted {
+                task,
+                handoff: Some(h),
+                ..
+            } => Some((task.to_string(), h.summary.clone(), h.files_changed.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        summaries.contains(&("t2".into(), "wrote a".into(), vec!["src/a.rs".to_string()])),
+        "the CLI's envelope, and git's files: {summaries:?}"
+    );
+    assert!(
+        summaries
+            .iter()
+            .any(|(t, _, files)| t == "t1" && files == &["docs/a.md".to_string()])
+    );
+    let dispatched: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TaskDispatched { task, profile, .. } => {
+                Some((task.to_string(), profile.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        dispatched.contains(&("t2".into(), "cli".into())),
+        "{dispatched:?}"
+    );
+    assert_checkout_clean(repo.path());
+}
