@@ -625,15 +625,20 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
     let daemon = DaemonProcess::start(state.path());
     let events = follow_to_end(&client, &run, None).await;
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));
-    for _ in 0..200 {
+    // The sweep runs after the run's actors stopped, on a blocking thread: on a loaded
+    // machine that can take a while (bounded).
+    for _ in 0..500 {
         if !run_workspaces.exists() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let left: Vec<_> = std::fs::read_dir(&run_workspaces)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
     assert!(
         !run_workspaces.exists(),
-        "{} is left behind",
+        "{} is left behind, holding {left:?}",
         run_workspaces.display()
     );
     drop(daemon);

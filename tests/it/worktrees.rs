@@ -790,3 +790,120 @@ writes = { "docs/a.md" = "scripted\n" }
     );
     assert_checkout_clean(repo.path());
 }
+
+/// What a branch holds at `path`, as text.
+fn blob_at(repo: &git2::Repository, branch: &str, path: &str) -> Option<String> {
+    let tip = repo
+        .find_branch(branch, git2::BranchType::Local)
+        .ok()?
+        .get()
+        .peel_to_commit()
+        .ok()?;
+    let entry = tip.tree().ok()?.get_path(Path::new(path)).ok()?;
+    let blob = entry.to_object(repo).ok()?.peel_to_blob().ok()?;
+    Some(String::from_utf8_lossy(blob.content()).into_owned())
+}
+
+/// A real daemon process with credentials in its environment: a worker's command sees
+/// none of them (its `env` is committed on the branch for the test to read).
+#[tokio::test]
+async fn a_workers_commands_never_see_the_daemons_secrets() {
+    use crate::daemon_env::{DaemonProcess, follow_to_end, outcome, run_config, submit};
+    use flotilla_actors::protocol::{EventKind, RunOutcome};
+
+    let state = tempfile::tempdir().unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let daemon = DaemonProcess::start_with_env(
+        state.path(),
+        &[
+            ("OPENAI_API_KEY", "sk-flotilla-test-secret-1"),
+            ("ANTHROPIC_API_KEY", "sk-ant-flotilla-test-secret-2"),
+            ("GITHUB_TOKEN", "ghp_flotilla_test_secret_3"),
+            ("FLOTILLA_LOG", "info"),
+        ],
+    );
+    let client = DaemonProcess::client(state.path());
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "look around", scope = ["env.txt"] }]
+[tasks.t1]
+run = "env > env.txt"
+"#;
+    let run = submit(&client, repo.path(), run_config(scenario, 1)).await;
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let branch = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::TaskCompleted {
+                handoff: Some(h), ..
+            } => h.work.as_ref().map(|w| w.branch.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let env = blob_at(&git, &branch, "env.txt").expect("the command's env is on the branch");
+    assert!(env.contains("PATH="), "{env}");
+    for secret in ["secret", "OPENAI", "ANTHROPIC", "GITHUB_TOKEN", "FLOTILLA"] {
+        assert!(
+            !env.contains(secret),
+            "{secret} reached a worker's command:\n{env}"
+        );
+    }
+    drop(daemon);
+}
+
+/// A worker that splits its task hands back its partial work with the subplan; the
+/// synthesis reopens the same worktree on the same branch, so the parent's handoff is the
+/// partial work and the synthesis's, from git.
+#[tokio::test]
+async fn a_workers_own_subplan_is_synthesized_in_the_worktree_it_started() {
+    use crate::daemon_env::{InProcessDaemon, follow_to_end, outcome, run_config, submit};
+    use flotilla_actors::protocol::{EventKind, RunOutcome};
+
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "the parser", scope = ["src"] }]
+
+[tasks.t1]
+outcome = "subplan"
+writes = { "src/part.rs" = "// what the worker did before splitting\n" }
+[tasks.t1.subplan]
+subtasks = [{ description = "the tokens", scope = ["src/sub"] }]
+
+[tasks."t1.1"]
+writes = { "src/sub/tokens.rs" = "pub enum Token {}\n" }
+
+[tasks.t1.synthesis]
+summary = "parser assembled"
+writes = { "src/final.rs" = "pub mod part;\npub mod sub;\n" }
+"#;
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), run_config(scenario, 2)).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed), "{events:#?}");
+    let handoffs: std::collections::BTreeMap<String, flotilla_actors::protocol::Handoff> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TaskCompleted {
+                task,
+                handoff: Some(h),
+                ..
+            } => Some((task.to_string(), h.clone())),
+            _ => None,
+        })
+        .collect();
+    let parent = &handoffs["t1"];
+    assert_eq!(parent.summary, "parser assembled");
+    assert_eq!(parent.files_changed, ["src/final.rs", "src/part.rs"]);
+    let work = parent.work.as_ref().unwrap();
+    assert!(work.branch.ends_with("/t1"), "{}", work.branch);
+    assert_eq!(handoffs["t1.1"].files_changed, ["src/sub/tokens.rs"]);
+    let git = git2::Repository::open(repo.path()).unwrap();
+    assert!(blob_at(&git, &work.branch, "src/part.rs").is_some());
+    assert!(blob_at(&git, &work.branch, "src/final.rs").is_some());
+    assert_checkout_clean(repo.path());
+}
