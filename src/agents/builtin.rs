@@ -21,8 +21,8 @@ use flotilla_actors::ports::{
     Llm, LlmCall, LlmError, LlmRequest, ProcessRunner, Role, Sandbox, Workspace, scrubbed_env,
 };
 use flotilla_actors::protocol::{
-    Assignment, Budget, Handoff, HandoffMetrics, HandoffStatus, ProposedSubplan, RejectionReason,
-    SubtaskResult, TaskId,
+    Assignment, Budget, Handoff, HandoffMetrics, HandoffStatus, RejectionReason, SubtaskResult,
+    TaskId,
 };
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -96,11 +96,6 @@ impl BuiltinConfig {
     }
 }
 
-/// The most of the model's words a handoff keeps.
-const MAX_SUMMARY_CHARS: usize = 4_000;
-const MAX_NOTES: usize = 20;
-const MAX_NOTE_CHARS: usize = 1_000;
-
 pub struct BuiltinAgent {
     shared: Arc<Shared>,
 }
@@ -160,21 +155,10 @@ struct BuiltinSession {
 }
 
 fn task_message(assignment: &Assignment) -> String {
-    let spec = &assignment.task.spec;
-    let mut msg = format!(
-        "## Your task ({})\n{}\n\nscope (the only files you may change): {}\n",
-        assignment.task.task,
-        spec.description,
-        spec.scope.join(", ")
-    );
-    if !spec.acceptance.is_empty() {
-        msg.push_str(&format!("acceptance: {}\n", spec.acceptance));
-    }
-    msg.push_str(&format!(
-        "branch: {} (the worktree is your current directory)\n\nWork with the tools, then call finish.\n",
-        assignment.branch
-    ));
-    msg
+    format!(
+        "{}\nWork with the tools, then call finish.\n",
+        super::task_text(assignment)
+    )
 }
 
 impl BuiltinSession {
@@ -364,36 +348,8 @@ impl Turns {
     }
 
     fn finished(&self, args: FinishArgs) -> AgentReport {
-        let state = lock(&self.state);
-        let notes = |items: Vec<String>| -> Vec<String> {
-            items
-                .into_iter()
-                .take(MAX_NOTES)
-                .map(|n| n.chars().take(MAX_NOTE_CHARS).collect())
-                .collect()
-        };
-        let subplan = args.subplan.map(|plan| ProposedSubplan {
-            // The task is flotilla's to name, never the model's.
-            parent: self.task.clone(),
-            reason: plan.reason,
-            subtasks: plan.subtasks,
-            stop_when: plan.stop_when,
-        });
-        AgentReport {
-            handoff: Some(Handoff {
-                status: args.status,
-                summary: args.summary.chars().take(MAX_SUMMARY_CHARS).collect(),
-                files_changed: notes(args.files_changed),
-                concerns: notes(args.concerns),
-                suggestions: notes(args.suggestions),
-                metrics: self.metrics(&state),
-                build_exit_code: None,
-                work: None,
-                findings: Vec::new(),
-            }),
-            artifacts: Vec::new(),
-            subplan,
-        }
+        let metrics = self.metrics(&lock(&self.state));
+        args.into_report(&self.task, metrics, None)
     }
 }
 
@@ -472,16 +428,8 @@ impl AgentSession for BuiltinSession {
         parent: TaskId,
         results: Vec<SubtaskResult>,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
-        let mut message = format!(
-            "The subtasks of {parent} ended. Check that together they do the task, finish what is missing inside your scope, and call finish with the task's handoff.\n"
-        );
-        for r in &results {
-            let what = r.handoff.as_ref().map_or_else(
-                || r.state.to_string(),
-                |h| h.summary.chars().take(500).collect(),
-            );
-            message.push_str(&format!("- {} ({}): {what}\n", r.task, r.state));
-        }
+        let message =
+            super::synthesis_text(&parent, "call finish with the task's handoff", &results);
         self.converse(parent, message, Budget::default())
     }
 }

@@ -30,8 +30,7 @@ use flotilla_actors::ports::{
     scrubbed_env,
 };
 use flotilla_actors::protocol::{
-    Assignment, Budget, Handoff, HandoffMetrics, ProposedSubplan, RejectionReason, SubtaskResult,
-    TaskId, Usd,
+    Assignment, Budget, HandoffMetrics, RejectionReason, SubtaskResult, TaskId, Usd,
 };
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -55,11 +54,6 @@ const MAX_ENVELOPE_BYTES: usize = 256 * 1024;
 /// `{` positions tried, from the end, when looking for the envelope in a text: enough for
 /// an envelope after pages of code, and a bound on the work a brace-filled output costs.
 const MAX_ENVELOPE_TRIES: usize = 2_000;
-
-/// The most of the model's words a handoff keeps (as the built-in agent).
-const MAX_SUMMARY_CHARS: usize = 4_000;
-const MAX_NOTES: usize = 20;
-const MAX_NOTE_CHARS: usize = 1_000;
 
 /// What an error message shows of the CLI's last output (stderr and stdout together).
 const TAIL_CHARS: usize = 2_000;
@@ -417,24 +411,6 @@ struct CommandSession {
     attempt: AttemptContext,
 }
 
-fn task_text(assignment: &Assignment) -> String {
-    let spec = &assignment.task.spec;
-    let mut text = format!(
-        "## Your task ({})\n{}\n\nscope (the only files you may change): {}\n",
-        assignment.task.task,
-        spec.description,
-        spec.scope.join(", ")
-    );
-    if !spec.acceptance.is_empty() {
-        text.push_str(&format!("acceptance: {}\n", spec.acceptance));
-    }
-    text.push_str(&format!(
-        "branch: {} (the worktree is your current directory)\n",
-        assignment.branch
-    ));
-    text
-}
-
 /// How to hand back, for a CLI: it has no `finish` tool.
 fn envelope_instructions(result: ResultVia, root: &Path) -> String {
     let mut text = String::from(
@@ -484,7 +460,7 @@ impl AgentSession for CommandSession {
         &mut self,
         assignment: Assignment,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
-        let body = task_text(&assignment);
+        let body = super::task_text(&assignment);
         self.call(assignment.task.task.clone(), assignment.branch, body)
     }
 
@@ -495,7 +471,7 @@ impl AgentSession for CommandSession {
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         let body = format!(
             "{}\n## Your subplan was refused\nflotilla refused the subplan you proposed for this task: {rejection}. Propose a different one, or do the task yourself and hand back your handoff. What you changed in this directory before is still here.\n",
-            task_text(&assignment)
+            super::task_text(&assignment)
         );
         self.call(assignment.task.task.clone(), assignment.branch, body)
     }
@@ -505,17 +481,11 @@ impl AgentSession for CommandSession {
         parent: TaskId,
         results: Vec<SubtaskResult>,
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
-        let mut body = format!(
-            "## The subtasks of {parent} ended\nCheck that together they do the task, finish what is missing inside your scope, and hand back the task's handoff.\nbranch: {} (the worktree is your current directory)\n",
+        let body = format!(
+            "{}branch: {} (the worktree is your current directory)\n",
+            super::synthesis_text(&parent, "hand back the task's handoff", &results),
             self.workspace.branch
         );
-        for r in &results {
-            let what = r.handoff.as_ref().map_or_else(
-                || r.state.to_string(),
-                |h| h.summary.chars().take(500).collect(),
-            );
-            body.push_str(&format!("- {} ({}): {what}\n", r.task, r.state));
-        }
         let branch = self.workspace.branch.clone();
         self.call(parent, branch, body)
     }
@@ -761,48 +731,16 @@ impl Call {
         stream: &EventStream,
         concern: Option<String>,
     ) -> AgentReport {
-        let notes = |items: Vec<String>| -> Vec<String> {
-            items
-                .into_iter()
-                .take(MAX_NOTES)
-                .map(|n| n.chars().take(MAX_NOTE_CHARS).collect())
-                .collect()
-        };
-        let mut concerns = notes(args.concerns);
-        if let Some(concern) = concern {
-            concerns.insert(0, concern);
-            concerns.truncate(MAX_NOTES);
-        }
-        let subplan = args.subplan.map(|plan| ProposedSubplan {
-            // The task is flotilla's to name, never the CLI's.
-            parent: self.task.clone(),
-            reason: plan.reason,
-            subtasks: plan.subtasks,
-            stop_when: plan.stop_when,
-        });
         let tokens = stream.tokens();
-        AgentReport {
-            handoff: Some(Handoff {
-                status: args.status,
-                summary: args.summary.chars().take(MAX_SUMMARY_CHARS).collect(),
-                files_changed: notes(args.files_changed),
-                concerns,
-                suggestions: notes(args.suggestions),
-                // What this process spent, which is what it reported as it went.
-                metrics: HandoffMetrics {
-                    tokens_in: tokens.input,
-                    tokens_out: tokens.output,
-                    tool_calls: stream.tool_calls,
-                    cost_usd: stream.cost,
-                    ..HandoffMetrics::default()
-                },
-                build_exit_code: None,
-                work: None,
-                findings: Vec::new(),
-            }),
-            artifacts: Vec::new(),
-            subplan,
-        }
+        // What this process spent, which is what it reported as it went.
+        let metrics = HandoffMetrics {
+            tokens_in: tokens.input,
+            tokens_out: tokens.output,
+            tool_calls: stream.tool_calls,
+            cost_usd: stream.cost,
+            ..HandoffMetrics::default()
+        };
+        args.into_report(&self.task, metrics, concern)
     }
 }
 

@@ -8,11 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use flotilla_actors::ports::AgentReport;
 use flotilla_actors::ports::{
     CommandLimits, CommandSpec, ProcessRunner, Sandbox, ToolCall, ToolSpec,
 };
 use flotilla_actors::protocol::{
-    DecompositionReason, HandoffStatus, StopCondition, SubtaskProposal,
+    DecompositionReason, Handoff, HandoffMetrics, HandoffStatus, ProposedSubplan, StopCondition,
+    SubtaskProposal, TaskId,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -79,6 +81,56 @@ pub struct FinishArgs {
     pub files_changed: Vec<String>,
     #[serde(default)]
     pub subplan: Option<SubplanArgs>,
+}
+
+/// The most of the model's words a handoff keeps.
+const MAX_SUMMARY_CHARS: usize = 4_000;
+const MAX_NOTES: usize = 20;
+const MAX_NOTE_CHARS: usize = 1_000;
+
+impl FinishArgs {
+    /// The attempt's report: the model's words bounded, `concern` (flotilla's) first among
+    /// the concerns, a subplan's parent the task flotilla assigned (never the model's).
+    pub fn into_report(
+        self,
+        task: &TaskId,
+        metrics: HandoffMetrics,
+        concern: Option<String>,
+    ) -> AgentReport {
+        let notes = |items: Vec<String>| -> Vec<String> {
+            items
+                .into_iter()
+                .take(MAX_NOTES)
+                .map(|n| n.chars().take(MAX_NOTE_CHARS).collect())
+                .collect()
+        };
+        let mut concerns = notes(self.concerns);
+        if let Some(concern) = concern {
+            concerns.insert(0, concern);
+            concerns.truncate(MAX_NOTES);
+        }
+        let subplan = self.subplan.map(|plan| ProposedSubplan {
+            parent: task.clone(),
+            reason: plan.reason,
+            subtasks: plan.subtasks,
+            stop_when: plan.stop_when,
+        });
+        AgentReport {
+            handoff: Some(Handoff {
+                status: self.status,
+                summary: self.summary.chars().take(MAX_SUMMARY_CHARS).collect(),
+                files_changed: notes(self.files_changed),
+                concerns,
+                suggestions: notes(self.suggestions),
+                metrics,
+                build_exit_code: None,
+                work: None,
+                findings: Vec::new(),
+            }),
+            artifacts: Vec::new(),
+            subplan,
+        }
+    }
 }
 
 /// A subplan as the model writes it; flotilla adds the parent (the task it works on).
