@@ -392,3 +392,47 @@ tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "s
         "live only: seq 0"
     );
 }
+
+#[actix::test]
+async fn a_long_session_compacts_its_oldest_tool_outputs_and_keeps_the_task() {
+    let big = "x".repeat(3_000);
+    let mut scenario = format!(
+        "[[worker.t1.answers]]\ntool_calls = [{{ name = \"write_file\", arguments = {{ path = \"src/big.txt\", content = \"{big}\" }} }}]\n"
+    );
+    for _ in 0..4 {
+        scenario.push_str(
+            "[[worker.t1.answers]]\ntool_calls = [{ name = \"read_file\", arguments = { path = \"src/big.txt\" } }]\n",
+        );
+    }
+    scenario.push_str(
+        "[[worker.t1.answers]]\ntool_calls = [{ name = \"finish\", arguments = { status = \"complete\", summary = \"s\" } }]\n",
+    );
+    let config = BuiltinConfig {
+        max_context_bytes: 8_000,
+        keep_recent_outputs: 1,
+        ..BuiltinConfig::default()
+    };
+    let mut s = start(&scenario, config);
+    s.assign("t1", &["src"]);
+    completed(s.outcome().await);
+    let last = s.llm.requests().pop().unwrap();
+    let tool_outputs: Vec<&str> = last
+        .messages
+        .iter()
+        .filter(|m| m.role == ChatRole::Tool)
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(tool_outputs.len(), 5);
+    assert!(
+        tool_outputs[1].starts_with("[compacted: 3000 bytes"),
+        "{:?}",
+        &tool_outputs[1][..40.min(tool_outputs[1].len())]
+    );
+    assert_eq!(tool_outputs[4], big, "the most recent output stays whole");
+    let size: usize = last.messages.iter().map(|m| m.content.len()).sum();
+    assert!(size <= 8_000 + 3_000, "{size}");
+    assert!(
+        last.messages[1].content.contains("## Your task (t1)"),
+        "the task is never compacted"
+    );
+}
