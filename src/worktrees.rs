@@ -8,12 +8,16 @@
 //! across the whole daemon: runs on the same repository share one lock, so two attempts
 //! never race on a ref or on `.git/worktrees`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use flotilla_actors::ports::{BranchFate, RepoError, Swept, Workspace, WorktreeRequest, Worktrees};
-use flotilla_actors::protocol::{BranchWork, ChangeKind, FileChange, RunId, TaskId};
+use flotilla_actors::ports::{
+    BranchFate, RepoError, SweepKeep, Swept, Workspace, WorktreeRequest, Worktrees,
+};
+use flotilla_actors::protocol::{
+    BranchWork, ChangeKind, FileChange, RunId, TaskId, branch_name, branch_prefix,
+};
 use futures::future::BoxFuture;
 
 use crate::git_repo::main_commit;
@@ -114,6 +118,27 @@ fn signature() -> Result<git2::Signature<'static>, RepoError> {
     git2::Signature::now(FLOTILLA_NAME, FLOTILLA_EMAIL).map_err(git)
 }
 
+/// Runs whose worktrees were swept for good (the run ended): no worktree is made for them
+/// again. Checked and set under the repository's lock, so a `prepare` queued behind the
+/// final sweep is refused, never leaked.
+fn closed_runs() -> &'static Mutex<HashSet<RunId>> {
+    static CLOSED: OnceLock<Mutex<HashSet<RunId>>> = OnceLock::new();
+    CLOSED.get_or_init(Default::default)
+}
+
+fn run_closed(run: RunId) -> bool {
+    closed_runs()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .contains(&run)
+}
+
+/// The task and attempt a worktree's directory name (`<task>-a<attempt>`) stands for.
+fn attempt_of(dir_name: &str) -> Option<(TaskId, u32)> {
+    let (task, attempt) = dir_name.rsplit_once("-a")?;
+    Some((task.parse().ok()?, attempt.parse().ok()?))
+}
+
 /// Removes a worktree git knows by `name`: its directory and `.git/worktrees/<name>`.
 fn prune(repo: &git2::Repository, name: &str, path: &Path) -> Result<(), RepoError> {
     if let Ok(worktree) = repo.find_worktree(name) {
@@ -143,15 +168,46 @@ fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<bool, RepoErro
     }
 }
 
-/// The worktree `path` is a live checkout of `branch`.
-fn is_checkout_of(path: &Path, branch: &str) -> bool {
-    git2::Repository::open(path)
+/// The worktree git registered as `name`, opened through the repository's own records
+/// (`.git/worktrees/<name>`), never through the `.git` file in the worktree: an agent can
+/// rewrite that file to point anywhere, the user's repository included. Its work tree must
+/// be `path`.
+fn open_worktree(
+    repo: &git2::Repository,
+    name: &str,
+    path: &Path,
+) -> Result<git2::Repository, RepoError> {
+    let worktree = repo.find_worktree(name).map_err(git)?;
+    worktree.validate().map_err(git)?;
+    let opened = git2::Repository::open_from_worktree(&worktree).map_err(git)?;
+    let same = |a: &Path, b: &Path| {
+        std::fs::canonicalize(a)
+            .ok()
+            .is_some_and(|a| std::fs::canonicalize(b).ok() == Some(a))
+    };
+    match opened.workdir() {
+        Some(workdir) if same(workdir, path) => Ok(opened),
+        _ => Err(RepoError::Git(format!(
+            "worktree {name} is not at {}",
+            path.display()
+        ))),
+    }
+}
+
+/// `name` is a live worktree at `path` with `branch` checked out.
+fn reusable(repo: &git2::Repository, name: &str, path: &Path, branch: &str) -> bool {
+    open_worktree(repo, name, path)
         .ok()
-        .and_then(|r| r.head().ok().and_then(|h| h.name().ok().map(String::from)))
+        .and_then(|w| w.head().ok().and_then(|h| h.name().ok().map(String::from)))
         .is_some_and(|head| head == format!("refs/heads/{branch}"))
 }
 
 fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoError> {
+    if run_closed(place.run) {
+        return Err(RepoError::Git(
+            "the run has ended: no worktree is made for it any more".into(),
+        ));
+    }
     let repo = place.open()?;
     let dir_name = GitWorktrees::dir_name(&request.task, request.attempt);
     let name = place.worktree_name(&dir_name);
@@ -171,7 +227,7 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         Some(tip) => repo.merge_base(main.id(), tip.id()).map_err(git)?,
         None => main.id(),
     };
-    if existing.is_some() && is_checkout_of(&path, &request.branch) {
+    if existing.is_some() && reusable(&repo, &name, &path, &request.branch) {
         return Ok(Workspace {
             path,
             branch: request.branch.clone(),
@@ -197,12 +253,22 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
     })
 }
 
-/// Commits what the agent left in the worktree (if anything), as flotilla. Files over
-/// [`MAX_COMMITTED_FILE_BYTES`] are left out and named in the message. Returns whether a
-/// commit was made.
-fn commit_leftovers(worktree: &git2::Repository, workspace: &Workspace) -> Result<bool, RepoError> {
+/// Commits what is in the worktree on top of the branch's tip (as flotilla), whatever the
+/// worktree's HEAD and index say: an agent that switched branches or staged half its work
+/// still gets all of it on the branch flotilla named. Files over
+/// [`MAX_COMMITTED_FILE_BYTES`] stay out and are named in the message. Returns the branch's
+/// tip after it, and whether a commit was made.
+fn commit_leftovers(
+    repo: &git2::Repository,
+    worktree: &git2::Repository,
+    workspace: &Workspace,
+) -> Result<(git2::Oid, bool), RepoError> {
+    let reference = format!("refs/heads/{}", workspace.branch);
+    let tip = repo
+        .find_reference(&reference)
+        .and_then(|r| r.peel_to_commit())
+        .map_err(git)?;
     let root = workspace.path.clone();
-    let mut index = worktree.index().map_err(git)?;
     let mut too_large = Vec::new();
     let mut skip_large = |path: &Path, _: &[u8]| -> i32 {
         match std::fs::symlink_metadata(root.join(path)) {
@@ -213,27 +279,32 @@ fn commit_leftovers(worktree: &git2::Repository, workspace: &Workspace) -> Resul
             _ => 0,
         }
     };
+    // An index of flotilla's own, in memory, starting from the branch's tree: the one on
+    // disk is the agent's to use (or break).
+    let mut index = git2::Index::new().map_err(git)?;
+    worktree.set_index(&mut index).map_err(git)?;
+    let mut index = worktree.index().map_err(git)?;
+    index.read_tree(&tip.tree().map_err(git)?).map_err(git)?;
     index
         .add_all(["*"], git2::IndexAddOption::DEFAULT, Some(&mut skip_large))
         .map_err(git)?;
-    // Files the agent deleted leave the index too.
-    index.update_all(["*"], None).map_err(git)?;
-    index.write().map_err(git)?;
-    let tree_id = index.write_tree().map_err(git)?;
-    let head = worktree
-        .head()
-        .and_then(|h| h.peel_to_commit())
+    // Files the agent deleted leave the index too; tracked files grown too large stay as
+    // they were.
+    index
+        .update_all(["*"], Some(&mut skip_large))
         .map_err(git)?;
-    if head.tree_id() == tree_id {
-        return Ok(false);
+    let tree_id = index.write_tree_to(repo).map_err(git)?;
+    if tree_id == tip.tree_id() {
+        return Ok((tip.id(), false));
     }
-    let tree = worktree.find_tree(tree_id).map_err(git)?;
+    let tree = repo.find_tree(tree_id).map_err(git)?;
     let mut message = format!(
         "flotilla: commit the work left uncommitted on {}",
         workspace.branch
     );
     if !too_large.is_empty() {
         too_large.sort();
+        too_large.dedup();
         message.push_str(&format!(
             "\n\nLeft out (over {} MiB): {}",
             MAX_COMMITTED_FILE_BYTES / (1024 * 1024),
@@ -241,10 +312,19 @@ fn commit_leftovers(worktree: &git2::Repository, workspace: &Workspace) -> Resul
         ));
     }
     let sig = signature()?;
-    worktree
-        .commit(Some("HEAD"), &sig, &sig, &message, &tree, &[&head])
+    let commit = repo
+        .commit(None, &sig, &sig, &message, &tree, &[&tip])
         .map_err(git)?;
-    Ok(true)
+    // Only this branch moves, and only from the tip just read.
+    repo.reference_matching(
+        &reference,
+        commit,
+        true,
+        tip.id(),
+        "flotilla: safety-net commit",
+    )
+    .map_err(git)?;
+    Ok((commit, true))
 }
 
 fn change_kind(status: git2::Delta) -> ChangeKind {
@@ -258,8 +338,12 @@ fn change_kind(status: git2::Delta) -> ChangeKind {
     }
 }
 
+/// The most changed files a seal reads one by one; past it the rest are only counted (and
+/// the scope cannot be checked on them, which fails the attempt).
+pub const MAX_SEALED_FILES: usize = 100_000;
+
 /// What the branch changed between `base` and `head`: `git diff --stat base head` (renames
-/// detected as git does by default).
+/// detected as git does by default, with git's rename limit).
 pub fn branch_work(
     repo: &git2::Repository,
     branch: &str,
@@ -271,13 +355,21 @@ pub fn branch_work(
     let mut diff = repo
         .diff_tree_to_tree(Some(&old), Some(&new), None)
         .map_err(git)?;
-    diff.find_similar(Some(git2::DiffFindOptions::new().renames(true)))
-        .map_err(git)?;
+    diff.find_similar(Some(
+        git2::DiffFindOptions::new()
+            .renames(true)
+            .rename_limit(1000),
+    ))
+    .map_err(git)?;
     let mut files = Vec::new();
     let (mut added, mut removed, mut omitted) = (0u64, 0u64, 0u64);
     let path_of =
         |file: git2::DiffFile<'_>| file.path().map(|p| p.to_string_lossy().replace('\\', "/"));
     for (i, delta) in diff.deltas().enumerate() {
+        if files.len() >= MAX_SEALED_FILES {
+            omitted += 1;
+            continue;
+        }
         let patch = git2::Patch::from_diff(&diff, i).map_err(git)?;
         let (binary, lines_added, lines_removed) = match &patch {
             Some(p) if !delta.flags().is_binary() => {
@@ -288,10 +380,6 @@ pub fn branch_work(
         };
         added = added.saturating_add(lines_added);
         removed = removed.saturating_add(lines_removed);
-        if files.len() >= BranchWork::MAX_FILES {
-            omitted += 1;
-            continue;
-        }
         let change = change_kind(delta.status());
         let new_path = path_of(delta.new_file());
         let old_path = path_of(delta.old_file());
@@ -322,45 +410,52 @@ pub fn branch_work(
     })
 }
 
+fn dir_name_of(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 fn seal(place: &Place, workspace: &Workspace) -> Result<BranchWork, RepoError> {
-    let worktree = git2::Repository::open(&workspace.path)
-        .map_err(|_| RepoError::NotARepository(workspace.path.clone()))?;
-    let committed = commit_leftovers(&worktree, workspace)?;
-    let head = worktree
-        .head()
-        .and_then(|h| h.peel_to_commit())
-        .map_err(git)?
-        .id();
+    let repo = place.open()?;
+    let name = place.worktree_name(&dir_name_of(&workspace.path));
+    let worktree = open_worktree(&repo, &name, &workspace.path)?;
+    let (head, committed) = commit_leftovers(&repo, &worktree, workspace)?;
     let base = match git2::Oid::from_str(&workspace.base) {
         Ok(base) => base,
         Err(_) => {
-            let repo = place.open()?;
             let main = main_commit(&repo)?
                 .ok_or_else(|| RepoError::Git("the repository has no commits".into()))?
                 .id();
-            worktree.merge_base(main, head).map_err(git)?
+            repo.merge_base(main, head).map_err(git)?
         }
     };
-    let mut work = branch_work(&worktree, &workspace.branch, base, head)?;
+    let mut work = branch_work(&repo, &workspace.branch, base, head)?;
     work.committed_for_agent = committed;
     Ok(work)
 }
 
 fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(), RepoError> {
     let repo = place.open()?;
-    let dir_name = workspace
-        .path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    prune(&repo, &place.worktree_name(&dir_name), &workspace.path)?;
+    prune(
+        &repo,
+        &place.worktree_name(&dir_name_of(&workspace.path)),
+        &workspace.path,
+    )?;
     if fate == BranchFate::Delete {
         delete_branch(&repo, &workspace.branch)?;
     }
     Ok(())
 }
 
-fn sweep(place: &Place, keep: &[String]) -> Result<Swept, RepoError> {
+fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
+    if keep.closing {
+        // Under the repository's lock, like every prepare: none of this run's can follow.
+        closed_runs()
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(place.run);
+    }
     let repo = place.open()?;
     let mut swept = Swept::default();
     let prefix = place.name_prefix();
@@ -371,13 +466,11 @@ fn sweep(place: &Place, keep: &[String]) -> Result<Swept, RepoError> {
             continue;
         };
         let path = place.root.join(dir_name);
-        // The branch it has checked out, read before it goes.
-        let branch = git2::Repository::open(&path).ok().and_then(|r| {
-            r.head()
-                .ok()
-                .and_then(|h| h.shorthand().ok().map(String::from))
-        });
-        if branch.as_ref().is_some_and(|b| keep.contains(b)) {
+        // The branch is the one flotilla named for the attempt, read from the worktree's
+        // name, never from what the worktree has checked out (an agent may have switched).
+        let branch =
+            attempt_of(dir_name).map(|(task, attempt)| branch_name(place.run, &task, attempt));
+        if branch.as_ref().is_some_and(|b| keep.worktrees.contains(b)) {
             kept.push(path);
             continue;
         }
@@ -400,7 +493,27 @@ fn sweep(place: &Place, keep: &[String]) -> Result<Swept, RepoError> {
             }
         }
     }
-    if keep.is_empty() {
+    // Branches of attempts the journal does not record as delivered.
+    if let Some(delivered) = &keep.delivered {
+        let ours = branch_prefix(place.run);
+        let mut doomed = Vec::new();
+        for branch in repo.branches(Some(git2::BranchType::Local)).map_err(git)? {
+            let (branch, _) = branch.map_err(git)?;
+            if let Some(name) = branch.name().ok().flatten()
+                && name.starts_with(&ours)
+                && !delivered.iter().any(|d| d == name)
+                && !keep.worktrees.iter().any(|k| k == name)
+            {
+                doomed.push(name.to_string());
+            }
+        }
+        for name in doomed {
+            if delete_branch(&repo, &name)? {
+                swept.branches.push(name);
+            }
+        }
+    }
+    if keep.worktrees.is_empty() {
         // Nothing of the run is left in it (an error here only means something is).
         let _ = std::fs::remove_dir(&place.root);
     }
@@ -427,7 +540,7 @@ impl Worktrees for GitWorktrees {
         self.blocking(move |place| release(place, &workspace, fate))
     }
 
-    fn sweep(&self, keep: Vec<String>) -> BoxFuture<'static, Result<Swept, RepoError>> {
+    fn sweep(&self, keep: SweepKeep) -> BoxFuture<'static, Result<Swept, RepoError>> {
         self.blocking(move |place| sweep(place, &keep))
     }
 }

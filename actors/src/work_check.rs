@@ -161,15 +161,27 @@ pub fn check_work(
         .collect();
     outside.sort();
     outside.dedup();
+    if work.files_omitted > 0 {
+        // Files the seal only counted cannot be shown to be in the scope.
+        outside.push(format!(
+            "({} more changed files, too many to check)",
+            work.files_omitted
+        ));
+    }
 
+    // A test deleted, or moved to where it is no longer a test.
     let deleted_tests: Vec<String> = work
         .files
         .iter()
-        .filter(|f| f.change == ChangeKind::Deleted && checks.is_test(&f.path))
-        .map(|f| f.path.clone())
+        .filter_map(|f| match (f.change, &f.old_path) {
+            (ChangeKind::Deleted, _) if checks.is_test(&f.path) => Some(f.path.clone()),
+            (ChangeKind::Renamed, Some(old)) if checks.is_test(old) && !checks.is_test(&f.path) => {
+                Some(old.clone())
+            }
+            _ => None,
+        })
         .collect();
 
-    let changed: Vec<String> = work.files.iter().map(|f| f.path.clone()).collect();
     let claimed_not_changed: Vec<String> = agent
         .files_changed
         .iter()
@@ -221,6 +233,16 @@ pub fn check_work(
         ChangeKind::TypeChanged,
     ]);
     metrics.files_deleted = count(&[ChangeKind::Deleted]);
+
+    // Everything above was checked on every file the seal read; the handoff lists the first
+    // `BranchWork::MAX_FILES` of them.
+    let mut work = work;
+    if work.files.len() > BranchWork::MAX_FILES {
+        let dropped = work.files.len() - BranchWork::MAX_FILES;
+        work.files.truncate(BranchWork::MAX_FILES);
+        work.files_omitted = work.files_omitted.saturating_add(dropped as u64);
+    }
+    let changed: Vec<String> = work.files.iter().map(|f| f.path.clone()).collect();
 
     CheckedWork {
         handoff: Handoff {
@@ -409,6 +431,67 @@ mod tests {
         assert_eq!(paths[0], "./src/gone.rs");
         assert_eq!(paths[1].chars().count(), MAX_CLAIM_CHARS);
         assert_eq!(paths.len(), 2);
+    }
+
+    #[test]
+    fn every_file_is_checked_before_the_list_is_cut_for_the_handoff() {
+        let mut files: Vec<FileChange> = (0..1_500)
+            .map(|i| change(&format!("src/f{i:04}.rs"), ChangeKind::Added, 1, 0))
+            .collect();
+        files.push(change("zz/late.rs", ChangeKind::Added, 1, 0));
+        let checked = check_work(
+            agent(HandoffStatus::Complete, &[]),
+            work(files),
+            &scope(&["src"]),
+            &Checks::default(),
+        );
+        assert_eq!(
+            checked.out_of_scope,
+            ["zz/late.rs"],
+            "found past the first 1000"
+        );
+        let w = checked.handoff.work.unwrap();
+        assert_eq!(w.files.len(), BranchWork::MAX_FILES);
+        assert_eq!(w.files_omitted, 501);
+        assert_eq!(
+            checked.handoff.metrics.files_created, 1_501,
+            "counted over all"
+        );
+        assert_eq!(checked.handoff.files_changed.len(), BranchWork::MAX_FILES);
+
+        let mut too_many = work(vec![change("src/a.rs", ChangeKind::Added, 1, 0)]);
+        too_many.files_omitted = 7;
+        let checked = check_work(
+            agent(HandoffStatus::Complete, &[]),
+            too_many,
+            &scope(&["src"]),
+            &Checks::default(),
+        );
+        assert_eq!(
+            checked.out_of_scope,
+            ["(7 more changed files, too many to check)"],
+            "what the seal could not read cannot pass the scope check"
+        );
+    }
+
+    #[test]
+    fn a_test_moved_out_of_the_tests_counts_as_deleted() {
+        let mut moved = change("src/old_test_helpers.rs", ChangeKind::Renamed, 0, 0);
+        moved.old_path = Some("tests/helpers.rs".into());
+        let mut renamed_within = change("tests/b.rs", ChangeKind::Renamed, 0, 0);
+        renamed_within.old_path = Some("tests/a.rs".into());
+        let checked = check_work(
+            agent(HandoffStatus::Complete, &[]),
+            work(vec![moved, renamed_within]),
+            &scope(&["src", "tests"]),
+            &Checks::default(),
+        );
+        assert_eq!(
+            checked.handoff.findings,
+            [Finding::DeletedTests {
+                paths: vec!["tests/helpers.rs".into()]
+            }]
+        );
     }
 
     #[test]

@@ -30,7 +30,9 @@ use flotilla_actors::actors::{
     WorkerKit, WorkerPool,
 };
 use flotilla_actors::graph::RunGraph;
-use flotilla_actors::ports::{Agent, Clock, Journal, Llm, ProcessRunner, RepoError, Worktrees};
+use flotilla_actors::ports::{
+    Agent, Clock, Journal, Llm, ProcessRunner, RepoError, SweepKeep, Worktrees,
+};
 use flotilla_actors::protocol::{
     Event, EventKind, Published, Role, RootHandoff, RunId, RunOutcome, TaskId, TaskState,
     ToPlanner, ToTaskGraph, UserDecision, branch_name,
@@ -288,6 +290,17 @@ impl Supervisor {
             })
             .map(|n| branch_name(run, &n.id, n.attempt))
             .collect();
+        // What the journal says was delivered: any other branch of the run (a crash between
+        // a Worker releasing its worktree and its report being journaled) goes.
+        let delivered: Vec<String> = journal
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::TaskCompleted {
+                    handoff: Some(h), ..
+                } => h.work.as_ref().map(|w| w.branch.clone()),
+                _ => None,
+            })
+            .collect();
 
         let graph_ctx = Context::<TaskGraph>::new();
         let graph_addr = graph_ctx.address();
@@ -297,7 +310,11 @@ impl Supervisor {
             graph_addr.clone().recipient(),
             Duration::from_millis(config.limits.default_budget.wall_time_ms.max(1)),
         )
-        .keeping_worktrees(synthesizing)
+        .keeping(SweepKeep {
+            worktrees: synthesizing,
+            delivered: Some(delivered),
+            closing: false,
+        })
         .watched(self.lifeline(run, generation, Member::Workers, ctx))
         .start();
         let repo = Arc::new(GitRepo::new(entry_repo));
@@ -727,7 +744,11 @@ fn clean_up_after(worktrees: GitWorktrees) {
         // Let the run's actors finish stopping first: their memory is what is given back,
         // and their Workers release their own worktrees as they stop.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        if let Err(e) = worktrees.sweep(Vec::new()).await {
+        let run_over = SweepKeep {
+            closing: true,
+            ..SweepKeep::default()
+        };
+        if let Err(e) = worktrees.sweep(run_over).await {
             warn!(error = %e, "cannot remove a finished run's worktrees");
         }
         let _ = tokio::task::spawn_blocking(|| {
@@ -940,8 +961,10 @@ pub struct GcReport {
     pub dry_run: bool,
 }
 
+/// Atomic: no run starts while a collection runs, so a run submitted meanwhile is never
+/// taken for one that ended (its directory would be swept from under it).
 impl Handler<CollectGarbage> for Supervisor {
-    type Result = ResponseActFuture<Self, Result<GcReport, String>>;
+    type Result = AtomicResponse<Self, Result<GcReport, String>>;
 
     fn handle(&mut self, msg: CollectGarbage, _: &mut Context<Self>) -> Self::Result {
         let live: std::collections::HashSet<RunId> = self.runs.keys().copied().collect();
@@ -991,7 +1014,10 @@ impl Handler<CollectGarbage> for Supervisor {
                     continue;
                 }
                 match GitWorktrees::new(repo, run, dir.clone())
-                    .sweep(Vec::new())
+                    .sweep(SweepKeep {
+                        closing: true,
+                        ..SweepKeep::default()
+                    })
                     .await
                 {
                     Ok(swept) => {
@@ -1012,6 +1038,6 @@ impl Handler<CollectGarbage> for Supervisor {
             }
             Ok(report)
         };
-        Box::pin(work.into_actor(self))
+        AtomicResponse::new(Box::pin(work.into_actor(self)))
     }
 }

@@ -621,8 +621,27 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     daemon.kill(); // the attempts in flight leave their workspaces behind
-    assert!(run_workspaces.exists());
+    let interrupted: Vec<std::path::PathBuf> = std::fs::read_dir(&run_workspaces)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(!interrupted.is_empty());
+    let before: i64 = rusqlite::Connection::open(state.path().join("journal.sqlite"))
+        .unwrap()
+        .query_row("SELECT MAX(seq) FROM events", [], |r| r.get(0))
+        .unwrap();
+    let before = before as u64;
     let daemon = DaemonProcess::start(state.path());
+    // The restarted run's pool sweeps before its first attempt: by the time one starts,
+    // the interrupted attempts' worktrees are gone (not only at the end of the run).
+    wait_for(&client, &run, "an attempt started after the restart", |e| {
+        e.seq > before && matches!(e.kind, EventKind::TaskStarted { .. })
+    })
+    .await;
+    for path in &interrupted {
+        assert!(!path.exists(), "{} survived the restart", path.display());
+    }
     let events = follow_to_end(&client, &run, None).await;
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));
     // The sweep runs after the run's actors stopped, on a blocking thread: on a loaded

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use flotilla::worktrees::{FLOTILLA_EMAIL, GitWorktrees, MAX_COMMITTED_FILE_BYTES};
-use flotilla_actors::ports::{BranchFate, Workspace, WorktreeRequest, Worktrees};
+use flotilla_actors::ports::{BranchFate, SweepKeep, Workspace, WorktreeRequest, Worktrees};
 use flotilla_actors::protocol::{ChangeKind, RunId, TaskId, branch_name};
 
 use crate::daemon_env::{commit_files, init_repo};
@@ -70,13 +70,15 @@ impl Fixture {
     }
 }
 
-/// `git diff --numstat -M base head` as (path, added, removed), when git is installed.
+/// `git diff --numstat base head` as (path, added, removed): the numbers `git diff --stat`
+/// shows, per file (git's default rename detection, as flotilla's). git is on every machine
+/// that cloned this repository.
 fn git_cli_numstat(repo: &Path, base: &str, head: &str) -> Option<Vec<(String, u64, u64)>> {
     let out = Command::new("git")
-        .args(["diff", "--numstat", "-M", base, head])
+        .args(["diff", "--numstat", base, head])
         .current_dir(repo)
         .output()
-        .ok()?;
+        .expect("the git command line is installed");
     assert!(out.status.success(), "{out:?}");
     let mut rows: Vec<(String, u64, u64)> = String::from_utf8(out.stdout)
         .unwrap()
@@ -253,15 +255,33 @@ async fn a_sweep_removes_every_worktree_but_the_kept_and_keeps_delivered_branche
     // A directory git never registered (a crash mid-way).
     let stray = f.state.path().join(f.run.to_string()).join("t9-a1");
     std::fs::create_dir_all(&stray).unwrap();
+    // Released as delivered, but the crash came before its report was journaled.
+    let unreported = f.worktrees.prepare(f.request("t4", 1)).await.unwrap();
+    f.worktrees
+        .release(unreported.clone(), BranchFate::Keep)
+        .await
+        .unwrap();
 
+    // A restart: the journal says t1 was delivered and t3 waits to synthesize.
     let swept = f
         .worktrees
-        .sweep(vec![waiting.branch.clone()])
+        .sweep(SweepKeep {
+            worktrees: vec![waiting.branch.clone()],
+            delivered: Some(vec![delivered.branch.clone()]),
+            closing: false,
+        })
         .await
         .unwrap();
     assert!(swept.worktrees.contains(&interrupted.path));
     assert!(swept.worktrees.contains(&stray));
-    assert_eq!(swept.branches, std::slice::from_ref(&interrupted.branch));
+    let mut gone = swept.branches.clone();
+    gone.sort();
+    let mut expected = vec![interrupted.branch.clone(), unreported.branch.clone()];
+    expected.sort();
+    assert_eq!(
+        gone, expected,
+        "interrupted and unreported attempts' branches go"
+    );
     assert!(!interrupted.path.exists() && !stray.exists());
     assert!(
         waiting.path.exists(),
@@ -271,7 +291,13 @@ async fn a_sweep_removes_every_worktree_but_the_kept_and_keeps_delivered_branche
     assert!(f.branch_tip(&waiting.branch).is_some());
 
     // The end of the run: nothing is kept but delivered work.
-    f.worktrees.sweep(Vec::new()).await.unwrap();
+    f.worktrees
+        .sweep(SweepKeep {
+            closing: true,
+            ..SweepKeep::default()
+        })
+        .await
+        .unwrap();
     assert!(!waiting.path.exists());
     assert_eq!(f.branch_tip(&waiting.branch), None);
     assert!(f.branch_tip(&delivered.branch).is_some());
@@ -504,6 +530,7 @@ async fn the_readme_demo_completes_with_a_commit_on_every_workers_branch() {
     let run = submit(&daemon.client, repo.path(), serde_json::Value::Null).await;
     let events = follow_to_end(&daemon.client, &run, None).await;
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let git = git2::Repository::open(repo.path()).unwrap();
     let mut delivered: Vec<(String, Vec<String>)> = events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -511,8 +538,21 @@ async fn the_readme_demo_completes_with_a_commit_on_every_workers_branch() {
                 task,
                 handoff: Some(h),
                 ..
-            } if h.work.is_some() => Some((task.to_string(), h.files_changed.clone())),
+            } if h.work.is_some() => Some((task.to_string(), h.clone())),
             _ => None,
+        })
+        .map(|(task, h)| {
+            // Each is a commit on its own branch, as the handoff says.
+            let work = h.work.unwrap();
+            let tip = git
+                .find_branch(&work.branch, git2::BranchType::Local)
+                .unwrap()
+                .get()
+                .target()
+                .unwrap();
+            assert_eq!(tip.to_string(), work.head, "{task}");
+            assert_ne!(work.head, work.base, "{task} committed something");
+            (task, h.files_changed)
         })
         .collect();
     delivered.sort();
@@ -906,4 +946,80 @@ writes = { "src/final.rs" = "pub mod part;\npub mod sub;\n" }
     assert!(blob_at(&git, &work.branch, "src/part.rs").is_some());
     assert!(blob_at(&git, &work.branch, "src/final.rs").is_some());
     assert_checkout_clean(repo.path());
+}
+
+/// An agent rewrites its worktree's `.git` file to name the user's repository: flotilla
+/// still commits to the task branch only, and the user's index, checkout and main never
+/// move.
+#[tokio::test]
+async fn a_worktree_pointed_at_the_users_repository_cannot_make_flotilla_write_there() {
+    let f = fixture();
+    let main = f.main_tip();
+    let index_before = std::fs::read(f.repo.path().join(".git/index")).unwrap();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    std::fs::write(
+        ws.path.join(".git"),
+        format!("gitdir: {}\n", f.repo.path().join(".git").display()),
+    )
+    .unwrap();
+    std::fs::write(ws.path.join("src/a.rs"), "pub fn a() {}\n").unwrap();
+    let work = f.worktrees.seal(ws.clone()).await.unwrap();
+    assert_eq!(f.main_tip(), main, "main did not move");
+    assert_eq!(
+        std::fs::read(f.repo.path().join(".git/index")).unwrap(),
+        index_before,
+        "the user's index is untouched"
+    );
+    assert_checkout_untouched_with_code(f.repo.path());
+    assert_eq!(f.branch_tip(&ws.branch), Some(work.head.clone()));
+    let paths: Vec<&str> = work.files.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["src/a.rs"]);
+    f.worktrees.release(ws, BranchFate::Keep).await.unwrap();
+}
+
+/// An agent that switches its worktree to a branch of its own: the work still lands on the
+/// branch flotilla named, and a sweep deletes that branch, never the one the agent made up.
+#[tokio::test]
+async fn an_agent_that_switches_branches_still_delivers_on_the_branch_flotilla_named() {
+    let f = fixture();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    let status = Command::new("git")
+        .args(["checkout", "-q", "-b", "main-but-mine"])
+        .current_dir(&ws.path)
+        .status()
+        .expect("git is installed");
+    assert!(status.success());
+    std::fs::write(ws.path.join("src/b.rs"), "pub fn b() {}\n").unwrap();
+    let work = f.worktrees.seal(ws.clone()).await.unwrap();
+    assert_eq!(f.branch_tip(&ws.branch), Some(work.head.clone()));
+    assert_eq!(work.files.len(), 1);
+    f.worktrees
+        .sweep(SweepKeep {
+            closing: true,
+            ..SweepKeep::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        f.branch_tip(&ws.branch),
+        None,
+        "its undelivered branch went"
+    );
+    assert!(
+        f.branch_tip("main-but-mine").is_some(),
+        "a branch flotilla did not name is not flotilla's to delete"
+    );
+    // The run is over: no worktree is made for it again.
+    let refused = f.worktrees.prepare(f.request("t2", 1)).await.unwrap_err();
+    assert!(refused.to_string().contains("run has ended"), "{refused}");
+}
+
+/// The fixture's checkout: `main`, its files as committed, nothing else.
+fn assert_checkout_untouched_with_code(path: &Path) {
+    let repo = git2::Repository::open(path).unwrap();
+    let statuses = repo
+        .statuses(Some(git2::StatusOptions::new().include_untracked(true)))
+        .unwrap();
+    assert!(statuses.is_empty(), "the user's checkout was touched");
+    assert_eq!(repo.head().unwrap().shorthand().unwrap(), "main");
 }

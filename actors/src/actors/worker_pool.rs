@@ -15,6 +15,7 @@ use actix::prelude::*;
 use tracing::{debug, info, warn};
 
 use super::worker::{Job, Worker, WorkerKit};
+use crate::ports::SweepKeep;
 use crate::protocol::{AttemptFailure, RunId, TaskId, ToAgent, ToTaskGraph, branch_name};
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -42,8 +43,8 @@ pub struct WorkerPool {
     synthesis_limit: Duration,
     running: HashMap<TaskId, Running>,
     next_serial: u64,
-    /// Branches whose worktrees survive the sweep at start: parents waiting to synthesize.
-    keep_worktrees: Vec<String>,
+    /// What the sweep at start keeps: parents waiting to synthesize, delivered branches.
+    keep: SweepKeep,
     lifeline: Option<Lifeline>,
 }
 
@@ -61,7 +62,7 @@ impl WorkerPool {
             synthesis_limit,
             running: HashMap::new(),
             next_serial: 0,
-            keep_worktrees: Vec::new(),
+            keep: SweepKeep::default(),
             lifeline: None,
         }
     }
@@ -72,11 +73,12 @@ impl WorkerPool {
         self
     }
 
-    /// After a restart: the worktrees of parents waiting to synthesize (on these branches)
-    /// survive the sweep the pool makes before its first attempt; every other worktree of
-    /// the run belonged to an interrupted attempt and goes.
-    pub fn keeping_worktrees(mut self, branches: Vec<String>) -> Self {
-        self.keep_worktrees = branches;
+    /// After a restart: what survives the sweep the pool makes before its first attempt
+    /// (the worktrees of parents waiting to synthesize, the branches the journal says were
+    /// delivered); every other worktree and branch of the run belonged to an interrupted
+    /// attempt and goes.
+    pub fn keeping(mut self, keep: SweepKeep) -> Self {
+        self.keep = keep;
         self
     }
 
@@ -126,10 +128,7 @@ impl Actor for WorkerPool {
     /// Sweeps what an earlier life of the run left (worktrees of interrupted attempts)
     /// before any attempt starts: assignments wait in the mailbox meanwhile.
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let sweep = self
-            .kit
-            .worktrees
-            .sweep(std::mem::take(&mut self.keep_worktrees));
+        let sweep = self.kit.worktrees.sweep(std::mem::take(&mut self.keep));
         let run = self.run;
         ctx.wait(sweep.into_actor(self).map(move |result, _, _| match result {
             Ok(swept) if !swept.worktrees.is_empty() || !swept.branches.is_empty() => {

@@ -85,6 +85,20 @@ pub enum BranchFate {
     Delete,
 }
 
+/// What a sweep keeps of a run, and whether the run is over.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepKeep {
+    /// Branches whose worktree stays (parents waiting to synthesize).
+    pub worktrees: Vec<String>,
+    /// The branches the journal records as delivered: every other branch of the run goes
+    /// too (a crash between releasing a delivered worktree and journaling its report leaves
+    /// one). `None`: every branch without a worktree stays (the journal was not read).
+    pub delivered: Option<Vec<String>>,
+    /// The run is over: no worktree may be made for it after this sweep (an attempt's
+    /// `prepare` still queued behind it is refused rather than leaked).
+    pub closing: bool,
+}
+
 /// What a sweep removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Swept {
@@ -109,12 +123,13 @@ pub trait Worktrees: Send + Sync + 'static {
         workspace: Workspace,
         fate: BranchFate,
     ) -> BoxFuture<'static, Result<(), RepoError>>;
-    /// Removes every worktree of the run except those on the `keep` branches (parents
-    /// waiting to synthesize), deleting their branches with them: an attempt that still has
-    /// its worktree never delivered (a Worker releases the worktree of delivered work before
-    /// it reports). Branches without a worktree stay: they hold delivered work. For a restart
-    /// (before any attempt starts) and for the end of a run.
-    fn sweep(&self, keep: Vec<String>) -> BoxFuture<'static, Result<Swept, RepoError>>;
+    /// Removes every worktree of the run except those on `keep.worktrees` (parents waiting
+    /// to synthesize), deleting their branches with them: an attempt that still has its
+    /// worktree never delivered (a Worker releases the worktree of delivered work before it
+    /// reports). Branches without a worktree stay unless `keep.delivered` lists what the
+    /// journal says was delivered. For a restart (before any attempt starts), the end of a
+    /// run (`closing`), and `flotilla gc`.
+    fn sweep(&self, keep: SweepKeep) -> BoxFuture<'static, Result<Swept, RepoError>>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -238,7 +253,7 @@ impl Worktrees for ScratchWorktrees {
         })
     }
 
-    fn sweep(&self, _: Vec<String>) -> BoxFuture<'static, Result<Swept, RepoError>> {
+    fn sweep(&self, _: SweepKeep) -> BoxFuture<'static, Result<Swept, RepoError>> {
         let root = self.root.clone();
         Box::pin(async move {
             let mut swept = Swept::default();

@@ -75,7 +75,8 @@ pub struct BranchWork {
     pub base: String,
     /// The branch's last commit when the attempt ended.
     pub head: String,
-    /// The changed files, sorted by path (at most [`BranchWork::MAX_FILES`]).
+    /// The changed files, sorted by path (in a handoff, at most [`BranchWork::MAX_FILES`];
+    /// checks read them all first).
     pub files: Vec<FileChange>,
     /// Changed files left out of `files` past the cap; the totals count them.
     #[serde(default)]
