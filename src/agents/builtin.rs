@@ -359,10 +359,13 @@ fn finish_from_text(text: &str) -> Option<FinishArgs> {
     parse_json_answer(text, 256 * 1024).ok()
 }
 
-/// Shrinks the conversation below `max_bytes` by replacing the oldest tool outputs (all but
-/// the `keep_recent` newest) with a line that says how long they were. The system prompt,
-/// the task and the model's own turns are never cut.
+/// Shrinks the conversation below `max_bytes`, oldest first: tool outputs become a line
+/// that says how long they were, and long tool-call arguments (a `write_file`'s content)
+/// become a small JSON object that says the same. Only what comes before the oldest of the
+/// `keep_recent` newest tool outputs is compacted; the system prompt, the task and the
+/// model's words are never cut.
 pub fn compact(messages: &mut [ChatMessage], max_bytes: usize, keep_recent: usize) {
+    const LONG_ARGUMENTS: usize = 200;
     let size = |m: &ChatMessage| {
         m.content.len()
             + m.tool_calls
@@ -380,18 +383,35 @@ pub fn compact(messages: &mut [ChatMessage], max_bytes: usize, keep_recent: usiz
         .filter(|(_, m)| m.role == ChatRole::Tool)
         .map(|(i, _)| i)
         .collect();
-    let old = tools.len().saturating_sub(keep_recent);
-    for &i in &tools[..old] {
+    // Everything before the oldest of the outputs kept whole may be compacted.
+    let cutoff = tools
+        .len()
+        .checked_sub(keep_recent)
+        .and_then(|old| tools.get(old).copied())
+        .unwrap_or(if keep_recent == 0 { messages.len() } else { 0 });
+    for message in messages[..cutoff].iter_mut() {
         if total <= max_bytes {
             break;
         }
-        let before = messages[i].content.len();
-        if messages[i].content.starts_with("[compacted:") {
-            continue;
+        match message.role {
+            ChatRole::Tool if !message.content.starts_with("[compacted:") => {
+                let before = message.content.len();
+                let note = format!("[compacted: {before} bytes of tool output, no longer shown]");
+                total = total - before + note.len();
+                message.content = note;
+            }
+            ChatRole::Assistant => {
+                for call in message.tool_calls.iter_mut() {
+                    let before = call.arguments.len();
+                    if before > LONG_ARGUMENTS {
+                        let note = format!("{{\"compacted\":\"{before} bytes of arguments\"}}");
+                        total = total - before + note.len();
+                        call.arguments = note;
+                    }
+                }
+            }
+            _ => {}
         }
-        let note = format!("[compacted: {before} bytes of tool output, no longer shown]");
-        total = total - before + note.len();
-        messages[i].content = note;
     }
 }
 
@@ -463,6 +483,38 @@ mod tests {
             "the most recent stays whole"
         );
         assert_eq!(messages[1].content, "task");
+    }
+
+    #[test]
+    fn compaction_also_shortens_old_tool_call_arguments() {
+        use flotilla_actors::ports::ToolCall;
+        let write = |id: &str| ToolCall {
+            id: id.into(),
+            name: "write_file".into(),
+            arguments: format!("{{\"path\":\"a\",\"content\":\"{}\"}}", "y".repeat(2_000)),
+        };
+        let mut messages = vec![
+            ChatMessage::system("s"),
+            ChatMessage::user("task"),
+            ChatMessage::assistant_calls("", vec![write("1")]),
+            ChatMessage::tool_result("1", "wrote a"),
+            ChatMessage::assistant_calls("", vec![write("2")]),
+            ChatMessage::tool_result("2", "wrote a"),
+        ];
+        compact(&mut messages, 2_500, 1);
+        assert!(
+            messages[2].tool_calls[0]
+                .arguments
+                .starts_with("{\"compacted\":\"2"),
+            "{}",
+            messages[2].tool_calls[0].arguments
+        );
+        serde_json::from_str::<serde_json::Value>(&messages[2].tool_calls[0].arguments)
+            .expect("still JSON for the provider");
+        assert!(
+            messages[4].tool_calls[0].arguments.len() > 2_000,
+            "the call the kept output answers stays whole"
+        );
     }
 
     #[test]

@@ -325,8 +325,13 @@ pub fn describe(call: &ToolCall) -> String {
         .to_string()
 }
 
-fn place(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
-    confine(&ctx.root, path).map_err(|e| e.to_string())
+/// `path` confined to the worktree, resolved on a blocking thread (it follows links on the
+/// file system, which the actor's thread must not wait for).
+async fn place(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
+    let (root, path) = (ctx.root.clone(), path.to_string());
+    tokio::task::spawn_blocking(move || confine(&root, &path).map_err(|e| e.to_string()))
+        .await
+        .map_err(|e| format!("the path could not be checked: {e}"))?
 }
 
 /// `text` cut to `max` bytes on a character boundary.
@@ -341,25 +346,43 @@ fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// Opens a regular file of the worktree for reading, and says how long it is: not a FIFO
+/// (which would hold a thread forever), not a device.
+async fn open_regular(full: &Path, path: &str) -> Result<(tokio::fs::File, u64), String> {
+    let meta = tokio::fs::metadata(full)
+        .await
+        .map_err(|e| format!("cannot read {path}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{path} is not a regular file"));
+    }
+    let file = tokio::fs::File::open(full)
+        .await
+        .map_err(|e| format!("cannot read {path}: {e}"))?;
+    Ok((file, meta.len()))
+}
+
 async fn read_file(ctx: &ToolContext, path: &str, offset: u64) -> Result<String, String> {
-    let full = place(ctx, path)?;
-    let bytes = tokio::fs::read(&full)
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let full = place(ctx, path).await?;
+    let (mut file, len) = open_regular(&full, path).await?;
+    let start = offset.min(len);
+    file.seek(std::io::SeekFrom::Start(start))
+        .await
+        .map_err(|e| format!("cannot read {path}: {e}"))?;
+    // Only the part shown is read (a few bytes more, to end on a whole character).
+    let mut bytes = Vec::new();
+    file.take(ctx.limits.read_bytes as u64 + 3)
+        .read_to_end(&mut bytes)
         .await
         .map_err(|e| format!("cannot read {path}: {e}"))?;
     let text = String::from_utf8_lossy(&bytes);
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(text.len());
-    let mut start = start;
-    while !text.is_char_boundary(start) {
-        start -= 1;
-    }
-    let part = cut(&text[start..], ctx.limits.read_bytes);
-    let end = start + part.len();
-    if end < text.len() {
+    let part = cut(&text, ctx.limits.read_bytes);
+    // Where the part ends in the file (exact for UTF-8 text; near enough for anything
+    // else, whose undecodable bytes are shown as U+FFFD).
+    let end = start + part.len().min(bytes.len()) as u64;
+    if end < len {
         Ok(format!(
-            "{part}\n[… the file is {} bytes; this is bytes {start}..{end}: read on with offset {end}]",
-            text.len()
+            "{part}\n[… the file is {len} bytes; this is bytes {start}..{end}: read on with offset {end}]"
         ))
     } else {
         Ok(part.to_string())
@@ -374,7 +397,7 @@ async fn write_file(ctx: &ToolContext, path: &str, content: &str) -> Result<Stri
             ctx.limits.write_bytes
         ));
     }
-    let full = place(ctx, path)?;
+    let full = place(ctx, path).await?;
     if let Some(dir) = full.parent() {
         tokio::fs::create_dir_all(dir)
             .await
@@ -387,11 +410,21 @@ async fn write_file(ctx: &ToolContext, path: &str, content: &str) -> Result<Stri
 }
 
 async fn edit_file(ctx: &ToolContext, path: &str, old: &str, new: &str) -> Result<String, String> {
+    use tokio::io::AsyncReadExt;
     if old.is_empty() {
         return Err("old_text is empty: say which text to replace".into());
     }
-    let full = place(ctx, path)?;
-    let text = tokio::fs::read_to_string(&full)
+    let full = place(ctx, path).await?;
+    let (file, len) = open_regular(&full, path).await?;
+    if len > ctx.limits.write_bytes as u64 {
+        return Err(format!(
+            "{path} is {len} bytes, more than the {} a file edited here may have",
+            ctx.limits.write_bytes
+        ));
+    }
+    let mut text = String::new();
+    file.take(ctx.limits.write_bytes as u64)
+        .read_to_string(&mut text)
         .await
         .map_err(|e| format!("cannot read {path}: {e}"))?;
     match text.matches(old).count() {
@@ -420,7 +453,7 @@ async fn edit_file(ctx: &ToolContext, path: &str, old: &str, new: &str) -> Resul
 
 async fn list_dir(ctx: &ToolContext, path: Option<&str>) -> Result<String, String> {
     let dir = match path {
-        Some(p) if !p.trim().is_empty() && p.trim() != "." => place(ctx, p)?,
+        Some(p) if !p.trim().is_empty() && p.trim() != "." => place(ctx, p).await?,
         _ => std::fs::canonicalize(&ctx.root).map_err(|e| e.to_string())?,
     };
     let mut entries = tokio::fs::read_dir(&dir)
@@ -455,7 +488,7 @@ async fn search(ctx: &ToolContext, pattern: &str, path: Option<&str>) -> Result<
         .map_err(|e| format!("not a regular expression: {e}"))?;
     let root = std::fs::canonicalize(&ctx.root).map_err(|e| e.to_string())?;
     let start = match path {
-        Some(p) if !p.trim().is_empty() && p.trim() != "." => place(ctx, p)?,
+        Some(p) if !p.trim().is_empty() && p.trim() != "." => place(ctx, p).await?,
         _ => root.clone(),
     };
     let limits = ctx.limits.clone();

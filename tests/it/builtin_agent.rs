@@ -231,7 +231,10 @@ tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "t
         BuiltinConfig::default(),
     );
     s.assign("t1", &["src"]);
-    let _ = s.outcome().await;
+    let done = completed(s.outcome().await);
+    // What reached git: only the link the command made inside the scope; nothing any
+    // refused call named.
+    assert_eq!(done.handoff.unwrap().files_changed, ["src/etc"]);
     let results = s.tool_results();
     let refused: Vec<&String> = results.iter().filter(|r| r.starts_with("error:")).collect();
     assert_eq!(refused.len(), 10, "{results:#?}");
@@ -435,4 +438,36 @@ async fn a_long_session_compacts_its_oldest_tool_outputs_and_keeps_the_task() {
         last.messages[1].content.contains("## Your task (t1)"),
         "the task is never compacted"
     );
+}
+
+#[actix::test]
+async fn reading_a_pipe_or_a_huge_file_is_bounded() {
+    let mut s = start(
+        r#"
+[[worker.t1.answers]]
+tool_calls = [{ name = "run_command", arguments = { command = "mkfifo src/pipe && truncate -s 10G src/huge" } }]
+[[worker.t1.answers]]
+tool_calls = [
+  { name = "read_file", arguments = { path = "src/pipe" } },
+  { name = "read_file", arguments = { path = "src/huge" } },
+  { name = "read_file", arguments = { path = "src/huge", offset = 10737418000 } },
+  { name = "edit_file", arguments = { path = "src/huge", old_text = "a", new_text = "b" } },
+]
+[[worker.t1.answers]]
+tool_calls = [{ name = "finish", arguments = { status = "failed", summary = "tried" } }]
+"#,
+        BuiltinConfig::default(),
+    );
+    s.assign("t1", &["src"]);
+    let _ = s.outcome().await;
+    let results = s.tool_results();
+    assert!(results[0].starts_with("exit code 0"), "{}", results[0]);
+    assert!(results[1].contains("not a regular file"), "{}", results[1]);
+    assert!(
+        results[2].len() < 70 * 1024 && results[2].contains("the file is 10737418240 bytes"),
+        "only a window of it: {} bytes",
+        results[2].len()
+    );
+    assert_eq!(results[3].len(), 240, "the last 240 bytes, whole");
+    assert!(results[4].contains("more than the"), "{}", results[4]);
 }

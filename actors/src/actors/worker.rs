@@ -370,7 +370,14 @@ impl Worker {
                     });
                 };
                 let mut checked = check_work(handoff, work, &scope, &checks);
-                if let Some(command) = checks.config.verify.clone() {
+                // With a subplan the worktree stays for the synthesis: whatever a build
+                // leaves in it would be committed then. The synthesis verifies the whole.
+                let verify = checks
+                    .config
+                    .verify
+                    .clone()
+                    .filter(|_| report.subplan.is_none());
+                if let Some(command) = verify {
                     let mut spec = CommandSpec::shell(command.clone(), path);
                     spec.limits.wall = Duration::from_secs(checks.config.verify_timeout_secs);
                     let (exit_code, failure) = match runner.run(spec, cancel, None).await {
