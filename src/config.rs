@@ -43,6 +43,9 @@ pub struct FileConfig {
     /// The built-in agent's limits (tool calls, context, commands).
     #[serde(default)]
     pub builtin_agent: BuiltinConfig,
+    /// What becomes of attempts' worktrees.
+    #[serde(default)]
+    pub worktrees: WorktreesConfig,
     /// External agent CLIs, by name (`[agents.claude]`): a worker profile names one with
     /// `agent = "claude"`.
     #[serde(default)]
@@ -100,6 +103,8 @@ pub struct RunConfig {
     #[serde(default)]
     pub builtin_agent: BuiltinConfig,
     #[serde(default)]
+    pub worktrees: WorktreesConfig,
+    #[serde(default)]
     pub agents: BTreeMap<String, CommandAgentConfig>,
     #[serde(default)]
     pub workers: Vec<WorkerProfile>,
@@ -111,6 +116,16 @@ pub struct RunConfig {
     /// Prompts that replace built-in ones, by file name (read from `prompts_dir`).
     #[serde(default)]
     pub prompts: PromptOverrides,
+}
+
+/// `[worktrees]`: what becomes of attempts' worktrees.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorktreesConfig {
+    /// A failed attempt's worktree and branch stay, for someone to look at what the agent
+    /// did, until `flotilla gc` (or the next daemon start) removes them. Off: they go as the
+    /// attempt fails.
+    pub keep_failed: bool,
 }
 
 /// The agents a worker profile may name.
@@ -333,6 +348,7 @@ impl RunConfig {
             subplanner: file.subplanner,
             checks: file.checks,
             builtin_agent: file.builtin_agent,
+            worktrees: file.worktrees,
             agents: file.agents,
             workers: file.workers,
             scenario,

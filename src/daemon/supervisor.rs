@@ -31,7 +31,7 @@ use flotilla_actors::actors::{
 };
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{
-    Agent, Clock, Journal, Llm, ProcessRunner, RepoError, SweepKeep, Worktrees,
+    Agent, Clock, Journal, JournalError, Llm, ProcessRunner, RepoError, SweepKeep, Worktrees,
 };
 use flotilla_actors::protocol::{
     Event, EventKind, Published, Role, RootHandoff, RunId, RunOutcome, TaskId, TaskState,
@@ -277,6 +277,7 @@ impl Supervisor {
             runner,
             checks: Arc::new(checks),
             notices: Some(ctx.address().recipient()),
+            keep_failed: config.worktrees.keep_failed,
         };
         // Parents waiting for their subtasks keep the worktree their synthesis runs in.
         let synthesizing: Vec<String> = graph_state
@@ -304,6 +305,10 @@ impl Supervisor {
 
         let graph_ctx = Context::<TaskGraph>::new();
         let graph_addr = graph_ctx.address();
+        let mut keep_worktrees = synthesizing;
+        if config.worktrees.keep_failed {
+            keep_worktrees.extend(failed_attempts(run, journal.iter().map(|e| &e.kind)));
+        }
         let workers = WorkerPool::new(
             run,
             kit,
@@ -311,7 +316,7 @@ impl Supervisor {
             Duration::from_millis(config.limits.default_budget.wall_time_ms.max(1)),
         )
         .keeping(SweepKeep {
-            worktrees: synthesizing,
+            worktrees: keep_worktrees,
             delivered: Some(delivered),
             closing: false,
         })
@@ -471,19 +476,25 @@ impl Supervisor {
     fn publish(&mut self, event: Event) {
         if let EventKind::RunFinished { outcome, .. } = &event.kind {
             info!(run = %event.run, ?outcome, "run finished");
-            let mut finished_repo = None;
             if let Some(entry) = self.runs.remove(&event.run) {
-                finished_repo = Some(entry.repo.clone());
                 if let Life::Live(members) = entry.life {
                     members.stop_all();
                 }
-            }
-            if let Some(repo) = finished_repo {
-                clean_up_after(GitWorktrees::new(
-                    repo,
+                // With keep_failed, the failed attempts' worktrees outlive the run.
+                let journal = entry
+                    .config
+                    .worktrees
+                    .keep_failed
+                    .then(|| self.journal.read(event.run, 0));
+                clean_up_after(
+                    GitWorktrees::new(
+                        entry.repo.clone(),
+                        event.run,
+                        self.worktrees.join(event.run.to_string()),
+                    ),
                     event.run,
-                    self.worktrees.join(event.run.to_string()),
-                ));
+                    journal,
+                );
             }
         } else if event.seq > 0
             && let Some(entry) = self.runs.get_mut(&event.run)
@@ -685,6 +696,18 @@ impl Handler<MemberStopped> for Supervisor {
     }
 }
 
+/// The branches of the run's attempts that failed (as the journal has them): what
+/// `[worktrees] keep_failed` keeps.
+fn failed_attempts<'a>(run: RunId, events: impl Iterator<Item = &'a EventKind>) -> Vec<String> {
+    events
+        .filter_map(|kind| match kind {
+            EventKind::TaskRetried { task, attempt, .. }
+            | EventKind::TaskFailed { task, attempt, .. } => Some(branch_name(run, task, *attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The run's agents by worker profile: `scripted`, `builtin` (on the worker role's model),
 /// or, for a profile that names none, the built-in agent when `[roles]` gives the worker
 /// role a model and the scripted agent otherwise.
@@ -739,12 +762,27 @@ fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunne
 /// After a run ended: removes its worktrees (and the branches of attempts that never
 /// delivered; delivered work stays on its branch), and asks glibc to return the run's freed
 /// memory to the system, so that a long-lived daemon's footprint follows its live runs.
-fn clean_up_after(worktrees: GitWorktrees) {
+fn clean_up_after(
+    worktrees: GitWorktrees,
+    run: RunId,
+    journal: Option<futures::future::BoxFuture<'static, Result<Vec<Event>, JournalError>>>,
+) {
     actix::spawn(async move {
         // Let the run's actors finish stopping first: their memory is what is given back,
         // and their Workers release their own worktrees as they stop.
         tokio::time::sleep(Duration::from_millis(200)).await;
+        let kept_failed = match journal {
+            Some(read) => match read.await {
+                Ok(events) => failed_attempts(run, events.iter().map(|e| &e.kind)),
+                Err(e) => {
+                    warn!(%run, error = %e, "cannot read which attempts failed; their worktrees stay for gc");
+                    return;
+                }
+            },
+            None => Vec::new(),
+        };
         let run_over = SweepKeep {
+            worktrees: kept_failed,
             closing: true,
             ..SweepKeep::default()
         };

@@ -61,6 +61,7 @@ fn start_telling(
         runner,
         checks: Arc::new(Checks::default()),
         notices,
+        keep_failed: false,
     };
     let (graph, inbox) = probe::<ToTaskGraph>("task graph");
     let pool = WorkerPool::new(run, kit, graph, Duration::from_secs(60)).start();

@@ -82,6 +82,7 @@ fn start_telling(config: CommandAgentConfig, notices: Option<Recipient<Published
         runner: Arc::new(TokioProcessRunner),
         checks: Arc::new(Checks::default()),
         notices,
+        keep_failed: false,
     };
     let (graph, inbox) = probe::<ToTaskGraph>("task graph");
     let pool = WorkerPool::new(run, kit, graph, PATIENCE).start();

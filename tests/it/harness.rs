@@ -377,5 +377,6 @@ pub fn scratch_kit(
         runner: Arc::new(flotilla::process::TokioProcessRunner),
         checks: Arc::new(flotilla_actors::work_check::Checks::default()),
         notices: None,
+        keep_failed: false,
     }
 }

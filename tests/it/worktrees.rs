@@ -1023,3 +1023,66 @@ fn assert_checkout_untouched_with_code(path: &Path) {
     assert!(statuses.is_empty(), "the user's checkout was touched");
     assert_eq!(repo.head().unwrap().shorthand().unwrap(), "main");
 }
+
+/// `[worktrees] keep_failed`: a failed attempt's worktree and branch outlive the run, for
+/// someone to look at, until `flotilla gc` removes them; delivered work is untouched.
+#[tokio::test]
+async fn failed_attempts_can_be_kept_for_inspection_until_gc() {
+    use crate::daemon_env::{InProcessDaemon, follow_to_end, outcome, run_config, submit};
+    use flotilla_actors::protocol::RunOutcome;
+
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let scenario = r#"
+[[planner.answers]]
+tasks = [
+  { description = "flaky", scope = ["src/a.rs"] },
+  { description = "fine", scope = ["src/b.rs"] },
+]
+[tasks.t1]
+outcome = "crash"
+writes = { "src/a.rs" = "what went wrong\n" }
+[tasks.t2]
+writes = { "src/b.rs" = "fine\n" }
+"#;
+    let mut config = run_config(scenario, 2);
+    config["worktrees"] = serde_json::json!({ "keep_failed": true });
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), config).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Failed));
+    let run_dir = daemon.state_dir().join("worktrees").join(&run);
+    // Past the run's end and its sweep, both failed attempts are there to look at.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    for attempt in ["t1-a1", "t1-a2"] {
+        let left = run_dir.join(attempt).join("src/a.rs");
+        assert_eq!(
+            std::fs::read_to_string(&left).unwrap_or_default(),
+            "what went wrong\n",
+            "{attempt} was kept"
+        );
+    }
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let branches = || -> Vec<String> {
+        let mut names: Vec<String> = git
+            .branches(Some(git2::BranchType::Local))
+            .unwrap()
+            .map(|b| b.unwrap().0.name().unwrap().unwrap().to_string())
+            .filter(|n| n.starts_with("flotilla/"))
+            .map(|n| n.rsplit('/').next().unwrap().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(branches(), ["t1", "t1-a2", "t2"]);
+
+    let report: serde_json::Value = daemon
+        .client
+        .json(hyper::Method::POST, "/v1/gc", None::<&()>)
+        .await
+        .unwrap();
+    assert_eq!(report["worktrees"].as_array().unwrap().len(), 2, "{report}");
+    assert!(!run_dir.exists());
+    assert_eq!(branches(), ["t2"], "only delivered work stays");
+    assert_checkout_clean(repo.path());
+}

@@ -114,6 +114,9 @@ pub struct WorkerKit {
     pub checks: Arc<Checks>,
     /// Where agents' activity goes as live notices (the run's supervisor), if anywhere.
     pub notices: Option<Recipient<Published>>,
+    /// `[worktrees] keep_failed`: a failed attempt's worktree and branch stay for
+    /// inspection (the run's sweeps keep them; `flotilla gc` removes them).
+    pub keep_failed: bool,
 }
 
 /// The least time between two activity notices of one attempt: an external agent may
@@ -125,8 +128,9 @@ pub const ACTIVITY_EVERY: Duration = Duration::from_millis(250);
 enum AfterAttempt {
     /// Removed; the branch stays or goes.
     Release(BranchFate),
-    /// Left for the synthesis of the accepted subplan.
-    KeepForSynthesis,
+    /// Left as it is: for the synthesis of the accepted subplan, or, with
+    /// `keep_failed`, for someone to look at a failed attempt (until `flotilla gc`).
+    Keep,
 }
 
 /// An agent call's outcome, after git truth.
@@ -465,24 +469,30 @@ impl Worker {
             failure,
         };
         let (message, proposes) = match result {
-            Err(failure) => (failed(failure), false),
-            Ok(finished) if !finished.out_of_scope.is_empty() => (
-                failed(AttemptFailure::OutOfScope {
-                    paths: finished.out_of_scope,
-                }),
-                false,
-            ),
+            Err(failure) => {
+                self.after = self.after_failure();
+                (failed(failure), false)
+            }
+            Ok(finished) if !finished.out_of_scope.is_empty() => {
+                self.after = self.after_failure();
+                (
+                    failed(AttemptFailure::OutOfScope {
+                        paths: finished.out_of_scope,
+                    }),
+                    false,
+                )
+            }
             Ok(Finished { report, .. }) => {
                 let delivered = report.handoff.as_ref().is_some_and(|h| {
                     matches!(h.status, HandoffStatus::Complete | HandoffStatus::Partial)
                 });
                 let proposes = report.subplan.is_some();
                 self.after = if proposes {
-                    AfterAttempt::KeepForSynthesis
+                    AfterAttempt::Keep
                 } else if delivered {
                     AfterAttempt::Release(BranchFate::Keep)
                 } else {
-                    AfterAttempt::Release(BranchFate::Delete)
+                    self.after_failure()
                 };
                 let message = ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
                     task: task.clone(),
@@ -499,9 +509,10 @@ impl Worker {
             self.graph.do_send(message);
             return;
         }
-        let fate = match self.after {
-            AfterAttempt::Release(fate) => fate,
-            AfterAttempt::KeepForSynthesis => BranchFate::Delete,
+        let AfterAttempt::Release(fate) = self.after else {
+            // A failed attempt kept for inspection: nothing to release.
+            self.graph.do_send(message);
+            return self.finish(ctx);
         };
         let release = self.workspace.take().map(|workspace| {
             (
@@ -525,6 +536,15 @@ impl Worker {
             act.finish(ctx);
         }));
         self.in_flight = Some(handle);
+    }
+
+    /// What a failed attempt leaves: nothing, or (`keep_failed`) its worktree and branch.
+    fn after_failure(&self) -> AfterAttempt {
+        if self.kit.keep_failed {
+            AfterAttempt::Keep
+        } else {
+            AfterAttempt::Release(BranchFate::Delete)
+        }
     }
 
     fn finish(&mut self, ctx: &mut Context<Self>) {
@@ -595,7 +615,7 @@ impl Handler<ToAgent> for Worker {
         match msg {
             ToAgent::DecompositionAccepted(accepted) => {
                 debug!(parent = %accepted.parent, subtasks = accepted.subtasks.len(), "subplan accepted; attempt done");
-                self.after = AfterAttempt::KeepForSynthesis;
+                self.after = AfterAttempt::Keep;
                 self.finish(ctx);
             }
             ToAgent::DecompositionRejected(rejected) => match (&self.job, &mut self.session) {
