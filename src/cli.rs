@@ -15,6 +15,7 @@ use crate::config::RunConfig;
 use crate::daemon::api::RunSummary;
 use crate::daemon::report::RunStatus;
 use crate::daemon::supervisor::GcReport;
+use crate::journal::JournalSync;
 use crate::paths;
 use crate::providers::ProviderRegistry;
 use crate::render::{self, Style, Tally};
@@ -57,6 +58,11 @@ pub enum Command {
         /// Log format on stderr.
         #[arg(long, value_enum, default_value_t = LogFormat::Human)]
         log_format: LogFormat,
+        /// How far each journal commit goes before the run acts on it: `normal` survives a
+        /// crash of the daemon (kill -9, a panic); `full` also survives an OS crash or power
+        /// loss, at the cost of an fsync per commit.
+        #[arg(long, value_enum, default_value_t = JournalSync::Normal)]
+        journal_sync: JournalSync,
     },
     /// Start a run and follow it until it ends. Exits 0 only if the run completed.
     Submit {

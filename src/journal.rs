@@ -4,10 +4,14 @@
 //! every run, `seq` assigned by SQLite's AUTOINCREMENT, so it is monotonic across runs and
 //! restarts). A run's state is derived from its events; nothing else is stored.
 //!
-//! SQLite calls block, so every call runs on tokio's blocking pool (`spawn_blocking`); the
-//! connection sits behind a mutex that only those blocking tasks take.
+//! Writes go through one writer thread with a connection of its own (ADR-010). Appends that
+//! arrive while a commit is in flight wait in its queue and go into the next transaction
+//! together (group commit); each caller is answered once the transaction holding its events
+//! has committed, so nothing acts on an event before it is durable. Reads use a second
+//! connection on tokio's blocking pool: in WAL mode they never wait for the writer.
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use flotilla_actors::ports::{Clock, Journal, JournalError};
@@ -60,9 +64,159 @@ pub struct RunRecord {
 
 #[derive(Clone)]
 pub struct SqliteJournal {
+    /// For reads only.
     conn: Arc<Mutex<Connection>>,
+    /// The writer thread's queue: every write goes through it, in order.
+    writer: mpsc::Sender<WriteJob>,
     clock: Arc<dyn Clock>,
     path: PathBuf,
+}
+
+/// How far a commit goes before it is answered (`flotilla daemon --journal-sync`, ADR-010).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum JournalSync {
+    /// WAL with `synchronous=NORMAL`: a committed event survives a crash of the daemon (a
+    /// SIGKILL, a panic); an OS crash or power loss can lose the last commits.
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: every commit is synced to disk before it is answered; it also
+    /// survives an OS crash or power loss, at the cost of an fsync per commit.
+    Full,
+}
+
+impl JournalSync {
+    fn pragma(self) -> &'static str {
+        match self {
+            JournalSync::Normal => "NORMAL",
+            JournalSync::Full => "FULL",
+        }
+    }
+}
+
+/// The most appends one transaction takes: enough to amortize a commit over a burst, few
+/// enough that the first caller of a group never waits long for the others.
+const MAX_GROUP: usize = 512;
+
+/// What the writer thread does.
+enum WriteJob {
+    /// Events of one `append`, already encoded; grouped with its neighbours.
+    Append {
+        run: RunId,
+        at_ms: u64,
+        events: Vec<(EventKind, String)>,
+        reply: tokio::sync::oneshot::Sender<Result<Vec<Event>, JournalError>>,
+    },
+    /// Any other write, run alone in its own transaction (it answers by itself).
+    Alone(Box<dyn FnOnce(&mut Connection) + Send>),
+}
+
+fn configure(conn: &Connection, sync: JournalSync) -> Result<(), JournalError> {
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(storage)?;
+    conn.pragma_update(None, "synchronous", sync.pragma())
+        .map_err(storage)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(storage)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(storage)?;
+    Ok(())
+}
+
+/// The writer thread: takes the first job waiting, then every job queued behind it (up to
+/// [`MAX_GROUP`]), and commits the appends among them in one transaction. Ends when every
+/// handle to the journal is gone.
+fn write_loop(mut conn: Connection, jobs: mpsc::Receiver<WriteJob>) {
+    while let Ok(first) = jobs.recv() {
+        let mut appends = Vec::new();
+        let mut next = Some(first);
+        while let Some(job) = next.take() {
+            match job {
+                WriteJob::Append {
+                    run,
+                    at_ms,
+                    events,
+                    reply,
+                } => appends.push((run, at_ms, events, reply)),
+                WriteJob::Alone(write) => {
+                    // What was queued before it commits first: order is kept.
+                    commit_group(&mut conn, std::mem::take(&mut appends));
+                    write(&mut conn);
+                }
+            }
+            if appends.len() < MAX_GROUP {
+                next = jobs.try_recv().ok();
+            }
+        }
+        commit_group(&mut conn, appends);
+    }
+}
+
+type Group = Vec<(
+    RunId,
+    u64,
+    Vec<(EventKind, String)>,
+    tokio::sync::oneshot::Sender<Result<Vec<Event>, JournalError>>,
+)>;
+
+/// One transaction for a group of appends. Each append is all-or-nothing on its own (a
+/// savepoint): one that cannot be written (an unknown run) fails alone, and the others
+/// commit. Each caller gets its own events once the transaction has committed, or the
+/// error if it did not.
+fn commit_group(conn: &mut Connection, group: Group) {
+    if group.is_empty() {
+        return;
+    }
+    let (appends, replies): (Vec<_>, Vec<_>) = group
+        .into_iter()
+        .map(|(run, at_ms, events, reply)| ((run, at_ms, events), reply))
+        .unzip();
+    let result: Result<Vec<Result<Vec<Event>, JournalError>>, JournalError> = (|| {
+        let mut tx = conn.transaction().map_err(storage)?;
+        let mut written = Vec::with_capacity(appends.len());
+        for (run, at_ms, events) in appends {
+            let mut savepoint = tx.savepoint().map_err(storage)?;
+            let one = events
+                .into_iter()
+                .map(|(kind, data)| insert_encoded(&savepoint, run, at_ms, kind, &data))
+                .collect::<Result<Vec<Event>, JournalError>>();
+            match one {
+                Ok(events) => {
+                    savepoint.commit().map_err(storage)?;
+                    written.push(Ok(events));
+                }
+                Err(e) => {
+                    savepoint.rollback().map_err(storage)?;
+                    drop(savepoint);
+                    written.push(Err(e));
+                }
+            }
+        }
+        tx.commit().map_err(storage)?;
+        COMMITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(written)
+    })();
+    match result {
+        Ok(written) => {
+            for (reply, events) in replies.into_iter().zip(written) {
+                // A caller that stopped waiting does not undo the commit.
+                let _ = reply.send(events);
+            }
+        }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Transactions of appends committed by this process: what group commit saves is appends
+/// minus commits (for tests and benchmarks).
+static COMMITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Transactions of appends committed so far by this process, every journal together.
+pub fn append_commits() -> u64 {
+    COMMITS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Why a journal that should exist could not be opened as it was.
@@ -88,7 +242,7 @@ impl SqliteJournal {
     /// Opens (creating if needed) the journal and brings its schema up to date. Called once
     /// at daemon start-up, before any actor runs.
     pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
-        match Self::open_checked(path, clock, false) {
+        match Self::open_checked(path, clock, false, JournalSync::default()) {
             Ok(journal) => Ok(journal),
             Err(OpenError::Journal(e)) => Err(e),
             Err(other) => Err(storage(other)),
@@ -101,6 +255,7 @@ impl SqliteJournal {
         path: &Path,
         clock: Arc<dyn Clock>,
         must_exist: bool,
+        sync: JournalSync,
     ) -> Result<Self, OpenError> {
         if must_exist {
             let Ok(meta) = std::fs::metadata(path) else {
@@ -115,16 +270,7 @@ impl SqliteJournal {
             }
         }
         let mut conn = Connection::open(path).map_err(storage)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(storage)?;
-        // WAL + NORMAL: a committed transaction survives a process crash (what a SIGKILL
-        // is); only an OS crash can lose the last transactions.
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(storage)?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(storage)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(storage)?;
+        configure(&conn, sync)?;
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(storage)?;
@@ -132,10 +278,36 @@ impl SqliteJournal {
             return Err(OpenError::Empty { path: path.into() });
         }
         migrate(&mut conn)?;
+        let writer_conn = Connection::open(path).map_err(storage)?;
+        configure(&writer_conn, sync)?;
+        let (writer, jobs) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("journal-writer".into())
+            .spawn(move || write_loop(writer_conn, jobs))
+            .map_err(storage)?;
         Ok(SqliteJournal {
             conn: Arc::new(Mutex::new(conn)),
+            writer,
             clock,
             path: path.to_path_buf(),
+        })
+    }
+
+    /// Runs `write` on the writer thread, in its own transaction's place in the queue.
+    fn write<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&mut Connection) -> Result<T, JournalError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, JournalError>> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = WriteJob::Alone(Box::new(move |conn| {
+            let _ = reply.send(write(conn));
+        }));
+        let sent = self.writer.send(job);
+        Box::pin(async move {
+            sent.map_err(|_| storage("the journal's writer has stopped"))?;
+            answer
+                .await
+                .map_err(|_| storage("the journal's writer stopped before answering"))?
         })
     }
 
@@ -278,11 +450,21 @@ fn insert_event(
     kind: EventKind,
 ) -> Result<Event, JournalError> {
     let data = serde_json::to_string(&kind).map_err(storage)?;
-    conn.execute(
-        "INSERT INTO events (run, at_ms, kind, data) VALUES (?1, ?2, ?3, ?4)",
-        params![run.to_string(), at_ms as i64, kind.name(), data],
-    )
-    .map_err(storage)?;
+    insert_encoded(conn, run, at_ms, kind, &data)
+}
+
+fn insert_encoded(
+    conn: &Connection,
+    run: RunId,
+    at_ms: u64,
+    kind: EventKind,
+    data: &str,
+) -> Result<Event, JournalError> {
+    conn.prepare_cached("INSERT INTO events (run, at_ms, kind, data) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut insert| {
+            insert.execute(params![run.to_string(), at_ms as i64, kind.name(), data])
+        })
+        .map_err(storage)?;
     Ok(Event {
         seq: conn.last_insert_rowid() as u64,
         run,
@@ -298,14 +480,28 @@ impl Journal for SqliteJournal {
         events: Vec<EventKind>,
     ) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
         let at_ms = self.clock.now_ms();
-        self.blocking(move |conn| {
-            let tx = conn.transaction().map_err(storage)?;
-            let mut out = Vec::with_capacity(events.len());
-            for kind in events {
-                out.push(insert_event(&tx, run, at_ms, kind)?);
-            }
-            tx.commit().map_err(storage)?;
-            Ok(out)
+        // Encoded here, by the caller: the writer thread only writes.
+        let encoded: Result<Vec<(EventKind, String)>, JournalError> = events
+            .into_iter()
+            .map(|kind| {
+                let data = serde_json::to_string(&kind).map_err(storage)?;
+                Ok((kind, data))
+            })
+            .collect();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let sent = encoded.map(|events| {
+            self.writer.send(WriteJob::Append {
+                run,
+                at_ms,
+                events,
+                reply,
+            })
+        });
+        Box::pin(async move {
+            sent?.map_err(|_| storage("the journal's writer has stopped"))?;
+            answer
+                .await
+                .map_err(|_| storage("the journal's writer stopped before answering"))?
         })
     }
 
@@ -373,7 +569,7 @@ impl SqliteJournal {
         key: Option<SubmitKey>,
     ) -> BoxFuture<'static, Result<SubmitOutcome, JournalError>> {
         let at_ms = self.clock.now_ms();
-        self.blocking(move |conn| {
+        self.write(move |conn| {
             let tx = conn.transaction().map_err(storage)?;
             if let Some(key) = &key {
                 let existing: Option<(String, String)> = tx
@@ -437,6 +633,92 @@ mod tests {
             created_ms: 1,
             outcome: None,
         }
+    }
+
+    #[tokio::test]
+    async fn appends_that_queue_during_a_commit_share_the_next_one_and_each_gets_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(&dir.path().join("j.sqlite"), Arc::new(SystemClock)).unwrap();
+        let runs: Vec<RunId> = (0..4).map(|_| RunId::generate()).collect();
+        for run in &runs {
+            j.create_run(record(*run)).await.unwrap();
+        }
+        let before = append_commits();
+        // 400 appends of two events each, all queued before any is awaited.
+        let pending: Vec<_> = (0..400u32)
+            .map(|i| {
+                let run = runs[i as usize % runs.len()];
+                let events = vec![
+                    EventKind::TaskReady {
+                        task: TaskId::root(i + 1),
+                    },
+                    EventKind::TaskReady {
+                        task: TaskId::root(i + 10_000),
+                    },
+                ];
+                (run, i, j.append(run, events))
+            })
+            .collect();
+        let mut seqs = Vec::new();
+        for (run, i, append) in pending {
+            let events = append.await.unwrap();
+            assert_eq!(events.len(), 2);
+            assert!(events.iter().all(|e| e.run == run));
+            assert_eq!(
+                events[1].seq,
+                events[0].seq + 1,
+                "an append's events stay together"
+            );
+            assert_eq!(
+                events[0].kind,
+                EventKind::TaskReady {
+                    task: TaskId::root(i + 1)
+                }
+            );
+            seqs.extend(events.iter().map(|e| e.seq));
+        }
+        let mut sorted = seqs.clone();
+        sorted.sort();
+        assert_eq!(sorted, seqs, "answered in the order they were asked");
+        sorted.dedup();
+        assert_eq!(sorted.len(), 800);
+        let commits = append_commits() - before;
+        assert!(
+            commits < 400,
+            "{commits} commits for 400 appends: none was grouped"
+        );
+        // Every one of them is durable and readable.
+        let total: usize = {
+            let mut n = 0;
+            for run in &runs {
+                n += j.read(*run, 0).await.unwrap().len();
+            }
+            n
+        };
+        assert_eq!(total, 4 + 800);
+    }
+
+    #[tokio::test]
+    async fn an_append_that_cannot_be_written_fails_alone_in_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(&dir.path().join("j.sqlite"), Arc::new(SystemClock)).unwrap();
+        let known = RunId::generate();
+        j.create_run(record(known)).await.unwrap();
+        let unknown = RunId::generate();
+        let event = || vec![EventKind::PlanningFinished];
+        let (a, b, c) = (
+            j.append(known, event()),
+            j.append(unknown, event()),
+            j.append(known, event()),
+        );
+        assert!(a.await.is_ok());
+        assert!(
+            matches!(b.await, Err(JournalError::Storage(_))),
+            "no such run"
+        );
+        assert!(c.await.is_ok());
+        assert_eq!(j.read(known, 0).await.unwrap().len(), 3);
+        assert!(j.read(unknown, 0).await.unwrap().is_empty());
     }
 
     #[tokio::test]

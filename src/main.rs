@@ -13,7 +13,11 @@ use tracing_subscriber::EnvFilter;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Daemon { listen, log_format } => run_daemon(&cli, *listen, *log_format),
+        Command::Daemon {
+            listen,
+            log_format,
+            journal_sync,
+        } => run_daemon(&cli, *listen, *log_format, *journal_sync),
         _ => match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -43,6 +47,7 @@ fn run_daemon(
     cli: &Cli,
     listen: Option<std::net::SocketAddr>,
     log_format: LogFormat,
+    journal_sync: flotilla::journal::JournalSync,
 ) -> Result<Exit, CliError> {
     limit_malloc_arenas();
     let filter = match std::env::var("FLOTILLA_LOG") {
@@ -81,6 +86,7 @@ fn run_daemon(
         listen,
         journal_faults: None,
         server: Default::default(),
+        journal_sync,
     };
     let system = actix_rt::System::new();
     let outcome = system.block_on(async move {

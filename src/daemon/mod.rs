@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::RunConfig;
-use crate::journal::SqliteJournal;
+use crate::journal::{JournalSync, SqliteJournal};
 use crate::paths;
 use crate::providers::ProviderRegistry;
 use state_lock::StateLock;
@@ -45,6 +45,8 @@ pub struct DaemonOptions {
     pub journal_faults: Option<JournalFaults>,
     /// Connection cap and timeouts of the API server.
     pub server: api::ServerLimits,
+    /// How far a journal commit goes before it is answered (ADR-010).
+    pub journal_sync: JournalSync,
 }
 
 /// Where the daemon ended up listening (a TCP port 0 becomes a real port).
@@ -73,7 +75,7 @@ pub async fn serve(
     // Before anything is opened for writing or resumed: one daemon per state directory.
     let lock = StateLock::acquire(&options.state_dir)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let journal = open_journal(&options.state_dir, clock.clone())?;
+    let journal = open_journal(&options.state_dir, clock.clone(), options.journal_sync)?;
     let (hub, _) = broadcast::channel(4096);
     let journal_port: Arc<dyn Journal> = match &options.journal_faults {
         Some(faults) => Arc::new(FailingJournal::new(
@@ -144,11 +146,15 @@ pub async fn serve(
 
 /// Opens the journal, refusing to start over silently when one existed before: the marker
 /// beside it says so.
-fn open_journal(state_dir: &Path, clock: Arc<dyn Clock>) -> anyhow::Result<SqliteJournal> {
+fn open_journal(
+    state_dir: &Path,
+    clock: Arc<dyn Clock>,
+    sync: JournalSync,
+) -> anyhow::Result<SqliteJournal> {
     let journal_path = paths::journal_path(state_dir);
     let marker = paths::journal_marker_path(state_dir);
     let had_journal = marker.exists();
-    let journal = SqliteJournal::open_checked(&journal_path, clock, had_journal).with_context(|| {
+    let journal = SqliteJournal::open_checked(&journal_path, clock, had_journal, sync).with_context(|| {
         if had_journal {
             format!(
                 "cannot open the journal {}. If it was lost for good and you want to start over, delete {}",

@@ -35,6 +35,7 @@ impl LimitedDaemon {
             listen,
             server,
             journal_faults: None,
+            journal_sync: Default::default(),
         };
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();

@@ -181,6 +181,7 @@ impl InProcessDaemon {
             listen,
             journal_faults: setup.faults,
             server: Default::default(),
+            journal_sync: Default::default(),
         };
         let shutdown = CancellationToken::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();

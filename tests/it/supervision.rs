@@ -276,6 +276,7 @@ fn serve_once(state_dir: &Path, listen: flotilla::daemon::Listen) -> Option<Stri
         listen,
         journal_faults: None,
         server: Default::default(),
+        journal_sync: Default::default(),
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     let stop = shutdown.clone();
