@@ -291,3 +291,42 @@ async fn every_ready_is_answered_with_the_free_slots_even_when_unchanged() {
     h.worker.expect_none().await;
     assert_eq!(capacity_reports(&mut h.graph), [0]);
 }
+
+/// A task waiting for a scope waits for the task that holds it: when that one ends it runs
+/// (or, if another running task still holds part of its scope, waits for that one), in
+/// queue order, and a withdrawn waiting task never runs.
+#[actix::test]
+async fn a_task_waiting_for_a_scope_runs_when_its_holders_have_ended() {
+    let mut h = start(
+        Limits {
+            max_workers: 4,
+            ..Limits::default()
+        },
+        general(),
+    );
+    h.dispatch.do_send(ToDispatch::Ready(vec![
+        ready("t1", spec("a", &["src/a.rs"]), 1, 1),
+        ready("t2", spec("b", &["src/b.rs"]), 1, 2),
+    ]));
+    assert_eq!(assigned(&mut h.worker).await.task.task, task("t1"));
+    assert_eq!(assigned(&mut h.worker).await.task.task, task("t2"));
+    h.dispatch.do_send(ToDispatch::Ready(vec![
+        ready("t3", spec("both", &["src/a.rs", "src/b.rs"]), 1, 3),
+        ready("t4", spec("b again", &["src/b.rs"]), 1, 4),
+        ready("t5", spec("elsewhere", &["docs"]), 1, 5),
+        ready("t6", spec("withdrawn", &["src/a.rs"]), 1, 6),
+    ]));
+    assert_eq!(assigned(&mut h.worker).await.task.task, task("t5"));
+    h.worker.expect_none().await;
+    h.dispatch.do_send(ToDispatch::Release { task: task("t6") });
+    // t1 ends: t3 still needs t2's file; t6 was withdrawn.
+    h.dispatch.do_send(ToDispatch::Release { task: task("t1") });
+    h.worker.expect_none().await;
+    // t2 ends: t3 (older) runs, and t4 waits for t3.
+    h.dispatch.do_send(ToDispatch::Release { task: task("t2") });
+    assert_eq!(assigned(&mut h.worker).await.task.task, task("t3"));
+    h.worker.expect_none().await;
+    h.dispatch.do_send(ToDispatch::Release { task: task("t3") });
+    assert_eq!(assigned(&mut h.worker).await.task.task, task("t4"));
+    h.worker.expect_none().await;
+}

@@ -25,6 +25,7 @@ use crate::protocol::{
     branch_name,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
+use tracing::warn;
 
 /// A kind of worker: what it can do, what it costs, and which agent does the work.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +81,14 @@ struct Running {
     scope: Vec<ScopePath>,
 }
 
+/// Where a task that waits for Dispatch is.
+#[derive(Debug, Clone)]
+enum Waiting {
+    Ready(Route, QueueKey),
+    /// Parked under the running task whose scope it needs.
+    Parked(TaskId, QueueKey),
+}
+
 pub struct Dispatch {
     run: RunId,
     limits: Limits,
@@ -87,8 +96,14 @@ pub struct Dispatch {
     graph: Recipient<ToTaskGraph>,
     worker: Recipient<ToAgent>,
     subplanner: Recipient<ToAgent>,
-    queue: BTreeMap<QueueKey, ReadyTask>,
-    queued: HashMap<TaskId, QueueKey>,
+    /// Tasks that may run as soon as their route has a slot, one queue per route.
+    ready_workers: BTreeMap<QueueKey, ReadyTask>,
+    ready_subplanners: BTreeMap<QueueKey, ReadyTask>,
+    /// Worker tasks whose scope a running task holds, parked under that task: they are
+    /// looked at again only when it ends (not on every hand-out).
+    parked: HashMap<TaskId, BTreeMap<QueueKey, ReadyTask>>,
+    /// Where each waiting task is.
+    queued: HashMap<TaskId, Waiting>,
     running: HashMap<TaskId, Running>,
     busy_workers: usize,
     busy_subplanners: usize,
@@ -116,7 +131,9 @@ impl Dispatch {
             graph,
             worker,
             subplanner,
-            queue: BTreeMap::new(),
+            ready_workers: BTreeMap::new(),
+            ready_subplanners: BTreeMap::new(),
+            parked: HashMap::new(),
             queued: HashMap::new(),
             running: HashMap::new(),
             busy_workers: 0,
@@ -151,21 +168,45 @@ impl Dispatch {
         }
     }
 
-    fn enqueue(&mut self, task: ReadyTask) {
-        self.remove_queued(&task.task);
-        let key = (
+    fn queue_of(&mut self, route: Route) -> &mut BTreeMap<QueueKey, ReadyTask> {
+        match route {
+            Route::Worker => &mut self.ready_workers,
+            Route::Subplanner => &mut self.ready_subplanners,
+        }
+    }
+
+    fn key_of(task: &ReadyTask) -> QueueKey {
+        (
             task.spec.priority,
             Reverse(task.critical_path),
             task.created,
             task.task.clone(),
-        );
-        self.queued.insert(task.task.clone(), key.clone());
-        self.queue.insert(key, task);
+        )
+    }
+
+    fn enqueue(&mut self, task: ReadyTask) {
+        self.remove_queued(&task.task);
+        let key = Self::key_of(&task);
+        let route = self.route(&task);
+        self.queued
+            .insert(task.task.clone(), Waiting::Ready(route, key.clone()));
+        self.queue_of(route).insert(key, task);
     }
 
     fn remove_queued(&mut self, task: &TaskId) {
-        if let Some(key) = self.queued.remove(task) {
-            self.queue.remove(&key);
+        match self.queued.remove(task) {
+            Some(Waiting::Ready(route, key)) => {
+                self.queue_of(route).remove(&key);
+            }
+            Some(Waiting::Parked(blocker, key)) => {
+                if let Some(parked) = self.parked.get_mut(&blocker) {
+                    parked.remove(&key);
+                    if parked.is_empty() {
+                        self.parked.remove(&blocker);
+                    }
+                }
+            }
+            None => {}
         }
     }
 
@@ -178,54 +219,55 @@ impl Dispatch {
             }
             self.locks.release(&running.scope);
         }
+        // What waited for its scope may run now (or park under another holder).
+        if let Some(parked) = self.parked.remove(task) {
+            for (key, waiting) in parked {
+                self.queued.insert(
+                    waiting.task.clone(),
+                    Waiting::Ready(Route::Worker, key.clone()),
+                );
+                self.ready_workers.insert(key, waiting);
+            }
+        }
     }
 
-    /// Hands out as many queued tasks as slots and scope locks allow, in queue order.
+    /// The running task holding a path that `scope` overlaps (at most `max_workers` are
+    /// looked at).
+    fn holder_of(&self, scope: &[ScopePath]) -> Option<TaskId> {
+        self.running
+            .iter()
+            .find(|(_, r)| {
+                r.scope
+                    .iter()
+                    .any(|held| scope.iter().any(|wanted| held.overlaps(wanted)))
+            })
+            .map(|(task, _)| task.clone())
+    }
+
+    /// Hands out as many queued tasks as slots and scope locks allow, in queue order, route
+    /// by route. Each decision looks at the head of a queue: a task that cannot run for
+    /// want of a scope is parked under the task holding it, and one no profile can run
+    /// leaves, so neither is looked at again until something changes for it. A hand-out
+    /// costs O(log n) in the tasks waiting, not a walk over them.
     fn pump(&mut self) {
-        let mut handed = Vec::new();
-        let mut undispatchable = Vec::new();
-        for (key, task) in &self.queue {
-            let worker_full = !self.has_slot(Route::Worker);
-            if worker_full && !self.has_slot(Route::Subplanner) {
+        while self.has_slot(Route::Subplanner) {
+            let Some((_, task)) = self.ready_subplanners.pop_first() else {
                 break;
-            }
-            let route = self.route(task);
-            if !self.has_slot(route) {
-                continue;
-            }
-            let profile = match route {
-                Route::Subplanner => "subplanner".to_string(),
-                Route::Worker => match best_profile(&self.profiles, &task.spec.capabilities) {
-                    Some(p) => p.name.clone(),
-                    None => {
-                        undispatchable.push(key.clone());
-                        continue;
-                    }
-                },
             };
-            // Scopes were normalized when the task entered the graph.
-            let scope: Vec<ScopePath> = task
-                .spec
-                .scope
-                .iter()
-                .filter_map(|p| ScopePath::parse(p, usize::MAX).ok())
-                .collect();
-            if route == Route::Worker {
-                if self.locks.conflicts(&scope) {
-                    continue;
-                }
-                self.locks.acquire(&scope);
-                self.busy_workers += 1;
-            } else {
-                self.busy_subplanners += 1;
-            }
-            self.running
-                .insert(task.task.clone(), Running { route, scope });
-            handed.push((key.clone(), route, profile));
+            self.queued.remove(&task.task);
+            self.hand_out(
+                task,
+                Route::Subplanner,
+                "subplanner".to_string(),
+                Vec::new(),
+            );
         }
-        for key in undispatchable {
-            if let Some(task) = self.queue.remove(&key) {
-                self.queued.remove(&task.task);
+        while self.has_slot(Route::Worker) {
+            let Some((key, task)) = self.ready_workers.pop_first() else {
+                break;
+            };
+            self.queued.remove(&task.task);
+            let Some(profile) = best_profile(&self.profiles, &task.spec.capabilities) else {
                 let wanted: Vec<&str> = task.spec.capabilities.iter().map(String::as_str).collect();
                 self.graph.do_send(ToTaskGraph::Undispatchable {
                     task: task.task,
@@ -235,34 +277,70 @@ impl Dispatch {
                         wanted.join(", ")
                     ),
                 });
-            }
-        }
-        for (key, route, profile) in handed {
-            let Some(task) = self.queue.remove(&key) else {
                 continue;
             };
-            self.queued.remove(&task.task);
-            let agent = match route {
-                Route::Worker => self.worker.clone(),
-                Route::Subplanner => self.subplanner.clone(),
-            };
-            // The graph hears of the dispatch before the agent can report a start.
-            self.graph.do_send(ToTaskGraph::TaskDispatched {
-                task: task.task.clone(),
-                attempt: task.attempt,
-                profile: profile.clone(),
-                route,
-                agent: agent.clone(),
-            });
-            let branch = branch_name(self.run, &task.task, task.attempt);
-            agent.do_send(ToAgent::Assign(Assignment {
-                run: self.run,
-                task,
-                profile,
-                route,
-                branch,
-            }));
+            let profile = profile.name.clone();
+            // Scopes were normalized when the task entered the graph.
+            let scope: Vec<ScopePath> = task
+                .spec
+                .scope
+                .iter()
+                .filter_map(|p| ScopePath::parse(p, usize::MAX).ok())
+                .collect();
+            if self.locks.conflicts(&scope) {
+                match self.holder_of(&scope) {
+                    Some(holder) => {
+                        self.queued.insert(
+                            task.task.clone(),
+                            Waiting::Parked(holder.clone(), key.clone()),
+                        );
+                        self.parked.entry(holder).or_default().insert(key, task);
+                    }
+                    None => {
+                        // The locks and the running tasks disagree: never lose the task.
+                        warn!(run = %self.run, task = %task.task, "a scope conflict without a holder; the task waits in the queue");
+                        self.queued.insert(
+                            task.task.clone(),
+                            Waiting::Ready(Route::Worker, key.clone()),
+                        );
+                        self.ready_workers.insert(key, task);
+                        break;
+                    }
+                }
+                continue;
+            }
+            self.locks.acquire(&scope);
+            self.hand_out(task, Route::Worker, profile, scope);
         }
+    }
+
+    fn hand_out(&mut self, task: ReadyTask, route: Route, profile: String, scope: Vec<ScopePath>) {
+        match route {
+            Route::Worker => self.busy_workers += 1,
+            Route::Subplanner => self.busy_subplanners += 1,
+        }
+        self.running
+            .insert(task.task.clone(), Running { route, scope });
+        let agent = match route {
+            Route::Worker => self.worker.clone(),
+            Route::Subplanner => self.subplanner.clone(),
+        };
+        // The graph hears of the dispatch before the agent can report a start.
+        self.graph.do_send(ToTaskGraph::TaskDispatched {
+            task: task.task.clone(),
+            attempt: task.attempt,
+            profile: profile.clone(),
+            route,
+            agent: agent.clone(),
+        });
+        let branch = branch_name(self.run, &task.task, task.attempt);
+        agent.do_send(ToAgent::Assign(Assignment {
+            run: self.run,
+            task,
+            profile,
+            route,
+            branch,
+        }));
     }
 }
 
