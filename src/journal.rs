@@ -350,18 +350,49 @@ impl SqliteJournal {
         })
     }
 
-    /// Every run, oldest first, with its outcome if it finished.
+    /// Every run, oldest first, with its outcome if it finished, and its stored config.
     pub fn runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, JournalError>> {
-        self.blocking(|conn| {
-            let mut stmt = conn
-                .prepare(
-                    "SELECT r.id, r.request, r.repo, r.config, r.created_ms,
-                            (SELECT data FROM events e WHERE e.run = r.id AND e.kind = 'run_finished' LIMIT 1)
-                     FROM runs r ORDER BY r.created_ms, r.id",
-                )
-                .map_err(storage)?;
+        self.run_records(Listing::WithConfig)
+    }
+
+    /// Every run, oldest first, with its outcome, without its config (left `Null`): what
+    /// listing and resolving ids need, without reading and parsing every run's config
+    /// (which made `runs` slow after a few large runs).
+    pub fn run_list(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, JournalError>> {
+        self.run_records(Listing::WithoutConfig)
+    }
+
+    /// One run, with its config.
+    pub fn run(&self, id: RunId) -> BoxFuture<'static, Result<Option<RunRecord>, JournalError>> {
+        let records = self.run_records(Listing::One(id));
+        Box::pin(async move { Ok(records.await?.into_iter().next()) })
+    }
+
+    fn run_records(
+        &self,
+        listing: Listing,
+    ) -> BoxFuture<'static, Result<Vec<RunRecord>, JournalError>> {
+        self.blocking(move |conn| {
+            let config = match listing {
+                Listing::WithoutConfig => "'null'",
+                Listing::WithConfig | Listing::One(_) => "r.config",
+            };
+            let only = match listing {
+                Listing::One(_) => "WHERE r.id = ?1",
+                _ => "",
+            };
+            let sql = format!(
+                "SELECT r.id, r.request, r.repo, {config}, r.created_ms,
+                        (SELECT data FROM events e WHERE e.run = r.id AND e.kind = 'run_finished' LIMIT 1)
+                 FROM runs r {only} ORDER BY r.created_ms, r.id"
+            );
+            let mut stmt = conn.prepare(&sql).map_err(storage)?;
+            let id_param = match listing {
+                Listing::One(id) => vec![id.to_string()],
+                _ => Vec::new(),
+            };
             let rows = stmt
-                .query_map([], |row| {
+                .query_map(rusqlite::params_from_iter(id_param.iter()), |row| {
                     Ok((
                         row.get::<_, String>(0)?,
                         row.get::<_, String>(1)?,
@@ -538,6 +569,14 @@ impl Journal for SqliteJournal {
             Ok(out)
         })
     }
+}
+
+/// Which runs a listing reads, and whether with their config.
+#[derive(Debug, Clone, Copy)]
+enum Listing {
+    WithConfig,
+    WithoutConfig,
+    One(RunId),
 }
 
 /// What [`SqliteJournal::create_run_once`] did.
@@ -719,6 +758,39 @@ mod tests {
         assert!(c.await.is_ok());
         assert_eq!(j.read(known, 0).await.unwrap().len(), 3);
         assert!(j.read(unknown, 0).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_run_list_leaves_configs_out_and_one_run_is_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(&dir.path().join("j.sqlite"), Arc::new(SystemClock)).unwrap();
+        let (a, b) = (RunId::generate(), RunId::generate());
+        for id in [a, b] {
+            let mut r = record(id);
+            r.config = serde_json::json!({ "limits": { "max_workers": 7 } });
+            j.create_run(r).await.unwrap();
+        }
+        j.append(
+            b,
+            vec![EventKind::RunFinished {
+                outcome: RunOutcome::Completed,
+                reason: None,
+            }],
+        )
+        .await
+        .unwrap();
+        let listed = j.run_list().await.unwrap();
+        assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), [a, b]);
+        assert!(listed.iter().all(|r| r.config.is_null()));
+        assert_eq!(listed[1].outcome, Some(RunOutcome::Completed));
+        let one = j.run(b).await.unwrap().unwrap();
+        assert_eq!(one.config["limits"]["max_workers"], 7);
+        assert_eq!(one.outcome, Some(RunOutcome::Completed));
+        assert!(j.run(RunId::generate()).await.unwrap().is_none());
+        assert_eq!(
+            j.runs().await.unwrap()[0].config["limits"]["max_workers"],
+            7
+        );
     }
 
     #[tokio::test]

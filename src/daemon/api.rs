@@ -456,7 +456,7 @@ async fn resolve(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
             format!("{raw:?} is not a run id or id prefix"),
         ));
     }
-    let runs = state.journal.runs().await?;
+    let runs = state.journal.run_list().await?;
     let compact = wanted.replace('-', "");
     let mut matches: Vec<RunRecord> = runs
         .into_iter()
@@ -466,7 +466,12 @@ async fn resolve(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
         })
         .collect();
     match matches.len() {
-        1 => Ok(matches.remove(0)),
+        // The one match, read again with its config (the listing leaves configs out).
+        1 => state
+            .journal
+            .run(matches.remove(0).id)
+            .await?
+            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no run matches {raw:?}"))),
         0 => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no run matches {raw:?}"),
@@ -689,7 +694,7 @@ async fn problems(state: &AppState) -> HashMap<RunId, RunProblem> {
 }
 
 async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>>, ApiError> {
-    let runs = state.journal.runs().await?;
+    let runs = state.journal.run_list().await?;
     let mut problems = problems(&state).await;
     Ok(Json(
         runs.into_iter()
