@@ -362,6 +362,7 @@ pub fn branch_work(
     ))
     .map_err(git)?;
     let mut files = Vec::new();
+    let mut links_outside = Vec::new();
     let (mut added, mut removed, mut omitted) = (0u64, 0u64, 0u64);
     let path_of =
         |file: git2::DiffFile<'_>| file.path().map(|p| p.to_string_lossy().replace('\\', "/"));
@@ -388,6 +389,15 @@ pub fn branch_work(
             ChangeKind::Renamed | ChangeKind::Copied => (new_path.unwrap_or_default(), old_path),
             _ => (new_path.or(old_path).unwrap_or_default(), None),
         };
+        let new_file = delta.new_file();
+        if change != ChangeKind::Deleted
+            && new_file.mode() == git2::FileMode::Link
+            && repo
+                .find_blob(new_file.id())
+                .is_ok_and(|target| link_leaves(&path, target.content()))
+        {
+            links_outside.push(path.clone());
+        }
         files.push(FileChange {
             path,
             old_path,
@@ -398,6 +408,7 @@ pub fn branch_work(
         });
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
+    links_outside.sort();
     Ok(BranchWork {
         branch: branch.to_string(),
         base: base.to_string(),
@@ -407,7 +418,32 @@ pub fn branch_work(
         lines_added: added,
         lines_removed: removed,
         committed_for_agent: false,
+        links_outside,
     })
+}
+
+/// A link at `path` (repo-relative) whose `target` is absolute or climbs above the
+/// repository's root.
+fn link_leaves(path: &str, target: &[u8]) -> bool {
+    let target = String::from_utf8_lossy(target);
+    if target.starts_with('/') || target.starts_with('~') {
+        return true;
+    }
+    // How deep the link sits, then follow the target's components from there.
+    let mut depth = path.split('/').count() as i64 - 1;
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return true;
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    false
 }
 
 fn dir_name_of(path: &Path) -> String {
@@ -542,5 +578,22 @@ impl Worktrees for GitWorktrees {
 
     fn sweep(&self, keep: SweepKeep) -> BoxFuture<'static, Result<Swept, RepoError>> {
         self.blocking(move |place| sweep(place, &keep))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_leaves;
+
+    #[test]
+    fn links_that_leave_the_repository_are_told_from_those_that_stay() {
+        assert!(link_leaves("src/etc", b"/etc"));
+        assert!(link_leaves("a", b"~/x"));
+        assert!(link_leaves("src/x", b"../../outside"));
+        assert!(link_leaves("x", b"../x"));
+        assert!(!link_leaves("src/x", b"../lib.rs"));
+        assert!(!link_leaves("src/x", b"./y/../z"));
+        assert!(!link_leaves("a/b/c", b"../../d"));
+        assert!(link_leaves("a/b/c", b"../../../d"));
     }
 }

@@ -216,6 +216,11 @@ pub fn check_work(
             paths: claimed_not_changed,
         });
     }
+    if !work.links_outside.is_empty() {
+        findings.push(Finding::LinksOutside {
+            paths: work.links_outside.clone(),
+        });
+    }
 
     let count = |kinds: &[ChangeKind]| {
         work.files
@@ -282,6 +287,7 @@ mod tests {
             files,
             files_omitted: 0,
             committed_for_agent: false,
+            links_outside: Vec::new(),
         }
     }
 

@@ -233,9 +233,16 @@ tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "t
     );
     s.assign("t1", &["src"]);
     let done = completed(s.outcome().await);
-    // What reached git: only the link the command made inside the scope; nothing any
-    // refused call named.
-    assert_eq!(done.handoff.unwrap().files_changed, ["src/etc"]);
+    // What reached git: only the link the command made inside the scope, reported as one
+    // that leaves the repository; nothing any refused call named.
+    let handoff = done.handoff.unwrap();
+    assert_eq!(handoff.files_changed, ["src/etc"]);
+    assert_eq!(
+        handoff.findings,
+        [Finding::LinksOutside {
+            paths: vec!["src/etc".into()]
+        }]
+    );
     let results = s.tool_results();
     let refused: Vec<&String> = results.iter().filter(|r| r.starts_with("error:")).collect();
     assert_eq!(refused.len(), 10, "{results:#?}");

@@ -236,6 +236,7 @@ impl Worktrees for ScratchWorktrees {
                 files,
                 files_omitted: 0,
                 committed_for_agent: false,
+                links_outside: Vec::new(),
             })
         })
     }

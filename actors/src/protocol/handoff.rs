@@ -86,6 +86,11 @@ pub struct BranchWork {
     /// flotilla committed what the agent left uncommitted (the safety-net commit).
     #[serde(default)]
     pub committed_for_agent: bool,
+    /// Symbolic links the branch adds or changes that point outside the repository (an
+    /// absolute target, or one that climbs above the root): a later build or checkout that
+    /// follows them reads or writes elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links_outside: Vec<String>,
 }
 
 impl BranchWork {
@@ -144,6 +149,8 @@ pub enum Finding {
     DeletedTests { paths: Vec<String> },
     /// Files the agent said it changed that the branch does not change.
     ClaimedNotChanged { paths: Vec<String> },
+    /// Symbolic links that point outside the repository.
+    LinksOutside { paths: Vec<String> },
     /// The run's verification command did not pass on the branch.
     VerificationFailed {
         command: String,
@@ -192,6 +199,11 @@ impl fmt::Display for Finding {
             Finding::ClaimedNotChanged { paths } => write!(
                 f,
                 "said it changed files the branch does not change: {}",
+                some_paths(paths)
+            ),
+            Finding::LinksOutside { paths } => write!(
+                f,
+                "added links that point outside the repository: {}",
                 some_paths(paths)
             ),
             Finding::VerificationFailed { command, exit, .. } => {
