@@ -657,11 +657,11 @@ impl Call {
             &mut *lock(&stream),
             EventStream::new(command.output, Vec::new()),
         );
-        self.conclude(output, stream, result_file)
+        self.conclude(output, stream, result_file).await
     }
 
     /// How the process ended and what it handed back, as the attempt's outcome.
-    fn conclude(
+    async fn conclude(
         &self,
         output: CommandOutput,
         stream: EventStream,
@@ -689,11 +689,19 @@ impl Call {
                 .map_err(|why| format!("wrote no result envelope to {RESULT_FILE} ({why})")),
             None => {
                 let text = match self.shared.command.output {
-                    OutputFormat::Text => Some(output.stdout.text.as_str()),
-                    _ => stream.final_text(),
+                    OutputFormat::Text => Some(output.stdout.text.clone()),
+                    _ => stream.final_text().map(String::from),
                 };
-                text.and_then(envelope_in)
-                    .ok_or_else(|| "printed no result envelope".to_string())
+                // Looking for the envelope may parse hundreds of candidates in output a
+                // CLI filled with braces: on a blocking thread, never the actors' one.
+                let found = match text {
+                    Some(text) => tokio::task::spawn_blocking(move || envelope_in(&text))
+                        .await
+                        .ok()
+                        .flatten(),
+                    None => None,
+                };
+                found.ok_or_else(|| "printed no result envelope".to_string())
             }
         };
         match (envelope, output.exit) {
