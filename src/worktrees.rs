@@ -152,12 +152,50 @@ fn prune(repo: &git2::Repository, name: &str, path: &Path) -> Result<(), RepoErr
             ))
             .map_err(git)?;
     }
+    // A crash in the middle of making a worktree can leave git's record of it half written
+    // (a HEAD naming the branch, no gitdir): git cannot open it to prune it, yet it keeps
+    // the branch "checked out" and so undeletable. It is flotilla's (the name says so): it
+    // goes by hand.
+    let record = admin_dir(repo, name);
+    match std::fs::remove_dir_all(&record) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io("cannot remove the worktree's record", &record, e));
+        }
+        _ => {}
+    }
     match std::fs::remove_dir_all(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(io("cannot remove the worktree", path, e))
         }
         _ => Ok(()),
     }
+}
+
+/// Where git keeps its record of the worktree `name` (`.git/worktrees/<name>`).
+fn admin_dir(repo: &git2::Repository, name: &str) -> PathBuf {
+    repo.commondir().join("worktrees").join(name)
+}
+
+/// The names of this run's worktrees as git records them, whole or half written.
+fn recorded_worktrees(repo: &git2::Repository, prefix: &str) -> Result<Vec<String>, RepoError> {
+    let mut names: Vec<String> = repo
+        .worktrees()
+        .map_err(git)?
+        .iter()
+        .flatten()
+        .flatten()
+        .filter(|name| name.starts_with(prefix))
+        .map(String::from)
+        .collect();
+    if let Ok(entries) = std::fs::read_dir(repo.commondir().join("worktrees")) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(prefix) && !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    Ok(names)
 }
 
 fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
@@ -495,9 +533,9 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     let repo = place.open()?;
     let mut swept = Swept::default();
     let prefix = place.name_prefix();
-    let names = repo.worktrees().map_err(git)?;
     let mut kept = Vec::new();
-    for name in names.iter().flatten().flatten() {
+    for name in recorded_worktrees(&repo, &prefix)? {
+        let name = name.as_str();
         let Some(dir_name) = name.strip_prefix(&prefix) else {
             continue;
         };

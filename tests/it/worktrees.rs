@@ -1086,3 +1086,59 @@ writes = { "src/b.rs" = "fine\n" }
     assert_eq!(branches(), ["t2"], "only delivered work stays");
     assert_checkout_clean(repo.path());
 }
+
+/// A SIGKILL in the middle of making a worktree can leave git's record of it half written
+/// (a HEAD naming the branch, no gitdir): git cannot open it, yet it holds the branch as
+/// checked out. Preparing the same attempt again, and sweeping, both clear it.
+#[tokio::test]
+async fn a_half_written_worktree_record_does_not_block_the_attempt_or_the_sweep() {
+    let f = fixture();
+    let request = f.request("t4", 4);
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    let main = git
+        .find_commit(git2::Oid::from_str(&f.main_tip()).unwrap())
+        .unwrap();
+    git.branch(&request.branch, &main, false).unwrap();
+    let record = f
+        .repo
+        .path()
+        .join(".git/worktrees")
+        .join(format!("flotilla-{}-t4-a4", f.run.as_uuid().simple()));
+    std::fs::create_dir_all(&record).unwrap();
+    std::fs::write(
+        record.join("HEAD"),
+        format!("ref: refs/heads/{}\n", request.branch),
+    )
+    .unwrap();
+
+    let ws = f.worktrees.prepare(request.clone()).await.unwrap();
+    assert!(ws.path.join("src/lib.rs").exists(), "made again, whole");
+
+    // And a half-written record left beside a sweep is cleared with its branch.
+    let other = f.request("t5", 3);
+    git.branch(&other.branch, &main, false).unwrap();
+    let record = f
+        .repo
+        .path()
+        .join(".git/worktrees")
+        .join(format!("flotilla-{}-t5-a3", f.run.as_uuid().simple()));
+    std::fs::create_dir_all(&record).unwrap();
+    std::fs::write(
+        record.join("HEAD"),
+        format!("ref: refs/heads/{}\n", other.branch),
+    )
+    .unwrap();
+    let swept = f
+        .worktrees
+        .sweep(SweepKeep {
+            delivered: Some(Vec::new()),
+            ..SweepKeep::default()
+        })
+        .await
+        .unwrap();
+    assert!(!record.exists());
+    assert!(swept.branches.contains(&other.branch), "{swept:?}");
+    assert_eq!(f.branch_tip(&other.branch), None);
+    assert_eq!(f.branch_tip(&ws.branch), None);
+    assert_checkout_untouched_with_code(f.repo.path());
+}
