@@ -64,8 +64,9 @@ pub struct RunRecord {
 
 #[derive(Clone)]
 pub struct SqliteJournal {
-    /// For reads only.
-    conn: Arc<Mutex<Connection>>,
+    /// For reads only: a few connections, so that one long read (a big run's replay) does
+    /// not hold up the others (tails, status).
+    readers: Arc<Vec<Mutex<Connection>>>,
     /// The writer thread's queue: every write goes through it, in order.
     writer: mpsc::Sender<WriteJob>,
     clock: Arc<dyn Clock>,
@@ -92,6 +93,10 @@ impl JournalSync {
         }
     }
 }
+
+/// Read connections: tails, status and replays read side by side (WAL readers never wait
+/// for the writer, nor for each other).
+const READERS: usize = 4;
 
 /// The most appends one transaction takes: enough to amortize a commit over a burst, few
 /// enough that the first caller of a group never waits long for the others.
@@ -278,6 +283,12 @@ impl SqliteJournal {
             return Err(OpenError::Empty { path: path.into() });
         }
         migrate(&mut conn)?;
+        let mut readers = vec![Mutex::new(conn)];
+        for _ in 1..READERS {
+            let reader = Connection::open(path).map_err(storage)?;
+            configure(&reader, sync)?;
+            readers.push(Mutex::new(reader));
+        }
         let writer_conn = Connection::open(path).map_err(storage)?;
         configure(&writer_conn, sync)?;
         let (writer, jobs) = mpsc::channel();
@@ -286,7 +297,7 @@ impl SqliteJournal {
             .spawn(move || write_loop(writer_conn, jobs))
             .map_err(storage)?;
         Ok(SqliteJournal {
-            conn: Arc::new(Mutex::new(conn)),
+            readers: Arc::new(readers),
             writer,
             clock,
             path: path.to_path_buf(),
@@ -315,17 +326,28 @@ impl SqliteJournal {
         &self.path
     }
 
-    /// Runs `f` with the connection on the blocking pool.
+    /// Runs `f` with a free read connection (or, all busy, the next one) on the blocking
+    /// pool.
     fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, JournalError> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, JournalError>> {
-        let conn = self.conn.clone();
+        let readers = self.readers.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                let mut guard = conn
-                    .lock()
-                    .map_err(|_| storage("journal connection poisoned"))?;
+                let free = readers.iter().find_map(|reader| reader.try_lock().ok());
+                let mut guard = match free {
+                    Some(guard) => guard,
+                    None => {
+                        static NEXT: std::sync::atomic::AtomicUsize =
+                            std::sync::atomic::AtomicUsize::new(0);
+                        let i =
+                            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % readers.len();
+                        readers[i]
+                            .lock()
+                            .map_err(|_| storage("journal connection poisoned"))?
+                    }
+                };
                 f(&mut guard)
             })
             .await
