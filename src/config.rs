@@ -10,7 +10,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use flotilla_actors::actors::{
-    PlannerConfig, PlannerConfigError, SubplannerConfig, SubplannerConfigError, WorkerProfile,
+    MergeConfig, MergeConfigError, PlannerConfig, PlannerConfigError, ReconcilerConfig,
+    ReconcilerConfigError, SubplannerConfig, SubplannerConfigError, WorkerProfile,
 };
 use flotilla_actors::config::{Limits, LimitsError};
 use flotilla_actors::work_check::{ChecksConfig, ChecksConfigError};
@@ -46,6 +47,12 @@ pub struct FileConfig {
     /// What becomes of attempts' worktrees.
     #[serde(default)]
     pub worktrees: WorktreesConfig,
+    /// How branches land on main: the mode, the gate, batching (ADR-011).
+    #[serde(default)]
+    pub merge: MergeConfig,
+    /// The Reconciler's sweeps of main: commands and intervals (ADR-011).
+    #[serde(default)]
+    pub reconciler: ReconcilerConfig,
     /// External agent CLIs, by name (`[agents.claude]`): a worker profile names one with
     /// `agent = "claude"`.
     #[serde(default)]
@@ -105,6 +112,10 @@ pub struct RunConfig {
     #[serde(default)]
     pub worktrees: WorktreesConfig,
     #[serde(default)]
+    pub merge: MergeConfig,
+    #[serde(default)]
+    pub reconciler: ReconcilerConfig,
+    #[serde(default)]
     pub agents: BTreeMap<String, CommandAgentConfig>,
     #[serde(default)]
     pub workers: Vec<WorkerProfile>,
@@ -144,6 +155,10 @@ pub enum RunConfigError {
     Checks(#[from] ChecksConfigError),
     #[error("impossible built-in agent settings: {0}")]
     Builtin(#[from] BuiltinConfigError),
+    #[error("impossible merge settings: {0}")]
+    Merge(#[from] MergeConfigError),
+    #[error("impossible reconciler settings: {0}")]
+    Reconciler(#[from] ReconcilerConfigError),
     #[error(
         "worker profile {profile:?} names agent {agent:?}: the agents are \"scripted\", \"builtin\" and the [agents.NAME] tables"
     )]
@@ -349,6 +364,8 @@ impl RunConfig {
             checks: file.checks,
             builtin_agent: file.builtin_agent,
             worktrees: file.worktrees,
+            merge: file.merge,
+            reconciler: file.reconciler,
             agents: file.agents,
             workers: file.workers,
             scenario,
@@ -377,6 +394,8 @@ impl RunConfig {
         self.subplanner.validate()?;
         self.checks.validate()?;
         self.builtin_agent.validate()?;
+        self.merge.validate()?;
+        self.reconciler.validate()?;
         for (name, agent) in &self.agents {
             if AGENT_KINDS.contains(&name.as_str()) {
                 return Err(RunConfigError::ReservedAgentName(name.clone()));

@@ -16,6 +16,7 @@ pub mod confine;
 pub mod daemon;
 pub mod git_repo;
 pub mod journal;
+pub mod merge_git;
 pub mod paths;
 pub mod process;
 pub mod prompts;

@@ -13,7 +13,8 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 
 use flotilla_actors::protocol::{
-    Budget, DecompositionReason, Event, EventKind, Route, RunOutcome, TaskId, TaskState, Usd,
+    Budget, CheckoutSync, DecompositionReason, Event, EventKind, FixOf, Handoff, Route, RunOutcome,
+    TaskId, TaskState, Usd,
 };
 
 use crate::daemon::api::RunSummary;
@@ -305,32 +306,135 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             "{task} attempt {attempt} interrupted by a restart; queued again"
         )),
         EventKind::TaskCompleted { task, handoff, .. } => {
-            let Some(h) = handoff else {
-                return (format!("{task} completed"), Tone::Good);
-            };
-            let mut line = format!("{task} completed: {}", shorten(&h.summary, 100));
-            if let Some(work) = &h.work {
-                let files = work.files.len() as u64 + work.files_omitted;
-                let head: String = work.head.chars().take(7).collect();
-                line.push_str(&format!(
-                    " [{files} file{}, +{} -{}, {head}]",
-                    if files == 1 { "" } else { "s" },
-                    work.lines_added,
-                    work.lines_removed
-                ));
-            }
-            if h.findings.is_empty() {
-                (line, Tone::Good)
-            } else {
-                let found: Vec<String> = h
-                    .findings
-                    .iter()
-                    .map(|f| shorten(&f.to_string(), 120))
-                    .collect();
-                line.push_str(&format!("; flagged: {}", found.join("; ")));
-                (line, Tone::Bad)
-            }
+            handoff_line(&format!("{task} completed"), handoff.as_ref())
         }
+        EventKind::TaskLanding { task, handoff, .. } => {
+            handoff_line(&format!("{task} done, waiting to land"), handoff.as_ref())
+        }
+        EventKind::TaskLanded { task, commit, via } => (
+            match via {
+                Some(fix) => format!(
+                    "{task} landed on main with {fix} ({})",
+                    short_commit(commit)
+                ),
+                None => format!("{task} landed on main ({})", short_commit(commit)),
+            },
+            Tone::Good,
+        ),
+        EventKind::FixTaskAdded {
+            task, spec, fix, ..
+        } => (
+            match fix {
+                FixOf::Conflict {
+                    task: of, files, ..
+                } => format!(
+                    "{task} added to resolve {of}'s conflict with main [{}]",
+                    scope_words(files)
+                ),
+                FixOf::Sweep { class, .. } => format!(
+                    "{task} added to fix main ({class}): {} [{}]",
+                    shorten(spec.description.lines().next().unwrap_or_default(), 80),
+                    scope_words(&spec.scope)
+                ),
+            },
+            Tone::Bad,
+        ),
+        EventKind::MergeConflict {
+            task,
+            files,
+            retrying,
+            ..
+        } => (
+            format!(
+                "{task} conflicts with main in [{}]{}",
+                scope_words(files),
+                if *retrying {
+                    "; trying again later in the queue"
+                } else {
+                    ""
+                }
+            ),
+            Tone::Bad,
+        ),
+        EventKind::MergeGateFailed {
+            tasks,
+            command,
+            output_tail,
+            bisecting,
+            flaky_retry,
+        } => (
+            format!(
+                "merge gate failed for {} ({}){}: {}",
+                list(tasks),
+                shorten(command, 60),
+                if *flaky_retry {
+                    "; testing once more"
+                } else if *bisecting {
+                    "; bisecting"
+                } else {
+                    ""
+                },
+                shorten(
+                    output_tail
+                        .lines()
+                        .rev()
+                        .find(|l| !l.trim().is_empty())
+                        .unwrap_or_default(),
+                    100
+                )
+            ),
+            Tone::Bad,
+        ),
+        EventKind::MainMoved {
+            from,
+            to,
+            tasks,
+            checkout,
+        } => plain(format!(
+            "main {} → {} with {}{}",
+            short_commit(from),
+            short_commit(to),
+            list(tasks),
+            match checkout {
+                CheckoutSync::NotCheckedOut => String::new(),
+                CheckoutSync::FastForwarded => "; your checkout of main was brought along".into(),
+                CheckoutSync::Detached { at } => format!(
+                    "; your checkout had changes, so HEAD was detached at {} (`git switch main` when ready)",
+                    short_commit(at)
+                ),
+            }
+        )),
+        EventKind::SweepFinished { report } => {
+            let what = if report.green {
+                format!(
+                    "sweep {} of main ({}) green",
+                    report.sweep,
+                    short_commit(&report.commit)
+                )
+            } else {
+                format!(
+                    "sweep {} of main ({}) red: {} failure{}, fixing {} ({} fix{})",
+                    report.sweep,
+                    short_commit(&report.commit),
+                    report.failures,
+                    if report.failures == 1 { "" } else { "s" },
+                    report.class.as_deref().unwrap_or("?"),
+                    report.fixes.len(),
+                    if report.fixes.len() == 1 { "" } else { "es" }
+                )
+            };
+            (what, if report.green { Tone::Good } else { Tone::Bad })
+        }
+        EventKind::SweepStale { sweep, commit } => (
+            format!(
+                "sweep {sweep} discarded: main moved from {} while it ran",
+                short_commit(commit)
+            ),
+            Tone::Dim,
+        ),
+        EventKind::FinalizationStarted { attempt } => plain(format!(
+            "finalizing (round {attempt}): merge queue drained; sweeping main"
+        )),
         EventKind::TaskFailed { task, reason, .. } => (
             format!("{task} failed: {}", shorten(&reason.to_string(), 120)),
             Tone::Bad,
@@ -723,7 +827,11 @@ impl Tally {
             self.states.insert(task.clone(), state);
         };
         match &e.kind {
-            EventKind::TaskAdded { task, .. } => set(task, TaskState::Pending),
+            EventKind::TaskAdded { task, .. } | EventKind::FixTaskAdded { task, .. } => {
+                set(task, TaskState::Pending)
+            }
+            EventKind::TaskLanding { task, .. } => set(task, TaskState::Landing),
+            EventKind::TaskLanded { task, .. } => set(task, TaskState::Completed),
             EventKind::TaskDispatched { task, .. } | EventKind::TaskStarted { task, .. } => {
                 set(task, TaskState::Running)
             }
@@ -785,6 +893,7 @@ impl Tally {
             )
         });
         let pending = count(|s| matches!(s, TaskState::Pending | TaskState::Ready));
+        let landing = count(|s| *s == TaskState::Landing);
         let failed = count(|s| matches!(s, TaskState::Failed | TaskState::Cancelled));
         let end = self.finished_ms.unwrap_or(now_ms.max(self.last_ms));
         let elapsed = end.saturating_sub(self.started_ms.unwrap_or(end));
@@ -804,11 +913,50 @@ impl Tally {
             (Some(call), None) => format!(" · {call}"),
             _ => String::new(),
         };
+        let landing = if landing > 0 {
+            format!(" · {landing} landing")
+        } else {
+            String::new()
+        };
         format!(
-            "{done} done · {running} running · {pending} pending · {failed} failed/cancelled · {spent} · {} elapsed{streaming}",
+            "{done} done{landing} · {running} running · {pending} pending · {failed} failed/cancelled · {spent} · {} elapsed{streaming}",
             duration(elapsed)
         )
     }
+}
+
+/// "t3 completed: summary [2 files, +10 -1, abc1234]; flagged: …": a handoff in one line.
+fn handoff_line(head: &str, handoff: Option<&Handoff>) -> (String, Tone) {
+    let Some(h) = handoff else {
+        return (head.to_string(), Tone::Good);
+    };
+    let mut line = format!("{head}: {}", shorten(&h.summary, 100));
+    if let Some(work) = &h.work {
+        let files = work.files.len() as u64 + work.files_omitted;
+        line.push_str(&format!(
+            " [{files} file{}, +{} -{}, {}]",
+            if files == 1 { "" } else { "s" },
+            work.lines_added,
+            work.lines_removed,
+            short_commit(&work.head)
+        ));
+    }
+    if h.findings.is_empty() {
+        (line, Tone::Good)
+    } else {
+        let found: Vec<String> = h
+            .findings
+            .iter()
+            .map(|f| shorten(&f.to_string(), 120))
+            .collect();
+        line.push_str(&format!("; flagged: {}", found.join("; ")));
+        (line, Tone::Bad)
+    }
+}
+
+/// A commit's first 7 characters.
+fn short_commit(commit: &str) -> String {
+    commit.chars().take(7).collect()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use flotilla_actors::ports::{
-    BranchFate, RepoError, SweepKeep, Swept, Workspace, WorktreeRequest, Worktrees,
+    BranchFate, RepoError, SweepKeep, Swept, Workspace, WorktreeRequest, WorktreeStart, Worktrees,
 };
 use flotilla_actors::protocol::{
     BranchWork, ChangeKind, FileChange, RunId, TaskId, branch_name, branch_prefix,
@@ -21,6 +21,7 @@ use flotilla_actors::protocol::{
 use futures::future::BoxFuture;
 
 use crate::git_repo::main_commit;
+use crate::merge_git::merge_marking_conflicts;
 
 /// Who flotilla's own commits are by: never a person (CI machines have no git identity, and
 /// an agent's work must not look like the user's).
@@ -73,8 +74,9 @@ impl GitWorktrees {
     }
 }
 
-/// One lock per repository, for the whole daemon.
-fn repo_lock(repo: &Path) -> Arc<Mutex<()>> {
+/// One lock per repository, for the whole daemon (the merge side, `merge_git.rs`, takes it
+/// too).
+pub(crate) fn repo_lock(repo: &Path) -> Arc<Mutex<()>> {
     static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
     let key = std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf());
     let mut locks = LOCKS
@@ -114,7 +116,7 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
     RepoError::Git(format!("{what} {}: {e}", path.display()))
 }
 
-fn signature() -> Result<git2::Signature<'static>, RepoError> {
+pub(crate) fn signature() -> Result<git2::Signature<'static>, RepoError> {
     git2::Signature::now(FLOTILLA_NAME, FLOTILLA_EMAIL).map_err(git)
 }
 
@@ -198,7 +200,8 @@ fn recorded_worktrees(repo: &git2::Repository, prefix: &str) -> Result<Vec<Strin
     Ok(names)
 }
 
-fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
+/// Deletes a local branch; `false` when there was none.
+pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
     match repo.find_branch(branch, git2::BranchType::Local) {
         Ok(mut b) => b.delete().map(|_| true).map_err(git),
         Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
@@ -260,10 +263,22 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         Err(e) if e.code() == git2::ErrorCode::NotFound => None,
         Err(e) => return Err(git(e)),
     };
-    let base = match &existing {
+    // Where the branch left main, and where a new one starts.
+    let (base, start) = match (&existing, &request.start) {
+        // A conflict fix's first commit is flotilla's merge of the task branch onto main:
+        // the fix is what comes after it.
+        (Some(tip), WorktreeStart::ConflictFix { .. }) => {
+            (conflict_fix_base(&repo, main.id(), tip.id())?, None)
+        }
         // The branch left main where main and it last agreed.
-        Some(tip) => repo.merge_base(main.id(), tip.id()).map_err(git)?,
-        None => main.id(),
+        (Some(tip), WorktreeStart::Main) => {
+            (repo.merge_base(main.id(), tip.id()).map_err(git)?, None)
+        }
+        (None, WorktreeStart::Main) => (main.id(), Some(main.id())),
+        (None, WorktreeStart::ConflictFix { branch }) => {
+            let merged = conflict_fix_commit(&repo, &main, branch)?;
+            (merged, Some(merged))
+        }
     };
     if existing.is_some() && reusable(&repo, &name, &path, &request.branch) {
         return Ok(Workspace {
@@ -274,8 +289,9 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
     }
     // Whatever is at the path (a crash mid-way, a stale entry) goes before a fresh checkout.
     prune(&repo, &name, &path)?;
-    if existing.is_none() {
-        repo.branch(&request.branch, &main, false).map_err(git)?;
+    if let Some(start) = start {
+        let start = repo.find_commit(start).map_err(git)?;
+        repo.branch(&request.branch, &start, false).map_err(git)?;
     }
     std::fs::create_dir_all(&place.root).map_err(|e| io("cannot create", &place.root, e))?;
     let reference = repo
@@ -289,6 +305,90 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         branch: request.branch.clone(),
         base: base.to_string(),
     })
+}
+
+/// The most conflicted paths a conflict fix's commit message names.
+const MAX_NAMED_CONFLICTS: usize = 50;
+
+/// The first commit of a conflict fix (`WorktreeStart::ConflictFix`): `main` plus the work
+/// of the task branch `branch` (merged from where the two last agreed), every conflict
+/// written out with its markers (`<<<<<<< main` … `>>>>>>> <branch>`), committed by
+/// flotilla with `main` its only parent.
+fn conflict_fix_commit(
+    repo: &git2::Repository,
+    main: &git2::Commit<'_>,
+    branch: &str,
+) -> Result<git2::Oid, RepoError> {
+    let task = match repo.find_branch(branch, git2::BranchType::Local) {
+        Ok(b) => b.get().peel_to_commit().map_err(git)?,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => {
+            return Err(RepoError::Git(format!(
+                "the branch {branch} whose conflicts are to be fixed does not exist"
+            )));
+        }
+        Err(e) => return Err(git(e)),
+    };
+    let ancestor = repo.merge_base(main.id(), task.id()).map_err(|e| {
+        RepoError::Git(format!(
+            "branch {branch} shares no history with main: {}",
+            e.message()
+        ))
+    })?;
+    let ancestor = repo
+        .find_commit(ancestor)
+        .map_err(git)?
+        .tree()
+        .map_err(git)?;
+    let merged = merge_marking_conflicts(
+        repo,
+        &ancestor,
+        &main.tree().map_err(git)?,
+        &task.tree().map_err(git)?,
+        "main",
+        branch,
+    )?;
+    let mut message = format!("flotilla: {branch} merged onto main");
+    if merged.conflicted.is_empty() {
+        message.push_str(" (no conflicts)");
+    } else {
+        let named = merged.conflicted.len().min(MAX_NAMED_CONFLICTS);
+        message.push_str("; conflicts marked in: ");
+        message.push_str(&merged.conflicted[..named].join(", "));
+        if merged.conflicted.len() > named {
+            message.push_str(&format!(" and {} more", merged.conflicted.len() - named));
+        }
+    }
+    let tree = repo.find_tree(merged.tree).map_err(git)?;
+    let sig = signature()?;
+    repo.commit(None, &sig, &sig, &message, &tree, &[main])
+        .map_err(git)
+}
+
+/// A conflict-fix branch's base after a restart: the first commit of its first-parent
+/// history past main's (flotilla's merge commit), however main moved since and whatever the
+/// fix merged in. The merge base with main if there is none.
+fn conflict_fix_base(
+    repo: &git2::Repository,
+    main: git2::Oid,
+    tip: git2::Oid,
+) -> Result<git2::Oid, RepoError> {
+    let on_main = |id: git2::Oid| -> Result<bool, RepoError> {
+        Ok(id == main || repo.graph_descendant_of(main, id).map_err(git)?)
+    };
+    let mut first = None;
+    let mut current = Some(repo.find_commit(tip).map_err(git)?);
+    for _ in 0..flotilla_actors::ports::MAX_LANDED_WALK {
+        let Some(commit) = current else { break };
+        if on_main(commit.id())? {
+            if let Some(first) = first {
+                return Ok(first);
+            }
+            break;
+        }
+        first = Some(commit.id());
+        current = commit.parent(0).ok();
+    }
+    repo.merge_base(main, tip).map_err(git)
 }
 
 /// Commits what is in the worktree on top of the branch's tip (as flotilla), whatever the

@@ -80,6 +80,7 @@ fn tasks(n: usize) -> Vec<ReadyTask> {
             created: i as u64,
             budget: Budget::default(),
             atomic: false,
+            fix: None,
         })
         .collect()
 }

@@ -53,6 +53,16 @@ pub struct Limits {
     pub max_subplan_rejections: u32,
     /// How many times the supervisor restarts a run whose actor died before failing it.
     pub max_run_restarts: u32,
+    /// Conflict-fix tasks one run may make (M6). A branch that conflicts past it fails with
+    /// its conflicting files; a conflict on a conflict fix never makes another one.
+    pub max_conflict_fixes: u32,
+    /// Fix tasks one run may make for a red main (the Reconciler's sweeps).
+    pub max_sweep_fixes: u32,
+    /// Fix tasks one sweep may make (the seed's 5): groups beyond it wait for a later sweep.
+    pub max_fix_tasks_per_sweep: u32,
+    /// Finalization rounds (drain the queue, sweep, fix, repeat; the seed's 3) before a run
+    /// whose main is still red ends `Failed`.
+    pub max_finalization_attempts: u32,
 }
 
 impl Default for Limits {
@@ -86,6 +96,10 @@ impl Default for Limits {
             ),
             max_subplan_rejections: 3,
             max_run_restarts: 3,
+            max_conflict_fixes: 10,
+            max_sweep_fixes: 20,
+            max_fix_tasks_per_sweep: 5,
+            max_finalization_attempts: 3,
         }
     }
 }
@@ -110,7 +124,7 @@ impl Limits {
     /// Checks that the limits can run a run: no zero where at least one is needed, no depth
     /// that task ids cannot hold, and default ≤ per-task maximum ≤ run budget.
     pub fn validate(&self) -> Result<(), LimitsError> {
-        let at_least_one: [(&'static str, u64); 12] = [
+        let at_least_one: [(&'static str, u64); 14] = [
             ("max_depth", self.max_depth.into()),
             ("max_subtasks", self.max_subtasks as u64),
             ("max_nodes", self.max_nodes as u64),
@@ -126,6 +140,14 @@ impl Limits {
                 self.max_subplanner_iterations.into(),
             ),
             ("max_subplan_rejections", self.max_subplan_rejections.into()),
+            (
+                "max_fix_tasks_per_sweep",
+                self.max_fix_tasks_per_sweep.into(),
+            ),
+            (
+                "max_finalization_attempts",
+                self.max_finalization_attempts.into(),
+            ),
         ];
         if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
             return Err(LimitsError::Zero { field });

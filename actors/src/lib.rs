@@ -19,12 +19,14 @@
 pub mod actors;
 pub mod backoff;
 pub mod config;
+pub mod failures;
 pub mod graph;
 pub mod llm_output;
 pub mod llm_progress;
 pub mod planner_context;
 pub mod ports;
 pub mod protocol;
+pub mod scratch_commands;
 pub mod subplanner_context;
 pub mod supervision;
 pub mod work_check;

@@ -45,6 +45,9 @@ pub struct Counts {
     pub pending: usize,
     pub running: usize,
     pub waiting: usize,
+    /// Done, waiting in the merge queue (M6).
+    #[serde(default)]
+    pub landing: usize,
     pub completed: usize,
     pub failed: usize,
     pub cancelled: usize,
@@ -78,6 +81,7 @@ pub fn task_state_words(state: TaskState) -> &'static str {
         TaskState::Running => "running",
         TaskState::WaitingForSubtasks => "waiting for subtasks",
         TaskState::Synthesizing => "synthesizing",
+        TaskState::Landing => "landing",
         TaskState::Completed => "completed",
         TaskState::Failed => "failed",
         TaskState::Cancelled => "cancelled",
@@ -141,6 +145,7 @@ pub fn status(record: &RunRecord, limits: Limits, events: &[Event]) -> RunStatus
                 counts.running += 1
             }
             TaskState::WaitingForSubtasks => counts.waiting += 1,
+            TaskState::Landing => counts.landing += 1,
             TaskState::Completed => counts.completed += 1,
             TaskState::Failed => counts.failed += 1,
             TaskState::Cancelled => counts.cancelled += 1,

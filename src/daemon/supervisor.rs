@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use flotilla_actors::actors::{
-    self, AgentSet, Dispatch, Exchange, Planner, RecordedExchange, Recovery, Subplanner, TaskGraph,
-    WorkerKit, WorkerPool,
+    self, AgentSet, Dispatch, Exchange, MergeKit, MergeQueue, Planner, Reconciler, ReconcilerKit,
+    RecordedExchange, Recovery, Subplanner, TaskGraph, WorkerKit, WorkerPool,
 };
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{
@@ -46,6 +46,7 @@ use crate::agents::command::CommandAgent;
 use crate::config::RunConfig;
 use crate::git_repo::GitRepo;
 use crate::journal::SqliteJournal;
+use crate::merge_git::GitMerge;
 use crate::process::TokioProcessRunner;
 use crate::prompts;
 use crate::providers::ProviderRegistry;
@@ -67,6 +68,8 @@ pub enum Member {
     Planner,
     Subplanner,
     Workers,
+    MergeQueue,
+    Reconciler,
 }
 
 /// A member of a run ended (from its lifeline).
@@ -87,6 +90,8 @@ pub struct RunMembers {
     pub planner: Addr<Planner>,
     pub subplanner: Addr<Subplanner>,
     pub workers: Addr<WorkerPool>,
+    pub merge_queue: Addr<MergeQueue>,
+    pub reconciler: Addr<Reconciler>,
 }
 
 impl RunMembers {
@@ -96,6 +101,8 @@ impl RunMembers {
         self.planner.do_send(StopMember);
         self.subplanner.do_send(StopMember);
         self.workers.do_send(StopMember);
+        self.merge_queue.do_send(StopMember);
+        self.reconciler.do_send(StopMember);
     }
 
     /// Whether any of them still runs.
@@ -105,6 +112,8 @@ impl RunMembers {
             || self.planner.connected()
             || self.subplanner.connected()
             || self.workers.connected()
+            || self.merge_queue.connected()
+            || self.reconciler.connected()
     }
 }
 
@@ -216,17 +225,19 @@ impl Supervisor {
             entry.life = Life::Damaged;
             return Err(reason);
         }
-        let graph_state =
-            match RunGraph::replay(config.limits.clone(), journal.iter().map(|e| &e.kind)) {
-                Ok(graph) => graph,
-                Err(e) => {
-                    let reason = format!("the journal does not replay: {e}");
-                    error!(%run, %reason, "run damaged");
-                    entry.problem = Some(RunProblem::Damaged(reason.clone()));
-                    entry.life = Life::Damaged;
-                    return Err(reason);
-                }
-            };
+        let graph_state = match RunGraph::new(config.limits.clone())
+            .merging()
+            .replayed(journal.iter().map(|e| &e.kind))
+        {
+            Ok(graph) => graph,
+            Err(e) => {
+                let reason = format!("the journal does not replay: {e}");
+                error!(%run, %reason, "run damaged");
+                entry.problem = Some(RunProblem::Damaged(reason.clone()));
+                entry.life = Life::Damaged;
+                return Err(reason);
+            }
+        };
         entry.restarts = journal
             .iter()
             .filter(|e| matches!(e.kind, EventKind::RunRestarted { .. }))
@@ -322,6 +333,8 @@ impl Supervisor {
         })
         .watched(self.lifeline(run, generation, Member::Workers, ctx))
         .start();
+        let entry_repo_for_merge = entry_repo.clone();
+        let repo_for_merge = Arc::new(GitRepo::new(entry_repo.clone()));
         let repo = Arc::new(GitRepo::new(entry_repo));
         let subplanner = Subplanner::new(
             run,
@@ -360,6 +373,39 @@ impl Supervisor {
         .resuming(conversation)
         .watched(self.lifeline(run, generation, Member::Planner, ctx))
         .start();
+        let merge_git = Arc::new(GitMerge::new(
+            entry_repo_for_merge.clone(),
+            self.worktrees.join(run.to_string()).join("scratch"),
+        ));
+        let runner_for_merge: Arc<dyn ProcessRunner> = Arc::new(TokioProcessRunner);
+        let reconciler = Reconciler::new(
+            run,
+            ReconcilerKit {
+                git: merge_git.clone(),
+                reader: repo_for_merge.clone(),
+                runner: runner_for_merge.clone(),
+                config: config.reconciler.clone(),
+                max_fixes: config.limits.max_fix_tasks_per_sweep as usize,
+            },
+            graph_addr.clone().recipient(),
+        )
+        .watched(self.lifeline(run, generation, Member::Reconciler, ctx))
+        .start();
+        let merge_queue = MergeQueue::new(
+            run,
+            MergeKit {
+                git: merge_git,
+                main: repo_for_merge.clone(),
+                reader: repo_for_merge,
+                runner: runner_for_merge,
+                config: config.merge.clone(),
+            },
+            graph_addr.clone().recipient(),
+        )
+        .with_reconciler(reconciler.clone().recipient())
+        .with_planner(planner.clone().recipient())
+        .watched(self.lifeline(run, generation, Member::MergeQueue, ctx))
+        .start();
         let mut task_graph = TaskGraph::new(
             run,
             graph_state,
@@ -370,6 +416,10 @@ impl Supervisor {
         .with_planner(planner.clone().recipient())
         .with_default_agent(workers.clone().recipient())
         .with_subplanner(subplanner.clone().recipient())
+        .with_merging(
+            merge_queue.clone().recipient(),
+            reconciler.clone().recipient(),
+        )
         .watched(self.lifeline(run, generation, Member::TaskGraph, ctx));
         if let Some(recovery) = recovery {
             task_graph = task_graph.resuming(recovery);
@@ -386,6 +436,8 @@ impl Supervisor {
                 planner,
                 subplanner,
                 workers,
+                merge_queue,
+                reconciler,
             });
         }
         Ok(())

@@ -908,6 +908,7 @@ writes = { "a.rs" = "fn a() {}\n" }
             branch: branch_name(run_id, &task, 1),
             task,
             attempt: 1,
+            start: flotilla_actors::ports::WorktreeStart::Main,
         })
         .await
         .unwrap();
@@ -942,8 +943,8 @@ writes = { "a.rs" = "fn a() {}\n" }
             &branch_name(run_id, &"t1".parse().unwrap(), 1),
             git2::BranchType::Local
         )
-        .is_ok(),
-        "the delivered branch stays"
+        .is_err(),
+        "the delivered branch landed on main and was deleted"
     );
     assert!(
         git.find_branch(&leftover.branch, git2::BranchType::Local)

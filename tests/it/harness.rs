@@ -146,6 +146,7 @@ pub fn ready(id: &str, spec: TaskSpec, critical_path: u32, created: u64) -> Read
         created,
         budget: Budget::default(),
         atomic: false,
+        fix: None,
     }
 }
 

@@ -1004,6 +1004,8 @@ async fn a_planner_dispatch_or_worker_pool_that_dies_mid_run_is_restarted_and_th
         (Member::Dispatch, "Dispatch"),
         (Member::Subplanner, "Subplanner"),
         (Member::Workers, "Workers"),
+        (Member::MergeQueue, "MergeQueue"),
+        (Member::Reconciler, "Reconciler"),
     ] {
         let state = tempfile::tempdir().unwrap();
         let (supervisor, journal, run, mut events) = supervised_run(state.path(), 8, 150).await;
@@ -1021,6 +1023,8 @@ async fn a_planner_dispatch_or_worker_pool_that_dies_mid_run_is_restarted_and_th
             Member::Dispatch => before.dispatch.do_send(StopMember),
             Member::Subplanner => before.subplanner.do_send(StopMember),
             Member::Workers => before.workers.do_send(StopMember),
+            Member::MergeQueue => before.merge_queue.do_send(StopMember),
+            Member::Reconciler => before.reconciler.do_send(StopMember),
             Member::TaskGraph => unreachable!(),
         }
         let restarted = hub_until(&mut events, run, "run_restarted", |k| {

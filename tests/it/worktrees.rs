@@ -6,7 +6,9 @@ use std::path::Path;
 use std::process::Command;
 
 use flotilla::worktrees::{FLOTILLA_EMAIL, GitWorktrees, MAX_COMMITTED_FILE_BYTES};
-use flotilla_actors::ports::{BranchFate, SweepKeep, Workspace, WorktreeRequest, Worktrees};
+use flotilla_actors::ports::{
+    BranchFate, SweepKeep, Workspace, WorktreeRequest, WorktreeStart, Worktrees,
+};
 use flotilla_actors::protocol::{ChangeKind, RunId, TaskId, branch_name};
 
 use crate::daemon_env::{commit_files, init_repo};
@@ -50,6 +52,7 @@ impl Fixture {
             branch: branch_name(self.run, &task, attempt),
             task,
             attempt,
+            start: WorktreeStart::Main,
         }
     }
 
@@ -339,6 +342,7 @@ async fn a_repository_without_commits_has_no_base_to_start_from() {
             branch: branch_name(run, &task, 1),
             task,
             attempt: 1,
+            start: WorktreeStart::Main,
         })
         .await
         .unwrap_err();
@@ -425,26 +429,34 @@ run = "test -f src/lib.rs && test ! -e tests/lib.rs"
     let git = git2::Repository::open(repo.path()).unwrap();
     let mut handoffs = std::collections::BTreeMap::new();
     for e in &events {
-        let EventKind::TaskCompleted { task, handoff, .. } = &e.kind else {
+        let (EventKind::TaskCompleted { task, handoff, .. }
+        | EventKind::TaskLanding { task, handoff, .. }) = &e.kind
+        else {
             continue;
         };
         let h = handoff.clone().expect("a worker's handoff");
         let work = h.work.clone().expect("git truth");
-        assert_eq!(
-            work.base,
-            main.to_string(),
-            "{task} started from main's tip"
+        // From main's tip when it started: the first commit, or a later main that held
+        // what had landed by then.
+        let base = git2::Oid::from_str(&work.base).unwrap();
+        let final_main = git.refname_to_id("refs/heads/main").unwrap();
+        assert!(
+            base == main || git.graph_descendant_of(final_main, base).unwrap(),
+            "{task} started from main"
+        );
+        // It landed: the branch is gone and main holds the commit the handoff names.
+        assert!(
+            git.find_branch(&work.branch, git2::BranchType::Local)
+                .is_err()
         );
         let tip = git
-            .find_branch(&work.branch, git2::BranchType::Local)
+            .find_commit(git2::Oid::from_str(&work.head).unwrap())
             .unwrap()
-            .get()
-            .target()
-            .unwrap();
-        assert_eq!(
-            tip.to_string(),
-            work.head,
-            "{task}: the branch holds the work"
+            .id();
+        assert!(tip == git2::Oid::from_str(&work.head).unwrap());
+        assert!(
+            landed_on_main(&git, &task.to_string()),
+            "{task}: main holds its work"
         );
         let paths: Vec<&str> = work.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(h.files_changed, paths);
@@ -481,7 +493,6 @@ run = "test -f src/lib.rs && test ! -e tests/lib.rs"
         (2, 3)
     );
 
-    // One branch per delivered attempt; main, the checkout and the index untouched.
     let mut branches: Vec<String> = git
         .branches(Some(git2::BranchType::Local))
         .unwrap()
@@ -490,8 +501,13 @@ run = "test -f src/lib.rs && test ! -e tests/lib.rs"
         .map(|n| n.rsplit('/').next().unwrap().to_string())
         .collect();
     branches.sort();
-    assert_eq!(branches, ["t1", "t2-a2", "t3-a2", "t4"]);
-    assert_eq!(git.refname_to_id("refs/heads/main").unwrap(), main);
+    // Every delivered attempt landed on main (one commit each, with its trailer) and its
+    // branch went; the user's clean checkout of main was brought along, nothing else.
+    assert!(branches.is_empty(), "{branches:?}");
+    for task in ["t1", "t2", "t3", "t4"] {
+        assert!(landed_on_main(&git, task), "{task}");
+    }
+    assert_ne!(git.refname_to_id("refs/heads/main").unwrap(), main);
     assert_checkout_untouched(repo.path());
     let run_dir = daemon.state_dir().join("worktrees").join(&run);
     for _ in 0..100 {
@@ -538,19 +554,22 @@ async fn the_readme_demo_completes_with_a_commit_on_every_workers_branch() {
                 task,
                 handoff: Some(h),
                 ..
+            }
+            | EventKind::TaskLanding {
+                task,
+                handoff: Some(h),
+                ..
             } if h.work.is_some() => Some((task.to_string(), h.clone())),
             _ => None,
         })
         .map(|(task, h)| {
-            // Each is a commit on its own branch, as the handoff says.
+            // Each was a commit on its own branch, as the handoff says, and it landed.
             let work = h.work.unwrap();
-            let tip = git
-                .find_branch(&work.branch, git2::BranchType::Local)
-                .unwrap()
-                .get()
-                .target()
-                .unwrap();
-            assert_eq!(tip.to_string(), work.head, "{task}");
+            assert!(
+                git.find_commit(git2::Oid::from_str(&work.head).unwrap())
+                    .is_ok()
+            );
+            assert!(landed_on_main(&git, &task), "{task} is on main");
             assert_ne!(work.head, work.base, "{task} committed something");
             (task, h.files_changed)
         })
@@ -711,11 +730,16 @@ async fn the_workers_example_runs_as_documented() {
     );
     let mut delivered = 0;
     for e in &events {
-        let EventKind::TaskCompleted {
+        let (EventKind::TaskCompleted {
             task,
             handoff: Some(h),
             ..
-        } = &e.kind
+        }
+        | EventKind::TaskLanding {
+            task,
+            handoff: Some(h),
+            ..
+        }) = &e.kind
         else {
             continue;
         };
@@ -802,6 +826,11 @@ writes = { "docs/a.md" = "scripted\n" }
                 task,
                 handoff: Some(h),
                 ..
+            }
+            | EventKind::TaskLanding {
+                task,
+                handoff: Some(h),
+                ..
             } => Some((task.to_string(), h.summary.clone(), h.files_changed.clone())),
             _ => None,
         })
@@ -832,13 +861,29 @@ writes = { "docs/a.md" = "scripted\n" }
 }
 
 /// What a branch holds at `path`, as text.
-fn blob_at(repo: &git2::Repository, branch: &str, path: &str) -> Option<String> {
-    let tip = repo
-        .find_branch(branch, git2::BranchType::Local)
-        .ok()?
-        .get()
-        .peel_to_commit()
-        .ok()?;
+/// Whether a commit on main's first-parent history carries `task`'s trailer.
+fn landed_on_main(repo: &git2::Repository, task: &str) -> bool {
+    let mut commit = repo
+        .find_commit(repo.refname_to_id("refs/heads/main").unwrap())
+        .unwrap();
+    loop {
+        let message = commit.message().unwrap_or_default();
+        if message
+            .lines()
+            .any(|l| l.starts_with("Flotilla-Task:") && l.ends_with(&format!("/{task}")))
+        {
+            return true;
+        }
+        match commit.parent(0) {
+            Ok(parent) => commit = parent,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// The text of `path` at `rev` (a branch or a commit).
+fn blob_at(repo: &git2::Repository, rev: &str, path: &str) -> Option<String> {
+    let tip = repo.revparse_single(rev).ok()?.peel_to_commit().ok()?;
     let entry = tip.tree().ok()?.get_path(Path::new(path)).ok()?;
     let blob = entry.to_object(repo).ok()?.peel_to_blob().ok()?;
     Some(String::from_utf8_lossy(blob.content()).into_owned())
@@ -878,12 +923,15 @@ run = "env > env.txt"
         .find_map(|e| match &e.kind {
             EventKind::TaskCompleted {
                 handoff: Some(h), ..
-            } => h.work.as_ref().map(|w| w.branch.clone()),
+            }
+            | EventKind::TaskLanding {
+                handoff: Some(h), ..
+            } => h.work.as_ref().map(|w| w.head.clone()),
             _ => None,
         })
         .unwrap();
     let git = git2::Repository::open(repo.path()).unwrap();
-    let env = blob_at(&git, &branch, "env.txt").expect("the command's env is on the branch");
+    let env = blob_at(&git, &branch, "env.txt").expect("the command's env is in the commit");
     assert!(env.contains("PATH="), "{env}");
     for secret in ["secret", "OPENAI", "ANTHROPIC", "GITHUB_TOKEN", "FLOTILLA"] {
         assert!(
@@ -932,6 +980,11 @@ writes = { "src/final.rs" = "pub mod part;\npub mod sub;\n" }
                 task,
                 handoff: Some(h),
                 ..
+            }
+            | EventKind::TaskLanding {
+                task,
+                handoff: Some(h),
+                ..
             } => Some((task.to_string(), h.clone())),
             _ => None,
         })
@@ -943,8 +996,8 @@ writes = { "src/final.rs" = "pub mod part;\npub mod sub;\n" }
     assert!(work.branch.ends_with("/t1"), "{}", work.branch);
     assert_eq!(handoffs["t1.1"].files_changed, ["src/sub/tokens.rs"]);
     let git = git2::Repository::open(repo.path()).unwrap();
-    assert!(blob_at(&git, &work.branch, "src/part.rs").is_some());
-    assert!(blob_at(&git, &work.branch, "src/final.rs").is_some());
+    assert!(blob_at(&git, &work.head, "src/part.rs").is_some());
+    assert!(blob_at(&git, &work.head, "src/final.rs").is_some());
     assert_checkout_clean(repo.path());
 }
 
@@ -1074,7 +1127,8 @@ writes = { "src/b.rs" = "fine\n" }
         names.sort();
         names
     };
-    assert_eq!(branches(), ["t1", "t1-a2", "t2"]);
+    // The failed attempts stay for inspection; t2's branch landed and was deleted.
+    assert_eq!(branches(), ["t1", "t1-a2"]);
 
     let report: serde_json::Value = daemon
         .client
@@ -1083,7 +1137,12 @@ writes = { "src/b.rs" = "fine\n" }
         .unwrap();
     assert_eq!(report["worktrees"].as_array().unwrap().len(), 2, "{report}");
     assert!(!run_dir.exists());
-    assert_eq!(branches(), ["t2"], "only delivered work stays");
+    let none: [&str; 0] = [];
+    assert_eq!(
+        branches(),
+        none,
+        "failed attempts go; landed work is on main"
+    );
     assert_checkout_clean(repo.path());
 }
 

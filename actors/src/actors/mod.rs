@@ -2,14 +2,18 @@
 //! [`crate::protocol::messages`].
 
 pub mod dispatch;
+pub mod merge_queue;
 pub mod planner;
+pub mod reconciler;
 pub mod subplanner;
 pub mod task_graph;
 pub mod worker;
 pub mod worker_pool;
 
 pub use dispatch::{Dispatch, WorkerProfile, best_profile};
+pub use merge_queue::{MergeConfig, MergeConfigError, MergeKit, MergeQueue};
 pub use planner::{Exchange, Planner, PlannerConfig, PlannerConfigError};
+pub use reconciler::{Reconciler, ReconcilerConfig, ReconcilerConfigError, ReconcilerKit};
 pub use subplanner::{RecordedExchange, Subplanner, SubplannerConfig, SubplannerConfigError};
 pub use task_graph::{CancelRun, Recovery, TaskGraph};
 pub use worker::{AgentSet, Job, Worker, WorkerKit};

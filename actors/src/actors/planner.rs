@@ -49,8 +49,8 @@ use crate::ports::{
     RepoReader, RepoSnapshot, Role,
 };
 use crate::protocol::{
-    GetSnapshot, GraphSnapshot, HandoffStatus, PlannerAnswer, Published, RejectionReason,
-    RootHandoff, RunId, TaskState, TaskView, ToPlanner, ToTaskGraph,
+    GetSnapshot, GraphSnapshot, HandoffStatus, MergeHealth, PlannerAnswer, Published,
+    RejectionReason, RootHandoff, RunId, TaskState, TaskView, ToPlanner, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -170,6 +170,8 @@ pub struct Planner {
     consecutive_errors: u32,
     /// Free worker slots as Dispatch last reported them; `None` until it reports.
     free_workers: Option<usize>,
+    /// The merge queue's health since the last prompt (M6), for the next follow-up.
+    merge_health: Option<MergeHealth>,
     /// Some answer so far had tasks in it.
     planned_anything: bool,
     /// The empty-first-sprint reminder was sent (it is sent at most once per run).
@@ -226,6 +228,7 @@ impl Planner {
             phase: Phase::Idle,
             consecutive_errors: 0,
             free_workers: None,
+            merge_health: None,
             planned_anything: false,
             reminded: false,
             remind_empty: false,
@@ -313,6 +316,19 @@ impl Planner {
         }
         if let Some(graph) = graph {
             msg.push_str(&active_work(&graph));
+        }
+        if let Some(health) = self.merge_health.take() {
+            msg.push_str(&format!(
+                "## Merge queue
+{} waiting to land; {} landed, {} failed ({}% landed); median wait {} s
+
+",
+                health.queued,
+                health.landed,
+                health.failed,
+                health.success_percent(),
+                health.median_wait_ms / 1000
+            ));
         }
         if std::mem::take(&mut self.remind_empty) {
             self.reminded = true;
@@ -659,6 +675,7 @@ impl Handler<ToPlanner> for Planner {
                 self.plan(ctx);
             }
             ToPlanner::Retry => {}
+            ToPlanner::MergeHealth(health) => self.merge_health = Some(health),
             ToPlanner::Handoff(handoff) => {
                 self.unread.push(*handoff);
                 self.plan_if_needed(ctx);

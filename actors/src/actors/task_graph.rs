@@ -22,9 +22,9 @@ use tracing::{error, warn};
 use crate::graph::{GraphError, RunGraph};
 use crate::ports::{Journal, JournalError};
 use crate::protocol::{
-    Event, EventKind, FailureReason, GetSnapshot, Published, RootHandoff, RunId, SubtaskEnded,
-    SubtasksCompleted, TaskDecompositionAccepted, TaskDecompositionRejected, TaskId, TaskState,
-    ToAgent, ToDispatch, ToPlanner, ToTaskGraph,
+    Event, EventKind, FailureReason, FromMerging, GetSnapshot, Published, RootHandoff, RunId,
+    SubtaskEnded, SubtasksCompleted, TaskDecompositionAccepted, TaskDecompositionRejected, TaskId,
+    TaskState, ToAgent, ToDispatch, ToMergeQueue, ToPlanner, ToReconciler, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -51,6 +51,10 @@ pub struct TaskGraph {
     /// The run's Subplanner: it owns the decompositions it made, also after a restart.
     subplanner: Option<Recipient<ToAgent>>,
     planner: Option<Recipient<ToPlanner>>,
+    /// Where branches of `Landing` tasks go (M6).
+    merge_queue: Option<Recipient<ToMergeQueue>>,
+    /// Who sweeps main for a finalization round (M6).
+    reconciler: Option<Recipient<ToReconciler>>,
     /// Set when the graph was rebuilt from the journal: `started` resumes the run.
     recovery: Option<Recovery>,
     lifeline: Option<Lifeline>,
@@ -83,6 +87,8 @@ impl TaskGraph {
             default_agent: None,
             subplanner: None,
             planner: None,
+            merge_queue: None,
+            reconciler: None,
             recovery: None,
             lifeline: None,
         }
@@ -119,6 +125,25 @@ impl TaskGraph {
     pub fn with_subplanner(mut self, subplanner: Recipient<ToAgent>) -> Self {
         self.subplanner = Some(subplanner);
         self
+    }
+
+    /// The run's MergeQueue and Reconciler (a merging graph needs both: ADR-011).
+    pub fn with_merging(
+        mut self,
+        merge_queue: Recipient<ToMergeQueue>,
+        reconciler: Recipient<ToReconciler>,
+    ) -> Self {
+        self.merge_queue = Some(merge_queue);
+        self.reconciler = Some(reconciler);
+        self
+    }
+
+    fn enqueue_landing(&self, task: &TaskId, recovered: bool) {
+        if let (Some(queue), Some(request)) =
+            (&self.merge_queue, self.graph.land_request(task, recovered))
+        {
+            queue.do_send(ToMergeQueue::Enqueue(Box::new(request)));
+        }
     }
 
     /// Resume a graph replayed from the journal when the actor starts.
@@ -162,6 +187,16 @@ impl TaskGraph {
             }
             for parent in act.graph.tasks_in(TaskState::Synthesizing) {
                 act.send_subtasks_completed(&parent);
+            }
+            // Branches waiting to land go back in the queue, which first looks whether
+            // main already holds them (a crash after the ref moved, before `TaskLanded`).
+            for task in act.graph.landing_tasks() {
+                act.enqueue_landing(&task, true);
+            }
+            if let (Some(attempt), Some(reconciler)) =
+                (act.graph.awaiting_final_sweep(), &act.reconciler)
+            {
+                reconciler.do_send(ToReconciler::Finalize { attempt });
             }
             // The Subplanner's open decompositions continue where its journaled
             // conversation left off.
@@ -268,6 +303,7 @@ impl TaskGraph {
                 batch_accepted |= task.depth() == 1;
             }
             if let EventKind::TaskCompleted { task, .. }
+            | EventKind::TaskLanded { task, .. }
             | EventKind::TaskFailed { task, .. }
             | EventKind::TaskCancelled { task, .. } = &event.kind
             {
@@ -295,6 +331,19 @@ impl TaskGraph {
                     self.dispatch
                         .do_send(ToDispatch::Release { task: task.clone() });
                 }
+                // The agent is done: its slot and scope go back; the branch goes to the
+                // merge queue.
+                EventKind::TaskLanding { task, .. } => {
+                    self.agents.remove(task);
+                    self.dispatch
+                        .do_send(ToDispatch::Release { task: task.clone() });
+                    self.enqueue_landing(task, false);
+                }
+                EventKind::FinalizationStarted { attempt } => {
+                    if let Some(reconciler) = &self.reconciler {
+                        reconciler.do_send(ToReconciler::Finalize { attempt: *attempt });
+                    }
+                }
                 EventKind::TaskFailed { task, reason, .. } => {
                     self.dispatch
                         .do_send(ToDispatch::Release { task: task.clone() });
@@ -312,9 +361,12 @@ impl TaskGraph {
                         });
                     }
                 }
-                EventKind::TaskCancelled { task, reason, .. } => {
+                EventKind::TaskCancelled { task, reason, was } => {
                     self.dispatch
                         .do_send(ToDispatch::Release { task: task.clone() });
+                    if let (TaskState::Landing, Some(queue)) = (was, &self.merge_queue) {
+                        queue.do_send(ToMergeQueue::Withdraw { task: task.clone() });
+                    }
                     if let Some(agent) = self.agents.remove(task) {
                         agent.do_send(ToAgent::Cancel {
                             task: task.clone(),
@@ -571,6 +623,64 @@ impl Handler<ToTaskGraph> for TaskGraph {
                 // Commands only emit events that apply; this is a bug, not bad input.
                 self.stop_because(StopCause::InvariantBroken(e.to_string()), ctx);
             }
+        }
+    }
+}
+
+impl Handler<FromMerging> for TaskGraph {
+    type Result = ();
+
+    fn handle(&mut self, msg: FromMerging, ctx: &mut Context<Self>) {
+        let result = match msg {
+            FromMerging::MainMoved {
+                from,
+                to,
+                landed,
+                checkout,
+            } => {
+                let tasks = landed.iter().map(|(t, _, _)| t.clone()).collect();
+                let note = EventKind::MainMoved {
+                    from,
+                    to,
+                    tasks,
+                    checkout,
+                };
+                let mut events = Vec::new();
+                let mut result = self.graph.merge_noted(note).map(|e| events.extend(e));
+                for (task, attempt, commit) in landed {
+                    if result.is_err() {
+                        break;
+                    }
+                    result = self
+                        .graph
+                        .landed(&task, attempt, &commit)
+                        .map(|e| events.extend(e));
+                }
+                result.map(|_| events)
+            }
+            FromMerging::Conflict {
+                task,
+                attempt,
+                files,
+                clashing,
+            } => self.graph.landing_conflict(&task, attempt, files, clashing),
+            FromMerging::Failed {
+                task,
+                attempt,
+                failure,
+            } => self.graph.landing_failed(&task, attempt, failure),
+            FromMerging::FoundOnMain {
+                task,
+                attempt,
+                commit,
+            } => self.graph.landed(&task, attempt, &commit),
+            FromMerging::Note(note) => self.graph.merge_noted(*note),
+            FromMerging::Swept(report) => self.graph.sweep_finished(*report),
+            FromMerging::SweepStale { sweep, commit } => self.graph.sweep_stale(sweep, &commit),
+        };
+        match result {
+            Ok(events) => self.commit(events, ctx),
+            Err(e) => self.stop_because(StopCause::InvariantBroken(e.to_string()), ctx),
         }
     }
 }

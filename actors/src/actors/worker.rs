@@ -42,11 +42,11 @@ use tracing::{debug, warn};
 use crate::ports::{
     ActivityReporter, Agent, AgentError, AgentReport, AgentSession, AttemptContext, BranchFate,
     Clock, CommandSpec, ProcessRunner, SpendReporter, SystemClock, Workspace, WorktreeRequest,
-    Worktrees,
+    WorktreeStart, Worktrees,
 };
 use crate::protocol::{
-    Assignment, AttemptFailure, Budget, Event, EventKind, Finding, HandoffStatus, Published, RunId,
-    SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph,
+    Assignment, AttemptFailure, Budget, Event, EventKind, Finding, FixOf, HandoffStatus, Published,
+    RunId, SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use crate::work_check::{Checks, check_work};
@@ -168,6 +168,20 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// Where a new branch for this job starts: a conflict fix from main with the
+    /// conflicting branch merged in, everything else from main's tip.
+    fn worktree_start(&self) -> WorktreeStart {
+        match &self.job {
+            Job::Run(a) => match &a.task.fix {
+                Some(FixOf::Conflict { branch, .. }) => WorktreeStart::ConflictFix {
+                    branch: branch.clone(),
+                },
+                _ => WorktreeStart::Main,
+            },
+            Job::Synthesize { .. } => WorktreeStart::Main,
+        }
+    }
+
     /// `limit` bounds the agent calls of the attempt together (a revision gets what the
     /// earlier calls left).
     pub fn new(kit: WorkerKit, graph: Recipient<ToTaskGraph>, job: Job, limit: Duration) -> Self {
@@ -293,6 +307,7 @@ impl Worker {
             task: self.task.clone(),
             attempt: self.attempt,
             branch: self.branch.clone(),
+            start: self.worktree_start(),
         };
         let prepare = self.kit.worktrees.prepare(request);
         let bounded = async move {

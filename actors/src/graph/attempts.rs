@@ -192,6 +192,23 @@ impl RunGraph {
             .map_or(HandoffStatus::Complete, |h| h.status);
         match status {
             HandoffStatus::Complete | HandoffStatus::Partial => {
+                if let Some((branch, head)) = self.lands(report.handoff.as_ref()) {
+                    // Done, but not Completed until its branch is on main (ADR-011): nothing
+                    // ended, so there is nothing to settle yet.
+                    self.emit(
+                        &mut out,
+                        EventKind::TaskLanding {
+                            task,
+                            attempt,
+                            handoff: report.handoff,
+                            artifacts: report.artifacts,
+                            branch,
+                            head,
+                        },
+                    )?;
+                    self.check_run_budget(&mut out)?;
+                    return Ok(out);
+                }
                 self.emit(
                     &mut out,
                     EventKind::TaskCompleted {
@@ -245,7 +262,7 @@ impl RunGraph {
     /// everything that needed it. A task that has used up any dimension of its budget (the
     /// Worker charged the attempt's wall time before its failure) fails `BudgetExceeded`
     /// with the figures: a retry would be over budget at once.
-    fn fail_attempt(
+    pub(super) fn fail_attempt(
         &mut self,
         out: &mut Emitted,
         ix: NodeIndex,
@@ -254,8 +271,10 @@ impl RunGraph {
     ) -> Result<(), GraphError> {
         let task = self.dag[ix].id.clone();
         let charged = attempt.saturating_sub(self.dag[ix].uncharged_attempts);
+        // A parent's subtasks are spent: neither its synthesis nor its landing is retried.
         let retryable = failure.is_retryable()
             && self.dag[ix].state != TaskState::Synthesizing
+            && self.dag[ix].children.is_empty()
             && charged < self.limits.max_attempts;
         let node = &self.dag[ix];
         if retryable && node.budget.is_used_up_by(&node.spent) {

@@ -10,7 +10,7 @@ use petgraph::graph::NodeIndex;
 use super::scope::ScopePath;
 use super::{Emitted, GraphError, RunGraph, TaskNode, fingerprint, is_open};
 use crate::config::Limits;
-use crate::protocol::{Budget, EventKind, StopCondition, TaskId, TaskSpec, TaskState};
+use crate::protocol::{Budget, EventKind, FixOf, StopCondition, TaskId, TaskSpec, TaskState};
 
 /// Whether a new attempt counts toward `max_attempts`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +21,18 @@ enum Charged {
 
 impl RunGraph {
     /// Rebuilds a graph from journaled events.
+    /// Applies journaled events to this (empty) graph: for a graph built with options
+    /// (`merging`).
+    pub fn replayed<'a>(
+        mut self,
+        events: impl IntoIterator<Item = &'a EventKind>,
+    ) -> Result<Self, GraphError> {
+        for e in events {
+            self.apply(e)?;
+        }
+        Ok(self)
+    }
+
     pub fn replay<'a>(
         limits: Limits,
         events: impl IntoIterator<Item = &'a EventKind>,
@@ -88,7 +100,89 @@ impl RunGraph {
             EventKind::RunStarted { .. }
             | EventKind::TasksRejected { .. }
             | EventKind::AwaitingUserDecision { .. }
-            | EventKind::MessageIgnored { .. } => {}
+            | EventKind::MessageIgnored { .. }
+            | EventKind::MergeConflict { .. }
+            | EventKind::MergeGateFailed { .. }
+            | EventKind::SweepStale { .. } => {}
+            EventKind::MainMoved { to, .. } => self.main_tip = Some(to.clone()),
+            EventKind::TaskLanding {
+                task,
+                attempt,
+                handoff,
+                artifacts,
+                branch,
+                head,
+            } => {
+                let ix = self.ix_at(task, *attempt)?;
+                self.set_state(ix, TaskState::Landing)?;
+                let node = &mut self.dag[ix];
+                node.reported_since_report = Budget::default();
+                if let Some(h) = handoff {
+                    node.handoff = Some(Box::new(h.clone()));
+                }
+                node.artifacts.extend(artifacts.iter().cloned());
+                node.landing = Some(Box::new((branch.clone(), head.clone())));
+            }
+            EventKind::TaskLanded { task, .. } => {
+                let ix = self.ix(task)?;
+                self.set_state(ix, TaskState::Completed)?;
+                // main moved: only a sweep after this says whether it is green.
+                self.last_sweep_green = None;
+            }
+            EventKind::FixTaskAdded {
+                task,
+                spec,
+                budget,
+                fix,
+            } => {
+                self.add_task(task, spec, *budget, &[])?;
+                let ix = self.ix(task)?;
+                match fix {
+                    FixOf::Conflict { task: of, .. } => {
+                        let of = self.ix(of)?;
+                        self.dag[of].fixed_by = Some(ix);
+                        self.conflict_fixes = self.conflict_fixes.saturating_add(1);
+                    }
+                    FixOf::Sweep { signature, .. } => {
+                        self.open_sweep_fixes.insert(signature.clone(), ix);
+                        self.sweep_fixes = self.sweep_fixes.saturating_add(1);
+                    }
+                }
+                self.dag[ix].fix = Some(Box::new(fix.clone()));
+            }
+            EventKind::SweepFinished { report } => {
+                if report.finalization.is_some_and(|n| n == self.finalization) {
+                    self.awaiting_sweep = false;
+                }
+                // A sweep of a main that has moved on since says nothing about main now.
+                if self
+                    .main_tip
+                    .as_deref()
+                    .is_none_or(|tip| tip == report.commit)
+                {
+                    self.last_sweep_green = Some(report.green);
+                }
+                self.last_red = (!report.green).then(|| {
+                    let class = report.class.clone().unwrap_or_else(|| "failures".into());
+                    let scope: Vec<&str> = report
+                        .fixes
+                        .iter()
+                        .flat_map(|f| f.scope.iter().map(String::as_str))
+                        .take(6)
+                        .collect();
+                    format!(
+                        "{} ({} in all) at {}: {}",
+                        class,
+                        report.failures,
+                        short(&report.commit),
+                        scope.join(", ")
+                    )
+                });
+            }
+            EventKind::FinalizationStarted { attempt } => {
+                self.finalization = *attempt;
+                self.awaiting_sweep = true;
+            }
             EventKind::TaskAdded {
                 task,
                 spec,
@@ -310,6 +404,9 @@ impl RunGraph {
             subplanner_calls: 0,
             profile: None,
             unheard: Vec::new(),
+            fix: None,
+            fixed_by: None,
+            landing: None,
             unfinished_deps,
             open_children: 0,
             completed_children: 0,
@@ -332,6 +429,9 @@ impl RunGraph {
             Some(p) => {
                 self.dag[p].children.push(ix);
                 self.dag[p].open_children += 1;
+            }
+            None if id.is_fix() => {
+                self.next_fix = self.next_fix.max(id.path()[0].saturating_add(1))
             }
             None => self.next_root = self.next_root.max(id.path()[0].saturating_add(1)),
         }
@@ -373,6 +473,11 @@ impl RunGraph {
         }
         if next.is_terminal() {
             self.live -= 1;
+            if let Some(FixOf::Sweep { signature, .. }) = self.dag[ix].fix.as_deref()
+                && self.open_sweep_fixes.get(signature) == Some(&ix)
+            {
+                self.open_sweep_fixes.remove(signature);
+            }
             let parent = self.dag[ix].parent;
             match parent {
                 Some(p) => {
@@ -385,7 +490,11 @@ impl RunGraph {
                         parent.unheard.push(ix);
                     }
                 }
-                None if next != TaskState::Completed => self.unsuccessful_roots += 1,
+                // A fix task's failure is judged by what it was for: a conflict fix fails its
+                // task, and a red main is the finalization's to judge.
+                None if next != TaskState::Completed && !self.dag[ix].id.is_fix() => {
+                    self.unsuccessful_roots += 1
+                }
                 None => {}
             }
             if next == TaskState::Completed {
@@ -420,4 +529,9 @@ impl RunGraph {
             why,
         });
     }
+}
+
+/// A commit's first 7 hex digits, for messages.
+pub(super) fn short(commit: &str) -> &str {
+    commit.get(..7).unwrap_or(commit)
 }

@@ -28,6 +28,7 @@ mod attempts;
 mod budget;
 mod decomposition;
 mod fold;
+mod landing;
 mod planning;
 mod queries;
 pub mod scope;
@@ -42,8 +43,8 @@ use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::config::Limits;
 use crate::protocol::{
-    ArtifactRef, Budget, EventKind, FailureReason, Handoff, RunOutcome, StopCondition, TaskId,
-    TaskSpec, TaskState,
+    ArtifactRef, Budget, EventKind, FailureReason, FixOf, Handoff, RunOutcome, StopCondition,
+    TaskId, TaskSpec, TaskState,
 };
 use scope::ScopePath;
 pub use validate::{Fingerprint, fingerprint};
@@ -91,6 +92,12 @@ pub struct TaskNode {
     /// Subtasks of an open Subplanner decomposition that ended and whose handoffs no
     /// recorded Subplanner prompt carried yet: what a restarted Subplanner must still read.
     pub unheard: Vec<NodeIndex>,
+    /// Why flotilla made this fix task (`f<n>`), if it did.
+    pub fix: Option<Box<FixOf>>,
+    /// The conflict fix that carries this task's work to main while it is `Landing`.
+    pub fixed_by: Option<NodeIndex>,
+    /// While `Landing` (and after): the branch and the tip that land.
+    pub landing: Option<Box<(String, String)>>,
     /// The worker profile the last dispatch chose (a synthesis runs on the same kind of
     /// agent as the attempt that proposed the subplan).
     pub profile: Option<String>,
@@ -156,6 +163,28 @@ pub struct RunGraph {
     outcome: Option<RunOutcome>,
     /// Why the run finished as it did, when there is more to say than the outcome.
     finish_reason: Option<String>,
+    /// The run lands work through a merge queue and ends with a sweep of main (M6, ADR-011):
+    /// a completion with commits is `Landing` until its branch is on main, and the run
+    /// finishes only on a green sweep. Off for graphs without a MergeQueue and a
+    /// Reconciler (unit and actor tests): completion is then immediate. Configuration, not
+    /// state: the same value must be given when a journal is replayed.
+    merging: bool,
+    /// The next fix task number (`f<n>`).
+    next_fix: u32,
+    /// Conflict fixes and sweep fixes made so far (capped by the limits).
+    conflict_fixes: u32,
+    sweep_fixes: u32,
+    /// Open sweep fixes by the signature of the problem they fix.
+    open_sweep_fixes: HashMap<String, NodeIndex>,
+    /// Finalization rounds started.
+    finalization: u32,
+    /// A finalization round waits for its sweep.
+    awaiting_sweep: bool,
+    /// What the last sweep found: green, and if red, in words.
+    last_sweep_green: Option<bool>,
+    last_red: Option<String>,
+    /// Where the merge queue last moved main (`MainMoved`).
+    main_tip: Option<String>,
 }
 
 /// What a command did: the events it emitted (already applied), in order.
@@ -180,7 +209,28 @@ impl RunGraph {
             budget_exhausted: None,
             outcome: None,
             finish_reason: None,
+            merging: false,
+            next_fix: 1,
+            conflict_fixes: 0,
+            sweep_fixes: 0,
+            open_sweep_fixes: HashMap::new(),
+            finalization: 0,
+            awaiting_sweep: false,
+            last_sweep_green: None,
+            last_red: None,
+            main_tip: None,
         }
+    }
+
+    /// A graph whose work lands through the merge queue and whose run ends with a sweep of
+    /// main (see `merging`). The daemon's runs are all merging.
+    pub fn merging(mut self) -> Self {
+        self.merging = true;
+        self
+    }
+
+    pub fn is_merging(&self) -> bool {
+        self.merging
     }
 
     /// Makes room for `additional` more tasks, so that growing a large graph does not

@@ -96,6 +96,7 @@ impl RunGraph {
             created: node.created,
             budget: node.budget.saturating_sub(node.spent),
             atomic: node.atomic,
+            fix: node.fix.as_deref().cloned(),
         })
     }
 

@@ -36,6 +36,7 @@ impl RunGraph {
                     }
                 }
             } else {
+                self.fix_ended_badly(out, ix, &mut work)?;
                 for c in self.dag[ix].children.clone() {
                     self.cancel_one(out, c, format!("parent {id} is {state}"), &mut work)?;
                 }
@@ -66,6 +67,9 @@ impl RunGraph {
                     self.unsuccessful_roots
                 );
                 (RunOutcome::Failed, Some(why))
+            } else if self.merging {
+                // Planning is done and every task ended well: main must be green too.
+                return self.finalize(out);
             } else {
                 (RunOutcome::Completed, None)
             };

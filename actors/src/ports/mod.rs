@@ -15,10 +15,12 @@ use futures::future::BoxFuture;
 
 mod agent;
 mod llm;
+mod merge;
 mod process;
 mod repo;
 pub use agent::*;
 pub use llm::*;
+pub use merge::*;
 pub use process::*;
 pub use repo::*;
 

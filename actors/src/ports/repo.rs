@@ -74,6 +74,22 @@ pub struct WorktreeRequest {
     pub task: TaskId,
     pub attempt: u32,
     pub branch: String,
+    /// Where a new branch starts (an existing branch is reused as it is).
+    pub start: WorktreeStart,
+}
+
+/// Where an attempt's new branch starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WorktreeStart {
+    /// main's tip.
+    #[default]
+    Main,
+    /// A conflict fix (ADR-011): main's tip plus one flotilla commit that merges the work of
+    /// the task branch `branch` into it, conflict markers left in the files that clash.
+    /// The workspace's `base` is that commit, so the fix's diff (and its scope check) is
+    /// the resolution alone; after a restart the reused branch's base is found again (the
+    /// first commit after the branch left main).
+    ConflictFix { branch: String },
 }
 
 /// What becomes of an attempt's branch when its worktree goes.

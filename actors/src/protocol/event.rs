@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
+use super::merge::{CheckoutSync, FixOf, LandingFailure, SweepReport};
 use super::subplan::{DecompositionReason, RejectionReason, StopCondition};
 use super::task::{Budget, TaskSpec, TaskState};
 use super::work::{Role, Route};
@@ -171,6 +172,78 @@ pub enum EventKind {
     /// Every subtask ended; a human must decide (`flotilla` sends `UserDecision`).
     AwaitingUserDecision {
         parent: TaskId,
+    },
+    /// The task's work is done and its branch waits in the merge queue (M6): the task is
+    /// `Landing`, and becomes `Completed` (its dependents ready) only once the branch is on
+    /// main (`TaskLanded`). Carries what `TaskCompleted` would.
+    TaskLanding {
+        task: TaskId,
+        attempt: u32,
+        handoff: Option<Handoff>,
+        artifacts: Vec<ArtifactRef>,
+        branch: String,
+        head: String,
+    },
+    /// The task's work is on main, in `commit` (through the conflict fix `via`, when its own
+    /// branch conflicted): the task is `Completed`.
+    TaskLanded {
+        task: TaskId,
+        commit: String,
+        #[serde(default)]
+        via: Option<TaskId>,
+    },
+    /// flotilla made a fix task (`f<n>`) itself: a conflict fix, or a fix for a red main.
+    FixTaskAdded {
+        task: TaskId,
+        spec: TaskSpec,
+        budget: Budget,
+        fix: FixOf,
+    },
+    /// The merge queue could not build `task`'s branch on main: it conflicts in `files`
+    /// with main's `clashing` commits. `retrying`: main moved since the branch left it,
+    /// and it gets one more try later in the queue; otherwise a conflict fix follows (or
+    /// the task fails, as its `TaskFailed` says).
+    MergeConflict {
+        task: TaskId,
+        files: Vec<String>,
+        clashing: Vec<String>,
+        retrying: bool,
+    },
+    /// The merge gate failed on a candidate built from `tasks`. `bisecting`: the batch is
+    /// split to find the culprit; `flaky_retry`: the same candidate is tested once more
+    /// before anyone is blamed.
+    MergeGateFailed {
+        tasks: Vec<TaskId>,
+        command: String,
+        output_tail: String,
+        #[serde(default)]
+        bisecting: bool,
+        #[serde(default)]
+        flaky_retry: bool,
+    },
+    /// main moved from `from` to `to` with the work of `tasks` (their `TaskLanded` follow).
+    /// `checkout`: what became of the target repository's own checkout of main.
+    MainMoved {
+        from: String,
+        to: String,
+        tasks: Vec<TaskId>,
+        checkout: CheckoutSync,
+    },
+    /// One sweep of main by the Reconciler. When red, fix tasks for its `fixes` follow
+    /// (`FixTaskAdded`), except those an open fix already covers.
+    SweepFinished {
+        report: SweepReport,
+    },
+    /// A sweep was discarded: main moved from `commit` while it ran.
+    SweepStale {
+        sweep: u32,
+        commit: String,
+    },
+    /// Every task has ended and planning is over: the run drains the merge queue and asks
+    /// for a sweep of main (attempt `attempt` of `max_finalization_attempts`). It ends
+    /// `Completed` only on a green sweep.
+    FinalizationStarted {
+        attempt: u32,
     },
     /// A message that could not apply (late, stale attempt, unknown task). Nothing changed.
     MessageIgnored {
@@ -372,6 +445,71 @@ impl EventKind {
             },
             EventKind::SubtasksCompleted { parent: t() },
             EventKind::AwaitingUserDecision { parent: t() },
+            EventKind::TaskLanding {
+                task: t(),
+                attempt: u32::MAX,
+                handoff: Some(Handoff::complete("landing \u{1b}")),
+                artifacts: Vec::new(),
+                branch: "flotilla/x/t1".into(),
+                head: "abc".into(),
+            },
+            EventKind::TaskLanded {
+                task: t(),
+                commit: "def".into(),
+                via: Some(TaskId::fix(u32::MAX)),
+            },
+            EventKind::FixTaskAdded {
+                task: TaskId::fix(1),
+                spec: TaskSpec::new("fix \u{0}", &["src/a"]),
+                budget: most,
+                fix: FixOf::Conflict {
+                    task: t(),
+                    branch: "flotilla/x/t1".into(),
+                    files: vec!["src/a".into()],
+                },
+            },
+            EventKind::MergeConflict {
+                task: t(),
+                files: vec!["a\u{1b}".into()],
+                clashing: vec!["abc1234 subject".into()],
+                retrying: true,
+            },
+            EventKind::MergeGateFailed {
+                tasks: vec![t()],
+                command: "sh test.sh".into(),
+                output_tail: "FAIL \u{7}".into(),
+                bisecting: true,
+                flaky_retry: false,
+            },
+            EventKind::MainMoved {
+                from: "a".into(),
+                to: "b".into(),
+                tasks: vec![t()],
+                checkout: CheckoutSync::Detached { at: "a".into() },
+            },
+            EventKind::SweepFinished {
+                report: SweepReport {
+                    sweep: u32::MAX,
+                    commit: "c".into(),
+                    green: false,
+                    class: Some("compile error".into()),
+                    failures: usize::MAX,
+                    fixes: vec![crate::protocol::SweepFix {
+                        title: "t".into(),
+                        description: "d\u{1b}".into(),
+                        scope: vec!["src/a.rs".into()],
+                        signature: "s".into(),
+                        class: "compile error".into(),
+                    }],
+                    duration_ms: u64::MAX,
+                    finalization: Some(u32::MAX),
+                },
+            },
+            EventKind::SweepStale {
+                sweep: 1,
+                commit: "c".into(),
+            },
+            EventKind::FinalizationStarted { attempt: u32::MAX },
             EventKind::MessageIgnored {
                 task: None,
                 message: "m".into(),
@@ -431,6 +569,15 @@ impl EventKind {
             EventKind::TaskAtomic { .. } => "task_atomic",
             EventKind::SubtasksCompleted { .. } => "subtasks_completed",
             EventKind::AwaitingUserDecision { .. } => "awaiting_user_decision",
+            EventKind::TaskLanding { .. } => "task_landing",
+            EventKind::TaskLanded { .. } => "task_landed",
+            EventKind::FixTaskAdded { .. } => "fix_task_added",
+            EventKind::MergeConflict { .. } => "merge_conflict",
+            EventKind::MergeGateFailed { .. } => "merge_gate_failed",
+            EventKind::MainMoved { .. } => "main_moved",
+            EventKind::SweepFinished { .. } => "sweep_finished",
+            EventKind::SweepStale { .. } => "sweep_stale",
+            EventKind::FinalizationStarted { .. } => "finalization_started",
             EventKind::MessageIgnored { .. } => "message_ignored",
             EventKind::PlanningFinished => "planning_finished",
             EventKind::RunCancelRequested { .. } => "run_cancel_requested",
@@ -481,6 +628,9 @@ pub enum FailureReason {
     /// `max_subplan_rejections` was reached) and had no usable result; its agent was stopped.
     #[error("stopped after {rejections} rejected subplans")]
     ProposalLoop { rejections: u32 },
+    /// Its work was done but could not land on main (M6).
+    #[error("not landed: {why}")]
+    NotLanded { why: LandingFailure },
 }
 
 /// Why one attempt of a task failed, as the attempt's runner saw it. Typed so that the graph
@@ -510,6 +660,13 @@ pub enum AttemptFailure {
     /// work rather than flag it). A fresh attempt may keep to its scope.
     #[error("changed files outside the task's scope: {}", list_paths(paths))]
     OutOfScope { paths: Vec<String> },
+    /// The merge gate failed on main with this attempt's work (M6): the next attempt starts
+    /// again from main, told what failed.
+    #[error("the merge gate failed ({command}): {output_tail}")]
+    GateFailed {
+        command: String,
+        output_tail: String,
+    },
     /// The attempt's git worktree could not be made or read.
     #[error("the workspace failed: {detail}")]
     Workspace { detail: String },
@@ -637,6 +794,15 @@ mod tests {
             | EventKind::SubtasksCompleted { .. }
             | EventKind::AwaitingUserDecision { .. }
             | EventKind::MessageIgnored { .. }
+            | EventKind::TaskLanding { .. }
+            | EventKind::TaskLanded { .. }
+            | EventKind::FixTaskAdded { .. }
+            | EventKind::MergeConflict { .. }
+            | EventKind::MergeGateFailed { .. }
+            | EventKind::MainMoved { .. }
+            | EventKind::SweepFinished { .. }
+            | EventKind::SweepStale { .. }
+            | EventKind::FinalizationStarted { .. }
             | EventKind::PlanningFinished
             | EventKind::RunCancelRequested { .. }
             | EventKind::RunBudgetExhausted { .. }

@@ -59,9 +59,32 @@ impl FromStr for RunId {
 }
 
 /// A task's place in the run: `t3` is the third task the root planner created, `t3.1` the
-/// first subtask of `t3`. Cheap to clone (one `Arc`), ordered by path.
+/// first subtask of `t3`; `f2` is the second fix task flotilla made itself (a conflict fix
+/// or a fix for a red main, M6), in a namespace of its own so that it never collides with a
+/// planned task. Cheap to clone (one `Arc`), ordered by namespace, then path.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TaskId(Arc<[u32]>);
+pub struct TaskId {
+    space: IdSpace,
+    path: Arc<[u32]>,
+}
+
+/// Who numbered a top-level task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum IdSpace {
+    /// The root planner's tasks: `t<n>`.
+    Planned,
+    /// flotilla's own fix tasks (merge conflicts, a red main): `f<n>`.
+    Fix,
+}
+
+impl IdSpace {
+    fn letter(self) -> char {
+        match self {
+            IdSpace::Planned => 't',
+            IdSpace::Fix => 'f',
+        }
+    }
+}
 
 /// Ids deeper than this are refused when parsed; `Limits::validate` keeps the graph's own
 /// depth limit within it.
@@ -72,35 +95,58 @@ impl TaskId {
     /// The `n`th (1-based) task planned at the top level of a run.
     pub fn root(n: u32) -> Self {
         assert!(n >= 1, "task numbers start at 1");
-        TaskId(Arc::from(vec![n]))
+        TaskId {
+            space: IdSpace::Planned,
+            path: Arc::from(vec![n]),
+        }
+    }
+
+    /// The `n`th (1-based) fix task flotilla made in a run (`f<n>`).
+    pub fn fix(n: u32) -> Self {
+        assert!(n >= 1, "task numbers start at 1");
+        TaskId {
+            space: IdSpace::Fix,
+            path: Arc::from(vec![n]),
+        }
     }
 
     /// The `n`th (1-based) subtask of this task.
     pub fn child(&self, n: u32) -> Self {
         assert!(n >= 1, "task numbers start at 1");
-        let mut path = self.0.to_vec();
+        let mut path = self.path.to_vec();
         path.push(n);
-        TaskId(Arc::from(path))
+        TaskId {
+            space: self.space,
+            path: Arc::from(path),
+        }
     }
 
-    /// 1 for a root-planned task, 2 for its subtasks, and so on.
+    /// 1 for a top-level task, 2 for its subtasks, and so on.
     pub fn depth(&self) -> u32 {
-        self.0.len() as u32
+        self.path.len() as u32
     }
 
     pub fn parent(&self) -> Option<TaskId> {
-        (self.0.len() > 1).then(|| TaskId(Arc::from(&self.0[..self.0.len() - 1])))
+        (self.path.len() > 1).then(|| TaskId {
+            space: self.space,
+            path: Arc::from(&self.path[..self.path.len() - 1]),
+        })
     }
 
     pub fn path(&self) -> &[u32] {
-        &self.0
+        &self.path
+    }
+
+    /// A fix task flotilla made (or a subtask of one), not one the planner planned.
+    pub fn is_fix(&self) -> bool {
+        self.space == IdSpace::Fix
     }
 }
 
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("t")?;
-        for (i, n) in self.0.iter().enumerate() {
+        write!(f, "{}", self.space.letter())?;
+        for (i, n) in self.path.iter().enumerate() {
             if i > 0 {
                 f.write_str(".")?;
             }
@@ -120,7 +166,13 @@ impl FromStr for TaskId {
     type Err = IdError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || IdError::MalformedTaskId(s.chars().take(64).collect());
-        let rest = s.strip_prefix('t').ok_or_else(bad)?;
+        let (space, rest) = if let Some(rest) = s.strip_prefix('t') {
+            (IdSpace::Planned, rest)
+        } else if let Some(rest) = s.strip_prefix('f') {
+            (IdSpace::Fix, rest)
+        } else {
+            return Err(bad());
+        };
         let mut path = Vec::new();
         for part in rest.split('.') {
             // Digits only, no sign, no leading zero: exactly one spelling per id.
@@ -133,7 +185,10 @@ impl FromStr for TaskId {
                 return Err(bad());
             }
         }
-        Ok(TaskId(Arc::from(path)))
+        Ok(TaskId {
+            space,
+            path: Arc::from(path),
+        })
     }
 }
 
@@ -172,7 +227,9 @@ pub fn branch_prefix(run: RunId) -> String {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
-    #[error("malformed task id {0:?}: expected t<N>[.<N>…] such as t3 or t3.1")]
+    #[error(
+        "malformed task id {0:?}: expected t<N>[.<N>…] such as t3 or t3.1 (f<N> for fix tasks)"
+    )]
     MalformedTaskId(String),
     #[error("malformed run id {0:?}: expected a UUID")]
     MalformedRunId(String),
@@ -190,6 +247,21 @@ mod tests {
         assert_eq!(t.parent().unwrap().to_string(), "t3.1");
         assert_eq!("t3.1.12".parse::<TaskId>().unwrap(), t);
         assert_eq!(serde_json::to_string(&t).unwrap(), "\"t3.1.12\"");
+    }
+
+    #[test]
+    fn fix_task_ids_have_a_namespace_of_their_own() {
+        let f = TaskId::fix(3);
+        assert_eq!(f.to_string(), "f3");
+        assert!(f.is_fix() && !TaskId::root(3).is_fix());
+        assert_ne!(f, TaskId::root(3));
+        assert_eq!("f3".parse::<TaskId>().unwrap(), f);
+        assert_eq!("f3.2".parse::<TaskId>().unwrap(), f.child(2));
+        assert!(
+            TaskId::root(99) < TaskId::fix(1),
+            "planned tasks sort first"
+        );
+        assert!("g1".parse::<TaskId>().is_err() && "f".parse::<TaskId>().is_err());
     }
 
     #[test]

@@ -10,8 +10,9 @@ use std::fmt;
 
 use actix::{Message, Recipient};
 
-use super::event::{AttemptFailure, Event};
+use super::event::{AttemptFailure, Event, EventKind};
 use super::ids::TaskId;
+use super::merge::{CheckoutSync, LandRequest, LandingFailure, MergeHealth, SweepReport};
 use super::subplan::{
     OpenDecomposition, RejectionReason, SubtaskEnded, SubtasksCompleted, TaskDecompositionAccepted,
     TaskDecompositionRejected, UserDecision,
@@ -108,6 +109,71 @@ pub enum ToTaskGraph {
     },
 }
 
+/// The MergeQueue's and the Reconciler's word to the TaskGraph (M6), kept apart from
+/// `ToTaskGraph` so that those two actors can be given only what they may say.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub enum FromMerging {
+    /// main moved from `from` to `to` with the work of `landed` (task, attempt, the commit
+    /// that holds it).
+    MainMoved {
+        from: String,
+        to: String,
+        landed: Vec<(TaskId, u32, String)>,
+        checkout: CheckoutSync,
+    },
+    /// After a restart: main already holds the task's work (a crash after main moved,
+    /// before the landing was journaled), in `commit`.
+    FoundOnMain {
+        task: TaskId,
+        attempt: u32,
+        commit: String,
+    },
+    /// The task's branch conflicts with main (and will not be retried by the queue).
+    Conflict {
+        task: TaskId,
+        attempt: u32,
+        files: Vec<String>,
+        clashing: Vec<String>,
+    },
+    /// The queue gave up on the task's branch.
+    Failed {
+        task: TaskId,
+        attempt: u32,
+        failure: LandingFailure,
+    },
+    /// Something the tail should show that changes no task: a conflict retried later, a
+    /// failed gate run (`MergeConflict`, `MergeGateFailed`).
+    Note(Box<EventKind>),
+    /// What a sweep of main found.
+    Swept(Box<SweepReport>),
+    /// A sweep was discarded: main moved from `commit` while it ran.
+    SweepStale { sweep: u32, commit: String },
+}
+
+/// The MergeQueue's inbox.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub enum ToMergeQueue {
+    /// A task's branch waits to land.
+    Enqueue(Box<LandRequest>),
+    /// The task was cancelled: its branch must not land (unless it is already being built,
+    /// in which case its verdict is ignored by the graph).
+    Withdraw { task: TaskId },
+}
+
+/// The Reconciler's inbox.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub enum ToReconciler {
+    /// main moved (from the MergeQueue): sweep soon, debounced.
+    MainMoved { tip: String },
+    /// Finalization round `attempt` needs a sweep of main now.
+    Finalize { attempt: u32 },
+    /// Timer: the adaptive interval elapsed, or the debounce after main moved.
+    Tick { generation: u64 },
+}
+
 /// Query: the TaskGraph actor's current graph. Costs O(graph); for status and tests only.
 #[derive(Debug, Message)]
 #[rtype(result = "GraphSnapshot")]
@@ -144,6 +210,8 @@ pub enum ToPlanner {
     },
     /// Timer: retry after an error.
     Retry,
+    /// The merge queue's health, for the next follow-up message (M6).
+    MergeHealth(MergeHealth),
 }
 
 /// The Dispatch actor's inbox.

@@ -14,6 +14,7 @@
 pub mod event;
 pub mod handoff;
 pub mod ids;
+pub mod merge;
 pub mod messages;
 pub mod subplan;
 pub mod task;
@@ -26,7 +27,13 @@ pub use handoff::{
     HandoffMetrics, HandoffStatus, Usage,
 };
 pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name, branch_prefix};
-pub use messages::{GetSnapshot, Published, ToAgent, ToDispatch, ToPlanner, ToTaskGraph};
+pub use merge::{
+    CheckoutSync, FixOf, LandRequest, LandingFailure, MergeHealth, SweepFix, SweepReport,
+};
+pub use messages::{
+    FromMerging, GetSnapshot, Published, ToAgent, ToDispatch, ToMergeQueue, ToPlanner,
+    ToReconciler, ToTaskGraph,
+};
 pub use subplan::{
     DecompositionReason, OpenDecomposition, PathProblem, ProposedSubplan, RejectionReason,
     StopCondition, SubtaskEnded, SubtaskProposal, SubtaskResult, SubtasksCompleted,
@@ -48,6 +55,7 @@ mod tests {
             ("event.rs", include_str!("event.rs")),
             ("handoff.rs", include_str!("handoff.rs")),
             ("ids.rs", include_str!("ids.rs")),
+            ("merge.rs", include_str!("merge.rs")),
             ("subplan.rs", include_str!("subplan.rs")),
             ("task.rs", include_str!("task.rs")),
             ("view.rs", include_str!("view.rs")),

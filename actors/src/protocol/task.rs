@@ -239,6 +239,9 @@ pub enum TaskState {
     WaitingForSubtasks,
     /// Its agent is merging the subtasks' results.
     Synthesizing,
+    /// Its work is done and its branch waits in the merge queue; dependents wait for it to
+    /// land (M6).
+    Landing,
     Completed,
     Failed,
     Cancelled,
@@ -271,6 +274,12 @@ impl TaskState {
         (Synthesizing, Completed),
         (Synthesizing, Failed),
         (Synthesizing, Cancelled),
+        (Running, Landing),
+        (Synthesizing, Landing),
+        (Landing, Completed), // the branch is on main
+        (Landing, Ready),     // the merge gate failed: attempt + 1
+        (Landing, Failed),
+        (Landing, Cancelled),
     ];
 
     pub fn is_terminal(self) -> bool {
@@ -320,13 +329,14 @@ pub struct IllegalTransition {
 mod tests {
     use super::*;
 
-    const ALL: [TaskState; 9] = [
+    const ALL: [TaskState; 10] = [
         Pending,
         Ready,
         Dispatched,
         Running,
         WaitingForSubtasks,
         Synthesizing,
+        Landing,
         Completed,
         Failed,
         Cancelled,

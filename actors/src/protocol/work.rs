@@ -57,6 +57,10 @@ pub struct ReadyTask {
     /// scope, so it is never planned twice.
     #[serde(default)]
     pub atomic: bool,
+    /// Why flotilla made this task, when it is a fix (`f<n>`): a conflict fix's worktree
+    /// starts from main with the conflicting branch merged in (ADR-011).
+    #[serde(default)]
+    pub fix: Option<super::merge::FixOf>,
 }
 
 /// Dispatch → agent: run this task.

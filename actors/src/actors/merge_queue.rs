@@ -1,0 +1,723 @@
+//! The MergeQueue actor (M6, ADR-011): the only code that moves main.
+//!
+//! Branches of `Landing` tasks wait in priority order: fix tasks first, then by age, a
+//! retried task a little later for each retry (a fixed penalty, so nothing starves). One
+//! landing cycle runs at a time, off the actor's thread:
+//! 1. After a restart, main is searched for the task's trailer first: work a crash left on
+//!    main without its `TaskLanded` is reported, never landed twice.
+//! 2. Up to `batch_max` branches are built on main's tip in memory ([`MergeGit::build`]).
+//!    A conflict on a main that moved since the branch left it gets one more try later in
+//!    the queue; a second conflict (or one on an unmoved main) goes to the TaskGraph, which
+//!    makes a conflict fix or fails the task.
+//! 3. The gate runs on the candidate in a scratch checkout. A failing batch is tested once
+//!    more (a flaky gate blames nobody), then bisected: halves that pass land, a single
+//!    branch that fails is the culprit and gets the gate's output.
+//! 4. main moves by compare-and-swap from the tip the candidate was built on; a main that
+//!    moved meanwhile (someone else wrote it) means building again, a bounded number of
+//!    times. Nothing ungated ever reaches main.
+//! 5. The TaskGraph hears `MainMoved` with each task's commit; landed branches are deleted;
+//!    the Reconciler hears that main moved; the user's checkout is kept consistent.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::ports::{
+    BuildOutcome, LandItem, LandMode, MainRef, MainRefError, MergeGit, ProcessRunner, RepoReader,
+};
+use crate::protocol::{
+    EventKind, FixOf, FromMerging, LandRequest, LandingFailure, MergeHealth, RunId, TaskId,
+    ToMergeQueue, ToPlanner, ToReconciler,
+};
+use crate::scratch_commands::{NamedCommand, ScratchRun};
+use crate::supervision::{Lifeline, StopCause, StopMember};
+
+/// `[merge]` in flotilla.toml.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MergeConfig {
+    /// How a branch becomes commits on main.
+    pub mode: LandMode,
+    /// Commands a candidate must pass before main moves to it (build, test), run in order
+    /// in a scratch checkout of the candidate. Empty: no gate.
+    pub gate: Vec<String>,
+    /// Wall-time limit of each gate command.
+    pub gate_timeout_secs: u64,
+    /// Branches tested together at most.
+    pub batch_max: usize,
+}
+
+impl Default for MergeConfig {
+    fn default() -> Self {
+        MergeConfig {
+            mode: LandMode::Rebase,
+            gate: Vec::new(),
+            gate_timeout_secs: 600,
+            batch_max: 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MergeConfigError {
+    #[error("merge.batch_max = 0: at least one branch must fit in a batch")]
+    ZeroBatch,
+    #[error("merge.batch_max = {0}: at most 64 branches are tested together")]
+    BatchTooLarge(usize),
+    #[error("merge.gate_timeout_secs = 0: the gate needs some time")]
+    ZeroTimeout,
+    #[error("merge.gate has an empty command: leave it out")]
+    EmptyCommand,
+}
+
+impl MergeConfig {
+    pub fn validate(&self) -> Result<(), MergeConfigError> {
+        if self.batch_max == 0 {
+            return Err(MergeConfigError::ZeroBatch);
+        }
+        if self.batch_max > 64 {
+            return Err(MergeConfigError::BatchTooLarge(self.batch_max));
+        }
+        if self.gate_timeout_secs == 0 {
+            return Err(MergeConfigError::ZeroTimeout);
+        }
+        if self.gate.iter().any(|c| c.trim().is_empty()) {
+            return Err(MergeConfigError::EmptyCommand);
+        }
+        Ok(())
+    }
+}
+
+/// How far back in the queue each retry puts a task (in enqueue positions).
+const RETRY_PENALTY: u64 = 4;
+/// Compare-and-swaps that may find main moved by someone else, in a row, before the batch's
+/// tasks fail.
+const MAX_MAIN_RACES: u32 = 10;
+/// Landings the median wait is taken over.
+const WAITS_KEPT: usize = 64;
+
+/// What the queue needs of the world.
+#[derive(Clone)]
+pub struct MergeKit {
+    pub git: Arc<dyn MergeGit>,
+    pub main: Arc<dyn MainRef>,
+    pub reader: Arc<dyn RepoReader>,
+    pub runner: Arc<dyn ProcessRunner>,
+    pub config: MergeConfig,
+}
+
+/// A branch waiting, with what the queue keeps about it.
+#[derive(Debug, Clone)]
+struct Queued {
+    request: LandRequest,
+    enqueued: Instant,
+    /// Already had its one retry after a conflict on a main that moved.
+    conflict_retried: bool,
+}
+
+/// Fix tasks first (0), then the rest (1); within each, enqueue position plus the retry
+/// penalty.
+type QueueKey = (u8, u64);
+
+pub struct MergeQueue {
+    run: RunId,
+    kit: MergeKit,
+    graph: Recipient<FromMerging>,
+    reconciler: Option<Recipient<ToReconciler>>,
+    planner: Option<Recipient<ToPlanner>>,
+    waiting: BTreeMap<QueueKey, Queued>,
+    next_position: u64,
+    /// A landing cycle is in flight.
+    busy: bool,
+    landed: u64,
+    failed: u64,
+    waits_ms: Vec<u64>,
+    cancel: CancellationToken,
+    lifeline: Option<Lifeline>,
+}
+
+/// What one cycle did, for the actor to count and requeue.
+struct CycleEnd {
+    requeue: Vec<Queued>,
+    landed: Vec<Duration>,
+    failed: u64,
+}
+
+impl MergeQueue {
+    pub fn new(run: RunId, kit: MergeKit, graph: Recipient<FromMerging>) -> Self {
+        MergeQueue {
+            run,
+            kit,
+            graph,
+            reconciler: None,
+            planner: None,
+            waiting: BTreeMap::new(),
+            next_position: 0,
+            busy: false,
+            landed: 0,
+            failed: 0,
+            waits_ms: Vec::new(),
+            cancel: CancellationToken::new(),
+            lifeline: None,
+        }
+    }
+
+    pub fn with_reconciler(mut self, reconciler: Recipient<ToReconciler>) -> Self {
+        self.reconciler = Some(reconciler);
+        self
+    }
+
+    pub fn with_planner(mut self, planner: Recipient<ToPlanner>) -> Self {
+        self.planner = Some(planner);
+        self
+    }
+
+    pub fn watched(mut self, lifeline: Lifeline) -> Self {
+        self.lifeline = Some(lifeline);
+        self
+    }
+
+    fn key(&mut self, request: &LandRequest) -> QueueKey {
+        let class = u8::from(request.fix.is_none());
+        let position = self.next_position;
+        self.next_position += 1;
+        let penalty = RETRY_PENALTY.saturating_mul(u64::from(request.retries));
+        (class, position.saturating_add(penalty))
+    }
+
+    fn health(&self) -> MergeHealth {
+        let mut waits = self.waits_ms.clone();
+        waits.sort_unstable();
+        MergeHealth {
+            queued: self.waiting.len() + usize::from(self.busy),
+            landed: self.landed,
+            failed: self.failed,
+            median_wait_ms: waits.get(waits.len() / 2).copied().unwrap_or(0),
+        }
+    }
+
+    /// Starts a landing cycle when none is in flight and a branch waits.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.busy || self.waiting.is_empty() {
+            return;
+        }
+        let mut batch = Vec::new();
+        while batch.len() < self.kit.config.batch_max {
+            let Some((_, queued)) = self.waiting.pop_first() else {
+                break;
+            };
+            batch.push(queued);
+        }
+        self.busy = true;
+        let cycle = Cycle {
+            kit: self.kit.clone(),
+            graph: self.graph.clone(),
+            reconciler: self.reconciler.clone(),
+            cancel: self.cancel.clone(),
+            run: self.run,
+        };
+        ctx.spawn(
+            async move { cycle.land(batch).await }
+                .into_actor(self)
+                .map(|end, act, ctx| {
+                    act.busy = false;
+                    for queued in end.requeue {
+                        let key = if queued.conflict_retried {
+                            // Its second try goes behind what waits now.
+                            act.key(&queued.request)
+                        } else {
+                            (u8::from(queued.request.fix.is_none()), 0)
+                        };
+                        act.insert(key, queued);
+                    }
+                    act.landed += end.landed.len() as u64;
+                    act.failed += end.failed;
+                    for wait in end.landed {
+                        act.waits_ms.push(wait.as_millis() as u64);
+                    }
+                    let excess = act.waits_ms.len().saturating_sub(WAITS_KEPT);
+                    act.waits_ms.drain(..excess);
+                    if let Some(planner) = &act.planner {
+                        planner.do_send(ToPlanner::MergeHealth(act.health()));
+                    }
+                    act.pump(ctx);
+                }),
+        );
+    }
+
+    /// Inserts at `key`, or just after it when taken (requeued items keep their order).
+    fn insert(&mut self, mut key: QueueKey, queued: Queued) {
+        while self.waiting.contains_key(&key) {
+            key.1 = key.1.saturating_add(1);
+        }
+        self.waiting.insert(key, queued);
+    }
+}
+
+/// One landing cycle's world, moved off the actor.
+struct Cycle {
+    kit: MergeKit,
+    graph: Recipient<FromMerging>,
+    reconciler: Option<Recipient<ToReconciler>>,
+    cancel: CancellationToken,
+    run: RunId,
+}
+
+/// Why a build-and-gate round stopped.
+enum Round {
+    /// Landed (main moved).
+    Landed,
+    /// The gate failed with this command's output.
+    GateFailed { command: String, tail: String },
+    /// The batch must be tried again (main moved, a conflict between batch members).
+    Again,
+}
+
+impl Cycle {
+    async fn land(self, batch: Vec<Queued>) -> CycleEnd {
+        let mut end = CycleEnd {
+            requeue: Vec::new(),
+            landed: Vec::new(),
+            failed: 0,
+        };
+        let batch = self.already_landed(batch, &mut end).await;
+        if batch.is_empty() {
+            return end;
+        }
+        // Flaky check: a failing batch is tested once more before anyone is blamed.
+        if let Round::GateFailed { command, tail } = self.round(&batch, &mut end, true).await {
+            self.bisect(batch, (command, tail), &mut end).await;
+        }
+        end
+    }
+
+    /// After a restart: what main already holds is reported, not landed again.
+    async fn already_landed(&self, batch: Vec<Queued>, end: &mut CycleEnd) -> Vec<Queued> {
+        if !batch.iter().any(|q| q.request.recovered) {
+            return batch;
+        }
+        let tip = match self.kit.reader.main_tip().await {
+            Ok(tip) => tip,
+            Err(e) => {
+                warn!(run = %self.run, error = %e, "reading main's tip");
+                return batch;
+            }
+        };
+        let trailers = batch
+            .iter()
+            .map(|q| trailer(self.run, &q.request))
+            .collect();
+        let found = match self.kit.git.landed(tip, None, trailers).await {
+            Ok(found) => found,
+            Err(e) => {
+                warn!(run = %self.run, error = %e, "looking for landed work on main");
+                return batch;
+            }
+        };
+        let mut rest = Vec::new();
+        for (queued, commit) in batch.into_iter().zip(found) {
+            match commit {
+                Some(commit) => {
+                    let r = &queued.request;
+                    self.graph.do_send(FromMerging::FoundOnMain {
+                        task: r.task.clone(),
+                        attempt: r.attempt,
+                        commit,
+                    });
+                    self.delete_branches(r).await;
+                    end.landed.push(queued.enqueued.elapsed());
+                }
+                None => rest.push(queued),
+            }
+        }
+        rest
+    }
+
+    /// Bisects a batch whose gate failed (`failure`): halves are built and gated on main's
+    /// tip in turn, those that pass land, and a single branch that fails is a culprit and
+    /// gets the gate's output. Every branch gets a verdict or goes back to the queue.
+    async fn bisect(&self, batch: Vec<Queued>, failure: (String, String), end: &mut CycleEnd) {
+        let mut pending = vec![(batch, Some(failure))];
+        while let Some((mut items, known)) = pending.pop() {
+            let verdict = match known {
+                Some((command, tail)) => Round::GateFailed { command, tail },
+                None => self.round(&items, end, false).await,
+            };
+            match verdict {
+                Round::Landed | Round::Again => {}
+                Round::GateFailed { command, tail } if items.len() == 1 => {
+                    let r = &items[0].request;
+                    self.graph.do_send(FromMerging::Failed {
+                        task: r.task.clone(),
+                        attempt: r.attempt,
+                        failure: LandingFailure::GateFailed {
+                            command,
+                            output_tail: tail,
+                        },
+                    });
+                    self.delete_branches_of_attempt(r).await;
+                    end.failed += 1;
+                }
+                Round::GateFailed { .. } => {
+                    let right = items.split_off(items.len() / 2);
+                    // Popped last-in first: the left half is tried first.
+                    pending.push((right, None));
+                    pending.push((items, None));
+                }
+            }
+        }
+    }
+
+    /// Builds `items` on main's tip, gates the candidate and moves main to it.
+    async fn round(&self, items: &[Queued], end: &mut CycleEnd, flaky_retry: bool) -> Round {
+        let mut races = 0;
+        loop {
+            let tip = match self.kit.reader.main_tip().await {
+                Ok(tip) => tip,
+                Err(e) => {
+                    self.fail_all(items, format!("reading main: {e}"), end);
+                    return Round::Again;
+                }
+            };
+            let lands: Vec<LandItem> = items
+                .iter()
+                .map(|q| land_item(self.run, &q.request))
+                .collect();
+            let built = self
+                .kit
+                .git
+                .build(tip.clone(), lands, self.kit.config.mode)
+                .await;
+            let (candidate, commits) = match built {
+                Ok(BuildOutcome::Built { tip, commits }) => (tip, commits),
+                Ok(BuildOutcome::Conflict {
+                    index,
+                    files,
+                    clashing,
+                    main_moved,
+                }) => {
+                    self.conflict(items, index, files, clashing, main_moved, end);
+                    return Round::Again;
+                }
+                Err(e) => {
+                    self.fail_all(items, e.to_string(), end);
+                    return Round::Again;
+                }
+            };
+            if let Some((command, tail)) = self.gate(&candidate, items).await {
+                let tasks: Vec<TaskId> = items.iter().map(|q| q.request.task.clone()).collect();
+                let retry = flaky_retry;
+                self.graph
+                    .do_send(FromMerging::Note(Box::new(EventKind::MergeGateFailed {
+                        tasks,
+                        command: command.clone(),
+                        output_tail: tail.clone(),
+                        bisecting: !retry && items.len() > 1,
+                        flaky_retry: retry,
+                    })));
+                if retry {
+                    // Once more on the same candidate: a flaky gate blames nobody.
+                    match self.gate(&candidate, items).await {
+                        None => {}
+                        Some((command, tail)) => return Round::GateFailed { command, tail },
+                    }
+                } else {
+                    return Round::GateFailed { command, tail };
+                }
+            }
+            match self
+                .kit
+                .main
+                .compare_and_swap(tip.clone(), candidate.clone())
+                .await
+            {
+                Ok(()) => {
+                    self.landed(items, &tip, &candidate, commits, end).await;
+                    return Round::Landed;
+                }
+                Err(MainRefError::Moved { .. }) if races < MAX_MAIN_RACES => {
+                    races += 1;
+                    continue;
+                }
+                Err(e) => {
+                    self.fail_all(items, format!("moving main: {e}"), end);
+                    return Round::Again;
+                }
+            }
+        }
+    }
+
+    /// Runs the gate on `candidate`: `None` when it passed, else the failing command and
+    /// its output's tail. A conflict fix must leave no conflict marker in its files.
+    async fn gate(&self, candidate: &str, items: &[Queued]) -> Option<(String, String)> {
+        let marked: Vec<String> = items
+            .iter()
+            .filter_map(|q| match &q.request.fix {
+                Some(FixOf::Conflict { files, .. }) => Some(files.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        if !marked.is_empty() {
+            match self
+                .kit
+                .git
+                .conflict_markers(candidate.to_string(), Some(marked))
+                .await
+            {
+                Ok(hits) if !hits.is_empty() => {
+                    let at: Vec<String> = hits
+                        .iter()
+                        .map(|h| format!("{}:{}", h.path, h.line))
+                        .collect();
+                    return Some((
+                        "conflict marker check".into(),
+                        format!("conflict markers remain at {}", at.join(", ")),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => return Some(("conflict marker check".into(), e.to_string())),
+            }
+        }
+        if self.kit.config.gate.is_empty() {
+            return None;
+        }
+        let scratch = ScratchRun {
+            git: self.kit.git.clone(),
+            runner: self.kit.runner.clone(),
+            timeout: Duration::from_secs(self.kit.config.gate_timeout_secs),
+            stop_at_first_failure: true,
+        };
+        let commands = self
+            .kit
+            .config
+            .gate
+            .iter()
+            .map(|line| NamedCommand {
+                name: "gate".into(),
+                line: line.clone(),
+            })
+            .collect();
+        let label = format!("gate-{}", short(candidate));
+        match scratch
+            .run(candidate.to_string(), label, commands, self.cancel.clone())
+            .await
+        {
+            Ok(results) => results
+                .into_iter()
+                .find(|r| !r.passed)
+                .map(|r| (format!("{} ({})", r.line, r.exit), r.tail())),
+            Err(e) => Some(("scratch checkout".into(), e)),
+        }
+    }
+
+    async fn landed(
+        &self,
+        items: &[Queued],
+        from: &str,
+        to: &str,
+        commits: Vec<String>,
+        end: &mut CycleEnd,
+    ) {
+        let checkout = match self
+            .kit
+            .git
+            .sync_checkout(from.to_string(), to.to_string())
+            .await
+        {
+            Ok(sync) => sync,
+            Err(e) => {
+                warn!(run = %self.run, error = %e, "keeping the user's checkout in step");
+                crate::protocol::CheckoutSync::NotCheckedOut
+            }
+        };
+        // Branches go before the graph hears: a crash in between is healed by the restart's
+        // look for the trailer on main, which comes before any build.
+        for q in items {
+            self.delete_branches(&q.request).await;
+            end.landed.push(q.enqueued.elapsed());
+        }
+        let landed = items
+            .iter()
+            .zip(commits)
+            .map(|(q, commit)| (q.request.task.clone(), q.request.attempt, commit))
+            .collect();
+        self.graph.do_send(FromMerging::MainMoved {
+            from: from.to_string(),
+            to: to.to_string(),
+            landed,
+            checkout,
+        });
+        if let Some(reconciler) = &self.reconciler {
+            reconciler.do_send(ToReconciler::MainMoved {
+                tip: to.to_string(),
+            });
+        }
+    }
+
+    /// A conflict at `index`: one more try later when main moved since the branch left it
+    /// and it has not had it; otherwise the TaskGraph decides. The others go back first in
+    /// line.
+    fn conflict(
+        &self,
+        items: &[Queued],
+        index: usize,
+        files: Vec<String>,
+        clashing: Vec<String>,
+        main_moved: bool,
+        end: &mut CycleEnd,
+    ) {
+        for (i, q) in items.iter().enumerate() {
+            if i != index {
+                end.requeue.push(q.clone());
+                continue;
+            }
+            let r = &q.request;
+            // In a batch, the clash may be with a branch ahead of it that has not landed.
+            let retry = (main_moved || index > 0) && !q.conflict_retried;
+            if retry {
+                self.graph
+                    .do_send(FromMerging::Note(Box::new(EventKind::MergeConflict {
+                        task: r.task.clone(),
+                        files: files.clone(),
+                        clashing: clashing.clone(),
+                        retrying: true,
+                    })));
+                let mut again = q.clone();
+                again.conflict_retried = true;
+                end.requeue.push(again);
+            } else {
+                self.graph.do_send(FromMerging::Conflict {
+                    task: r.task.clone(),
+                    attempt: r.attempt,
+                    files: files.clone(),
+                    clashing: clashing.clone(),
+                });
+                end.failed += 1;
+            }
+        }
+    }
+
+    fn fail_all(&self, items: &[Queued], detail: String, end: &mut CycleEnd) {
+        for q in items {
+            self.graph.do_send(FromMerging::Failed {
+                task: q.request.task.clone(),
+                attempt: q.request.attempt,
+                failure: LandingFailure::Git {
+                    detail: detail.clone(),
+                },
+            });
+            end.failed += 1;
+        }
+    }
+
+    /// A landed branch goes, and with a conflict fix the branch it fixed.
+    async fn delete_branches(&self, request: &LandRequest) {
+        self.delete_branches_of_attempt(request).await;
+        if let Some(FixOf::Conflict { branch, .. }) = &request.fix
+            && let Err(e) = self.kit.git.delete_branch(branch.clone()).await
+        {
+            warn!(run = %self.run, %branch, error = %e, "deleting a fixed branch");
+        }
+    }
+
+    async fn delete_branches_of_attempt(&self, request: &LandRequest) {
+        if let Err(e) = self.kit.git.delete_branch(request.branch.clone()).await {
+            warn!(run = %self.run, branch = %request.branch, error = %e, "deleting a branch");
+        }
+    }
+}
+
+/// The line every commit landed for a task carries: how a restart finds it on main.
+pub fn trailer(run: RunId, request: &LandRequest) -> String {
+    format!("Flotilla-Task: {}/{}", run, request.task)
+}
+
+fn land_item(run: RunId, request: &LandRequest) -> LandItem {
+    LandItem {
+        task: request.task.clone(),
+        branch: request.branch.clone(),
+        head: request.head.clone(),
+        subject: request.subject.clone(),
+        trailer: trailer(run, request),
+        squash: matches!(request.fix, Some(FixOf::Conflict { .. })),
+    }
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..7).unwrap_or(commit)
+}
+
+impl Actor for MergeQueue {
+    type Context = Context<Self>;
+
+    fn stopping(&mut self, _: &mut Context<Self>) -> Running {
+        self.cancel.cancel();
+        Running::Stop
+    }
+}
+
+impl Handler<ToMergeQueue> for MergeQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: ToMergeQueue, ctx: &mut Context<Self>) {
+        match msg {
+            ToMergeQueue::Enqueue(request) => {
+                if self
+                    .waiting
+                    .values()
+                    .any(|q| q.request.task == request.task)
+                {
+                    return;
+                }
+                let key = self.key(&request);
+                self.insert(
+                    key,
+                    Queued {
+                        request: *request,
+                        enqueued: Instant::now(),
+                        conflict_retried: false,
+                    },
+                );
+                if let Some(planner) = &self.planner {
+                    planner.do_send(ToPlanner::MergeHealth(self.health()));
+                }
+                // Not at once: branches already in the mailbox join this batch.
+                ctx.notify(Pump);
+            }
+            ToMergeQueue::Withdraw { task } => {
+                self.waiting.retain(|_, q| q.request.task != task);
+            }
+        }
+    }
+}
+
+/// Start a landing cycle if none runs (sent to itself, so that it comes after the
+/// enqueues already waiting in the mailbox).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Pump;
+
+impl Handler<Pump> for MergeQueue {
+    type Result = ();
+
+    fn handle(&mut self, _: Pump, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
+}
+
+impl Handler<StopMember> for MergeQueue {
+    type Result = ();
+
+    fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        if let Some(lifeline) = &mut self.lifeline {
+            lifeline.set_cause(StopCause::Finished);
+        }
+        ctx.stop();
+    }
+}

@@ -1,0 +1,462 @@
+//! Landing (M6, ADR-011): a completed task's branch goes through the merge queue before the
+//! task is `Completed`; conflicts become conflict fixes (never a fix for a fix); a red main
+//! becomes sweep fixes; and a run ends only when a sweep of main is green (finalization).
+//!
+//! The one readiness rule stays in `settle`: a dependent becomes ready when its
+//! dependencies are `Completed`, and with merging on, `Completed` means "on main".
+
+use std::collections::VecDeque;
+
+use super::scope::ScopePath;
+use super::{Emitted, GraphError, RunGraph};
+use crate::protocol::{
+    AttemptFailure, Budget, EventKind, FailureReason, FixOf, Handoff, LandRequest, LandingFailure,
+    Priority, RunOutcome, SweepReport, TaskId, TaskSpec, TaskState,
+};
+
+/// How many of main's clashing commits a conflict fix's description lists.
+const CLASHING_SHOWN: usize = 10;
+
+impl RunGraph {
+    /// The branch and tip a completion must land, when merging is on and the handoff's
+    /// branch has commits. An attempt without commits has nothing to land.
+    pub(super) fn lands(&self, handoff: Option<&Handoff>) -> Option<(String, String)> {
+        if !self.merging {
+            return None;
+        }
+        let work = handoff?.work.as_deref()?;
+        (!work.head.is_empty() && work.head != work.base && !work.branch.is_empty())
+            .then(|| (work.branch.clone(), work.head.clone()))
+    }
+
+    /// What the MergeQueue needs to land `task` (which must be `Landing`).
+    pub fn land_request(&self, task: &TaskId, recovered: bool) -> Option<LandRequest> {
+        let node = self.task(task)?;
+        if node.state != TaskState::Landing {
+            return None;
+        }
+        let (branch, head) = node.landing.as_deref()?.clone();
+        let subject: String = node
+            .spec
+            .description
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(72)
+            .collect();
+        Some(LandRequest {
+            task: task.clone(),
+            attempt: node.attempt,
+            branch,
+            head,
+            subject: format!("{task}: {subject}"),
+            fix: node.fix.as_deref().cloned(),
+            retries: node.attempt.saturating_sub(1),
+            recovered,
+        })
+    }
+
+    /// The tasks waiting to land, for a restart to enqueue again.
+    pub fn landing_tasks(&self) -> Vec<TaskId> {
+        self.tasks_in(TaskState::Landing)
+    }
+
+    /// The merge queue put `task`'s work on main in `commit`. A conflict fix lands the task
+    /// it fixes with it.
+    pub fn landed(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        commit: &str,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let Some(ix) = self.current(&mut out, task, attempt, "TaskLanded", &[TaskState::Landing])
+        else {
+            return Ok(out);
+        };
+        self.emit(
+            &mut out,
+            EventKind::TaskLanded {
+                task: task.clone(),
+                commit: commit.into(),
+                via: None,
+            },
+        )?;
+        let mut work = VecDeque::from([ix]);
+        if let Some(FixOf::Conflict { task: of, .. }) = self.dag[ix].fix.as_deref().cloned() {
+            let of_ix = self.ix(&of)?;
+            if self.dag[of_ix].state == TaskState::Landing {
+                self.emit(
+                    &mut out,
+                    EventKind::TaskLanded {
+                        task: of,
+                        commit: commit.into(),
+                        via: Some(task.clone()),
+                    },
+                )?;
+                work.push_back(of_ix);
+            }
+        }
+        self.settle(&mut out, work)?;
+        Ok(out)
+    }
+
+    /// `task`'s branch conflicts with main. A conflict fix carries both intents, unless the
+    /// task is a fix itself (no fix for a fix: the cascade the anchor suffered) or the run's
+    /// conflict fixes are used up; then the task fails with the files.
+    pub fn landing_conflict(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        files: Vec<String>,
+        clashing: Vec<String>,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let Some(ix) = self.current(
+            &mut out,
+            task,
+            attempt,
+            "LandingConflict",
+            &[TaskState::Landing],
+        ) else {
+            return Ok(out);
+        };
+        self.emit(
+            &mut out,
+            EventKind::MergeConflict {
+                task: task.clone(),
+                files: files.clone(),
+                clashing: clashing.clone(),
+                retrying: false,
+            },
+        )?;
+        if self.dag[ix].fix.is_some() {
+            let why = LandingFailure::Conflict { files };
+            self.fail_and_settle(&mut out, ix, FailureReason::NotLanded { why })?;
+            return Ok(out);
+        }
+        if self.conflict_fixes >= self.limits.max_conflict_fixes {
+            let why = LandingFailure::ConflictFixCap {
+                files,
+                cap: self.limits.max_conflict_fixes,
+            };
+            self.fail_and_settle(&mut out, ix, FailureReason::NotLanded { why })?;
+            return Ok(out);
+        }
+        let node = &self.dag[ix];
+        let Some((branch, _)) = node.landing.as_deref().cloned() else {
+            let why = LandingFailure::Git {
+                detail: "the task has no branch to fix".into(),
+            };
+            self.fail_and_settle(&mut out, ix, FailureReason::NotLanded { why })?;
+            return Ok(out);
+        };
+        let scope = valid_scope(&files, self.limits.max_path_bytes);
+        let mut description = format!(
+            "Resolve the merge conflict between {task} and main, keeping both intents.\n\n\
+             Your worktree holds main with {task}'s work merged in; git could not merge these \
+             files, which now hold conflict markers: {}.\n\n{task}'s task was:\n{}\n\n\
+             main's commits it clashes with:\n",
+            files.join(", "),
+            node.spec.description
+        );
+        for c in clashing.iter().take(CLASHING_SHOWN) {
+            description.push_str(&format!("- {c}\n"));
+        }
+        description.push_str(
+            "\nRemove every conflict marker, keep what each side meant, and change nothing else.",
+        );
+        let spec = TaskSpec {
+            priority: Priority::MOST_URGENT,
+            acceptance: "No conflict markers remain; the build and tests pass.".into(),
+            ..TaskSpec::new(cut(description, self.limits.max_description_bytes), &[])
+        };
+        let fix = FixOf::Conflict {
+            task: task.clone(),
+            branch,
+            files,
+        };
+        self.add_fix(&mut out, spec, scope, fix)?;
+        Ok(out)
+    }
+
+    /// The merge queue gave up on `task`'s branch. A gate failure is the attempt's: the
+    /// task is tried again while it has attempts left (a parent, whose subtasks are spent,
+    /// is not). Anything else fails the task.
+    pub fn landing_failed(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        failure: LandingFailure,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let Some(ix) = self.current(
+            &mut out,
+            task,
+            attempt,
+            "LandingFailed",
+            &[TaskState::Landing],
+        ) else {
+            return Ok(out);
+        };
+        match failure {
+            LandingFailure::GateFailed {
+                command,
+                output_tail,
+            } => {
+                let failure = AttemptFailure::GateFailed {
+                    command,
+                    output_tail,
+                };
+                self.fail_attempt(&mut out, ix, attempt, failure)?;
+            }
+            why => self.fail_and_settle(&mut out, ix, FailureReason::NotLanded { why })?,
+        }
+        Ok(out)
+    }
+
+    /// A note from the merge queue that changes no task (a conflict it retries, a failed
+    /// gate run, main moving): journaled for the tail. Other kinds are refused.
+    pub fn merge_noted(&mut self, note: EventKind) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        match note {
+            EventKind::MergeConflict { .. }
+            | EventKind::MergeGateFailed { .. }
+            | EventKind::MainMoved { .. } => self.emit(&mut out, note)?,
+            other => self.ignore(
+                &mut out,
+                None,
+                "MergeNote",
+                format!("{} is not a merge note", other.name()),
+            ),
+        }
+        Ok(out)
+    }
+
+    /// A sweep of main ended. Red: a fix task for each group no open fix covers (within the
+    /// caps). A finalization round's answer decides the run when nothing is left to do.
+    pub fn sweep_finished(&mut self, report: SweepReport) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        if self.outcome.is_some() {
+            self.ignore(
+                &mut out,
+                None,
+                "SweepFinished",
+                "the run has already finished".into(),
+            );
+            return Ok(out);
+        }
+        let fixes = report.fixes.clone();
+        let green = report.green;
+        let finalization = report.finalization;
+        self.emit(
+            &mut out,
+            EventKind::SweepFinished {
+                report: SweepReport { ..report },
+            },
+        )?;
+        let mut added = 0u32;
+        if !green {
+            for fix in fixes
+                .into_iter()
+                .take(self.limits.max_fix_tasks_per_sweep as usize)
+            {
+                if self.open_sweep_fixes.contains_key(&fix.signature)
+                    || self.sweep_fixes >= self.limits.max_sweep_fixes
+                {
+                    continue;
+                }
+                let scope = valid_scope(&fix.scope, self.limits.max_path_bytes);
+                let description = format!(
+                    "main is red: {}\n\nThe Reconciler's sweep of main found:\n{}\n\nFix these \
+                     failures at their cause; do not disable or delete tests.",
+                    fix.title, fix.description
+                );
+                let spec = TaskSpec {
+                    priority: Priority::MOST_URGENT,
+                    acceptance: "The sweep's build, type check and tests pass for these files."
+                        .into(),
+                    ..TaskSpec::new(cut(description, self.limits.max_description_bytes), &[])
+                };
+                let of = FixOf::Sweep {
+                    signature: fix.signature,
+                    class: fix.class,
+                };
+                self.add_fix(&mut out, spec, scope, of)?;
+                added += 1;
+            }
+        }
+        if self.planning_finished && self.live == 0 && self.outcome.is_none() {
+            let stuck = !green && added == 0 && finalization.is_some();
+            if stuck {
+                let why = format!(
+                    "main is red and no fix task can be made for it (the run's {} sweep \
+                     fixes are used up, or every problem already had one): {}",
+                    self.limits.max_sweep_fixes,
+                    self.last_red.clone().unwrap_or_default()
+                );
+                self.emit(
+                    &mut out,
+                    EventKind::RunFinished {
+                        outcome: RunOutcome::Failed,
+                        reason: Some(why),
+                    },
+                )?;
+            } else {
+                self.settle(&mut out, VecDeque::new())?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// A sweep was discarded because main moved while it ran.
+    pub fn sweep_stale(&mut self, sweep: u32, commit: &str) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        self.emit(
+            &mut out,
+            EventKind::SweepStale {
+                sweep,
+                commit: commit.into(),
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// The end of a run whose tasks all ended well, with merging on: a green sweep after
+    /// the last landing finishes it; otherwise another finalization round, up to the cap.
+    pub(super) fn finalize(&mut self, out: &mut Emitted) -> Result<(), GraphError> {
+        if self.awaiting_sweep {
+            return Ok(());
+        }
+        if self.finalization > 0 && self.last_sweep_green == Some(true) {
+            return self.emit(
+                out,
+                EventKind::RunFinished {
+                    outcome: RunOutcome::Completed,
+                    reason: None,
+                },
+            );
+        }
+        if self.finalization < self.limits.max_finalization_attempts {
+            let attempt = self.finalization.saturating_add(1);
+            return self.emit(out, EventKind::FinalizationStarted { attempt });
+        }
+        let why = format!(
+            "main is still red after {} finalization rounds: {}",
+            self.finalization,
+            self.last_red
+                .clone()
+                .unwrap_or_else(|| "no sweep answered".into())
+        );
+        self.emit(
+            out,
+            EventKind::RunFinished {
+                outcome: RunOutcome::Failed,
+                reason: Some(why),
+            },
+        )
+    }
+
+    /// Whether a finalization round waits for its sweep (for a restart to ask again).
+    pub fn awaiting_final_sweep(&self) -> Option<u32> {
+        (self.awaiting_sweep && self.outcome.is_none()).then_some(self.finalization)
+    }
+
+    /// A conflict fix that did not complete takes the task it was fixing down with it.
+    pub(super) fn fix_ended_badly(
+        &mut self,
+        out: &mut Emitted,
+        fix: petgraph::graph::NodeIndex,
+        work: &mut VecDeque<petgraph::graph::NodeIndex>,
+    ) -> Result<(), GraphError> {
+        let Some(FixOf::Conflict { task, .. }) = self.dag[fix].fix.as_deref().cloned() else {
+            return Ok(());
+        };
+        let of = self.ix(&task)?;
+        if self.dag[of].state != TaskState::Landing {
+            return Ok(());
+        }
+        let fix_node = &self.dag[fix];
+        let reason = match fix_node.failure.as_deref() {
+            Some(f) => f.to_string(),
+            None => format!("it is {}", fix_node.state),
+        };
+        let why = LandingFailure::FixFailed {
+            fix: fix_node.id.clone(),
+            reason,
+        };
+        let event = EventKind::TaskFailed {
+            task,
+            attempt: self.dag[of].attempt,
+            reason: FailureReason::NotLanded { why },
+        };
+        self.emit(out, event)?;
+        work.push_back(of);
+        Ok(())
+    }
+
+    fn add_fix(
+        &mut self,
+        out: &mut Emitted,
+        spec: TaskSpec,
+        scope: Vec<String>,
+        fix: FixOf,
+    ) -> Result<(), GraphError> {
+        let id = TaskId::fix(self.next_fix);
+        let spec = TaskSpec { scope, ..spec };
+        let budget = self
+            .limits
+            .default_budget
+            .min_each(&self.limits.max_task_budget);
+        self.emit(
+            out,
+            EventKind::FixTaskAdded {
+                task: id.clone(),
+                spec,
+                budget,
+                fix,
+            },
+        )?;
+        let mut work = VecDeque::new();
+        self.settle_new(out, &id, &mut work)?;
+        Ok(())
+    }
+}
+
+/// The paths of `files` a task's scope can hold (repo-relative, no `..`, within the size
+/// cap), normalized; the rest are left out.
+fn valid_scope(files: &[String], max_path_bytes: usize) -> Vec<String> {
+    let mut scope: Vec<String> = files
+        .iter()
+        .filter_map(|f| ScopePath::parse(f, max_path_bytes).ok())
+        .map(|p| p.to_string())
+        .collect();
+    scope.sort();
+    scope.dedup();
+    scope
+}
+
+/// `text` cut to at most `max` bytes on a character boundary.
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+impl Budget {
+    /// The smaller of each dimension.
+    fn min_each(&self, other: &Budget) -> Budget {
+        Budget::new(
+            self.tokens.min(other.tokens),
+            self.cost_usd.min(other.cost_usd),
+            self.wall_time_ms.min(other.wall_time_ms),
+        )
+    }
+}

@@ -1,0 +1,150 @@
+//! What the MergeQueue and the Reconciler need of git (M6, ADR-011), beside [`MainRef`]
+//! (the compare-and-swap of main) and [`RepoReader`] (main's tip):
+//! - [`MergeGit::build`]: a candidate commit made in memory on main's tip from one or more
+//!   task branches (replayed, merged or squashed), or the conflict that stops it;
+//! - [`MergeGit::landed`]: which tasks' work main already holds (every commit flotilla lands
+//!   carries a `Flotilla-Task:` trailer), so a restart never lands a task twice;
+//! - scratch checkouts at a commit, where the gate and the sweeps run commands;
+//! - conflict markers at a commit; deleting landed branches; keeping the user's own checkout
+//!   of main consistent when main moves under it.
+//!
+//! None of it writes `refs/heads/main`: only [`MainRef`] does, and only the MergeQueue
+//! holds that.
+//!
+//! [`MainRef`]: super::MainRef
+//! [`RepoReader`]: super::RepoReader
+
+use std::path::PathBuf;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use super::RepoError;
+pub use crate::protocol::CheckoutSync;
+use crate::protocol::TaskId;
+
+/// How a branch's work becomes commits on main.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LandMode {
+    /// Each of the branch's commits (since it left main) is replayed on the candidate, in
+    /// order: main stays linear and keeps the agent's commits.
+    #[default]
+    Rebase,
+    /// One merge commit with the candidate and the branch's tip as parents.
+    Merge,
+    /// One commit holding the branch's whole change.
+    Squash,
+}
+
+/// One task branch to build into a candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LandItem {
+    pub task: TaskId,
+    /// The branch flotilla named for the attempt.
+    pub branch: String,
+    /// The commit the handoff recorded as the branch's tip: the branch must still point at
+    /// it (anything else is refused as a `RepoError`).
+    pub head: String,
+    /// The subject of a squash or merge commit (already one line, without control
+    /// characters).
+    pub subject: String,
+    /// Added as the last line of every commit made for this item (`Flotilla-Task: …`), so
+    /// [`MergeGit::landed`] finds it on main after a crash.
+    pub trailer: String,
+    /// Overrides the mode for this item: conflict-fix branches are always squashed, since
+    /// their first commit holds conflict markers.
+    pub squash: bool,
+}
+
+/// What building a candidate gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BuildOutcome {
+    /// Every item applied: `tip` is the candidate (a descendant of `onto`); `commits[i]` is
+    /// the last commit made for item `i`.
+    Built { tip: String, commits: Vec<String> },
+    /// Item `index` does not apply on what precedes it.
+    Conflict {
+        index: usize,
+        /// The paths git could not merge, sorted.
+        files: Vec<String>,
+        /// Main's commits since the branch left it that touched those paths, newest first,
+        /// as "abc1234 subject" (at most 20).
+        clashing: Vec<String>,
+        /// Whether main moved since the branch left it (a rebase onto the new tip is then
+        /// worth one more try; a conflict on an unmoved main is the branch's own).
+        main_moved: bool,
+    },
+}
+
+/// A detached checkout of one commit, outside the target repository's work tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScratchTree {
+    pub path: PathBuf,
+    pub commit: String,
+}
+
+/// A conflict marker found in a file at a commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkerHit {
+    pub path: String,
+    /// 1-based.
+    pub line: u32,
+}
+
+/// The git side of the MergeQueue and the Reconciler. Implementations do git work on
+/// blocking threads and serialize what they change in `.git` with the worktrees.
+pub trait MergeGit: Send + Sync + 'static {
+    /// Builds `items`, in order, on `onto` (main's tip), in memory: objects are written,
+    /// no reference moves and no work tree is touched.
+    fn build(
+        &self,
+        onto: String,
+        items: Vec<LandItem>,
+        mode: LandMode,
+    ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>>;
+
+    /// For each trailer, the commit on main's first-parent history from `tip` back to (not
+    /// including) `since` that carries it, if any. At most `MAX_LANDED_WALK` commits are
+    /// read.
+    fn landed(
+        &self,
+        tip: String,
+        since: Option<String>,
+        trailers: Vec<String>,
+    ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>>;
+
+    /// A fresh detached checkout of `commit` for commands to run in (`label` names its
+    /// directory).
+    fn scratch(
+        &self,
+        commit: String,
+        label: String,
+    ) -> BoxFuture<'static, Result<ScratchTree, RepoError>>;
+
+    /// Removes a scratch checkout (and git's record of it).
+    fn remove_scratch(&self, tree: ScratchTree) -> BoxFuture<'static, Result<(), RepoError>>;
+
+    /// Conflict markers (`<<<<<<< `, `=======`, `>>>>>>> ` at a line's start, as a set) in
+    /// the files at `commit`: every text file when `paths` is `None`. Bounded: files over
+    /// 1 MiB and binary files are skipped, at most 100 hits.
+    fn conflict_markers(
+        &self,
+        commit: String,
+        paths: Option<Vec<String>>,
+    ) -> BoxFuture<'static, Result<Vec<MarkerHit>, RepoError>>;
+
+    /// Deletes a landed task branch (a missing one is fine).
+    fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>>;
+
+    /// Called right after main moved from `old` to `new`: keeps the target repository's own
+    /// checkout consistent (ADR-011).
+    fn sync_checkout(
+        &self,
+        old: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<CheckoutSync, RepoError>>;
+}
+
+/// How far back [`MergeGit::landed`] looks.
+pub const MAX_LANDED_WALK: usize = 10_000;

@@ -1,0 +1,141 @@
+//! Landing work on main and keeping main green (M6, ADR-011): what the TaskGraph, the
+//! MergeQueue and the Reconciler tell each other, and what their events carry.
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::TaskId;
+
+/// Why flotilla made a fix task (`f<n>`) itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FixOf {
+    /// `task`'s branch conflicts with main: the fix starts from main with the branch's work
+    /// merged in and conflict markers left in `files` (its scope); when the fix lands,
+    /// `task` has landed through it.
+    Conflict {
+        task: TaskId,
+        branch: String,
+        files: Vec<String>,
+    },
+    /// A sweep found main red: the fix makes the failures of one group pass again.
+    /// `signature` identifies the problem, so a later sweep that finds it again while this
+    /// fix is open does not make another one.
+    Sweep { signature: String, class: String },
+}
+
+/// TaskGraph → MergeQueue: a task's branch is waiting to land.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandRequest {
+    pub task: TaskId,
+    pub attempt: u32,
+    /// The attempt's branch (flotilla named it).
+    pub branch: String,
+    /// The commit the handoff recorded as the branch's tip.
+    pub head: String,
+    /// One line for squash and merge commits (the task's description, cleaned).
+    pub subject: String,
+    /// A fix task: lands before ordinary work; a conflict fix is squashed.
+    pub fix: Option<FixOf>,
+    /// Attempts before this one: each one lowers the priority a little, so a task that keeps
+    /// failing does not crowd out the rest, but never below a fresh task's after waiting
+    /// (see the MergeQueue's ordering).
+    pub retries: u32,
+    /// Sent again after a restart: main may hold its work already (look before building).
+    pub recovered: bool,
+}
+
+/// Why a branch could not land (the MergeQueue's verdict; the graph decides what follows).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LandingFailure {
+    /// The gate's commands failed on the candidate built with this branch (alone, or found
+    /// by bisecting a batch). The task gets another attempt while it has attempts left.
+    #[error("the merge gate failed ({command}): {output_tail}")]
+    GateFailed {
+        command: String,
+        output_tail: String,
+    },
+    /// The branch conflicts with main and no fix task may be made for it (it is a fix
+    /// itself, or the run's conflict-fix cap is reached).
+    #[error("conflicts with main in {}", files.join(", "))]
+    Conflict { files: Vec<String> },
+    /// The branch conflicts with main and the run has made its `cap` conflict fixes.
+    #[error("conflicts with main in {} (the run's {cap} conflict fixes are used up)", files.join(", "))]
+    ConflictFixCap { files: Vec<String>, cap: u32 },
+    /// The conflict fix made for it did not complete.
+    #[error("its conflict fix {fix} did not complete: {reason}")]
+    FixFailed { fix: TaskId, reason: String },
+    /// git could not read or build the branch.
+    #[error("the branch could not be landed: {detail}")]
+    Git { detail: String },
+}
+
+/// The merge queue's health, for the planner's follow-up messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergeHealth {
+    /// Branches waiting or being landed.
+    pub queued: usize,
+    pub landed: u64,
+    /// Branches that conflicted or failed the gate.
+    pub failed: u64,
+    /// Median wait from enqueue to landing over the last landings, in milliseconds.
+    pub median_wait_ms: u64,
+}
+
+impl MergeHealth {
+    /// Landed over all verdicts, in percent (100 before the first verdict).
+    pub fn success_percent(&self) -> u64 {
+        let total = self.landed.saturating_add(self.failed);
+        self.landed
+            .saturating_mul(100)
+            .checked_div(total)
+            .unwrap_or(100)
+    }
+}
+
+/// One fix a sweep asks for: a group of related failures of the highest class found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepFix {
+    /// One line.
+    pub title: String,
+    /// What failed, deterministic and bounded (file:line:col code message …).
+    pub description: String,
+    /// The files involved; empty when the failure names none (the fix may touch anything).
+    pub scope: Vec<String>,
+    pub signature: String,
+    pub class: String,
+}
+
+/// Reconciler → TaskGraph: what one sweep of main found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReport {
+    /// Numbered by the Reconciler from 1 in each life of the run.
+    pub sweep: u32,
+    /// The commit swept.
+    pub commit: String,
+    pub green: bool,
+    /// The class the fixes are for (the highest found), when red.
+    pub class: Option<String>,
+    /// Every failure found, of every class.
+    pub failures: usize,
+    /// At most `max_fix_tasks`, of the highest class only.
+    pub fixes: Vec<SweepFix>,
+    /// Wall time the sweep's commands took.
+    pub duration_ms: u64,
+    /// The finalization attempt this sweep answers, if it was asked for one.
+    pub finalization: Option<u32>,
+}
+
+/// What became of the user's own checkout when main moved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckoutSync {
+    /// The repository does not have main checked out (or is bare): nothing to do.
+    NotCheckedOut,
+    /// It had main checked out, clean: its work tree and index now match the new tip.
+    FastForwarded,
+    /// It had main checked out with changes of its own: HEAD was detached at the commit the
+    /// work tree was built from, so nothing of the user's is lost or mixed with flotilla's
+    /// (`git switch main` brings them over when they are ready).
+    Detached { at: String },
+}

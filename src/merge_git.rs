@@ -1,0 +1,962 @@
+//! The `MergeGit` port on git2 (M6, ADR-011): what the MergeQueue and the Reconciler do in
+//! git besides moving main (`MainRef`, in `git_repo.rs`).
+//!
+//! - Candidates are built in memory: commits are replayed (`cherrypick_commit`), squashed or
+//!   merged (`merge_trees`) into in-memory indexes; objects are written, no reference moves,
+//!   no work tree or index on disk is read or written.
+//! - Scratch checkouts are plain directories under `scratch_root`, filled from a commit's
+//!   tree by a checkout into a target directory through an in-memory index: git keeps no
+//!   record of them (no worktree entry, no branch, no `.git` in them), so removing one is
+//!   removing a directory, and a crash leaves nothing in the repository. Commands run there
+//!   cannot use git on the checkout.
+//! - The user's own checkout is touched by [`MergeGit::sync_checkout`] alone, and only with
+//!   git's safe checkout (never forced): a work tree with changes of its own is left as it
+//!   is, HEAD detached at the commit it was built from.
+//!
+//! Every call runs on a blocking thread and opens the repository there. What writes refs
+//! (deleting a branch, the user's HEAD) takes the per-repository lock the worktrees take
+//! ([`repo_lock`]).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use flotilla_actors::ports::{
+    BuildOutcome, CheckoutSync, LandItem, LandMode, MAX_LANDED_WALK, MarkerHit, MergeGit,
+    RepoError, ScratchTree,
+};
+use futures::future::BoxFuture;
+
+use crate::git_repo::MAIN_BRANCH;
+use crate::worktrees::{repo_lock, signature};
+
+/// The prefix of every branch flotilla names (`branch_name`): the only branches
+/// [`MergeGit::delete_branch`] deletes.
+pub const TASK_BRANCH_PREFIX: &str = "flotilla/";
+
+/// Files over this size are not searched for conflict markers.
+pub const MAX_MARKER_FILE_BYTES: usize = 1024 * 1024;
+
+/// At most this many conflict markers are reported.
+pub const MAX_MARKER_HITS: usize = 100;
+
+/// At most this many of main's commits are named as clashing with a conflict.
+pub const MAX_CLASHING: usize = 20;
+
+/// The longest label a scratch directory's name keeps.
+pub const MAX_SCRATCH_LABEL: usize = 64;
+
+pub struct GitMerge {
+    repo: PathBuf,
+    scratch_root: PathBuf,
+}
+
+impl GitMerge {
+    /// `repo` is the target repository; scratch checkouts are made under `scratch_root`
+    /// (created when the first one is).
+    pub fn new(repo: impl Into<PathBuf>, scratch_root: impl Into<PathBuf>) -> Self {
+        GitMerge {
+            repo: repo.into(),
+            scratch_root: scratch_root.into(),
+        }
+    }
+
+    /// Runs `work` on a blocking thread with the repository opened there; under the
+    /// repository's lock when `locked` (anything that writes a ref or HEAD).
+    fn blocking<T: Send + 'static>(
+        &self,
+        locked: bool,
+        work: impl FnOnce(&git2::Repository, &Path) -> Result<T, RepoError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, RepoError>> {
+        let path = self.repo.clone();
+        let scratch_root = self.scratch_root.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let lock = locked.then(|| repo_lock(&path));
+                let _held = lock
+                    .as_ref()
+                    .map(|l| l.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+                let repo = git2::Repository::open(&path)
+                    .map_err(|_| RepoError::NotARepository(path.clone()))?;
+                work(&repo, &scratch_root)
+            })
+            .await
+            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+        })
+    }
+}
+
+fn git(e: git2::Error) -> RepoError {
+    RepoError::Git(e.message().to_string())
+}
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
+    RepoError::Git(format!("{what} {}: {e}", path.display()))
+}
+
+fn oid(s: &str) -> Result<git2::Oid, RepoError> {
+    git2::Oid::from_str(s).map_err(|_| RepoError::Git(format!("{s:?} is not a commit id")))
+}
+
+fn find_commit<'r>(repo: &'r git2::Repository, id: &str) -> Result<git2::Commit<'r>, RepoError> {
+    repo.find_commit(oid(id)?)
+        .map_err(|e| RepoError::Git(format!("commit {id}: {}", e.message())))
+}
+
+/// "abc1234 subject".
+fn short_line(commit: &git2::Commit<'_>) -> String {
+    let id = commit.id().to_string();
+    let subject: String = commit
+        .summary_bytes()
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .unwrap_or_default()
+        .chars()
+        .take(200)
+        .collect();
+    format!("{} {subject}", &id[..7])
+}
+
+/// `message` with `trailer` as its last line (once): in the message's trailer block when
+/// it ends with one (`Signed-off-by: …`), else after a blank line.
+pub fn with_trailer(message: &str, trailer: &str) -> String {
+    // Without the trailer where it was, and without the run of blank lines that leaves
+    // (git's own clean-up collapses them too).
+    let mut kept: Vec<&str> = Vec::new();
+    for line in message.lines().filter(|line| line.trim_end() != trailer) {
+        let blank = line.trim().is_empty();
+        if !(blank && kept.last().is_some_and(|last| last.trim().is_empty())) {
+            kept.push(line);
+        }
+    }
+    let body = kept.join("\n");
+    let body = body.trim_end();
+    if body.is_empty() {
+        return format!("{trailer}\n");
+    }
+    let in_block = match body.rsplit_once("\n\n") {
+        Some((_, last)) => last.lines().all(is_trailer_line),
+        None => false,
+    };
+    let separator = if in_block { "\n" } else { "\n\n" };
+    format!("{body}{separator}{trailer}\n")
+}
+
+/// `Token: value`, as git's trailers are.
+fn is_trailer_line(line: &str) -> bool {
+    line.split_once(": ").is_some_and(|(token, _)| {
+        !token.is_empty() && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    })
+}
+
+fn has_line(message: &[u8], wanted: &str) -> bool {
+    String::from_utf8_lossy(message)
+        .lines()
+        .any(|line| line.trim_end_matches('\r') == wanted)
+}
+
+// ---------------------------------------------------------------------------------------
+// build
+
+/// Where the building is: the candidate so far.
+struct Builder<'r> {
+    repo: &'r git2::Repository,
+    onto: git2::Oid,
+    candidate: git2::Commit<'r>,
+    flotilla: git2::Signature<'static>,
+}
+
+enum Step<'r> {
+    Made(git2::Commit<'r>),
+    Conflict { files: Vec<String>, base: git2::Oid },
+}
+
+fn build(
+    repo: &git2::Repository,
+    onto: &str,
+    items: &[LandItem],
+    mode: LandMode,
+) -> Result<BuildOutcome, RepoError> {
+    let onto = find_commit(repo, onto)?;
+    let mut builder = Builder {
+        repo,
+        onto: onto.id(),
+        candidate: onto,
+        flotilla: signature()?,
+    };
+    let mut commits = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let head = branch_head(repo, item)?;
+        let base = repo
+            .merge_base(builder.candidate.id(), head.id())
+            .map_err(|e| {
+                RepoError::Git(format!(
+                    "branch {} shares no history with main: {}",
+                    item.branch,
+                    e.message()
+                ))
+            })?;
+        let mode = if item.squash { LandMode::Squash } else { mode };
+        let step = match mode {
+            LandMode::Rebase => builder.rebase(item, &head, base)?,
+            LandMode::Squash => builder.combine(item, &head, base, false)?,
+            LandMode::Merge => builder.combine(item, &head, base, true)?,
+        };
+        match step {
+            Step::Made(commit) => {
+                commits.push(commit.id().to_string());
+                builder.candidate = commit;
+            }
+            Step::Conflict { files, base } => {
+                return Ok(BuildOutcome::Conflict {
+                    index,
+                    clashing: clashing(repo, builder.candidate.id(), base, &files)?,
+                    // Whether main (`onto`) moved since the branch left it; the items before
+                    // this one in the candidate are not main (yet).
+                    main_moved: repo.merge_base(builder.onto, head.id()).map_err(git)?
+                        != builder.onto,
+                    files,
+                });
+            }
+        }
+    }
+    Ok(BuildOutcome::Built {
+        tip: builder.candidate.id().to_string(),
+        commits,
+    })
+}
+
+/// The branch's commit: it must still be where the handoff said.
+fn branch_head<'r>(
+    repo: &'r git2::Repository,
+    item: &LandItem,
+) -> Result<git2::Commit<'r>, RepoError> {
+    let name = format!("refs/heads/{}", item.branch);
+    let reference = match repo.find_reference(&name) {
+        Ok(r) => r,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => {
+            return Err(RepoError::Git(format!(
+                "branch {} (task {}) does not exist",
+                item.branch, item.task
+            )));
+        }
+        Err(e) => return Err(git(e)),
+    };
+    let head = reference.peel_to_commit().map_err(git)?;
+    let expected = oid(&item.head)?;
+    if head.id() != expected {
+        return Err(RepoError::Git(format!(
+            "branch {} (task {}) is at {}, not at {} as its handoff recorded: it moved after \
+             the handoff and is not landed",
+            item.branch,
+            item.task,
+            head.id(),
+            item.head
+        )));
+    }
+    Ok(head)
+}
+
+/// The paths an index could not merge, sorted.
+fn conflicted_paths(index: &git2::Index) -> Result<Vec<String>, RepoError> {
+    let mut files = BTreeSet::new();
+    for conflict in index.conflicts().map_err(git)? {
+        let conflict = conflict.map_err(git)?;
+        for entry in [&conflict.ancestor, &conflict.our, &conflict.their]
+            .into_iter()
+            .flatten()
+        {
+            files.insert(String::from_utf8_lossy(&entry.path).into_owned());
+        }
+    }
+    Ok(files.into_iter().collect())
+}
+
+impl<'r> Builder<'r> {
+    fn tree(&self, id: git2::Oid) -> Result<git2::Tree<'r>, RepoError> {
+        self.repo.find_tree(id).map_err(git)
+    }
+
+    /// One commit on the candidate.
+    fn commit(
+        &self,
+        author: &git2::Signature<'_>,
+        message: &str,
+        tree: git2::Oid,
+        extra_parent: Option<&git2::Commit<'r>>,
+    ) -> Result<git2::Commit<'r>, RepoError> {
+        let tree = self.tree(tree)?;
+        let mut parents = vec![&self.candidate];
+        parents.extend(extra_parent);
+        let id = self
+            .repo
+            .commit(None, author, &self.flotilla, message, &tree, &parents)
+            .map_err(git)?;
+        self.repo.find_commit(id).map_err(git)
+    }
+
+    /// Replays the branch's commits since `base` (its first-parent history, oldest first)
+    /// on the candidate, each with the item's trailer; commits that change nothing there
+    /// are left out, but the item always gets one commit.
+    fn rebase(
+        &mut self,
+        item: &LandItem,
+        head: &git2::Commit<'r>,
+        base: git2::Oid,
+    ) -> Result<Step<'r>, RepoError> {
+        let mut walk = self.repo.revwalk().map_err(git)?;
+        walk.set_sorting(git2::Sort::TOPOLOGICAL).map_err(git)?;
+        walk.push(head.id()).map_err(git)?;
+        walk.hide(base).map_err(git)?;
+        walk.simplify_first_parent().map_err(git)?;
+        let mut ids = walk.collect::<Result<Vec<_>, _>>().map_err(git)?;
+        ids.reverse();
+        let start = self.candidate.clone();
+        let mut made = false;
+        for id in ids {
+            let commit = self.repo.find_commit(id).map_err(git)?;
+            // A merge commit on the branch (main merged into it) is replayed as its change
+            // against its first parent.
+            let mainline = if commit.parent_count() > 1 { 1 } else { 0 };
+            let mut index = self
+                .repo
+                .cherrypick_commit(&commit, &self.candidate, mainline, None)
+                .map_err(git)?;
+            if index.has_conflicts() {
+                self.candidate = start;
+                return Ok(Step::Conflict {
+                    files: conflicted_paths(&index)?,
+                    base,
+                });
+            }
+            let tree = index.write_tree_to(self.repo).map_err(git)?;
+            if tree == self.candidate.tree_id() {
+                continue;
+            }
+            let message = with_trailer(
+                &String::from_utf8_lossy(commit.message_bytes()),
+                &item.trailer,
+            );
+            self.candidate = self.commit(&commit.author(), &message, tree, None)?;
+            made = true;
+        }
+        let last = if made {
+            self.candidate.clone()
+        } else {
+            // Nothing of the branch is new here: one empty commit still says it landed.
+            let message = with_trailer(&item.subject, &item.trailer);
+            self.commit(&self.flotilla, &message, self.candidate.tree_id(), None)?
+        };
+        self.candidate = start;
+        Ok(Step::Made(last))
+    }
+
+    /// One commit holding the branch's change since `base` merged into the candidate: a
+    /// squash (the candidate its only parent) or a merge (the branch's head its second).
+    fn combine(
+        &self,
+        item: &LandItem,
+        head: &git2::Commit<'r>,
+        base: git2::Oid,
+        merge: bool,
+    ) -> Result<Step<'r>, RepoError> {
+        let ancestor = self
+            .repo
+            .find_commit(base)
+            .map_err(git)?
+            .tree()
+            .map_err(git)?;
+        let ours = self.candidate.tree().map_err(git)?;
+        let theirs = head.tree().map_err(git)?;
+        let mut index = self
+            .repo
+            .merge_trees(&ancestor, &ours, &theirs, None)
+            .map_err(git)?;
+        if index.has_conflicts() {
+            return Ok(Step::Conflict {
+                files: conflicted_paths(&index)?,
+                base,
+            });
+        }
+        let tree = index.write_tree_to(self.repo).map_err(git)?;
+        let message = with_trailer(&item.subject, &item.trailer);
+        // A branch the candidate already holds gets no merge: its head would be a parent
+        // the candidate descends from already.
+        let second = (merge && base != head.id()).then_some(head);
+        self.commit(&self.flotilla, &message, tree, second)
+            .map(Step::Made)
+    }
+}
+
+/// The commits on `tip`'s first-parent history since `base` that touched `files`, newest
+/// first, as "abc1234 subject" (at most [`MAX_CLASHING`], reading at most
+/// [`MAX_LANDED_WALK`] commits).
+fn clashing(
+    repo: &git2::Repository,
+    tip: git2::Oid,
+    base: git2::Oid,
+    files: &[String],
+) -> Result<Vec<String>, RepoError> {
+    let mut walk = repo.revwalk().map_err(git)?;
+    walk.set_sorting(git2::Sort::TOPOLOGICAL).map_err(git)?;
+    walk.push(tip).map_err(git)?;
+    walk.hide(base).map_err(git)?;
+    walk.simplify_first_parent().map_err(git)?;
+    let mut options = git2::DiffOptions::new();
+    options.disable_pathspec_match(true);
+    for file in files {
+        options.pathspec(file);
+    }
+    let mut found = Vec::new();
+    for id in walk.take(MAX_LANDED_WALK) {
+        let commit = repo.find_commit(id.map_err(git)?).map_err(git)?;
+        let tree = commit.tree().map_err(git)?;
+        let parent = match commit.parent(0) {
+            Ok(parent) => Some(parent.tree().map_err(git)?),
+            Err(_) => None,
+        };
+        let diff = repo
+            .diff_tree_to_tree(parent.as_ref(), Some(&tree), Some(&mut options))
+            .map_err(git)?;
+        if diff.deltas().len() > 0 {
+            found.push(short_line(&commit));
+            if found.len() >= MAX_CLASHING {
+                break;
+            }
+        }
+    }
+    Ok(found)
+}
+
+// ---------------------------------------------------------------------------------------
+// landed
+
+fn landed(
+    repo: &git2::Repository,
+    tip: &str,
+    since: Option<&str>,
+    trailers: &[String],
+) -> Result<Vec<Option<String>>, RepoError> {
+    let since = since.map(oid).transpose()?;
+    let mut found: Vec<Option<String>> = vec![None; trailers.len()];
+    let mut missing = trailers.len();
+    let mut current = Some(find_commit(repo, tip)?);
+    let mut read = 0;
+    while let Some(commit) = current {
+        if missing == 0 || read >= MAX_LANDED_WALK || Some(commit.id()) == since {
+            break;
+        }
+        read += 1;
+        let message = commit.message_bytes();
+        for (slot, trailer) in found.iter_mut().zip(trailers) {
+            if slot.is_none() && has_line(message, trailer) {
+                *slot = Some(commit.id().to_string());
+                missing -= 1;
+            }
+        }
+        current = commit.parent(0).ok();
+    }
+    Ok(found)
+}
+
+// ---------------------------------------------------------------------------------------
+// scratch checkouts
+
+/// `label` as a directory name: ASCII letters, digits, `-`, `_` and `.` (anything else
+/// becomes `-`), at most [`MAX_SCRATCH_LABEL`] characters, never empty or dots only.
+pub fn scratch_label(label: &str) -> String {
+    let clean: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(MAX_SCRATCH_LABEL)
+        .collect();
+    if clean.chars().all(|c| c == '.') {
+        "scratch".to_string()
+    } else {
+        clean
+    }
+}
+
+fn scratch(
+    repo: &git2::Repository,
+    root: &Path,
+    commit: &str,
+    label: &str,
+) -> Result<ScratchTree, RepoError> {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let target = find_commit(repo, commit)?;
+    std::fs::create_dir_all(root).map_err(|e| io("cannot create", root, e))?;
+    let label = scratch_label(label);
+    let path = loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = root.join(format!("{label}-{}-{n}", std::process::id()));
+        match std::fs::create_dir(&path) {
+            Ok(()) => break path,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io("cannot create", &path, e)),
+        }
+    };
+    let filled = (|| {
+        // An index of its own, in memory: the repository's (the user's) is neither read
+        // nor written.
+        let mut index = git2::Index::new().map_err(git)?;
+        repo.set_index(&mut index).map_err(git)?;
+        let mut checkout = git2::build::CheckoutBuilder::new();
+        checkout
+            .target_dir(&path)
+            .force()
+            .refresh(false)
+            .update_index(false);
+        repo.checkout_tree(target.as_object(), Some(&mut checkout))
+            .map_err(git)
+    })();
+    if let Err(e) = filled {
+        let _ = remove_dir(&path);
+        return Err(e);
+    }
+    Ok(ScratchTree {
+        path,
+        commit: target.id().to_string(),
+    })
+}
+
+/// Removes a directory, making what a command left read-only writable first if it must.
+fn remove_dir(path: &Path) -> Result<(), RepoError> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            make_writable(path);
+            match std::fs::remove_dir_all(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(io("cannot remove", path, e))
+                }
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+fn make_writable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        // Links are never followed: only what is inside the scratch directory changes.
+        let Ok(meta) = std::fs::symlink_metadata(&dir) else {
+            continue;
+        };
+        if !meta.is_dir() {
+            continue;
+        }
+        let mut perms = meta.permissions();
+        perms.set_mode(perms.mode() | 0o700);
+        let _ = std::fs::set_permissions(&dir, perms);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            dirs.extend(entries.flatten().map(|e| e.path()));
+        }
+    }
+}
+
+fn remove_scratch(root: &Path, tree: &ScratchTree) -> Result<(), RepoError> {
+    // Only a directory made under the scratch root (its direct child) is removed.
+    let inside = match (
+        tree.path.parent().map(std::fs::canonicalize),
+        std::fs::canonicalize(root),
+    ) {
+        (Some(Ok(parent)), Ok(root)) => parent == root,
+        // The root is gone, and with it the scratch checkout.
+        (_, Err(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        _ => false,
+    };
+    let named = tree.path.file_name().is_some_and(|n| n != ".." && n != ".");
+    if !inside || !named {
+        return Err(RepoError::Git(format!(
+            "{} is not a scratch checkout under {}",
+            tree.path.display(),
+            root.display()
+        )));
+    }
+    remove_dir(&tree.path)
+}
+
+// ---------------------------------------------------------------------------------------
+// conflict markers
+
+/// The markers in one text: the line (1-based) of every `<<<<<<<`, when the text also has
+/// a `>>>>>>>` line (a lone `=======` is a Markdown heading's underline, not a conflict).
+pub fn markers_in(text: &[u8]) -> Vec<u32> {
+    let is = |line: &[u8], marker: &[u8]| {
+        line.starts_with(marker) && (line.len() == marker.len() || line[marker.len()] == b' ')
+    };
+    let mut opens = Vec::new();
+    let mut closes = false;
+    for (n, line) in text.split(|b| *b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if is(line, b"<<<<<<<") {
+            opens.push(n as u32 + 1);
+        } else if is(line, b">>>>>>>") {
+            closes = true;
+        }
+    }
+    if closes { opens } else { Vec::new() }
+}
+
+fn conflict_markers(
+    repo: &git2::Repository,
+    commit: &str,
+    paths: Option<&[String]>,
+) -> Result<Vec<MarkerHit>, RepoError> {
+    let tree = find_commit(repo, commit)?.tree().map_err(git)?;
+    let odb = repo.odb().map_err(git)?;
+    // (path, blob) of every regular file to read.
+    let mut files: Vec<(String, git2::Oid)> = Vec::new();
+    let regular = |mode: i32| mode == 0o100644 || mode == 0o100755;
+    match paths {
+        None => {
+            tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+                if entry.kind() == Some(git2::ObjectType::Blob) && regular(entry.filemode()) {
+                    let name = String::from_utf8_lossy(entry.name_bytes());
+                    files.push((format!("{dir}{name}"), entry.id()));
+                }
+                git2::TreeWalkResult::Ok
+            })
+            .map_err(git)?;
+        }
+        Some(paths) => {
+            let wanted: BTreeSet<&String> = paths.iter().collect();
+            for path in wanted {
+                if let Ok(entry) = tree.get_path(Path::new(path))
+                    && entry.kind() == Some(git2::ObjectType::Blob)
+                    && regular(entry.filemode())
+                {
+                    files.push((path.clone(), entry.id()));
+                }
+            }
+        }
+    }
+    files.sort();
+    let mut hits = Vec::new();
+    for (path, id) in files {
+        let (size, _) = odb.read_header(id).map_err(git)?;
+        if size > MAX_MARKER_FILE_BYTES {
+            continue;
+        }
+        let blob = repo.find_blob(id).map_err(git)?;
+        if blob.is_binary() {
+            continue;
+        }
+        for line in markers_in(blob.content()) {
+            if hits.len() >= MAX_MARKER_HITS {
+                return Ok(hits);
+            }
+            hits.push(MarkerHit {
+                path: path.clone(),
+                line,
+            });
+        }
+    }
+    Ok(hits)
+}
+
+// ---------------------------------------------------------------------------------------
+// branches and the user's checkout
+
+fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<(), RepoError> {
+    if branch == MAIN_BRANCH || !branch.starts_with(TASK_BRANCH_PREFIX) {
+        return Err(RepoError::Git(format!(
+            "refusing to delete branch {branch:?}: only flotilla's task branches \
+             ({TASK_BRANCH_PREFIX}…) are deleted"
+        )));
+    }
+    crate::worktrees::delete_branch(repo, branch).map(|_| ())
+}
+
+fn sync_checkout(repo: &git2::Repository, old: &str, new: &str) -> Result<CheckoutSync, RepoError> {
+    if repo.is_bare() {
+        return Ok(CheckoutSync::NotCheckedOut);
+    }
+    let head = repo.find_reference("HEAD").map_err(git)?;
+    let main = format!("refs/heads/{MAIN_BRANCH}");
+    if head.symbolic_target_bytes() != Some(main.as_bytes()) {
+        return Ok(CheckoutSync::NotCheckedOut);
+    }
+    let old = find_commit(repo, old)?;
+    let new = find_commit(repo, new)?;
+    let old_tree = old.tree().map_err(git)?;
+    // Clean: the index and the work tree (untracked files aside) are `old`'s tree.
+    let clean = repo
+        .diff_tree_to_workdir_with_index(Some(&old_tree), None)
+        .map_err(git)?
+        .deltas()
+        .len()
+        == 0
+        && !repo.index().map_err(git)?.has_conflicts();
+    // Checked out from `old` whatever happens next: a safe checkout compares the work tree
+    // with HEAD's tree, and a checkout that fails leaves the user's work as it was, here.
+    repo.set_head_detached(old.id()).map_err(git)?;
+    let detached = CheckoutSync::Detached {
+        at: old.id().to_string(),
+    };
+    if !clean {
+        return Ok(detached);
+    }
+    let mut checkout = git2::build::CheckoutBuilder::new();
+    checkout.safe();
+    if repo
+        .checkout_tree(new.as_object(), Some(&mut checkout))
+        .is_err()
+    {
+        return Ok(detached);
+    }
+    repo.set_head(&main).map_err(git)?;
+    Ok(CheckoutSync::FastForwarded)
+}
+
+// ---------------------------------------------------------------------------------------
+// conflict fixes (the `Worktrees` side, `WorktreeStart::ConflictFix`)
+
+/// A merge of three trees where every conflict is resolved by writing it out: both sides
+/// with markers in a text file, and otherwise the side that still has the file (a
+/// modify/delete) or `ours` (binary files, links, submodules).
+pub(crate) struct MarkedMerge {
+    pub tree: git2::Oid,
+    /// The conflicted paths, sorted.
+    pub conflicted: Vec<String>,
+}
+
+fn bytes_path(path: &[u8]) -> &Path {
+    use std::os::unix::ffi::OsStrExt;
+    Path::new(std::ffi::OsStr::from_bytes(path))
+}
+
+fn merge_input<'a>(content: &'a [u8], path: &Path) -> git2::MergeFileInput<'a> {
+    let mut input = git2::MergeFileInput::new();
+    input.content(content).path(path);
+    input
+}
+
+fn index_entry(path: &[u8], mode: u32, id: git2::Oid, size: usize) -> git2::IndexEntry {
+    git2::IndexEntry {
+        ctime: git2::IndexTime::new(0, 0),
+        mtime: git2::IndexTime::new(0, 0),
+        dev: 0,
+        ino: 0,
+        mode,
+        uid: 0,
+        gid: 0,
+        file_size: size as u32,
+        id,
+        flags: 0,
+        flags_extended: 0,
+        path: path.to_vec(),
+    }
+}
+
+/// `entry` at stage 0.
+fn resolved(entry: &git2::IndexEntry) -> git2::IndexEntry {
+    index_entry(&entry.path, entry.mode, entry.id, entry.file_size as usize)
+}
+
+pub(crate) fn merge_marking_conflicts(
+    repo: &git2::Repository,
+    ancestor: &git2::Tree<'_>,
+    ours: &git2::Tree<'_>,
+    theirs: &git2::Tree<'_>,
+    our_label: &str,
+    their_label: &str,
+) -> Result<MarkedMerge, RepoError> {
+    let mut index = repo
+        .merge_trees(ancestor, ours, theirs, None)
+        .map_err(git)?;
+    let conflicts = index
+        .conflicts()
+        .map_err(git)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(git)?;
+    let mut conflicted = BTreeSet::new();
+    let mut entries = Vec::new();
+    let text_blob = |entry: &git2::IndexEntry| -> Result<Option<Vec<u8>>, RepoError> {
+        if entry.mode != u32::from(git2::FileMode::Blob)
+            && entry.mode != u32::from(git2::FileMode::BlobExecutable)
+        {
+            return Ok(None);
+        }
+        let blob = repo.find_blob(entry.id).map_err(git)?;
+        Ok((!blob.is_binary()).then(|| blob.content().to_vec()))
+    };
+    for conflict in &conflicts {
+        for entry in [&conflict.ancestor, &conflict.our, &conflict.their]
+            .into_iter()
+            .flatten()
+        {
+            conflicted.insert(entry.path.clone());
+        }
+        match (&conflict.our, &conflict.their) {
+            (Some(our), Some(their)) if our.path == their.path => {
+                let base = match &conflict.ancestor {
+                    Some(a) => text_blob(a)?,
+                    None => Some(Vec::new()),
+                };
+                match (base, text_blob(our)?, text_blob(their)?) {
+                    (Some(base), Some(our_text), Some(their_text)) => {
+                        let path = bytes_path(&our.path);
+                        let mut options = git2::MergeFileOptions::new();
+                        options.our_label(our_label).their_label(their_label);
+                        let merged = git2::merge_file(
+                            &merge_input(&base, path),
+                            &merge_input(&our_text, path),
+                            &merge_input(&their_text, path),
+                            Some(&mut options),
+                        )
+                        .map_err(git)?;
+                        let id = repo.blob(merged.content()).map_err(git)?;
+                        // The executable bit as main has it, unless only the branch changed it.
+                        let mode = match &conflict.ancestor {
+                            Some(a) if a.mode == our.mode => their.mode,
+                            _ => our.mode,
+                        };
+                        entries.push(index_entry(&our.path, mode, id, merged.content().len()));
+                    }
+                    _ => entries.push(resolved(our)),
+                }
+            }
+            (our, their) => entries.extend(our.iter().chain(their.iter()).map(resolved)),
+        }
+    }
+    for path in &conflicted {
+        match index.conflict_remove(bytes_path(path)) {
+            Err(e) if e.code() != git2::ErrorCode::NotFound => return Err(git(e)),
+            _ => {}
+        }
+    }
+    for entry in &entries {
+        // A side that cannot sit beside what is there already (a file where the other side
+        // has a directory) stays out; the path is named as conflicted all the same.
+        let _ = index.add(entry);
+    }
+    let tree = index.write_tree_to(repo).map_err(git)?;
+    Ok(MarkedMerge {
+        tree,
+        conflicted: conflicted
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect(),
+    })
+}
+
+impl MergeGit for GitMerge {
+    fn build(
+        &self,
+        onto: String,
+        items: Vec<LandItem>,
+        mode: LandMode,
+    ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>> {
+        self.blocking(false, move |repo, _| build(repo, &onto, &items, mode))
+    }
+
+    fn landed(
+        &self,
+        tip: String,
+        since: Option<String>,
+        trailers: Vec<String>,
+    ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>> {
+        self.blocking(false, move |repo, _| {
+            landed(repo, &tip, since.as_deref(), &trailers)
+        })
+    }
+
+    fn scratch(
+        &self,
+        commit: String,
+        label: String,
+    ) -> BoxFuture<'static, Result<ScratchTree, RepoError>> {
+        self.blocking(false, move |repo, root| {
+            scratch(repo, root, &commit, &label)
+        })
+    }
+
+    fn remove_scratch(&self, tree: ScratchTree) -> BoxFuture<'static, Result<(), RepoError>> {
+        let root = self.scratch_root.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || remove_scratch(&root, &tree))
+                .await
+                .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+        })
+    }
+
+    fn conflict_markers(
+        &self,
+        commit: String,
+        paths: Option<Vec<String>>,
+    ) -> BoxFuture<'static, Result<Vec<MarkerHit>, RepoError>> {
+        self.blocking(false, move |repo, _| {
+            conflict_markers(repo, &commit, paths.as_deref())
+        })
+    }
+
+    fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.blocking(true, move |repo, _| delete_branch(repo, &branch))
+    }
+
+    fn sync_checkout(
+        &self,
+        old: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<CheckoutSync, RepoError>> {
+        self.blocking(true, move |repo, _| sync_checkout(repo, &old, &new))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trailer_ends_the_message_once() {
+        let t = "Flotilla-Task: t1";
+        assert_eq!(with_trailer("add x\n", t), "add x\n\nFlotilla-Task: t1\n");
+        assert_eq!(
+            with_trailer("add x\n\nbody\n", t),
+            "add x\n\nbody\n\nFlotilla-Task: t1\n"
+        );
+        assert_eq!(
+            with_trailer("add x\n\nFlotilla-Task: t1\n", t),
+            "add x\n\nFlotilla-Task: t1\n"
+        );
+        assert_eq!(
+            with_trailer("add x\n\nFlotilla-Task: t1\n\nmore\n", t),
+            "add x\n\nmore\n\nFlotilla-Task: t1\n"
+        );
+        assert_eq!(
+            with_trailer("add x\n\nSigned-off-by: a <a@b>\n", t),
+            "add x\n\nSigned-off-by: a <a@b>\nFlotilla-Task: t1\n"
+        );
+        // A subject that looks like a trailer is still the subject.
+        assert_eq!(with_trailer("fix: y", t), "fix: y\n\nFlotilla-Task: t1\n");
+        assert_eq!(with_trailer("", t), "Flotilla-Task: t1\n");
+    }
+
+    #[test]
+    fn markers_need_both_ends_and_a_lone_rule_is_not_one() {
+        let text = b"a\n<<<<<<< main\nx\n=======\ny\n>>>>>>> b\nz\n<<<<<<<\n>>>>>>>\n";
+        assert_eq!(markers_in(text), vec![2, 8]);
+        assert!(markers_in(b"Title\n=======\n\ntext\n").is_empty());
+        assert!(markers_in(b"<<<<<<< only the start\n").is_empty());
+        assert!(markers_in(b"<<<<<<<< eight\n>>>>>>>> eight\n").is_empty());
+        assert_eq!(markers_in(b"<<<<<<< a\r\n>>>>>>> b\r\n"), vec![1]);
+    }
+
+    #[test]
+    fn scratch_labels_are_plain_names() {
+        assert_eq!(scratch_label("gate t1/x y"), "gate-t1-x-y");
+        assert_eq!(scratch_label(".."), "scratch");
+        assert_eq!(scratch_label(""), "scratch");
+        assert_eq!(scratch_label(&"a".repeat(100)).len(), MAX_SCRATCH_LABEL);
+        assert_eq!(scratch_label("v1.2_rc-3"), "v1.2_rc-3");
+    }
+}

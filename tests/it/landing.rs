@@ -1,0 +1,369 @@
+//! The graph's side of M6 (ADR-011), without actors: landing as a state, conflict fixes that
+//! never cascade, sweep fixes, and finalization to Completed or Failed.
+
+use flotilla_actors::config::Limits;
+use flotilla_actors::graph::RunGraph;
+use flotilla_actors::protocol::*;
+
+use crate::harness::{spec, task};
+
+fn merging() -> RunGraph {
+    RunGraph::new(Limits::default()).merging()
+}
+
+fn work(task: &str) -> Handoff {
+    let mut h = Handoff::complete("done");
+    h.work = Some(Box::new(BranchWork {
+        branch: format!("flotilla/run/{task}"),
+        base: "base".into(),
+        head: format!("head-{task}"),
+        files: Vec::new(),
+        files_omitted: 0,
+        lines_added: 1,
+        lines_removed: 0,
+        committed_for_agent: false,
+        links_outside: Vec::new(),
+    }));
+    h
+}
+
+/// Runs `id` to the end of its attempt with work on its branch.
+fn finish(g: &mut RunGraph, id: &str) -> Vec<EventKind> {
+    run_to_landing(g, id).1
+}
+
+/// Every event of running `id` to its report: (dispatch and start, the report's).
+fn run_to_landing(g: &mut RunGraph, id: &str) -> (Vec<EventKind>, Vec<EventKind>) {
+    let t = task(id);
+    let attempt = g.task(&t).unwrap().attempt;
+    let mut before = g.dispatched(&t, attempt, "general", Route::Worker).unwrap();
+    before.extend(g.started(&t, attempt).unwrap());
+    let report = g
+        .complete(TaskCompleted {
+            task: t,
+            attempt,
+            handoff: Some(work(id)),
+            artifacts: Vec::new(),
+            subplan: None,
+        })
+        .unwrap();
+    (before, report)
+}
+
+fn kinds(events: &[EventKind]) -> Vec<&'static str> {
+    events.iter().map(EventKind::name).collect()
+}
+
+fn report(
+    sweep: u32,
+    commit: &str,
+    fixes: Vec<SweepFix>,
+    finalization: Option<u32>,
+) -> SweepReport {
+    SweepReport {
+        sweep,
+        commit: commit.into(),
+        green: fixes.is_empty(),
+        class: (!fixes.is_empty()).then(|| "compile error".into()),
+        failures: fixes.len(),
+        fixes,
+        duration_ms: 1,
+        finalization,
+    }
+}
+
+fn fix(signature: &str, file: &str) -> SweepFix {
+    SweepFix {
+        title: format!("fix {file}"),
+        description: format!("{file}:1:1: error"),
+        scope: vec![file.into()],
+        signature: signature.into(),
+        class: "compile error".into(),
+    }
+}
+
+#[test]
+fn dependents_wait_until_their_dependency_has_landed() {
+    let mut g = merging();
+    let mut b = spec("b", &["b"]);
+    b.dependencies = vec![DependencyRef::Batch(0)];
+    g.submit(vec![spec("a", &["a"]), b]).unwrap();
+    let events = finish(&mut g, "t1");
+    assert_eq!(kinds(&events), ["task_landing"]);
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Landing);
+    assert_eq!(
+        g.task(&task("t2")).unwrap().state,
+        TaskState::Pending,
+        "not before landing"
+    );
+    let request = g.land_request(&task("t1"), false).unwrap();
+    assert_eq!(
+        (request.branch.as_str(), request.head.as_str()),
+        ("flotilla/run/t1", "head-t1")
+    );
+
+    let events = g.landed(&task("t1"), 1, "c1").unwrap();
+    assert_eq!(kinds(&events), ["task_landed", "task_ready"]);
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Completed);
+    assert_eq!(g.task(&task("t2")).unwrap().state, TaskState::Ready);
+}
+
+#[test]
+fn work_without_commits_completes_at_once_and_a_late_landing_is_ignored() {
+    let mut g = merging();
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    let t = task("t1");
+    g.dispatched(&t, 1, "general", Route::Worker).unwrap();
+    let events = g
+        .complete(TaskCompleted {
+            task: t.clone(),
+            attempt: 1,
+            handoff: Some(Handoff::complete("nothing to commit")),
+            artifacts: Vec::new(),
+            subplan: None,
+        })
+        .unwrap();
+    assert!(kinds(&events).contains(&"task_completed"), "{events:?}");
+    let late = g.landed(&t, 1, "c").unwrap();
+    assert_eq!(kinds(&late), ["message_ignored"]);
+}
+
+#[test]
+fn a_conflict_makes_one_fix_whose_landing_lands_the_task_too() {
+    let mut g = merging();
+    g.submit(vec![spec("a", &["src/a.rs"])]).unwrap();
+    finish(&mut g, "t1");
+    let events = g
+        .landing_conflict(
+            &task("t1"),
+            1,
+            vec!["src/shared.rs".into()],
+            vec!["abc1234 t9: rename".into()],
+        )
+        .unwrap();
+    assert_eq!(
+        kinds(&events),
+        ["merge_conflict", "fix_task_added", "task_ready"]
+    );
+    let EventKind::FixTaskAdded {
+        task: f, spec, fix, ..
+    } = &events[1]
+    else {
+        unreachable!()
+    };
+    assert_eq!(f.to_string(), "f1");
+    assert_eq!(spec.scope, vec!["src/shared.rs".to_string()]);
+    assert!(
+        spec.description.contains("t1's task was:\na"),
+        "{}",
+        spec.description
+    );
+    assert!(spec.description.contains("abc1234 t9: rename"));
+    assert!(
+        matches!(fix, FixOf::Conflict { task, branch, .. } if *task == self::task("t1") && branch == "flotilla/run/t1")
+    );
+    let ready = g.ready_task(f).unwrap();
+    assert!(
+        matches!(ready.fix, Some(FixOf::Conflict { .. })),
+        "the worker learns where to start"
+    );
+
+    finish(&mut g, "f1");
+    let events = g.landed(&task("f1"), 1, "c2").unwrap();
+    assert_eq!(kinds(&events), ["task_landed", "task_landed"]);
+    assert!(
+        matches!(&events[1], EventKind::TaskLanded { task: t, via: Some(v), .. } if *t == task("t1") && *v == task("f1"))
+    );
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Completed);
+}
+
+#[test]
+fn a_conflict_on_a_fix_fails_it_and_its_task_without_another_fix() {
+    let mut g = merging();
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    finish(&mut g, "t1");
+    g.landing_conflict(&task("t1"), 1, vec!["a".into()], Vec::new())
+        .unwrap();
+    finish(&mut g, "f1");
+    let before = g.snapshot().tasks.len();
+    let events = g
+        .landing_conflict(&task("f1"), 1, vec!["a".into()], Vec::new())
+        .unwrap();
+    assert!(!kinds(&events).contains(&"fix_task_added"), "{events:?}");
+    assert_eq!(g.snapshot().tasks.len(), before, "no task was added");
+    let failed: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::TaskFailed { task, reason, .. } => {
+                Some((task.to_string(), reason.to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert_eq!(failed[0].0, "f1");
+    assert!(
+        failed[0].1.contains("conflicts with main in a"),
+        "{failed:?}"
+    );
+    assert_eq!(failed[1].0, "t1");
+    assert!(
+        failed[1].1.contains("its conflict fix f1 did not complete"),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn conflict_fixes_are_capped_per_run() {
+    let mut g = RunGraph::new(Limits {
+        max_conflict_fixes: 1,
+        ..Limits::default()
+    })
+    .merging();
+    g.submit(vec![spec("a", &["a"]), spec("b", &["b"])])
+        .unwrap();
+    finish(&mut g, "t1");
+    finish(&mut g, "t2");
+    g.landing_conflict(&task("t1"), 1, vec!["x".into()], Vec::new())
+        .unwrap();
+    let events = g
+        .landing_conflict(&task("t2"), 1, vec!["x".into()], Vec::new())
+        .unwrap();
+    assert!(!kinds(&events).contains(&"fix_task_added"));
+    let node = g.task(&task("t2")).unwrap();
+    assert_eq!(node.state, TaskState::Failed);
+    assert!(
+        node.failure
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("1 conflict fixes are used up")
+    );
+}
+
+#[test]
+fn a_gate_failure_retries_the_task_from_main_then_fails_it() {
+    let mut g = merging();
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    finish(&mut g, "t1");
+    let gate = |output: &str| LandingFailure::GateFailed {
+        command: "sh test.sh".into(),
+        output_tail: output.into(),
+    };
+    let events = g.landing_failed(&task("t1"), 1, gate("FAIL 1")).unwrap();
+    assert_eq!(kinds(&events), ["task_retried"]);
+    let node = g.task(&task("t1")).unwrap();
+    assert_eq!((node.state, node.attempt), (TaskState::Ready, 2));
+    finish(&mut g, "t1");
+    let events = g.landing_failed(&task("t1"), 2, gate("FAIL 2")).unwrap();
+    assert!(kinds(&events).contains(&"task_failed"), "{events:?}");
+    assert!(
+        g.task(&task("t1"))
+            .unwrap()
+            .failure
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("FAIL 2")
+    );
+}
+
+#[test]
+fn finalization_completes_only_on_a_green_sweep_after_the_last_landing() {
+    let mut g = merging();
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    g.planning_finished().unwrap();
+    finish(&mut g, "t1");
+    let events = g.landed(&task("t1"), 1, "c1").unwrap();
+    assert_eq!(kinds(&events), ["task_landed", "finalization_started"]);
+    assert_eq!(g.outcome(), None, "not before main is known green");
+    // Red: one fix per problem, and the same problem again makes no second fix.
+    let events = g
+        .sweep_finished(report(
+            1,
+            "c1",
+            vec![fix("sig-a", "src/a.rs"), fix("sig-a", "src/a.rs")],
+            Some(1),
+        ))
+        .unwrap();
+    assert_eq!(
+        kinds(&events),
+        ["sweep_finished", "fix_task_added", "task_ready"]
+    );
+    let events = g
+        .sweep_finished(report(2, "c1", vec![fix("sig-a", "src/a.rs")], None))
+        .unwrap();
+    assert_eq!(kinds(&events), ["sweep_finished"], "an open fix covers it");
+    finish(&mut g, "f1");
+    let events = g.landed(&task("f1"), 1, "c2").unwrap();
+    assert_eq!(kinds(&events), ["task_landed", "finalization_started"]);
+    // A green sweep of a main that moved on since says nothing.
+    g.merge_noted(EventKind::MainMoved {
+        from: "c1".into(),
+        to: "c2".into(),
+        tasks: vec![task("f1")],
+        checkout: CheckoutSync::NotCheckedOut,
+    })
+    .unwrap();
+    let events = g
+        .sweep_finished(report(3, "c2", Vec::new(), Some(2)))
+        .unwrap();
+    assert_eq!(kinds(&events), ["sweep_finished", "run_finished"]);
+    assert_eq!(g.outcome(), Some(RunOutcome::Completed));
+}
+
+#[test]
+fn finalization_fails_when_main_stays_red() {
+    let mut g = RunGraph::new(Limits {
+        max_finalization_attempts: 2,
+        ..Limits::default()
+    })
+    .merging();
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    g.planning_finished().unwrap();
+    finish(&mut g, "t1");
+    g.landed(&task("t1"), 1, "c1").unwrap();
+    for (round, sig, fix_id) in [(1, "s1", "f1"), (2, "s2", "f2")] {
+        g.sweep_finished(report(round, "c1", vec![fix(sig, "src/a.rs")], Some(round)))
+            .unwrap();
+        // The fix gives up without landing anything.
+        let f = task(fix_id);
+        g.dispatched(&f, 1, "general", Route::Worker).unwrap();
+        g.failed(&f, 1, AttemptFailure::Cancelled).unwrap();
+    }
+    assert_eq!(g.outcome(), Some(RunOutcome::Failed));
+    let snapshot = g.snapshot();
+    assert!(snapshot.tasks.iter().any(|t| t.id == task("f2")));
+    let why = g.finish_reason().unwrap();
+    assert!(
+        why.contains("main is still red after 2 finalization rounds"),
+        "{why}"
+    );
+    assert!(why.contains("compile error"), "{why}");
+}
+
+#[test]
+fn a_replayed_merging_graph_is_the_same_graph() {
+    let mut g = merging();
+    let mut all = Vec::new();
+    all.extend(
+        g.submit(vec![spec("a", &["a"]), spec("b", &["b"])])
+            .unwrap(),
+    );
+    for id in ["t1", "t2"] {
+        let (before, report) = run_to_landing(&mut g, id);
+        all.extend(before);
+        all.extend(report);
+    }
+    all.extend(
+        g.landing_conflict(&task("t2"), 1, vec!["b".into()], Vec::new())
+            .unwrap(),
+    );
+    all.extend(g.landed(&task("t1"), 1, "c1").unwrap());
+    let replayed = RunGraph::new(Limits::default())
+        .merging()
+        .replayed(all.iter())
+        .unwrap();
+    assert_eq!(replayed.snapshot(), g.snapshot());
+    assert_eq!(replayed.landing_tasks(), vec![task("t2")]);
+}

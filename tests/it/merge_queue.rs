@@ -1,0 +1,345 @@
+//! The MergeQueue actor on a real repository (GitMerge, GitRepo, real gate commands), with
+//! a probe in the TaskGraph's place: what it lands, in what order, and what it never does.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use actix::Actor;
+use flotilla::git_repo::GitRepo;
+use flotilla::merge_git::GitMerge;
+use flotilla::process::TokioProcessRunner;
+use flotilla_actors::actors::{MergeConfig, MergeKit, MergeQueue};
+use flotilla_actors::protocol::*;
+
+use crate::daemon_env::{commit_files, init_repo};
+use crate::harness::{Inbox, probe, task};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    repo_path: std::path::PathBuf,
+    run: RunId,
+    base: git2::Oid,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let repo_path = dir.path().join("repo");
+        std::fs::create_dir_all(&repo_path).unwrap();
+        init_repo(&repo_path);
+        let repo = git2::Repository::open(&repo_path).unwrap();
+        let base = commit_files(&repo, &[("README.md", "# project\n")], "start");
+        // The user works elsewhere: main is not checked out.
+        repo.set_head_detached(base).unwrap();
+        Fixture {
+            _dir: dir,
+            repo_path,
+            run: RunId::generate(),
+            base,
+        }
+    }
+
+    fn repo(&self) -> git2::Repository {
+        git2::Repository::open(&self.repo_path).unwrap()
+    }
+
+    /// A task branch off `base` adding `files`, as a worker would leave it.
+    fn branch(&self, id: &str, files: &[(&str, &str)]) -> LandRequest {
+        let repo = self.repo();
+        let base = repo.find_commit(self.base).unwrap();
+        let mut index = git2::Index::new().unwrap();
+        let tree = base.tree().unwrap();
+        index.read_tree(&tree).unwrap();
+        for (path, text) in files {
+            let blob = repo.blob(text.as_bytes()).unwrap();
+            let mut entry = index_entry(path, blob, text.len());
+            entry.path = path.as_bytes().to_vec();
+            index.add(&entry).unwrap();
+        }
+        let tree = repo.find_tree(index.write_tree_to(&repo).unwrap()).unwrap();
+        let sig = git2::Signature::now("agent", "agent@example.com").unwrap();
+        let head = repo
+            .commit(None, &sig, &sig, &format!("{id}: work"), &tree, &[&base])
+            .unwrap();
+        let t = task(id);
+        let branch = branch_name(self.run, &t, 1);
+        repo.branch(&branch, &repo.find_commit(head).unwrap(), false)
+            .unwrap();
+        LandRequest {
+            task: t,
+            attempt: 1,
+            branch,
+            head: head.to_string(),
+            subject: format!("{id}: work"),
+            fix: None,
+            retries: 0,
+            recovered: false,
+        }
+    }
+
+    fn queue(&self, gate: &[&str]) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
+        let (graph, inbox) = probe::<FromMerging>("graph");
+        let reader = Arc::new(GitRepo::new(self.repo_path.clone()));
+        let kit = MergeKit {
+            git: Arc::new(GitMerge::new(
+                self.repo_path.clone(),
+                self.repo_path.parent().unwrap().join("scratch"),
+            )),
+            main: reader.clone(),
+            reader,
+            runner: Arc::new(TokioProcessRunner),
+            config: MergeConfig {
+                gate: gate.iter().map(|s| s.to_string()).collect(),
+                ..MergeConfig::default()
+            },
+        };
+        (MergeQueue::new(self.run, kit, graph).start(), inbox)
+    }
+
+    fn main_tip(&self) -> git2::Oid {
+        self.repo().refname_to_id("refs/heads/main").unwrap()
+    }
+
+    /// main's first-parent history back to `base`, newest first.
+    fn history(&self) -> Vec<git2::Oid> {
+        let repo = self.repo();
+        let mut out = Vec::new();
+        let mut c = repo.find_commit(self.main_tip()).unwrap();
+        while c.id() != self.base {
+            out.push(c.id());
+            assert_eq!(c.parent_count(), 1, "main stays linear");
+            c = c.parent(0).unwrap();
+        }
+        out
+    }
+}
+
+fn index_entry(path: &str, blob: git2::Oid, len: usize) -> git2::IndexEntry {
+    git2::IndexEntry {
+        ctime: git2::IndexTime::new(0, 0),
+        mtime: git2::IndexTime::new(0, 0),
+        dev: 0,
+        ino: 0,
+        mode: 0o100644,
+        uid: 0,
+        gid: 0,
+        file_size: len as u32,
+        id: blob,
+        flags: 0,
+        flags_extended: 0,
+        path: path.as_bytes().to_vec(),
+    }
+}
+
+/// Collects what the queue says until every task in `tasks` has a verdict.
+async fn verdicts(inbox: &mut Inbox<FromMerging>, tasks: usize) -> Vec<FromMerging> {
+    let mut seen = Vec::new();
+    let mut decided = 0;
+    while decided < tasks {
+        let m = inbox.expect().await;
+        decided += match &m {
+            FromMerging::MainMoved { landed, .. } => landed.len(),
+            FromMerging::Failed { .. } | FromMerging::Conflict { .. } => 1,
+            FromMerging::FoundOnMain { .. } => 1,
+            _ => 0,
+        };
+        seen.push(m);
+    }
+    seen
+}
+
+fn file_at(repo: &git2::Repository, commit: git2::Oid, path: &str) -> Option<String> {
+    let tree = repo.find_commit(commit).ok()?.tree().ok()?;
+    let entry = tree.get_path(Path::new(path)).ok()?;
+    let blob = repo.find_blob(entry.id()).ok()?;
+    Some(String::from_utf8_lossy(blob.content()).into_owned())
+}
+
+#[actix::test]
+async fn parallel_branches_land_in_order_on_a_linear_main_with_their_trailers() {
+    let f = Fixture::new();
+    let requests: Vec<LandRequest> = (1..=3)
+        .map(|n| {
+            f.branch(
+                &format!("t{n}"),
+                &[(&format!("src/m{n}.txt"), &format!("{n}\n"))],
+            )
+        })
+        .collect();
+    let (queue, mut inbox) = f.queue(&["test -f README.md"]);
+    for r in &requests {
+        queue.do_send(ToMergeQueue::Enqueue(Box::new(r.clone())));
+    }
+    let seen = verdicts(&mut inbox, 3).await;
+    let landed: Vec<TaskId> = seen
+        .iter()
+        .flat_map(|m| match m {
+            FromMerging::MainMoved { landed, .. } => {
+                landed.iter().map(|(t, _, _)| t.clone()).collect::<Vec<_>>()
+            }
+            other => panic!("nothing but landings expected, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        landed,
+        vec![task("t1"), task("t2"), task("t3")],
+        "in enqueue order"
+    );
+    let history = f.history();
+    assert_eq!(history.len(), 3);
+    let repo = f.repo();
+    for (commit, n) in history.iter().rev().zip(1..) {
+        let message = repo
+            .find_commit(*commit)
+            .unwrap()
+            .message()
+            .unwrap()
+            .to_string();
+        assert!(
+            message
+                .trim_end()
+                .ends_with(&format!("Flotilla-Task: {}/t{n}", f.run)),
+            "{message}"
+        );
+    }
+    for n in 1..=3 {
+        assert_eq!(
+            file_at(&repo, f.main_tip(), &format!("src/m{n}.txt")).as_deref(),
+            Some(&*format!("{n}\n"))
+        );
+        assert!(
+            repo.find_branch(&requests[n - 1].branch, git2::BranchType::Local)
+                .is_err(),
+            "landed branches are deleted"
+        );
+    }
+}
+
+#[actix::test]
+async fn a_failing_gate_never_moves_main_and_bisection_finds_the_culprit_in_four() {
+    let f = Fixture::new();
+    let requests = vec![
+        f.branch("t1", &[("a.txt", "a\n")]),
+        f.branch("t2", &[("b.txt", "b\n")]),
+        f.branch("t3", &[("bad.txt", "breaks the build\n")]),
+        f.branch("t4", &[("d.txt", "d\n")]),
+    ];
+    let (queue, mut inbox) =
+        f.queue(&["test ! -e bad.txt || { echo 'bad.txt: the build is broken'; exit 1; }"]);
+    for r in &requests {
+        queue.do_send(ToMergeQueue::Enqueue(Box::new(r.clone())));
+    }
+    let seen = verdicts(&mut inbox, 4).await;
+    // The whole batch failed, was tested once more, then bisected.
+    let FromMerging::Note(note) = &seen[0] else {
+        panic!("first the batch's gate failure: {seen:?}");
+    };
+    let EventKind::MergeGateFailed {
+        tasks,
+        flaky_retry: true,
+        output_tail,
+        ..
+    } = &**note
+    else {
+        panic!("first the batch's gate failure, tested once more: {seen:?}");
+    };
+    assert_eq!(tasks.len(), 4);
+    assert!(output_tail.contains("the build is broken"));
+    let failed: Vec<&FromMerging> = seen
+        .iter()
+        .filter(|m| matches!(m, FromMerging::Failed { .. }))
+        .collect();
+    assert_eq!(failed.len(), 1, "{seen:?}");
+    assert!(matches!(
+        failed[0],
+        FromMerging::Failed { task: t, failure: LandingFailure::GateFailed { output_tail, .. }, .. }
+            if *t == task("t3") && output_tail.contains("the build is broken")
+    ));
+    let mut landed: Vec<TaskId> = seen
+        .iter()
+        .flat_map(|m| match m {
+            FromMerging::MainMoved { landed, .. } => {
+                landed.iter().map(|(t, _, _)| t.clone()).collect()
+            }
+            _ => Vec::new(),
+        })
+        .collect();
+    landed.sort();
+    assert_eq!(landed, vec![task("t1"), task("t2"), task("t4")]);
+    // main never held the culprit's tree, at any commit.
+    let repo = f.repo();
+    for commit in f.history() {
+        assert_eq!(
+            file_at(&repo, commit, "bad.txt"),
+            None,
+            "main moved to an ungated tree"
+        );
+    }
+    assert!(
+        repo.find_branch(&requests[2].branch, git2::BranchType::Local)
+            .is_err(),
+        "the culprit's attempt branch goes"
+    );
+}
+
+#[actix::test]
+async fn a_conflict_on_a_moved_main_is_retried_once_then_reported_with_its_files() {
+    let f = Fixture::new();
+    let one = f.branch("t1", &[("shared.txt", "one\n")]);
+    let two = f.branch("t2", &[("shared.txt", "two\n")]);
+    let (queue, mut inbox) = f.queue(&[]);
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(one)));
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(two)));
+    let seen = verdicts(&mut inbox, 2).await;
+    let retried = seen
+        .iter()
+        .filter(|m| {
+            matches!(
+                m,
+                FromMerging::Note(note) if matches!(**note, EventKind::MergeConflict { retrying: true, .. })
+            )
+        })
+        .count();
+    assert_eq!(retried, 1, "{seen:?}");
+    let conflict = seen.iter().find_map(|m| match m {
+        FromMerging::Conflict {
+            task,
+            files,
+            clashing,
+            ..
+        } => Some((task.clone(), files.clone(), clashing.clone())),
+        _ => None,
+    });
+    let (t, files, clashing) = conflict.expect("reported to the graph");
+    assert_eq!(t, task("t2"));
+    assert_eq!(files, vec!["shared.txt".to_string()]);
+    assert_eq!(clashing.len(), 1, "t1's landed commit: {clashing:?}");
+    assert_eq!(
+        file_at(&f.repo(), f.main_tip(), "shared.txt").as_deref(),
+        Some("one\n")
+    );
+}
+
+#[actix::test]
+async fn after_a_restart_work_already_on_main_is_reported_not_landed_twice() {
+    let f = Fixture::new();
+    let request = f.branch("t1", &[("a.txt", "a\n")]);
+    let (queue, mut inbox) = f.queue(&[]);
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(request.clone())));
+    verdicts(&mut inbox, 1).await;
+    let tip = f.main_tip();
+    // A crash before `TaskLanded` was journaled: the restarted run enqueues it again; its
+    // branch is gone already.
+    let (queue, mut inbox) = f.queue(&[]);
+    let again = LandRequest {
+        recovered: true,
+        ..request
+    };
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(again)));
+    let seen = verdicts(&mut inbox, 1).await;
+    assert!(
+        matches!(&seen[0], FromMerging::FoundOnMain { task: t, commit, .. } if *t == task("t1") && *commit == tip.to_string()),
+        "{seen:?}"
+    );
+    assert_eq!(f.main_tip(), tip, "main did not move twice");
+}
