@@ -32,6 +32,12 @@ pub const FLOTILLA_EMAIL: &str = "flotilla@localhost";
 /// (and out of git's object store) and is named in the commit message.
 pub const MAX_COMMITTED_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// The directory of a run's root (`worktrees/<run>/scratch`) that holds the scratch
+/// checkouts of its MergeQueue and Reconciler. No attempt is named so (task ids are `t…`,
+/// `f…`). Only a sweep of a run that is over removes it: after a restart, the queue's gate
+/// may already be running there while the WorkerPool sweeps.
+pub const SCRATCH_DIR: &str = "scratch";
+
 pub struct GitWorktrees {
     repo: PathBuf,
     run: RunId,
@@ -400,6 +406,7 @@ fn commit_leftovers(
     repo: &git2::Repository,
     worktree: &git2::Repository,
     workspace: &Workspace,
+    subject: &str,
 ) -> Result<(git2::Oid, bool), RepoError> {
     let reference = format!("refs/heads/{}", workspace.branch);
     let tip = repo
@@ -436,8 +443,13 @@ fn commit_leftovers(
         return Ok((tip.id(), false));
     }
     let tree = repo.find_tree(tree_id).map_err(git)?;
+    // The task's subject, so main's history says what the commit is for once it lands.
+    let subject = match subject.trim() {
+        "" => "flotilla: the work an agent left uncommitted",
+        subject => subject,
+    };
     let mut message = format!(
-        "flotilla: commit the work left uncommitted on {}",
+        "{subject}\n\nCommitted by flotilla: the agent left this work uncommitted on {}.",
         workspace.branch
     );
     if !too_large.is_empty() {
@@ -590,11 +602,11 @@ fn dir_name_of(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-fn seal(place: &Place, workspace: &Workspace) -> Result<BranchWork, RepoError> {
+fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWork, RepoError> {
     let repo = place.open()?;
     let name = place.worktree_name(&dir_name_of(&workspace.path));
     let worktree = open_worktree(&repo, &name, &workspace.path)?;
-    let (head, committed) = commit_leftovers(&repo, &worktree, workspace)?;
+    let (head, committed) = commit_leftovers(&repo, &worktree, workspace, subject)?;
     let base = match git2::Oid::from_str(&workspace.base) {
         Ok(base) => base,
         Err(_) => {
@@ -657,10 +669,14 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
         }
     }
     // Directories git no longer knows (a crash between making the directory and
-    // registering it).
+    // registering it). The scratch checkouts' directory is in use while the run lives.
     if let Ok(entries) = std::fs::read_dir(&place.root) {
         for entry in entries.flatten() {
             let path = entry.path();
+            if false && !keep.closing && entry.file_name() == SCRATCH_DIR {
+                kept.push(path);
+                continue;
+            }
             if !kept.contains(&path) && !swept.worktrees.contains(&path) {
                 std::fs::remove_dir_all(&path).map_err(|e| io("cannot remove", &path, e))?;
                 swept.worktrees.push(path);
@@ -702,8 +718,12 @@ impl Worktrees for GitWorktrees {
         self.blocking(move |place| prepare(place, &request))
     }
 
-    fn seal(&self, workspace: Workspace) -> BoxFuture<'static, Result<BranchWork, RepoError>> {
-        self.blocking(move |place| seal(place, &workspace))
+    fn seal(
+        &self,
+        workspace: Workspace,
+        subject: String,
+    ) -> BoxFuture<'static, Result<BranchWork, RepoError>> {
+        self.blocking(move |place| seal(place, &workspace, &subject))
     }
 
     fn release(

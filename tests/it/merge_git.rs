@@ -1053,7 +1053,10 @@ async fn a_conflict_fix_starts_from_mains_tip_with_the_branch_merged_and_conflic
 
     // The fix: its diff is the resolution alone.
     std::fs::write(ws.path.join("f.txt"), "one\nfrom both\nthree\n").unwrap();
-    let work = worktrees.seal(ws.clone()).await.unwrap();
+    let work = worktrees
+        .seal(ws.clone(), "f1: resolve".into())
+        .await
+        .unwrap();
     assert_eq!(work.base, k);
     let files: Vec<&str> = work.files.iter().map(|c| c.path.as_str()).collect();
     assert_eq!(files, ["f.txt"]);

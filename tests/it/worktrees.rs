@@ -121,11 +121,26 @@ async fn an_attempt_works_on_its_own_branch_from_main_and_the_handoff_is_what_gi
     .unwrap();
     std::fs::remove_file(ws.path.join("tests/lib.rs")).unwrap();
     std::fs::rename(ws.path.join("src/old.rs"), ws.path.join("src/moved.rs")).unwrap();
-    let work = f.worktrees.seal(ws.clone()).await.unwrap();
+    let work = f
+        .worktrees
+        .seal(ws.clone(), "t1: the work".into())
+        .await
+        .unwrap();
 
     assert!(work.committed_for_agent);
     assert_eq!(work.base, main);
     assert_eq!(f.branch_tip(&ws.branch), Some(work.head.clone()));
+    // The commit says what it is for, in the task's words: it is what lands on main.
+    let repo = git2::Repository::open(f.repo.path()).unwrap();
+    let made = repo
+        .find_commit(git2::Oid::from_str(&work.head).unwrap())
+        .unwrap();
+    assert_eq!(made.summary().unwrap(), Some("t1: the work"));
+    assert!(
+        made.message().unwrap().contains(&ws.branch),
+        "{:?}",
+        made.message()
+    );
     let files: Vec<(&str, ChangeKind, u64, u64)> = work
         .files
         .iter()
@@ -169,7 +184,11 @@ async fn an_attempt_works_on_its_own_branch_from_main_and_the_handoff_is_what_gi
     assert_eq!(head.parent_id(0).unwrap().to_string(), main);
 
     // Sealing again with nothing new commits nothing and reads the same.
-    let again = f.worktrees.seal(ws.clone()).await.unwrap();
+    let again = f
+        .worktrees
+        .seal(ws.clone(), "t1: the work".into())
+        .await
+        .unwrap();
     assert!(!again.committed_for_agent);
     assert_eq!(again.files, work.files);
 
@@ -189,7 +208,10 @@ async fn a_retry_starts_fresh_from_main_and_a_failed_attempt_leaves_nothing() {
     let f = fixture();
     let first = f.worktrees.prepare(f.request("t2", 1)).await.unwrap();
     std::fs::write(first.path.join("src/bad.rs"), "broken\n").unwrap();
-    f.worktrees.seal(first.clone()).await.unwrap();
+    f.worktrees
+        .seal(first.clone(), "t1: the work".into())
+        .await
+        .unwrap();
     f.worktrees
         .release(first.clone(), BranchFate::Delete)
         .await
@@ -223,7 +245,11 @@ async fn a_synthesis_reopens_its_parents_worktree_and_a_lost_one_is_made_again_f
     let request = f.request("t3", 1);
     let ws = f.worktrees.prepare(request.clone()).await.unwrap();
     std::fs::write(ws.path.join("src/part.rs"), "partial\n").unwrap();
-    let partial = f.worktrees.seal(ws.clone()).await.unwrap();
+    let partial = f
+        .worktrees
+        .seal(ws.clone(), "t1: the work".into())
+        .await
+        .unwrap();
 
     // Reopened while it is there: the same worktree, the work in it.
     let reopened = f.worktrees.prepare(request.clone()).await.unwrap();
@@ -236,7 +262,11 @@ async fn a_synthesis_reopens_its_parents_worktree_and_a_lost_one_is_made_again_f
     let remade = f.worktrees.prepare(request).await.unwrap();
     assert!(remade.path.join("src/part.rs").exists());
     assert_eq!(remade.base, partial.base);
-    let work = f.worktrees.seal(remade.clone()).await.unwrap();
+    let work = f
+        .worktrees
+        .seal(remade.clone(), "t1: the work".into())
+        .await
+        .unwrap();
     assert_eq!(work.files.len(), 1);
     assert_eq!(work.head, partial.head);
     f.worktrees.release(remade, BranchFate::Keep).await.unwrap();
@@ -248,7 +278,10 @@ async fn a_sweep_removes_every_worktree_but_the_kept_and_keeps_delivered_branche
     let f = fixture();
     let delivered = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
     std::fs::write(delivered.path.join("src/a.rs"), "a\n").unwrap();
-    f.worktrees.seal(delivered.clone()).await.unwrap();
+    f.worktrees
+        .seal(delivered.clone(), "t1: the work".into())
+        .await
+        .unwrap();
     f.worktrees
         .release(delivered.clone(), BranchFate::Keep)
         .await
@@ -315,7 +348,11 @@ async fn the_safety_net_leaves_out_huge_files_and_says_so() {
     let huge = std::fs::File::create(ws.path.join("dump.bin")).unwrap();
     huge.set_len(MAX_COMMITTED_FILE_BYTES + 1).unwrap();
     std::fs::write(ws.path.join("src/ok.rs"), "ok\n").unwrap();
-    let work = f.worktrees.seal(ws.clone()).await.unwrap();
+    let work = f
+        .worktrees
+        .seal(ws.clone(), "t1: the work".into())
+        .await
+        .unwrap();
     let paths: Vec<&str> = work.files.iter().map(|c| c.path.as_str()).collect();
     assert_eq!(paths, ["src/ok.rs"]);
     let git = git2::Repository::open(f.repo.path()).unwrap();
@@ -1016,7 +1053,11 @@ async fn a_worktree_pointed_at_the_users_repository_cannot_make_flotilla_write_t
     )
     .unwrap();
     std::fs::write(ws.path.join("src/a.rs"), "pub fn a() {}\n").unwrap();
-    let work = f.worktrees.seal(ws.clone()).await.unwrap();
+    let work = f
+        .worktrees
+        .seal(ws.clone(), "t1: the work".into())
+        .await
+        .unwrap();
     assert_eq!(f.main_tip(), main, "main did not move");
     assert_eq!(
         std::fs::read(f.repo.path().join(".git/index")).unwrap(),
@@ -1043,7 +1084,11 @@ async fn an_agent_that_switches_branches_still_delivers_on_the_branch_flotilla_n
         .expect("git is installed");
     assert!(status.success());
     std::fs::write(ws.path.join("src/b.rs"), "pub fn b() {}\n").unwrap();
-    let work = f.worktrees.seal(ws.clone()).await.unwrap();
+    let work = f
+        .worktrees
+        .seal(ws.clone(), "t1: the work".into())
+        .await
+        .unwrap();
     assert_eq!(f.branch_tip(&ws.branch), Some(work.head.clone()));
     assert_eq!(work.files.len(), 1);
     f.worktrees

@@ -46,7 +46,7 @@ use crate::ports::{
 };
 use crate::protocol::{
     Assignment, AttemptFailure, Budget, Event, EventKind, Finding, FixOf, HandoffStatus, Published,
-    RunId, SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph,
+    RunId, SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph, commit_subject,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use crate::work_check::{Checks, check_work};
@@ -151,6 +151,8 @@ pub struct Worker {
     profile: String,
     branch: String,
     scope: Vec<String>,
+    /// The first line of the commit flotilla makes of what the agent left uncommitted.
+    subject: String,
     limit: Duration,
     workspace: Option<Workspace>,
     session: Option<Box<dyn AgentSession>>,
@@ -185,13 +187,14 @@ impl Worker {
     /// `limit` bounds the agent calls of the attempt together (a revision gets what the
     /// earlier calls left).
     pub fn new(kit: WorkerKit, graph: Recipient<ToTaskGraph>, job: Job, limit: Duration) -> Self {
-        let (task, attempt, profile, branch, scope) = match &job {
+        let (task, attempt, profile, branch, scope, subject) = match &job {
             Job::Run(a) => (
                 a.task.task.clone(),
                 a.task.attempt,
                 a.profile.clone(),
                 a.branch.clone(),
                 a.task.spec.scope.clone(),
+                commit_subject(&a.task.task, &a.task.spec.description),
             ),
             Job::Synthesize { done, branch, .. } => (
                 done.parent.clone(),
@@ -199,6 +202,7 @@ impl Worker {
                 done.profile.clone(),
                 branch.clone(),
                 done.scope.clone(),
+                format!("{}: merge the results of its subtasks", done.parent),
             ),
         };
         let run = match &job {
@@ -215,6 +219,7 @@ impl Worker {
             profile,
             branch,
             scope,
+            subject,
             limit,
             workspace: None,
             session: None,
@@ -366,6 +371,7 @@ impl Worker {
         let checks = self.kit.checks.clone();
         let workspace = self.workspace.clone();
         let scope = self.scope.clone();
+        let subject = self.subject.clone();
         let cancel = self.cancel.clone();
         move |mut report: AgentReport| {
             Box::pin(async move {
@@ -375,13 +381,11 @@ impl Worker {
                     });
                 };
                 let path = workspace.path.clone();
-                let work =
-                    worktrees
-                        .seal(workspace)
-                        .await
-                        .map_err(|e| AttemptFailure::Workspace {
-                            detail: format!("reading the branch: {e}"),
-                        })?;
+                let work = worktrees.seal(workspace, subject).await.map_err(|e| {
+                    AttemptFailure::Workspace {
+                        detail: format!("reading the branch: {e}"),
+                    }
+                })?;
                 let Some(handoff) = report.handoff.take() else {
                     return Ok(Finished {
                         report,

@@ -11,7 +11,7 @@ use super::scope::ScopePath;
 use super::{Emitted, GraphError, RunGraph};
 use crate::protocol::{
     AttemptFailure, Budget, EventKind, FailureReason, FixOf, Handoff, LandRequest, LandingFailure,
-    Priority, RunOutcome, SweepReport, TaskId, TaskSpec, TaskState,
+    Priority, RunOutcome, SweepReport, TaskId, TaskSpec, TaskState, commit_subject,
 };
 
 /// How many of main's clashing commits a conflict fix's description lists.
@@ -36,22 +36,12 @@ impl RunGraph {
             return None;
         }
         let (branch, head) = node.landing.as_deref()?.clone();
-        let subject: String = node
-            .spec
-            .description
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(72)
-            .collect();
         Some(LandRequest {
             task: task.clone(),
             attempt: node.attempt,
             branch,
             head,
-            subject: format!("{task}: {subject}"),
+            subject: commit_subject(task, &node.spec.description),
             fix: node.fix.as_deref().cloned(),
             retries: node.attempt.saturating_sub(1),
             recovered,

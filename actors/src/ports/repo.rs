@@ -130,9 +130,14 @@ pub trait Worktrees: Send + Sync + 'static {
     /// reused if it is there and made again on the branch if it is not.
     fn prepare(&self, request: WorktreeRequest)
     -> BoxFuture<'static, Result<Workspace, RepoError>>;
-    /// Commits whatever the agent left uncommitted (as flotilla, never as a person) and
-    /// reads what the branch changed since its base.
-    fn seal(&self, workspace: Workspace) -> BoxFuture<'static, Result<BranchWork, RepoError>>;
+    /// Commits whatever the agent left uncommitted (as flotilla, never as a person, with
+    /// `subject` as the commit's first line) and reads what the branch changed since its
+    /// base.
+    fn seal(
+        &self,
+        workspace: Workspace,
+        subject: String,
+    ) -> BoxFuture<'static, Result<BranchWork, RepoError>>;
     /// Removes the worktree; the branch stays or goes by `fate`.
     fn release(
         &self,
@@ -237,7 +242,11 @@ impl Worktrees for ScratchWorktrees {
         })
     }
 
-    fn seal(&self, workspace: Workspace) -> BoxFuture<'static, Result<BranchWork, RepoError>> {
+    fn seal(
+        &self,
+        workspace: Workspace,
+        _subject: String,
+    ) -> BoxFuture<'static, Result<BranchWork, RepoError>> {
         Box::pin(async move {
             let path = workspace.path.clone();
             let files = tokio::task::spawn_blocking(move || scratch_files(&path))

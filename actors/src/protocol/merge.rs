@@ -23,6 +23,34 @@ pub enum FixOf {
     Sweep { signature: String, class: String },
 }
 
+/// A commit subject for `task`'s work: `t5: ` and the first line of its description,
+/// without control characters, at most 72 characters of it. Used for the commit flotilla
+/// makes of what an agent left uncommitted, and for squash and merge commits on main, so
+/// main's history says what each commit is for.
+pub fn commit_subject(task: &TaskId, description: &str) -> String {
+    const MAX_CHARS: usize = 72;
+    let line: Vec<char> = description
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    if line.len() <= MAX_CHARS {
+        return format!("{task}: {}", line.iter().collect::<String>());
+    }
+    // Cut at the last word that fits, and say that it was cut.
+    let kept = &line[..MAX_CHARS - 1];
+    let cut = kept
+        .iter()
+        .rposition(|c| c.is_whitespace())
+        .filter(|&at| at > MAX_CHARS / 2)
+        .unwrap_or(kept.len());
+    let head: String = kept[..cut].iter().collect();
+    format!("{task}: {}…", head.trim_end())
+}
+
 /// TaskGraph → MergeQueue: a task's branch is waiting to land.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LandRequest {
@@ -138,4 +166,35 @@ pub enum CheckoutSync {
     /// work tree was built from, so nothing of the user's is lost or mixed with flotilla's
     /// (`git switch main` brings them over when they are ready).
     Detached { at: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_subject_is_the_first_line_cleaned_and_cut_at_a_word() {
+        let t: TaskId = "t4.3".parse().unwrap();
+        assert_eq!(
+            commit_subject(&t, "  Write the lexer \nand more"),
+            "t4.3: Write the lexer"
+        );
+        assert_eq!(
+            commit_subject(&t, "bell\u{7}ring\u{1b}[31m"),
+            "t4.3: bellring[31m"
+        );
+        let long = "main(): read the expression with the argument parser, evaluate it, print it with the formatter";
+        let subject = commit_subject(&t, long);
+        assert_eq!(
+            subject,
+            "t4.3: main(): read the expression with the argument parser, evaluate it,…"
+        );
+        assert!(subject.chars().count() <= "t4.3: ".len() + 72);
+        let unbroken = "x".repeat(100);
+        assert_eq!(
+            commit_subject(&t, &unbroken).chars().count(),
+            "t4.3: ".len() + 72
+        );
+        assert_eq!(commit_subject(&t, ""), "t4.3: ");
+    }
 }

@@ -29,6 +29,7 @@ pub use handoff::{
 pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name, branch_prefix};
 pub use merge::{
     CheckoutSync, FixOf, LandRequest, LandingFailure, MergeHealth, SweepFix, SweepReport,
+    commit_subject,
 };
 pub use messages::{
     FromMerging, GetSnapshot, Published, ToAgent, ToDispatch, ToMergeQueue, ToPlanner,
