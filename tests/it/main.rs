@@ -19,6 +19,7 @@ mod pipeline;
 mod planner;
 mod process;
 mod providers;
+mod reconciler;
 mod subplan_rules;
 mod subplanner;
 mod supervision;

@@ -183,9 +183,14 @@ impl Reconciler {
     }
 
     fn schedule(&mut self, ctx: &mut Context<Self>) {
+        let wait = self.interval();
+        self.schedule_in(wait, ctx);
+    }
+
+    fn schedule_in(&mut self, wait: Duration, ctx: &mut Context<Self>) {
         self.timer += 1;
         let generation = self.timer;
-        ctx.notify_later(ToReconciler::Tick { generation }, self.interval());
+        ctx.notify_later(ToReconciler::Tick { generation }, wait);
     }
 
     fn sweep(&mut self, ctx: &mut Context<Self>) {
@@ -193,6 +198,9 @@ impl Reconciler {
             self.again = true;
             return;
         }
+        // The pending interval timer is superseded: the next one is set when this sweep
+        // ends, so a tick cannot ask for a second sweep of the same tip.
+        self.timer += 1;
         self.sweeping = true;
         self.sweeps = self.sweeps.saturating_add(1);
         let sweep = Sweep {
@@ -228,7 +236,15 @@ impl Reconciler {
                             warn!(run = %act.run, error = %e, "a sweep could not read main");
                         }
                     }
-                    act.schedule(ctx);
+                    // A finalization round waits for a sweep: after one that could not
+                    // read main, try again soon rather than after the green interval.
+                    let wait = if act.finalization.is_some() {
+                        act.interval()
+                            .min(Duration::from_secs(act.kit.config.red_interval_secs))
+                    } else {
+                        act.interval()
+                    };
+                    act.schedule_in(wait, ctx);
                     if std::mem::take(&mut act.again) {
                         act.sweep(ctx);
                     }
