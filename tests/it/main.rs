@@ -13,6 +13,7 @@ mod dispatch;
 mod fuzz_regressions;
 mod harness;
 mod landing;
+mod merge_example;
 mod merge_git;
 mod merge_queue;
 mod pipeline;
