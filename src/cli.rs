@@ -718,6 +718,7 @@ async fn follow_from(
     style: Style,
 ) -> Result<Option<RunOutcome>, CliError> {
     let live = style.live && !json;
+    let whole_run = last.get().is_none();
     let mut tally = Tally::default();
     if live {
         // The live line shows spending against the run's budget; without it, spending alone.
@@ -792,6 +793,16 @@ async fn follow_from(
             if let EventKind::RunFinished { outcome, .. } = event.kind {
                 if live {
                     emit("\n")?;
+                }
+                // The whole run was followed: its totals, and what reached main. (Live,
+                // the totals are the line just ended.)
+                if !json && whole_run {
+                    if !live {
+                        emit(&format!("{}\n", tally.summary(event.at_ms)))?;
+                    }
+                    if let Some(landing) = tally.landing_summary() {
+                        emit(&format!("{}\n", style.dim(&landing)))?;
+                    }
                 }
                 return Ok(Some(outcome));
             }

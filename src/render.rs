@@ -806,6 +806,21 @@ pub struct Tally {
     finished_ms: Option<u64>,
     /// An LLM call streaming now: "planner: 340 tokens" (live notices only).
     streaming: Option<String>,
+    /// What landing did, for the run's last line.
+    landing: LandingTally,
+}
+
+/// main's moves, the fix tasks and the sweeps of a run, as its events tell them.
+#[derive(Debug, Default)]
+struct LandingTally {
+    /// main before the first move seen and after the last.
+    main: Option<(String, String)>,
+    moves: u64,
+    landed: u64,
+    conflict_fixes: u64,
+    sweep_fixes: u64,
+    sweeps: u64,
+    last_sweep_green: Option<bool>,
 }
 
 impl Tally {
@@ -831,7 +846,10 @@ impl Tally {
                 set(task, TaskState::Pending)
             }
             EventKind::TaskLanding { task, .. } => set(task, TaskState::Landing),
-            EventKind::TaskLanded { task, .. } => set(task, TaskState::Completed),
+            EventKind::TaskLanded { task, .. } => {
+                set(task, TaskState::Completed);
+                self.landing.landed = self.landing.landed.saturating_add(1);
+            }
             EventKind::TaskDispatched { task, .. } | EventKind::TaskStarted { task, .. } => {
                 set(task, TaskState::Running)
             }
@@ -863,19 +881,72 @@ impl Tally {
             EventKind::AgentActivity { task, activity, .. } => {
                 self.streaming = Some(format!("{task}: {}", shorten(activity, 60)));
             }
-            EventKind::PlannerResponded { usage, .. } => {
+            // The planner's and the Subplanner's calls, as the graph charges them.
+            EventKind::PlannerResponded { usage, .. }
+            | EventKind::SubplannerResponded { usage, .. } => {
                 self.streaming = None;
-                let used = Budget::new(
-                    usage.tokens_in.saturating_add(usage.tokens_out),
-                    usage.cost_usd,
-                    0,
-                );
-                self.spent = self.spent.saturating_add(used);
+                self.spent = self.spent.saturating_add(usage.spent());
             }
             // The clock stops with the run.
             EventKind::RunFinished { .. } => self.finished_ms = Some(e.at_ms),
             _ => {}
         }
+        let landing = &mut self.landing;
+        match &e.kind {
+            EventKind::MainMoved { from, to, .. } => {
+                landing.moves = landing.moves.saturating_add(1);
+                let first = landing.main.take().map_or_else(|| from.clone(), |(f, _)| f);
+                landing.main = Some((first, to.clone()));
+            }
+            EventKind::FixTaskAdded { fix, .. } => match fix {
+                FixOf::Conflict { .. } => {
+                    landing.conflict_fixes = landing.conflict_fixes.saturating_add(1)
+                }
+                FixOf::Sweep { .. } => landing.sweep_fixes = landing.sweep_fixes.saturating_add(1),
+            },
+            EventKind::SweepFinished { report } => {
+                landing.sweeps = landing.sweeps.saturating_add(1);
+                landing.last_sweep_green = Some(report.green);
+            }
+            _ => {}
+        }
+    }
+
+    /// One line on what reached main, for the end of a run followed from its start:
+    /// "main 725b9ef → 9728aa2 in 21 moves · 23 tasks landed · fix tasks: 2 for conflicts,
+    /// 1 for a red main · 2 sweeps, the last green". `None` when nothing landed or was swept.
+    pub fn landing_summary(&self) -> Option<String> {
+        let l = &self.landing;
+        if l.moves == 0 && l.sweeps == 0 {
+            return None;
+        }
+        let plural =
+            |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let mut parts = Vec::new();
+        match &l.main {
+            Some((from, to)) => parts.push(format!(
+                "main {} → {} in {}",
+                short_commit(from),
+                short_commit(to),
+                plural(l.moves, "move", "moves")
+            )),
+            None => parts.push("main did not move".to_string()),
+        }
+        parts.push(format!("{} landed", plural(l.landed, "task", "tasks")));
+        if l.conflict_fixes + l.sweep_fixes > 0 {
+            parts.push(format!(
+                "fix tasks: {} for conflicts, {} for a red main",
+                l.conflict_fixes, l.sweep_fixes
+            ));
+        }
+        if l.sweeps > 0 {
+            let last = match l.last_sweep_green {
+                Some(true) => "the last green",
+                _ => "the last red",
+            };
+            parts.push(format!("{}, {last}", plural(l.sweeps, "sweep", "sweeps")));
+        }
+        Some(parts.join(" · "))
     }
 
     /// Whether any event was seen.
@@ -1315,6 +1386,109 @@ mod tests {
         assert!(
             line.contains("#-     planner call streaming: 340 tokens so far"),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn the_subplanners_calls_count_in_what_the_run_spent_as_status_counts_them() {
+        let mut tally = Tally::default();
+        tally.observe(&event(
+            1,
+            1_000,
+            EventKind::SubplannerResponded {
+                task: TaskId::root(4),
+                attempt: 1,
+                call: 0,
+                prompt: String::new(),
+                content: String::new(),
+                usage: Usage {
+                    tokens_in: 1_000,
+                    tokens_out: 332,
+                    cost_usd: Usd::from_micros(3_000),
+                },
+                reported: Vec::new(),
+                error: None,
+            },
+        ));
+        assert!(
+            tally.summary(1_000).contains("1332 tokens · $0.0030"),
+            "{}",
+            tally.summary(1_000)
+        );
+    }
+
+    #[test]
+    fn the_last_line_says_what_reached_main_the_fixes_and_the_sweeps() {
+        let mut tally = Tally::default();
+        assert_eq!(
+            tally.landing_summary(),
+            None,
+            "nothing landed, nothing to say"
+        );
+        let (t1, f1, f2) = (TaskId::root(1), TaskId::fix(1), TaskId::fix(2));
+        let moved = |from: &str, to: &str, task: &TaskId| EventKind::MainMoved {
+            from: from.into(),
+            to: to.into(),
+            tasks: vec![task.clone()],
+            checkout: CheckoutSync::FastForwarded,
+        };
+        let sweep = |green: bool| EventKind::SweepFinished {
+            report: flotilla_actors::protocol::SweepReport {
+                sweep: 1,
+                commit: "c".into(),
+                green,
+                class: None,
+                failures: 0,
+                fixes: Vec::new(),
+                duration_ms: 1,
+                finalization: None,
+            },
+        };
+        let landed = |task: &TaskId| EventKind::TaskLanded {
+            task: task.clone(),
+            commit: "c".into(),
+            via: None,
+        };
+        let fix = |task: &TaskId, fix: FixOf| EventKind::FixTaskAdded {
+            task: task.clone(),
+            spec: TaskSpec::new("fix", &["a"]),
+            budget: Budget::default(),
+            fix,
+        };
+        for (seq, kind) in [
+            moved("aaaaaaa111", "bbbbbbb222", &t1),
+            landed(&t1),
+            fix(
+                &f1,
+                FixOf::Conflict {
+                    task: t1.clone(),
+                    branch: "b".into(),
+                    files: vec!["a".into()],
+                },
+            ),
+            sweep(false),
+            fix(
+                &f2,
+                FixOf::Sweep {
+                    signature: "s".into(),
+                    class: "build failure".into(),
+                },
+            ),
+            moved("bbbbbbb222", "ccccccc333", &f2),
+            landed(&f2),
+            sweep(true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            tally.observe(&event(seq as u64 + 1, 1_000, kind));
+        }
+        assert_eq!(
+            tally.landing_summary().as_deref(),
+            Some(
+                "main aaaaaaa → ccccccc in 2 moves · 2 tasks landed · fix tasks: 1 for \
+                 conflicts, 1 for a red main · 2 sweeps, the last green"
+            )
         );
     }
 

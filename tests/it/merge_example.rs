@@ -95,6 +95,16 @@ async fn the_merge_example_lands_twenty_tasks_and_heals_two_conflicts_and_a_buil
         .expect("submit names the run")
         .to_string();
 
+    // The tail's last line says what reached main.
+    let last = tail.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("main {} → ", &start[..7]))
+            && last
+                .contains(" · 23 tasks landed · fix tasks: 2 for conflicts, 1 for a red main · ")
+            && last.ends_with(", the last green"),
+        "{last}"
+    );
+
     let client = DaemonProcess::client(&state);
     let events = follow_to_end(&client, &run, None).await;
     assert_eq!(outcome(&events), Some(RunOutcome::Completed), "{tail}");
