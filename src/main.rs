@@ -72,6 +72,16 @@ fn run_daemon(
         LogFormat::Human => subscriber.init(),
         LogFormat::Json => subscriber.json().init(),
     }
+    // Fail points (the crash tests): armed from FAILPOINTS for the daemon's lifetime. An
+    // armed point of the merge queue kills the daemon on purpose, so say so loudly.
+    let _failpoints = std::env::var_os("FAILPOINTS").map(|spec| {
+        tracing::warn!(
+            failpoints = %spec.to_string_lossy(),
+            "FAILPOINTS is set: fail points are ACTIVE and may crash this daemon on purpose; \
+             never set it outside tests"
+        );
+        fail::FailScenario::setup()
+    });
     let state_dir = cli.state_dir();
     let listen = match listen {
         Some(addr) => Listen::Tcp(addr),

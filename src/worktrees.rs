@@ -673,7 +673,7 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     if let Ok(entries) = std::fs::read_dir(&place.root) {
         for entry in entries.flatten() {
             let path = entry.path();
-            if false && !keep.closing && entry.file_name() == SCRATCH_DIR {
+            if !keep.closing && entry.file_name() == SCRATCH_DIR {
                 kept.push(path);
                 continue;
             }

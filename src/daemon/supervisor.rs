@@ -303,13 +303,16 @@ impl Supervisor {
             .map(|n| branch_name(run, &n.id, n.attempt))
             .collect();
         // What the journal says was delivered: any other branch of the run (a crash between
-        // a Worker releasing its worktree and its report being journaled) goes.
+        // a Worker releasing its worktree and its report being journaled) goes. A branch
+        // handed to the merge queue (`TaskLanding`) is delivered too: a `Landing` task is
+        // enqueued again after the restart and lands from it.
         let delivered: Vec<String> = journal
             .iter()
             .filter_map(|e| match &e.kind {
                 EventKind::TaskCompleted {
                     handoff: Some(h), ..
                 } => h.work.as_ref().map(|w| w.branch.clone()),
+                EventKind::TaskLanding { branch, .. } => Some(branch.clone()),
                 _ => None,
             })
             .collect();
@@ -375,7 +378,9 @@ impl Supervisor {
         .start();
         let merge_git = Arc::new(GitMerge::new(
             entry_repo_for_merge.clone(),
-            self.worktrees.join(run.to_string()).join("scratch"),
+            self.worktrees
+                .join(run.to_string())
+                .join(crate::worktrees::SCRATCH_DIR),
         ));
         let runner_for_merge: Arc<dyn ProcessRunner> = Arc::new(TokioProcessRunner);
         let reconciler = Reconciler::new(

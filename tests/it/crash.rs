@@ -262,3 +262,378 @@ async fn sigkill_at_five_different_points_then_restart_completes_every_task_exac
 async fn repeated_sigkills_in_one_run_still_complete_every_task_exactly_once() {
     crash_and_recover(&[30, 90, 150, 210]).await;
 }
+
+// ---------------------------------------------------------------------------------------
+// M6: crashes inside a landing (ADR-011, "Crash points and how they are tested"). The
+// daemon kills itself (SIGKILL) at one of the MergeQueue's fail points, armed through
+// FAILPOINTS; it is restarted without them, and main must hold every task's work exactly
+// once, never an ungated tree, and agree with the journal.
+
+/// Tasks of the landing scenario, each writing a file of its own.
+const LANDERS: usize = 8;
+
+/// The gate: a tree with BROKEN anywhere in it is refused.
+const GATE: &str = "! grep -rq BROKEN .";
+
+fn lander_file(n: usize) -> String {
+    format!("src/f{n}.txt")
+}
+
+fn lander_text(n: usize) -> String {
+    format!("the work of task {n}\n")
+}
+
+/// Eight tasks writing a file each; t1 is quick (it is first in the queue) and its first
+/// attempt writes what the gate refuses, so a crash right after building its candidate has
+/// an ungated tree that must never reach main. Its later attempts write a clean file.
+fn landing_scenario() -> String {
+    let mut s = String::from("[agent]\ndelay_ms = 500\n\n[[planner.answers]]\ntasks = [\n");
+    for n in 1..=LANDERS {
+        let priority = if n == 1 { ", priority = 1" } else { "" };
+        s.push_str(&format!(
+            "  {{ description = \"write file {n}\", scope = [\"{}\"]{priority} }},\n",
+            lander_file(n)
+        ));
+    }
+    s.push_str("]\n");
+    for n in 1..=LANDERS {
+        let quick = if n == 1 { "delay_ms = 10\n" } else { "" };
+        s.push_str(&format!(
+            "\n[tasks.t{n}]\n{quick}writes = {{ \"{}\" = {:?} }}\n",
+            lander_file(n),
+            lander_text(n)
+        ));
+    }
+    s.push_str(&format!(
+        "\n[[tasks.t1.attempts]]\ndelay_ms = 10\nwrites = {{ \"{}\" = \"BROKEN: fails the gate\\n\" }}\n",
+        lander_file(1)
+    ));
+    s
+}
+
+fn landing_config() -> serde_json::Value {
+    let mut config = run_config(&landing_scenario(), 3);
+    config["merge"]["gate"] = serde_json::json!([GATE]);
+    // Attempts interrupted by the crash count; t1 also spends one on the gate.
+    config["limits"]["max_attempts"] = serde_json::json!(5);
+    config
+}
+
+/// A commit on main's first-parent history and the tasks of `run` its trailers name.
+struct MainCommit {
+    id: git2::Oid,
+    tasks: Vec<String>,
+}
+
+/// main's first-parent history, newest first, without the repository's first commit.
+fn main_history(git: &git2::Repository, run: &str) -> Vec<MainCommit> {
+    let prefix = format!("Flotilla-Task: {run}/");
+    let mut out = Vec::new();
+    let mut current = Some(
+        git.find_reference("refs/heads/main")
+            .unwrap()
+            .peel_to_commit()
+            .unwrap(),
+    );
+    while let Some(commit) = current {
+        if commit.parent_count() == 0 {
+            break;
+        }
+        let tasks = String::from_utf8_lossy(commit.message_bytes())
+            .lines()
+            .filter_map(|l| l.trim_end().strip_prefix(&prefix).map(str::to_string))
+            .collect();
+        out.push(MainCommit {
+            id: commit.id(),
+            tasks,
+        });
+        current = commit.parent(0).ok();
+    }
+    out
+}
+
+/// Every commit reachable from main whose tree has a file containing BROKEN.
+fn ungated_commits(git: &git2::Repository) -> Vec<git2::Oid> {
+    let mut walk = git.revwalk().unwrap();
+    walk.push_ref("refs/heads/main").unwrap();
+    let mut bad_blobs = BTreeSet::new();
+    let mut seen_blobs = BTreeSet::new();
+    let mut bad = Vec::new();
+    for id in walk {
+        let commit = git.find_commit(id.unwrap()).unwrap();
+        let tree = commit.tree().unwrap();
+        let mut broken = false;
+        tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+            if entry.kind() == Some(git2::ObjectType::Blob) {
+                let blob = entry.id();
+                if seen_blobs.insert(blob) {
+                    let content = git.find_blob(blob).unwrap();
+                    if content.content().windows(6).any(|w| w == b"BROKEN") {
+                        bad_blobs.insert(blob);
+                    }
+                }
+                broken |= bad_blobs.contains(&blob);
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .unwrap();
+        if broken {
+            bad.push(commit.id());
+        }
+    }
+    bad
+}
+
+fn file_at_main(git: &git2::Repository, path: &str) -> Option<String> {
+    let tree = git
+        .find_reference("refs/heads/main")
+        .unwrap()
+        .peel_to_tree()
+        .unwrap();
+    let entry = tree.get_path(Path::new(path)).ok()?;
+    let blob = git.find_blob(entry.id()).ok()?;
+    Some(String::from_utf8_lossy(blob.content()).into_owned())
+}
+
+impl Journal {
+    /// `TaskLanded` events: (task, commit).
+    fn landed(&self) -> Vec<(String, String)> {
+        self.kinds
+            .iter()
+            .filter_map(|k| match k {
+                EventKind::TaskLanded { task, commit, .. } => {
+                    Some((task.to_string(), commit.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The branch of `task`'s last `TaskLanding`.
+    fn landing_branch(&self, task: &str) -> Option<String> {
+        self.kinds.iter().rev().find_map(|k| match k {
+            EventKind::TaskLanding {
+                task: t, branch, ..
+            } if t.to_string() == task => Some(branch.clone()),
+            _ => None,
+        })
+    }
+
+    fn gate_refused(&self, task: &str) -> bool {
+        self.kinds.iter().any(|k| {
+            matches!(k, EventKind::MergeGateFailed { tasks, .. }
+                if tasks.iter().any(|t| t.to_string() == task))
+        })
+    }
+}
+
+/// Runs the landing scenario on a daemon that kills itself at fail point `point` (its first
+/// hit), checks what the crash left, restarts the daemon and checks the finished run.
+async fn crash_inside_a_landing(point: &str) {
+    use std::os::unix::process::ExitStatusExt;
+
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let failpoints = format!("{point}=return");
+    let mut daemon =
+        DaemonProcess::start_with_env(state.path(), &[("FAILPOINTS", failpoints.as_str())]);
+    assert!(
+        daemon.log().contains("fail points are ACTIVE"),
+        "an armed daemon says so loudly; log:\n{}",
+        daemon.log()
+    );
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), landing_config()).await;
+
+    // The daemon dies by its own hand, at the point.
+    let status = daemon.exited_within(Duration::from_secs(90)).await;
+    let Some(status) = status else {
+        panic!(
+            "{point}: the daemon was still running after 90 s; log:\n{}",
+            daemon.log()
+        );
+    };
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "{point}: the daemon must die as kill -9 kills it ({status}); log:\n{}",
+        daemon.log()
+    );
+    daemon
+        .logged_within("fail point reached", Duration::from_secs(10))
+        .await;
+    assert!(
+        daemon
+            .log()
+            .lines()
+            .any(|l| l.contains("fail point reached") && l.contains(point)),
+        "{point}: the kill came from that fail point; log:\n{}",
+        daemon.log()
+    );
+    let journal = read_journal(state.path(), &run);
+    assert!(
+        !journal.finished(),
+        "{point}: the crash came after the run had finished"
+    );
+    // It is the first landing: nothing is journaled as landed yet. Before the
+    // compare-and-swap main has not moved; after it, main holds one batch the journal
+    // does not know of, with its branches still there (after-cas) or already deleted
+    // (before-event).
+    assert_eq!(journal.landed(), Vec::new(), "{point}: nothing landed yet");
+    let at_crash = main_history(&git, &run);
+    match point {
+        "merge::after-build" | "merge::after-gate" => assert!(
+            at_crash.is_empty(),
+            "{point}: main moved before the compare-and-swap"
+        ),
+        _ => {
+            assert!(
+                !at_crash.is_empty(),
+                "{point}: main moved at the crash, before the journal heard"
+            );
+            for commit in &at_crash {
+                for task in &commit.tasks {
+                    let branch = journal.landing_branch(task).unwrap_or_else(|| {
+                        panic!("{point}: {task} is on main without a journaled TaskLanding")
+                    });
+                    let exists = git.find_branch(&branch, git2::BranchType::Local).is_ok();
+                    assert_eq!(
+                        exists,
+                        point == "merge::after-cas",
+                        "{point}: {task}'s branch {branch} exists: {exists}"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(
+        ungated_commits(&git),
+        Vec::new(),
+        "{point}: main holds an ungated tree at the crash"
+    );
+    drop(daemon);
+
+    // Restarted, without fail points: the run finishes.
+    let daemon = DaemonProcess::start(state.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "{point}: daemon log:\n{}",
+        daemon.log()
+    );
+    drop(daemon);
+
+    let journal = read_journal(state.path(), &run);
+    let history = main_history(&git, &run);
+    let context = format!(
+        "{point}: main is\n{}",
+        history
+            .iter()
+            .map(|c| format!("  {} {:?}", c.id, c.tasks))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // main never moved twice for one task: every commit flotilla put there names one task,
+    // and every task is named by exactly one commit (the scripted agent's work is one
+    // commit per attempt).
+    let mut on_main: BTreeMap<String, git2::Oid> = BTreeMap::new();
+    for commit in &history {
+        assert_eq!(
+            commit.tasks.len(),
+            1,
+            "{context}\n{} names {:?}",
+            commit.id,
+            commit.tasks
+        );
+        let task = &commit.tasks[0];
+        assert!(
+            on_main.insert(task.clone(), commit.id).is_none(),
+            "{context}\nmain moved twice for {task}"
+        );
+    }
+    let everyone: BTreeSet<String> = (1..=LANDERS).map(|n| format!("t{n}")).collect();
+    assert_eq!(
+        on_main.keys().cloned().collect::<BTreeSet<_>>(),
+        everyone,
+        "{context}"
+    );
+    // Each task landed once, in the journal, at the commit main has for it; its work is on
+    // main's tip: no landed work lost.
+    let landed = journal.landed();
+    let mut landings: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (task, commit) in &landed {
+        landings
+            .entry(task.clone())
+            .or_default()
+            .push(commit.clone());
+    }
+    for n in 1..=LANDERS {
+        let task = format!("t{n}");
+        assert_eq!(
+            landings.get(&task).map(Vec::len),
+            Some(1),
+            "{context}\n{task} must have exactly one TaskLanded: {landings:?}"
+        );
+        assert_eq!(
+            landings[&task][0],
+            on_main[&task].to_string(),
+            "{context}\n{task} landed, says the journal, in another commit than main's"
+        );
+        assert_eq!(
+            file_at_main(&git, &lander_file(n)).as_deref(),
+            Some(lander_text(n).as_str()),
+            "{context}\n{task}'s work is not on main's tip"
+        );
+    }
+    // Never an ungated tree: t1's first attempt, once delivered, was refused by the gate
+    // (it always is unless a very slow machine let the crash interrupt it first), and no
+    // commit of main ever held it.
+    let broken_delivered = journal.kinds.iter().any(|k| {
+        matches!(k, EventKind::TaskLanding { task, attempt: 1, .. } if task.to_string() == "t1")
+    });
+    if broken_delivered {
+        assert!(
+            journal.gate_refused("t1"),
+            "{point}: t1's broken attempt must have met the gate"
+        );
+    } else {
+        eprintln!("{point}: t1's broken attempt was interrupted before it was delivered");
+    }
+    assert_eq!(
+        ungated_commits(&git),
+        Vec::new(),
+        "{context}\nmain moved to an ungated tree"
+    );
+    let interrupted = journal
+        .kinds
+        .iter()
+        .filter(|k| matches!(k, EventKind::TaskInterrupted { .. }))
+        .count();
+    eprintln!(
+        "{point}: {} commits on main, {} batch(es) in flight at the crash, {interrupted} interrupted attempts",
+        history.len(),
+        usize::from(!at_crash.is_empty()),
+    );
+}
+
+#[tokio::test]
+async fn a_crash_after_the_build_lands_nothing_ungated_and_everything_once() {
+    crash_inside_a_landing("merge::after-build").await;
+}
+
+#[tokio::test]
+async fn a_crash_after_the_gate_lands_everything_once() {
+    crash_inside_a_landing("merge::after-gate").await;
+}
+
+#[tokio::test]
+async fn a_crash_after_main_moved_finds_the_work_on_main_instead_of_landing_it_twice() {
+    crash_inside_a_landing("merge::after-cas").await;
+}
+
+#[tokio::test]
+async fn a_crash_after_the_branches_went_before_the_event_loses_no_landed_work() {
+    crash_inside_a_landing("merge::before-event").await;
+}

@@ -375,6 +375,36 @@ impl DaemonProcess {
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
+
+    /// Waits, at most `limit`, for the daemon to exit by itself (a fail point that kills
+    /// it): its exit status, or `None` if it still runs.
+    pub async fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits, at most `limit`, for a line of the log containing `needle` (stderr is read on
+    /// a thread of its own, so the last lines of a dead daemon may come a little later).
+    pub async fn logged_within(&self, needle: &str, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 impl Drop for DaemonProcess {

@@ -17,6 +17,10 @@
 //!    times. Nothing ungated ever reaches main.
 //! 5. The TaskGraph hears `MainMoved` with each task's commit; landed branches are deleted;
 //!    the Reconciler hears that main moved; the user's checkout is kept consistent.
+//!
+//! Four fail points (`merge::after-build`, `merge::after-gate`, `merge::after-cas`,
+//! `merge::before-event`) let the crash tests kill the daemon between these steps, the way
+//! `kill -9` would; see [`crash_here`] and ADR-011, "Crash points and how they are tested".
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -394,7 +398,12 @@ impl Cycle {
                 .build(tip.clone(), lands, self.kit.config.mode)
                 .await;
             let (candidate, commits) = match built {
-                Ok(BuildOutcome::Built { tip, commits }) => (tip, commits),
+                Ok(BuildOutcome::Built { tip, commits }) => {
+                    // Crash point: a candidate exists (commits written, no ref moved) and is
+                    // ungated. A restart must build and gate it again, never land it as is.
+                    fail::fail_point!("merge::after-build", |_| crash_here("merge::after-build"));
+                    (tip, commits)
+                }
                 Ok(BuildOutcome::Conflict {
                     index,
                     files,
@@ -430,6 +439,9 @@ impl Cycle {
                     return Round::GateFailed { command, tail };
                 }
             }
+            // Crash point: the candidate passed its gate, main has not moved. The verdict is
+            // kept nowhere: a restart gates again before main moves.
+            fail::fail_point!("merge::after-gate", |_| crash_here("merge::after-gate"));
             match self
                 .kit
                 .main
@@ -437,6 +449,10 @@ impl Cycle {
                 .await
             {
                 Ok(()) => {
+                    // Crash point: main holds the work, nothing else knows (no checkout sync,
+                    // branches still there, no event). A restart must find the trailers on
+                    // main and report them, not land the tasks a second time.
+                    fail::fail_point!("merge::after-cas", |_| crash_here("merge::after-cas"));
                     self.landed(items, &tip, &candidate, commits, end).await;
                     return Round::Landed;
                 }
@@ -542,6 +558,9 @@ impl Cycle {
             self.delete_branches(&q.request).await;
             end.landed.push(q.enqueued.elapsed());
         }
+        // Crash point: main moved and the branches are gone, the graph has not heard. A
+        // restart must take the work from main's trailers, since the branches cannot give it.
+        fail::fail_point!("merge::before-event", |_| crash_here("merge::before-event"));
         let landed = items
             .iter()
             .zip(commits)
@@ -647,6 +666,21 @@ fn land_item(run: RunId, request: &LandRequest) -> LandItem {
         trailer: trailer(run, request),
         squash: matches!(request.fix, Some(FixOf::Conflict { .. })),
     }
+}
+
+/// What an armed fail point of the landing cycle does (`FAILPOINTS="merge::after-gate=return"`,
+/// set by the crash tests only): the daemon dies at once, as with `kill -9`. No destructor,
+/// no flush, no journal write: SIGKILL on itself (abort, should that ever return).
+fn crash_here(point: &str) -> ! {
+    tracing::error!(
+        point,
+        "fail point reached: the daemon kills itself (SIGKILL)"
+    );
+    // SAFETY: getpid and kill have no preconditions; SIGKILL cannot be caught.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::process::abort()
 }
 
 fn short(commit: &str) -> &str {

@@ -241,12 +241,7 @@ impl RunGraph {
         let fixes = report.fixes.clone();
         let green = report.green;
         let finalization = report.finalization;
-        self.emit(
-            &mut out,
-            EventKind::SweepFinished {
-                report: SweepReport { ..report },
-            },
-        )?;
+        self.emit(&mut out, EventKind::SweepFinished { report })?;
         let mut added = 0u32;
         if !green {
             for fix in fixes
