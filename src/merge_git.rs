@@ -676,6 +676,43 @@ fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<(), RepoError>
     crate::worktrees::delete_branch(repo, branch).map(|_| ())
 }
 
+/// How far back main's first-parent history [`checkout_base`] looks for the commit the
+/// user's checkout stands on.
+const CHECKOUT_BASE_WALK: usize = 64;
+
+/// The commit of main's history the user's checkout stands on: `old` when the index holds
+/// `old`'s tree, else the newest first-parent ancestor of `old` (at most
+/// [`CHECKOUT_BASE_WALK`] back) whose tree the index holds. A crash after main moved and
+/// before the checkout followed leaves it on such an older commit. `old` when none matches
+/// (the user staged changes of their own): the best guess there is.
+fn checkout_base<'r>(
+    repo: &'r git2::Repository,
+    old: git2::Commit<'r>,
+) -> Result<git2::Commit<'r>, RepoError> {
+    let index = repo.index().map_err(git)?;
+    if index.has_conflicts() {
+        return Ok(old);
+    }
+    let holds = |commit: &git2::Commit<'_>| -> Result<bool, RepoError> {
+        let tree = commit.tree().map_err(git)?;
+        let diff = repo
+            .diff_tree_to_index(Some(&tree), Some(&index), None)
+            .map_err(git)?;
+        Ok(diff.deltas().len() == 0)
+    };
+    let mut candidate = old.clone();
+    for _ in 0..CHECKOUT_BASE_WALK {
+        if holds(&candidate)? {
+            return Ok(candidate);
+        }
+        match candidate.parent(0) {
+            Ok(parent) => candidate = parent,
+            Err(_) => break,
+        }
+    }
+    Ok(old)
+}
+
 fn sync_checkout(repo: &git2::Repository, old: &str, new: &str) -> Result<CheckoutSync, RepoError> {
     if repo.is_bare() {
         return Ok(CheckoutSync::NotCheckedOut);
@@ -685,22 +722,27 @@ fn sync_checkout(repo: &git2::Repository, old: &str, new: &str) -> Result<Checko
     if head.symbolic_target_bytes() != Some(main.as_bytes()) {
         return Ok(CheckoutSync::NotCheckedOut);
     }
-    let old = find_commit(repo, old)?;
     let new = find_commit(repo, new)?;
-    let old_tree = old.tree().map_err(git)?;
-    // Clean: the index and the work tree (untracked files aside) are `old`'s tree.
+    let base = checkout_base(repo, find_commit(repo, old)?)?;
+    if base.id() == new.id() {
+        // Already on main's tip (the start of a queue, or nothing moved): HEAD on main is
+        // right, and whatever the user changed is theirs.
+        return Ok(CheckoutSync::FastForwarded);
+    }
+    let base_tree = base.tree().map_err(git)?;
+    // Clean: the index and the work tree (untracked files aside) are `base`'s tree.
     let clean = repo
-        .diff_tree_to_workdir_with_index(Some(&old_tree), None)
+        .diff_tree_to_workdir_with_index(Some(&base_tree), None)
         .map_err(git)?
         .deltas()
         .len()
         == 0
         && !repo.index().map_err(git)?.has_conflicts();
-    // Checked out from `old` whatever happens next: a safe checkout compares the work tree
+    // Checked out from `base` whatever happens next: a safe checkout compares the work tree
     // with HEAD's tree, and a checkout that fails leaves the user's work as it was, here.
-    repo.set_head_detached(old.id()).map_err(git)?;
+    repo.set_head_detached(base.id()).map_err(git)?;
     let detached = CheckoutSync::Detached {
-        at: old.id().to_string(),
+        at: base.id().to_string(),
     };
     if !clean {
         return Ok(detached);

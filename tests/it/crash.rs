@@ -606,6 +606,25 @@ async fn crash_inside_a_landing(point: &str) {
         Vec::new(),
         "{context}\nmain moved to an ungated tree"
     );
+    // The user's clean checkout of main followed main, whatever the crash interrupted: on
+    // main, at its tip, with nothing showing as changed (a checkout left on an older commit
+    // would show the landed work reversed).
+    let git = git2::Repository::open(repo.path()).unwrap();
+    assert_eq!(
+        git.find_reference("HEAD")
+            .unwrap()
+            .symbolic_target()
+            .unwrap(),
+        Some("refs/heads/main"),
+        "{context}"
+    );
+    let changed: Vec<String> = git
+        .statuses(Some(git2::StatusOptions::new().include_untracked(false)))
+        .unwrap()
+        .iter()
+        .map(|s| format!("{:?} {}", s.status(), s.path().unwrap_or_default()))
+        .collect();
+    assert_eq!(changed, Vec::<String>::new(), "{context}");
     let interrupted = journal
         .kinds
         .iter()

@@ -892,6 +892,97 @@ async fn a_checkout_with_the_users_changes_is_left_alone_detached_where_it_was()
     assert_eq!(read("a.txt"), "a1\nmy change\na3\n");
 }
 
+/// A crash after main moved from `behind` to `missed` and before the checkout followed:
+/// the next move (`missed` → `newer`) finds the checkout on `behind`.
+#[tokio::test]
+async fn a_clean_checkout_left_behind_by_a_crash_is_brought_along_from_where_it_is() {
+    let f = fixture();
+    let (behind, missed) = land_on_main(&f);
+    let (_, newer) = land_on_main_again(&f, &missed);
+    let sync = f.merge.sync_checkout(missed, newer.clone()).await.unwrap();
+    assert_eq!(sync, CheckoutSync::FastForwarded);
+    let git = f.git();
+    assert_eq!(
+        git.find_reference("HEAD")
+            .unwrap()
+            .symbolic_target()
+            .unwrap(),
+        Some("refs/heads/main")
+    );
+    assert_eq!(git.head().unwrap().target().unwrap(), oid(&newer));
+    assert_eq!(status(f.repo.path()), [], "nothing shows reversed");
+    let read = |p: &str| std::fs::read_to_string(f.repo.path().join(p)).ok();
+    assert_eq!(
+        read("landed.txt").as_deref(),
+        Some(
+            "landed
+"
+        )
+    );
+    assert_eq!(read("again.txt").as_deref(), Some("again\n"));
+    assert_ne!(behind, newer);
+}
+
+#[tokio::test]
+async fn a_changed_checkout_left_behind_by_a_crash_is_detached_where_it_really_was() {
+    let f = fixture();
+    let (behind, missed) = land_on_main(&f);
+    let (_, newer) = land_on_main_again(&f, &missed);
+    std::fs::write(f.repo.path().join("a.txt"), "a1\nmy change\na3\n").unwrap();
+    let sync = f.merge.sync_checkout(missed, newer).await.unwrap();
+    // Not at `missed`, whose landed files the work tree never had: they would show as the
+    // user's deletions, and a commit there would revert them.
+    assert_eq!(sync, CheckoutSync::Detached { at: behind.clone() });
+    assert_eq!(f.git().head().unwrap().target().unwrap(), oid(&behind));
+    assert_eq!(
+        status(f.repo.path()),
+        [("a.txt".to_string(), git2::Status::WT_MODIFIED)],
+        "only the user's change shows"
+    );
+}
+
+#[tokio::test]
+async fn at_a_queues_start_a_checkout_behind_main_catches_up_and_one_on_the_tip_is_untouched() {
+    let f = fixture();
+    let (_, tip) = land_on_main(&f);
+    // The start of a queue after a crash: main moved, the checkout did not.
+    let sync = f
+        .merge
+        .sync_checkout(tip.clone(), tip.clone())
+        .await
+        .unwrap();
+    assert_eq!(sync, CheckoutSync::FastForwarded);
+    assert_eq!(status(f.repo.path()), []);
+    assert_eq!(
+        std::fs::read_to_string(f.repo.path().join("landed.txt")).unwrap(),
+        "landed\n"
+    );
+    // On the tip with the user's edits: nothing is touched, HEAD stays on main.
+    std::fs::write(f.repo.path().join("a.txt"), "mine\n").unwrap();
+    let sync = f
+        .merge
+        .sync_checkout(tip.clone(), tip.clone())
+        .await
+        .unwrap();
+    assert_eq!(sync, CheckoutSync::FastForwarded);
+    let git = f.git();
+    assert_eq!(
+        git.find_reference("HEAD")
+            .unwrap()
+            .symbolic_target()
+            .unwrap(),
+        Some("refs/heads/main")
+    );
+    assert_eq!(
+        status(f.repo.path()),
+        [("a.txt".to_string(), git2::Status::WT_MODIFIED)]
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.repo.path().join("a.txt")).unwrap(),
+        "mine\n"
+    );
+}
+
 fn land_on_main_again(f: &Fixture, old: &str) -> (String, String) {
     let new = f.commit_on("main", &[("again.txt", Some("again\n"))], "again");
     (old.to_string(), new)

@@ -35,8 +35,8 @@ use crate::ports::{
     BuildOutcome, LandItem, LandMode, MainRef, MainRefError, MergeGit, ProcessRunner, RepoReader,
 };
 use crate::protocol::{
-    EventKind, FixOf, FromMerging, LandRequest, LandingFailure, MergeHealth, RunId, TaskId,
-    ToMergeQueue, ToPlanner, ToReconciler,
+    CheckoutSync, EventKind, FixOf, FromMerging, LandRequest, LandingFailure, MergeHealth, RunId,
+    TaskId, ToMergeQueue, ToPlanner, ToReconciler,
 };
 use crate::scratch_commands::{NamedCommand, ScratchRun};
 use crate::supervision::{Lifeline, StopCause, StopMember};
@@ -138,6 +138,8 @@ pub struct MergeQueue {
     next_position: u64,
     /// A landing cycle is in flight.
     busy: bool,
+    /// The user's checkout is being brought to main's tip at the queue's start; cycles wait.
+    catching_up: bool,
     landed: u64,
     failed: u64,
     waits_ms: Vec<u64>,
@@ -163,6 +165,7 @@ impl MergeQueue {
             waiting: BTreeMap::new(),
             next_position: 0,
             busy: false,
+            catching_up: false,
             landed: 0,
             failed: 0,
             waits_ms: Vec::new(),
@@ -207,7 +210,7 @@ impl MergeQueue {
 
     /// Starts a landing cycle when none is in flight and a branch waits.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.busy || self.waiting.is_empty() {
+        if self.busy || self.catching_up || self.waiting.is_empty() {
             return;
         }
         let mut batch = Vec::new();
@@ -549,7 +552,7 @@ impl Cycle {
             Ok(sync) => sync,
             Err(e) => {
                 warn!(run = %self.run, error = %e, "keeping the user's checkout in step");
-                crate::protocol::CheckoutSync::NotCheckedOut
+                CheckoutSync::NotCheckedOut
             }
         };
         // Branches go before the graph hears: a crash in between is healed by the restart's
@@ -689,6 +692,35 @@ fn short(commit: &str) -> &str {
 
 impl Actor for MergeQueue {
     type Context = Context<Self>;
+
+    /// Brings the user's checkout to main's tip before any landing: a crash after main
+    /// moved and before the checkout followed left it on an older commit of main, where
+    /// `git status` would show the landed work reversed.
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.catching_up = true;
+        let (reader, git, run) = (self.kit.reader.clone(), self.kit.git.clone(), self.run);
+        ctx.spawn(
+            async move {
+                let tip = reader.main_tip().await.map_err(|e| e.to_string())?;
+                git.sync_checkout(tip.clone(), tip)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            .into_actor(self)
+            .map(move |synced, act, ctx| {
+                match synced {
+                    Ok(CheckoutSync::Detached { at }) => warn!(
+                        %run, %at,
+                        "the checkout of main had changes of its own and was behind main: HEAD is detached where it was"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => warn!(%run, error = %e, "bringing the user's checkout to main"),
+                }
+                act.catching_up = false;
+                act.pump(ctx);
+            }),
+        );
+    }
 
     fn stopping(&mut self, _: &mut Context<Self>) -> Running {
         self.cancel.cancel();

@@ -137,8 +137,10 @@ pub trait MergeGit: Send + Sync + 'static {
     /// Deletes a landed task branch (a missing one is fine).
     fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>>;
 
-    /// Called right after main moved from `old` to `new`: keeps the target repository's own
-    /// checkout consistent (ADR-011).
+    /// Called right after main moved from `old` to `new`, and with `old == new` when a
+    /// queue starts: keeps the target repository's own checkout consistent (ADR-011). A
+    /// checkout left on an older commit of main (a crash after main moved and before this
+    /// ran) is brought along from that commit.
     fn sync_checkout(
         &self,
         old: String,
