@@ -2,15 +2,22 @@
 //! it, and tells Dispatch and the agents what changed.
 //!
 //! Each message is handled in three steps: the graph command validates and emits events
-//! (applied in memory), the journal appends them (`ctx.wait`, so no later message is handled
-//! until the append finished and effects keep journal order), and only then are the effects
-//! sent: ready tasks to Dispatch, decisions to the proposing agent, cancellations to agents,
-//! and every event to the live stream.
+//! (applied in memory), the journal appends them, and only then are the effects sent: ready
+//! tasks to Dispatch, decisions to the proposing agent, cancellations to agents, and every
+//! event to the live stream.
+//!
+//! One append is in flight at a time (ADR-012). Messages that arrive meanwhile are handled
+//! at once, against the graph in memory, and their events wait in `pending`; when the
+//! append in flight has committed and its effects are sent, everything pending goes in the
+//! next append, as one transaction. So a busy run commits once per batch instead of once
+//! per message, and journal order, effect order and handling order stay one order. Nothing
+//! leaves the actor before its events are committed, and a decision that looks at the graph
+//! as a whole (is the run quiescent?) waits until nothing is pending.
 //!
 //! When an append fails, the actor stops (its memory would be ahead of the journal) and its
-//! [`Lifeline`] tells the run's supervisor why; the supervisor restarts the run from the
-//! journal. [`CancelRun`] answers only once the cancellation is journaled, so an
-//! acknowledged cancel survives a crash.
+//! [`Lifeline`] tells the run's supervisor why; what was pending is never appended; the
+//! supervisor restarts the run from the journal. [`CancelRun`] answers only once the
+//! cancellation is journaled, so an acknowledged cancel survives a crash.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,6 +65,16 @@ pub struct TaskGraph {
     /// Set when the graph was rebuilt from the journal: `started` resumes the run.
     recovery: Option<Recovery>,
     lifeline: Option<Lifeline>,
+    /// Events handled (applied in memory) and not yet handed to the journal: the next
+    /// append, once the one in flight has committed.
+    pending: Vec<EventKind>,
+    /// Who waits for the pending events to be committed (an acknowledged cancel).
+    pending_waiters: Vec<tokio::sync::oneshot::Sender<Result<(), JournalError>>>,
+    /// An append is in flight.
+    appending: bool,
+    /// Something ended in a performed batch: once nothing is pending, see whether the run
+    /// is quiescent (the planner's cue).
+    quiescence_due: bool,
 }
 
 /// What resuming a replayed run needs beyond the graph.
@@ -91,6 +108,10 @@ impl TaskGraph {
             reconciler: None,
             recovery: None,
             lifeline: None,
+            pending: Vec::new(),
+            pending_waiters: Vec::new(),
+            appending: false,
+            quiescence_due: false,
         }
     }
 
@@ -261,36 +282,67 @@ impl TaskGraph {
         }
     }
 
-    /// Journals `events`, then performs their effects. Nothing else is handled meanwhile.
+    /// Journals `events`, then performs their effects: in the next append, after the one in
+    /// flight (if any) has committed and its effects were sent.
     fn commit(&mut self, events: Vec<EventKind>, ctx: &mut Context<Self>) {
         if events.is_empty() {
             return;
         }
-        ctx.wait(self.journal_then_perform(events).map(|_, _, _| ()));
+        self.pending.extend(events);
+        if !self.appending {
+            self.flush(ctx);
+        }
     }
 
-    /// Appends `events`, then performs their effects; on failure stops the actor. The
-    /// future's output says whether the events were journaled.
-    fn journal_then_perform(
-        &mut self,
-        events: Vec<EventKind>,
-    ) -> impl ActorFuture<Self, Output = Result<(), JournalError>> + use<> {
+    /// Appends everything pending as one batch. When it has committed: its effects, its
+    /// waiters answered, and the next batch. When it failed: the actor stops, and what is
+    /// pending is never appended (the journal would have a hole where this batch was).
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        self.appending = true;
+        let events = std::mem::take(&mut self.pending);
+        let waiters = std::mem::take(&mut self.pending_waiters);
         let append = self.journal.append(self.run, events);
-        append
-            .into_actor(self)
-            .map(|result, act, ctx| match result {
+        ctx.spawn(append.into_actor(self).map(move |result, act, ctx| {
+            act.appending = false;
+            match result {
                 Ok(journaled) => {
                     act.perform(journaled, ctx);
-                    Ok(())
+                    for waiter in waiters {
+                        let _ = waiter.send(Ok(()));
+                    }
+                    act.flush(ctx);
+                    act.check_quiescence();
                 }
                 Err(e) => {
-                    // The in-memory graph is now ahead of the journal; continuing would act on
-                    // state that a restart would not see. Stop; the supervisor restarts the run
-                    // from the journal.
+                    for waiter in waiters {
+                        let _ = waiter.send(Err(e.clone()));
+                    }
+                    for waiter in act.pending_waiters.drain(..) {
+                        let _ = waiter.send(Err(e.clone()));
+                    }
+                    act.pending.clear();
+                    // The in-memory graph is now ahead of the journal; continuing
+                    // would act on state that a restart would not see. Stop; the
+                    // supervisor restarts the run from the journal.
                     act.stop_because(StopCause::JournalUnwritable(e.to_string()), ctx);
-                    Err(e)
                 }
-            })
+            }
+        }));
+    }
+
+    /// Tells the planner the run is quiescent, if something ended and the graph (with
+    /// nothing pending, so as committed) has nothing running or waiting.
+    fn check_quiescence(&mut self) {
+        if !self.quiescence_due || !self.pending.is_empty() || self.appending {
+            return;
+        }
+        self.quiescence_due = false;
+        if let (true, Some(planner)) = (self.graph.is_quiescent(), &self.planner) {
+            planner.do_send(ToPlanner::Quiescent);
+        }
     }
 
     fn perform(&mut self, events: Vec<Event>, ctx: &mut Context<Self>) {
@@ -460,10 +512,7 @@ impl TaskGraph {
         if let (true, Some(planner)) = (batch_accepted, &self.planner) {
             planner.do_send(ToPlanner::BatchAccepted { ready: readied });
         }
-        if let (true, Some(planner)) = (something_ended && self.graph.is_quiescent(), &self.planner)
-        {
-            planner.do_send(ToPlanner::Quiescent);
-        }
+        self.quiescence_due |= something_ended;
     }
 
     /// The Subplanner replans after every subtask handoff of a decomposition it still
@@ -686,22 +735,34 @@ impl Handler<FromMerging> for TaskGraph {
 }
 
 impl Handler<CancelRun> for TaskGraph {
-    type Result = AtomicResponse<Self, Result<(), JournalError>>;
+    type Result = ResponseFuture<Result<(), JournalError>>;
 
+    /// Answered once the cancellation's events are committed (and their effects sent); the
+    /// actor goes on handling messages meanwhile, against the cancelled graph.
     fn handle(&mut self, msg: CancelRun, ctx: &mut Context<Self>) -> Self::Result {
         match self.graph.cancel(None, &msg.reason) {
-            // Atomic: no other message is handled until the append (and its effects) ended,
-            // exactly as for `commit`.
             Ok(events) if !events.is_empty() => {
-                AtomicResponse::new(Box::pin(self.journal_then_perform(events)))
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.pending_waiters.push(tx);
+                self.commit(events, ctx);
+                Box::pin(async move {
+                    rx.await.unwrap_or_else(|_| {
+                        Err(JournalError::Storage(
+                            "the run's task graph stopped before the cancellation was journaled"
+                                .into(),
+                        ))
+                    })
+                })
             }
-            Ok(_) => AtomicResponse::new(Box::pin(fut::ready(Ok(())))),
+            Ok(_) => Box::pin(async { Ok(()) }),
             Err(e) => {
                 let detail = e.to_string();
                 self.stop_because(StopCause::InvariantBroken(detail.clone()), ctx);
-                AtomicResponse::new(Box::pin(fut::ready(Err(JournalError::Storage(format!(
-                    "the run's task graph stopped: {detail}"
-                ))))))
+                Box::pin(async move {
+                    Err(JournalError::Storage(format!(
+                        "the run's task graph stopped: {detail}"
+                    )))
+                })
             }
         }
     }
