@@ -160,6 +160,38 @@ pub enum Command {
         #[command(subcommand)]
         action: ProvidersAction,
     },
+    /// Measure flotilla here, without a daemon: throughput, dispatch latency and memory of
+    /// the actor pipeline, how the cost per task scales, and dispatch policies' makespan.
+    ///
+    /// Throughput runs push instant tasks (the scripted agent, no git) through TaskGraph,
+    /// Dispatch and the workers of one run, with the SQLite journal in a temporary
+    /// directory (synchronous=NORMAL) and again with a journal in memory, so the journal's
+    /// cost shows. "ready→assigned" is from when a task could be assigned (ready, with a
+    /// slot free) to its dispatch. The makespan rows simulate random DAGs on virtual time
+    /// with critical-path-first and FIFO dispatch. Build with --release for numbers worth
+    /// quoting; on a busy machine, compare medians of several runs.
+    ///
+    /// Example: `flotilla bench --tasks 500 --chain 100 --scaling 500,5000 --json`.
+    Bench {
+        /// Independent instant tasks per throughput run.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        tasks: u64,
+        /// Tasks in the chain run (each depends on the one before); 0 leaves it out.
+        #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+        chain: u64,
+        /// Sizes of the scaling runs, comma-separated; `none` leaves them out.
+        #[arg(long, default_value = "1000,10000,50000", value_name = "N,N,...")]
+        scaling: String,
+        /// Worker slots (attempts at once) in the throughput runs.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+        workers: u64,
+        /// Leave out the makespan simulations.
+        #[arg(long)]
+        no_makespan: bool,
+        /// One JSON object per measurement, one per line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -364,6 +396,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
     let client = Client::new(cli.endpoint()?);
     match &cli.command {
         Command::Daemon { .. } => unreachable!("the daemon is started by main"),
+        Command::Bench { .. } => unreachable!("the bench is run by main, outside any runtime"),
         Command::Submit {
             request,
             repo,
@@ -828,6 +861,63 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// `flotilla bench`: runs on the calling thread, outside any async runtime (each run has
+/// an actix system of its own).
+pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
+    let Command::Bench {
+        tasks,
+        chain,
+        scaling,
+        workers,
+        no_makespan,
+        json,
+    } = command
+    else {
+        unreachable!("run_bench is called for `flotilla bench` only");
+    };
+    let scaling = parse_sizes(scaling).map_err(|e| {
+        CliError::usage(
+            e,
+            Some("e.g. --scaling 1000,10000,50000, or --scaling none"),
+        )
+    })?;
+    let options = crate::bench::BenchOptions {
+        tasks: *tasks as usize,
+        chain: *chain as usize,
+        scaling,
+        workers: *workers as usize,
+        makespan: !no_makespan,
+        json: *json,
+    };
+    let mut out = std::io::stdout().lock();
+    crate::bench::run(&options, &mut out).map_err(|message| CliError {
+        message: format!("the bench failed: {message}"),
+        hint: None,
+        exit: Exit::Failure,
+    })?;
+    Ok(Exit::Ok)
+}
+
+/// "1000,10000" → [1000, 10000]; "none" or "" → [].
+fn parse_sizes(text: &str) -> Result<Vec<usize>, String> {
+    let text = text.trim();
+    if text.is_empty() || text == "none" {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|part| {
+            let part = part.trim();
+            match part.parse::<usize>() {
+                Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
+                _ => Err(format!(
+                    "--scaling: {:?} is not a number of tasks from 1 to 1000000",
+                    render::terminal_safe(part)
+                )),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! - [`paths`]: the state directory and the files in it.
 
 pub mod agents;
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -18,6 +18,10 @@ fn main() -> ExitCode {
             log_format,
             journal_sync,
         } => run_daemon(&cli, *listen, *log_format, *journal_sync),
+        command @ Command::Bench { .. } => {
+            limit_malloc_arenas();
+            flotilla::cli::run_bench(command)
+        }
         _ => match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

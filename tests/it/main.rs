@@ -1,6 +1,7 @@
 //! flotilla's integration tests: one binary, one shared harness.
 
 mod api_limits;
+mod bench;
 mod big_run;
 mod budgets;
 mod builtin_agent;

@@ -73,8 +73,21 @@ pub fn best_profile<'a>(
         })
 }
 
-/// Queue order: most urgent, then longest chain, then oldest.
-type QueueKey = (Priority, Reverse<u32>, u64, TaskId);
+/// Where a ready task stands in Dispatch's queue: smaller goes first. Most urgent, then the
+/// longest remaining dependency chain (in tasks), then oldest; the id makes keys unique.
+pub type DispatchOrder = (Priority, Reverse<u32>, u64, TaskId);
+
+/// The order Dispatch hands ready tasks out in (`flotilla bench` simulates it).
+pub fn dispatch_order(task: &ReadyTask) -> DispatchOrder {
+    (
+        task.spec.priority,
+        Reverse(task.critical_path),
+        task.created,
+        task.task.clone(),
+    )
+}
+
+type QueueKey = DispatchOrder;
 
 struct Running {
     route: Route,
@@ -175,18 +188,9 @@ impl Dispatch {
         }
     }
 
-    fn key_of(task: &ReadyTask) -> QueueKey {
-        (
-            task.spec.priority,
-            Reverse(task.critical_path),
-            task.created,
-            task.task.clone(),
-        )
-    }
-
     fn enqueue(&mut self, task: ReadyTask) {
         self.remove_queued(&task.task);
-        let key = Self::key_of(&task);
+        let key = dispatch_order(&task);
         let route = self.route(&task);
         self.queued
             .insert(task.task.clone(), Waiting::Ready(route, key.clone()));

@@ -10,7 +10,7 @@ pub mod task_graph;
 pub mod worker;
 pub mod worker_pool;
 
-pub use dispatch::{Dispatch, WorkerProfile, best_profile};
+pub use dispatch::{Dispatch, DispatchOrder, WorkerProfile, best_profile, dispatch_order};
 pub use merge_queue::{MergeConfig, MergeConfigError, MergeKit, MergeQueue};
 pub use planner::{Exchange, Planner, PlannerConfig, PlannerConfigError};
 pub use reconciler::{Reconciler, ReconcilerConfig, ReconcilerConfigError, ReconcilerKit};

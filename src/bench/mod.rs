@@ -1,0 +1,301 @@
+//! `flotilla bench`: throughput, dispatch latency, memory and scaling of the actor pipeline
+//! (`throughput`), and the makespan of dispatch policies on virtual time (`makespan`).
+//!
+//! Each measurement prints as it finishes: a table for people, or with `--json` one JSON
+//! object per line. Numbers on a busy machine vary: compare medians of several runs, and
+//! ratios (memory/SQLite, 50k/1k) rather than single values.
+
+pub mod makespan;
+pub mod throughput;
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use throughput::{JournalKind, Shape, Throughput, ThroughputResult};
+
+/// What `flotilla bench` measures (see `flotilla bench --help`).
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Independent instant tasks in the throughput runs.
+    pub tasks: usize,
+    /// Tasks in the chain run (each depends on the one before); 0 leaves it out.
+    pub chain: usize,
+    /// Sizes of the scaling runs (independent tasks, SQLite); empty leaves them out.
+    pub scaling: Vec<usize>,
+    /// Worker slots of the throughput runs.
+    pub workers: usize,
+    /// Also the makespan simulations.
+    pub makespan: bool,
+    pub json: bool,
+}
+
+/// One measurement, as `--json` prints it. Fields that do not apply are `null`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Measurement {
+    pub name: String,
+    pub tasks: usize,
+    /// `sqlite` or `memory`; `none` for a simulation.
+    pub journal: &'static str,
+    pub workers: usize,
+    pub tasks_per_s: Option<f64>,
+    pub events_per_s: Option<f64>,
+    pub dispatch_p50_us: Option<f64>,
+    pub dispatch_p99_us: Option<f64>,
+    pub dispatch_max_us: Option<f64>,
+    pub peak_rss_bytes: Option<u64>,
+    /// Wall time per task, for the scaling rows.
+    pub per_task_us: Option<f64>,
+    /// The makespan rows.
+    pub policy: Option<&'static str>,
+    pub makespan_over_lower_bound: Option<f64>,
+    pub makespan_secs: Option<f64>,
+    pub lower_bound_secs: Option<f64>,
+    pub seed: Option<u64>,
+}
+
+impl Measurement {
+    fn of_throughput(
+        name: String,
+        workers: usize,
+        journal: JournalKind,
+        r: &ThroughputResult,
+    ) -> Self {
+        Measurement {
+            name,
+            tasks: r.tasks,
+            journal: journal.as_str(),
+            workers,
+            tasks_per_s: Some(round(r.tasks_per_s(), 1)),
+            events_per_s: Some(round(r.events_per_s(), 1)),
+            dispatch_p50_us: Some(round(r.dispatch_us(0.50), 1)),
+            dispatch_p99_us: Some(round(r.dispatch_us(0.99), 1)),
+            dispatch_max_us: Some(round(r.dispatch_us(1.0), 1)),
+            peak_rss_bytes: r.peak_rss_bytes,
+            per_task_us: Some(round(
+                r.elapsed.as_secs_f64() * 1e6 / r.tasks.max(1) as f64,
+                2,
+            )),
+            ..Measurement::default()
+        }
+    }
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
+}
+
+/// Runs every measurement `options` asks for, printing each as it finishes. Each
+/// throughput run has an actix system of its own on this thread: call it outside any
+/// async runtime.
+pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measurement>, String> {
+    let mut printer = Printer {
+        json: options.json,
+        out,
+        section: None,
+    };
+    let mut all = Vec::new();
+    let throughput_runs: Vec<(Shape, usize)> = [
+        (Shape::Independent, options.tasks),
+        (Shape::Chain, options.chain),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .collect();
+    for (shape, tasks) in throughput_runs {
+        for journal in [JournalKind::Sqlite, JournalKind::Memory] {
+            let config = Throughput {
+                tasks,
+                shape,
+                journal,
+                workers: options.workers,
+            };
+            let result = throughput::run(&config)
+                .map_err(|e| format!("{} run of {tasks} tasks: {e}", shape.as_str()))?;
+            let m = Measurement::of_throughput(
+                format!("throughput/{}", shape.as_str()),
+                options.workers,
+                journal,
+                &result,
+            );
+            printer.throughput(&m)?;
+            all.push(m);
+        }
+    }
+    let mut scaling: Vec<Measurement> = Vec::new();
+    for &tasks in &options.scaling {
+        let config = Throughput {
+            tasks,
+            shape: Shape::Independent,
+            journal: JournalKind::Sqlite,
+            workers: options.workers,
+        };
+        let result =
+            throughput::run(&config).map_err(|e| format!("scaling run of {tasks} tasks: {e}"))?;
+        let m = Measurement::of_throughput(
+            format!("scaling/{tasks}"),
+            options.workers,
+            JournalKind::Sqlite,
+            &result,
+        );
+        printer.scaling(&m, scaling.first())?;
+        scaling.push(m);
+    }
+    all.extend(scaling);
+    if options.makespan {
+        for workload in makespan::default_workloads() {
+            for row in makespan::run(&workload)? {
+                let m = Measurement {
+                    name: format!("makespan/{}", row.workload),
+                    tasks: row.tasks,
+                    journal: "none",
+                    workers: row.workers,
+                    policy: Some(row.policy.as_str()),
+                    makespan_over_lower_bound: Some(round(row.makespan_over_lower_bound, 4)),
+                    makespan_secs: Some(round(row.makespan_secs, 1)),
+                    lower_bound_secs: Some(round(row.lower_bound_secs, 1)),
+                    seed: Some(row.seed),
+                    ..Measurement::default()
+                };
+                printer.makespan(&m)?;
+                all.push(m);
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// Prints measurements as they come: JSON lines, or tables with a heading per section.
+struct Printer<'a> {
+    json: bool,
+    out: &'a mut dyn Write,
+    section: Option<&'static str>,
+}
+
+impl Printer<'_> {
+    fn emit(&mut self, text: &str) -> Result<(), String> {
+        self.out
+            .write_all(text.as_bytes())
+            .and_then(|()| self.out.flush())
+            .map_err(|e| format!("writing the results: {e}"))
+    }
+
+    fn json_line(&mut self, m: &Measurement) -> Result<(), String> {
+        let line = serde_json::to_string(m).map_err(|e| e.to_string())?;
+        self.emit(&format!("{line}\n"))
+    }
+
+    /// The heading of `section`, once, before its first row.
+    fn heading(&mut self, section: &'static str, text: &str) -> Result<(), String> {
+        if self.section == Some(section) {
+            return Ok(());
+        }
+        let blank = if self.section.is_some() { "\n" } else { "" };
+        self.section = Some(section);
+        self.emit(&format!("{blank}{text}\n"))
+    }
+
+    fn throughput(&mut self, m: &Measurement) -> Result<(), String> {
+        if self.json {
+            return self.json_line(m);
+        }
+        self.heading(
+            "throughput",
+            &format!(
+                "Throughput: instant tasks through TaskGraph, Dispatch and the workers ({} slots)\n\
+                 {:<24} {:>7} {:>7} {:>10} {:>10} {:>29} {:>9}",
+                m.workers,
+                "run",
+                "tasks",
+                "journal",
+                "tasks/s",
+                "events/s",
+                "ready→assigned p50/p99/max",
+                "peak RSS"
+            ),
+        )?;
+        let line = format!(
+            "{:<24} {:>7} {:>7} {:>10.0} {:>10.0} {:>29} {:>9}\n",
+            m.name,
+            m.tasks,
+            m.journal,
+            m.tasks_per_s.unwrap_or_default(),
+            m.events_per_s.unwrap_or_default(),
+            format!(
+                "{} / {} / {}",
+                micros(m.dispatch_p50_us),
+                micros(m.dispatch_p99_us),
+                micros(m.dispatch_max_us)
+            ),
+            mebibytes(m.peak_rss_bytes)
+        );
+        self.emit(&line)
+    }
+
+    fn scaling(&mut self, m: &Measurement, first: Option<&Measurement>) -> Result<(), String> {
+        if self.json {
+            return self.json_line(m);
+        }
+        self.heading(
+            "scaling",
+            &format!(
+                "Scaling: cost per task as the run grows (independent tasks, SQLite)\n\
+                 {:>7} {:>12} {:>10} {:>14}",
+                "tasks", "µs per task", "tasks/s", "vs the first"
+            ),
+        )?;
+        let per_task = m.per_task_us.unwrap_or_default();
+        let ratio = first
+            .and_then(|f| f.per_task_us)
+            .filter(|f| *f > 0.0)
+            .map_or("1.00×".to_string(), |f| format!("{:.2}×", per_task / f));
+        let line = format!(
+            "{:>7} {:>12.1} {:>10.0} {:>14}\n",
+            m.tasks,
+            per_task,
+            m.tasks_per_s.unwrap_or_default(),
+            ratio
+        );
+        self.emit(&line)
+    }
+
+    fn makespan(&mut self, m: &Measurement) -> Result<(), String> {
+        if self.json {
+            return self.json_line(m);
+        }
+        self.heading(
+            "makespan",
+            &format!(
+                "Makespan on virtual time: seeded random DAGs, log-normal durations\n\
+                 {:<28} {:>6} {:>8} {:>14} {:>12} {:>16}",
+                "workload", "tasks", "workers", "policy", "makespan", "÷ lower bound"
+            ),
+        )?;
+        let line = format!(
+            "{:<28} {:>6} {:>8} {:>14} {:>12} {:>16.3}\n",
+            m.name.trim_start_matches("makespan/"),
+            m.tasks,
+            m.workers,
+            m.policy.unwrap_or_default(),
+            format!("{:.0} s", m.makespan_secs.unwrap_or_default()),
+            m.makespan_over_lower_bound.unwrap_or_default()
+        );
+        self.emit(&line)
+    }
+}
+
+fn micros(us: Option<f64>) -> String {
+    match us {
+        Some(us) if us >= 10_000.0 => format!("{:.0} ms", us / 1000.0),
+        Some(us) if us >= 1_000.0 => format!("{:.1} ms", us / 1000.0),
+        Some(us) => format!("{us:.0} µs"),
+        None => "-".into(),
+    }
+}
+
+fn mebibytes(bytes: Option<u64>) -> String {
+    bytes.map_or("-".into(), |b| {
+        format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+    })
+}

@@ -1,0 +1,151 @@
+//! `flotilla bench` through the built binary: it runs, prints one JSON object per
+//! measurement with the documented fields, and its numbers are sane. Never whether they
+//! are fast: that is the bench's own job, on a quiet machine.
+
+use std::collections::BTreeSet;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn bench(args: &[&str]) -> Vec<Value> {
+    let output = Command::cargo_bin("flotilla")
+        .unwrap()
+        .arg("bench")
+        .args(args)
+        .env("NO_COLOR", "1")
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "flotilla bench {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l}")))
+        .collect()
+}
+
+fn number(m: &Value, field: &str) -> f64 {
+    m[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} is not a number in {m}"))
+}
+
+#[test]
+fn bench_with_500_tasks_runs_and_reports_sane_numbers_as_json() {
+    let rows = bench(&[
+        "--tasks",
+        "500",
+        "--chain",
+        "50",
+        "--scaling",
+        "100,300",
+        "--json",
+    ]);
+    for m in &rows {
+        for field in [
+            "name",
+            "tasks",
+            "journal",
+            "tasks_per_s",
+            "events_per_s",
+            "dispatch_p50_us",
+            "dispatch_p99_us",
+            "dispatch_max_us",
+            "peak_rss_bytes",
+        ] {
+            assert!(m.get(field).is_some(), "{field} missing in {m}");
+        }
+    }
+    let names: BTreeSet<(String, String)> = rows
+        .iter()
+        .filter(|m| !m["name"].as_str().unwrap().starts_with("makespan/"))
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_string(),
+                m["journal"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: BTreeSet<(String, String)> = [
+        ("throughput/independent", "sqlite"),
+        ("throughput/independent", "memory"),
+        ("throughput/chain", "sqlite"),
+        ("throughput/chain", "memory"),
+        ("scaling/100", "sqlite"),
+        ("scaling/300", "sqlite"),
+    ]
+    .into_iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(names, expected);
+
+    for m in rows
+        .iter()
+        .filter(|m| !m["name"].as_str().unwrap().starts_with("makespan/"))
+    {
+        let tasks = m["tasks"].as_u64().unwrap();
+        let want = match m["name"].as_str().unwrap() {
+            "throughput/independent" => 500,
+            "throughput/chain" => 50,
+            "scaling/100" => 100,
+            _ => 300,
+        };
+        assert_eq!(tasks, want, "{m}");
+        let (tps, eps) = (number(m, "tasks_per_s"), number(m, "events_per_s"));
+        assert!(tps > 0.0 && tps.is_finite(), "{m}");
+        // Each task is at least added, ready, dispatched, started and completed.
+        assert!(eps >= 5.0 * tps * 0.99, "{m}");
+        let (p50, p99, max) = (
+            number(m, "dispatch_p50_us"),
+            number(m, "dispatch_p99_us"),
+            number(m, "dispatch_max_us"),
+        );
+        assert!(0.0 <= p50 && p50 <= p99 && p99 <= max, "{m}");
+        // A dispatch never takes as long as a minute.
+        assert!(max < 60e6, "{m}");
+        let rss = m["peak_rss_bytes"].as_u64().unwrap();
+        assert!((1 << 20..1 << 34).contains(&rss), "{m}");
+    }
+
+    let makespan: Vec<&Value> = rows
+        .iter()
+        .filter(|m| m["name"].as_str().unwrap().starts_with("makespan/"))
+        .collect();
+    assert!(
+        !makespan.is_empty(),
+        "the makespan rows are there by default"
+    );
+    let policies: BTreeSet<&str> = makespan
+        .iter()
+        .map(|m| m["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(policies, BTreeSet::from(["critical_path", "fifo"]));
+    for m in makespan {
+        let ratio = number(m, "makespan_over_lower_bound");
+        assert!((1.0..10.0).contains(&ratio), "{m}");
+        assert!((200..=2_000).contains(&m["tasks"].as_u64().unwrap()), "{m}");
+    }
+}
+
+#[test]
+fn bench_refuses_bad_sizes_with_a_hint() {
+    let out = Command::cargo_bin("flotilla")
+        .unwrap()
+        .args(["bench", "--scaling", "10,lots"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"lots\" is not a number of tasks"), "{err}");
+    assert!(err.contains("hint:"), "{err}");
+    let out = Command::cargo_bin("flotilla")
+        .unwrap()
+        .args(["bench", "--tasks", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
