@@ -295,8 +295,13 @@ impl Scenario {
     }
 }
 
-fn sleep_ms(ms: u64) -> impl std::future::Future<Output = ()> {
-    tokio::time::sleep(Duration::from_millis(ms))
+/// Waits `ms`; no wait at all for 0. (tokio's timer has millisecond ticks: a zero sleep
+/// would still wait for the next tick, capping an instant agent near 1,000 calls a second
+/// per worker.)
+async fn sleep_ms(ms: u64) {
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
 }
 
 /// The scripted LLM.
