@@ -188,6 +188,10 @@ pub enum Command {
         /// Leave out the makespan simulations.
         #[arg(long)]
         no_makespan: bool,
+        /// Runs of --tasks tasks one after another, with the resident set after each
+        /// (after a collection point) against the idle one; 0 leaves them out.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1_000))]
+        memory_runs: u64,
         /// One JSON object per measurement, one per line.
         #[arg(long)]
         json: bool,
@@ -872,6 +876,7 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
         scaling,
         workers,
         no_makespan,
+        memory_runs,
         json,
     } = command
     else {
@@ -889,6 +894,7 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
         scaling,
         workers: *workers as usize,
         makespan: !no_makespan,
+        memory_runs: *memory_runs as usize,
         json: *json,
     };
     let mut out = std::io::stdout().lock();

@@ -27,6 +27,9 @@ pub struct BenchOptions {
     pub workers: usize,
     /// Also the makespan simulations.
     pub makespan: bool,
+    /// Runs of `tasks` tasks (SQLite) one after another, with the resident set measured
+    /// after each, against the idle one; 0 leaves them out.
+    pub memory_runs: usize,
     pub json: bool,
 }
 
@@ -46,6 +49,10 @@ pub struct Measurement {
     pub peak_rss_bytes: Option<u64>,
     /// Wall time per task, for the scaling rows.
     pub per_task_us: Option<f64>,
+    /// The memory rows: the resident set after the run (and a collection point), and how
+    /// far above the idle one it is.
+    pub rss_bytes: Option<u64>,
+    pub rss_above_idle_bytes: Option<i64>,
     /// The makespan rows.
     pub policy: Option<&'static str>,
     pub makespan_over_lower_bound: Option<f64>,
@@ -90,6 +97,21 @@ fn round(x: f64, digits: i32) -> f64 {
 /// throughput run has an actix system of its own on this thread: call it outside any
 /// async runtime.
 pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measurement>, String> {
+    // What the memory rows compare with: the process after a tiny run, so that what any
+    // run sets up once (SQLite, the runtimes' statics) counts as idle, as in a daemon that
+    // has served one run; then every later run must give back what it took.
+    let idle = if options.memory_runs > 0 {
+        throughput::run(&Throughput {
+            tasks: 10,
+            shape: Shape::Independent,
+            journal: JournalKind::Sqlite,
+            workers: options.workers,
+        })
+        .map_err(|e| format!("the warm-up run: {e}"))?;
+        collected_rss()
+    } else {
+        None
+    };
     let mut printer = Printer {
         json: options.json,
         out,
@@ -163,7 +185,41 @@ pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measuremen
             }
         }
     }
+    if options.memory_runs > 0 {
+        for n in 1..=options.memory_runs {
+            let config = Throughput {
+                tasks: options.tasks,
+                shape: Shape::Independent,
+                journal: JournalKind::Sqlite,
+                workers: options.workers,
+            };
+            let result = throughput::run(&config)
+                .map_err(|e| format!("memory run {n} of {} tasks: {e}", options.tasks))?;
+            let rss = collected_rss();
+            let mut m = Measurement::of_throughput(
+                format!("memory/after-run-{n}"),
+                options.workers,
+                JournalKind::Sqlite,
+                &result,
+            );
+            m.rss_bytes = rss;
+            m.rss_above_idle_bytes = rss.zip(idle).map(|(now, idle)| now as i64 - idle as i64);
+            printer.memory(&m, idle)?;
+            all.push(m);
+        }
+    }
     Ok(all)
+}
+
+/// The resident set after a collection point: the allocator gives back what it can
+/// (glibc's `malloc_trim`), then `/proc/self/status` says what is left.
+fn collected_rss() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory to the system; no pointer is involved.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    throughput::current_rss()
 }
 
 /// Prints measurements as they come: JSON lines, or tables with a heading per section.
@@ -256,6 +312,36 @@ impl Printer<'_> {
             per_task,
             m.tasks_per_s.unwrap_or_default(),
             ratio
+        );
+        self.emit(&line)
+    }
+
+    fn memory(&mut self, m: &Measurement, idle: Option<u64>) -> Result<(), String> {
+        if self.json {
+            return self.json_line(m);
+        }
+        self.heading(
+            "memory",
+            &format!(
+                "Memory: runs of {} tasks one after another; resident set after each, after a \
+                 collection point
+(idle, after a warm-up run of 10 tasks: {})
+{:<22} {:>12} {:>14}",
+                m.tasks,
+                mebibytes(idle),
+                "after",
+                "resident",
+                "above idle"
+            ),
+        )?;
+        let above = m.rss_above_idle_bytes.map_or("-".to_string(), |b| {
+            format!("{:+.1} MiB", b as f64 / 1048576.0)
+        });
+        let line = format!(
+            "{:<22} {:>12} {:>14}\n",
+            m.name.trim_start_matches("memory/"),
+            mebibytes(m.rss_bytes),
+            above
         );
         self.emit(&line)
     }

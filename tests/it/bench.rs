@@ -43,6 +43,8 @@ fn bench_with_500_tasks_runs_and_reports_sane_numbers_as_json() {
         "50",
         "--scaling",
         "100,300",
+        "--memory-runs",
+        "2",
         "--json",
     ]);
     for m in &rows {
@@ -77,6 +79,8 @@ fn bench_with_500_tasks_runs_and_reports_sane_numbers_as_json() {
         ("throughput/chain", "memory"),
         ("scaling/100", "sqlite"),
         ("scaling/300", "sqlite"),
+        ("memory/after-run-1", "sqlite"),
+        ("memory/after-run-2", "sqlite"),
     ]
     .into_iter()
     .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -92,7 +96,8 @@ fn bench_with_500_tasks_runs_and_reports_sane_numbers_as_json() {
             "throughput/independent" => 500,
             "throughput/chain" => 50,
             "scaling/100" => 100,
-            _ => 300,
+            "scaling/300" => 300,
+            _ => 500,
         };
         assert_eq!(tasks, want, "{m}");
         let (tps, eps) = (number(m, "tasks_per_s"), number(m, "events_per_s"));
@@ -109,6 +114,17 @@ fn bench_with_500_tasks_runs_and_reports_sane_numbers_as_json() {
         assert!(max < 60e6, "{m}");
         let rss = m["peak_rss_bytes"].as_u64().unwrap();
         assert!((1 << 20..1 << 34).contains(&rss), "{m}");
+    }
+
+    // The memory rows: the resident set after each run, and how far above idle.
+    for m in rows
+        .iter()
+        .filter(|m| m["name"].as_str().unwrap().starts_with("memory/"))
+    {
+        let rss = m["rss_bytes"].as_u64().unwrap();
+        assert!((1 << 20..1 << 34).contains(&rss), "{m}");
+        let above = m["rss_above_idle_bytes"].as_i64().unwrap();
+        assert!(above.unsigned_abs() < rss, "{m}");
     }
 
     let makespan: Vec<&Value> = rows
