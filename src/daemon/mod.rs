@@ -89,6 +89,10 @@ pub async fn serve(
     let (listener, bound, token) = bind(&options).await?;
     let providers =
         ProviderRegistry::new().context("cannot set up the HTTP client for LLM providers")?;
+    // The runs live on a thread of their own (the Supervisor's arbiter: every run's actors
+    // start there), the HTTP API and the event streams on this one, so a busy run cannot
+    // starve the API, and answering the API cannot slow the runs (ADR-014).
+    let runs_thread = actix::Arbiter::new();
     let supervisor = Supervisor::new(
         journal.clone(),
         journal_port,
@@ -96,8 +100,8 @@ pub async fn serve(
         hub.clone(),
         paths::worktrees_dir(&options.state_dir),
         Arc::new(providers),
-    )
-    .start();
+    );
+    let supervisor = Supervisor::start_in_arbiter(&runs_thread.handle(), move |_| supervisor);
     resume_unfinished(&journal, &supervisor).await;
     // What runs that ended while no daemon watched (a crash, a kill) left behind.
     match supervisor
@@ -138,6 +142,15 @@ pub async fn serve(
     }
     if let Bound::Unix(path) = &bound {
         let _ = std::fs::remove_file(path);
+    }
+    // The runs' thread ends (its actors dropped, as at any stop) before the state lock goes:
+    // a daemon started next on this state directory must not meet this one's runs.
+    runs_thread.stop();
+    if tokio::task::spawn_blocking(move || runs_thread.join())
+        .await
+        .is_err()
+    {
+        warn!("the runs' thread did not end cleanly");
     }
     info!("daemon stopped");
     drop(lock);

@@ -75,3 +75,57 @@ async fn a_thousand_task_run_with_default_settings_completes() {
     );
     daemon.stop();
 }
+
+/// M7, item 4, measured (not asserted: timings belong to benchmarks): the same 1,000-task
+/// run, alone and while a client asks for its status every 5 ms. Prints both durations and
+/// the status calls' latency. `cargo test --release --test it big_run::status_polling --
+/// --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a measurement: run it by hand"]
+async fn status_polling_during_a_big_run_measured() {
+    async fn one_run(poll: bool) -> (std::time::Duration, Vec<std::time::Duration>) {
+        let daemon = InProcessDaemon::start(false);
+        let repo = git_repo();
+        let config = run_config(&thousand_tasks(), Limits::default().max_workers);
+        let started = std::time::Instant::now();
+        let run = submit(&daemon.client, repo.path(), config).await;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let poller = poll.then(|| {
+            let (client, run, stop) = (daemon.client.clone(), run.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while !stop.is_cancelled() {
+                    let asked = std::time::Instant::now();
+                    let _: serde_json::Value =
+                        client.get(&format!("/v1/runs/{run}")).await.unwrap();
+                    latencies.push(asked.elapsed());
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                latencies
+            })
+        });
+        let events = follow_to_end(&daemon.client, &run, None).await;
+        let took = started.elapsed();
+        stop.cancel();
+        let latencies = match poller {
+            Some(p) => p.await.unwrap(),
+            None => Vec::new(),
+        };
+        assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+        daemon.stop();
+        (took, latencies)
+    }
+    let (alone, _) = one_run(false).await;
+    let (polled, mut latencies) = one_run(true).await;
+    latencies.sort_unstable();
+    let q = |f: f64| latencies[((latencies.len() as f64 * f) as usize).min(latencies.len() - 1)];
+    eprintln!(
+        "1,000 tasks: {alone:?} alone, {polled:?} with status polled every 5 ms ({:.2}×); \
+         {} status calls, p50 {:?}, p99 {:?}, max {:?}",
+        polled.as_secs_f64() / alone.as_secs_f64(),
+        latencies.len(),
+        q(0.5),
+        q(0.99),
+        latencies.last().unwrap()
+    );
+}
