@@ -104,6 +104,56 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Required bearer token (TCP only; the Unix socket is protected by file permissions).
     pub token: Option<Arc<String>>,
+    /// Status replays of running runs, carried from one status call to the next.
+    pub status_replays: StatusReplays,
+}
+
+/// The status replays of running runs, kept between status calls so that polling a run
+/// applies only its new events (`report::StatusReplay`). Bounded: at most
+/// [`MAX_STATUS_REPLAYS`] runs; a replay not asked for in [`STATUS_REPLAY_IDLE`] goes, and
+/// one whose run has ended is never kept, so a finished run leaves nothing here.
+#[derive(Clone, Default)]
+pub struct StatusReplays(
+    Arc<std::sync::Mutex<HashMap<RunId, (std::time::Instant, report::StatusReplay)>>>,
+);
+
+pub const MAX_STATUS_REPLAYS: usize = 16;
+pub const STATUS_REPLAY_IDLE: Duration = Duration::from_secs(60);
+
+impl StatusReplays {
+    /// The run's replay so far, taken out (a concurrent call for the same run starts
+    /// afresh, which is slower, never wrong).
+    fn take(&self, run: RunId) -> Option<report::StatusReplay> {
+        let mut replays = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        replays.remove(&run).map(|(_, replay)| replay)
+    }
+
+    /// Keeps an open replay for the next call, dropping replays left idle.
+    fn keep(&self, run: RunId, replay: report::StatusReplay) {
+        if !replay.is_open() {
+            return;
+        }
+        let mut replays = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        replays.retain(|_, (used, _)| now.duration_since(*used) < STATUS_REPLAY_IDLE);
+        if replays.len() < MAX_STATUS_REPLAYS {
+            replays.insert(run, (now, replay));
+        }
+    }
+
+    fn forget(&self, run: RunId) {
+        let mut replays = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        replays.remove(&run);
+    }
+
+    /// How many runs have a replay kept (for tests).
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -721,13 +771,39 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
 async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, ApiError> {
     let record = resolve(state, id).await?;
     let problem = problems(state).await.remove(&record.id);
+    // A running run's replay continues from the last status call: only newer events are
+    // read and applied.
+    let run = record.id;
+    let limits = run_config(&record).map(|c| c.limits).unwrap_or_default();
+    let replay = state
+        .status_replays
+        .take(record.id)
+        .unwrap_or_else(|| report::StatusReplay::new(limits));
     // A journal with an unreadable row still gives a status: the run is damaged, and shows
     // no graph (the read stops at the bad row and hands back none of it).
-    let (events, unreadable) = match state.journal.read(record.id, 0).await {
+    let (events, unreadable) = match state.journal.read(record.id, replay.last_seq()).await {
         Ok(events) => (events, None),
         Err(e) => (Vec::new(), Some(format!("damaged: {e}"))),
     };
-    let mut status = replay_status(record, Arc::new(events)).await?;
+    let (replay, mut status) = if unreadable.is_some() {
+        let empty = report::StatusReplay::new(flotilla_actors::config::Limits::default());
+        let status = empty.status(&record);
+        (None, status)
+    } else {
+        let (replay, status) = tokio::task::spawn_blocking(move || {
+            let mut replay = replay;
+            replay.apply(&events);
+            let status = replay.status(&record);
+            (replay, status)
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        (Some(replay), status)
+    };
+    match replay {
+        Some(replay) => state.status_replays.keep(run, replay),
+        None => state.status_replays.forget(run),
+    }
     if let Some(damage) = unreadable {
         status.mark_damaged(damage);
     } else if let Some(problem) = problem.filter(|_| status.outcome_is_open()) {

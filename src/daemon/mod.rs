@@ -131,6 +131,7 @@ pub async fn serve(
         hub,
         shutdown: shutdown.clone(),
         token,
+        status_replays: api::StatusReplays::default(),
     };
     let app = api::router(state);
     if let Some(ready) = ready {

@@ -90,19 +90,9 @@ pub fn task_state_words(state: TaskState) -> &'static str {
 
 /// The tasks whose latest word, after their latest decomposition, is that they wait for
 /// the user's decision, and that still wait (as `decide` checks them).
-fn awaiting_decision(events: &[Event], graph: &GraphSnapshot) -> Vec<TaskId> {
-    let mut asked: BTreeMap<&TaskId, bool> = BTreeMap::new();
-    for e in events {
-        match &e.kind {
-            EventKind::AwaitingUserDecision { parent } => {
-                asked.insert(parent, true);
-            }
-            EventKind::DecompositionAccepted { parent, .. } => {
-                asked.insert(parent, false);
-            }
-            _ => {}
-        }
-    }
+/// Tasks that announced they wait for the user's decision after their latest
+/// decomposition, and still wait for their subtasks.
+fn awaiting_decision(asked: &BTreeMap<TaskId, bool>, graph: &GraphSnapshot) -> Vec<TaskId> {
     graph
         .tasks
         .iter()
@@ -124,51 +114,111 @@ pub fn state_name(outcome: Option<RunOutcome>) -> &'static str {
 
 /// The run's status from its journal. A journal that does not replay still gives a status:
 /// the graph as far as it replayed, the state `damaged` and the reason.
+/// A run's status from its whole journal.
 pub fn status(record: &RunRecord, limits: Limits, events: &[Event]) -> RunStatus {
-    let mut graph = RunGraph::new(limits);
-    let mut damage: Option<(u64, GraphError)> = None;
-    for e in events {
-        if let Err(error) = graph.apply(&e.kind) {
-            damage = Some((e.seq, error));
-            break;
+    let mut replay = StatusReplay::new(limits);
+    replay.apply(events);
+    replay.status(record)
+}
+
+/// A status replay that can be carried forward: each status call applies only the events
+/// after the last one it saw (`last_seq`), so polling a running run costs what happened
+/// since the last poll, not its whole journal.
+pub struct StatusReplay {
+    graph: RunGraph,
+    /// Per parent, whether its latest word was "waiting for your decision".
+    asked: BTreeMap<TaskId, bool>,
+    last_seq: u64,
+    /// The first event that does not replay; nothing after it is applied (it still counts
+    /// in `last_seq`).
+    damage: Option<(u64, GraphError)>,
+}
+
+impl StatusReplay {
+    pub fn new(limits: Limits) -> Self {
+        StatusReplay {
+            graph: RunGraph::new(limits),
+            asked: BTreeMap::new(),
+            last_seq: 0,
+            damage: None,
         }
     }
-    let snapshot = graph.snapshot();
-    let mut counts = Counts {
-        total: snapshot.tasks.len(),
-        ..Counts::default()
-    };
-    for t in &snapshot.tasks {
-        match t.state {
-            TaskState::Pending | TaskState::Ready => counts.pending += 1,
-            TaskState::Dispatched | TaskState::Running | TaskState::Synthesizing => {
-                counts.running += 1
+
+    /// The seq of the last event applied: read the journal after it.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Whether more events can change what this replay says: the run has not ended and
+    /// its journal replays.
+    pub fn is_open(&self) -> bool {
+        self.damage.is_none() && self.graph.outcome().is_none()
+    }
+
+    /// Applies `events`, which must follow the last one applied.
+    pub fn apply(&mut self, events: &[Event]) {
+        for e in events {
+            if e.seq <= self.last_seq && self.last_seq > 0 {
+                continue;
             }
-            TaskState::WaitingForSubtasks => counts.waiting += 1,
-            TaskState::Landing => counts.landing += 1,
-            TaskState::Completed => counts.completed += 1,
-            TaskState::Failed => counts.failed += 1,
-            TaskState::Cancelled => counts.cancelled += 1,
+            self.last_seq = e.seq;
+            if self.damage.is_some() {
+                continue;
+            }
+            match &e.kind {
+                EventKind::AwaitingUserDecision { parent } => {
+                    self.asked.insert(parent.clone(), true);
+                }
+                EventKind::DecompositionAccepted { parent, .. } => {
+                    self.asked.insert(parent.clone(), false);
+                }
+                _ => {}
+            }
+            if let Err(error) = self.graph.apply(&e.kind) {
+                self.damage = Some((e.seq, error));
+            }
         }
     }
-    let state = match (&damage, graph.outcome()) {
-        (_, Some(outcome)) => state_name(Some(outcome)),
-        (Some(_), None) => "damaged",
-        (None, None) => state_name(None),
-    };
-    RunStatus {
-        id: record.id.to_string(),
-        request: record.request.clone(),
-        repo: record.repo.to_string_lossy().into_owned(),
-        created_ms: record.created_ms,
-        state: state.into(),
-        counts,
-        last_seq: events.last().map_or(0, |e| e.seq),
-        awaiting_decision: awaiting_decision(events, &snapshot),
-        graph: snapshot,
-        damage_noted: damage.is_some(),
-        problem: damage
-            .map(|(seq, error)| format!("damaged: the journal does not replay at #{seq}: {error}")),
+
+    pub fn status(&self, record: &RunRecord) -> RunStatus {
+        let snapshot = self.graph.snapshot();
+        let mut counts = Counts {
+            total: snapshot.tasks.len(),
+            ..Counts::default()
+        };
+        for t in &snapshot.tasks {
+            match t.state {
+                TaskState::Pending | TaskState::Ready => counts.pending += 1,
+                TaskState::Dispatched | TaskState::Running | TaskState::Synthesizing => {
+                    counts.running += 1
+                }
+                TaskState::WaitingForSubtasks => counts.waiting += 1,
+                TaskState::Landing => counts.landing += 1,
+                TaskState::Completed => counts.completed += 1,
+                TaskState::Failed => counts.failed += 1,
+                TaskState::Cancelled => counts.cancelled += 1,
+            }
+        }
+        let state = match (&self.damage, self.graph.outcome()) {
+            (_, Some(outcome)) => state_name(Some(outcome)),
+            (Some(_), None) => "damaged",
+            (None, None) => state_name(None),
+        };
+        RunStatus {
+            id: record.id.to_string(),
+            request: record.request.clone(),
+            repo: record.repo.to_string_lossy().into_owned(),
+            created_ms: record.created_ms,
+            state: state.into(),
+            counts,
+            last_seq: self.last_seq,
+            awaiting_decision: awaiting_decision(&self.asked, &snapshot),
+            graph: snapshot,
+            damage_noted: self.damage.is_some(),
+            problem: self.damage.as_ref().map(|(seq, error)| {
+                format!("damaged: the journal does not replay at #{seq}: {error}")
+            }),
+        }
     }
 }
 
@@ -347,5 +397,69 @@ mod tests {
         assert_eq!(node.matches('"').count(), 2, "{node}");
         assert!(node.contains("#34;]#59; evil -#62; t1"), "{node}");
         assert!(node.contains("\\x1b]52"), "{node}");
+    }
+
+    /// A replay carried across status calls says exactly what one replay of the whole
+    /// journal says, at every point; once the run ends it is no longer open.
+    #[test]
+    fn a_status_replay_carried_forward_matches_a_replay_from_scratch() {
+        use flotilla_actors::protocol::{RunId, TaskSpec};
+        let mut g = RunGraph::new(Limits::default());
+        let mut kinds = g
+            .submit(vec![
+                TaskSpec::new("one", &["a"]),
+                TaskSpec::new("two", &["b"]),
+            ])
+            .unwrap();
+        kinds.extend(g.planning_finished().unwrap());
+        for id in ["t1", "t2"] {
+            let t: TaskId = id.parse().unwrap();
+            kinds.extend(
+                g.dispatched(&t, 1, "general", flotilla_actors::protocol::Route::Worker)
+                    .unwrap(),
+            );
+            kinds.extend(g.started(&t, 1).unwrap());
+            kinds.extend(
+                g.complete(flotilla_actors::protocol::TaskCompleted {
+                    task: t,
+                    attempt: 1,
+                    handoff: Some(flotilla_actors::protocol::Handoff::complete("done")),
+                    artifacts: Vec::new(),
+                    subplan: None,
+                })
+                .unwrap(),
+            );
+        }
+        let run = RunId::generate();
+        let events: Vec<Event> = kinds
+            .into_iter()
+            .enumerate()
+            .map(|(i, kind)| Event {
+                seq: i as u64 + 1,
+                run,
+                at_ms: 0,
+                kind,
+            })
+            .collect();
+        let record = RunRecord {
+            id: run,
+            request: "r".into(),
+            repo: "/tmp".into(),
+            config: serde_json::Value::Null,
+            created_ms: 0,
+            outcome: None,
+        };
+        let json = |s: &RunStatus| serde_json::to_string(s).unwrap();
+        let mut carried = StatusReplay::new(Limits::default());
+        for cut in 1..=events.len() {
+            // What a status call at this point reads: the events after the last one seen
+            // (and, once, one it had already seen, which is skipped).
+            let from = carried.last_seq().saturating_sub(1) as usize;
+            carried.apply(&events[from..cut]);
+            let whole = status(&record, Limits::default(), &events[..cut]);
+            assert_eq!(json(&carried.status(&record)), json(&whole), "after #{cut}");
+        }
+        assert_eq!(carried.status(&record).state, "completed");
+        assert!(!carried.is_open(), "a finished run's replay is not kept");
     }
 }
