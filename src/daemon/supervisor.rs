@@ -60,6 +60,15 @@ const JOURNAL_RETRY_MAX: Duration = Duration::from_secs(30);
 /// Wait before restarting a run whose member died: enough to let its old actors go.
 const RESTART_DELAY: Duration = Duration::from_millis(50);
 
+/// Starting an actor on a given thread (an arbiter): a run's actors live on the run's own.
+trait StartOn: Actor<Context = Context<Self>> + Send + Sized {
+    fn start_on(self, thread: &ArbiterHandle) -> Addr<Self> {
+        Self::start_in_arbiter(thread, move |_| self)
+    }
+}
+
+impl<A: Actor<Context = Context<A>> + Send> StartOn for A {}
+
 /// Which actor of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Member {
@@ -141,6 +150,9 @@ struct RunEntry {
     problem: Option<RunProblem>,
     /// The run must end Failed with this reason once the journal takes it.
     failing: Option<String>,
+    /// The thread the run's actors live on (ADR-014): made at its first start, kept across
+    /// restarts, stopped once its actors have stopped after the run ended.
+    thread: Option<Arbiter>,
 }
 
 pub struct Supervisor {
@@ -155,7 +167,20 @@ pub struct Supervisor {
     /// The daemon's LLM endpoints, shared by every run (rate limits, concurrency caps).
     providers: Arc<ProviderRegistry>,
     runs: HashMap<RunId, RunEntry>,
+    /// Threads of runs that ended, until their actors have stopped (then the thread is
+    /// stopped; after [`RETIRE_LIMIT`] it is stopped anyway).
+    retiring: Vec<Retiring>,
 }
+
+/// A finished run's thread, waiting for its actors to stop.
+struct Retiring {
+    members: RunMembers,
+    thread: Arbiter,
+    since: std::time::Instant,
+}
+
+/// How long a finished run's actors get to stop before their thread is stopped under them.
+const RETIRE_LIMIT: Duration = Duration::from_secs(30);
 
 impl Supervisor {
     pub fn new(
@@ -174,6 +199,7 @@ impl Supervisor {
             worktrees,
             providers,
             runs: HashMap::new(),
+            retiring: Vec::new(),
         }
     }
 
@@ -223,6 +249,9 @@ impl Supervisor {
         if let Err(reason) = impossible {
             entry.problem = Some(RunProblem::Damaged(reason.clone()));
             entry.life = Life::Damaged;
+            if let Some(thread) = entry.thread.take() {
+                thread.stop();
+            }
             return Err(reason);
         }
         let graph_state = match RunGraph::new(config.limits.clone())
@@ -235,6 +264,12 @@ impl Supervisor {
                 error!(%run, %reason, "run damaged");
                 entry.problem = Some(RunProblem::Damaged(reason.clone()));
                 entry.life = Life::Damaged;
+                if let Some(thread) = entry.thread.take() {
+                    thread.stop();
+                }
+                if let Some(thread) = entry.thread.take() {
+                    thread.stop();
+                }
                 return Err(reason);
             }
         };
@@ -243,9 +278,13 @@ impl Supervisor {
             .filter(|e| matches!(e.kind, EventKind::RunRestarted { .. }))
             .count() as u32;
         if graph_state.outcome().is_some() {
-            self.runs.remove(&run);
+            if let Some(thread) = self.runs.remove(&run).and_then(|e| e.thread) {
+                thread.stop();
+            }
             return Ok(());
         }
+        // The run's actors all start on the run's own thread (ADR-014).
+        let thread = entry.thread.get_or_insert_with(Arbiter::new).handle();
         entry.generation += 1;
         let generation = entry.generation;
         let request = entry.request.clone();
@@ -317,8 +356,11 @@ impl Supervisor {
             })
             .collect();
 
-        let graph_ctx = Context::<TaskGraph>::new();
-        let graph_addr = graph_ctx.address();
+        // The TaskGraph's address is needed before the actor exists (its collaborators hold
+        // it): its mailbox is made here, and the actor is started on that mailbox, on the
+        // run's thread, once built (a Context cannot cross threads; its mailbox can).
+        let (graph_sender, graph_mailbox) = actix::dev::channel::channel::<TaskGraph>(16);
+        let graph_addr = Addr::new(graph_sender);
         let mut keep_worktrees = synthesizing;
         if config.worktrees.keep_failed {
             keep_worktrees.extend(failed_attempts(run, journal.iter().map(|e| &e.kind)));
@@ -335,7 +377,7 @@ impl Supervisor {
             closing: false,
         })
         .watched(self.lifeline(run, generation, Member::Workers, ctx))
-        .start();
+        .start_on(&thread);
         let entry_repo_for_merge = entry_repo.clone();
         let repo_for_merge = Arc::new(GitRepo::new(entry_repo.clone()));
         let repo = Arc::new(GitRepo::new(entry_repo));
@@ -351,7 +393,7 @@ impl Supervisor {
         .with_notices(ctx.address().recipient())
         .resuming(subplanner_conversations)
         .watched(self.lifeline(run, generation, Member::Subplanner, ctx))
-        .start();
+        .start_on(&thread);
         let dispatch = Dispatch::new(
             run,
             config.limits.clone(),
@@ -361,7 +403,7 @@ impl Supervisor {
             subplanner.clone().recipient(),
         )
         .watched(self.lifeline(run, generation, Member::Dispatch, ctx))
-        .start();
+        .start_on(&thread);
         let planner = Planner::new(
             run,
             request,
@@ -375,7 +417,7 @@ impl Supervisor {
         .with_graph_view(graph_addr.clone().recipient())
         .resuming(conversation)
         .watched(self.lifeline(run, generation, Member::Planner, ctx))
-        .start();
+        .start_on(&thread);
         let merge_git = Arc::new(GitMerge::new(
             entry_repo_for_merge.clone(),
             self.worktrees
@@ -395,7 +437,7 @@ impl Supervisor {
             graph_addr.clone().recipient(),
         )
         .watched(self.lifeline(run, generation, Member::Reconciler, ctx))
-        .start();
+        .start_on(&thread);
         let merge_queue = MergeQueue::new(
             run,
             MergeKit {
@@ -410,7 +452,7 @@ impl Supervisor {
         .with_reconciler(reconciler.clone().recipient())
         .with_planner(planner.clone().recipient())
         .watched(self.lifeline(run, generation, Member::MergeQueue, ctx))
-        .start();
+        .start_on(&thread);
         let mut task_graph = TaskGraph::new(
             run,
             graph_state,
@@ -429,7 +471,9 @@ impl Supervisor {
         if let Some(recovery) = recovery {
             task_graph = task_graph.resuming(recovery);
         }
-        graph_ctx.run(task_graph);
+        thread.spawn_fn(move || {
+            Context::with_receiver(graph_mailbox).run(task_graph);
+        });
         if planner_calls == 0 {
             planner.do_send(ToPlanner::Start);
         }
@@ -533,9 +577,22 @@ impl Supervisor {
     fn publish(&mut self, event: Event) {
         if let EventKind::RunFinished { outcome, .. } = &event.kind {
             info!(run = %event.run, ?outcome, "run finished");
-            if let Some(entry) = self.runs.remove(&event.run) {
-                if let Life::Live(members) = entry.life {
-                    members.stop_all();
+            if let Some(mut entry) = self.runs.remove(&event.run) {
+                let thread = entry.thread.take();
+                match (std::mem::replace(&mut entry.life, Life::Restarting), thread) {
+                    (Life::Live(members), Some(thread)) => {
+                        members.stop_all();
+                        self.retiring.push(Retiring {
+                            members,
+                            thread,
+                            since: std::time::Instant::now(),
+                        });
+                    }
+                    (Life::Live(members), None) => members.stop_all(),
+                    (_, Some(thread)) => {
+                        thread.stop();
+                    }
+                    (_, None) => {}
                 }
                 // With keep_failed, the failed attempts' worktrees outlive the run.
                 let journal = entry
@@ -570,6 +627,53 @@ impl Supervisor {
 
 impl Actor for Supervisor {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(Duration::from_millis(500), |act, _| act.reap_threads());
+    }
+}
+
+impl Supervisor {
+    /// Stops the threads of finished runs whose actors have all stopped (or that had
+    /// [`RETIRE_LIMIT`] to do so).
+    fn reap_threads(&mut self) {
+        self.retiring.retain(|r| {
+            let keep = r.members.any_alive() && r.since.elapsed() < RETIRE_LIMIT;
+            if !keep {
+                r.thread.stop();
+            }
+            keep
+        });
+    }
+}
+
+/// At the daemon's stop the supervisor's thread ends and the Supervisor is dropped: every
+/// run's thread is stopped and joined, so none outlives the daemon (and its state lock).
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        let live = self
+            .runs
+            .values()
+            .filter(|e| matches!(e.life, Life::Live(_)))
+            .count();
+        if live > 0 {
+            info!(
+                runs = live,
+                "supervisor stopped with live runs; they resume at the next start"
+            );
+        }
+        let threads = self
+            .runs
+            .values_mut()
+            .filter_map(|e| e.thread.take())
+            .chain(self.retiring.drain(..).map(|r| r.thread));
+        for thread in threads.collect::<Vec<_>>() {
+            thread.stop();
+            if thread.join().is_err() {
+                warn!("a run's thread did not end cleanly");
+            }
+        }
+    }
 }
 
 /// Start a run's actors. `journal` holds its events so far (at least `RunStarted`); when it
@@ -676,6 +780,7 @@ impl Handler<StartRun> for Supervisor {
                 journal_retries: 0,
                 problem: None,
                 failing: None,
+                thread: None,
             },
         );
         self.start_members(run, &journal, ctx)
@@ -699,6 +804,7 @@ impl Handler<RunDamaged> for Supervisor {
                 restarts: 0,
                 journal_retries: 0,
                 failing: None,
+                thread: None,
             },
         );
     }
@@ -980,27 +1086,34 @@ impl Handler<GetRunMembers> for Supervisor {
     }
 }
 
+/// The threads of runs (ADR-014): of live runs, and of finished runs whose actors are
+/// still stopping. For tests and diagnostics.
+#[derive(Message)]
+#[rtype(result = "RunThreadCount")]
+pub struct RunThreads;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, MessageResponse)]
+pub struct RunThreadCount {
+    pub live: usize,
+    pub retiring: usize,
+}
+
+impl Handler<RunThreads> for Supervisor {
+    type Result = RunThreadCount;
+
+    fn handle(&mut self, _: RunThreads, _: &mut Context<Self>) -> Self::Result {
+        RunThreadCount {
+            live: self.runs.values().filter(|e| e.thread.is_some()).count(),
+            retiring: self.retiring.len(),
+        }
+    }
+}
+
 impl Handler<Published> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, Published(event): Published, _: &mut Context<Self>) {
         self.publish(event);
-    }
-}
-
-impl Drop for Supervisor {
-    fn drop(&mut self) {
-        let live = self
-            .runs
-            .values()
-            .filter(|e| matches!(e.life, Life::Live(_)))
-            .count();
-        if live > 0 {
-            info!(
-                runs = live,
-                "supervisor stopped with live runs; they resume at the next start"
-            );
-        }
     }
 }
 

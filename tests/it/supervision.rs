@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla::client::Client;
-use flotilla::daemon::supervisor::{GetRunMembers, Member, StartRun, Supervisor};
+use flotilla::daemon::supervisor::{
+    GetRunMembers, Member, RunThreadCount, RunThreads, StartRun, Supervisor,
+};
 use flotilla::journal::{RunRecord, SqliteJournal};
 use flotilla_actors::ports::{Journal, JournalFault, JournalFaults, SystemClock};
 use flotilla_actors::protocol::{
@@ -528,6 +530,14 @@ async fn when_a_run_ends_every_one_of_its_actors_stops() {
         .await
         .unwrap()
         .expect("the run is live");
+    // The run's actors live on a thread of the run's own (ADR-014)...
+    assert_eq!(
+        supervisor.send(RunThreads).await.unwrap(),
+        RunThreadCount {
+            live: 1,
+            retiring: 0
+        }
+    );
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let e = events.recv().await.unwrap();
@@ -549,6 +559,23 @@ async fn when_a_run_ends_every_one_of_its_actors_stops() {
         "a finished run's actors are all stopped"
     );
     assert!(supervisor.send(GetRunMembers(run)).await.unwrap().is_none());
+    // ...which is stopped once they have all stopped (the supervisor looks twice a second).
+    let mut threads = supervisor.send(RunThreads).await.unwrap();
+    for _ in 0..100 {
+        if threads.retiring == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        threads = supervisor.send(RunThreads).await.unwrap();
+    }
+    assert_eq!(
+        threads,
+        RunThreadCount {
+            live: 0,
+            retiring: 0
+        },
+        "a finished run leaves no thread behind"
+    );
 }
 
 #[tokio::test]
