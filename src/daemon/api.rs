@@ -141,18 +141,9 @@ impl StatusReplays {
         }
     }
 
-    fn forget(&self, run: RunId) {
-        let mut replays = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        replays.remove(&run);
-    }
-
-    /// How many runs have a replay kept (for tests).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -800,9 +791,9 @@ async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, Api
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         (Some(replay), status)
     };
-    match replay {
-        Some(replay) => state.status_replays.keep(run, replay),
-        None => state.status_replays.forget(run),
+    // (An unreadable journal gives no replay: the one taken out above is not put back.)
+    if let Some(replay) = replay {
+        state.status_replays.keep(run, replay);
     }
     if let Some(damage) = unreadable {
         status.mark_damaged(damage);
@@ -1130,4 +1121,49 @@ async fn events(
         // End streams promptly at shutdown, or graceful shutdown would wait on them.
         .take_until(state.shutdown.clone().cancelled_owned());
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)))
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_actors::config::Limits;
+    use flotilla_actors::graph::RunGraph;
+
+    use super::*;
+
+    fn finished_replay() -> report::StatusReplay {
+        let mut graph = RunGraph::new(Limits::default());
+        let events = report::journaled(RunId::generate(), graph.planning_finished().unwrap());
+        let mut replay = report::StatusReplay::new(Limits::default());
+        replay.apply(&events);
+        replay
+    }
+
+    #[test]
+    fn status_replays_keep_only_open_runs_at_most_sixteen_and_hand_each_out_once() {
+        let replays = StatusReplays::default();
+        let run = RunId::generate();
+        replays.keep(run, report::StatusReplay::new(Limits::default()));
+        assert_eq!(replays.len(), 1);
+        assert!(replays.take(run).is_some());
+        assert!(
+            replays.take(run).is_none(),
+            "taken out: a second call starts afresh"
+        );
+
+        let finished = finished_replay();
+        assert!(
+            !finished.is_open(),
+            "planning finished with no task: the run ended"
+        );
+        replays.keep(RunId::generate(), finished);
+        assert_eq!(replays.len(), 0, "a finished run's replay is never kept");
+
+        for _ in 0..MAX_STATUS_REPLAYS + 4 {
+            replays.keep(
+                RunId::generate(),
+                report::StatusReplay::new(Limits::default()),
+            );
+        }
+        assert_eq!(replays.len(), MAX_STATUS_REPLAYS);
+    }
 }

@@ -309,6 +309,24 @@ pub fn mermaid(graph: &GraphSnapshot) -> String {
     out
 }
 
+/// `kinds` as a run's journal would hold them: seqs from 1, in order.
+#[cfg(test)]
+pub(crate) fn journaled(
+    run: flotilla_actors::protocol::RunId,
+    kinds: Vec<EventKind>,
+) -> Vec<Event> {
+    kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, kind)| Event {
+            seq: i as u64 + 1,
+            run,
+            at_ms: 0,
+            kind,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use flotilla_actors::protocol::{Budget, Priority, TaskView};
@@ -431,16 +449,7 @@ mod tests {
             );
         }
         let run = RunId::generate();
-        let events: Vec<Event> = kinds
-            .into_iter()
-            .enumerate()
-            .map(|(i, kind)| Event {
-                seq: i as u64 + 1,
-                run,
-                at_ms: 0,
-                kind,
-            })
-            .collect();
+        let events = journaled(run, kinds);
         let record = RunRecord {
             id: run,
             request: "r".into(),
