@@ -546,8 +546,12 @@ async fn a_second_empty_answer_finishes_planning_and_the_run() {
     loop {
         let Published(event) = events.expect().await;
         kinds.push(event.kind.name());
-        if let EventKind::RunFinished { outcome, .. } = event.kind {
+        if let EventKind::RunFinished { outcome, reason } = event.kind {
             assert_eq!(outcome, RunOutcome::Completed, "{kinds:?}");
+            // A plan of no task that the model meant says so.
+            let reason = reason.expect("a run with no task says why it completed");
+            assert!(reason.contains("planned no task"), "{reason}");
+            assert!(reason.contains("after 2 calls"), "{reason}");
             break;
         }
     }
@@ -571,6 +575,48 @@ async fn a_second_empty_answer_finishes_planning_and_the_run() {
             .content
             .contains("Your previous answer was an empty task list")
     );
+}
+
+#[actix::test]
+async fn a_planner_that_never_produced_a_usable_task_fails_the_run_with_the_reason() {
+    // Every batch is refused (a scope that escapes the repository), until the planner's
+    // call limit ends planning: no task ever existed, so the run did nothing it was asked.
+    let scenario = r#"
+        [[planner.answers]]
+        tasks = [{ description = "escape", scope = ["../outside.rs"] }]
+        [[planner.answers]]
+        tasks = [{ description = "escape again", scope = ["/etc/passwd"] }]
+    "#;
+    let config = PlannerConfig {
+        max_iterations: 2,
+        max_consecutive_errors: 10,
+        backoff_base_ms: 1,
+        backoff_max_ms: 1,
+        ..PlannerConfig::default()
+    };
+    let (_graph, llm, mut events, _dispatch) =
+        start_with_graph(scenario, config, Limits::default());
+    let mut kinds = Vec::new();
+    loop {
+        let Published(event) = events.expect().await;
+        kinds.push(event.kind.name());
+        if let EventKind::RunFinished { outcome, reason } = event.kind {
+            assert_eq!(outcome, RunOutcome::Failed, "{kinds:?}");
+            let reason = reason.expect("a failed run says why");
+            assert!(
+                reason.contains("no usable task in 2 calls"),
+                "the reason says what happened: {reason}"
+            );
+            assert!(
+                reason.contains("/etc/passwd"),
+                "and names the last problem: {reason}"
+            );
+            break;
+        }
+    }
+    assert!(kinds.contains(&"tasks_rejected"), "{kinds:?}");
+    assert!(!kinds.contains(&"task_added"), "{kinds:?}");
+    assert_eq!(llm.requests().len(), 2);
 }
 
 #[actix::test]

@@ -47,9 +47,17 @@ impl RunGraph {
     /// Applies one event. The only mutator of the graph.
     pub fn apply(&mut self, event: &EventKind) -> Result<(), GraphError> {
         match event {
-            EventKind::PlannerResponded { call, usage, .. } => {
+            EventKind::PlannerResponded {
+                call, usage, error, ..
+            } => {
                 self.planner_calls = self.planner_calls.max(call.saturating_add(1));
                 self.run_spent = self.run_spent.saturating_add(usage.spent());
+                self.last_planner_problem = Some(error.clone());
+            }
+            // Only the planner's batches are judged here: a rejected subplan is the
+            // proposer's business.
+            EventKind::TasksRejected { reason } => {
+                self.last_planner_problem = Some(Some(reason.to_string()));
             }
             EventKind::PlannerGaveUp { error } => {
                 self.planning_finished = true;
@@ -98,7 +106,6 @@ impl RunGraph {
                 self.dag[ix].decomposition_open = false;
             }
             EventKind::RunStarted { .. }
-            | EventKind::TasksRejected { .. }
             | EventKind::AwaitingUserDecision { .. }
             | EventKind::MessageIgnored { .. }
             | EventKind::MergeConflict { .. }

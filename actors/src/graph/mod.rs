@@ -156,6 +156,10 @@ pub struct RunGraph {
     planner_gave_up: Option<String>,
     /// Root-planner calls recorded so far; the next call's index.
     planner_calls: u32,
+    /// What the planner's last recorded answer came to: `None` while it gave none, else
+    /// usable (a valid task list the graph took), or the problem with it (unparsable, or a
+    /// batch the graph rejected). A run that ends with no task at all is judged by it.
+    last_planner_problem: Option<Option<String>>,
     /// Everything the run spent: tasks' charged spend and the planner's usage.
     run_spent: Budget,
     /// Set once the run spent more than `limits.run_budget`: (spent, budget) at that moment.
@@ -205,6 +209,7 @@ impl RunGraph {
             cancel_requested: None,
             planner_gave_up: None,
             planner_calls: 0,
+            last_planner_problem: None,
             run_spent: Budget::default(),
             budget_exhausted: None,
             outcome: None,

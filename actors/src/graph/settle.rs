@@ -61,6 +61,11 @@ impl RunGraph {
             } else if let Some(error) = &self.planner_gave_up {
                 let why = format!("the planner gave up: {error}");
                 (RunOutcome::Failed, Some(why))
+            } else if self.dag.node_count() == 0 {
+                // Nothing was ever planned: completed only when the planner meant it (its
+                // last answer was a valid, empty task list after the reminder), else failed
+                // with what was wrong with its answers.
+                self.nothing_planned()
             } else if self.unsuccessful_roots > 0 {
                 let why = format!(
                     "{} of the planner's tasks did not complete",
@@ -76,6 +81,32 @@ impl RunGraph {
             self.emit(out, EventKind::RunFinished { outcome, reason })?;
         }
         Ok(())
+    }
+
+    /// How a run that never had a task ends.
+    fn nothing_planned(&self) -> (RunOutcome, Option<String>) {
+        let calls = self.planner_calls;
+        match &self.last_planner_problem {
+            Some(None) => (
+                RunOutcome::Completed,
+                Some(format!(
+                    "the planner planned no task: after {calls} call{} it answered that the \
+                     request needs no work",
+                    if calls == 1 { "" } else { "s" }
+                )),
+            ),
+            Some(Some(problem)) => (
+                RunOutcome::Failed,
+                Some(format!(
+                    "the planner produced no usable task in {calls} call{}; the last answer: {problem}",
+                    if calls == 1 { "" } else { "s" }
+                )),
+            ),
+            None => (
+                RunOutcome::Failed,
+                Some("the planner produced no task: it gave no answer".to_string()),
+            ),
+        }
     }
 
     /// A just-added task: cancelled if a dependency already failed, ready if none is pending.
