@@ -673,14 +673,8 @@ async fn submit(
     let config_path = config
         .map(Path::to_path_buf)
         .unwrap_or_else(|| repo.join("flotilla.toml"));
-    let run_config = RunConfig::load(&config_path).map_err(|e| {
-        CliError::usage(
-            e.to_string(),
-            Some(
-                "see docs/scenarios.md for the config and scenario formats, or pass --config FILE",
-            ),
-        )
-    })?;
+    let run_config = RunConfig::load(&config_path)
+        .map_err(|e| CliError::usage(e.to_string(), Some(e.hint())))?;
     let body = serde_json::json!({ "request": request, "repo": repo, "config": run_config });
     let created = client.submit(&body).await?;
     if detach {

@@ -291,6 +291,19 @@ pub enum ConfigError {
     NoScenario { path: PathBuf },
 }
 
+impl ConfigError {
+    /// Where the user reads about what went wrong: the scenario guide for scenario files, the
+    /// configuration reference for everything else.
+    pub fn hint(&self) -> &'static str {
+        match self {
+            ConfigError::Scenario { .. } | ConfigError::NoScenario { .. } => {
+                "see docs/scenarios.md for the scenario format, or pass --config FILE"
+            }
+            _ => "see docs/configuration.md for every key, or pass --config FILE",
+        }
+    }
+}
+
 /// Why the text of a `flotilla.toml` is refused (the caller adds the path).
 #[derive(Debug, Clone, PartialEq)]
 pub enum FileProblem {

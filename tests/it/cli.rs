@@ -196,6 +196,27 @@ fn a_broken_config_is_reported_before_anything_is_sent() {
 }
 
 #[test]
+fn a_config_error_points_to_the_reference_that_explains_it() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    // A mistyped key: the configuration reference explains it, not the scenario guide.
+    std::fs::write(
+        repo.path().join("flotilla.toml"),
+        "[limits]\nmax_wokers = 3\n",
+    )
+    .unwrap();
+    flotilla(state.path())
+        .args(["submit", "x", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .code(2)
+        .stderr(
+            predicates::str::contains("max_wokers")
+                .and(predicates::str::contains("hint: see docs/configuration.md")),
+        );
+}
+
+#[test]
 fn help_explains_every_command() {
     let out = Command::cargo_bin("flotilla")
         .unwrap()
