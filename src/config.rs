@@ -163,6 +163,11 @@ pub enum RunConfigError {
         "worker profile {profile:?} names agent {agent:?}: the agents are \"scripted\", \"builtin\" and the [agents.NAME] tables"
     )]
     UnknownAgent { profile: String, agent: String },
+    #[error(
+        "worker profile {profile:?} uses the built-in agent, but no model serves the worker role: \
+         add `worker = \"PROVIDER/MODEL\"` to [roles] (see docs/configuration.md)"
+    )]
+    BuiltinWithoutWorkerModel { profile: String },
     #[error("[agents.{name}]: {source}")]
     CommandAgent {
         name: String,
@@ -430,6 +435,12 @@ impl RunConfig {
                     agent: agent.chars().take(100).collect(),
                 });
             }
+            // Found now, not when every task of the run has failed for want of a model.
+            if profile.agent.as_deref() == Some("builtin") && self.models.roles.worker.is_none() {
+                return Err(RunConfigError::BuiltinWithoutWorkerModel {
+                    profile: profile.name.chars().take(100).collect(),
+                });
+            }
         }
         self.models.validate()?;
         self.scenario
@@ -546,7 +557,8 @@ mod tests {
             RunConfig::load(&path)
         };
         let ok = load(
-            "[agents.claude]\npreset = \"claude-code\"\n[[workers]]\nname = \"a\"\nagent = \"claude\"\n[[workers]]\nname = \"b\"\nagent = \"builtin\"\n",
+            "[agents.claude]\npreset = \"claude-code\"\n[[workers]]\nname = \"a\"\nagent = \"claude\"\n[[workers]]\nname = \"b\"\nagent = \"builtin\"\n\
+             [providers.local]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n[roles]\nworker = \"local/m\"\n",
         )
         .unwrap();
         assert_eq!(ok.agents.len(), 1);
@@ -680,6 +692,45 @@ mod tests {
         std::fs::write(&scenario, "[tasks.\"t1.2\"]\ndelay_ms = 5000\n").unwrap();
         let config = RunConfig::load(&path).unwrap();
         assert_eq!(config.scenario.tasks["t1.2"].step.delay_ms, Some(5000));
+    }
+
+    #[test]
+    fn the_builtin_agent_without_a_worker_model_is_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.toml"), "").unwrap();
+        let path = dir.path().join("flotilla.toml");
+        let profile = "[[workers]]\nname = \"coder\"\nagent = \"builtin\"\n";
+        std::fs::write(
+            &path,
+            format!("[provider]\nscenario = \"s.toml\"\n{profile}"),
+        )
+        .unwrap();
+        let err = RunConfig::load(&path).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                ConfigError::Run {
+                    source: RunConfigError::BuiltinWithoutWorkerModel { profile },
+                    ..
+                } if profile == "coder"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("[roles]"),
+            "the fix is named: {err}"
+        );
+        // With a worker model it loads.
+        std::fs::write(
+            &path,
+            format!(
+                "[provider]\nscenario = \"s.toml\"\n{profile}\
+                 [providers.local]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n\
+                 [roles]\nworker = \"local/m\"\n"
+            ),
+        )
+        .unwrap();
+        RunConfig::load(&path).unwrap();
     }
 
     #[test]
