@@ -450,6 +450,48 @@ impl RunConfig {
         Ok(())
     }
 
+    /// The agent CLIs a worker profile uses whose program cannot be started: not on `path`
+    /// (the daemon's `PATH`, which the scrubbed environment passes on), or, for a program
+    /// named by a path, not an executable file there (relative to `repo`, where the
+    /// attempts' workspaces mirror it). Checked at submit so that a missing CLI is one
+    /// clear refusal, not a failed attempt per task. Reads the file system: call it off
+    /// any actor's thread.
+    pub fn missing_programs(
+        &self,
+        path: Option<&std::ffi::OsStr>,
+        repo: &Path,
+    ) -> Vec<MissingProgram> {
+        let mut missing = Vec::new();
+        for profile in &self.workers {
+            let Some(name) = &profile.agent else { continue };
+            let Some(agent) = self.agents.get(name) else {
+                continue;
+            };
+            let Ok(resolved) = agent.resolved() else {
+                continue;
+            };
+            let program = resolved.program;
+            let found = if program.contains('/') {
+                is_executable(&repo.join(&program))
+            } else {
+                path.into_iter()
+                    .flat_map(std::env::split_paths)
+                    // An empty entry is the current directory: never where an agent's CLI is
+                    // looked for.
+                    .filter(|dir| !dir.as_os_str().is_empty())
+                    .any(|dir| is_executable(&dir.join(&program)))
+            };
+            if !found && !missing.iter().any(|m: &MissingProgram| &m.agent == name) {
+                missing.push(MissingProgram {
+                    profile: profile.name.clone(),
+                    agent: name.clone(),
+                    program,
+                });
+            }
+        }
+        missing
+    }
+
     /// The worker profiles to dispatch to: the configured ones, or one general profile.
     pub fn profiles(&self) -> Vec<WorkerProfile> {
         if self.workers.is_empty() {
@@ -458,6 +500,43 @@ impl RunConfig {
             self.workers.clone()
         }
     }
+}
+
+/// An agent CLI that cannot be started (see [`RunConfig::missing_programs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingProgram {
+    pub profile: String,
+    pub agent: String,
+    pub program: String,
+}
+
+impl fmt::Display for MissingProgram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (profile, agent): (String, String) = (
+            self.profile.chars().take(100).collect(),
+            self.agent.chars().take(100).collect(),
+        );
+        let program: String = self.program.chars().take(200).collect();
+        if program.contains('/') {
+            write!(
+                f,
+                "worker profile {profile:?} uses [agents.{agent}], whose program {program:?} is \
+                 not an executable file"
+            )
+        } else {
+            write!(
+                f,
+                "worker profile {profile:?} uses [agents.{agent}], whose program {program:?} is \
+                 not on the daemon's PATH: install it, start the daemon with it on PATH, or set \
+                 `program` in [agents.{agent}] to its full path"
+            )
+        }
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Reads and parses a `flotilla.toml`, its limits checked.

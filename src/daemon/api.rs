@@ -658,6 +658,11 @@ async fn create_run(
             config
                 .validate()
                 .map_err(|e| unprocessable(e.to_string()))?;
+            // The daemon's PATH is the one its agents' commands are found on.
+            let path = std::env::var_os("PATH");
+            if let Some(missing) = config.missing_programs(path.as_deref(), &root).first() {
+                return Err(unprocessable(missing.to_string()));
+            }
             Ok((root, config))
         })
         .await

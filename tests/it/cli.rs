@@ -196,6 +196,41 @@ fn a_broken_config_is_reported_before_anything_is_sent() {
 }
 
 #[test]
+fn an_agent_cli_missing_from_the_daemons_path_is_refused_at_submit() {
+    let state = tempfile::tempdir().unwrap();
+    let _daemon = DaemonProcess::start(state.path());
+    let repo = git_repo();
+    write_project(repo.path(), TWO_TASKS);
+    let config = std::fs::read_to_string(repo.path().join("flotilla.toml")).unwrap();
+    std::fs::write(
+        repo.path().join("flotilla.toml"),
+        format!(
+            "{config}[agents.ghost]\npreset = \"aider\"\nprogram = \"flotilla-no-such-agent-cli\"\n\
+             [[workers]]\nname = \"coder\"\nagent = \"ghost\"\n"
+        ),
+    )
+    .unwrap();
+    let out = flotilla(state.path())
+        .args(["submit", "x", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(
+        stderr.contains("\"flotilla-no-such-agent-cli\"")
+            && stderr.contains("not on the daemon's PATH"),
+        "{stderr}"
+    );
+    // Refused before a run existed: nothing was planned or tried.
+    let runs = flotilla(state.path())
+        .args(["runs", "--json"])
+        .assert()
+        .success();
+    let runs: serde_json::Value = serde_json::from_slice(&runs.get_output().stdout).unwrap();
+    assert_eq!(runs.as_array().map(Vec::len), Some(0), "{runs}");
+}
+
+#[test]
 fn a_config_error_points_to_the_reference_that_explains_it() {
     let state = tempfile::tempdir().unwrap();
     let repo = git_repo();
