@@ -92,10 +92,16 @@ pub enum Command {
         #[arg(long, value_name = "SEQ")]
         since: Option<u64>,
     },
-    /// Show a run (state, task tree, spending), or the unfinished runs.
+    /// Show a run (state, task tree, spending), or the unfinished runs; with a task, that
+    /// task's whole story: its attempts, why each failed (in full), its handoff, findings,
+    /// branch and landing, and the fixes made for it.
+    ///
+    /// Examples: `flotilla status`, `flotilla status 01a2`, `flotilla status 01a2 t4`.
     Status {
         /// Run id or unique prefix.
         run: Option<String>,
+        /// A task of the run (e.g. t4, t4.2, f1).
+        task: Option<String>,
         /// Print the status as JSON (the API's answer) instead of text.
         #[arg(long)]
         json: bool,
@@ -414,6 +420,26 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
         }
         Command::Status {
             run: Some(run),
+            task: Some(task),
+            json,
+        } => {
+            let story: crate::daemon::story::TaskStory = client
+                .get(&format!(
+                    "/v1/runs/{}/tasks/{}",
+                    segment(run),
+                    segment(task)
+                ))
+                .await?;
+            if *json {
+                emit(&format!("{}\n", render::json_pretty(&story)))?;
+            } else {
+                emit(&render::task_story_text(&story, &Style::detect()))?;
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Status {
+            run: Some(run),
+            task: None,
             json,
         } => {
             let status: RunStatus = client.get(&format!("/v1/runs/{}", segment(run))).await?;
@@ -424,7 +450,9 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             }
             Ok(Exit::Ok)
         }
-        Command::Status { run: None, json } => {
+        Command::Status {
+            run: None, json, ..
+        } => {
             let runs: Vec<RunSummary> = client.get("/v1/runs").await?;
             if *json {
                 let running: Vec<&RunSummary> =

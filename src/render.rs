@@ -635,6 +635,62 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
     out
 }
 
+/// A task's whole story (`flotilla status RUN TASK`): each event about it as the tail
+/// prints it, and under it in full what the tail line shortens: why an attempt failed,
+/// what its handoff said and what flotilla found in its branch.
+pub fn task_story_text(story: &crate::daemon::story::TaskStory, style: &Style) -> String {
+    let safe = |text: &str| terminal_safe(text).into_owned();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} in run {}: {} event(s){}",
+        style.bold(&story.task.to_string()),
+        safe(&story.run),
+        story.events.len(),
+        if story.omitted > 0 {
+            format!(" (the {} oldest left out)", story.omitted)
+        } else {
+            String::new()
+        }
+    );
+    let detail = |out: &mut String, label: &str, text: &str| {
+        let _ = writeln!(out, "        {label}: {}", safe(text));
+    };
+    for e in &story.events {
+        let _ = writeln!(out, "{}", event_line(e, style));
+        match &e.kind {
+            EventKind::TaskFailed { reason, .. } => detail(&mut out, "why", &reason.to_string()),
+            EventKind::TaskCompleted {
+                handoff: Some(h), ..
+            } => {
+                detail(&mut out, "summary", &h.summary);
+                for c in &h.concerns {
+                    detail(&mut out, "concern", c);
+                }
+                for f in &h.findings {
+                    detail(&mut out, "finding", &f.to_string());
+                }
+                if let Some(work) = &h.work {
+                    detail(
+                        &mut out,
+                        "branch",
+                        &format!(
+                            "{} ({} file(s), +{} -{})",
+                            work.branch,
+                            work.files.len(),
+                            work.lines_added,
+                            work.lines_removed
+                        ),
+                    );
+                }
+            }
+            EventKind::TaskCancelled { reason, .. } => detail(&mut out, "why", reason),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Tokens, cost and agent wall time, as the budgets count them.
 pub fn spending(b: &Budget) -> String {
     format!(

@@ -154,6 +154,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/events", get(events))
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/graph", get(graph))
+        .route("/v1/runs/{id}/tasks/{task}", get(task_story))
         .route("/v1/runs/{id}/tasks/{task}/decision", post(decide))
         .route("/v1/gc", post(collect_garbage))
         .fallback(|| async {
@@ -917,6 +918,35 @@ async fn cancel_run(
 /// `flotilla decide`: checks the decision against the journal (the task exists, waits for a
 /// decision, an accepted subtask is one of its completed subtasks) so that a mistake is a
 /// clear 404 or 409 now, then forwards it to the run's TaskGraph, which applies it.
+/// A task's whole story: every event of the run that is about it (`flotilla status RUN
+/// TASK`).
+async fn task_story(
+    State(state): State<AppState>,
+    Path((id, task)): Path<(String, String)>,
+) -> Result<Json<super::story::TaskStory>, ApiError> {
+    let task: TaskId = task.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("{task:?} is not a task id (they look like t4, t4.2 or f1)"),
+        )
+    })?;
+    let record = resolve(&state, &id).await?;
+    let events = read_events(&state, record.id, 0).await?;
+    let run = record.id.to_string();
+    let wanted = task.clone();
+    // A big run's events are many: filtered off the runtime's thread.
+    let story = tokio::task::spawn_blocking(move || super::story::story(run, wanted, events))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    if story.events.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("run {} has no task {task}", record.id),
+        ));
+    }
+    Ok(Json(story))
+}
+
 async fn decide(
     State(state): State<AppState>,
     Path((id, task)): Path<(String, String)>,

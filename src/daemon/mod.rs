@@ -8,6 +8,7 @@
 pub mod api;
 pub mod report;
 pub mod state_lock;
+pub mod story;
 pub mod supervisor;
 
 use std::net::SocketAddr;

@@ -231,6 +231,68 @@ fn an_agent_cli_missing_from_the_daemons_path_is_refused_at_submit() {
 }
 
 #[test]
+fn status_of_a_task_tells_its_whole_story_with_the_reasons_in_full() {
+    // t2's agent reports it is blocked, with a long reason: the tail line shortens it, the
+    // task's story has it whole.
+    let long = format!(
+        "blocked because {} END-OF-REASON",
+        "the schema is missing ".repeat(12)
+    );
+    let scenario = format!(
+        r#"
+        [[planner.answers]]
+        tasks = [
+          {{ description = "write a", scope = ["a.rs"] }},
+          {{ description = "write b", scope = ["b.rs"] }},
+        ]
+        [tasks.t1]
+        summary = "wrote a"
+        [tasks.t2]
+        outcome = "blocked"
+        summary = "{long}"
+        "#
+    );
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    write_project(repo.path(), &scenario);
+    let _daemon = DaemonProcess::start(state.path());
+    let submitted = flotilla(state.path())
+        .args(["submit", "x", "--repo"])
+        .arg(repo.path())
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(1);
+    let stderr = String::from_utf8(submitted.get_output().stderr.clone()).unwrap();
+    let run = stderr.split_whitespace().nth(1).unwrap().to_string();
+
+    let story = flotilla(state.path())
+        .args(["status", &run, "t2"])
+        .assert()
+        .success();
+    let text = String::from_utf8(story.get_output().stdout.clone()).unwrap();
+    assert!(text.starts_with("t2 in run "), "{text}");
+    for needle in ["t2 added", "t2 dispatched", "END-OF-REASON", "why: "] {
+        assert!(text.contains(needle), "{needle:?} in:\n{text}");
+    }
+    assert!(!text.contains("t1 "), "only t2's events:\n{text}");
+
+    let json = flotilla(state.path())
+        .args(["status", &run, "t2", "--json"])
+        .assert()
+        .success();
+    let json: serde_json::Value = serde_json::from_slice(&json.get_output().stdout).unwrap();
+    assert_eq!(json["task"], "t2");
+    assert!(json["events"].as_array().unwrap().len() >= 4, "{json}");
+
+    let missing = flotilla(state.path())
+        .args(["status", &run, "t9"])
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(missing.get_output().stderr.clone()).unwrap();
+    assert!(stderr.contains("has no task t9"), "{stderr}");
+}
+
+#[test]
 fn a_config_error_points_to_the_reference_that_explains_it() {
     let state = tempfile::tempdir().unwrap();
     let repo = git_repo();
