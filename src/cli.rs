@@ -27,19 +27,35 @@ use crate::render::{self, Style, Tally};
 #[derive(Debug, Parser)]
 #[command(name = "flotilla", version, about, long_about)]
 pub struct Cli {
-    /// State directory (journal, socket, token). Default: $XDG_STATE_HOME/flotilla or
-    /// ~/.local/state/flotilla.
-    #[arg(long, global = true, env = "FLOTILLA_STATE_DIR")]
-    pub state_dir: Option<PathBuf>,
-    /// The daemon's Unix socket. Default: <state-dir>/daemon.sock.
-    #[arg(long, global = true, env = "FLOTILLA_SOCKET")]
-    pub socket: Option<PathBuf>,
-    /// Talk to a daemon on loopback TCP instead (it was started with --listen); the bearer
-    /// token is read from <state-dir>/token.
-    #[arg(long, global = true, env = "FLOTILLA_CONNECT", value_name = "ADDR")]
-    pub connect: Option<SocketAddr>,
+    /// Where the daemon is (also accepted after the subcommand that talks to it).
+    #[command(flatten)]
+    pub address: ClientAddress,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Where the daemon keeps its state and serves: for `daemon` and the commands that talk to
+/// it, and nowhere else (`bench` and `providers check` need no daemon).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct DaemonAddress {
+    /// State directory (journal, socket, token). Default: $XDG_STATE_HOME/flotilla or
+    /// ~/.local/state/flotilla.
+    #[arg(long, env = "FLOTILLA_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The daemon's Unix socket. Default: <state-dir>/daemon.sock.
+    #[arg(long, env = "FLOTILLA_SOCKET")]
+    pub socket: Option<PathBuf>,
+}
+
+/// [`DaemonAddress`], and for the commands that talk to a daemon, loopback TCP.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClientAddress {
+    #[command(flatten)]
+    pub daemon: DaemonAddress,
+    /// Talk to a daemon on loopback TCP instead (it was started with --listen); the bearer
+    /// token is read from <state-dir>/token.
+    #[arg(long, env = "FLOTILLA_CONNECT", value_name = "ADDR")]
+    pub connect: Option<SocketAddr>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,6 +67,8 @@ pub enum Command {
     /// it with Ctrl-C or SIGTERM: runs resume when it starts again. While it runs, its PID is
     /// in <state-dir>/daemon.lock.
     Daemon {
+        #[command(flatten)]
+        address: DaemonAddress,
         /// Serve on loopback TCP (e.g. 127.0.0.1:7070) with a bearer token instead of the
         /// Unix socket. Non-loopback addresses are refused.
         #[arg(long, value_name = "ADDR")]
@@ -66,6 +84,8 @@ pub enum Command {
     },
     /// Start a run and follow it until it ends. Exits 0 only if the run completed.
     Submit {
+        #[command(flatten)]
+        address: ClientAddress,
         /// What to build, in words.
         request: String,
         /// The git repository to work on.
@@ -83,6 +103,8 @@ pub enum Command {
     },
     /// Follow a run's events until it ends.
     Tail {
+        #[command(flatten)]
+        address: ClientAddress,
         /// Run id or unique prefix.
         run: String,
         /// One JSON event per line.
@@ -98,6 +120,8 @@ pub enum Command {
     ///
     /// Examples: `flotilla status`, `flotilla status 01a2`, `flotilla status 01a2 t4`.
     Status {
+        #[command(flatten)]
+        address: ClientAddress,
         /// Run id or unique prefix.
         run: Option<String>,
         /// A task of the run (e.g. t4, t4.2, f1).
@@ -108,6 +132,8 @@ pub enum Command {
     },
     /// Export a run's task graph.
     Graph {
+        #[command(flatten)]
+        address: ClientAddress,
         /// Run id or unique prefix.
         run: String,
         /// Mermaid (paste into a Markdown file), Graphviz DOT (`| dot -Tsvg`), or the JSON
@@ -117,6 +143,8 @@ pub enum Command {
     },
     /// Cancel a run.
     Cancel {
+        #[command(flatten)]
+        address: ClientAddress,
         /// Run id or unique prefix.
         run: String,
     },
@@ -127,6 +155,8 @@ pub enum Command {
     /// repository lists them). The daemon does this by itself at every start; this is for
     /// when you want it now.
     Gc {
+        #[command(flatten)]
+        address: ClientAddress,
         /// Only say what would be removed.
         #[arg(long)]
         dry_run: bool,
@@ -140,6 +170,8 @@ pub enum Command {
     /// Examples: `flotilla decide 01a2 t4 --accept t4.2`, `flotilla decide 01a2 t4 --fail`.
     #[command(group(clap::ArgGroup::new("decision").required(true).multiple(false)))]
     Decide {
+        #[command(flatten)]
+        address: ClientAddress,
         /// Run id or unique prefix.
         run: String,
         /// The waiting task (e.g. t4).
@@ -157,6 +189,8 @@ pub enum Command {
     },
     /// List all runs, oldest first.
     Runs {
+        #[command(flatten)]
+        address: ClientAddress,
         /// Print the runs as JSON (the API's answer) instead of one line each.
         #[arg(long)]
         json: bool,
@@ -345,16 +379,58 @@ fn api_hint(status: hyper::StatusCode, message: &str) -> Option<&'static str> {
     }
 }
 
+impl Command {
+    /// Where this command finds the daemon, when it talks to one.
+    fn client_address(&self) -> Option<&ClientAddress> {
+        match self {
+            Command::Submit { address, .. }
+            | Command::Tail { address, .. }
+            | Command::Status { address, .. }
+            | Command::Graph { address, .. }
+            | Command::Cancel { address, .. }
+            | Command::Gc { address, .. }
+            | Command::Decide { address, .. }
+            | Command::Runs { address, .. } => Some(address),
+            Command::Daemon { .. } | Command::Providers { .. } | Command::Bench { .. } => None,
+        }
+    }
+
+    fn daemon_address(&self) -> Option<&DaemonAddress> {
+        match self {
+            Command::Daemon { address, .. } => Some(address),
+            other => other.client_address().map(|a| &a.daemon),
+        }
+    }
+}
+
 impl Cli {
+    /// The state directory: given after the subcommand, before it, or the default.
     pub fn state_dir(&self) -> PathBuf {
-        self.state_dir
-            .clone()
+        self.command
+            .daemon_address()
+            .and_then(|a| a.state_dir.clone())
+            .or_else(|| self.address.daemon.state_dir.clone())
             .unwrap_or_else(paths::default_state_dir)
+    }
+
+    /// The Unix socket given after the subcommand or before it, if any.
+    pub fn socket(&self) -> Option<PathBuf> {
+        self.command
+            .daemon_address()
+            .and_then(|a| a.socket.clone())
+            .or_else(|| self.address.daemon.socket.clone())
+    }
+
+    fn connect(&self) -> Option<SocketAddr> {
+        self.command
+            .client_address()
+            .and_then(|a| a.connect)
+            .or(self.address.connect)
     }
 
     pub fn endpoint(&self) -> Result<Endpoint, CliError> {
         let state_dir = self.state_dir();
-        if let Some(addr) = self.connect {
+        if let Some(addr) = self.connect() {
             // The bearer token travels in cleartext: it may only go to this machine, as the
             // daemon only listens there.
             if !addr.ip().is_loopback() {
@@ -381,8 +457,7 @@ impl Cli {
             });
         }
         Ok(Endpoint::Unix(
-            self.socket
-                .clone()
+            self.socket()
                 .unwrap_or_else(|| paths::socket_path(&state_dir)),
         ))
     }
@@ -413,8 +488,11 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             config,
             detach,
             json,
+            ..
         } => submit(&client, request, repo, config.as_deref(), *detach, *json).await,
-        Command::Tail { run, json, since } => {
+        Command::Tail {
+            run, json, since, ..
+        } => {
             let outcome = follow(&client, run, *since, *json).await?;
             Ok(exit_for(outcome))
         }
@@ -422,6 +500,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             run: Some(run),
             task: Some(task),
             json,
+            ..
         } => {
             let story: crate::daemon::story::TaskStory = client
                 .get(&format!(
@@ -441,6 +520,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             run: Some(run),
             task: None,
             json,
+            ..
         } => {
             let status: RunStatus = client.get(&format!("/v1/runs/{}", segment(run))).await?;
             if *json {
@@ -474,7 +554,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             }
             Ok(Exit::Ok)
         }
-        Command::Graph { run, format } => {
+        Command::Graph { run, format, .. } => {
             let name = match format {
                 GraphFormat::Mermaid => "mermaid",
                 GraphFormat::Dot => "dot",
@@ -494,7 +574,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             }
             Ok(Exit::Ok)
         }
-        Command::Cancel { run } => {
+        Command::Cancel { run, .. } => {
             let answer: serde_json::Value = client
                 .json(
                     Method::POST,
@@ -506,7 +586,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             emit(&format!("cancelling run {}\n", render::terminal_safe(id)))?;
             Ok(Exit::Ok)
         }
-        Command::Gc { dry_run, json } => {
+        Command::Gc { dry_run, json, .. } => {
             let path = if *dry_run {
                 "/v1/gc?dry_run=true"
             } else {
@@ -564,6 +644,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             accept,
             complete: _,
             fail,
+            ..
         } => {
             let (decision, words) = match (accept, fail) {
                 (Some(subtask), _) => {
@@ -594,7 +675,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             Ok(Exit::Ok)
         }
         Command::Providers { .. } => unreachable!("answered above, without the daemon"),
-        Command::Runs { json } => {
+        Command::Runs { json, .. } => {
             let runs: Vec<RunSummary> = client.get("/v1/runs").await?;
             if *json {
                 emit(&format!("{}\n", render::json_pretty(&runs)))?;

@@ -17,6 +17,7 @@ fn main() -> ExitCode {
             listen,
             log_format,
             journal_sync,
+            ..
         } => run_daemon(&cli, *listen, *log_format, *journal_sync),
         command @ Command::Bench { .. } => {
             tune_malloc();
@@ -90,8 +91,7 @@ fn run_daemon(
     let listen = match listen {
         Some(addr) => Listen::Tcp(addr),
         None => Listen::Unix(
-            cli.socket
-                .clone()
+            cli.socket()
                 .unwrap_or_else(|| paths::socket_path(&state_dir)),
         ),
     };

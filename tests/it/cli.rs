@@ -293,6 +293,51 @@ fn status_of_a_task_tells_its_whole_story_with_the_reasons_in_full() {
 }
 
 #[test]
+fn each_command_offers_only_the_daemon_flags_it_uses() {
+    let help = |args: &[&str]| {
+        let out = Command::cargo_bin("flotilla")
+            .unwrap()
+            .args(args)
+            .arg("--help")
+            .assert()
+            .success();
+        String::from_utf8(out.get_output().stdout.clone()).unwrap()
+    };
+    let daemon = help(&["daemon"]);
+    assert!(
+        daemon.contains("--state-dir") && daemon.contains("--socket"),
+        "{daemon}"
+    );
+    assert!(
+        !daemon.contains("--connect"),
+        "the daemon connects to nothing:\n{daemon}"
+    );
+    let bench = help(&["bench"]);
+    for flag in ["--state-dir", "--socket", "--connect"] {
+        assert!(
+            !bench.contains(flag),
+            "bench needs no daemon: {flag}\n{bench}"
+        );
+    }
+    let status = help(&["status"]);
+    for flag in ["--state-dir", "--socket", "--connect"] {
+        assert!(status.contains(flag), "{flag}\n{status}");
+    }
+    // Given after the subcommand, the flags find the daemon as before it.
+    let state = tempfile::tempdir().unwrap();
+    let _daemon = DaemonProcess::start(state.path());
+    Command::cargo_bin("flotilla")
+        .unwrap()
+        .env_remove("FLOTILLA_SOCKET")
+        .env_remove("FLOTILLA_STATE_DIR")
+        .args(["runs", "--json", "--state-dir"])
+        .arg(state.path())
+        .assert()
+        .success()
+        .stdout("[]\n");
+}
+
+#[test]
 fn a_config_error_points_to_the_reference_that_explains_it() {
     let state = tempfile::tempdir().unwrap();
     let repo = git_repo();
@@ -627,10 +672,20 @@ fn help_describes_every_option_and_how_to_run_the_daemon() {
         String::from_utf8(out.get_output().stdout.clone()).unwrap()
     };
     let described = |help: &str, option: &str| {
-        // clap prints an option without a description alone on its line.
-        help.lines()
-            .find(|l| l.trim_start().starts_with(option))
-            .is_some_and(|l| l.trim() != option)
+        // clap prints an option's description on its line, or (in the long layout it picks
+        // when options carry `[env: …]`) indented on the next; an option without one has
+        // neither.
+        let lines: Vec<&str> = help.lines().collect();
+        lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(option))
+            .is_some_and(|i| {
+                lines[i].trim() != option
+                    || lines.get(i + 1).is_some_and(|next| {
+                        let next = next.trim();
+                        !next.is_empty() && !next.starts_with('-')
+                    })
+            })
     };
     assert!(described(&help(&["status"]), "--json"), "status --json");
     assert!(described(&help(&["runs"]), "--json"), "runs --json");
