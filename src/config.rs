@@ -24,6 +24,7 @@ use crate::prompts::{PromptError, PromptOverrides, check_overrides, load_overrid
 use crate::providers::settings::{
     Price, ProviderSettings, ProviderSettingsError, ProviderSpec, RoleModels,
 };
+use crate::sandbox::{SandboxConfig, SandboxConfigError};
 use crate::scripted::{Scenario, ScenarioError};
 
 /// `flotilla.toml`.
@@ -69,6 +70,10 @@ pub struct FileConfig {
     /// USD per million tokens, by `provider/model`.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
+    /// The sandbox of every command the run starts (ADR-015): `[sandbox]`, or
+    /// `sandbox = "none"` to turn it off on purpose.
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
     /// A directory (relative to this file) whose `root-planner.md`, `subplanner.md`,
     /// `worker.md` or `reconciler.md` replace the built-in prompts.
     #[serde(default)]
@@ -127,6 +132,9 @@ pub struct RunConfig {
     /// Prompts that replace built-in ones, by file name (read from `prompts_dir`).
     #[serde(default)]
     pub prompts: PromptOverrides,
+    /// The sandbox of every command the run starts (ADR-015).
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
 }
 
 /// `[worktrees]`: what becomes of attempts' worktrees.
@@ -181,6 +189,8 @@ pub enum RunConfigError {
     Scenario(String),
     #[error("a prompt: {0}")]
     Prompt(#[from] PromptError),
+    #[error("impossible sandbox settings: {0}")]
+    Sandbox(#[from] SandboxConfigError),
 }
 
 /// The largest config or scenario file read. Anything bigger is refused unread.
@@ -389,6 +399,7 @@ impl RunConfig {
             scenario,
             models,
             prompts,
+            sandbox: file.sandbox,
         };
         // What the file-level checks above do not cover (the profiles' agents, …).
         config.validate().map_err(|source| ConfigError::Run {
@@ -414,6 +425,7 @@ impl RunConfig {
         self.builtin_agent.validate()?;
         self.merge.validate()?;
         self.reconciler.validate()?;
+        self.sandbox.validate()?;
         for (name, agent) in &self.agents {
             if AGENT_KINDS.contains(&name.as_str()) {
                 return Err(RunConfigError::ReservedAgentName(name.clone()));

@@ -358,7 +358,7 @@ impl SqliteJournal {
     /// Registers a run and journals its `RunStarted` in one transaction.
     pub fn create_run(&self, record: RunRecord) -> BoxFuture<'static, Result<Event, JournalError>> {
         let id = record.id;
-        let created = self.create_run_once(record, None);
+        let created = self.create_run_once(record, None, None);
         Box::pin(async move {
             match created.await? {
                 SubmitOutcome::Created(event) => Ok(*event),
@@ -624,10 +624,12 @@ impl SqliteJournal {
     /// `RunStarted` and the key are written in one transaction, and a key seen before returns
     /// the run it created instead, if it came with the same request fingerprint
     /// ([`SubmitOutcome::KeyReused`] otherwise). Without a key, always a new run.
+    /// `sandbox` says which sandbox the run's commands are in, for its `RunStarted`.
     pub fn create_run_once(
         &self,
         record: RunRecord,
         key: Option<SubmitKey>,
+        sandbox: Option<String>,
     ) -> BoxFuture<'static, Result<SubmitOutcome, JournalError>> {
         let at_ms = self.clock.now_ms();
         self.write(move |conn| {
@@ -670,6 +672,7 @@ impl SqliteJournal {
             }
             let kind = EventKind::RunStarted {
                 request: record.request.clone(),
+                sandbox,
             };
             let event = insert_event(&tx, record.id, at_ms, kind)?;
             tx.commit().map_err(storage)?;

@@ -23,6 +23,7 @@ pub mod process;
 pub mod prompts;
 pub mod providers;
 pub mod render;
+pub mod sandbox;
 pub mod scripted;
 pub mod sse;
 pub mod worktrees;

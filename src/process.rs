@@ -14,6 +14,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_actors::ports::{
@@ -25,6 +26,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
+
+use crate::sandbox::{INSTALL_HINT, SandboxMode, SandboxPolicy};
 
 /// How long a command gets between SIGTERM and SIGKILL: enough to flush and remove its
 /// temporary files, not enough to hold up a cancelled task.
@@ -42,7 +45,9 @@ const REAP: Duration = Duration::from_secs(5);
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// Runs commands as child processes of the daemon.
+/// Runs commands as child processes of the daemon, each in the default sandbox
+/// ([`SandboxPolicy::default`]: bwrap, the home directory hidden). A run's commands go
+/// through a [`ConfinedRunner`] with the run's policy instead.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TokioProcessRunner;
 
@@ -53,7 +58,103 @@ impl ProcessRunner for TokioProcessRunner {
         cancel: CancellationToken,
         lines: Option<LineSink>,
     ) -> BoxFuture<'static, Result<CommandOutput, ProcessError>> {
-        Box::pin(run(command, cancel, lines))
+        static DEFAULT: std::sync::OnceLock<Arc<SandboxPolicy>> = std::sync::OnceLock::new();
+        let policy = DEFAULT
+            .get_or_init(|| Arc::new(SandboxPolicy::default()))
+            .clone();
+        Box::pin(run(command, policy, cancel, lines))
+    }
+}
+
+/// Runs commands under one sandbox policy: a run's (ADR-015).
+#[derive(Debug, Clone)]
+pub struct ConfinedRunner {
+    policy: Arc<SandboxPolicy>,
+}
+
+impl ConfinedRunner {
+    pub fn new(policy: SandboxPolicy) -> Self {
+        ConfinedRunner {
+            policy: Arc::new(policy),
+        }
+    }
+
+    pub fn policy(&self) -> &SandboxPolicy {
+        &self.policy
+    }
+}
+
+impl ProcessRunner for ConfinedRunner {
+    fn run(
+        &self,
+        command: CommandSpec,
+        cancel: CancellationToken,
+        lines: Option<LineSink>,
+    ) -> BoxFuture<'static, Result<CommandOutput, ProcessError>> {
+        Box::pin(run(command, self.policy.clone(), cancel, lines))
+    }
+}
+
+/// Whether `policy`'s sandbox can be set up here: `Ok` with what is in force (for `status`
+/// and the run's first event), or why not and what to install. bwrap is tried once per
+/// daemon (a real sandbox around `true`), and the answer kept.
+pub async fn probe(policy: &SandboxPolicy) -> Result<String, ProcessError> {
+    if policy.mode == SandboxMode::None {
+        return Ok(policy.describe());
+    }
+    static PROBED: tokio::sync::OnceCell<Result<String, String>> =
+        tokio::sync::OnceCell::const_new();
+    let probed = PROBED
+        .get_or_init(|| async {
+            let probe_dir = std::env::temp_dir();
+            let spec = CommandSpec {
+                program: "true".into(),
+                args: Vec::new(),
+                cwd: probe_dir,
+                stdin: None,
+                env: vec![(
+                    "PATH".into(),
+                    std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
+                )],
+                limits: flotilla_actors::ports::CommandLimits {
+                    wall: Duration::from_secs(30),
+                    stall: None,
+                    output_bytes: 4096,
+                },
+                sandbox: Sandbox::Bwrap,
+            };
+            let (program, args) = invocation(&spec, &SandboxPolicy::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let out = Command::new(&program)
+                .args(&args)
+                .env_clear()
+                .envs(spec.env.iter().map(|(k, v)| (k, v)))
+                .current_dir(&spec.cwd)
+                .stdin(Stdio::null())
+                .output();
+            match timeout(spec.limits.wall, out).await {
+                Ok(Ok(out)) if out.status.success() => {
+                    let version = Command::new(&program).arg("--version").output().await;
+                    Ok(version
+                        .ok()
+                        .map(|v| String::from_utf8_lossy(&v.stdout).trim().to_string())
+                        .filter(|v| !v.is_empty())
+                        .unwrap_or_else(|| "bwrap".into()))
+                }
+                Ok(Ok(out)) => Err(format!(
+                    "bwrap cannot set up a sandbox here ({}: {}); {INSTALL_HINT}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )),
+                Ok(Err(e)) => Err(format!("bwrap cannot start ({e}); {INSTALL_HINT}")),
+                Err(_) => Err(format!("bwrap did not answer; {INSTALL_HINT}")),
+            }
+        })
+        .await;
+    match probed {
+        Ok(version) => Ok(format!("{version} — {}", policy.describe())),
+        Err(why) => Err(ProcessError::SandboxUnavailable(why.clone())),
     }
 }
 
@@ -67,10 +168,15 @@ enum Ended {
 
 async fn run(
     mut spec: CommandSpec,
+    policy: Arc<SandboxPolicy>,
     cancel: CancellationToken,
     lines: Option<LineSink>,
 ) -> Result<CommandOutput, ProcessError> {
-    let (program, args) = invocation(&spec).await?;
+    if policy.mode == SandboxMode::Bwrap {
+        // A machine without a working bwrap refuses every command with what to install,
+        // rather than failing each one with bwrap's own message.
+        probe(&policy).await?;
+    }
     // A missing working directory fails the spawn with the same "No such file or directory"
     // as a missing program; say which it was.
     let cwd_is_dir = tokio::fs::metadata(&spec.cwd)
@@ -86,6 +192,7 @@ async fn run(
             ),
         });
     }
+    let (program, args) = invocation(&spec, &policy).await?;
 
     let mut command = Command::new(&program);
     command
@@ -103,6 +210,29 @@ async fn run(
         .process_group(0)
         // The last resort, for the direct child only; `Group` covers the rest.
         .kill_on_drop(true);
+    let limits = policy.limits;
+    let unsandboxed = policy.mode == SandboxMode::None;
+    let daemon = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
+    // calls (setrlimit, getrlimit, prctl, getppid), touching no memory shared with the
+    // parent's other threads.
+    unsafe {
+        command.pre_exec(move || {
+            limits.apply()?;
+            if unsandboxed {
+                // bwrap's --die-with-parent does this for sandboxed commands: a daemon
+                // killed with SIGKILL takes its commands with it.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The daemon died before the prctl: nobody would reap or stop us.
+                if libc::getppid() != daemon {
+                    return Err(io::Error::other("the daemon is gone"));
+                }
+            }
+            Ok(())
+        });
+    }
 
     let start = Instant::now();
     let mut child = command.spawn().map_err(|e| ProcessError::Spawn {
@@ -167,7 +297,7 @@ async fn run(
             // group (`sleep 1000 &`), and would hold the pipes open.
             group.kill();
             let status = status.map_err(|e| io_error(&spec.program, &e.to_string()))?;
-            exit_of(status)
+            exit_of(status, !unsandboxed)
                 .ok_or_else(|| io_error(&spec.program, "it ended with an unknown status"))?
         }
         Ended::Stopped(exit) => {
@@ -223,22 +353,29 @@ fn io_error(program: &str, detail: &str) -> ProcessError {
 }
 
 /// An exit code when it exited, the signal when one ended it (one flotilla did not send: a
-/// stop of ours is reported as the limit or the cancel that caused it).
-fn exit_of(status: ExitStatus) -> Option<Exit> {
+/// stop of ours is reported as the limit or the cancel that caused it). bwrap exits with
+/// 128 + the signal that ended its command, as shells do: read back as that signal.
+fn exit_of(status: ExitStatus, sandboxed: bool) -> Option<Exit> {
     status
         .code()
-        .map(|code| Exit::Code { code })
+        .map(|code| match code {
+            129..=192 if sandboxed => Exit::Signal { signal: code - 128 },
+            code => Exit::Code { code },
+        })
         .or_else(|| status.signal().map(|signal| Exit::Signal { signal }))
 }
 
 /// The program and arguments actually started: the command itself, or bwrap around it.
-async fn invocation(spec: &CommandSpec) -> Result<(OsString, Vec<OsString>), ProcessError> {
-    match spec.sandbox {
-        Sandbox::None => Ok((
+async fn invocation(
+    spec: &CommandSpec,
+    policy: &SandboxPolicy,
+) -> Result<(OsString, Vec<OsString>), ProcessError> {
+    match policy.mode {
+        SandboxMode::None => Ok((
             spec.program.clone().into(),
             spec.args.iter().map(OsString::from).collect(),
         )),
-        Sandbox::Bwrap => {
+        SandboxMode::Bwrap => {
             // The PATH the command will see, so that a sandbox is found exactly where the
             // command's own tools are; the daemon's PATH when the caller gave none.
             let path = spec
@@ -247,12 +384,27 @@ async fn invocation(spec: &CommandSpec) -> Result<(OsString, Vec<OsString>), Pro
                 .find(|(name, _)| name == "PATH")
                 .map(|(_, value)| OsString::from(value))
                 .or_else(|| std::env::var_os("PATH"));
-            let Some(bwrap) = find_on_path("bwrap", path).await else {
-                return Err(ProcessError::SandboxUnavailable(
-                    Sandbox::Bwrap,
-                    "bwrap is not installed".into(),
-                ));
+            let Some(bwrap) = find_on_path("bwrap", path.clone()).await else {
+                return Err(ProcessError::SandboxUnavailable(format!(
+                    "bwrap is not installed; {INSTALL_HINT}"
+                )));
             };
+            // A program that is not there fails here as it would unsandboxed, rather than
+            // as bwrap's exit status.
+            let found = if spec.program.contains('/') {
+                let candidate = spec.cwd.join(&spec.program);
+                tokio::fs::metadata(&candidate)
+                    .await
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            } else {
+                find_on_path(&spec.program, path).await.is_some()
+            };
+            if !found {
+                return Err(ProcessError::Spawn {
+                    program: spec.program.clone(),
+                    detail: "No such file or directory (os error 2)".into(),
+                });
+            }
             // bwrap binds paths as given; a relative or symlinked cwd would bind elsewhere.
             let cwd =
                 tokio::fs::canonicalize(&spec.cwd)
@@ -261,37 +413,9 @@ async fn invocation(spec: &CommandSpec) -> Result<(OsString, Vec<OsString>), Pro
                         program: spec.program.clone(),
                         detail: format!("the working directory {}: {e}", spec.cwd.display()),
                     })?;
-            let mut args: Vec<OsString> = [
-                "--ro-bind",
-                "/",
-                "/",
-                "--dev",
-                "/dev",
-                "--proc",
-                "/proc",
-                "--tmpfs",
-                "/tmp",
-            ]
-            .into_iter()
-            .map(OsString::from)
-            .collect();
-            args.extend([
-                "--bind".into(),
-                cwd.clone().into_os_string(),
-                cwd.clone().into_os_string(),
-            ]);
-            args.extend(
-                [
-                    "--unshare-net",
-                    "--unshare-pid",
-                    "--die-with-parent",
-                    "--new-session",
-                    "--chdir",
-                ]
-                .map(OsString::from),
-            );
-            args.push(cwd.into_os_string());
-            args.push("--".into());
+            let mut args = policy
+                .bwrap_args(&cwd, &spec.program, spec.sandbox == Sandbox::Network)
+                .await;
             args.push(spec.program.clone().into());
             args.extend(spec.args.iter().map(OsString::from));
             Ok((bwrap.into_os_string(), args))

@@ -235,9 +235,14 @@ pub fn event_line(e: &Event, style: &Style) -> String {
 fn describe(kind: &EventKind) -> (String, Tone) {
     let plain = |text: String| (text, Tone::Plain);
     match kind {
-        EventKind::RunStarted { request } => {
-            plain(format!("run started: {}", shorten(request, 100)))
-        }
+        EventKind::RunStarted { request, sandbox } => match sandbox {
+            Some(sandbox) => plain(format!(
+                "run started: {} (sandbox: {})",
+                shorten(request, 100),
+                shorten(sandbox, 80)
+            )),
+            None => plain(format!("run started: {}", shorten(request, 100))),
+        },
         EventKind::PlannerResponded {
             call,
             error: Some(error),
@@ -1160,6 +1165,7 @@ mod tests {
         vec![
             EventKind::RunStarted {
                 request: HOSTILE.into(),
+                sandbox: Some(HOSTILE.into()),
             },
             EventKind::PlannerResponded {
                 call: 0,
@@ -1560,6 +1566,7 @@ mod tests {
                 1_000,
                 EventKind::RunStarted {
                     request: "r".into(),
+                    sandbox: None,
                 },
             ),
             event(

@@ -46,7 +46,8 @@ pub struct BuiltinConfig {
     pub command_timeout_secs: u64,
     /// What the model reads of a command's stdout and of its stderr.
     pub command_output_bytes: usize,
-    /// `bwrap`: commands run with the worktree writable, the rest read-only, no network.
+    /// Commands always run in the run's sandbox (`[sandbox]`, ADR-015); `"network"` gives
+    /// them the host's network, `"bwrap"` (the default) none.
     pub sandbox: Sandbox,
 }
 
@@ -60,7 +61,7 @@ impl Default for BuiltinConfig {
             max_output_tokens: 4_096,
             command_timeout_secs: 300,
             command_output_bytes: 16 * 1024,
-            sandbox: Sandbox::None,
+            sandbox: Sandbox::Bwrap,
         }
     }
 }

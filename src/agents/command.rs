@@ -149,8 +149,9 @@ pub struct CommandAgentConfig {
     /// Variables holding credentials the CLI needs (its API key), passed on purpose. When
     /// empty, the preset's list; a non-empty list replaces it.
     pub secrets: Vec<String>,
-    /// `bwrap`: the worktree writable, the rest read-only, and no network, which a CLI that
-    /// calls its model over the network cannot work without.
+    /// The CLI always runs in the run's sandbox (`[sandbox]`, ADR-015): `"bwrap"` (the
+    /// default) without network, `"network"` with the host's network, which a CLI that calls
+    /// its model over the network cannot work without.
     pub sandbox: Sandbox,
 }
 
@@ -167,7 +168,7 @@ impl Default for CommandAgentConfig {
             output_bytes: 64 * 1024,
             env_pass: Vec::new(),
             secrets: Vec::new(),
-            sandbox: Sandbox::None,
+            sandbox: Sandbox::Bwrap,
         }
     }
 }

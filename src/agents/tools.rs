@@ -51,7 +51,7 @@ impl Default for ToolLimits {
                 stall: None,
                 output_bytes: 16 * 1024,
             },
-            sandbox: Sandbox::None,
+            sandbox: Sandbox::Bwrap,
         }
     }
 }

@@ -23,6 +23,7 @@
 //! reading a request's head (which also closes idle keep-alive connections); a connection
 //! past the cap gets a 503. An event stream is not idle: it is an answer being written.
 
+use crate::sandbox::SandboxPolicy;
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -669,6 +670,12 @@ async fn create_run(
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
 
+    // No run is created where its commands could not be sandboxed: the error says what to
+    // install, or how to turn the sandbox off on purpose (ADR-015).
+    let sandbox = crate::process::probe(&SandboxPolicy::for_run(&config.sandbox, &[], &repo))
+        .await
+        .map_err(|e| unprocessable(e.to_string()))?;
+
     let id = RunId::generate();
     let record = RunRecord {
         id,
@@ -681,7 +688,10 @@ async fn create_run(
             .unwrap_or(0),
         outcome: None,
     };
-    let started = match state.journal.create_run_once(record, key).await? {
+    let started = match state
+        .journal
+        .create_run_once(record, key, Some(sandbox))
+        .await? {
         SubmitOutcome::Created(started) => *started,
         // A retry of a submission whose answer was lost: the run exists (and runs, or was
         // resumed at start-up); answer with it rather than start a second one.

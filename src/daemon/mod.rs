@@ -101,7 +101,11 @@ pub async fn serve(
         hub.clone(),
         paths::worktrees_dir(&options.state_dir),
         Arc::new(providers),
-    );
+    )
+    .hiding(match &options.listen {
+        Listen::Unix(socket) => Some(socket.clone()),
+        Listen::Tcp(_) => None,
+    });
     let supervisor = Supervisor::start_in_arbiter(&runs_thread.handle(), move |_| supervisor);
     resume_unfinished(&journal, &supervisor).await;
     // What runs that ended while no daemon watched (a crash, a kill) left behind.

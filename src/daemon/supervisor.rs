@@ -47,7 +47,8 @@ use crate::config::RunConfig;
 use crate::git_repo::GitRepo;
 use crate::journal::SqliteJournal;
 use crate::merge_git::GitMerge;
-use crate::process::TokioProcessRunner;
+use crate::process::ConfinedRunner;
+use crate::sandbox::SandboxPolicy;
 use crate::prompts;
 use crate::providers::ProviderRegistry;
 use crate::scripted::{ScriptedAgent, ScriptedLlm};
@@ -166,6 +167,9 @@ pub struct Supervisor {
     worktrees: PathBuf,
     /// The daemon's LLM endpoints, shared by every run (rate limits, concurrency caps).
     providers: Arc<ProviderRegistry>,
+    /// What no command of a run may see (ADR-015): the state directory (journal, token,
+    /// every attempt's worktree), the socket wherever it is.
+    daemon_paths: Vec<PathBuf>,
     runs: HashMap<RunId, RunEntry>,
     /// Threads of runs that ended, until their actors have stopped (then the thread is
     /// stopped; after [`RETIRE_LIMIT`] it is stopped anyway).
@@ -196,11 +200,19 @@ impl Supervisor {
             journal_port,
             clock,
             hub,
+            daemon_paths: vec![worktrees.parent().unwrap_or(&worktrees).to_path_buf()],
             worktrees,
             providers,
             runs: HashMap::new(),
             retiring: Vec::new(),
         }
+    }
+
+    /// Also hides `paths` from every command (the daemon's socket, when it is not in the
+    /// state directory).
+    pub fn hiding(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
+        self.daemon_paths.extend(paths);
+        self
     }
 
     fn lifeline(
@@ -311,7 +323,11 @@ impl Supervisor {
         // the others replay the scenario.
         let scripted: Arc<dyn Llm> = Arc::new(ScriptedLlm::new(config.scenario.clone()));
         let llm: Arc<dyn Llm> = Arc::new(self.providers.llm_for(&config.models, Some(scripted)));
-        let runner: Arc<dyn ProcessRunner> = Arc::new(TokioProcessRunner);
+        // One sandbox policy for every command of the run: agents, verification, the merge
+        // gate and the Reconciler's sweeps (ADR-015).
+        let policy = SandboxPolicy::for_run(&config.sandbox, &self.daemon_paths, &entry_repo);
+        let runner: Arc<dyn ProcessRunner> = Arc::new(ConfinedRunner::new(policy));
+        let runner_for_merge = runner.clone();
         let agents = agent_set(&config, llm.clone(), runner.clone());
         let checks = config
             .checks
@@ -424,7 +440,6 @@ impl Supervisor {
                 .join(run.to_string())
                 .join(crate::worktrees::SCRATCH_DIR),
         ));
-        let runner_for_merge: Arc<dyn ProcessRunner> = Arc::new(TokioProcessRunner);
         let reconciler = Reconciler::new(
             run,
             ReconcilerKit {

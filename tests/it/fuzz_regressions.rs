@@ -51,6 +51,7 @@ fn an_event_stream_may_start_with_a_byte_order_mark() {
         2,
         EventKind::RunStarted {
             request: "ü".into(),
+            sandbox: None,
         },
     );
     let body = format!("\u{feff}: keep-alive\n\n{one}{two}").into_bytes();

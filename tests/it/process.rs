@@ -5,7 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flotilla::process::TokioProcessRunner;
+use flotilla::process::{ConfinedRunner, TokioProcessRunner};
+use flotilla::sandbox::{SandboxConfig, SandboxMode, SandboxPolicy};
 use flotilla_actors::ports::{
     CommandLimits, CommandSpec, EnvPolicy, Exit, LineSink, ProcessError, ProcessRunner, Sandbox,
     Stream, scrubbed_env,
@@ -21,6 +22,53 @@ async fn run(spec: CommandSpec) -> flotilla_actors::ports::CommandOutput {
         .run(spec, CancellationToken::new(), None)
         .await
         .unwrap()
+}
+
+/// A runner with `[sandbox] mode = "none"`: what the process-group tests below look at is
+/// the host's pids, which a sandboxed command's pid namespace hides (the sandboxed case is
+/// `a_sandboxed_command_leaves_nothing_behind`).
+fn unsandboxed() -> ConfinedRunner {
+    let config = SandboxConfig {
+        mode: SandboxMode::None,
+        ..SandboxConfig::default()
+    };
+    ConfinedRunner::new(SandboxPolicy::for_run(
+        &config,
+        &[],
+        std::path::Path::new("/nonexistent"),
+    ))
+}
+
+async fn run_unsandboxed(spec: CommandSpec) -> flotilla_actors::ports::CommandOutput {
+    unsandboxed()
+        .run(spec, CancellationToken::new(), None)
+        .await
+        .unwrap()
+}
+
+/// Whether no process on the host runs `sleep <token>` (a bounded wait for them to go).
+async fn none_runs(token: &str) -> bool {
+    let needle = format!("sleep\0{token}\0");
+    for _ in 0..100 {
+        let mut alive = false;
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let zombie = stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            if !zombie && String::from_utf8_lossy(&cmdline).contains(&needle) {
+                alive = true;
+            }
+        }
+        if !alive {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
 }
 
 /// Whether the process with this pid is dead (a bounded wait for it to go). A zombie counts
@@ -83,7 +131,7 @@ async fn a_command_past_its_time_is_killed_with_everything_it_started() {
     let mut spec = sh("sleep 300 & echo $! > pid; sleep 300", dir.path());
     spec.limits.wall = Duration::from_millis(300);
     let started = Instant::now();
-    let out = run(spec).await;
+    let out = run_unsandboxed(spec).await;
     assert_eq!(out.exit, Exit::TimedOut);
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(
@@ -97,7 +145,7 @@ async fn a_command_that_exits_leaves_no_background_child_behind() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let started = Instant::now();
-    let out = run(sh("sleep 300 & echo $! > pid; exit 0", dir.path())).await;
+    let out = run_unsandboxed(sh("sleep 300 & echo $! > pid; exit 0", dir.path())).await;
     assert_eq!(out.exit, Exit::Code { code: 0 });
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -133,7 +181,7 @@ async fn a_cancel_kills_the_group() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let cancel = CancellationToken::new();
-    let running = tokio::spawn(TokioProcessRunner.run(
+    let running = tokio::spawn(unsandboxed().run(
         sh("sleep 300 & echo $! > pid; sleep 300", dir.path()),
         cancel.clone(),
         None,
@@ -149,7 +197,7 @@ async fn a_cancel_kills_the_group() {
 async fn dropping_the_run_kills_the_group() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
-    let running = tokio::spawn(TokioProcessRunner.run(
+    let running = tokio::spawn(unsandboxed().run(
         sh("sleep 300 & echo $! > pid; sleep 300", dir.path()),
         CancellationToken::new(),
         None,
@@ -282,6 +330,9 @@ async fn the_environment_is_only_what_the_caller_built() {
     let out = run(spec).await;
     let mut got: Vec<String> = out.stdout.text.lines().map(str::to_string).collect();
     got.sort();
+    // bwrap sets PWD to the working directory it changed to; nothing else is added.
+    let pwd = format!("PWD={}", dir.path().canonicalize().unwrap().display());
+    got.retain(|line| *line != pwd);
     assert_eq!(got, expected, "exactly the caller's environment");
     assert!(!out.stdout.text.contains("secret"));
     // The test process's own variables (cargo sets this one) do not leak either.
@@ -326,7 +377,7 @@ async fn the_sandbox_is_refused_where_bwrap_is_missing_and_confines_where_it_is_
         .run(spec, CancellationToken::new(), None)
         .await;
     match result {
-        Err(ProcessError::SandboxUnavailable(Sandbox::Bwrap, _)) => {
+        Err(ProcessError::SandboxUnavailable(_)) => {
             eprintln!("bwrap is not installed here: only the refusal is checked");
         }
         Ok(out) => {
@@ -339,4 +390,51 @@ async fn the_sandbox_is_refused_where_bwrap_is_missing_and_confines_where_it_is_
         }
         Err(other) => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_sandboxed_command_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = |n: u32| format!("{}.{}", 3000 + n, std::process::id());
+    // It exits with a background child, even one in a session of its own.
+    let exits = token(1);
+    let out = run(sh(
+        &format!("sleep {exits} & setsid sleep {exits} & exit 0"),
+        dir.path(),
+    ))
+    .await;
+    assert_eq!(out.exit, Exit::Code { code: 0 });
+    assert!(none_runs(&exits).await, "a background child survived");
+    // It runs past its time.
+    let late = token(2);
+    let mut spec = sh(&format!("setsid sleep {late} & sleep {late}"), dir.path());
+    spec.limits.wall = Duration::from_millis(300);
+    assert_eq!(run(spec).await.exit, Exit::TimedOut);
+    assert!(none_runs(&late).await, "a child survived the time limit");
+    // It is cancelled, once it is surely running.
+    let cancelled = token(3);
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(TokioProcessRunner.run(
+        sh(
+            &format!("setsid sleep {cancelled} & echo started > started; sleep {cancelled}"),
+            dir.path(),
+        ),
+        cancel.clone(),
+        None,
+    ));
+    written(&dir.path().join("started")).await;
+    cancel.cancel();
+    assert_eq!(running.await.unwrap().unwrap().exit, Exit::Cancelled);
+    assert!(none_runs(&cancelled).await, "a child survived the cancel");
+}
+
+/// Waits (bounded) for a file to be written.
+async fn written(file: &std::path::Path) {
+    for _ in 0..200 {
+        if tokio::fs::metadata(file).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{} was never written", file.display());
 }

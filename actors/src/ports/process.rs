@@ -8,6 +8,9 @@
 //! it is on the short list of harmless variables or named by the caller. When a limit is hit
 //! or the caller cancels, the whole group is killed, so nothing a command started outlives
 //! it. An exit status is not an error: [`Exit`] says how the command ended.
+//!
+//! Every command is sandboxed by its runner's policy (ADR-015): a [`CommandSpec`] only
+//! says whether it needs the host's network ([`Sandbox`]).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -92,16 +95,50 @@ pub fn scrubbed_env(
     env.into_iter().collect()
 }
 
-/// How a command is isolated beyond its process group.
+/// What one command asks of the sandbox its runner puts it in. Every command is confined
+/// by the run's sandbox policy (the runner's: ADR-015); a command can only ask for the
+/// host's network on top, which an agent CLI that calls its provider needs. Whether a
+/// sandbox is used at all is the run's choice (`[sandbox] mode`), never a command's.
+///
+/// In an agent's configuration: `sandbox = "bwrap"` (the default) or
+/// `sandbox = "network"`. The old `sandbox = "none"` is refused with a message that names
+/// the run-level switch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String", into = "String")]
 pub enum Sandbox {
-    /// No isolation: the command sees what the daemon's user sees.
+    /// The run's sandbox, without network.
     #[default]
-    None,
-    /// `bwrap`: the working directory writable, the rest of the file system read-only, no
-    /// network. Refused (`ProcessError::SandboxUnavailable`) where bwrap is not installed.
     Bwrap,
+    /// The run's sandbox, with the host's network (the file system stays confined).
+    Network,
+}
+
+impl TryFrom<String> for Sandbox {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        match name.as_str() {
+            "bwrap" => Ok(Sandbox::Bwrap),
+            "network" => Ok(Sandbox::Network),
+            "none" => Err("sandbox = \"none\" is no longer a per-agent setting: every command \
+                 of a run is sandboxed by the run's [sandbox] table; set mode = \"none\" there \
+                 to turn the sandbox off for the whole run (docs/security.md), or \
+                 sandbox = \"network\" here to give this agent the host's network"
+                .into()),
+            other => Err(format!(
+                "unknown sandbox {other:?}: \"bwrap\" (the default) or \"network\""
+            )),
+        }
+    }
+}
+
+impl From<Sandbox> for String {
+    fn from(sandbox: Sandbox) -> String {
+        match sandbox {
+            Sandbox::Bwrap => "bwrap".into(),
+            Sandbox::Network => "network".into(),
+        }
+    }
 }
 
 /// The limits of one command.
@@ -151,7 +188,7 @@ impl CommandSpec {
             stdin: None,
             env: scrubbed_env(std::env::vars(), &EnvPolicy::default(), &[]),
             limits: CommandLimits::default(),
-            sandbox: Sandbox::None,
+            sandbox: Sandbox::Bwrap,
         }
     }
 }
@@ -260,9 +297,10 @@ pub enum ProcessError {
     /// directory).
     #[error("cannot start {program}: {detail}")]
     Spawn { program: String, detail: String },
-    /// The sandbox was asked for and cannot be had here.
-    #[error("the {0:?} sandbox is not available on this machine: {1}")]
-    SandboxUnavailable(Sandbox, String),
+    /// The run's sandbox cannot be set up on this machine (the message says what to
+    /// install, or how to turn the sandbox off deliberately).
+    #[error("the sandbox is not available on this machine: {0}")]
+    SandboxUnavailable(String),
     #[error("while running {program}: {detail}")]
     Io { program: String, detail: String },
 }

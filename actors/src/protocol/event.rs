@@ -28,6 +28,10 @@ pub struct Event {
 pub enum EventKind {
     RunStarted {
         request: String,
+        /// The sandbox every command of the run is in (ADR-015), as the daemon found it at
+        /// submit; absent in journals written before sandboxes were reported.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sandbox: Option<String>,
     },
     /// One root-planner LLM call, recorded before its tasks are submitted, so that recovery
     /// rebuilds the conversation instead of asking again. `error` is set when the answer
@@ -328,6 +332,7 @@ impl EventKind {
         vec![
             EventKind::RunStarted {
                 request: "fix \u{0}it".into(),
+                sandbox: Some("bwrap".into()),
             },
             EventKind::PlannerResponded {
                 call: u32::MAX,

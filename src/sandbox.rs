@@ -1,0 +1,456 @@
+//! The run's sandbox (ADR-015): one policy, taken from `[sandbox]` in the run's
+//! configuration, that the process runner applies to every command it starts for a task —
+//! agent CLIs, the built-in agent's `run_command`, scripted `run` steps, verification
+//! commands, the merge gate and the Reconciler's sweeps.
+//!
+//! With `mode = "bwrap"` (the default) a command runs under bubblewrap: the root file
+//! system read-only; the daemon's state directory (journal, socket, token, every attempt's
+//! workspace), the user's checkout, `$HOME`, `/run` and `/tmp` hidden behind empty tmpfs;
+//! the user's `.git` shown back read-only (so git in a linked worktree reads); the command's
+//! own working directory bound back writable; its own user, PID, IPC, UTS and (unless it
+//! asked for it) network namespaces; killed with its runner; and resource limits set
+//! before it starts. With `mode = "none"` commands run as the daemon's user, which the
+//! configuration has to say on purpose.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What to install when no sandbox can be set up.
+pub const INSTALL_HINT: &str = "install bubblewrap (`apt-get install bubblewrap`), or set \
+     [sandbox] mode = \"none\" in flotilla.toml to run agents and gate commands unsandboxed \
+     on purpose (docs/security.md)";
+
+/// `[sandbox]`: the run's sandbox. Also accepted as a plain string, `sandbox = "none"`
+/// (or `"bwrap"`), for the mode with the default limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SandboxConfig {
+    pub mode: SandboxMode,
+    /// Host paths shown read-only inside (absolute, or `~/…`): what an agent CLI needs of
+    /// the hidden home directory, say `~/.claude`.
+    pub read_only: Vec<String>,
+    /// Host paths shown writable inside (absolute, or `~/…`). Everything listed here is
+    /// within reach of every agent: list as little as possible.
+    pub writable: Vec<String>,
+    /// The most processes a command may have at once (`RLIMIT_NPROC`, counted inside the
+    /// sandbox's own user namespace).
+    pub max_processes: u64,
+    /// The most private memory one process may map, in MiB (`RLIMIT_DATA`).
+    pub max_memory_mb: u64,
+    /// The largest file a command may write, in MiB (`RLIMIT_FSIZE`).
+    pub max_file_mb: u64,
+    /// The most CPU time one process may use, in seconds (`RLIMIT_CPU`).
+    pub max_cpu_secs: u64,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            mode: SandboxMode::Bwrap,
+            read_only: Vec::new(),
+            writable: Vec::new(),
+            max_processes: 2048,
+            max_memory_mb: 16 * 1024,
+            max_file_mb: 8 * 1024,
+            max_cpu_secs: 4 * 3600,
+        }
+    }
+}
+
+/// The table form, as written.
+#[derive(Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct SandboxTable {
+    mode: SandboxMode,
+    read_only: Vec<String>,
+    writable: Vec<String>,
+    max_processes: u64,
+    max_memory_mb: u64,
+    max_file_mb: u64,
+    max_cpu_secs: u64,
+}
+
+impl Default for SandboxTable {
+    fn default() -> Self {
+        let d = SandboxConfig::default();
+        SandboxTable {
+            mode: d.mode,
+            read_only: d.read_only,
+            writable: d.writable,
+            max_processes: d.max_processes,
+            max_memory_mb: d.max_memory_mb,
+            max_file_mb: d.max_file_mb,
+            max_cpu_secs: d.max_cpu_secs,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SandboxConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = SandboxConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a [sandbox] table, or \"bwrap\" or \"none\"")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, mode: &str) -> Result<Self::Value, E> {
+                let mode = SandboxMode::deserialize(serde::de::value::StrDeserializer::new(mode))?;
+                Ok(SandboxConfig {
+                    mode,
+                    ..SandboxConfig::default()
+                })
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let t = SandboxTable::deserialize(serde::de::value::MapAccessDeserializer::new(
+                    map,
+                ))?;
+                Ok(SandboxConfig {
+                    mode: t.mode,
+                    read_only: t.read_only,
+                    writable: t.writable,
+                    max_processes: t.max_processes,
+                    max_memory_mb: t.max_memory_mb,
+                    max_file_mb: t.max_file_mb,
+                    max_cpu_secs: t.max_cpu_secs,
+                })
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    /// bubblewrap; refused where it is missing or cannot set up its namespaces.
+    #[default]
+    Bwrap,
+    /// No sandbox: every command sees what the daemon's user sees.
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxConfigError {
+    #[error("sandbox.{0} = 0: it must be at least 1")]
+    Zero(&'static str),
+    #[error("sandbox.{field} names {path:?}: give an absolute path or one starting with ~/")]
+    RelativePath { field: &'static str, path: String },
+    #[error("sandbox.{field} names {path:?}: the whole file system cannot be exposed")]
+    Root { field: &'static str, path: String },
+}
+
+impl SandboxConfig {
+    pub fn validate(&self) -> Result<(), SandboxConfigError> {
+        for (name, value) in [
+            ("max_processes", self.max_processes),
+            ("max_memory_mb", self.max_memory_mb),
+            ("max_file_mb", self.max_file_mb),
+            ("max_cpu_secs", self.max_cpu_secs),
+        ] {
+            if value == 0 {
+                return Err(SandboxConfigError::Zero(name));
+            }
+        }
+        for (field, paths) in [("read_only", &self.read_only), ("writable", &self.writable)] {
+            for path in paths {
+                if !(path.starts_with('/') || path.starts_with("~/")) {
+                    return Err(SandboxConfigError::RelativePath {
+                        field,
+                        path: path.clone(),
+                    });
+                }
+                if Path::new(path) == Path::new("/") {
+                    return Err(SandboxConfigError::Root {
+                        field,
+                        path: path.clone(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The limits set on every command (before bwrap starts, so they hold for all it runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceLimits {
+    pub processes: u64,
+    pub memory_bytes: u64,
+    pub file_bytes: u64,
+    pub cpu_secs: u64,
+}
+
+impl ResourceLimits {
+    fn of(config: &SandboxConfig) -> Self {
+        let mib = |n: u64| n.saturating_mul(1024 * 1024);
+        ResourceLimits {
+            processes: config.max_processes,
+            memory_bytes: mib(config.max_memory_mb),
+            file_bytes: mib(config.max_file_mb),
+            cpu_secs: config.max_cpu_secs,
+        }
+    }
+
+    /// Applies the limits to the calling process. Runs between fork and exec: only
+    /// async-signal-safe calls (setrlimit, prctl).
+    pub(crate) fn apply(&self) -> std::io::Result<()> {
+        set_rlimit(libc::RLIMIT_CORE, 0)?;
+        set_rlimit(libc::RLIMIT_NPROC, self.processes)?;
+        set_rlimit(libc::RLIMIT_DATA, self.memory_bytes)?;
+        set_rlimit(libc::RLIMIT_FSIZE, self.file_bytes)?;
+        set_rlimit(libc::RLIMIT_CPU, self.cpu_secs)?;
+        Ok(())
+    }
+}
+
+/// Lowers a limit (soft and hard) to `value`, never raising one that is already lower.
+fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
+    let mut current = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write and read only the struct we pass.
+    unsafe {
+        if libc::getrlimit(resource, &mut current) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let value = value as libc::rlim_t;
+        let new = libc::rlimit {
+            rlim_cur: value.min(current.rlim_max),
+            rlim_max: value.min(current.rlim_max),
+        };
+        if libc::setrlimit(resource, &new) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The policy a runner applies to each command: the configuration, resolved against the
+/// run's state directory, repository and the daemon's home.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    pub mode: SandboxMode,
+    /// Hidden behind an empty tmpfs, shallowest first.
+    hide: Vec<PathBuf>,
+    /// Shown back read-only after the hiding.
+    read_only: Vec<PathBuf>,
+    /// Shown back writable after that.
+    writable: Vec<PathBuf>,
+    pub limits: ResourceLimits,
+}
+
+impl Default for SandboxPolicy {
+    /// bwrap with the default limits, hiding the home directory: a runner that knows no
+    /// run (tests, benches) still confines its commands.
+    fn default() -> Self {
+        SandboxPolicy::new(&SandboxConfig::default(), &[], None)
+    }
+}
+
+impl SandboxPolicy {
+    /// A run's policy: hides `daemon_paths` (the state directory, the socket) and `repo`'s
+    /// work tree besides the defaults.
+    pub fn for_run(config: &SandboxConfig, daemon_paths: &[PathBuf], repo: &Path) -> Self {
+        SandboxPolicy::new(config, daemon_paths, Some(repo))
+    }
+
+    fn new(config: &SandboxConfig, daemon_paths: &[PathBuf], repo: Option<&Path>) -> Self {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|h| h.is_absolute() && h != Path::new("/"));
+        let mut hide: Vec<PathBuf> = Vec::new();
+        let mut read_only: Vec<PathBuf> = Vec::new();
+        // `/run` holds other users' and services' sockets (the user's ssh and gpg agents,
+        // docker's): a socket on a read-only mount still accepts connections.
+        hide.push("/run".into());
+        read_only.push("/run/systemd/resolve".into());
+        if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+            hide.push(runtime);
+        }
+        if let Some(home) = &home {
+            hide.push(home.clone());
+            read_only.extend(toolchain_dirs(home));
+        }
+        hide.extend(daemon_paths.iter().cloned());
+        if let Some(repo) = repo {
+            hide.push(repo.to_path_buf());
+            read_only.push(repo.join(".git"));
+        }
+        hide.retain(|p| p.is_absolute() && p != Path::new("/"));
+        hide.sort_by_key(|p| p.components().count());
+        hide.dedup();
+        let expand = |p: &String| match (p.strip_prefix("~/"), &home) {
+            (Some(rest), Some(home)) => Some(home.join(rest)),
+            (Some(_), None) => None,
+            (None, _) => Some(PathBuf::from(p)),
+        };
+        read_only.extend(config.read_only.iter().filter_map(expand));
+        let writable = config.writable.iter().filter_map(expand).collect();
+        SandboxPolicy {
+            mode: config.mode,
+            hide,
+            read_only,
+            writable,
+            limits: ResourceLimits::of(config),
+        }
+    }
+
+    /// One line for `status` and the run's first event.
+    pub fn describe(&self) -> String {
+        match self.mode {
+            SandboxMode::None => {
+                "none: [sandbox] mode = \"none\", commands run as the daemon's user".into()
+            }
+            SandboxMode::Bwrap => format!(
+                "bwrap: workspace writable, the rest read-only; state directory, checkout, \
+                 home and /run hidden; own pid/user/ipc/uts namespaces, no network unless an \
+                 agent asks; at most {} processes, {} MiB of memory per process, {} MiB per \
+                 file, {} s of CPU per process",
+                self.limits.processes,
+                self.limits.memory_bytes / (1024 * 1024),
+                self.limits.file_bytes / (1024 * 1024),
+                self.limits.cpu_secs
+            ),
+        }
+    }
+
+    /// bwrap's arguments up to and including `--`, for a command in `cwd` (canonical).
+    /// Paths that do not exist are left out (there is nothing to hide or show). Async: it
+    /// looks at the file system.
+    pub(crate) async fn bwrap_args(
+        &self,
+        cwd: &Path,
+        program: &str,
+        network: bool,
+    ) -> Vec<OsString> {
+        let mut args: Vec<OsString> = Vec::new();
+        let mut push = |parts: &[&std::ffi::OsStr]| args.extend(parts.iter().map(OsString::from));
+        push(&[
+            "--ro-bind".as_ref(),
+            "/".as_ref(),
+            "/".as_ref(),
+            "--dev".as_ref(),
+            "/dev".as_ref(),
+            "--proc".as_ref(),
+            "/proc".as_ref(),
+            "--tmpfs".as_ref(),
+            "/tmp".as_ref(),
+        ]);
+        for path in &self.hide {
+            if let Some(path) = existing(path).await {
+                let is_dir = tokio::fs::metadata(&path)
+                    .await
+                    .map(|m| m.is_dir())
+                    .unwrap_or(false);
+                if is_dir {
+                    push(&["--tmpfs".as_ref(), path.as_os_str()]);
+                } else {
+                    // A socket stays connectable on a read-only mount: cover it.
+                    push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()]);
+                }
+            }
+        }
+        for path in &self.read_only {
+            if let Some(path) = existing(path).await {
+                push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+            }
+        }
+        // The program flotilla was told to run (an agent CLI by its path) stays runnable
+        // wherever it lives, read-only.
+        if program.starts_with('/')
+            && let Some(path) = existing(Path::new(program)).await
+        {
+            push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+        }
+        for path in &self.writable {
+            if let Some(path) = existing(path).await {
+                push(&["--bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+            }
+        }
+        push(&["--bind".as_ref(), cwd.as_os_str(), cwd.as_os_str()]);
+        // Its own user namespace, as an unprivileged id: RLIMIT_NPROC is then counted for
+        // the sandbox alone and enforced even when the daemon runs as root.
+        let uid = match unsafe { libc::getuid() } {
+            0 => 65534,
+            uid => uid,
+        };
+        let gid = match unsafe { libc::getgid() } {
+            0 => 65534,
+            gid => gid,
+        };
+        args.extend(
+            [
+                "--unshare-user".to_string(),
+                "--uid".into(),
+                uid.to_string(),
+                "--gid".into(),
+                gid.to_string(),
+            ]
+            .map(OsString::from),
+        );
+        args.extend(
+            [
+                "--unshare-pid",
+                "--unshare-ipc",
+                "--unshare-uts",
+                "--die-with-parent",
+                "--new-session",
+            ]
+            .map(OsString::from),
+        );
+        if !network {
+            args.push("--unshare-net".into());
+        }
+        args.push("--chdir".into());
+        args.push(cwd.as_os_str().to_owned());
+        args.push("--".into());
+        args
+    }
+}
+
+/// The toolchains under the home directory that commands need to build (rustup's
+/// toolchains, cargo's binaries and package caches; not cargo's credentials), and the
+/// directories of `PATH` that lie under it (where CLIs such as `claude` install).
+fn toolchain_dirs(home: &Path) -> Vec<PathBuf> {
+    let env_dir = |name: &str, default: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(default))
+    };
+    let cargo = env_dir("CARGO_HOME", ".cargo");
+    let mut dirs = vec![
+        env_dir("RUSTUP_HOME", ".rustup"),
+        cargo.join("bin"),
+        cargo.join("registry"),
+        cargo.join("git"),
+    ];
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(
+            std::env::split_paths(&path).filter(|d| d.is_absolute() && d.starts_with(home)),
+        );
+    }
+    dirs.retain(|d| d != home);
+    dirs
+}
+
+async fn existing(path: &Path) -> Option<PathBuf> {
+    tokio::fs::canonicalize(path).await.ok()
+}
+
+impl fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SandboxMode::Bwrap => "bwrap",
+            SandboxMode::None => "none",
+        })
+    }
+}
