@@ -48,12 +48,37 @@ fn main() -> ExitCode {
     }
 }
 
+/// Before anything else of the daemon (ADR-015): no core dumps, and not dumpable, so that a
+/// process of the same user (an unsandboxed command) can neither ptrace the daemon nor read
+/// its `/proc/PID/environ` and memory, where the provider keys are.
+fn harden() -> std::io::Result<()> {
+    let none = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on integers and a struct we own.
+    unsafe {
+        if libc::setrlimit(libc::RLIMIT_CORE, &none) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 fn run_daemon(
     cli: &Cli,
     listen: Option<std::net::SocketAddr>,
     log_format: LogFormat,
     journal_sync: flotilla::journal::JournalSync,
 ) -> Result<Exit, CliError> {
+    harden().map_err(|e| CliError {
+        message: format!("cannot harden the daemon: {e}"),
+        hint: None,
+        exit: Exit::Failure,
+    })?;
     tune_malloc();
     let filter = match std::env::var("FLOTILLA_LOG") {
         Err(_) => EnvFilter::new("info"),

@@ -53,7 +53,7 @@ impl Default for SandboxConfig {
             writable: Vec::new(),
             max_processes: 2048,
             max_memory_mb: 16 * 1024,
-            max_file_mb: 8 * 1024,
+            max_file_mb: 16 * 1024,
             max_cpu_secs: 4 * 3600,
         }
     }
@@ -241,6 +241,10 @@ pub struct SandboxPolicy {
     pub mode: SandboxMode,
     /// Hidden behind an empty tmpfs, shallowest first.
     hide: Vec<PathBuf>,
+    /// The home directory: its tmpfs stays writable (a scratch home); the other hidden
+    /// directories' are made read-only once what is shown through them is bound, so that
+    /// a write into the user's checkout fails instead of vanishing.
+    home: Option<PathBuf>,
     /// Shown back read-only after the hiding.
     read_only: Vec<PathBuf>,
     /// Shown back writable after that.
@@ -298,6 +302,7 @@ impl SandboxPolicy {
         SandboxPolicy {
             mode: config.mode,
             hide,
+            home,
             read_only,
             writable,
             limits: ResourceLimits::of(config),
@@ -377,6 +382,19 @@ impl SandboxPolicy {
             }
         }
         push(&["--bind".as_ref(), cwd.as_os_str(), cwd.as_os_str()]);
+        let home = match &self.home {
+            Some(home) => existing(home).await,
+            None => None,
+        };
+        for path in &self.hide {
+            if let Some(path) = existing(path).await
+                && Some(&path) != home.as_ref()
+                && path != cwd
+                && tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir())
+            {
+                push(&["--remount-ro".as_ref(), path.as_os_str()]);
+            }
+        }
         // Its own user namespace, as an unprivileged id: RLIMIT_NPROC is then counted for
         // the sandbox alone and enforced even when the daemon runs as root.
         let uid = match unsafe { libc::getuid() } {

@@ -13,7 +13,6 @@ use actix::prelude::*;
 use flotilla::agents::command::{
     CommandAgent, CommandAgentConfig, OutputFormat, PromptVia, ResultVia,
 };
-use flotilla::process::TokioProcessRunner;
 use flotilla::worktrees::GitWorktrees;
 use flotilla_actors::actors::{AgentSet, WorkerKit, WorkerPool};
 use flotilla_actors::ports::{Agent, AgentError, AttemptContext, Workspace};
@@ -47,7 +46,10 @@ fn agent(config: CommandAgentConfig) -> CommandAgent {
     CommandAgent::new(
         "fake".into(),
         config,
-        Arc::new(TokioProcessRunner),
+        // These fakes report their pids and prompts through files outside the worktree, and
+        // the tests look for those pids on the host: unsandboxed (ADR-015; the sandboxed CLI
+        // is tests/it/escapes.rs).
+        Arc::new(crate::process::unsandboxed()),
         "You are a worker.".into(),
     )
     .unwrap()
@@ -79,7 +81,10 @@ fn start_telling(config: CommandAgentConfig, notices: Option<Recipient<Published
             run,
             state.path().join(run.to_string()),
         )),
-        runner: Arc::new(TokioProcessRunner),
+        runner: // These fakes report their pids and prompts through files outside the worktree, and
+        // the tests look for those pids on the host: unsandboxed (ADR-015; the sandboxed CLI
+        // is tests/it/escapes.rs).
+        Arc::new(crate::process::unsandboxed()),
         checks: Arc::new(Checks::default()),
         notices,
         keep_failed: false,

@@ -10,6 +10,7 @@ mod command_agent;
 mod crash;
 mod daemon;
 mod daemon_env;
+mod escapes;
 mod dispatch;
 mod fuzz_regressions;
 mod harness;

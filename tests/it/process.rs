@@ -27,7 +27,7 @@ async fn run(spec: CommandSpec) -> flotilla_actors::ports::CommandOutput {
 /// A runner with `[sandbox] mode = "none"`: what the process-group tests below look at is
 /// the host's pids, which a sandboxed command's pid namespace hides (the sandboxed case is
 /// `a_sandboxed_command_leaves_nothing_behind`).
-fn unsandboxed() -> ConfinedRunner {
+pub(crate) fn unsandboxed() -> ConfinedRunner {
     let config = SandboxConfig {
         mode: SandboxMode::None,
         ..SandboxConfig::default()

@@ -1,0 +1,423 @@
+//! Escapes (M8, ADR-015): each test is an attacker inside an agent — a scripted agent's
+//! `run` step, which goes through the same runner and sandbox as every command flotilla
+//! runs for a task — trying what a confused or prompt-injected agent would. Each asserts
+//! that the attack failed and that the run still ended as it should.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use flotilla_actors::protocol::{Event, EventKind, RunOutcome};
+
+use crate::daemon_env::*;
+
+/// A one-task scenario whose agent runs `script` (a shell script) in its worktree and
+/// writes `out/done.txt`. Its scope is `out`, where it puts what it stole.
+fn attacker(script: &str) -> String {
+    format!(
+        r#"
+[[planner.answers]]
+tasks = [{{ description = "attack", scope = ["out"] }}]
+
+[tasks.t1]
+writes = {{ "out/done.txt" = "done\n" }}
+run = '''
+mkdir -p out
+{script}
+true
+'''
+"#
+    )
+}
+
+/// A file of main's tree, if it is there.
+fn on_main(repo: &Path, path: &str) -> Option<String> {
+    let repo = git2::Repository::open(repo).unwrap();
+    let tree = repo
+        .find_branch("main", git2::BranchType::Local)
+        .unwrap()
+        .get()
+        .peel_to_tree()
+        .unwrap();
+    let entry = tree.get_path(Path::new(path)).ok()?;
+    let blob = repo.find_blob(entry.id()).ok()?;
+    Some(String::from_utf8_lossy(blob.content()).into_owned())
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every object in the repository, as text.
+fn all_objects(repo: &Path) -> String {
+    let out = Command::new("git")
+        .args(["cat-file", "--batch-all-objects", "--batch"])
+        .current_dir(repo)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn canonical(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap()
+}
+
+fn landed(events: &[Event]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::TaskLanded { .. }))
+        .count()
+}
+
+/// Whether no process on the host runs `sleep <token>` (a bounded wait for them to go).
+async fn none_runs(token: &str) -> bool {
+    let needle = format!("sleep\0{token}\0");
+    for _ in 0..200 {
+        let mut alive = false;
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let zombie = stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            if !zombie && String::from_utf8_lossy(&cmdline).contains(&needle) {
+                alive = true;
+            }
+        }
+        if !alive {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn keys_in_the_daemons_environment_and_the_users_ssh_keys_stay_out_of_reach() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::create_dir_all(&state).unwrap();
+    let key = "sk-marker-5f1e0c9a2b7d";
+    let ssh = "SSH-PRIVATE-MARKER-83c1d0";
+    std::fs::write(home.join(".ssh/id_ed25519"), ssh).unwrap();
+    let repo = tmp.path().join("repo");
+    init_repo(&repo);
+    let home_text = home.display().to_string();
+    let daemon = DaemonProcess::start_with_env(
+        &state,
+        &[("OPENAI_API_KEY", key), ("HOME", &home_text)],
+    );
+    let config = run_config(
+        &attacker(&format!(
+            r#"
+cat /proc/$PPID/environ > out/loot.txt 2>&1
+for f in /proc/*/environ; do cat "$f"; echo; done >> out/loot.txt 2>&1
+env >> out/loot.txt
+cat ~/.ssh/id_ed25519 {home_text}/.ssh/id_ed25519 >> out/loot.txt 2>&1
+ls -la ~ >> out/loot.txt 2>&1
+"#
+        )),
+        1,
+    );
+    let client = DaemonProcess::client(&state);
+    let run = submit(&client, &repo, config).await;
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    assert_eq!(landed(&events), 1);
+
+    let loot = on_main(&repo, "out/loot.txt").expect("the attacker's loot landed");
+    assert!(loot.contains("PATH="), "the attack ran: {loot}");
+    for marker in [key, ssh] {
+        assert!(!loot.contains(marker), "stolen: {loot}");
+        assert!(!all_objects(&repo).contains(marker), "in git's objects");
+        let journal = std::fs::read(state.join("journal.sqlite")).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&journal).contains(marker),
+            "in the journal"
+        );
+        assert!(!daemon.log().contains(marker), "in the daemon's log");
+        let said = serde_json::to_string(&events.iter().map(|e| &e.kind).collect::<Vec<_>>())
+            .unwrap();
+        assert!(!said.contains(marker), "in the run's events");
+    }
+    drop(daemon);
+}
+
+#[tokio::test]
+async fn the_daemons_socket_token_and_journal_are_hidden() {
+    for tcp in [false, true] {
+        let daemon = InProcessDaemon::start(tcp);
+        let state = canonical(daemon.state_dir());
+        let s = state.display();
+        let repo = git_repo();
+        let config = run_config(
+            &attacker(&format!(
+                r#"
+ls -la {s} > out/loot.txt 2>&1
+ls -R {s}/worktrees >> out/loot.txt 2>&1
+cat {s}/token >> out/loot.txt 2>&1
+[ -S {s}/daemon.sock ] && echo SOCKET-VISIBLE >> out/loot.txt
+[ -e {s}/journal.sqlite ] && echo JOURNAL-VISIBLE >> out/loot.txt
+"#
+            )),
+            1,
+        );
+        let run = submit(&daemon.client, repo.path(), config).await;
+        let events = follow_to_end(&daemon.client, &run, None).await;
+        assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+        let loot = on_main(repo.path(), "out/loot.txt").expect("the loot landed");
+        assert!(loot.contains("worktrees"), "the attack ran: {loot}");
+        assert!(!loot.contains("SOCKET-VISIBLE"), "{loot}");
+        assert!(!loot.contains("JOURNAL-VISIBLE"), "{loot}");
+        assert!(!loot.contains("daemon.lock"), "{loot}");
+        if tcp {
+            let token = std::fs::read_to_string(state.join("token")).unwrap();
+            assert!(!loot.contains(token.trim()), "the token was read: {loot}");
+        }
+        daemon.stop();
+    }
+}
+
+#[tokio::test]
+async fn the_users_checkout_refs_config_and_hooks_are_read_only_to_agents() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let r = canonical(repo.path());
+    let opened = git2::Repository::open(&r).unwrap();
+    let first = opened.head().unwrap().peel_to_commit().unwrap().id();
+    let second = commit_files(&opened, &[("second.txt", "two\n")], "second");
+    let rd = r.display();
+    let config = run_config(
+        &attacker(&format!(
+            r#"
+echo pwned > {rd}/pwned.txt; echo "checkout $?" >> out/loot.txt
+git config core.fsmonitor "touch /tmp/fsmonitor-ran"; echo "fsmonitor $?" >> out/loot.txt
+git config --file {rd}/.git/config core.hooksPath /tmp; echo "hookspath $?" >> out/loot.txt
+printf '#!/bin/sh\ntouch /tmp/hook-ran\n' > {rd}/.git/hooks/pre-commit; echo "hook $?" >> out/loot.txt
+git update-ref refs/heads/main {first}; echo "update-ref $?" >> out/loot.txt
+git commit --allow-empty -m forged; echo "commit $?" >> out/loot.txt
+git status --short >> out/loot.txt 2>&1; echo "status $?" >> out/loot.txt
+"#
+        )),
+        1,
+    );
+    let run = submit(&daemon.client, &r, config).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+
+    let loot = on_main(&r, "out/loot.txt").expect("the loot landed");
+    assert!(loot.contains("status 0"), "git still reads: {loot}");
+    for refused in ["checkout", "fsmonitor", "hookspath", "hook", "update-ref", "commit"] {
+        assert!(
+            !loot.contains(&format!("{refused} 0")),
+            "{refused} succeeded: {loot}"
+        );
+    }
+    assert!(!r.join("pwned.txt").exists());
+    assert!(!r.join(".git/hooks/pre-commit").exists());
+    let git_config = std::fs::read_to_string(r.join(".git/config")).unwrap();
+    assert!(!git_config.contains("fsmonitor") && !git_config.contains("hooksPath"));
+    // main moved only by flotilla's landing, on top of the user's second commit.
+    let log = git(&r, &["log", "--format=%H %an", "main"]);
+    assert!(log.contains(&second.to_string()), "{log}");
+    assert!(!log.contains("forged"));
+    assert_eq!(
+        git(&r, &["rev-parse", "main~1"]).trim(),
+        second.to_string(),
+        "{log}"
+    );
+    assert!(on_main(&r, "out/done.txt").is_some());
+    daemon.stop();
+}
+
+#[tokio::test]
+async fn a_sibling_attempts_workspace_is_out_of_reach() {
+    let daemon = InProcessDaemon::start(false);
+    let state = canonical(daemon.state_dir());
+    let s = state.display();
+    let repo = git_repo();
+    let scenario = format!(
+        r#"
+[[planner.answers]]
+tasks = [
+  {{ description = "attack", scope = ["out1"] }},
+  {{ description = "victim", scope = ["out2"] }},
+]
+
+[tasks.t1]
+writes = {{ "out1/done.txt" = "done\n" }}
+run = '''
+ls -R {s}/worktrees > out1/loot.txt 2>&1
+for d in {s}/worktrees/*/*; do
+  [ "$d" = "$PWD" ] && continue
+  mkdir -p "$d/out2" && echo injected > "$d/out2/injected.txt" && echo "HIT $d" >> out1/loot.txt
+done
+true
+'''
+
+[tasks.t2]
+delay_ms = 300
+writes = {{ "out2/victim.txt" = "mine\n" }}
+"#
+    );
+    let run = submit(&daemon.client, repo.path(), run_config(&scenario, 2)).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    assert_eq!(landed(&events), 2);
+    let loot = on_main(repo.path(), "out1/loot.txt").expect("the loot landed");
+    assert!(!loot.contains("HIT"), "{loot}");
+    assert!(!loot.contains("t2"), "another attempt's worktree is visible: {loot}");
+    assert!(on_main(repo.path(), "out2/injected.txt").is_none());
+    assert_eq!(on_main(repo.path(), "out2/victim.txt").as_deref(), Some("mine\n"));
+    daemon.stop();
+}
+
+#[tokio::test]
+async fn a_command_left_running_dies_with_a_killed_daemon() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let repo = tmp.path().join("repo");
+    init_repo(&repo);
+    let token = format!("3456.{}", std::process::id());
+    // The first attempt leaves a process in a session of its own and hangs; the attempt
+    // after the restart completes.
+    let scenario = format!(
+        r#"
+[[planner.answers]]
+tasks = [{{ description = "linger", scope = ["out"] }}]
+
+[[tasks.t1.attempts]]
+writes = {{ "out/up.txt" = "up\n" }}
+run = "setsid sleep {token} > /dev/null 2>&1 & nohup sleep {token} > /dev/null 2>&1 & touch out/started; sleep 600"
+
+[[tasks.t1.attempts]]
+writes = {{ "out/done.txt" = "done\n" }}
+"#
+    );
+    let daemon = DaemonProcess::start(&state);
+    let client = DaemonProcess::client(&state);
+    let run = submit(&client, &repo, run_config(&scenario, 1)).await;
+    // Once the background processes run (their worktree says so), the daemon is killed.
+    let mut started = false;
+    for _ in 0..600 {
+        let pattern = state.join("worktrees").join(&run);
+        started = std::fs::read_dir(&pattern)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|attempt| attempt.path().join("out/started").exists());
+        if started {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(started, "the first attempt never ran its command");
+    assert!(!none_runs_now(&token), "the lingering processes run");
+    daemon.kill();
+    assert!(
+        none_runs(&token).await,
+        "a process the agent started outlived the daemon"
+    );
+
+    let daemon = DaemonProcess::start(&state);
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    assert!(on_main(&repo, "out/done.txt").is_some());
+    drop(daemon);
+}
+
+/// Whether some process runs `sleep <token>` right now.
+fn none_runs_now(token: &str) -> bool {
+    let needle = format!("sleep\0{token}\0");
+    !std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+        std::fs::read(entry.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+    })
+}
+
+#[tokio::test]
+async fn the_merge_gate_runs_an_agent_rewritten_script_in_the_sandbox() {
+    let daemon = InProcessDaemon::start(false);
+    let state = canonical(daemon.state_dir());
+    let repo = git_repo();
+    let r = canonical(repo.path());
+    let opened = git2::Repository::open(&r).unwrap();
+    commit_files(&opened, &[("check.sh", "exit 0\n")], "the gate");
+    let escape = format!("/var/tmp/flotilla-gate-escape-{}", std::process::id());
+    let (s, rd) = (state.display(), r.display());
+    let scenario = format!(
+        r#"
+[[planner.answers]]
+tasks = [{{ description = "rewrite the gate", scope = ["check.sh"] }}]
+
+[tasks.t1]
+writes = {{ "check.sh" = """
+echo escaped > {rd}/gate-escape.txt
+echo escaped > {escape}
+echo escaped > $HOME/gate-escape.txt
+ls {s}
+cat {s}/journal.sqlite | head -c 64
+exit 0
+""" }}
+"#
+    );
+    let mut config = run_config(&scenario, 1);
+    config["merge"]["gate"] = serde_json::json!(["sh check.sh"]);
+    let run = submit(&daemon.client, &r, config).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    assert_eq!(landed(&events), 1, "the gate passed and the task landed");
+    assert!(on_main(&r, "check.sh").unwrap().contains("gate-escape"));
+    assert!(!r.join("gate-escape.txt").exists(), "wrote the checkout");
+    assert!(!Path::new(&escape).exists(), "wrote outside the scratch dir");
+    let home = std::env::var("HOME").unwrap();
+    assert!(!Path::new(&home).join("gate-escape.txt").exists());
+    let said = serde_json::to_string(&events.iter().map(|e| &e.kind).collect::<Vec<_>>()).unwrap();
+    assert!(!said.contains("SQLite format"), "read the journal: {said}");
+    assert!(!said.contains("journal.sqlite"), "saw the state dir: {said}");
+    daemon.stop();
+}
+
+#[tokio::test]
+async fn the_first_event_says_which_sandbox_is_in_force() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let run = submit(&daemon.client, repo.path(), run_config(&attacker(""), 1)).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    match &events[0].kind {
+        EventKind::RunStarted {
+            sandbox: Some(sandbox),
+            ..
+        } => assert!(sandbox.contains("bwrap") && sandbox.contains("hidden"), "{sandbox}"),
+        other => panic!("{other:?}"),
+    }
+    let mut config = run_config(&attacker(""), 1);
+    config["sandbox"] = serde_json::json!({ "mode": "none" });
+    let run = submit(&daemon.client, repo.path(), config).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    match &events[0].kind {
+        EventKind::RunStarted {
+            sandbox: Some(sandbox),
+            ..
+        } => assert!(sandbox.starts_with("none"), "{sandbox}"),
+        other => panic!("{other:?}"),
+    }
+    daemon.stop();
+}
