@@ -605,6 +605,9 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
     }
     let _ = writeln!(out, "request: {}", safe(&shorten(&status.request, 100)));
     let _ = writeln!(out, "repo:    {}", safe(&status.repo));
+    if let Some(sandbox) = &status.sandbox {
+        let _ = writeln!(out, "sandbox: {}", safe(&shorten(sandbox, 200)));
+    }
     let c = &status.counts;
     let _ = writeln!(
         out,
@@ -1315,6 +1318,7 @@ mod tests {
                 finish_reason: Some(HOSTILE.into()),
             },
             problem: Some(HOSTILE.into()),
+            sandbox: Some(HOSTILE.into()),
             damage_noted: false,
         }
     }

@@ -34,6 +34,9 @@ pub struct RunStatus {
     /// graph then shows what replayed), or paused because the journal cannot be written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// The sandbox the run's commands are in (ADR-015), from its `RunStarted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
     /// `problem` is a damage (the first one found is kept).
     #[serde(skip)]
     pub(crate) damage_noted: bool,
@@ -129,6 +132,8 @@ pub struct StatusReplay {
     /// Per parent, whether its latest word was "waiting for your decision".
     asked: BTreeMap<TaskId, bool>,
     last_seq: u64,
+    /// What the run's `RunStarted` says of its sandbox.
+    sandbox: Option<String>,
     /// The first event that does not replay; nothing after it is applied (it still counts
     /// in `last_seq`).
     damage: Option<(u64, GraphError)>,
@@ -140,6 +145,7 @@ impl StatusReplay {
             graph: RunGraph::new(limits),
             asked: BTreeMap::new(),
             last_seq: 0,
+            sandbox: None,
             damage: None,
         }
     }
@@ -172,6 +178,7 @@ impl StatusReplay {
                 EventKind::DecompositionAccepted { parent, .. } => {
                     self.asked.insert(parent.clone(), false);
                 }
+                EventKind::RunStarted { sandbox, .. } => self.sandbox = sandbox.clone(),
                 _ => {}
             }
             if let Err(error) = self.graph.apply(&e.kind) {
@@ -215,6 +222,7 @@ impl StatusReplay {
             awaiting_decision: awaiting_decision(&self.asked, &snapshot),
             graph: snapshot,
             damage_noted: self.damage.is_some(),
+            sandbox: self.sandbox.clone(),
             problem: self.damage.as_ref().map(|(seq, error)| {
                 format!("damaged: the journal does not replay at #{seq}: {error}")
             }),

@@ -407,6 +407,13 @@ async fn the_first_event_says_which_sandbox_is_in_force() {
         } => assert!(sandbox.contains("bwrap") && sandbox.contains("hidden"), "{sandbox}"),
         other => panic!("{other:?}"),
     }
+    let status: flotilla::daemon::report::RunStatus = daemon
+        .client
+        .get(&format!("/v1/runs/{run}"))
+        .await
+        .unwrap();
+    let said = flotilla::render::status_text(&status, &flotilla::render::Style::plain());
+    assert!(said.contains("sandbox: bubblewrap"), "{said}");
     let mut config = run_config(&attacker(""), 1);
     config["sandbox"] = serde_json::json!({ "mode": "none" });
     let run = submit(&daemon.client, repo.path(), config).await;
@@ -420,4 +427,56 @@ async fn the_first_event_says_which_sandbox_is_in_force() {
         other => panic!("{other:?}"),
     }
     daemon.stop();
+}
+
+#[tokio::test]
+async fn without_bubblewrap_no_run_is_created_unless_the_config_says_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let repo = tmp.path().join("repo");
+    init_repo(&repo);
+    // A PATH with the shell and git, and no bwrap.
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in ["sh", "git", "true", "mkdir", "cat"] {
+        let found = String::from_utf8(
+            Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(found.trim(), bin.join(tool)).unwrap();
+    }
+    let path = bin.display().to_string();
+    let daemon = DaemonProcess::start_with_env(&state, &[("PATH", &path)]);
+    let client = DaemonProcess::client(&state);
+    let body = serde_json::json!({
+        "request": "x", "repo": repo, "config": run_config(&attacker(""), 1),
+    });
+    let (status, answer) = client
+        .raw(
+            hyper::Method::POST,
+            "/v1/runs",
+            Some(serde_json::to_vec(&body).unwrap()),
+        )
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    assert_eq!(status, hyper::StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(
+        answer.contains("apt-get install bubblewrap") && answer.contains("mode"),
+        "says what to install and how to opt out: {answer}"
+    );
+    let runs: Vec<serde_json::Value> = client.get("/v1/runs").await.unwrap();
+    assert!(runs.is_empty(), "no run was created: {runs:?}");
+
+    let mut config = run_config(&attacker(""), 1);
+    config["sandbox"] = serde_json::json!("none");
+    let run = submit(&client, &repo, config).await;
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    drop(daemon);
 }

@@ -438,3 +438,20 @@ async fn written(file: &std::path::Path) {
     }
     panic!("{} was never written", file.display());
 }
+
+#[tokio::test]
+async fn a_command_whose_path_has_no_bwrap_is_refused_with_what_to_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = sh("true", dir.path());
+    spec.env = vec![("PATH".into(), "/nonexistent".into())];
+    match TokioProcessRunner
+        .run(spec, CancellationToken::new(), None)
+        .await
+    {
+        Err(ProcessError::SandboxUnavailable(why)) => {
+            assert!(why.contains("apt-get install bubblewrap"), "{why}");
+            assert!(why.contains("mode = \"none\""), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
