@@ -480,3 +480,40 @@ async fn without_bubblewrap_no_run_is_created_unless_the_config_says_none() {
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));
     drop(daemon);
 }
+
+#[tokio::test]
+async fn the_builtin_agents_run_command_cannot_read_the_daemons_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let repo = tmp.path().join("repo");
+    init_repo(&repo);
+    let key = "sk-builtin-marker-7a3c9e1f";
+    let daemon = DaemonProcess::start_with_env(&state, &[("ANTHROPIC_API_KEY", key)]);
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "attack", scope = ["out"] }]
+
+[[worker.t1.answers]]
+tool_calls = [
+  { name = "run_command", arguments = { command = "cat /proc/$PPID/environ; for f in /proc/*/environ; do cat $f; done; env" } },
+  { name = "run_command", arguments = { command = "mkdir -p out && { for f in /proc/*/environ; do cat $f; echo; done; env; } > out/loot.txt 2>&1; true" } },
+]
+[[worker.t1.answers]]
+tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "looked around" } }]
+"#;
+    let mut config = run_config(scenario, 1);
+    config["workers"] = serde_json::json!([{ "name": "general", "agent": "builtin" }]);
+    let client = DaemonProcess::client(&state);
+    let run = submit(&client, &repo, config).await;
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let loot = on_main(&repo, "out/loot.txt").expect("the loot landed");
+    assert!(loot.contains("PATH="), "the attack ran: {loot}");
+    assert!(!loot.contains(key), "stolen: {loot}");
+    assert!(!all_objects(&repo).contains(key), "in git's objects");
+    let journal = std::fs::read(state.join("journal.sqlite")).unwrap();
+    assert!(!String::from_utf8_lossy(&journal).contains(key), "in the journal");
+    assert!(!daemon.log().contains(key), "in the daemon's log");
+    drop(daemon);
+}
