@@ -109,9 +109,8 @@ impl<'de> Deserialize<'de> for SandboxConfig {
                 self,
                 map: A,
             ) -> Result<Self::Value, A::Error> {
-                let t = SandboxTable::deserialize(serde::de::value::MapAccessDeserializer::new(
-                    map,
-                ))?;
+                let t =
+                    SandboxTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
                 Ok(SandboxConfig {
                     mode: t.mode,
                     read_only: t.read_only,
@@ -470,5 +469,127 @@ impl fmt::Display for SandboxMode {
             SandboxMode::Bwrap => "bwrap",
             SandboxMode::None => "none",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct File {
+        #[serde(default)]
+        sandbox: SandboxConfig,
+    }
+
+    fn parse(text: &str) -> Result<SandboxConfig, String> {
+        toml::from_str::<File>(text)
+            .map(|f| f.sandbox)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_sandbox_is_on_unless_the_config_says_none() {
+        assert_eq!(parse("").unwrap().mode, SandboxMode::Bwrap);
+        assert_eq!(parse("sandbox = \"none\"").unwrap().mode, SandboxMode::None);
+        let table =
+            parse("[sandbox]\nmode = \"none\"\nmax_processes = 10\nread_only = [\"~/.claude\"]")
+                .unwrap();
+        assert_eq!(table.mode, SandboxMode::None);
+        assert_eq!(table.max_processes, 10);
+        assert_eq!(table.max_cpu_secs, SandboxConfig::default().max_cpu_secs);
+        assert!(parse("sandbox = \"off\"").is_err());
+        let unknown = parse("[sandbox]\nnetwork = true").unwrap_err();
+        assert!(unknown.contains("network"), "{unknown}");
+        // What the journal keeps reads back the same.
+        let json = serde_json::to_string(&table).unwrap();
+        assert_eq!(serde_json::from_str::<SandboxConfig>(&json).unwrap(), table);
+    }
+
+    #[test]
+    fn impossible_settings_are_refused() {
+        let zero = SandboxConfig {
+            max_file_mb: 0,
+            ..SandboxConfig::default()
+        };
+        assert_eq!(
+            zero.validate(),
+            Err(SandboxConfigError::Zero("max_file_mb"))
+        );
+        let relative = SandboxConfig {
+            writable: vec!["cache".into()],
+            ..SandboxConfig::default()
+        };
+        assert!(matches!(
+            relative.validate(),
+            Err(SandboxConfigError::RelativePath { .. })
+        ));
+        let root = SandboxConfig {
+            read_only: vec!["/".into()],
+            ..SandboxConfig::default()
+        };
+        assert!(matches!(
+            root.validate(),
+            Err(SandboxConfigError::Root { .. })
+        ));
+        assert_eq!(SandboxConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_old_per_agent_none_is_refused_naming_the_run_level_switch() {
+        use flotilla_actors::ports::Sandbox;
+        let none = Sandbox::try_from("none".to_string()).unwrap_err();
+        assert!(
+            none.contains("[sandbox]") && none.contains("mode = \"none\""),
+            "{none}"
+        );
+        assert_eq!(
+            Sandbox::try_from("network".to_string()),
+            Ok(Sandbox::Network)
+        );
+        assert_eq!(Sandbox::default(), Sandbox::Bwrap);
+    }
+
+    #[tokio::test]
+    async fn a_runs_profile_hides_the_state_dir_and_checkout_and_shows_git_read_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("state");
+        let repo = tmp.path().join("repo");
+        let cwd = state.join("worktrees/run/t1-a1");
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        let (state, repo, cwd) = (
+            state.canonicalize().unwrap(),
+            repo.canonicalize().unwrap(),
+            cwd.canonicalize().unwrap(),
+        );
+        let policy = SandboxPolicy::for_run(&SandboxConfig::default(), &[state.clone()], &repo);
+        let args: Vec<String> = policy
+            .bwrap_args(&cwd, "sh", false)
+            .await
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let at = |flag: &str, path: &Path| {
+            args.windows(2)
+                .position(|w| w[0] == flag && w[1] == path.to_string_lossy())
+                .unwrap_or_else(|| panic!("no {flag} {}: {args:?}", path.display()))
+        };
+        let hide_state = at("--tmpfs", &state);
+        let hide_repo = at("--tmpfs", &repo);
+        let git = at("--ro-bind", &repo.join(".git"));
+        let own = at("--bind", &cwd);
+        assert!(hide_state < own && hide_repo < git && git < own, "{args:?}");
+        assert!(at("--remount-ro", &repo) > own);
+        for flag in [
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-user",
+            "--die-with-parent",
+        ] {
+            assert!(args.iter().any(|a| a == flag), "{flag}: {args:?}");
+        }
+        let networked = policy.bwrap_args(&cwd, "sh", true).await;
+        assert!(!networked.iter().any(|a| a == "--unshare-net"));
     }
 }

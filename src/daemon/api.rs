@@ -691,7 +691,8 @@ async fn create_run(
     let started = match state
         .journal
         .create_run_once(record, key, Some(sandbox))
-        .await? {
+        .await?
+    {
         SubmitOutcome::Created(started) => *started,
         // A retry of a submission whose answer was lost: the run exists (and runs, or was
         // resumed at start-up); answer with it rather than start a second one.

@@ -48,9 +48,9 @@ use crate::git_repo::GitRepo;
 use crate::journal::SqliteJournal;
 use crate::merge_git::GitMerge;
 use crate::process::ConfinedRunner;
-use crate::sandbox::SandboxPolicy;
 use crate::prompts;
 use crate::providers::ProviderRegistry;
+use crate::sandbox::SandboxPolicy;
 use crate::scripted::{ScriptedAgent, ScriptedLlm};
 use crate::worktrees::GitWorktrees;
 

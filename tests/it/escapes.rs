@@ -118,10 +118,8 @@ async fn keys_in_the_daemons_environment_and_the_users_ssh_keys_stay_out_of_reac
     let repo = tmp.path().join("repo");
     init_repo(&repo);
     let home_text = home.display().to_string();
-    let daemon = DaemonProcess::start_with_env(
-        &state,
-        &[("OPENAI_API_KEY", key), ("HOME", &home_text)],
-    );
+    let daemon =
+        DaemonProcess::start_with_env(&state, &[("OPENAI_API_KEY", key), ("HOME", &home_text)]);
     let config = run_config(
         &attacker(&format!(
             r#"
@@ -151,8 +149,8 @@ ls -la ~ >> out/loot.txt 2>&1
             "in the journal"
         );
         assert!(!daemon.log().contains(marker), "in the daemon's log");
-        let said = serde_json::to_string(&events.iter().map(|e| &e.kind).collect::<Vec<_>>())
-            .unwrap();
+        let said =
+            serde_json::to_string(&events.iter().map(|e| &e.kind).collect::<Vec<_>>()).unwrap();
         assert!(!said.contains(marker), "in the run's events");
     }
     drop(daemon);
@@ -222,7 +220,14 @@ git status --short >> out/loot.txt 2>&1; echo "status $?" >> out/loot.txt
 
     let loot = on_main(&r, "out/loot.txt").expect("the loot landed");
     assert!(loot.contains("status 0"), "git still reads: {loot}");
-    for refused in ["checkout", "fsmonitor", "hookspath", "hook", "update-ref", "commit"] {
+    for refused in [
+        "checkout",
+        "fsmonitor",
+        "hookspath",
+        "hook",
+        "update-ref",
+        "commit",
+    ] {
         assert!(
             !loot.contains(&format!("{refused} 0")),
             "{refused} succeeded: {loot}"
@@ -281,9 +286,15 @@ writes = {{ "out2/victim.txt" = "mine\n" }}
     assert_eq!(landed(&events), 2);
     let loot = on_main(repo.path(), "out1/loot.txt").expect("the loot landed");
     assert!(!loot.contains("HIT"), "{loot}");
-    assert!(!loot.contains("t2"), "another attempt's worktree is visible: {loot}");
+    assert!(
+        !loot.contains("t2"),
+        "another attempt's worktree is visible: {loot}"
+    );
     assert!(on_main(repo.path(), "out2/injected.txt").is_none());
-    assert_eq!(on_main(repo.path(), "out2/victim.txt").as_deref(), Some("mine\n"));
+    assert_eq!(
+        on_main(repo.path(), "out2/victim.txt").as_deref(),
+        Some("mine\n")
+    );
     daemon.stop();
 }
 
@@ -385,12 +396,18 @@ exit 0
     assert_eq!(landed(&events), 1, "the gate passed and the task landed");
     assert!(on_main(&r, "check.sh").unwrap().contains("gate-escape"));
     assert!(!r.join("gate-escape.txt").exists(), "wrote the checkout");
-    assert!(!Path::new(&escape).exists(), "wrote outside the scratch dir");
+    assert!(
+        !Path::new(&escape).exists(),
+        "wrote outside the scratch dir"
+    );
     let home = std::env::var("HOME").unwrap();
     assert!(!Path::new(&home).join("gate-escape.txt").exists());
     let said = serde_json::to_string(&events.iter().map(|e| &e.kind).collect::<Vec<_>>()).unwrap();
     assert!(!said.contains("SQLite format"), "read the journal: {said}");
-    assert!(!said.contains("journal.sqlite"), "saw the state dir: {said}");
+    assert!(
+        !said.contains("journal.sqlite"),
+        "saw the state dir: {said}"
+    );
     daemon.stop();
 }
 
@@ -404,14 +421,14 @@ async fn the_first_event_says_which_sandbox_is_in_force() {
         EventKind::RunStarted {
             sandbox: Some(sandbox),
             ..
-        } => assert!(sandbox.contains("bwrap") && sandbox.contains("hidden"), "{sandbox}"),
+        } => assert!(
+            sandbox.contains("bwrap") && sandbox.contains("hidden"),
+            "{sandbox}"
+        ),
         other => panic!("{other:?}"),
     }
-    let status: flotilla::daemon::report::RunStatus = daemon
-        .client
-        .get(&format!("/v1/runs/{run}"))
-        .await
-        .unwrap();
+    let status: flotilla::daemon::report::RunStatus =
+        daemon.client.get(&format!("/v1/runs/{run}")).await.unwrap();
     let said = flotilla::render::status_text(&status, &flotilla::render::Style::plain());
     assert!(said.contains("sandbox: bubblewrap"), "{said}");
     let mut config = run_config(&attacker(""), 1);
@@ -513,7 +530,10 @@ tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "l
     assert!(!loot.contains(key), "stolen: {loot}");
     assert!(!all_objects(&repo).contains(key), "in git's objects");
     let journal = std::fs::read(state.join("journal.sqlite")).unwrap();
-    assert!(!String::from_utf8_lossy(&journal).contains(key), "in the journal");
+    assert!(
+        !String::from_utf8_lossy(&journal).contains(key),
+        "in the journal"
+    );
     assert!(!daemon.log().contains(key), "in the daemon's log");
     drop(daemon);
 }

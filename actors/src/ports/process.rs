@@ -120,11 +120,13 @@ impl TryFrom<String> for Sandbox {
         match name.as_str() {
             "bwrap" => Ok(Sandbox::Bwrap),
             "network" => Ok(Sandbox::Network),
-            "none" => Err("sandbox = \"none\" is no longer a per-agent setting: every command \
+            "none" => Err(
+                "sandbox = \"none\" is no longer a per-agent setting: every command \
                  of a run is sandboxed by the run's [sandbox] table; set mode = \"none\" there \
                  to turn the sandbox off for the whole run (docs/security.md), or \
                  sandbox = \"network\" here to give this agent the host's network"
-                .into()),
+                    .into(),
+            ),
             other => Err(format!(
                 "unknown sandbox {other:?}: \"bwrap\" (the default) or \"network\""
             )),
