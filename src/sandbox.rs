@@ -563,7 +563,11 @@ mod tests {
             repo.canonicalize().unwrap(),
             cwd.canonicalize().unwrap(),
         );
-        let policy = SandboxPolicy::for_run(&SandboxConfig::default(), &[state.clone()], &repo);
+        let policy = SandboxPolicy::for_run(
+            &SandboxConfig::default(),
+            std::slice::from_ref(&state),
+            &repo,
+        );
         let args: Vec<String> = policy
             .bwrap_args(&cwd, "sh", false)
             .await
