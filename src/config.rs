@@ -914,6 +914,14 @@ mod tests {
             FileConfig::parse(block)
                 .unwrap_or_else(|e| panic!("docs/configuration.md: {e:?}\n{block}"));
         }
+        // And security.md's, which loosen the sandbox on purpose.
+        let guide = std::fs::read_to_string(docs.join("security.md")).unwrap();
+        for block in guide.split("```toml\n").skip(1) {
+            let block = block.split("```").next().unwrap();
+            let file = FileConfig::parse(block)
+                .unwrap_or_else(|e| panic!("docs/security.md: {e:?}\n{block}"));
+            file.sandbox.validate().unwrap();
+        }
         let guide = std::fs::read_to_string(docs.join("scenarios.md")).unwrap();
         let blocks: Vec<&str> = guide
             .split("```toml\n")

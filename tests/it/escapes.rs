@@ -500,31 +500,82 @@ async fn without_bubblewrap_no_run_is_created_unless_the_config_says_none() {
 
 #[tokio::test]
 async fn the_builtin_agents_run_command_cannot_read_the_daemons_keys() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    // The worker's model (a local fake of an OpenAI endpoint) answers with the attack, then
+    // finishes. Its key is the marker: the daemon holds it, the agent must never see it.
+    let answer = |calls: serde_json::Value| {
+        ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{
+                "index": 0,
+                "message": { "role": "assistant", "content": null, "tool_calls": calls },
+                "finish_reason": "tool_calls",
+            }],
+            "usage": { "prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20 },
+        }))
+    };
+    let call = |id: &str, name: &str, arguments: serde_json::Value| {
+        serde_json::json!({
+            "id": id, "type": "function",
+            "function": { "name": name, "arguments": arguments.to_string() },
+        })
+    };
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(answer(serde_json::json!([
+            call("a", "run_command", serde_json::json!({ "command":
+                "cat /proc/$PPID/environ; for f in /proc/*/environ; do cat $f; done; env" })),
+            call("b", "run_command", serde_json::json!({ "command":
+                "mkdir -p out && { for f in /proc/*/environ; do cat $f; echo; done; env; } > out/loot.txt 2>&1; true" })),
+        ])))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(answer(serde_json::json!([call(
+            "c",
+            "finish",
+            serde_json::json!({ "status": "complete", "summary": "looked around" })
+        )])))
+        .with_priority(2)
+        .mount(&server)
+        .await;
+
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
     let repo = tmp.path().join("repo");
     init_repo(&repo);
     let key = "sk-builtin-marker-7a3c9e1f";
-    let daemon = DaemonProcess::start_with_env(&state, &[("ANTHROPIC_API_KEY", key)]);
+    let daemon = DaemonProcess::start_with_env(&state, &[("OPENAI_API_KEY", key)]);
     let scenario = r#"
 [[planner.answers]]
 tasks = [{ description = "attack", scope = ["out"] }]
-
-[[worker.t1.answers]]
-tool_calls = [
-  { name = "run_command", arguments = { command = "cat /proc/$PPID/environ; for f in /proc/*/environ; do cat $f; done; env" } },
-  { name = "run_command", arguments = { command = "mkdir -p out && { for f in /proc/*/environ; do cat $f; echo; done; env; } > out/loot.txt 2>&1; true" } },
-]
-[[worker.t1.answers]]
-tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "looked around" } }]
 "#;
     let mut config = run_config(scenario, 1);
-    config["workers"] = serde_json::json!([{ "name": "general", "agent": "builtin" }]);
+    config["models"] = serde_json::json!({
+        "providers": {"local": {
+            "kind": "openai",
+            "base_url": format!("{}/v1", server.uri()),
+            "api_key_env": "OPENAI_API_KEY",
+            "stream": false,
+        }},
+        "roles": {"worker": "local/m"},
+    });
     let client = DaemonProcess::client(&state);
     let run = submit(&client, &repo, config).await;
     let events = follow_to_end(&client, &run, None).await;
-    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "{}",
+        daemon.log()
+    );
     let loot = on_main(&repo, "out/loot.txt").expect("the loot landed");
     assert!(loot.contains("PATH="), "the attack ran: {loot}");
     assert!(!loot.contains(key), "stolen: {loot}");
@@ -535,5 +586,23 @@ tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "l
         "in the journal"
     );
     assert!(!daemon.log().contains(key), "in the daemon's log");
+    // What the model read back of its commands (the tool results it was sent).
+    let sent: Vec<String> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    assert!(sent.len() >= 2, "the model saw the commands' results");
+    assert!(
+        sent[1].contains("PATH="),
+        "the first command's result: {}",
+        sent[1]
+    );
+    assert!(
+        sent.iter().all(|body| !body.contains(key)),
+        "a tool result held the key"
+    );
     drop(daemon);
 }
