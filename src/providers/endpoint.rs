@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 
 use super::settings::{ProviderKind, ProviderSpec};
 use super::{Parsed, anthropic, openai};
-use crate::sse::{self, EventStreamError};
+use crate::sse::{self, SseError};
 
 /// The longest a provider's `Retry-After` is honoured for (15 minutes): untrusted input.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(15 * 60);
@@ -408,7 +408,8 @@ where
     S: futures::Stream<Item = Result<B, ChunkError>> + Send,
     B: AsRef<[u8]> + Send,
 {
-    let mut frames = std::pin::pin!(sse::frames(chunks));
+    // An event that never ends counts against the answer's bound like one that does.
+    let mut frames = std::pin::pin!(sse::frames(chunks, MAX_ANSWER_BYTES));
     let mut state = match format {
         WireFormat::OpenAi => StreamState::OpenAi(openai::StreamAssembler::default()),
         WireFormat::Anthropic => StreamState::Anthropic(anthropic::StreamAssembler::default()),
@@ -417,11 +418,16 @@ where
     while let Some(frame) = frames.next().await {
         let frame = match frame {
             Ok(frame) => frame,
-            Err(EventStreamError::Transport(ChunkError::Stalled)) => {
+            Err(SseError::Transport(ChunkError::Stalled)) => {
                 return Err(LlmError::Stalled { after_ms: stall_ms });
             }
-            Err(EventStreamError::Transport(ChunkError::Transport(e))) => {
+            Err(SseError::Transport(ChunkError::Transport(e))) => {
                 return Err(LlmError::Transport(e));
+            }
+            Err(SseError::TooLarge { .. }) => {
+                return Err(LlmError::Malformed(format!(
+                    "the answer passed {MAX_ANSWER_BYTES} bytes (in an event that had not ended)"
+                )));
             }
             Err(e) => return Err(LlmError::Malformed(format!("the event stream: {e}"))),
         };
