@@ -602,7 +602,9 @@ pub fn error_message(body: &str) -> String {
     if bounded.is_empty() {
         bounded = "(no message)".into();
     }
-    bounded
+    // The provider's text goes on into events, the journal and the daemon's log: nothing
+    // in it may act on a terminal that shows any of them.
+    crate::render::terminal_safe(&bounded).into_owned()
 }
 
 /// `retry-after-ms` (OpenAI), else `retry-after` in seconds (fractions allowed). The
@@ -661,6 +663,12 @@ mod tests {
         assert_eq!(error_message(""), "(no message)");
         let long = error_message(&"x".repeat(10_000));
         assert_eq!(long.chars().count(), MAX_ERROR_CHARS + 1);
+        // Issue 20: the daemon's log printed provider error text raw.
+        assert_eq!(
+            error_message(r#"{"error": {"message": "bad\u001b]0;pwned\u0007\u202e\r"}}"#),
+            "bad\\x1b]0;pwned\\x07\\u{202e}\\x0d"
+        );
+        assert_eq!(error_message("a\u{e0041}b\n"), "a\\u{e0041}b");
     }
 
     #[test]
