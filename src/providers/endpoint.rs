@@ -9,7 +9,7 @@
 //! token drops the HTTP request wherever it is.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -93,6 +93,9 @@ pub struct EndpointState {
     /// The most JSON output mode the server accepts (a [`JsonMode`]); lowered for good each
     /// time it refuses one.
     json_mode: AtomicU8,
+    /// The server was found not to stream answers to requests with tools (llama-cpp-python:
+    /// "Automatic streaming tool choice is not supported"): such requests are sent whole.
+    no_streamed_tools: AtomicBool,
 }
 
 impl EndpointState {
@@ -103,6 +106,7 @@ impl EndpointState {
             capacity: Mutex::new(capacity),
             paused_until: Mutex::new(None),
             json_mode: AtomicU8::new(JsonMode::Schema as u8),
+            no_streamed_tools: AtomicBool::new(false),
         }
     }
 
@@ -166,6 +170,9 @@ struct Failure {
     retry_after: Option<Duration>,
     /// The server refused the JSON output mode sent: asking again with less may succeed.
     json_mode_refused: Option<JsonMode>,
+    /// The server cannot stream an answer to a request with tools: asking again without
+    /// streaming may succeed.
+    stream_refused: bool,
 }
 
 impl From<LlmError> for Failure {
@@ -174,6 +181,7 @@ impl From<LlmError> for Failure {
             error,
             retry_after: None,
             json_mode_refused: None,
+            stream_refused: false,
         }
     }
 }
@@ -237,6 +245,19 @@ impl Endpoint {
                 Ok(parsed) => return Ok(parsed),
                 Err(failure) => failure,
             };
+            if failure.stream_refused {
+                // Not a retry either: this request cannot be streamed by this server, and
+                // the same request sent whole can be answered. Said once per endpoint.
+                if !self.shared.no_streamed_tools.swap(true, Ordering::SeqCst) {
+                    warn!(
+                        endpoint = %self.name,
+                        error = %failure.error,
+                        "the server does not stream answers to requests with tools; sending \
+                         those whole (stream = false) from now on"
+                    );
+                }
+                continue;
+            }
             if let Some(refused) = failure.json_mode_refused {
                 // Not a retry: the request was wrong for this server, and now it is not.
                 // Every call that was in flight with that mode gets this refusal and asks
@@ -322,10 +343,13 @@ impl Endpoint {
         } else {
             JsonMode::Off
         };
+        let has_tools = !request.tools.is_empty();
+        let stream = self.spec.stream
+            && !(has_tools && self.shared.no_streamed_tools.load(Ordering::SeqCst));
         let outgoing = Outgoing {
             model,
             request,
-            stream: self.spec.stream,
+            stream,
             json_mode,
             max_output_tokens: request.max_output_tokens.or(self.spec.max_output_tokens),
         };
@@ -350,8 +374,33 @@ impl Endpoint {
             return Err(failure_for(status, &headers, &body, json_mode));
         }
         // A server that ignores `stream: true` answers a whole JSON body, and says so.
-        let parsed = if self.spec.stream && !declares_json(response.headers()) {
-            self.read_stream(response, call).await?
+        let parsed = if stream && !declares_json(response.headers()) {
+            let streamed = self.read_stream(response, call).await;
+            // llama-cpp-python answers 200 to a streamed request with tools and then fails
+            // inside the stream: an error event, or a stream cut off (or ended) with nothing
+            // in it. The same request sent whole works.
+            let refused = match &streamed {
+                Ok(s) => s.parsed.is_empty(),
+                Err(LlmError::Server {
+                    status: 200,
+                    message,
+                }) => message.to_ascii_lowercase().contains("stream"),
+                Err(_) => false,
+            };
+            if has_tools && refused {
+                let error = match streamed {
+                    Err(error) => error,
+                    Ok(_) => LlmError::Server {
+                        status: status.as_u16(),
+                        message: "the streamed answer holds no text and no tool call".into(),
+                    },
+                };
+                return Err(Failure {
+                    stream_refused: true,
+                    ..error.into()
+                });
+            }
+            streamed?.complete()?
         } else {
             let body = read_bounded(response, self.spec.stall_timeout()).await?;
             if body.trim().is_empty() {
@@ -378,7 +427,7 @@ impl Endpoint {
         &self,
         response: reqwest::Response,
         call: &LlmCall,
-    ) -> Result<Parsed, LlmError> {
+    ) -> Result<Streamed, LlmError> {
         let stall = self.spec.stall_timeout();
         let stall_ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
         // The stall timeout counts bytes, not events: keep-alive comments keep a stream
@@ -395,6 +444,32 @@ impl Endpoint {
     }
 }
 
+/// A streamed answer as far as it came, and whether it came to its end.
+#[derive(Debug)]
+struct Streamed {
+    parsed: Parsed,
+    /// The stream said it was done (OpenAI's `[DONE]` or a finish reason, Anthropic's
+    /// `message_stop`).
+    ended: bool,
+}
+
+impl Streamed {
+    /// The answer, if the stream came to its end: one cut off before its end marker may
+    /// lack the rest of its text or a tool call, so it is a failure to retry, never an
+    /// answer.
+    fn complete(self) -> Result<Parsed, LlmError> {
+        // A stream that ended with nothing in it is an empty answer (the caller's
+        // `Server` error), whatever marker it lacked.
+        if self.ended || self.parsed.is_empty() {
+            Ok(self.parsed)
+        } else {
+            Err(LlmError::Transport(
+                "the answer's stream ended before its end marker".into(),
+            ))
+        }
+    }
+}
+
 /// Assembles a streamed answer from its body's chunks, however they are split: SSE frames,
 /// then the format's events, within [`MAX_ANSWER_BYTES`], reporting progress as it goes.
 /// A chunk error ends it (a stall as [`LlmError::Stalled`] of `stall_ms`).
@@ -403,7 +478,7 @@ async fn assemble_stream<S, B>(
     chunks: S,
     stall_ms: u64,
     call: &LlmCall,
-) -> Result<Parsed, LlmError>
+) -> Result<Streamed, LlmError>
 where
     S: futures::Stream<Item = Result<B, ChunkError>> + Send,
     B: AsRef<[u8]> + Send,
@@ -415,6 +490,7 @@ where
         WireFormat::Anthropic => StreamState::Anthropic(anthropic::StreamAssembler::default()),
     };
     let mut reported = 0u64;
+    let mut ended = false;
     while let Some(frame) = frames.next().await {
         let frame = match frame {
             Ok(frame) => frame,
@@ -450,20 +526,26 @@ where
             call.progress(LlmProgress { tokens_out: tokens });
         }
         if done {
+            ended = true;
             break;
         }
     }
-    match state {
-        StreamState::OpenAi(s) => s.finish(),
-        StreamState::Anthropic(s) => s.finish(),
-    }
+    let (parsed, ended) = match state {
+        // Some OpenAI-compatible servers end with the finish reason and no `[DONE]`.
+        StreamState::OpenAi(s) => {
+            let finished = s.finish_reason_seen();
+            (s.finish()?, ended || finished)
+        }
+        StreamState::Anthropic(s) => (s.finish()?, ended),
+    };
+    Ok(Streamed { parsed, ended })
 }
 
 /// What the endpoint makes of a streamed body that arrived as `chunks`, without the
 /// network: for the fuzzer (fuzz/fuzz_targets/provider_stream.rs) and tests.
 pub fn parse_stream_chunks(format: WireFormat, chunks: Vec<Vec<u8>>) -> Result<Parsed, LlmError> {
     let chunks = futures::stream::iter(chunks.into_iter().map(Ok::<_, ChunkError>));
-    futures::executor::block_on(assemble_stream(format, chunks, 0, &LlmCall::default()))
+    futures::executor::block_on(assemble_stream(format, chunks, 0, &LlmCall::default()))?.complete()
 }
 
 /// What the endpoint makes of a whole (non-streamed) body.
@@ -572,6 +654,7 @@ fn failure_for(
         error,
         retry_after,
         json_mode_refused,
+        stream_refused: false,
     }
 }
 

@@ -348,6 +348,11 @@ impl StreamAssembler {
         self.bytes
     }
 
+    /// A choice said why it finished: the answer is whole even without `[DONE]`.
+    pub fn finish_reason_seen(&self) -> bool {
+        self.finish.is_some()
+    }
+
     pub fn finish(self) -> Result<Parsed, LlmError> {
         let tool_calls = self
             .calls
