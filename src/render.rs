@@ -560,6 +560,20 @@ fn describe(kind: &EventKind) -> (String, Tone) {
         EventKind::AgentActivity { task, activity, .. } => {
             (format!("{task}: {}", shorten(activity, 120)), Tone::Dim)
         }
+        EventKind::ProviderPaused {
+            role,
+            task,
+            provider,
+            wait_ms,
+        } => (
+            format!(
+                "{role}{} call paused {}: provider {} is rate limiting",
+                task.as_ref().map(|t| format!(" ({t})")).unwrap_or_default(),
+                duration(*wait_ms),
+                shorten(provider, 60)
+            ),
+            Tone::Bad,
+        ),
         EventKind::JournalUnavailable { error } => (
             // The error says what failed (written or read); say it once.
             format!("run paused, retrying: {}", shorten(error, 160)),
@@ -955,6 +969,15 @@ impl Tally {
             EventKind::AgentActivity { task, activity, .. } => {
                 self.streaming = Some(format!("{task}: {}", shorten(activity, 60)));
             }
+            EventKind::ProviderPaused {
+                provider, wait_ms, ..
+            } => {
+                self.streaming = Some(format!(
+                    "{} rate-limited, waiting {}",
+                    shorten(provider, 30),
+                    duration(*wait_ms)
+                ));
+            }
             // The planner's and the Subplanner's calls, as the graph charges them.
             EventKind::PlannerResponded { usage, .. }
             | EventKind::SubplannerResponded { usage, .. } => {
@@ -1317,6 +1340,12 @@ mod tests {
         let mut spec = TaskSpec::new(HOSTILE, &[HOSTILE]);
         spec.acceptance = HOSTILE.into();
         vec![
+            EventKind::ProviderPaused {
+                role: Role::Worker,
+                task: Some(task.clone()),
+                provider: HOSTILE.into(),
+                wait_ms: 60_000,
+            },
             EventKind::RunStarted {
                 request: HOSTILE.into(),
             },

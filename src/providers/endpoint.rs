@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use flotilla_actors::ports::{
-    AnswerFormat, LlmCall, LlmError, LlmProgress, LlmRequest, approximate_tokens,
+    AnswerFormat, LlmCall, LlmError, LlmPause, LlmProgress, LlmRequest, approximate_tokens,
 };
 use futures::StreamExt;
 use reqwest::StatusCode;
@@ -27,8 +27,12 @@ use super::settings::{ProviderKind, ProviderSpec};
 use super::{Parsed, anthropic, openai};
 use crate::sse::{self, SseError};
 
-/// The longest a provider's `Retry-After` is honoured for (15 minutes): untrusted input.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(15 * 60);
+/// The longest a provider's `Retry-After` is honoured for, unless the provider's own
+/// `backoff_max_ms` is longer: untrusted input, which once held a call back for 15 minutes
+/// (and could have for 12 hours) saying nothing (issue 20).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// A rate-limit pause this long or longer is said (a `provider_paused` notice).
+pub const LONG_PAUSE: Duration = Duration::from_secs(10);
 /// The most bytes of an answer (a body, or a stream's text and tool arguments together).
 pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 /// The most characters of an error body quoted in an error message.
@@ -272,7 +276,8 @@ impl Endpoint {
                 }
                 continue;
             }
-            let retry_after = failure.retry_after.map(|d| d.min(MAX_RETRY_AFTER));
+            let cap = MAX_RETRY_AFTER.max(Duration::from_millis(self.spec.backoff_max_ms));
+            let retry_after = failure.retry_after.map(|d| d.min(cap));
             if let (LlmError::RateLimited { .. }, Some(wait)) = (&failure.error, retry_after) {
                 self.shared.pause_for(wait);
             }
@@ -284,6 +289,13 @@ impl Endpoint {
             };
             let wait = backoff.max(retry_after.unwrap_or_default());
             debug!(endpoint = %self.name, error = %failure.error, ?wait, "retrying");
+            if matches!(failure.error, LlmError::RateLimited { .. }) && wait >= LONG_PAUSE {
+                warn!(endpoint = %self.name, wait_secs = wait.as_secs(), "rate limited: the call waits");
+                call.paused(LlmPause {
+                    provider: self.name.clone(),
+                    wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
             tokio::select! {
                 _ = call.cancel.cancelled() => return Err(LlmError::Cancelled),
                 _ = tokio::time::sleep(wait) => {}
@@ -703,9 +715,14 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 fn seconds(value: f64) -> Option<Duration> {
+    // Bounded here only so that the conversion cannot overflow; the wait is capped where it
+    // is used (`MAX_RETRY_AFTER`, or the provider's longer `backoff_max_ms`).
     (value.is_finite() && value >= 0.0)
-        .then(|| Duration::from_secs_f64(value.min(MAX_RETRY_AFTER.as_secs_f64())))
+        .then(|| Duration::from_secs_f64(value.min(MAX_HEADER_WAIT.as_secs_f64())))
 }
+
+/// The most a `Retry-After` header is read as (a day), before any cap applies.
+const MAX_HEADER_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 /// A prompt's size in estimated tokens, when a provider reports no usage.
 pub fn approximate_prompt_tokens(request: &LlmRequest) -> u64 {
@@ -779,7 +796,7 @@ mod tests {
         assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
         let mut h = HeaderMap::new();
         h.insert("retry-after", "99999999999999".parse().unwrap());
-        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after(&h), Some(MAX_HEADER_WAIT));
         h.insert("retry-after", "-1".parse().unwrap());
         assert_eq!(retry_after(&h), None);
         h.insert(

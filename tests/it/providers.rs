@@ -2175,3 +2175,39 @@ async fn a_server_that_cannot_stream_tool_calls_gets_them_asked_whole() {
         assert_eq!(refuser.whole_seen.load(Ordering::SeqCst), 3, "{streamed:?}");
     }
 }
+
+/// Issue 20: a 429 with an absurd `Retry-After` (12 hours) paused the call silently for as
+/// long as flotilla's old 15-minute cap allowed. The wait is capped at a minute (or the
+/// provider's longer `backoff_max_ms`), and a long pause is said to whoever follows the call.
+#[tokio::test]
+async fn an_absurd_retry_after_is_capped_and_a_long_pause_is_said() {
+    let format = Format::OpenAi;
+    let script = Script::new(vec![
+        ResponseTemplate::new(429)
+            .insert_header("retry-after", "43200")
+            .set_body_json(error_body(format, "rate_limit_error", "slow down")),
+    ]);
+    let server = server(format, script.clone()).await;
+    let settings = settings(format, &server.uri(), |s| s.stream = false);
+    let spec = settings.providers["p"].clone();
+    let registry = ProviderRegistry::new().unwrap();
+    let llm = registry.llm_for(&settings, None);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let call = LlmCall::new(cancel.clone()).on_pause(move |pause| {
+        let _ = tx.send(pause);
+    });
+    let asked = Instant::now();
+    let pending = tokio::spawn(llm.complete(hi(), call));
+    let pause = rx.recv().await.expect("the pause is said");
+    assert_eq!(pause.provider, "p");
+    assert_eq!(pause.wait_ms, 60_000, "capped at a minute");
+    let until = registry
+        .endpoint("p", &spec)
+        .paused_until()
+        .expect("the endpoint is paused");
+    assert!(until <= asked + Duration::from_secs(61), "paused past the cap");
+    cancel.cancel();
+    assert_eq!(pending.await.unwrap().unwrap_err(), LlmError::Cancelled);
+    assert_eq!(script.arrivals().len(), 1);
+}
