@@ -1237,10 +1237,16 @@ mod tests {
     /// passed the escaping; so would the other invisible characters.
     #[test]
     fn invisible_characters_are_shown_as_escapes() {
-        let hidden: String = "ignore previous".chars().map(|c| char::from_u32(0xE0000 + c as u32).unwrap()).collect();
+        let hidden: String = "ignore previous"
+            .chars()
+            .map(|c| char::from_u32(0xE0000 + c as u32).unwrap())
+            .collect();
         let text = format!("a{hidden}b\u{ad}c\u{115f}\u{1160}\u{3164}\u{ffa0}d\u{e0001}\u{e007f}");
         let safe = terminal_safe(&text);
-        assert!(safe.starts_with("a\\u{e0069}\\u{e0067}\\u{e006e}"), "{safe}");
+        assert!(
+            safe.starts_with("a\\u{e0069}\\u{e0067}\\u{e006e}"),
+            "{safe}"
+        );
         assert!(
             safe.ends_with("b\\u{ad}c\\u{115f}\\u{1160}\\u{3164}\\u{ffa0}d\\u{e0001}\\u{e007f}"),
             "{safe}"
@@ -1258,7 +1264,10 @@ mod tests {
         let value = serde_json::json!({ "text": text });
         let json = json_line(&value);
         assert!(json.contains("\\udb40\\udc69"), "{json}");
-        assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap(), value);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&json).unwrap(),
+            value
+        );
     }
 
     /// Issue 20: the live line printed an agent's activity raw (OSC retitle, clear screen,
@@ -1279,9 +1288,16 @@ mod tests {
         for columns in [None, Some(400)] {
             let line = tally.live_line(1_000, columns);
             assert_safe(&line, false);
-            let painted = Style { color: true, live: true }.dim(&line);
+            let painted = Style {
+                color: true,
+                live: true,
+            }
+            .dim(&line);
             let bytes = format!("\r\x1b[2K{painted}");
-            let ours = bytes.replacen("\r\x1b[2K", "", 1).replace("\x1b[2m", "").replace("\x1b[0m", "");
+            let ours = bytes
+                .replacen("\r\x1b[2K", "", 1)
+                .replace("\x1b[2m", "")
+                .replace("\x1b[0m", "");
             assert!(
                 !ours.chars().any(|c| c == '\x1b'
                     || ('\u{80}'..='\u{9f}').contains(&c)
@@ -1297,7 +1313,11 @@ mod tests {
     #[test]
     fn the_live_line_fits_the_terminals_width() {
         let mut tally = Tally::default();
-        tally.set_budget(Budget::new(2_000_000, Usd::from_micros(5_000_000), 3_600_000));
+        tally.set_budget(Budget::new(
+            2_000_000,
+            Usd::from_micros(5_000_000),
+            3_600_000,
+        ));
         tally.observe(&event(
             1,
             1_000,
@@ -1317,7 +1337,11 @@ mod tests {
                 assert!(line.ends_with('…'), "{line}");
             }
         }
-        assert_eq!(tally.live_line(1_000, Some(1_000)), whole, "room enough: whole");
+        assert_eq!(
+            tally.live_line(1_000, Some(1_000)),
+            whole,
+            "room enough: whole"
+        );
         assert_eq!(fit_columns("日本語", 6), "日本…");
         assert_eq!(fit_columns("日本語", 7), "日本語");
     }

@@ -280,7 +280,11 @@ mod tests {
         assert_eq!(whole[1].as_ref().unwrap().id, "7");
         assert_eq!(whole[2].as_ref().unwrap().event, "message");
         for split in 0..body.len() {
-            assert_eq!(parse(vec![&body[..split], &body[split..]], 1024), whole, "{split}");
+            assert_eq!(
+                parse(vec![&body[..split], &body[split..]], 1024),
+                whole,
+                "{split}"
+            );
         }
         let bytewise: Vec<&[u8]> = body.chunks(1).collect();
         assert_eq!(parse(bytewise, 1024), whole);
@@ -339,7 +343,10 @@ mod tests {
                 Err(SseError::NotUtf8)
             ]
         );
-        assert_eq!(parse(vec![b"data: \xe2\x82"], 100), vec![Err(SseError::NotUtf8)]);
+        assert_eq!(
+            parse(vec![b"data: \xe2\x82"], 100),
+            vec![Err(SseError::NotUtf8)]
+        );
         assert_eq!(
             data(&parse(vec![b"data: \xe2\x82", b"\xac\n\n"], 100)),
             ["€"]

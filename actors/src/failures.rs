@@ -2396,7 +2396,15 @@ mod tests {
         let paths = |v: &[&str]| v.iter().map(|p| p.to_string()).collect::<Vec<_>>();
         assert_eq!(
             fix_scope(
-                &paths(&["./src/a.rs", "src/a.rs", ".GIT/config", ".Git/x", "/abs", "a/../../b", "b.rs"]),
+                &paths(&[
+                    "./src/a.rs",
+                    "src/a.rs",
+                    ".GIT/config",
+                    ".Git/x",
+                    "/abs",
+                    "a/../../b",
+                    "b.rs"
+                ]),
                 64,
                 1024
             ),

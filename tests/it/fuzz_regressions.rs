@@ -352,7 +352,9 @@ fn a_tool_call_after_one_at_the_largest_index_is_a_malformed_answer_not_a_panic(
         other => panic!("{other:?}"),
     }
     // The same index with the same call's id, or no id, continues that call: no overflow.
-    let text = String::from_utf8(body).unwrap().replace("\"id\":\"b\",", "");
+    let text = String::from_utf8(body)
+        .unwrap()
+        .replace("\"id\":\"b\",", "");
     let answer = parse_stream_chunks(WireFormat::OpenAi, vec![text.into_bytes()]).unwrap();
     assert_eq!(answer.tool_calls.len(), 1);
     assert_eq!(answer.tool_calls[0].arguments, "{}{}");

@@ -415,7 +415,11 @@ fn sweep_fixes_get_only_scopes_a_task_may_have() {
         .collect();
     assert!(whys[0].contains("inside .git"), "{}", whys[0]);
     assert!(whys[1].contains("empty scope"), "{}", whys[1]);
-    assert!(whys[2].contains("853 files") && whys[2].contains("64"), "{}", whys[2]);
+    assert!(
+        whys[2].contains("853 files") && whys[2].contains("64"),
+        "{}",
+        whys[2]
+    );
     let added = events.iter().find_map(|e| match e {
         EventKind::FixTaskAdded { spec, .. } => Some(spec.scope.clone()),
         _ => None,
@@ -430,7 +434,9 @@ fn sweep_fixes_get_only_scopes_a_task_may_have() {
     g.landed(&task("t1"), 1, "c1").unwrap();
     let mut empty = fix("sig-empty", "x");
     empty.scope.clear();
-    let events = g.sweep_finished(report(1, "c1", vec![empty], Some(1))).unwrap();
+    let events = g
+        .sweep_finished(report(1, "c1", vec![empty], Some(1)))
+        .unwrap();
     assert_eq!(
         kinds(&events),
         ["sweep_finished", "message_ignored", "run_finished"]

@@ -2040,16 +2040,23 @@ async fn a_stream_cut_off_before_its_end_marker_is_retried_not_taken() {
         json!({ "type": "content_block_stop", "index": 0 }),
         an_message_delta("end_turn", Some(7)),
     ]);
-    for (format, cut) in [(Format::OpenAi, openai_cut), (Format::Anthropic, anthropic_cut)] {
+    for (format, cut) in [
+        (Format::OpenAi, openai_cut),
+        (Format::Anthropic, anthropic_cut),
+    ] {
         let whole = streamed_text(format, &["the whole answer"], Some((5, 7)));
         let retried = server(format, Script::new(vec![sse(cut.clone()), sse(whole)])).await;
-        let answer = ask(&settings(format, &retried.uri(), |_| {})).await.unwrap();
+        let answer = ask(&settings(format, &retried.uri(), |_| {}))
+            .await
+            .unwrap();
         assert_eq!(answer.content, "the whole answer", "{format:?}");
         assert_eq!(request_count(&retried).await, 2, "{format:?}");
 
         // Always cut off: the call fails, saying why, after its retries.
         let always = server(format, sse(cut)).await;
-        let error = ask(&settings(format, &always.uri(), |_| {})).await.unwrap_err();
+        let error = ask(&settings(format, &always.uri(), |_| {}))
+            .await
+            .unwrap_err();
         assert!(
             error.to_string().contains("ended before its end marker"),
             "{format:?}: {error}"
@@ -2206,7 +2213,10 @@ async fn an_absurd_retry_after_is_capped_and_a_long_pause_is_said() {
         .endpoint("p", &spec)
         .paused_until()
         .expect("the endpoint is paused");
-    assert!(until <= asked + Duration::from_secs(61), "paused past the cap");
+    assert!(
+        until <= asked + Duration::from_secs(61),
+        "paused past the cap"
+    );
     cancel.cancel();
     assert_eq!(pending.await.unwrap().unwrap_err(), LlmError::Cancelled);
     assert_eq!(script.arrivals().len(), 1);
