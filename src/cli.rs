@@ -892,7 +892,10 @@ async fn follow_from(
             let item = tokio::select! {
                 item = stream.next() => item,
                 _ = ticker.tick(), if live && tally.started() => {
-                    emit(&format!("\r\x1b[2K{}", style.dim(&tally.summary(now_ms()))))?;
+                    emit(&format!(
+                        "\r\x1b[2K{}",
+                        style.dim(&tally.live_line(now_ms(), render::terminal_columns()))
+                    ))?;
                     continue;
                 }
             };
@@ -926,7 +929,9 @@ async fn follow_from(
                 }
                 if live {
                     // As of this event: a replayed backlog shows the time it happened at.
-                    text.push_str(&style.dim(&tally.summary(event.at_ms)));
+                    text.push_str(
+                        &style.dim(&tally.live_line(event.at_ms, render::terminal_columns())),
+                    );
                 }
                 emit(&text)?;
             }

@@ -485,6 +485,10 @@ impl Client {
     }
 }
 
+/// The most bytes one event from the daemon may hold (its JSON), beyond which the stream is
+/// broken off: the daemon's largest events (a plan, a handoff) are far smaller.
+pub const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
+
 /// Parses a `text/event-stream` body, however it is split into chunks, into the run's
 /// events. `chunks` are the body's bytes as they arrive, or a transport error (which ends
 /// the parsed stream with [`ClientError::Transport`]); every SSE event's `data` must be one
@@ -497,7 +501,7 @@ where
     B: AsRef<[u8]> + Send,
     E: std::fmt::Display + Send,
 {
-    crate::sse::frames(chunks).map(|item| match item {
+    crate::sse::frames(chunks, MAX_EVENT_BYTES).map(|item| match item {
         Ok(sse) => {
             serde_json::from_str::<Event>(&sse.data).map_err(|e| ClientError::Decode(e.to_string()))
         }

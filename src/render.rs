@@ -71,18 +71,32 @@ impl Style {
 
 /// Whether `c` may change what a terminal does or how a line reads: C0 controls (escape,
 /// carriage return, backspace, newline, …), DEL, C1 controls (an 8-bit CSI or OSC), and the
-/// invisible formatting characters that reorder or hide text (bidirectional overrides and
-/// isolates, zero-width characters, line and paragraph separators, the byte-order mark).
+/// invisible characters that reorder or hide text (bidirectional marks, overrides and
+/// isolates, zero-width characters and joiners, line and paragraph separators, the
+/// byte-order mark, the soft hyphen, the Hangul fillers, Khmer and Mongolian invisible
+/// vowels and separators, the interlinear annotation marks, and the Unicode tag characters
+/// that can carry a hidden ASCII message).
 fn is_unsafe_for_terminal(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{061C}'
+            '\u{00AD}'
+                | '\u{034F}'
+                | '\u{061C}'
+                | '\u{115F}'
+                | '\u{1160}'
+                | '\u{17B4}'
+                | '\u{17B5}'
+                | '\u{180B}'..='\u{180F}'
                 | '\u{200B}'..='\u{200F}'
                 | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{2069}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{3164}'
                 | '\u{FEFF}'
+                | '\u{FFA0}'
                 | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{1D173}'..='\u{1D17A}'
+                | '\u{E0000}'..='\u{E007F}'
         )
 }
 
@@ -135,7 +149,11 @@ pub fn json_safe(json: &str) -> Cow<'_, str> {
     let mut out = String::with_capacity(json.len() + 16);
     for c in json.chars() {
         if unsafe_in_json(c) {
-            let _ = write!(out, "\\u{:04x}", c as u32);
+            // Beyond the Basic Multilingual Plane (the tag characters), JSON's `\u` escape
+            // is a UTF-16 surrogate pair.
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                let _ = write!(out, "\\u{:04x}", unit);
+            }
         } else {
             out.push(c);
         }
@@ -547,6 +565,20 @@ fn describe(kind: &EventKind) -> (String, Tone) {
         EventKind::AgentActivity { task, activity, .. } => {
             (format!("{task}: {}", shorten(activity, 120)), Tone::Dim)
         }
+        EventKind::ProviderPaused {
+            role,
+            task,
+            provider,
+            wait_ms,
+        } => (
+            format!(
+                "{role}{} call paused {}: provider {} is rate limiting",
+                task.as_ref().map(|t| format!(" ({t})")).unwrap_or_default(),
+                duration(*wait_ms),
+                shorten(provider, 60)
+            ),
+            Tone::Bad,
+        ),
         EventKind::JournalUnavailable { error } => (
             // The error says what failed (written or read); say it once.
             format!("run paused, retrying: {}", shorten(error, 160)),
@@ -945,6 +977,15 @@ impl Tally {
             EventKind::AgentActivity { task, activity, .. } => {
                 self.streaming = Some(format!("{task}: {}", shorten(activity, 60)));
             }
+            EventKind::ProviderPaused {
+                provider, wait_ms, ..
+            } => {
+                self.streaming = Some(format!(
+                    "{} rate-limited, waiting {}",
+                    shorten(provider, 30),
+                    duration(*wait_ms)
+                ));
+            }
             // The planner's and the Subplanner's calls, as the graph charges them.
             EventKind::PlannerResponded { usage, .. }
             | EventKind::SubplannerResponded { usage, .. } => {
@@ -1053,11 +1094,63 @@ impl Tally {
         } else {
             String::new()
         };
-        format!(
+        let line = format!(
             "{done} done{landing} · {running} running · {pending} pending · {failed} failed/cancelled · {spent} · {} elapsed{streaming}",
             duration(elapsed)
-        )
+        );
+        // The streaming part quotes an agent's activity: a model's or a tool's text.
+        terminal_safe(&line).into_owned()
     }
+
+    /// The live line as a terminal `columns` wide shows it: [`Tally::summary`], cut to
+    /// fit in one row (a line that wraps is not redrawn in place, and each redraw would
+    /// scroll). `None`: the width is unknown, and the line is not cut.
+    pub fn live_line(&self, now_ms: u64, columns: Option<usize>) -> String {
+        let line = self.summary(now_ms);
+        match columns {
+            Some(columns) => fit_columns(&line, columns),
+            None => line,
+        }
+    }
+}
+
+/// `line` cut to fewer than `columns` terminal columns, ending in `…` when cut. One column
+/// is left free: writing the last column makes some terminals wrap at once.
+pub fn fit_columns(line: &str, columns: usize) -> String {
+    use unicode_width::UnicodeWidthChar;
+    let room = columns.saturating_sub(1);
+    if unicode_width::UnicodeWidthStr::width(line) <= room {
+        return line.to_string();
+    }
+    let mut out = String::new();
+    let mut used = 0usize;
+    for c in line.chars() {
+        let w = c.width().unwrap_or(0);
+        // Keep one column for the ellipsis.
+        if used + w + 1 > room {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    if room > 0 {
+        out.push('…');
+    }
+    out
+}
+
+/// The width in columns of the terminal on standard output, when it is one.
+pub fn terminal_columns() -> Option<usize> {
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one `winsize` to the pointer given, which lives across the
+    // call; on a descriptor that is not a terminal it fails and writes nothing.
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_col > 0).then_some(usize::from(size.ws_col))
 }
 
 /// "t3 completed: summary [2 files, +10 -1, abc1234]; flagged: …": a handoff in one line.
@@ -1148,6 +1241,119 @@ mod tests {
         assert_eq!(terminal_safe_lines("a\x1b\nb\n"), "a\\x1b\nb\n");
     }
 
+    /// Issue 20: tag characters (a hidden ASCII message), soft hyphens and Hangul fillers
+    /// passed the escaping; so would the other invisible characters.
+    #[test]
+    fn invisible_characters_are_shown_as_escapes() {
+        let hidden: String = "ignore previous"
+            .chars()
+            .map(|c| char::from_u32(0xE0000 + c as u32).unwrap())
+            .collect();
+        let text = format!("a{hidden}b\u{ad}c\u{115f}\u{1160}\u{3164}\u{ffa0}d\u{e0001}\u{e007f}");
+        let safe = terminal_safe(&text);
+        assert!(
+            safe.starts_with("a\\u{e0069}\\u{e0067}\\u{e006e}"),
+            "{safe}"
+        );
+        assert!(
+            safe.ends_with("b\\u{ad}c\\u{115f}\\u{1160}\\u{3164}\\u{ffa0}d\\u{e0001}\\u{e007f}"),
+            "{safe}"
+        );
+        for c in [
+            '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}', '\u{202e}', '\u{2066}', '\u{2067}',
+            '\u{2068}', '\u{2069}', '\u{200b}', '\u{200c}', '\u{200d}', '\u{200e}', '\u{200f}',
+            '\u{2060}', '\u{2061}', '\u{2062}', '\u{2063}', '\u{2064}', '\u{feff}', '\u{85}',
+            '\u{9b}', '\u{9d}', '\x00', '\x07', '\x1b',
+        ] {
+            assert!(is_unsafe_for_terminal(c), "{c:?}");
+            assert!(!terminal_safe(&c.to_string()).contains(c), "{c:?}");
+        }
+        // JSON escapes beyond the Basic Multilingual Plane are surrogate pairs.
+        let value = serde_json::json!({ "text": text });
+        let json = json_line(&value);
+        assert!(json.contains("\\udb40\\udc69"), "{json}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&json).unwrap(),
+            value
+        );
+    }
+
+    /// Issue 20: the live line printed an agent's activity raw (OSC retitle, clear screen,
+    /// U+202E reached the terminal). The bytes it writes hold no ESC, C1 or bidi control
+    /// but flotilla's own colour codes.
+    #[test]
+    fn the_live_line_escapes_agent_activity() {
+        let mut tally = Tally::default();
+        tally.observe(&event(
+            3,
+            1_000,
+            EventKind::AgentActivity {
+                task: TaskId::root(1),
+                attempt: 1,
+                activity: format!("run_command {HOSTILE}\u{e0041}\u{ad}"),
+            },
+        ));
+        for columns in [None, Some(400)] {
+            let line = tally.live_line(1_000, columns);
+            assert_safe(&line, false);
+            let painted = Style {
+                color: true,
+                live: true,
+            }
+            .dim(&line);
+            let bytes = format!("\r\x1b[2K{painted}");
+            let ours = bytes
+                .replacen("\r\x1b[2K", "", 1)
+                .replace("\x1b[2m", "")
+                .replace("\x1b[0m", "");
+            assert!(
+                !ours.chars().any(|c| c == '\x1b'
+                    || ('\u{80}'..='\u{9f}').contains(&c)
+                    || ('\u{202a}'..='\u{202e}').contains(&c)
+                    || ('\u{2066}'..='\u{2069}').contains(&c)),
+                "{ours:?}"
+            );
+        }
+    }
+
+    /// M8c: the live line was 146 characters with no regard for the terminal's width; on a
+    /// terminal it fits in one row, counting wide characters as two columns.
+    #[test]
+    fn the_live_line_fits_the_terminals_width() {
+        let mut tally = Tally::default();
+        tally.set_budget(Budget::new(
+            2_000_000,
+            Usd::from_micros(5_000_000),
+            3_600_000,
+        ));
+        tally.observe(&event(
+            1,
+            1_000,
+            EventKind::AgentActivity {
+                task: TaskId::root(1),
+                attempt: 1,
+                activity: "editing 日本語のファイル src/some/long/path/name.rs".into(),
+            },
+        ));
+        let whole = tally.live_line(1_000, None);
+        assert!(whole.chars().count() > 100, "{whole}");
+        for columns in [0, 1, 2, 10, 40, 80, 120] {
+            let line = tally.live_line(1_000, Some(columns));
+            let width = unicode_width::UnicodeWidthStr::width(line.as_str());
+            assert!(width < columns.max(1), "{columns}: {width} columns: {line}");
+            if columns > 2 {
+                assert!(line.ends_with('…'), "{line}");
+            }
+        }
+        assert_eq!(
+            tally.live_line(1_000, Some(1_000)),
+            whole,
+            "room enough: whole"
+        );
+        assert_eq!(fit_columns("日本語", 6), "日本…");
+        assert_eq!(fit_columns("日本語", 7), "日本語");
+    }
+
     #[test]
     fn json_stays_json_and_escapes_what_serde_leaves_raw() {
         let value = serde_json::json!({ "text": HOSTILE });
@@ -1166,6 +1372,12 @@ mod tests {
         let mut spec = TaskSpec::new(HOSTILE, &[HOSTILE]);
         spec.acceptance = HOSTILE.into();
         vec![
+            EventKind::ProviderPaused {
+                role: Role::Worker,
+                task: Some(task.clone()),
+                provider: HOSTILE.into(),
+                wait_ms: 60_000,
+            },
             EventKind::RunStarted {
                 request: HOSTILE.into(),
                 sandbox: Some(HOSTILE.into()),

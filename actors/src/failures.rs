@@ -29,6 +29,8 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::graph::scope::ScopePath;
+
 /// Failures kept from one command's output; the rest is dropped (a sweep fixes at most a few
 /// groups anyway, and the next sweep sees what is left).
 pub const MAX_FAILURES: usize = 1_000;
@@ -1255,6 +1257,32 @@ impl Parser {
     }
 }
 
+/// What a command killed at its time limit after `secs` seconds found: what its output
+/// says failed so far, and that it timed out (never "failed without printing anything":
+/// the command did not fail, it did not finish).
+pub fn timed_out(
+    kind: CommandKind,
+    line: &str,
+    secs: u64,
+    output: &str,
+    root: Option<&str>,
+) -> Vec<Failure> {
+    let mut found: Vec<Failure> = parse_output_in(kind, output, root)
+        .into_iter()
+        .filter(|f| f.message != NOTHING_PRINTED)
+        .collect();
+    let line = clean_text(line, root, false, MAX_FIELD_CHARS);
+    found.truncate(MAX_FAILURES - 1);
+    found.push(Failure::new(
+        kind.default_class(),
+        format!("`{line}` timed out after {secs} s"),
+    ));
+    found
+}
+
+/// The catch-all's message for a command that printed nothing.
+const NOTHING_PRINTED: &str = "the command failed without printing anything";
+
 /// When nothing parsed: the output's last non-empty lines, at most [`MAX_TAIL_BYTES`].
 fn catch_all(kind: CommandKind, text: &str, root: Option<&str>) -> Failure {
     let mut picked = Vec::new();
@@ -1275,7 +1303,7 @@ fn catch_all(kind: CommandKind, text: &str, root: Option<&str>) -> Failure {
     }
     picked.reverse();
     let message = if picked.is_empty() {
-        "the command failed without printing anything".to_string()
+        NOTHING_PRINTED.to_string()
     } else {
         picked.join("\n")
     };
@@ -2289,9 +2317,108 @@ fn describe_failure(f: &Failure) -> String {
     entry
 }
 
+/// The scope a fix task for `group_scope` may have, checked as any task's scope is
+/// (ADR-019): each path repo-relative and normalized, none absolute, climbing out with `..`
+/// or inside `.git` in any letter case ([`ScopePath::parse`]); such paths are left out, since
+/// the command output that named them is untrusted. `Err` says why no fix task can be made:
+/// no path is left (a task with an empty scope would hold no lock and could change any
+/// file), or more than `max_paths` are (the cap every planned task has).
+pub fn fix_scope(
+    group_scope: &[String],
+    max_paths: usize,
+    max_path_bytes: usize,
+) -> Result<Vec<String>, String> {
+    let mut left_out = 0usize;
+    let mut scope: Vec<String> = group_scope
+        .iter()
+        .filter_map(|p| match ScopePath::parse(p, max_path_bytes) {
+            Ok(path) => Some(path.to_string()),
+            Err(_) => {
+                left_out += 1;
+                None
+            }
+        })
+        .collect();
+    scope.sort();
+    scope.dedup();
+    if scope.is_empty() {
+        return Err(if group_scope.is_empty() {
+            "the failures name no file, and a fix task with an empty scope could change any \
+             file without holding a lock"
+                .to_string()
+        } else {
+            format!(
+                "none of the {} files the failures name may be in a task's scope (absolute, \
+                 outside the repository or inside .git)",
+                group_scope.len()
+            )
+        });
+    }
+    if scope.len() > max_paths {
+        return Err(format!(
+            "the failures name {} files, more than a task's scope may hold ({max_paths}, \
+             limits.max_scope_paths){}",
+            scope.len(),
+            if left_out > 0 {
+                format!("; {left_out} more were not paths a task may have")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Ok(scope)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_that_timed_out_says_so_and_keeps_what_it_printed() {
+        let found = timed_out(CommandKind::Test, "cargo test", 600, "", None);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].message, "`cargo test` timed out after 600 s");
+        let found = timed_out(
+            CommandKind::Test,
+            "make\x1b]0;title\x07",
+            5,
+            "src/a.rs:3: error: boom\n",
+            None,
+        );
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(found[0].file.as_deref(), Some("src/a.rs"));
+        assert!(found[1].message.contains("timed out after 5 s"));
+        assert!(!found[1].message.contains('\x1b'), "{}", found[1].message);
+    }
+
+    #[test]
+    fn a_fix_scope_follows_the_rules_of_any_tasks_scope() {
+        let paths = |v: &[&str]| v.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            fix_scope(
+                &paths(&[
+                    "./src/a.rs",
+                    "src/a.rs",
+                    ".GIT/config",
+                    ".Git/x",
+                    "/abs",
+                    "a/../../b",
+                    "b.rs"
+                ]),
+                64,
+                1024
+            ),
+            Ok(paths(&["b.rs", "src/a.rs"]))
+        );
+        let why = fix_scope(&[], 64, 1024).unwrap_err();
+        assert!(why.contains("empty scope"), "{why}");
+        let why = fix_scope(&paths(&[".gIt/config", "/etc/x"]), 64, 1024).unwrap_err();
+        assert!(why.contains("none of the 2 files"), "{why}");
+        let many: Vec<String> = (0..65).map(|i| format!("f{i}")).collect();
+        let why = fix_scope(&many, 64, 1024).unwrap_err();
+        assert!(why.contains("65 files") && why.contains("(64"), "{why}");
+        assert_eq!(fix_scope(&many[..64], 64, 1024).map(|s| s.len()), Ok(64));
+    }
 
     const RUSTC_RENAME_HUMAN: &str =
         include_str!("../tests/fixtures/failures/rustc_rename_human.txt");

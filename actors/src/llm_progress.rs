@@ -25,6 +25,20 @@ pub fn with_progress_notices(
         return call;
     };
     let last_sent = Mutex::new(None::<Instant>);
+    let (paused_to, paused_task) = (notices.clone(), task.clone());
+    let call = call.on_pause(move |pause| {
+        paused_to.do_send(Published(Event {
+            seq: 0,
+            run,
+            at_ms: SystemClock.now_ms(),
+            kind: EventKind::ProviderPaused {
+                role,
+                task: paused_task.clone(),
+                provider: pause.provider,
+                wait_ms: pause.wait_ms,
+            },
+        }));
+    });
     call.on_progress(move |progress| {
         let now = Instant::now();
         let Ok(mut last) = last_sent.lock() else {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::ports::{CommandSpec, MergeGit, ProcessRunner};
+use crate::ports::{CommandSpec, Exit, MergeGit, ProcessRunner};
 
 /// How much of a failed command's output an event or a fix task carries.
 pub const OUTPUT_TAIL_CHARS: usize = 2_000;
@@ -28,6 +28,8 @@ pub struct CommandResult {
     pub name: String,
     pub line: String,
     pub passed: bool,
+    /// It ran past its time limit and was killed (its output is what it printed so far).
+    pub timed_out: bool,
     /// How it ended, in words ("exit code 1", "timed out after 600 s").
     pub exit: String,
     /// stdout then stderr, as captured (capped by the runner).
@@ -83,7 +85,11 @@ impl ScratchRun {
                     name: command.name,
                     line: command.line,
                     passed: out.exit.success(),
-                    exit: out.exit.to_string(),
+                    timed_out: out.exit == Exit::TimedOut,
+                    exit: match out.exit {
+                        Exit::TimedOut => format!("timed out after {} s", self.timeout.as_secs()),
+                        exit => exit.to_string(),
+                    },
                     output: format!("{}{}", out.stdout.text, out.stderr.text),
                     dir,
                 },
@@ -91,6 +97,7 @@ impl ScratchRun {
                     name: command.name,
                     line: command.line,
                     passed: false,
+                    timed_out: false,
                     exit: "did not run".into(),
                     output: e.to_string(),
                     dir,

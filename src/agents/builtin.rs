@@ -254,7 +254,17 @@ impl Turns {
                 request.max_output_tokens = Some(config.max_output_tokens);
                 request
             };
-            let call = LlmCall::new(self.attempt.cancel.clone()).for_task(self.task.clone());
+            // A long rate-limit pause shows on the live line as the agent's activity.
+            let activity = self.attempt.activity.clone();
+            let call = LlmCall::new(self.attempt.cancel.clone())
+                .for_task(self.task.clone())
+                .on_pause(move |pause| {
+                    activity.report(&format!(
+                        "waiting {} s: provider {} is rate limiting",
+                        pause.wait_ms / 1000,
+                        pause.provider
+                    ))
+                });
             let response = self
                 .shared
                 .llm

@@ -881,7 +881,9 @@ struct EventStream {
     /// Claude: the usage of each message, by id (a message's usage is repeated, and may
     /// grow, on every event of the message).
     messages: HashMap<String, Tokens>,
-    unnamed_messages: Tokens,
+    /// The sum of `messages` and of the messages without an id, kept as they change: summed
+    /// again on every line, a long session cost time quadratic in its messages (issue 20).
+    message_sum: Tokens,
     /// Claude: the `result` event's totals. Codex: the latest `turn.completed` totals.
     totals: Tokens,
     cost: Usd,
@@ -900,7 +902,7 @@ impl EventStream {
             format,
             roots,
             messages: HashMap::new(),
-            unnamed_messages: Tokens::default(),
+            message_sum: Tokens::default(),
             totals: Tokens::default(),
             cost: Usd::ZERO,
             reported_tokens: 0,
@@ -938,11 +940,7 @@ impl EventStream {
     /// The tokens known so far: a stream's totals, or the sum of its messages when those
     /// came first (or say more).
     fn tokens(&self) -> Tokens {
-        let by_message = self
-            .messages
-            .values()
-            .fold(self.unnamed_messages, |sum, t| sum.plus(*t));
-        self.totals.max(by_message)
+        self.totals.max(self.message_sum)
     }
 
     /// The growth of the running totals since the last report.
@@ -986,9 +984,14 @@ impl EventStream {
                     match message["id"].as_str() {
                         Some(id) => {
                             let seen = self.messages.entry(id.to_string()).or_default();
-                            *seen = seen.max(tokens);
+                            let grown = seen.max(tokens);
+                            self.message_sum = self.message_sum.plus(Tokens {
+                                input: grown.input - seen.input,
+                                output: grown.output - seen.output,
+                            });
+                            *seen = grown;
                         }
-                        None => self.unnamed_messages = self.unnamed_messages.plus(tokens),
+                        None => self.message_sum = self.message_sum.plus(tokens),
                     }
                 }
                 for block in message["content"].as_array().into_iter().flatten() {
@@ -1297,6 +1300,28 @@ sandbox = "bwrap"
 
     fn feed(stream: &mut EventStream, lines: &[&str]) -> Vec<Heard> {
         lines.iter().map(|l| stream.line(l)).collect()
+    }
+
+    /// Issue 20: the running totals were summed over every message id on every line,
+    /// quadratic in a session's messages. Kept as they change, each message counts once at
+    /// its largest usage, and every line's report is the growth.
+    #[test]
+    fn claude_usage_over_many_messages_is_summed_as_it_changes() {
+        let mut s = EventStream::new(OutputFormat::ClaudeStreamJson, roots());
+        let messages = 20_000u64;
+        let mut reported = 0u64;
+        for i in 0..messages {
+            for output in [1, 3, 2] {
+                let line = format!(
+                    r#"{{"type":"assistant","message":{{"id":"m{i}","content":[],"usage":{{"input_tokens":10,"output_tokens":{output}}}}}}}"#
+                );
+                reported += s.line(&line).spent.map_or(0, |b| b.tokens);
+            }
+        }
+        let unnamed = r#"{"type":"assistant","message":{"content":[],"usage":{"input_tokens":7,"output_tokens":0}}}"#;
+        reported += s.line(unnamed).spent.map_or(0, |b| b.tokens);
+        assert_eq!(reported, messages * 13 + 7);
+        assert_eq!(s.tokens().total(), messages * 13 + 7);
     }
 
     #[test]

@@ -289,7 +289,7 @@ impl StreamAssembler {
                     },
                     _ => {
                         let text = text_field(&block, "text");
-                        self.bytes += text.len();
+                        self.bytes = self.bytes.saturating_add(text.len());
                         self.content.push_str(&text);
                         PartialBlock::Text
                     }
@@ -301,12 +301,12 @@ impl StreamAssembler {
                 match delta.get("type").and_then(Value::as_str) {
                     Some("text_delta") => {
                         let text = text_field(&delta, "text");
-                        self.bytes += text.len();
+                        self.bytes = self.bytes.saturating_add(text.len());
                         self.content.push_str(&text);
                     }
                     Some("input_json_delta") => {
                         let part = text_field(&delta, "partial_json");
-                        self.bytes += part.len();
+                        self.bytes = self.bytes.saturating_add(part.len());
                         match self.blocks.get_mut(&index) {
                             Some(PartialBlock::ToolUse { json, .. }) => json.push_str(&part),
                             _ => {

@@ -9,12 +9,12 @@
 //! token drops the HTTP request wherever it is.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use flotilla_actors::ports::{
-    AnswerFormat, LlmCall, LlmError, LlmProgress, LlmRequest, approximate_tokens,
+    AnswerFormat, LlmCall, LlmError, LlmPause, LlmProgress, LlmRequest, approximate_tokens,
 };
 use futures::StreamExt;
 use reqwest::StatusCode;
@@ -25,10 +25,14 @@ use tracing::{debug, warn};
 
 use super::settings::{ProviderKind, ProviderSpec};
 use super::{Parsed, anthropic, openai};
-use crate::sse::{self, EventStreamError};
+use crate::sse::{self, SseError};
 
-/// The longest a provider's `Retry-After` is honoured for (15 minutes): untrusted input.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(15 * 60);
+/// The longest a provider's `Retry-After` is honoured for, unless the provider's own
+/// `backoff_max_ms` is longer: untrusted input, which once held a call back for 15 minutes
+/// (and could have for 12 hours) saying nothing (issue 20).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// A rate-limit pause this long or longer is said (a `provider_paused` notice).
+pub const LONG_PAUSE: Duration = Duration::from_secs(10);
 /// The most bytes of an answer (a body, or a stream's text and tool arguments together).
 pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 /// The most characters of an error body quoted in an error message.
@@ -93,6 +97,9 @@ pub struct EndpointState {
     /// The most JSON output mode the server accepts (a [`JsonMode`]); lowered for good each
     /// time it refuses one.
     json_mode: AtomicU8,
+    /// The server was found not to stream answers to requests with tools (llama-cpp-python:
+    /// "Automatic streaming tool choice is not supported"): such requests are sent whole.
+    no_streamed_tools: AtomicBool,
 }
 
 impl EndpointState {
@@ -103,6 +110,7 @@ impl EndpointState {
             capacity: Mutex::new(capacity),
             paused_until: Mutex::new(None),
             json_mode: AtomicU8::new(JsonMode::Schema as u8),
+            no_streamed_tools: AtomicBool::new(false),
         }
     }
 
@@ -166,6 +174,9 @@ struct Failure {
     retry_after: Option<Duration>,
     /// The server refused the JSON output mode sent: asking again with less may succeed.
     json_mode_refused: Option<JsonMode>,
+    /// The server cannot stream an answer to a request with tools: asking again without
+    /// streaming may succeed.
+    stream_refused: bool,
 }
 
 impl From<LlmError> for Failure {
@@ -174,6 +185,7 @@ impl From<LlmError> for Failure {
             error,
             retry_after: None,
             json_mode_refused: None,
+            stream_refused: false,
         }
     }
 }
@@ -237,6 +249,19 @@ impl Endpoint {
                 Ok(parsed) => return Ok(parsed),
                 Err(failure) => failure,
             };
+            if failure.stream_refused {
+                // Not a retry either: this request cannot be streamed by this server, and
+                // the same request sent whole can be answered. Said once per endpoint.
+                if !self.shared.no_streamed_tools.swap(true, Ordering::SeqCst) {
+                    warn!(
+                        endpoint = %self.name,
+                        error = %failure.error,
+                        "the server does not stream answers to requests with tools; sending \
+                         those whole (stream = false) from now on"
+                    );
+                }
+                continue;
+            }
             if let Some(refused) = failure.json_mode_refused {
                 // Not a retry: the request was wrong for this server, and now it is not.
                 // Every call that was in flight with that mode gets this refusal and asks
@@ -251,7 +276,8 @@ impl Endpoint {
                 }
                 continue;
             }
-            let retry_after = failure.retry_after.map(|d| d.min(MAX_RETRY_AFTER));
+            let cap = MAX_RETRY_AFTER.max(Duration::from_millis(self.spec.backoff_max_ms));
+            let retry_after = failure.retry_after.map(|d| d.min(cap));
             if let (LlmError::RateLimited { .. }, Some(wait)) = (&failure.error, retry_after) {
                 self.shared.pause_for(wait);
             }
@@ -263,6 +289,13 @@ impl Endpoint {
             };
             let wait = backoff.max(retry_after.unwrap_or_default());
             debug!(endpoint = %self.name, error = %failure.error, ?wait, "retrying");
+            if matches!(failure.error, LlmError::RateLimited { .. }) && wait >= LONG_PAUSE {
+                warn!(endpoint = %self.name, wait_secs = wait.as_secs(), "rate limited: the call waits");
+                call.paused(LlmPause {
+                    provider: self.name.clone(),
+                    wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
             tokio::select! {
                 _ = call.cancel.cancelled() => return Err(LlmError::Cancelled),
                 _ = tokio::time::sleep(wait) => {}
@@ -322,10 +355,13 @@ impl Endpoint {
         } else {
             JsonMode::Off
         };
+        let has_tools = !request.tools.is_empty();
+        let stream = self.spec.stream
+            && !(has_tools && self.shared.no_streamed_tools.load(Ordering::SeqCst));
         let outgoing = Outgoing {
             model,
             request,
-            stream: self.spec.stream,
+            stream,
             json_mode,
             max_output_tokens: request.max_output_tokens.or(self.spec.max_output_tokens),
         };
@@ -350,8 +386,33 @@ impl Endpoint {
             return Err(failure_for(status, &headers, &body, json_mode));
         }
         // A server that ignores `stream: true` answers a whole JSON body, and says so.
-        let parsed = if self.spec.stream && !declares_json(response.headers()) {
-            self.read_stream(response, call).await?
+        let parsed = if stream && !declares_json(response.headers()) {
+            let streamed = self.read_stream(response, call).await;
+            // llama-cpp-python answers 200 to a streamed request with tools and then fails
+            // inside the stream: an error event, or a stream cut off (or ended) with nothing
+            // in it. The same request sent whole works.
+            let refused = match &streamed {
+                Ok(s) => s.parsed.is_empty(),
+                Err(LlmError::Server {
+                    status: 200,
+                    message,
+                }) => message.to_ascii_lowercase().contains("stream"),
+                Err(_) => false,
+            };
+            if has_tools && refused {
+                let error = match streamed {
+                    Err(error) => error,
+                    Ok(_) => LlmError::Server {
+                        status: status.as_u16(),
+                        message: "the streamed answer holds no text and no tool call".into(),
+                    },
+                };
+                return Err(Failure {
+                    stream_refused: true,
+                    ..error.into()
+                });
+            }
+            streamed?.complete()?
         } else {
             let body = read_bounded(response, self.spec.stall_timeout()).await?;
             if body.trim().is_empty() {
@@ -378,7 +439,7 @@ impl Endpoint {
         &self,
         response: reqwest::Response,
         call: &LlmCall,
-    ) -> Result<Parsed, LlmError> {
+    ) -> Result<Streamed, LlmError> {
         let stall = self.spec.stall_timeout();
         let stall_ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
         // The stall timeout counts bytes, not events: keep-alive comments keep a stream
@@ -395,6 +456,32 @@ impl Endpoint {
     }
 }
 
+/// A streamed answer as far as it came, and whether it came to its end.
+#[derive(Debug)]
+struct Streamed {
+    parsed: Parsed,
+    /// The stream said it was done (OpenAI's `[DONE]` or a finish reason, Anthropic's
+    /// `message_stop`).
+    ended: bool,
+}
+
+impl Streamed {
+    /// The answer, if the stream came to its end: one cut off before its end marker may
+    /// lack the rest of its text or a tool call, so it is a failure to retry, never an
+    /// answer.
+    fn complete(self) -> Result<Parsed, LlmError> {
+        // A stream that ended with nothing in it is an empty answer (the caller's
+        // `Server` error), whatever marker it lacked.
+        if self.ended || self.parsed.is_empty() {
+            Ok(self.parsed)
+        } else {
+            Err(LlmError::Transport(
+                "the answer's stream ended before its end marker".into(),
+            ))
+        }
+    }
+}
+
 /// Assembles a streamed answer from its body's chunks, however they are split: SSE frames,
 /// then the format's events, within [`MAX_ANSWER_BYTES`], reporting progress as it goes.
 /// A chunk error ends it (a stall as [`LlmError::Stalled`] of `stall_ms`).
@@ -403,25 +490,32 @@ async fn assemble_stream<S, B>(
     chunks: S,
     stall_ms: u64,
     call: &LlmCall,
-) -> Result<Parsed, LlmError>
+) -> Result<Streamed, LlmError>
 where
     S: futures::Stream<Item = Result<B, ChunkError>> + Send,
     B: AsRef<[u8]> + Send,
 {
-    let mut frames = std::pin::pin!(sse::frames(chunks));
+    // An event that never ends counts against the answer's bound like one that does.
+    let mut frames = std::pin::pin!(sse::frames(chunks, MAX_ANSWER_BYTES));
     let mut state = match format {
         WireFormat::OpenAi => StreamState::OpenAi(openai::StreamAssembler::default()),
         WireFormat::Anthropic => StreamState::Anthropic(anthropic::StreamAssembler::default()),
     };
     let mut reported = 0u64;
+    let mut ended = false;
     while let Some(frame) = frames.next().await {
         let frame = match frame {
             Ok(frame) => frame,
-            Err(EventStreamError::Transport(ChunkError::Stalled)) => {
+            Err(SseError::Transport(ChunkError::Stalled)) => {
                 return Err(LlmError::Stalled { after_ms: stall_ms });
             }
-            Err(EventStreamError::Transport(ChunkError::Transport(e))) => {
+            Err(SseError::Transport(ChunkError::Transport(e))) => {
                 return Err(LlmError::Transport(e));
+            }
+            Err(SseError::TooLarge { .. }) => {
+                return Err(LlmError::Malformed(format!(
+                    "the answer passed {MAX_ANSWER_BYTES} bytes (in an event that had not ended)"
+                )));
             }
             Err(e) => return Err(LlmError::Malformed(format!("the event stream: {e}"))),
         };
@@ -444,20 +538,26 @@ where
             call.progress(LlmProgress { tokens_out: tokens });
         }
         if done {
+            ended = true;
             break;
         }
     }
-    match state {
-        StreamState::OpenAi(s) => s.finish(),
-        StreamState::Anthropic(s) => s.finish(),
-    }
+    let (parsed, ended) = match state {
+        // Some OpenAI-compatible servers end with the finish reason and no `[DONE]`.
+        StreamState::OpenAi(s) => {
+            let finished = s.finish_reason_seen();
+            (s.finish()?, ended || finished)
+        }
+        StreamState::Anthropic(s) => (s.finish()?, ended),
+    };
+    Ok(Streamed { parsed, ended })
 }
 
 /// What the endpoint makes of a streamed body that arrived as `chunks`, without the
 /// network: for the fuzzer (fuzz/fuzz_targets/provider_stream.rs) and tests.
 pub fn parse_stream_chunks(format: WireFormat, chunks: Vec<Vec<u8>>) -> Result<Parsed, LlmError> {
     let chunks = futures::stream::iter(chunks.into_iter().map(Ok::<_, ChunkError>));
-    futures::executor::block_on(assemble_stream(format, chunks, 0, &LlmCall::default()))
+    futures::executor::block_on(assemble_stream(format, chunks, 0, &LlmCall::default()))?.complete()
 }
 
 /// What the endpoint makes of a whole (non-streamed) body.
@@ -566,6 +666,7 @@ fn failure_for(
         error,
         retry_after,
         json_mode_refused,
+        stream_refused: false,
     }
 }
 
@@ -596,7 +697,9 @@ pub fn error_message(body: &str) -> String {
     if bounded.is_empty() {
         bounded = "(no message)".into();
     }
-    bounded
+    // The provider's text goes on into events, the journal and the daemon's log: nothing
+    // in it may act on a terminal that shows any of them.
+    crate::render::terminal_safe(&bounded).into_owned()
 }
 
 /// `retry-after-ms` (OpenAI), else `retry-after` in seconds (fractions allowed). The
@@ -612,9 +715,14 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 fn seconds(value: f64) -> Option<Duration> {
+    // Bounded here only so that the conversion cannot overflow; the wait is capped where it
+    // is used (`MAX_RETRY_AFTER`, or the provider's longer `backoff_max_ms`).
     (value.is_finite() && value >= 0.0)
-        .then(|| Duration::from_secs_f64(value.min(MAX_RETRY_AFTER.as_secs_f64())))
+        .then(|| Duration::from_secs_f64(value.min(MAX_HEADER_WAIT.as_secs_f64())))
 }
+
+/// The most a `Retry-After` header is read as (a day), before any cap applies.
+const MAX_HEADER_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 /// A prompt's size in estimated tokens, when a provider reports no usage.
 pub fn approximate_prompt_tokens(request: &LlmRequest) -> u64 {
@@ -655,6 +763,12 @@ mod tests {
         assert_eq!(error_message(""), "(no message)");
         let long = error_message(&"x".repeat(10_000));
         assert_eq!(long.chars().count(), MAX_ERROR_CHARS + 1);
+        // Issue 20: the daemon's log printed provider error text raw.
+        assert_eq!(
+            error_message(r#"{"error": {"message": "bad\u001b]0;pwned\u0007\u202e\r"}}"#),
+            "bad\\x1b]0;pwned\\x07\\u{202e}\\x0d"
+        );
+        assert_eq!(error_message("a\u{e0041}b\n"), "a\\u{e0041}b");
     }
 
     #[test]
@@ -682,7 +796,7 @@ mod tests {
         assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
         let mut h = HeaderMap::new();
         h.insert("retry-after", "99999999999999".parse().unwrap());
-        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after(&h), Some(MAX_HEADER_WAIT));
         h.insert("retry-after", "-1".parse().unwrap());
         assert_eq!(retry_after(&h), None);
         h.insert(

@@ -54,6 +54,9 @@ impl Parsed {
 /// or tab) inside JSON strings, which the grammar forbids: if the text does not parse as
 /// it is, it is parsed again with those characters escaped.
 pub fn parse_lenient<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    // A UTF-8 byte-order mark before the JSON (some servers on Windows write one) is not
+    // part of it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     match serde_json::from_str(text) {
         Ok(value) => Ok(value),
         Err(first) => match escape_controls_in_strings(text) {
@@ -356,5 +359,20 @@ mod tests {
         assert_eq!(value["b"], "ok\"\n");
         assert!(parse_lenient::<serde_json::Value>("{\"a\": tru}").is_err());
         assert_eq!(escape_controls_in_strings("{\"a\":\n1}"), None);
+    }
+
+    /// Issue 20: a JSON body starting with a byte-order mark was refused as malformed.
+    #[test]
+    fn a_leading_byte_order_mark_is_skipped() {
+        let value: serde_json::Value = parse_lenient("\u{feff}{\"a\": 1}").unwrap();
+        assert_eq!(value["a"], 1);
+        let answer = openai::parse_body(
+            "\u{feff}{\"choices\":[{\"message\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}",
+        )
+        .unwrap();
+        assert_eq!(answer.content, "hi");
+        // Only one, and only at the start.
+        assert!(parse_lenient::<serde_json::Value>("\u{feff}\u{feff}{}").is_err());
+        assert!(parse_lenient::<serde_json::Value>("{\"a\": 1}\u{feff}").is_err());
     }
 }

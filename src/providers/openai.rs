@@ -289,7 +289,7 @@ impl StreamAssembler {
                 continue;
             };
             if let Some(text) = delta.content {
-                self.bytes += text.len();
+                self.bytes = self.bytes.saturating_add(text.len());
                 self.content.push_str(&text);
             }
             for (position, fragment) in delta.tool_calls.unwrap_or_default().into_iter().enumerate()
@@ -300,7 +300,14 @@ impl StreamAssembler {
                     // continues the last one.
                     None => match self.calls.last_key_value() {
                         Some((&last, call)) => match &fragment.id {
-                            Some(id) if !id.is_empty() && call.id != *id => last + 1,
+                            // The index is the server's: it may already be the largest.
+                            Some(id) if !id.is_empty() && call.id != *id => {
+                                last.checked_add(1).ok_or_else(|| {
+                                    LlmError::Malformed(format!(
+                                        "a tool call comes after one at index {last}, the largest there is"
+                                    ))
+                                })?
+                            }
                             _ => last,
                         },
                         None => position,
@@ -323,12 +330,12 @@ impl StreamAssembler {
                         // Repeated whole in every chunk by some servers; in fragments by
                         // others.
                         if call.name != name {
-                            self.bytes += name.len();
+                            self.bytes = self.bytes.saturating_add(name.len());
                             call.name.push_str(&name);
                         }
                     }
                     let arguments = arguments_text(function.arguments);
-                    self.bytes += arguments.len();
+                    self.bytes = self.bytes.saturating_add(arguments.len());
                     call.arguments.push_str(&arguments);
                 }
             }
@@ -339,6 +346,11 @@ impl StreamAssembler {
     /// Bytes of text and tool calls so far (for the size cap and progress).
     pub fn bytes_so_far(&self) -> usize {
         self.bytes
+    }
+
+    /// A choice said why it finished: the answer is whole even without `[DONE]`.
+    pub fn finish_reason_seen(&self) -> bool {
+        self.finish.is_some()
     }
 
     pub fn finish(self) -> Result<Parsed, LlmError> {

@@ -1130,3 +1130,76 @@ writes = { "a.rs" = "fn a() {}\n" }
     );
     drop(daemon);
 }
+
+/// Issue 20: the live tail line printed an agent's activity raw (an OSC retitle, a clear
+/// screen and U+202E reached the terminal). `submit` follows the run on a pseudo-terminal
+/// (util-linux `script`), with an external agent printing hostile activity: the bytes
+/// that reach the terminal hold the activity visibly escaped, and no ESC, C1 or bidi
+/// control but flotilla's own line redraw (`\r\x1b[2K`).
+#[test]
+fn the_live_line_on_a_terminal_shows_agent_activity_escaped() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: util-linux `script` (for a pseudo-terminal) is not installed");
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    // The agent says what it does (its lines are its activity), waits a little so the
+    // run is followed while it works, and hands back an envelope.
+    let agent = r#"sleep 1; printf 'editing \033]0;pwned\007\033[2J\342\200\256evil\302\233c\n'; sleep 1; echo '{"status": "complete", "summary": "nothing to do"}'"#;
+    std::fs::write(
+        repo.path().join("flotilla.toml"),
+        format!(
+            "[provider]\nscenario = \"scenario.toml\"\n\n[agents.hostile]\nprogram = \"sh\"\n\
+             args = [\"-c\", {}]\n\n[[workers]]\nname = \"general\"\nagent = \"hostile\"\n",
+            toml_string(agent)
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        repo.path().join("scenario.toml"),
+        "[[planner.answers]]\ntasks = [{ description = \"look\", scope = [\"a.rs\"] }]\n",
+    )
+    .unwrap();
+    let _daemon = DaemonProcess::start(state.path());
+    // A terminal wide enough for the whole live line (it is cut to the width).
+    let line = format!(
+        "stty cols 1000 rows 50; {} --state-dir {} submit 'look around' --repo {}",
+        env!("CARGO_BIN_EXE_flotilla"),
+        state.path().display(),
+        repo.path().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .env("NO_COLOR", "1")
+        .env_remove("FLOTILLA_SOCKET")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("run finished"), "{text}");
+    assert!(
+        text.contains("editing \\x1b]0;pwned\\x07\\x1b[2J\\u{202e}evil\\u{9b}c"),
+        "the activity is shown, escaped: {text:?}"
+    );
+    let ours = text.replace("\r\x1b[2K", "");
+    let bad: Vec<char> = ours
+        .chars()
+        .filter(|&c| {
+            c == '\x1b'
+                || ('\u{80}'..='\u{9f}').contains(&c)
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c)
+        })
+        .collect();
+    assert!(bad.is_empty(), "raw {bad:?} reached the terminal: {text:?}");
+}
+
+/// `text` as a TOML basic string.
+fn toml_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap()
+}

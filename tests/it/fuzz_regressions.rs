@@ -334,3 +334,29 @@ fn provider_stream_seeds_assemble_the_same_however_they_are_split() {
     }
     assert!(streams >= 3);
 }
+
+/// Issue 20: a streamed OpenAI tool call at index 2^64−1 followed by one with no index and
+/// a new id computed `last + 1` and panicked (in release, it wrapped to 0 and merged the
+/// calls). It is a malformed answer (fuzz/seeds/provider_stream/openai-index-max).
+#[test]
+fn a_tool_call_after_one_at_the_largest_index_is_a_malformed_answer_not_a_panic() {
+    use flotilla::providers::endpoint::{WireFormat, parse_stream_chunks};
+    use flotilla_actors::ports::LlmError;
+    let seed = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/seeds/provider_stream/openai-index-max");
+    let data = std::fs::read(seed).unwrap();
+    let body = data[1..].to_vec();
+    match parse_stream_chunks(WireFormat::OpenAi, vec![body.clone()]) {
+        Err(LlmError::Malformed(message)) => {
+            assert!(message.contains("18446744073709551615"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same index with the same call's id, or no id, continues that call: no overflow.
+    let text = String::from_utf8(body)
+        .unwrap()
+        .replace("\"id\":\"b\",", "");
+    let answer = parse_stream_chunks(WireFormat::OpenAi, vec![text.into_bytes()]).unwrap();
+    assert_eq!(answer.tool_calls.len(), 1);
+    assert_eq!(answer.tool_calls[0].arguments, "{}{}");
+}

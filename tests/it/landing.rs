@@ -367,3 +367,80 @@ fn a_replayed_merging_graph_is_the_same_graph() {
     assert_eq!(replayed.snapshot(), g.snapshot());
     assert_eq!(replayed.landing_tasks(), vec![task("t2")]);
 }
+
+/// Issue 20: fix tasks from a sweep's output got scopes no task may have (`.GIT/config`,
+/// 853 paths, none at all). They are checked as any task's scope: paths no task may hold
+/// are left out, and a fix with no path left or more than `max_scope_paths` is not made,
+/// the reason said in a `message_ignored` event; the run then ends failed, saying so.
+#[test]
+fn sweep_fixes_get_only_scopes_a_task_may_have() {
+    let mut g = merging();
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    g.planning_finished().unwrap();
+    finish(&mut g, "t1");
+    g.landed(&task("t1"), 1, "c1").unwrap();
+    let mut mixed = fix("sig-mixed", "src/ok.rs");
+    mixed.scope.extend([
+        ".GIT/config".into(),
+        "src/.Git/hooks/pre-commit".into(),
+        "/etc/passwd".into(),
+        "../outside.rs".into(),
+    ]);
+    let mut git_only = fix("sig-git", ".GIT/config");
+    git_only.scope.push(".git./HEAD".into());
+    let mut empty = fix("sig-empty", "x");
+    empty.scope.clear();
+    let mut huge = fix("sig-huge", "x");
+    huge.scope = (0..853).map(|i| format!("src/f{i}.rs")).collect();
+    let events = g
+        .sweep_finished(report(1, "c1", vec![git_only, empty, huge, mixed], None))
+        .unwrap();
+    assert_eq!(
+        kinds(&events),
+        [
+            "sweep_finished",
+            "message_ignored",
+            "message_ignored",
+            "message_ignored",
+            "fix_task_added",
+            "task_ready"
+        ]
+    );
+    let whys: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::MessageIgnored { why, .. } => Some(why.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(whys[0].contains("inside .git"), "{}", whys[0]);
+    assert!(whys[1].contains("empty scope"), "{}", whys[1]);
+    assert!(
+        whys[2].contains("853 files") && whys[2].contains("64"),
+        "{}",
+        whys[2]
+    );
+    let added = events.iter().find_map(|e| match e {
+        EventKind::FixTaskAdded { spec, .. } => Some(spec.scope.clone()),
+        _ => None,
+    });
+    assert_eq!(added, Some(vec!["src/ok.rs".to_string()]));
+
+    // With only unscopable fixes at finalization, the run fails and says why.
+    let mut g = merging();
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    g.planning_finished().unwrap();
+    finish(&mut g, "t1");
+    g.landed(&task("t1"), 1, "c1").unwrap();
+    let mut empty = fix("sig-empty", "x");
+    empty.scope.clear();
+    let events = g
+        .sweep_finished(report(1, "c1", vec![empty], Some(1)))
+        .unwrap();
+    assert_eq!(
+        kinds(&events),
+        ["sweep_finished", "message_ignored", "run_finished"]
+    );
+    assert_eq!(g.outcome(), Some(RunOutcome::Failed));
+    assert!(g.finish_reason().unwrap().contains("none could be scoped"));
+}

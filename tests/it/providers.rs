@@ -2017,3 +2017,207 @@ async fn the_planner_survives_what_a_real_model_answers() {
         "{gave_up}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hostile and half-broken servers (issue 20, M8c)
+// ---------------------------------------------------------------------------------------------
+
+/// Issue 20: a stream cut off before its end marker (OpenAI's `[DONE]` or finish reason,
+/// Anthropic's `message_stop`) was taken as a complete answer. It is retried.
+#[tokio::test]
+async fn a_stream_cut_off_before_its_end_marker_is_retried_not_taken() {
+    let openai_cut: String = [
+        oa_chunk(json!({ "role": "assistant", "content": "" }), None),
+        oa_chunk(json!({ "content": "the first half" }), None),
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .collect();
+    let anthropic_cut = an_sse(&[
+        an_message_start(Some((5, 1))),
+        json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } }),
+        an_text_delta(0, "the first half"),
+        json!({ "type": "content_block_stop", "index": 0 }),
+        an_message_delta("end_turn", Some(7)),
+    ]);
+    for (format, cut) in [
+        (Format::OpenAi, openai_cut),
+        (Format::Anthropic, anthropic_cut),
+    ] {
+        let whole = streamed_text(format, &["the whole answer"], Some((5, 7)));
+        let retried = server(format, Script::new(vec![sse(cut.clone()), sse(whole)])).await;
+        let answer = ask(&settings(format, &retried.uri(), |_| {}))
+            .await
+            .unwrap();
+        assert_eq!(answer.content, "the whole answer", "{format:?}");
+        assert_eq!(request_count(&retried).await, 2, "{format:?}");
+
+        // Always cut off: the call fails, saying why, after its retries.
+        let always = server(format, sse(cut)).await;
+        let error = ask(&settings(format, &always.uri(), |_| {}))
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("ended before its end marker"),
+            "{format:?}: {error}"
+        );
+        assert_eq!(request_count(&always).await, 3, "{format:?}: two retries");
+    }
+    // An OpenAI-compatible stream that ends with its finish reason but no `[DONE]` is whole.
+    let body: String = [
+        oa_chunk(json!({ "content": "done" }), None),
+        oa_chunk(json!({}), Some("stop")),
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .collect();
+    let no_done = server(Format::OpenAi, sse(body)).await;
+    let answer = ask(&settings(Format::OpenAi, &no_done.uri(), |_| {}))
+        .await
+        .unwrap();
+    assert_eq!(answer.content, "done");
+    assert_eq!(request_count(&no_done).await, 1);
+}
+
+/// Issue 20: a whole JSON answer that starts with a UTF-8 byte-order mark was refused as
+/// malformed.
+#[tokio::test]
+async fn a_whole_answer_starting_with_a_byte_order_mark_is_read() {
+    for format in [Format::OpenAi, Format::Anthropic] {
+        let body = format!("\u{feff}{}", whole_text(format, "hello", (3, 1)));
+        let server = server(format, raw_json(body)).await;
+        let answer = ask(&settings(format, &server.uri(), |s| s.stream = false))
+            .await
+            .unwrap();
+        assert_eq!(answer.content, "hello", "{format:?}");
+    }
+}
+
+/// A streamed request with tools, as the built-in agent sends them.
+fn tool_request() -> LlmRequest {
+    hi().with_tools(vec![read_file_tool()])
+}
+
+/// Answers a streamed request as `streamed` and a whole one with a tool call, counting
+/// each kind.
+#[derive(Clone)]
+struct StreamRefuser {
+    streamed: ResponseTemplate,
+    streamed_seen: Arc<AtomicUsize>,
+    whole_seen: Arc<AtomicUsize>,
+}
+
+impl Respond for StreamRefuser {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = request.body_json().unwrap();
+        if body["stream"] == json!(true) {
+            self.streamed_seen.fetch_add(1, Ordering::SeqCst);
+            return self.streamed.clone();
+        }
+        self.whole_seen.fetch_add(1, Ordering::SeqCst);
+        ResponseTemplate::new(200).set_body_json(json!({
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": "m",
+            "choices": [{
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": null,
+                    "tool_calls": [{
+                        "id": "call_1",
+                        "type": "function",
+                        "function": { "name": "read_file", "arguments": "{\"path\": \"a\"}" },
+                    }],
+                },
+                "finish_reason": "tool_calls",
+            }],
+            "usage": { "prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13 },
+        }))
+    }
+}
+
+/// M8c item 3: llama-cpp-python answers a streamed request with `tool_choice: "auto"` with
+/// 200 and then fails inside the stream ("Automatic streaming tool choice is not
+/// supported"), or sends a stream with neither text nor a tool call. flotilla sends such
+/// requests whole from then on, for that endpoint, at once (not after five tries); requests
+/// without tools still stream.
+#[tokio::test]
+async fn a_server_that_cannot_stream_tool_calls_gets_them_asked_whole() {
+    let error_event = format!(
+        "data: {}\n\n",
+        json!({ "error": { "message": "Automatic streaming tool choice is not supported", "type": "internal_server_error", "param": null, "code": null } })
+    );
+    // The stream sse-starlette leaves when the generator raises before its first chunk:
+    // nothing at all; and a completion with only empty deltas.
+    let empty = String::new();
+    let empty_deltas = oa_sse(&[
+        oa_chunk(json!({ "role": "assistant", "content": null }), None),
+        oa_chunk(json!({}), Some("stop")),
+    ]);
+    for streamed in [error_event, empty, empty_deltas] {
+        let refuser = StreamRefuser {
+            streamed: sse(streamed.clone()),
+            streamed_seen: Arc::default(),
+            whole_seen: Arc::default(),
+        };
+        let server = server(Format::OpenAi, refuser.clone()).await;
+        let settings = settings(Format::OpenAi, &server.uri(), |_| {});
+        let registry = ProviderRegistry::new().unwrap();
+        let llm = registry.llm_for(&settings, None);
+        for _ in 0..3 {
+            let answer = llm
+                .complete(tool_request(), LlmCall::default())
+                .await
+                .unwrap_or_else(|e| panic!("{streamed:?}: {e}"));
+            assert_eq!(answer.tool_calls.len(), 1, "{streamed:?}");
+            assert_eq!(answer.tool_calls[0].name, "read_file");
+        }
+        assert_eq!(
+            refuser.streamed_seen.load(Ordering::SeqCst),
+            1,
+            "{streamed:?}: one streamed try, then whole for good"
+        );
+        assert_eq!(refuser.whole_seen.load(Ordering::SeqCst), 3, "{streamed:?}");
+    }
+}
+
+/// Issue 20: a 429 with an absurd `Retry-After` (12 hours) paused the call silently for as
+/// long as flotilla's old 15-minute cap allowed. The wait is capped at a minute (or the
+/// provider's longer `backoff_max_ms`), and a long pause is said to whoever follows the call.
+#[tokio::test]
+async fn an_absurd_retry_after_is_capped_and_a_long_pause_is_said() {
+    let format = Format::OpenAi;
+    let script = Script::new(vec![
+        ResponseTemplate::new(429)
+            .insert_header("retry-after", "43200")
+            .set_body_json(error_body(format, "rate_limit_error", "slow down")),
+    ]);
+    let server = server(format, script.clone()).await;
+    let settings = settings(format, &server.uri(), |s| s.stream = false);
+    let spec = settings.providers["p"].clone();
+    let registry = ProviderRegistry::new().unwrap();
+    let llm = registry.llm_for(&settings, None);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let call = LlmCall::new(cancel.clone()).on_pause(move |pause| {
+        let _ = tx.send(pause);
+    });
+    let asked = Instant::now();
+    let pending = tokio::spawn(llm.complete(hi(), call));
+    let pause = rx.recv().await.expect("the pause is said");
+    assert_eq!(pause.provider, "p");
+    assert_eq!(pause.wait_ms, 60_000, "capped at a minute");
+    let until = registry
+        .endpoint("p", &spec)
+        .paused_until()
+        .expect("the endpoint is paused");
+    assert!(
+        until <= asked + Duration::from_secs(61),
+        "paused past the cap"
+    );
+    cancel.cancel();
+    assert_eq!(pending.await.unwrap().unwrap_err(), LlmError::Cancelled);
+    assert_eq!(script.arrivals().len(), 1);
+}

@@ -149,6 +149,8 @@ struct RunnerState {
     red: bool,
     /// Virtual time each command takes.
     hold: Duration,
+    /// Commands run past their time limit, printing nothing.
+    time_out: bool,
     /// When each command started, and its shell line.
     calls: Vec<(Instant, String)>,
     running: usize,
@@ -163,6 +165,10 @@ struct FakeRunner(Arc<Mutex<RunnerState>>);
 impl FakeRunner {
     fn set_red(&self, red: bool) {
         self.0.lock().unwrap().red = red;
+    }
+
+    fn set_time_out(&self, time_out: bool) {
+        self.0.lock().unwrap().time_out = time_out;
     }
 
     fn set_hold(&self, hold: Duration) {
@@ -200,11 +206,25 @@ impl ProcessRunner for FakeRunner {
             if !hold.is_zero() {
                 tokio::time::sleep(hold).await;
             }
-            state.lock().unwrap().running -= 1;
-            let text = if red { RED_OUTPUT } else { "ok\n" };
+            let time_out = {
+                let mut s = state.lock().unwrap();
+                s.running -= 1;
+                s.time_out
+            };
+            let text = if time_out {
+                ""
+            } else if red {
+                RED_OUTPUT
+            } else {
+                "ok\n"
+            };
             Ok(CommandOutput {
-                exit: Exit::Code {
-                    code: i32::from(red),
+                exit: if time_out {
+                    Exit::TimedOut
+                } else {
+                    Exit::Code {
+                        code: i32::from(red),
+                    }
                 },
                 stdout: Captured {
                     text: text.into(),
@@ -517,4 +537,25 @@ async fn a_finalization_whose_sweep_cannot_read_main_is_swept_again_on_the_short
         [60],
         "the unreadable sweep ran no command"
     );
+}
+
+/// Issue 20: a sweep command killed at its time limit was recorded as "failed without
+/// printing anything"; it says it timed out, and after how long.
+#[actix::test]
+async fn a_sweep_command_that_timed_out_says_so() {
+    let mut h = Sweeps::start(ReconcilerConfig {
+        timeout_secs: 42,
+        ..config("run-tests")
+    });
+    h.runner.set_time_out(true);
+    h.reconciler.do_send(ToReconciler::Finalize { attempt: 1 });
+    let report = h.swept().await;
+    assert!(!report.green);
+    assert_eq!(report.failures, 1);
+    let description = &report.fixes[0].description;
+    assert!(
+        description.contains("`run-tests` timed out after 42 s"),
+        "{description}"
+    );
+    assert!(!description.contains("without printing"), "{description}");
 }

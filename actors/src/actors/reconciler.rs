@@ -299,7 +299,15 @@ impl Sweep {
             {
                 Ok(results) => {
                     for (kind, result) in kinds.into_iter().zip(results) {
-                        if !result.passed {
+                        if result.timed_out {
+                            found.extend(failures::timed_out(
+                                kind,
+                                &result.line,
+                                self.kit.config.timeout_secs,
+                                &result.output,
+                                Some(&result.dir),
+                            ));
+                        } else if !result.passed {
                             found.extend(failures::parse_output_in(
                                 kind,
                                 &result.output,

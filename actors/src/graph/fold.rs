@@ -315,6 +315,7 @@ impl RunGraph {
             EventKind::RunRestarted { .. }
             | EventKind::JournalUnavailable { .. }
             | EventKind::LlmProgress { .. }
+            | EventKind::ProviderPaused { .. }
             | EventKind::AgentActivity { .. } => {}
         }
         Ok(())

@@ -253,7 +253,19 @@ impl RunGraph {
                 {
                     continue;
                 }
-                let scope = valid_scope(&fix.scope, self.limits.max_path_bytes);
+                // Validated as any task's scope: the sweep's output is untrusted.
+                let scope = match crate::failures::fix_scope(
+                    &fix.scope,
+                    self.limits.max_scope_paths,
+                    self.limits.max_path_bytes,
+                ) {
+                    Ok(scope) => scope,
+                    Err(why) => {
+                        let why = format!("no fix task for \"{}\": {why}", fix.title);
+                        self.ignore(&mut out, None, "SweepFix", why);
+                        continue;
+                    }
+                };
                 let description = format!(
                     "main is red: {}\n\nThe Reconciler's sweep of main found:\n{}\n\nFix these \
                      failures at their cause; do not disable or delete tests.",
@@ -278,7 +290,8 @@ impl RunGraph {
             if stuck {
                 let why = format!(
                     "main is red and no fix task can be made for it (the run's {} sweep \
-                     fixes are used up, or every problem already had one): {}",
+                     fixes are used up, every problem already had one, or none could be \
+                     scoped): {}",
                     self.limits.max_sweep_fixes,
                     self.last_red.clone().unwrap_or_default()
                 );

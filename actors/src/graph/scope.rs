@@ -35,7 +35,12 @@ impl ScopePath {
             match part.trim() {
                 "" | "." => continue,
                 ".." => return Err(PathProblem::ParentTraversal),
-                ".git" => return Err(PathProblem::GitDirectory),
+                // In any letter case: on a case-insensitive file system (macOS, Windows)
+                // `.GIT/config` is the repository's own config. Trailing dots too, which
+                // Windows drops from a name.
+                p if p.trim_end_matches('.').eq_ignore_ascii_case(".git") => {
+                    return Err(PathProblem::GitDirectory);
+                }
                 p => parts.push(p),
             }
         }

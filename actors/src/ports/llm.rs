@@ -203,6 +203,15 @@ pub struct LlmProgress {
     pub tokens_out: u64,
 }
 
+/// A provider's rate limit holds a call back for long enough to say so: a 429 asked it to
+/// wait `wait_ms` (capped) before its next try.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LlmPause {
+    /// The provider's name in `[providers]`.
+    pub provider: String,
+    pub wait_ms: u64,
+}
+
 /// What a call gets besides its request: a way to call it off, and where to say how far it
 /// got.
 #[derive(Clone, Default)]
@@ -212,6 +221,7 @@ pub struct LlmCall {
     /// The task the call works for, if any (for progress lines and accounting).
     pub task: Option<TaskId>,
     progress: Option<Arc<dyn Fn(LlmProgress) + Send + Sync>>,
+    pause: Option<Arc<dyn Fn(LlmPause) + Send + Sync>>,
 }
 
 impl LlmCall {
@@ -220,6 +230,19 @@ impl LlmCall {
             cancel,
             task: None,
             progress: None,
+            pause: None,
+        }
+    }
+
+    /// Where to say that a long rate-limit pause holds the call back.
+    pub fn on_pause(mut self, report: impl Fn(LlmPause) + Send + Sync + 'static) -> Self {
+        self.pause = Some(Arc::new(report));
+        self
+    }
+
+    pub fn paused(&self, pause: LlmPause) {
+        if let Some(report) = &self.pause {
+            report(pause)
         }
     }
 

@@ -301,6 +301,16 @@ pub enum EventKind {
         task: Option<TaskId>,
         tokens_out: u64,
     },
+    /// A notice for live streams, never journaled (its `seq` is 0): a provider's rate limit
+    /// (a 429) holds an LLM call back for `wait_ms` (capped by flotilla; only long pauses
+    /// are said).
+    ProviderPaused {
+        role: Role,
+        #[serde(default)]
+        task: Option<TaskId>,
+        provider: String,
+        wait_ms: u64,
+    },
     /// A notice for live streams, never journaled (its `seq` is 0): what an attempt's agent
     /// is doing (a tool it called, a step an external agent reported). Its text is the
     /// agent's, cut short.
@@ -542,6 +552,12 @@ impl EventKind {
                 task: Some("t1.2".parse().unwrap()),
                 tokens_out: u64::MAX,
             },
+            EventKind::ProviderPaused {
+                role: Role::Worker,
+                task: Some(t()),
+                provider: "local\u{1b}]0;x\u{7}".into(),
+                wait_ms: u64::MAX,
+            },
             EventKind::AgentActivity {
                 task: t(),
                 attempt: u32::MAX,
@@ -593,6 +609,7 @@ impl EventKind {
             EventKind::RunRestarted { .. } => "run_restarted",
             EventKind::JournalUnavailable { .. } => "journal_unavailable",
             EventKind::LlmProgress { .. } => "llm_progress",
+            EventKind::ProviderPaused { .. } => "provider_paused",
             EventKind::AgentActivity { .. } => "agent_activity",
         }
     }
@@ -815,6 +832,7 @@ mod tests {
             | EventKind::RunRestarted { .. }
             | EventKind::JournalUnavailable { .. }
             | EventKind::LlmProgress { .. }
+            | EventKind::ProviderPaused { .. }
             | EventKind::AgentActivity { .. } => true,
         }
     }
