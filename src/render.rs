@@ -402,6 +402,15 @@ fn describe(kind: &EventKind) -> (String, Tone) {
                     "; your checkout had changes, so HEAD was detached at {} (`git switch main` when ready)",
                     short_commit(at)
                 ),
+                CheckoutSync::Behind { at, paths } if paths.is_empty() => format!(
+                    "; your checkout of main stays at {} while another git command holds its index",
+                    short_commit(at)
+                ),
+                CheckoutSync::Behind { at, paths } => format!(
+                    "; your checkout of main stays at {} (HEAD on main): you changed {}, which main changed too; nothing of yours was touched",
+                    short_commit(at),
+                    paths.join(", ")
+                ),
             }
         )),
         EventKind::SweepFinished { report } => {

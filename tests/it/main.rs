@@ -5,6 +5,7 @@ mod bench;
 mod big_run;
 mod budgets;
 mod builtin_agent;
+mod checkout;
 mod cli;
 mod command_agent;
 mod crash;

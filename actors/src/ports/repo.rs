@@ -158,6 +158,11 @@ pub enum MainRefError {
     /// main is not where the caller built on: it must rebuild on the new tip.
     #[error("main moved: expected {expected}, found {actual}")]
     Moved { expected: String, actual: String },
+    /// main is checked out, and its checkout cannot follow now (the user's changes in the
+    /// files the move changes, a merge in progress, another git command holding the index
+    /// lock): nothing moved; the same move may succeed later (ADR-021).
+    #[error("main's checkout cannot follow now: {detail}")]
+    CheckoutBusy { detail: String },
     #[error(transparent)]
     Repo(#[from] RepoError),
 }
