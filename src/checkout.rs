@@ -49,8 +49,8 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
     RepoError::Git(format!("{what} {}: {e}", path.display()))
 }
 
-/// What an armed fail point inside the checkout sync does (the crash tests): SIGKILL.
-fn crash_here(point: &str) {
+/// What an armed fail point inside the checkout sync or gc does (the crash tests): SIGKILL.
+pub(crate) fn crash_here(point: &str) {
     tracing::error!(
         point,
         "fail point reached: the daemon kills itself (SIGKILL)"
@@ -523,6 +523,7 @@ fn move_locked(
         undo(checkout, &mut index, &written);
         return Err(e);
     }
+    tracing::debug!(from, to, "main moved; its checkout's index follows");
     fail::fail_point!("checkout::after-ref", |_| {
         crash_here("checkout::after-ref");
         Ok(())
@@ -740,4 +741,20 @@ fn index_base<'r>(
         }
     }
     Ok(None)
+}
+
+/// [`heal`] and [`sync`] for the repository at `path`, on a blocking thread under the
+/// repository's lock: what the daemon's start and a run's end do. `None` when `path` is no
+/// repository any more.
+pub async fn heal_repository(path: PathBuf) -> Result<Option<CheckoutSync>, RepoError> {
+    tokio::task::spawn_blocking(move || {
+        let lock = crate::worktrees::repo_lock(&path);
+        let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Ok(repo) = git2::Repository::open(&path) else {
+            return Ok(None);
+        };
+        sync(&repo).map(Some)
+    })
+    .await
+    .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
 }

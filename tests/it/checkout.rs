@@ -459,3 +459,127 @@ async fn a_kill_after_the_work_tree_was_written_before_main_moved_is_healed() {
 async fn a_kill_after_main_moved_before_the_index_followed_is_healed() {
     kill_inside_the_checkout_sync("checkout::after-ref").await;
 }
+
+/// A cancel while a landing is inside the checkout sync, then a kill: main has moved, the
+/// index has not followed, git's lock is held. The restarted daemon heals it (the run's
+/// end, or the start-up collection): nothing shows as deleted, HEAD on main.
+#[tokio::test]
+async fn a_cancel_then_a_kill_inside_the_checkout_sync_leaves_the_checkout_whole() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let daemon = DaemonProcess::start_with_env(
+        state.path(),
+        &[
+            ("FAILPOINTS", "checkout::after-ref=sleep(600000)"),
+            ("FLOTILLA_LOG", "info,flotilla::checkout=debug"),
+        ],
+    );
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), run_config(&scenario(), 3)).await;
+    assert!(
+        daemon
+            .logged_within("its checkout's index follows", Duration::from_secs(90))
+            .await,
+        "{}",
+        daemon.log()
+    );
+    let _: serde_json::Value = client
+        .json(
+            hyper::Method::POST,
+            &format!("/v1/runs/{run}/cancel"),
+            None::<&()>,
+        )
+        .await
+        .unwrap();
+    daemon.kill();
+    let path = repo.path();
+    assert!(path.join(".git/index.lock").exists());
+    // What the user would see now: main holds landed work the index does not.
+    let g = git(path);
+    let landed_main = g.head().unwrap().peel_to_tree().unwrap();
+    assert!(landed_main.get_path(Path::new("src")).is_ok());
+
+    let daemon = DaemonProcess::start(state.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Cancelled));
+    assert!(
+        daemon
+            .logged_within("healed the checkout of main", Duration::from_secs(30))
+            .await,
+        "{}",
+        daemon.log()
+    );
+    assert_head_on_main(path);
+    no_lock_left(path);
+    assert_eq!(
+        status(path),
+        [],
+        "nothing staged as deleted, nothing reverted"
+    );
+    drop(daemon);
+}
+
+/// A commit the user makes by hand on main while a run lands: kept, never reverted, HEAD
+/// never detached, and the run's work lands on top of it.
+#[tokio::test]
+async fn a_users_commit_during_a_run_is_kept_and_the_run_lands_on_top_of_it() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    let slow = scenario().replace("delay_ms = 50", "delay_ms = 400");
+    let run = submit(&client, repo.path(), run_config(&slow, 1)).await;
+    // After the first landing, the user commits by hand in their checkout of main.
+    let mut stream = client.events(&run, None).await.unwrap();
+    while let Some(Ok(event)) = futures::StreamExt::next(&mut stream).await {
+        if matches!(event.kind, EventKind::MainMoved { .. }) {
+            break;
+        }
+    }
+    let mine = commit_by_hand(repo.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "{}",
+        daemon.log()
+    );
+    let path = repo.path();
+    let g = git(path);
+    let tip = g.head().unwrap().peel_to_commit().unwrap();
+    assert!(
+        tip.id() == mine || g.graph_descendant_of(tip.id(), mine).unwrap(),
+        "the user's commit is in main's history"
+    );
+    assert_eq!(read(path, "mine.txt").as_deref(), Some("my commit\n"));
+    assert_checkout_healed(path, "after a user's commit");
+    let tree = tip.tree().unwrap();
+    assert!(
+        tree.get_path(Path::new("mine.txt")).is_ok(),
+        "never reverted"
+    );
+    drop(daemon);
+}
+
+/// `git commit` as a user runs it: retried while another git command (flotilla's move of
+/// main) holds the index lock, as a user would.
+fn commit_by_hand(path: &Path) -> git2::Oid {
+    std::fs::write(path.join("mine.txt"), "my commit\n").unwrap();
+    for _ in 0..200 {
+        let g = git(path);
+        let attempt = (|| -> Result<git2::Oid, git2::Error> {
+            let mut index = g.index()?;
+            index.add_path(Path::new("mine.txt"))?;
+            index.write()?;
+            let tree = g.find_tree(index.write_tree()?)?;
+            let parent = g.head()?.peel_to_commit()?;
+            let sig = git2::Signature::now("user", "user@example.com")?;
+            g.commit(Some("HEAD"), &sig, &sig, "the user's", &tree, &[&parent])
+        })();
+        match attempt {
+            Ok(id) => return id,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    panic!("the user's commit never got the index lock");
+}

@@ -13,6 +13,7 @@ mod daemon;
 mod daemon_env;
 mod dispatch;
 mod fuzz_regressions;
+mod gc;
 mod harness;
 mod landing;
 mod merge_example;

@@ -506,10 +506,19 @@ impl Worker {
                     matches!(h.status, HandoffStatus::Complete | HandoffStatus::Partial)
                 });
                 let proposes = report.subplan.is_some();
+                // A delivery without commits has nothing to land: its branch would only be
+                // left behind (ADR-021).
+                let changed = report
+                    .handoff
+                    .as_ref()
+                    .and_then(|h| h.work.as_ref())
+                    .is_none_or(|w| w.head != w.base);
                 self.after = if proposes {
                     AfterAttempt::Keep
-                } else if delivered {
+                } else if delivered && changed {
                     AfterAttempt::Release(BranchFate::Keep)
+                } else if delivered {
+                    AfterAttempt::Release(BranchFate::Delete)
                 } else {
                     self.after_failure()
                 };
