@@ -556,6 +556,13 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             format!("run paused, retrying: {}", shorten(error, 160)),
             Tone::Bad,
         ),
+        EventKind::StorageUnavailable { task, error } => (
+            format!(
+                "{task} waits: flotilla's storage refused a write, retrying: {}",
+                shorten(error, 160)
+            ),
+            Tone::Bad,
+        ),
         EventKind::RunFinished { outcome, reason } => {
             let why = reason
                 .as_ref()

@@ -887,7 +887,7 @@ impl Worktrees for GitWorktrees {
         &self,
         request: WorktreeRequest,
     ) -> BoxFuture<'static, Result<Workspace, RepoError>> {
-        self.blocking(move |place| prepare(place, &request))
+        self.blocking(move |place| prepare(place, &request).map_err(RepoError::storage_or_self))
     }
 
     fn seal(

@@ -24,6 +24,7 @@ mod planner;
 mod process;
 mod providers;
 mod reconciler;
+mod storage;
 mod subplan_rules;
 mod subplanner;
 mod supervision;
