@@ -705,11 +705,23 @@ pub fn sync(repo: &git2::Repository) -> Result<CheckoutSync, RepoError> {
             paths: clashing.into_iter().take(MAX_NAMED).collect(),
         });
     }
+    // Recorded like a move (main is at `to` already): a crash while the files are written
+    // is healed the same way.
+    write_record(
+        &gitdir,
+        &Record {
+            from: base.id().to_string(),
+            to: tip.id().to_string(),
+            lock_dev: lock.dev,
+            lock_ino: lock.ino,
+        },
+    )?;
     for change in &changes {
         put(&checkout, &mut index, &change.path, change.after)?;
     }
     index.write().map_err(git)?;
     lock.commit(&new_index)?;
+    remove_record(&gitdir);
     Ok(CheckoutSync::FastForwarded)
 }
 
