@@ -608,19 +608,22 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             if report.worktrees.is_empty()
                 && report.unknown.is_empty()
                 && report.branches.is_empty()
+                && report.locks.is_empty()
             {
                 emit("nothing to collect\n")?;
             } else {
                 emit(&format!(
-                    "{verb} {} worktree(s), {} branch(es) of attempts that never delivered, {} unknown director(ies)\n",
+                    "{verb} {} worktree(s), {} branch(es) and {} stale ref lock(s) of finished runs, {} unknown director(ies)\n",
                     report.worktrees.len(),
                     report.branches.len(),
+                    report.locks.len(),
                     report.unknown.len()
                 ))?;
                 for line in report
                     .worktrees
                     .iter()
                     .chain(&report.branches)
+                    .chain(&report.locks)
                     .chain(&report.unknown)
                 {
                     emit(&format!("  {}\n", render::terminal_safe(line)))?;

@@ -195,21 +195,28 @@ impl MainRef for GitRepo {
                 };
                 let (from, to) = (oid(&expected)?, oid(&new)?);
                 let name = format!("refs/heads/{MAIN_BRANCH}");
-                // git2 checks the ref's value and moves it under git's own ref lock.
-                match repo.reference_matching(&name, to, true, from, "flotilla: land") {
-                    Ok(_) => Ok(()),
-                    Err(e)
-                        if e.code() == git2::ErrorCode::Modified
-                            || e.code() == git2::ErrorCode::NotFound =>
-                    {
-                        let actual = repo
-                            .refname_to_id(&name)
-                            .map(|id| id.to_string())
-                            .unwrap_or_default();
-                        Err(MainRefError::Moved { expected, actual })
+                // A checked-out main moves only with its index and work tree (ADR-021), and
+                // what writes the user's checkout is serialized with the rest of `.git`.
+                let lock = crate::worktrees::repo_lock(&path);
+                let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let (from_text, to_text) = (expected.clone(), new.clone());
+                crate::checkout::move_main(&repo, &from_text, &to_text, || {
+                    // git2 checks the ref's value and moves it under git's own ref lock.
+                    match repo.reference_matching(&name, to, true, from, "flotilla: land") {
+                        Ok(_) => Ok(()),
+                        Err(e)
+                            if e.code() == git2::ErrorCode::Modified
+                                || e.code() == git2::ErrorCode::NotFound =>
+                        {
+                            let actual = repo
+                                .refname_to_id(&name)
+                                .map(|id| id.to_string())
+                                .unwrap_or_default();
+                            Err(MainRefError::Moved { expected, actual })
+                        }
+                        Err(e) => Err(MainRefError::Repo(git(e))),
                     }
-                    Err(e) => Err(MainRefError::Repo(git(e))),
-                }
+                })
             })
             .await
             .map_err(|e| {

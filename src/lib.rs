@@ -10,6 +10,7 @@
 
 pub mod agents;
 pub mod bench;
+pub mod checkout;
 pub mod cli;
 pub mod client;
 pub mod config;

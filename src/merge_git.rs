@@ -9,9 +9,9 @@
 //!   record of them (no worktree entry, no branch, no `.git` in them), so removing one is
 //!   removing a directory, and a crash leaves nothing in the repository. Commands run there
 //!   cannot use git on the checkout.
-//! - The user's own checkout is touched by [`MergeGit::sync_checkout`] alone, and only with
-//!   git's safe checkout (never forced): a work tree with changes of its own is left as it
-//!   is, HEAD detached at the commit it was built from.
+//! - The user's own checkout is touched by [`MergeGit::sync_checkout`] and by the move of
+//!   main itself (`crate::checkout`, ADR-021): under git's index lock, only files the user
+//!   has not changed, HEAD never detached.
 //!
 //! Every call runs on a blocking thread and opens the repository there. What writes refs
 //! (deleting a branch, the user's HEAD) takes the per-repository lock the worktrees take
@@ -676,87 +676,15 @@ fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<(), RepoError>
     crate::worktrees::delete_branch(repo, branch).map(|_| ())
 }
 
-/// How far back main's first-parent history [`checkout_base`] looks for the commit the
-/// user's checkout stands on.
-const CHECKOUT_BASE_WALK: usize = 64;
-
-/// The commit of main's history the user's checkout stands on: `old` when the index holds
-/// `old`'s tree, else the newest first-parent ancestor of `old` (at most
-/// [`CHECKOUT_BASE_WALK`] back) whose tree the index holds. A crash after main moved and
-/// before the checkout followed leaves it on such an older commit. `old` when none matches
-/// (the user staged changes of their own): the best guess there is.
-fn checkout_base<'r>(
-    repo: &'r git2::Repository,
-    old: git2::Commit<'r>,
-) -> Result<git2::Commit<'r>, RepoError> {
-    let index = repo.index().map_err(git)?;
-    if index.has_conflicts() {
-        return Ok(old);
-    }
-    let holds = |commit: &git2::Commit<'_>| -> Result<bool, RepoError> {
-        let tree = commit.tree().map_err(git)?;
-        let diff = repo
-            .diff_tree_to_index(Some(&tree), Some(&index), None)
-            .map_err(git)?;
-        Ok(diff.deltas().len() == 0)
-    };
-    let mut candidate = old.clone();
-    for _ in 0..CHECKOUT_BASE_WALK {
-        if holds(&candidate)? {
-            return Ok(candidate);
-        }
-        match candidate.parent(0) {
-            Ok(parent) => candidate = parent,
-            Err(_) => break,
-        }
-    }
-    Ok(old)
-}
-
-fn sync_checkout(repo: &git2::Repository, old: &str, new: &str) -> Result<CheckoutSync, RepoError> {
-    if repo.is_bare() {
-        return Ok(CheckoutSync::NotCheckedOut);
-    }
-    let head = repo.find_reference("HEAD").map_err(git)?;
-    let main = format!("refs/heads/{MAIN_BRANCH}");
-    if head.symbolic_target_bytes() != Some(main.as_bytes()) {
-        return Ok(CheckoutSync::NotCheckedOut);
-    }
-    let new = find_commit(repo, new)?;
-    let base = checkout_base(repo, find_commit(repo, old)?)?;
-    if base.id() == new.id() {
-        // Already on main's tip (the start of a queue, or nothing moved): HEAD on main is
-        // right, and whatever the user changed is theirs.
-        return Ok(CheckoutSync::FastForwarded);
-    }
-    let base_tree = base.tree().map_err(git)?;
-    // Clean: the index and the work tree (untracked files aside) are `base`'s tree.
-    let clean = repo
-        .diff_tree_to_workdir_with_index(Some(&base_tree), None)
-        .map_err(git)?
-        .deltas()
-        .len()
-        == 0
-        && !repo.index().map_err(git)?.has_conflicts();
-    // Checked out from `base` whatever happens next: a safe checkout compares the work tree
-    // with HEAD's tree, and a checkout that fails leaves the user's work as it was, here.
-    repo.set_head_detached(base.id()).map_err(git)?;
-    let detached = CheckoutSync::Detached {
-        at: base.id().to_string(),
-    };
-    if !clean {
-        return Ok(detached);
-    }
-    let mut checkout = git2::build::CheckoutBuilder::new();
-    checkout.safe();
-    if repo
-        .checkout_tree(new.as_object(), Some(&mut checkout))
-        .is_err()
-    {
-        return Ok(detached);
-    }
-    repo.set_head(&main).map_err(git)?;
-    Ok(CheckoutSync::FastForwarded)
+/// The user's checkout of main brought to main's tip (`checkout::sync`, ADR-021); `old` and
+/// `new` are what the caller saw, and only say whether anything is to be done: main's
+/// actual tip is read from the ref.
+fn sync_checkout(
+    repo: &git2::Repository,
+    _old: &str,
+    _new: &str,
+) -> Result<CheckoutSync, RepoError> {
+    crate::checkout::sync(repo)
 }
 
 // ---------------------------------------------------------------------------------------

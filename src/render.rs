@@ -425,6 +425,15 @@ fn describe(kind: &EventKind) -> (String, Tone) {
                     "; your checkout had changes, so HEAD was detached at {} (`git switch main` when ready)",
                     short_commit(at)
                 ),
+                CheckoutSync::Behind { at, paths } if paths.is_empty() => format!(
+                    "; your checkout of main stays at {} while another git command holds its index",
+                    short_commit(at)
+                ),
+                CheckoutSync::Behind { at, paths } => format!(
+                    "; your checkout of main stays at {} (HEAD on main): you changed {}, which main changed too; nothing of yours was touched",
+                    short_commit(at),
+                    paths.join(", ")
+                ),
             }
         )),
         EventKind::SweepFinished { report } => {
@@ -582,6 +591,13 @@ fn describe(kind: &EventKind) -> (String, Tone) {
         EventKind::JournalUnavailable { error } => (
             // The error says what failed (written or read); say it once.
             format!("run paused, retrying: {}", shorten(error, 160)),
+            Tone::Bad,
+        ),
+        EventKind::StorageUnavailable { task, error } => (
+            format!(
+                "{task} waits: flotilla's storage refused a write, retrying: {}",
+                shorten(error, 160)
+            ),
             Tone::Bad,
         ),
         EventKind::RunFinished { outcome, reason } => {

@@ -8,7 +8,7 @@
 //! across the whole daemon: runs on the same repository share one lock, so two attempts
 //! never race on a ref or on `.git/worktrees`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -53,6 +53,11 @@ impl GitWorktrees {
             run,
             root: root.into(),
         }
+    }
+
+    /// The target repository.
+    pub fn repository(&self) -> &Path {
+        &self.repo
     }
 
     fn dir_name(task: &TaskId, attempt: u32) -> String {
@@ -683,6 +688,19 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
             }
         }
     }
+    // Stale ref locks of the run's branches (a process killed while it moved one): a sweep
+    // runs before any attempt of a restarted run, or after the run, when nothing of it
+    // writes a ref; left there they would keep the branch from moving or going.
+    if keep.delivered.is_some() || keep.closing {
+        for path in run_ref_locks(&repo, place.run) {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(io("cannot remove the stale lock", &path, e));
+                }
+                _ => {}
+            }
+        }
+    }
     // Branches of attempts the journal does not record as delivered.
     if let Some(delivered) = &keep.delivered {
         let ours = branch_prefix(place.run);
@@ -710,12 +728,166 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     Ok(swept)
 }
 
+// ---------------------------------------------------------------------------------------
+// gc: what runs that are over left in a repository
+
+/// What runs that are over left in one repository: found by name, never through a run's
+/// directory, so that a gc killed half way leaves nothing the next one cannot find.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Leftovers {
+    /// Stale ref locks under `.git/refs/heads/flotilla/<run>/` (a process killed while it
+    /// moved a task branch): they go first, or the branch could not be deleted.
+    pub locks: Vec<PathBuf>,
+    /// git's records of attempt worktrees (`flotilla-<run>-<dir>`), with the directory each
+    /// stands for.
+    pub worktrees: Vec<(String, PathBuf)>,
+    /// Task branches (`flotilla/<run>/…`).
+    pub branches: Vec<String>,
+}
+
+impl Leftovers {
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty() && self.worktrees.is_empty() && self.branches.is_empty()
+    }
+}
+
+/// The run a name made by flotilla embeds (a run id's 32 hex digits).
+fn run_in_name(simple: &str) -> Option<RunId> {
+    (simple.len() == 32)
+        .then(|| uuid::Uuid::try_parse(simple).ok().map(RunId::from_uuid))
+        .flatten()
+}
+
+/// The `*.lock` files under `dir`, recursively.
+fn lock_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => lock_files(&path, found),
+            Ok(_) if path.extension().is_some_and(|e| e == "lock") => found.push(path),
+            _ => {}
+        }
+    }
+}
+
+/// The stale ref locks of `run` under `.git/refs/heads/flotilla/<run>/`.
+fn run_ref_locks(repo: &git2::Repository, run: RunId) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    lock_files(
+        &repo
+            .commondir()
+            .join("refs/heads")
+            .join(branch_prefix(run).trim_end_matches('/')),
+        &mut found,
+    );
+    found.sort();
+    found
+}
+
+/// What the runs in `over` left in the repository at `repo`; `root` is the state
+/// directory's `worktrees`, where each run's attempt directories are.
+pub fn leftovers(repo: &Path, root: &Path, over: &HashSet<RunId>) -> Result<Leftovers, RepoError> {
+    let lock = repo_lock(repo);
+    let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let git = git2::Repository::open(repo).map_err(|_| RepoError::NotARepository(repo.into()))?;
+    find_leftovers(&git, root, over)
+}
+
+fn find_leftovers(
+    repo: &git2::Repository,
+    root: &Path,
+    over: &HashSet<RunId>,
+) -> Result<Leftovers, RepoError> {
+    let mut found = Leftovers::default();
+    let mut runs = BTreeSet::new();
+    for name in recorded_worktrees(repo, "flotilla-")? {
+        let Some((run, dir)) = name
+            .strip_prefix("flotilla-")
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(run, dir)| Some((run_in_name(run)?, dir.to_string())))
+        else {
+            continue;
+        };
+        if over.contains(&run) {
+            let path = root.join(run.to_string()).join(dir);
+            found.worktrees.push((name, path));
+        }
+    }
+    for branch in repo.branches(Some(git2::BranchType::Local)).map_err(git)? {
+        let (branch, _) = branch.map_err(git)?;
+        let Some(name) = branch.name().ok().flatten() else {
+            continue;
+        };
+        let run = name
+            .strip_prefix("flotilla/")
+            .and_then(|rest| rest.split_once('/'))
+            .and_then(|(run, _)| run_in_name(run));
+        if let Some(run) = run
+            && over.contains(&run)
+        {
+            found.branches.push(name.to_string());
+            runs.insert(run);
+        }
+    }
+    // Locks are found per run directory of refs, whether or not a branch is left there.
+    if let Ok(entries) = std::fs::read_dir(repo.commondir().join("refs/heads/flotilla")) {
+        for entry in entries.flatten() {
+            if let Some(run) = run_in_name(&entry.file_name().to_string_lossy())
+                && over.contains(&run)
+            {
+                runs.insert(run);
+            }
+        }
+    }
+    for run in runs {
+        found.locks.extend(run_ref_locks(repo, run));
+    }
+    found.worktrees.sort();
+    found.branches.sort();
+    Ok(found)
+}
+
+/// Removes `leftovers` (as [`leftovers`] found them) and says what was removed: locks
+/// first, then worktrees, then branches, each step idempotent, so that a kill anywhere
+/// leaves what the next gc finds again.
+pub fn remove_leftovers(repo: &Path, leftovers: &Leftovers) -> Result<Leftovers, RepoError> {
+    let lock = repo_lock(repo);
+    let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let git = git2::Repository::open(repo).map_err(|_| RepoError::NotARepository(repo.into()))?;
+    let mut removed = Leftovers::default();
+    for path in &leftovers.locks {
+        match std::fs::remove_file(path) {
+            Ok(()) => removed.locks.push(path.clone()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("cannot remove the stale lock", path, e)),
+        }
+    }
+    for (name, path) in &leftovers.worktrees {
+        prune(&git, name, path)?;
+        removed.worktrees.push((name.clone(), path.clone()));
+    }
+    // Crash point (the gc tests): locks and worktrees gone, branches still there.
+    fail::fail_point!("gc::after-worktrees", |_| {
+        crate::checkout::crash_here("gc::after-worktrees");
+        Ok(Leftovers::default())
+    });
+    for branch in &leftovers.branches {
+        if delete_branch(&git, branch)? {
+            removed.branches.push(branch.clone());
+        }
+    }
+    Ok(removed)
+}
+
 impl Worktrees for GitWorktrees {
     fn prepare(
         &self,
         request: WorktreeRequest,
     ) -> BoxFuture<'static, Result<Workspace, RepoError>> {
-        self.blocking(move |place| prepare(place, &request))
+        self.blocking(move |place| prepare(place, &request).map_err(RepoError::storage_or_self))
     }
 
     fn seal(

@@ -869,7 +869,10 @@ async fn collect_garbage(
 ) -> Result<Json<GcReport>, ApiError> {
     let report = state
         .supervisor
-        .send(CollectGarbage { dry_run: q.dry_run })
+        .send(CollectGarbage {
+            dry_run: q.dry_run,
+            progress: false,
+        })
         .await
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))?;

@@ -108,28 +108,6 @@ pub async fn serve(
     });
     let supervisor = Supervisor::start_in_arbiter(&runs_thread.handle(), move |_| supervisor);
     resume_unfinished(&journal, &supervisor).await;
-    // What runs that ended while no daemon watched (a crash, a kill) left behind.
-    match supervisor
-        .send(supervisor::CollectGarbage { dry_run: false })
-        .await
-    {
-        Ok(Ok(report)) => {
-            if !report.worktrees.is_empty() || !report.unknown.is_empty() {
-                info!(
-                    worktrees = report.worktrees.len(),
-                    branches = report.branches.len(),
-                    unknown = report.unknown.len(),
-                    "removed what finished runs left behind"
-                );
-            }
-            if !report.errors.is_empty() {
-                warn!(errors = ?report.errors, "some leftovers of finished runs could not be removed");
-            }
-        }
-        Ok(Err(e)) => warn!(error = %e, "cannot collect what finished runs left"),
-        Err(e) => warn!(error = %e, "cannot collect what finished runs left"),
-    }
-
     let state = api::AppState {
         journal,
         supervisor,
@@ -138,6 +116,27 @@ pub async fn serve(
         token,
         status_replays: api::StatusReplays::default(),
     };
+    // What runs that ended while no daemon watched (a crash, a kill) left behind, and a
+    // checkout of main a landing was interrupted in: collected in the background once the
+    // daemon listens (a big collection took minutes), with progress in the log.
+    let collector = state.supervisor.clone();
+    tokio::spawn(async move {
+        match collector
+            .send(supervisor::CollectGarbage {
+                dry_run: false,
+                progress: true,
+            })
+            .await
+        {
+            Ok(Ok(report)) => {
+                if !report.errors.is_empty() {
+                    warn!(errors = ?report.errors, "some leftovers of finished runs could not be removed");
+                }
+            }
+            Ok(Err(e)) => warn!(error = %e, "cannot collect what finished runs left"),
+            Err(e) => warn!(error = %e, "cannot collect what finished runs left"),
+        }
+    });
     let app = api::router(state);
     if let Some(ready) = ready {
         let _ = ready.send(bound.clone());

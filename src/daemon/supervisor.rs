@@ -19,7 +19,7 @@
 //! It is an actor because actors can only be started from inside the actix System: HTTP
 //! handlers run on tokio tasks and ask the supervisor instead.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +34,8 @@ use flotilla_actors::ports::{
     Agent, Clock, Journal, JournalError, Llm, ProcessRunner, RepoError, SweepKeep, Worktrees,
 };
 use flotilla_actors::protocol::{
-    Event, EventKind, Published, Role, RootHandoff, RunId, RunOutcome, TaskId, TaskState,
-    ToPlanner, ToTaskGraph, UserDecision, branch_name,
+    CheckoutSync, Event, EventKind, Published, Role, RootHandoff, RunId, RunOutcome, TaskId,
+    TaskState, ToPlanner, ToTaskGraph, UserDecision, branch_name,
 };
 use flotilla_actors::supervision::{Lifeline, StopCause, StopMember};
 use tokio::sync::broadcast;
@@ -982,6 +982,16 @@ fn clean_up_after(
         if let Err(e) = worktrees.sweep(run_over).await {
             warn!(error = %e, "cannot remove a finished run's worktrees");
         }
+        // A landing interrupted in the user's checkout (a kill, then a cancel) is healed
+        // when the run ends, not left for a queue that will not start again (ADR-021).
+        match crate::checkout::heal_repository(worktrees.repository().to_path_buf()).await {
+            Ok(Some(CheckoutSync::Behind { at, paths })) => {
+                warn!(%run, %at, ?paths, "the checkout of main is behind main with changes of its own: left as it is")
+            }
+            Ok(_) => {}
+            Err(e) => warn!(%run, error = %e, "cannot heal the checkout of main"),
+        }
+        info!(%run, "cleaned up after the run");
         let _ = tokio::task::spawn_blocking(|| {
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
@@ -1175,22 +1185,31 @@ impl Handler<DecideTask> for Supervisor {
     }
 }
 
-/// Removes what runs that are no longer live left under the worktrees directory: their
-/// worktrees (and the branches of attempts that never delivered; delivered work stays on
-/// its branch), and directories of runs the journal does not know. Live runs are not
-/// touched. With `dry_run`, only says what it would remove.
+/// Removes what finished runs left (ADR-021, "Nothing left behind"): in each repository,
+/// their stale ref locks, attempt worktrees and task branches (found by name, whatever a
+/// crash left), and under the state directory their run directories, plus directories no
+/// run of the journal accounts for. Runs that are live or unfinished are never touched
+/// (their own sweeps collect at restart and at their end). With `dry_run`, only says what
+/// it would remove: the same list a collection then removes, when nothing changed between.
+/// Also heals the checkouts of main of every repository the journal knows (not in a dry
+/// run). `progress`: log each repository as it is done (the daemon's start-up collection).
 #[derive(Debug, Message)]
 #[rtype(result = "Result<GcReport, String>")]
 pub struct CollectGarbage {
     pub dry_run: bool,
+    pub progress: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GcReport {
-    /// Worktrees removed (or, in a dry run, that would be).
+    /// Worktrees removed (or, in a dry run, that would be): attempt worktrees and the
+    /// other directories of finished runs (their scratch checkouts).
     pub worktrees: Vec<String>,
-    /// Branches deleted with them.
+    /// Task branches of finished runs deleted.
     pub branches: Vec<String>,
+    /// Stale ref locks (`.git/refs/heads/flotilla/<run>/….lock`) removed.
+    #[serde(default)]
+    pub locks: Vec<String>,
     /// Directories of runs the journal does not know (or whose repository is gone),
     /// removed whole.
     pub unknown: Vec<String>,
@@ -1199,83 +1218,192 @@ pub struct GcReport {
     pub dry_run: bool,
 }
 
-/// Atomic: no run starts while a collection runs, so a run submitted meanwhile is never
-/// taken for one that ended (its directory would be swept from under it).
+/// A directory under the worktrees root that no run of the journal accounts for is only
+/// removed once its run id (a UUIDv7, a timestamp first) is this old: a run being
+/// submitted right now has an id, and soon a directory, before the journal lists it.
+const UNKNOWN_RUN_MIN_AGE_MS: u64 = 10 * 60 * 1000;
+
+/// Not atomic: the collection works on a snapshot (the runs live and the runs finished
+/// when it started) and runs off the Supervisor, so runs start and end meanwhile. A run
+/// that finishes meanwhile is swept by its own end.
 impl Handler<CollectGarbage> for Supervisor {
-    type Result = AtomicResponse<Self, Result<GcReport, String>>;
+    type Result = ResponseFuture<Result<GcReport, String>>;
 
     fn handle(&mut self, msg: CollectGarbage, _: &mut Context<Self>) -> Self::Result {
-        let live: std::collections::HashSet<RunId> = self.runs.keys().copied().collect();
+        let live: HashSet<RunId> = self.runs.keys().copied().collect();
         let records = self.journal.runs();
         let root = self.worktrees.clone();
-        let work = async move {
-            let repos: HashMap<RunId, PathBuf> = records
+        Box::pin(async move {
+            let records = records
                 .await
-                .map_err(|e| format!("cannot read the runs: {e}"))?
-                .into_iter()
-                .map(|r| (r.id, r.repo))
-                .collect();
-            let mut report = GcReport {
-                dry_run: msg.dry_run,
-                ..GcReport::default()
-            };
-            let Ok(mut entries) = tokio::fs::read_dir(&root).await else {
-                return Ok(report); // nothing was ever made
-            };
-            while let Ok(Some(entry)) = entries.next_entry().await {
-                let dir = entry.path();
-                let run = entry
-                    .file_name()
-                    .to_str()
-                    .and_then(|name| name.parse::<uuid::Uuid>().ok())
-                    .map(RunId::from_uuid);
-                if run.is_some_and(|run| live.contains(&run)) {
-                    continue;
-                }
-                let Some((run, repo)) = run.and_then(|run| Some((run, repos.get(&run)?.clone())))
-                else {
-                    if !msg.dry_run {
-                        tokio::fs::remove_dir_all(&dir)
-                            .await
-                            .map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
-                    }
-                    report.unknown.push(dir.display().to_string());
-                    continue;
-                };
-                if msg.dry_run {
-                    let mut attempts = tokio::fs::read_dir(&dir)
-                        .await
-                        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-                    while let Ok(Some(attempt)) = attempts.next_entry().await {
-                        report.worktrees.push(attempt.path().display().to_string());
-                    }
-                    continue;
-                }
-                match GitWorktrees::new(repo, run, dir.clone())
-                    .sweep(SweepKeep {
-                        closing: true,
-                        ..SweepKeep::default()
-                    })
-                    .await
-                {
-                    Ok(swept) => {
-                        report
-                            .worktrees
-                            .extend(swept.worktrees.iter().map(|p| p.display().to_string()));
-                        report.branches.extend(swept.branches);
-                    }
-                    // The repository is gone: what is left of its worktrees is just files.
-                    Err(RepoError::NotARepository(_)) => {
-                        match tokio::fs::remove_dir_all(&dir).await {
-                            Ok(()) => report.unknown.push(dir.display().to_string()),
-                            Err(e) => report.errors.push(format!("{}: {e}", dir.display())),
+                .map_err(|e| format!("cannot read the runs: {e}"))?;
+            collect_garbage(live, records, root, msg).await
+        })
+    }
+}
+
+async fn collect_garbage(
+    live: HashSet<RunId>,
+    records: Vec<crate::journal::RunRecord>,
+    root: PathBuf,
+    msg: CollectGarbage,
+) -> Result<GcReport, String> {
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let known: HashMap<RunId, &crate::journal::RunRecord> =
+        records.iter().map(|r| (r.id, r)).collect();
+    let over: HashSet<RunId> = records
+        .iter()
+        .filter(|r| r.outcome.is_some() && !live.contains(&r.id))
+        .map(|r| r.id)
+        .collect();
+    let mut repos: Vec<PathBuf> = records.iter().map(|r| r.repo.clone()).collect();
+    repos.sort();
+    repos.dedup();
+    let mut report = GcReport {
+        dry_run: msg.dry_run,
+        ..GcReport::default()
+    };
+    if msg.progress {
+        info!(
+            finished_runs = over.len(),
+            repositories = repos.len(),
+            "collecting what finished runs left behind"
+        );
+    }
+    // Repository by repository: locks, worktrees, branches of the finished runs.
+    let mut gone: HashSet<PathBuf> = HashSet::new();
+    // Repositories whose leftovers could not be read or removed: their runs' directories
+    // stay until a collection succeeds (a worktree's directory goes with its record).
+    let mut failed: HashSet<PathBuf> = HashSet::new();
+    let mut planned_dirs: HashSet<PathBuf> = HashSet::new();
+    for (done, repo) in repos.iter().enumerate() {
+        let over = over.clone();
+        let (path, root_dir, dry_run) = (repo.clone(), root.clone(), msg.dry_run);
+        let found = tokio::task::spawn_blocking(move || {
+            let found = crate::worktrees::leftovers(&path, &root_dir, &over)?;
+            if dry_run {
+                Ok(found)
+            } else {
+                crate::worktrees::remove_leftovers(&path, &found)
+            }
+        })
+        .await
+        .map_err(|e| format!("the git thread failed: {e}"))?;
+        let found = match found {
+            Ok(found) => found,
+            Err(RepoError::NotARepository(_)) => {
+                gone.insert(repo.clone());
+                continue;
+            }
+            Err(e) => {
+                report.errors.push(format!("{}: {e}", repo.display()));
+                failed.insert(repo.clone());
+                continue;
+            }
+        };
+        if !msg.dry_run {
+            match crate::checkout::heal_repository(repo.clone()).await {
+                Ok(Some(CheckoutSync::Behind { at, paths })) => warn!(
+                    repo = %repo.display(), %at, ?paths,
+                    "the checkout of main is behind main with changes of its own: left as it is"
+                ),
+                Ok(_) => {}
+                Err(e) => report.errors.push(format!(
+                    "{}: healing the checkout of main: {e}",
+                    repo.display()
+                )),
+            }
+        }
+        if msg.progress && !found.is_empty() {
+            info!(
+                repo = %repo.display(),
+                done = done + 1,
+                of = repos.len(),
+                worktrees = found.worktrees.len(),
+                branches = found.branches.len(),
+                locks = found.locks.len(),
+                "collected a repository's leftovers"
+            );
+        }
+        for (_, path) in found.worktrees {
+            planned_dirs.insert(path.clone());
+            report.worktrees.push(path.display().to_string());
+        }
+        report.branches.extend(found.branches);
+        report
+            .locks
+            .extend(found.locks.iter().map(|p| p.display().to_string()));
+    }
+    // The state directory: finished runs' directories (what is left in them), and
+    // directories no run accounts for.
+    let Ok(mut entries) = tokio::fs::read_dir(&root).await else {
+        return Ok(report); // nothing was ever made
+    };
+    let mut doomed: Vec<PathBuf> = Vec::new();
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let dir = entry.path();
+        let uuid = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<uuid::Uuid>().ok());
+        let run = uuid.map(RunId::from_uuid);
+        match run.and_then(|run| known.get(&run)) {
+            Some(record) if failed.contains(&record.repo) => {}
+            Some(record) if over.contains(&record.id) && !gone.contains(&record.repo) => {
+                if let Ok(mut inside) = tokio::fs::read_dir(&dir).await {
+                    while let Ok(Some(item)) = inside.next_entry().await {
+                        if !planned_dirs.contains(&item.path()) {
+                            report.worktrees.push(item.path().display().to_string());
                         }
                     }
-                    Err(e) => report.errors.push(format!("run {run}: {e}")),
+                }
+                doomed.push(dir);
+            }
+            Some(record) if over.contains(&record.id) => {
+                report.unknown.push(dir.display().to_string());
+                doomed.push(dir);
+            }
+            Some(_) => {} // live, unfinished, or its repository failed
+            None => {
+                let created_ms = uuid
+                    .and_then(|u| u.get_timestamp())
+                    .map(|t| {
+                        let (secs, nanos) = t.to_unix();
+                        secs * 1000 + u64::from(nanos) / 1_000_000
+                    })
+                    .unwrap_or(0);
+                if started_ms.saturating_sub(created_ms) >= UNKNOWN_RUN_MIN_AGE_MS {
+                    report.unknown.push(dir.display().to_string());
+                    doomed.push(dir);
                 }
             }
-            Ok(report)
-        };
-        AtomicResponse::new(Box::pin(work.into_actor(self)))
+        }
     }
+    if !msg.dry_run {
+        for dir in doomed {
+            match tokio::fs::remove_dir_all(&dir).await {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    report.errors.push(format!("{}: {e}", dir.display()))
+                }
+                _ => {}
+            }
+        }
+    }
+    report.worktrees.sort();
+    report.worktrees.dedup();
+    report.unknown.sort();
+    if msg.progress {
+        info!(
+            worktrees = report.worktrees.len(),
+            branches = report.branches.len(),
+            locks = report.locks.len(),
+            unknown = report.unknown.len(),
+            errors = report.errors.len(),
+            "collection done"
+        );
+    }
+    Ok(report)
 }

@@ -843,53 +843,46 @@ async fn a_clean_checkout_of_main_follows_main() {
     );
 }
 
+fn assert_head_on_main(f: &Fixture) {
+    assert_eq!(
+        f.git()
+            .find_reference("HEAD")
+            .unwrap()
+            .symbolic_target()
+            .unwrap(),
+        Some("refs/heads/main"),
+        "HEAD is never detached (ADR-021)"
+    );
+}
+
 #[tokio::test]
-async fn a_checkout_with_the_users_changes_is_left_alone_detached_where_it_was() {
+async fn a_checkout_with_the_users_changes_in_moved_files_stays_on_main_untouched() {
     let f = fixture();
     let (old, new) = land_on_main(&f);
-    // A change of the user's to a file flotilla's commit changes too, and a staged one.
+    // A change of the user's to a file flotilla's commit changes too.
     std::fs::write(f.repo.path().join("a.txt"), "a1\nmy change\na3\n").unwrap();
-    std::fs::write(f.repo.path().join("f.txt"), "staged\n").unwrap();
-    let git = f.git();
-    let mut index = git.index().unwrap();
-    index.add_path(Path::new("f.txt")).unwrap();
-    index.write().unwrap();
-
     let sync = f
         .merge
         .sync_checkout(old.clone(), new.clone())
         .await
         .unwrap();
-    assert_eq!(sync, CheckoutSync::Detached { at: old.clone() });
-    let git = f.git();
-    assert!(git.head_detached().unwrap());
-    assert_eq!(git.head().unwrap().target().unwrap(), oid(&old));
-    assert_eq!(git.refname_to_id("refs/heads/main").unwrap(), oid(&new));
+    assert_eq!(
+        sync,
+        CheckoutSync::Behind {
+            at: old.clone(),
+            paths: vec!["a.txt".into()]
+        }
+    );
+    assert_head_on_main(&f);
+    assert_eq!(f.main_tip(), new);
     let read = |p: &str| std::fs::read_to_string(f.repo.path().join(p)).unwrap();
     assert_eq!(read("a.txt"), "a1\nmy change\na3\n");
-    assert_eq!(read("f.txt"), "staged\n");
     assert_eq!(
         read("b.txt"),
         "b1\nb2\nb3\n",
         "flotilla's deletion is not applied"
     );
     assert!(!f.repo.path().join("landed.txt").exists());
-    // Against the commit HEAD now names, only the user's changes show.
-    assert_eq!(
-        status(f.repo.path()),
-        [
-            ("a.txt".to_string(), git2::Status::WT_MODIFIED),
-            ("f.txt".to_string(), git2::Status::INDEX_MODIFIED),
-        ]
-    );
-
-    // Detached, it is no longer main's checkout.
-    let (_, newer) = land_on_main_again(&f, &new);
-    assert_eq!(
-        f.merge.sync_checkout(new, newer).await.unwrap(),
-        CheckoutSync::NotCheckedOut
-    );
-    assert_eq!(read("a.txt"), "a1\nmy change\na3\n");
 }
 
 /// A crash after main moved from `behind` to `missed` and before the checkout followed:
@@ -924,20 +917,25 @@ async fn a_clean_checkout_left_behind_by_a_crash_is_brought_along_from_where_it_
 }
 
 #[tokio::test]
-async fn a_changed_checkout_left_behind_by_a_crash_is_detached_where_it_really_was() {
+async fn a_changed_checkout_left_behind_by_a_crash_stays_where_it_really_was_on_main() {
     let f = fixture();
     let (behind, missed) = land_on_main(&f);
     let (_, newer) = land_on_main_again(&f, &missed);
     std::fs::write(f.repo.path().join("a.txt"), "a1\nmy change\na3\n").unwrap();
     let sync = f.merge.sync_checkout(missed, newer).await.unwrap();
-    // Not at `missed`, whose landed files the work tree never had: they would show as the
-    // user's deletions, and a commit there would revert them.
-    assert_eq!(sync, CheckoutSync::Detached { at: behind.clone() });
-    assert_eq!(f.git().head().unwrap().target().unwrap(), oid(&behind));
+    // Its index stands on `behind`, not at `missed`, whose landed files the work tree never
+    // had; the user changed a file main changed since: nothing is touched.
     assert_eq!(
-        status(f.repo.path()),
-        [("a.txt".to_string(), git2::Status::WT_MODIFIED)],
-        "only the user's change shows"
+        sync,
+        CheckoutSync::Behind {
+            at: behind.clone(),
+            paths: vec!["a.txt".into()]
+        }
+    );
+    assert_head_on_main(&f);
+    assert_eq!(
+        std::fs::read_to_string(f.repo.path().join("a.txt")).unwrap(),
+        "a1\nmy change\na3\n"
     );
 }
 
@@ -998,7 +996,14 @@ async fn an_untracked_file_in_the_way_stops_the_fast_forward_and_stays() {
         .sync_checkout(old.clone(), new.clone())
         .await
         .unwrap();
-    assert_eq!(sync, CheckoutSync::Detached { at: old.clone() });
+    assert_eq!(
+        sync,
+        CheckoutSync::Behind {
+            at: old.clone(),
+            paths: vec!["landed.txt".into()]
+        }
+    );
+    assert_head_on_main(&f);
     assert_eq!(
         std::fs::read_to_string(f.repo.path().join("landed.txt")).unwrap(),
         "the user's own\n"
@@ -1006,10 +1011,6 @@ async fn an_untracked_file_in_the_way_stops_the_fast_forward_and_stays() {
     assert_eq!(
         std::fs::read_to_string(f.repo.path().join("a.txt")).unwrap(),
         "a1\na2\na3\n"
-    );
-    assert_eq!(
-        status(f.repo.path()),
-        [("landed.txt".to_string(), git2::Status::WT_NEW)]
     );
 }
 

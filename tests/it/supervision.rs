@@ -689,8 +689,9 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
         run_workspaces.display()
     );
     drop(daemon);
-    // The interrupted attempts' branches went with their worktrees; the delivered ones stay,
-    // one per task (the scenario's tasks write nothing, so none has a commit of its own).
+    // The interrupted attempts' branches went with their worktrees, and the delivered ones
+    // too: the scenario's tasks write nothing, and a delivery without commits leaves no
+    // branch (ADR-021).
     assert_checkout_untouched(repo.path());
     let git = git2::Repository::open(repo.path()).unwrap();
     let mut task_branches: Vec<String> = git
@@ -704,8 +705,8 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
     task_branches.sort();
     assert_eq!(
         task_branches,
-        ["t1", "t2", "t3", "t4"],
-        "one delivered branch per task"
+        Vec::<String>::new(),
+        "no branch is left: nothing had commits to land"
     );
 }
 

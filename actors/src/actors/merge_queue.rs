@@ -445,12 +445,10 @@ impl Cycle {
             // Crash point: the candidate passed its gate, main has not moved. The verdict is
             // kept nowhere: a restart gates again before main moves.
             fail::fail_point!("merge::after-gate", |_| crash_here("merge::after-gate"));
-            match self
-                .kit
-                .main
-                .compare_and_swap(tip.clone(), candidate.clone())
-                .await
-            {
+            let Some(moved) = self.move_main(&tip, &candidate).await else {
+                return Round::Again; // the queue is stopping
+            };
+            match moved {
                 Ok(()) => {
                     // Crash point: main holds the work, nothing else knows (no checkout sync,
                     // branches still there, no event). A restart must find the trailers on
@@ -467,6 +465,32 @@ impl Cycle {
                     self.fail_all(items, format!("moving main: {e}"), end);
                     return Round::Again;
                 }
+            }
+        }
+    }
+
+    /// The compare-and-swap of main, waiting while the user's checkout of main cannot follow
+    /// (ADR-021: their changes in the landing's files, a merge in progress, another git
+    /// command at work): nothing moved then, and the gated candidate stays good. `None`
+    /// when the queue stops meanwhile.
+    async fn move_main(&self, tip: &str, candidate: &str) -> Option<Result<(), MainRefError>> {
+        let mut wait = CHECKOUT_WAIT_FIRST;
+        loop {
+            match self
+                .kit
+                .main
+                .compare_and_swap(tip.to_string(), candidate.to_string())
+                .await
+            {
+                Err(MainRefError::CheckoutBusy { detail }) => {
+                    warn!(run = %self.run, %detail, retry_in_s = wait.as_secs(), "landing waits for the user's checkout of main");
+                    tokio::select! {
+                        _ = self.cancel.cancelled() => return None,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                    wait = (wait * 2).min(CHECKOUT_WAIT_MAX);
+                }
+                other => return Some(other),
             }
         }
     }
@@ -655,6 +679,11 @@ impl Cycle {
     }
 }
 
+/// How long a landing first waits for a user's checkout of main that cannot follow, and at
+/// most (doubling in between).
+const CHECKOUT_WAIT_FIRST: Duration = Duration::from_secs(1);
+const CHECKOUT_WAIT_MAX: Duration = Duration::from_secs(30);
+
 /// The line every commit landed for a task carries: how a restart finds it on main.
 pub fn trailer(run: RunId, request: &LandRequest) -> String {
     format!("Flotilla-Task: {}/{}", run, request.task)
@@ -709,9 +738,9 @@ impl Actor for MergeQueue {
             .into_actor(self)
             .map(move |synced, act, ctx| {
                 match synced {
-                    Ok(CheckoutSync::Detached { at }) => warn!(
-                        %run, %at,
-                        "the checkout of main had changes of its own and was behind main: HEAD is detached where it was"
+                    Ok(CheckoutSync::Behind { at, paths }) => warn!(
+                        %run, %at, ?paths,
+                        "the checkout of main is behind main with changes of its own in files main changed: left as it is"
                     ),
                     Ok(_) => {}
                     Err(e) => warn!(%run, error = %e, "bringing the user's checkout to main"),

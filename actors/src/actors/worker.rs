@@ -41,8 +41,8 @@ use tracing::{debug, warn};
 
 use crate::ports::{
     ActivityReporter, Agent, AgentError, AgentReport, AgentSession, AttemptContext, BranchFate,
-    Clock, CommandSpec, ProcessRunner, SpendReporter, SystemClock, Workspace, WorktreeRequest,
-    WorktreeStart, Worktrees,
+    Clock, CommandSpec, ProcessRunner, RepoError, SpendReporter, SystemClock, Workspace,
+    WorktreeRequest, WorktreeStart, Worktrees,
 };
 use crate::protocol::{
     Assignment, AttemptFailure, Budget, Event, EventKind, Finding, FixOf, HandoffStatus, Published,
@@ -57,6 +57,11 @@ pub const CALL_OFF_GRACE: Duration = Duration::from_secs(5);
 
 /// The longest making (or reopening) a worktree may take.
 pub const PREPARE_LIMIT: Duration = Duration::from_secs(300);
+
+/// How long an attempt first waits when flotilla's storage refuses to make its worktree,
+/// and at most (doubling in between).
+pub const STORAGE_RETRY_FIRST: Duration = Duration::from_secs(1);
+pub const STORAGE_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// The most of a verification command's output a finding keeps (its end).
 const VERIFY_TAIL_CHARS: usize = 2_000;
@@ -166,6 +171,8 @@ pub struct Worker {
     used: Duration,
     /// Cancelled: the agent's answer, when it comes, is not reported.
     called_off: bool,
+    /// Times in a row the worktree could not be made for want of storage.
+    storage_retries: u32,
     lifeline: Option<Lifeline>,
 }
 
@@ -229,6 +236,7 @@ impl Worker {
             call_started: None,
             used: Duration::ZERO,
             called_off: false,
+            storage_retries: 0,
             lifeline: None,
         }
     }
@@ -317,18 +325,29 @@ impl Worker {
         let prepare = self.kit.worktrees.prepare(request);
         let bounded = async move {
             match tokio::time::timeout(PREPARE_LIMIT, prepare).await {
-                Ok(result) => result.map_err(|e| e.to_string()),
-                Err(_) => Err(format!(
+                Ok(Err(RepoError::Storage(detail))) => Err(Err(detail)),
+                Ok(result) => result.map_err(|e| Ok(e.to_string())),
+                Err(_) => Err(Ok(format!(
                     "making the worktree took longer than {} s",
                     PREPARE_LIMIT.as_secs()
-                )),
+                ))),
             }
         };
         let handle = ctx.spawn(bounded.into_actor(self).map(|result, act, ctx| {
             act.in_flight = None;
             let workspace = match result {
                 Ok(workspace) => workspace,
-                Err(detail) => {
+                // flotilla's own storage failed (disk full, read-only): not the task's
+                // doing. The attempt waits, says so, and tries again (ADR-021).
+                Err(Err(detail)) => {
+                    if act.called_off {
+                        act.finish(ctx);
+                        return;
+                    }
+                    act.storage_paused(detail, ctx);
+                    return;
+                }
+                Err(Ok(detail)) => {
                     if !act.called_off {
                         act.graph.do_send(ToTaskGraph::TaskFailed {
                             task: act.task.clone(),
@@ -357,6 +376,34 @@ impl Worker {
             act.drive(call, ctx);
         }));
         self.in_flight = Some(handle);
+    }
+
+    /// The worktree could not be made because flotilla's storage refused a write: a live
+    /// notice and a log line, then `prepare` again after a backoff (doubling up to
+    /// [`STORAGE_RETRY_MAX`]), until the storage takes writes again or the attempt is
+    /// called off. Nothing is charged to the task.
+    fn storage_paused(&mut self, detail: String, ctx: &mut Context<Self>) {
+        let delay = STORAGE_RETRY_FIRST
+            .saturating_mul(1u32 << self.storage_retries.min(16))
+            .min(STORAGE_RETRY_MAX);
+        self.storage_retries = self.storage_retries.saturating_add(1);
+        warn!(
+            run = %self.run, task = %self.task, attempt = self.attempt, %detail,
+            retry_in_ms = delay.as_millis() as u64,
+            "flotilla's storage refused a write: the attempt waits"
+        );
+        if let Some(notices) = &self.kit.notices {
+            notices.do_send(Published(Event {
+                seq: 0,
+                run: self.run,
+                at_ms: SystemClock.now_ms(),
+                kind: EventKind::StorageUnavailable {
+                    task: self.task.clone(),
+                    error: detail,
+                },
+            }));
+        }
+        ctx.run_later(delay, |act, ctx| act.prepare(ctx));
     }
 
     /// After an agent call: commits what it left, reads the branch, runs the verification
@@ -506,10 +553,19 @@ impl Worker {
                     matches!(h.status, HandoffStatus::Complete | HandoffStatus::Partial)
                 });
                 let proposes = report.subplan.is_some();
+                // A delivery without commits has nothing to land: its branch would only be
+                // left behind (ADR-021).
+                let changed = report
+                    .handoff
+                    .as_ref()
+                    .and_then(|h| h.work.as_ref())
+                    .is_none_or(|w| w.head != w.base);
                 self.after = if proposes {
                     AfterAttempt::Keep
-                } else if delivered {
+                } else if delivered && changed {
                     AfterAttempt::Release(BranchFate::Keep)
+                } else if delivered {
+                    AfterAttempt::Release(BranchFate::Delete)
                 } else {
                     self.after_failure()
                 };

@@ -314,6 +314,7 @@ impl RunGraph {
             // The supervisor's records: nothing in the graph changes.
             EventKind::RunRestarted { .. }
             | EventKind::JournalUnavailable { .. }
+            | EventKind::StorageUnavailable { .. }
             | EventKind::LlmProgress { .. }
             | EventKind::ProviderPaused { .. }
             | EventKind::AgentActivity { .. } => {}

@@ -20,6 +20,33 @@ pub enum RepoError {
     Git(String),
     #[error("{0} is not a git repository")]
     NotARepository(PathBuf),
+    /// flotilla's own storage refused a write (disk full, a read-only file system, a
+    /// quota): infrastructure, never a task's failure. The run waits and tries again
+    /// (ADR-021).
+    #[error("storage: {0}")]
+    Storage(String),
+}
+
+/// The operating system's words for storage that cannot take a write, as git and the
+/// standard library print them.
+const STORAGE_FAILURES: [&str; 4] = [
+    "No space left on device",
+    "Read-only file system",
+    "Disk quota exceeded",
+    "File too large",
+];
+
+impl RepoError {
+    /// `self` as [`RepoError::Storage`] when its text is one of the operating system's
+    /// storage failures (git2 reports them as text only).
+    pub fn storage_or_self(self) -> RepoError {
+        match self {
+            RepoError::Git(text) if STORAGE_FAILURES.iter().any(|f| text.contains(f)) => {
+                RepoError::Storage(text)
+            }
+            other => other,
+        }
+    }
 }
 
 /// What the root planner reads of the target repository: main's tip, never a work tree
@@ -158,6 +185,11 @@ pub enum MainRefError {
     /// main is not where the caller built on: it must rebuild on the new tip.
     #[error("main moved: expected {expected}, found {actual}")]
     Moved { expected: String, actual: String },
+    /// main is checked out, and its checkout cannot follow now (the user's changes in the
+    /// files the move changes, a merge in progress, another git command holding the index
+    /// lock): nothing moved; the same move may succeed later (ADR-021).
+    #[error("main's checkout cannot follow now: {detail}")]
+    CheckoutBusy { detail: String },
     #[error(transparent)]
     Repo(#[from] RepoError),
 }

@@ -293,6 +293,13 @@ pub enum EventKind {
     JournalUnavailable {
         error: String,
     },
+    /// A notice for live streams, never journaled (its `seq` is 0): flotilla's own storage
+    /// refused a write (disk full, read-only) making `task`'s worktree; the attempt waits
+    /// and tries again, nothing is charged to the task (ADR-021).
+    StorageUnavailable {
+        task: TaskId,
+        error: String,
+    },
     /// A notice for live streams, never journaled (its `seq` is 0): an LLM call is
     /// streaming its answer. The call's final usage is journaled with its answer.
     LlmProgress {
@@ -547,6 +554,10 @@ impl EventKind {
             EventKind::JournalUnavailable {
                 error: "disk full".into(),
             },
+            EventKind::StorageUnavailable {
+                task: "t1".parse().unwrap(),
+                error: "Read-only file system".into(),
+            },
             EventKind::LlmProgress {
                 role: Role::Subplanner,
                 task: Some("t1.2".parse().unwrap()),
@@ -608,6 +619,7 @@ impl EventKind {
             EventKind::RunFinished { .. } => "run_finished",
             EventKind::RunRestarted { .. } => "run_restarted",
             EventKind::JournalUnavailable { .. } => "journal_unavailable",
+            EventKind::StorageUnavailable { .. } => "storage_unavailable",
             EventKind::LlmProgress { .. } => "llm_progress",
             EventKind::ProviderPaused { .. } => "provider_paused",
             EventKind::AgentActivity { .. } => "agent_activity",
@@ -831,6 +843,7 @@ mod tests {
             | EventKind::RunFinished { .. }
             | EventKind::RunRestarted { .. }
             | EventKind::JournalUnavailable { .. }
+            | EventKind::StorageUnavailable { .. }
             | EventKind::LlmProgress { .. }
             | EventKind::ProviderPaused { .. }
             | EventKind::AgentActivity { .. } => true,

@@ -162,10 +162,13 @@ pub enum CheckoutSync {
     NotCheckedOut,
     /// It had main checked out, clean: its work tree and index now match the new tip.
     FastForwarded,
-    /// It had main checked out with changes of its own: HEAD was detached at the commit the
-    /// work tree was built from, so nothing of the user's is lost or mixed with flotilla's
-    /// (`git switch main` brings them over when they are ready).
+    /// Journals of older flotillas only (ADR-021 ended it): HEAD was detached at the commit
+    /// the work tree was built from.
     Detached { at: String },
+    /// Its index stands on `at`, an older commit of main, and the user has changes of their
+    /// own in `paths`, which main changed since (or another git command held the index
+    /// lock, `paths` empty): nothing was touched, HEAD stays on main (ADR-021).
+    Behind { at: String, paths: Vec<String> },
 }
 
 #[cfg(test)]

@@ -1,0 +1,772 @@
+//! The user's checkout of `main` (ADR-021): main moves under it only together with its index
+//! and work tree, under git's own index lock, or not at all; HEAD is never detached.
+//!
+//! - [`move_main`] wraps the compare-and-swap of `refs/heads/main`. When main is checked out
+//!   (the repository's work tree, or a linked worktree that is not flotilla's), it takes
+//!   `index.lock` (as every git command that writes the index does), checks that the files
+//!   the landing changes are exactly as main's current tip has them in the index and the
+//!   work tree, writes them, moves the ref, then commits the new index (renaming the lock
+//!   into place). The user's changes to other files are carried over, as `git switch`
+//!   carries them. A user's change to a file the landing changes, a conflicted index or a
+//!   lock held by another git command leaves everything as it was:
+//!   [`MainRefError::CheckoutBusy`], and the MergeQueue tries again later.
+//! - A crash in the middle leaves a record (`<gitdir>/flotilla-checkout`) beside the lock.
+//!   [`heal`] (every `sync_checkout`, daemon start, run end) puts each file the landing
+//!   touched, when the user has not changed it since, to main's current version in the work
+//!   tree and the index, and releases the lock.
+//! - [`sync`] brings a checkout whose index stands on an older commit of main's history (a
+//!   crash of an older flotilla, or main moved by another tool) up to main's tip when the
+//!   user changed nothing the move changes; otherwise it leaves everything as it is.
+//!
+//! All of it runs on blocking threads, under the per-repository lock (`repo_lock`).
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use flotilla_actors::ports::{CheckoutSync, MainRefError, RepoError};
+use serde::{Deserialize, Serialize};
+
+use crate::git_repo::MAIN_BRANCH;
+
+/// The record of a move in progress, in the checkout's git directory.
+pub const RECORD_FILE: &str = "flotilla-checkout";
+/// The new index while it is being written, in the checkout's git directory.
+const NEW_INDEX_FILE: &str = "flotilla-index";
+/// Git's lock on a checkout's index.
+pub const INDEX_LOCK: &str = "index.lock";
+/// How far back main's first-parent history [`sync`] looks for the commit the index holds.
+const BASE_WALK: usize = 64;
+/// At most this many of the user's clashing paths are named.
+const MAX_NAMED: usize = 20;
+
+fn git(e: git2::Error) -> RepoError {
+    RepoError::Git(e.message().to_string())
+}
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
+    RepoError::Git(format!("{what} {}: {e}", path.display()))
+}
+
+/// What an armed fail point inside the checkout sync or gc does (the crash tests): SIGKILL.
+pub(crate) fn crash_here(point: &str) {
+    tracing::error!(
+        point,
+        "fail point reached: the daemon kills itself (SIGKILL)"
+    );
+    // SAFETY: getpid and kill have no preconditions; SIGKILL cannot be caught.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::process::abort()
+}
+
+/// The checkouts of the repository that may have main checked out: its own work tree and
+/// the linked worktrees that are not flotilla's (theirs never check out main).
+fn checkouts(repo: &git2::Repository) -> Vec<git2::Repository> {
+    let mut found = Vec::new();
+    if repo.is_bare() {
+        return found;
+    }
+    if let Some(workdir) = repo.workdir()
+        && let Ok(own) = git2::Repository::open(workdir)
+    {
+        found.push(own);
+    }
+    if let Ok(names) = repo.worktrees() {
+        for name in names.iter().flatten().flatten() {
+            if name.starts_with("flotilla-") {
+                continue;
+            }
+            if let Ok(worktree) = repo.find_worktree(name)
+                && worktree.validate().is_ok()
+                && let Ok(opened) = git2::Repository::open_from_worktree(&worktree)
+            {
+                found.push(opened);
+            }
+        }
+    }
+    found
+}
+
+fn on_main(checkout: &git2::Repository) -> bool {
+    let main = format!("refs/heads/{MAIN_BRANCH}");
+    checkout
+        .find_reference("HEAD")
+        .ok()
+        .is_some_and(|head| head.symbolic_target_bytes() == Some(main.as_bytes()))
+}
+
+/// The checkout that has main checked out, if any.
+fn checkout_of_main(repo: &git2::Repository) -> Option<git2::Repository> {
+    checkouts(repo).into_iter().find(on_main)
+}
+
+// ---------------------------------------------------------------------------------------
+// git's index lock and the record beside it
+
+/// `index.lock`, created by us (exclusively, as git does).
+struct IndexLock {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    /// Released (removed) when dropped unless committed or kept for [`heal`].
+    held: bool,
+}
+
+impl IndexLock {
+    /// The lock, or `None` when another process holds it.
+    fn take(gitdir: &Path) -> Result<Option<IndexLock>, RepoError> {
+        let path = gitdir.join(INDEX_LOCK);
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => {
+                let meta = file.metadata().map_err(|e| io("cannot read", &path, e))?;
+                Ok(Some(IndexLock {
+                    path,
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    held: true,
+                }))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(io("cannot take git's index lock", &path, e)),
+        }
+    }
+
+    /// The lock a crashed move left, when the file there is still the one it made.
+    fn left_by(record: &Record, gitdir: &Path) -> Option<IndexLock> {
+        let path = gitdir.join(INDEX_LOCK);
+        let meta = fs::symlink_metadata(&path).ok()?;
+        (meta.dev() == record.lock_dev && meta.ino() == record.lock_ino).then_some(IndexLock {
+            path,
+            dev: record.lock_dev,
+            ino: record.lock_ino,
+            held: true,
+        })
+    }
+
+    /// Puts `new_index` in place as git does: into the lock, then the lock onto `index`.
+    fn commit(&mut self, new_index: &Path) -> Result<(), RepoError> {
+        fs::rename(new_index, &self.path).map_err(|e| io("cannot write", &self.path, e))?;
+        let index = self.path.with_file_name("index");
+        fs::rename(&self.path, &index).map_err(|e| io("cannot write", &index, e))?;
+        self.held = false;
+        Ok(())
+    }
+}
+
+impl Drop for IndexLock {
+    fn drop(&mut self) {
+        if self.held {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A move in progress: written once the lock is held, removed once it is released.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    from: String,
+    to: String,
+    lock_dev: u64,
+    lock_ino: u64,
+}
+
+fn write_record(gitdir: &Path, record: &Record) -> Result<(), RepoError> {
+    let path = gitdir.join(RECORD_FILE);
+    let temporary = gitdir.join(format!("{RECORD_FILE}.new"));
+    let text = serde_json::to_vec(record).map_err(|e| RepoError::Git(e.to_string()))?;
+    let mut file = fs::File::create(&temporary).map_err(|e| io("cannot write", &temporary, e))?;
+    file.write_all(&text)
+        .and_then(|_| file.sync_all())
+        .map_err(|e| io("cannot write", &temporary, e))?;
+    fs::rename(&temporary, &path).map_err(|e| io("cannot write", &path, e))
+}
+
+fn remove_record(gitdir: &Path) {
+    let _ = fs::remove_file(gitdir.join(RECORD_FILE));
+}
+
+/// A copy of the checkout's index, made the repository's index in memory, that writes to
+/// [`NEW_INDEX_FILE`] (never to `index`, whose lock we hold).
+fn index_copy(checkout: &git2::Repository) -> Result<(git2::Index, PathBuf), RepoError> {
+    let gitdir = checkout.path();
+    let copy = gitdir.join(NEW_INDEX_FILE);
+    let index = gitdir.join("index");
+    match fs::copy(&index, &copy) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let _ = fs::remove_file(&copy);
+        }
+        Err(e) => return Err(io("cannot copy", &index, e)),
+    }
+    let mut opened = git2::Index::open(&copy).map_err(git)?;
+    checkout.set_index(&mut opened).map_err(git)?;
+    Ok((opened, copy))
+}
+
+// ---------------------------------------------------------------------------------------
+// the files a move changes
+
+/// One path a move changes: its entry (id, mode) before and after.
+struct Change {
+    path: String,
+    before: Option<(git2::Oid, i32)>,
+    after: Option<(git2::Oid, i32)>,
+}
+
+fn changes(
+    repo: &git2::Repository,
+    from: &git2::Tree<'_>,
+    to: &git2::Tree<'_>,
+) -> Result<Vec<Change>, RepoError> {
+    let diff = repo
+        .diff_tree_to_tree(Some(from), Some(to), None)
+        .map_err(git)?;
+    let entry = |file: git2::DiffFile<'_>| {
+        (!file.id().is_zero()).then(|| (file.id(), i32::from(file.mode())))
+    };
+    Ok(diff
+        .deltas()
+        .filter_map(|delta| {
+            let path = delta
+                .new_file()
+                .path()
+                .or(delta.old_file().path())?
+                .to_string_lossy()
+                .into_owned();
+            Some(Change {
+                path,
+                before: entry(delta.old_file()),
+                after: entry(delta.new_file()),
+            })
+        })
+        .collect())
+}
+
+const LINK: i32 = 0o120000;
+const SUBMODULE: i32 = 0o160000;
+
+/// What the work tree holds at `path`, as a blob id (a file's content, a link's target).
+fn worktree_blob(workdir: &Path, path: &str) -> Option<git2::Oid> {
+    let full = workdir.join(path);
+    let meta = fs::symlink_metadata(&full).ok()?;
+    if meta.file_type().is_symlink() {
+        use std::os::unix::ffi::OsStrExt;
+        let target = fs::read_link(&full).ok()?;
+        git2::Oid::hash_object(git2::ObjectType::Blob, target.as_os_str().as_bytes()).ok()
+    } else if meta.is_file() {
+        git2::Oid::hash_file(git2::ObjectType::Blob, &full).ok()
+    } else {
+        // A directory where a file is expected, or something else: never a blob.
+        Some(git2::Oid::ZERO_SHA1)
+    }
+}
+
+/// The paths among `changes` where the user has something of their own (in the index or
+/// the work tree), against `before`: a move may not touch them.
+fn clashes(
+    checkout: &git2::Repository,
+    index: &git2::Index,
+    changes: &[Change],
+) -> Result<Vec<String>, RepoError> {
+    let workdir = checkout
+        .workdir()
+        .ok_or_else(|| RepoError::Git("the checkout has no work tree".into()))?;
+    let mut clashing = Vec::new();
+    for change in changes {
+        let staged = index
+            .get_path(Path::new(&change.path), 0)
+            .map(|e| (e.id, e.mode as i32));
+        if staged != change.before {
+            clashing.push(change.path.clone());
+            continue;
+        }
+        let mine = match change.before {
+            None => {
+                fs::symlink_metadata(workdir.join(&change.path)).is_ok() || {
+                    // A file where the new path needs a directory.
+                    Path::new(&change.path).ancestors().skip(1).any(|dir| {
+                        !dir.as_os_str().is_empty()
+                            && fs::symlink_metadata(workdir.join(dir)).is_ok_and(|m| !m.is_dir())
+                    })
+                }
+            }
+            Some((_, SUBMODULE)) => false,
+            Some(_) => {
+                let before = change.before.map(|(id, _)| id);
+                match checkout.status_file(Path::new(&change.path)) {
+                    // A name git reads as a pattern: compare the bytes themselves.
+                    Err(_) => worktree_blob(workdir, &change.path) != before,
+                    Ok(status) => status.intersects(
+                        git2::Status::WT_MODIFIED
+                            | git2::Status::WT_DELETED
+                            | git2::Status::WT_TYPECHANGE
+                            | git2::Status::WT_RENAMED
+                            | git2::Status::CONFLICTED,
+                    ),
+                }
+            }
+        };
+        if mine {
+            clashing.push(change.path.clone());
+        }
+    }
+    Ok(clashing)
+}
+
+/// Writes `entry` at `path` in the work tree (or removes what is there) and puts the same
+/// in `index`.
+fn put(
+    checkout: &git2::Repository,
+    index: &mut git2::Index,
+    path: &str,
+    entry: Option<(git2::Oid, i32)>,
+) -> Result<(), RepoError> {
+    let workdir = checkout
+        .workdir()
+        .ok_or_else(|| RepoError::Git("the checkout has no work tree".into()))?;
+    let full = workdir.join(path);
+    let remove = |full: &Path| match fs::symlink_metadata(full) {
+        Ok(meta) if meta.is_dir() && !meta.file_type().is_symlink() => {
+            fs::remove_dir_all(full).map_err(|e| io("cannot remove", full, e))
+        }
+        Ok(_) => fs::remove_file(full).map_err(|e| io("cannot remove", full, e)),
+        Err(_) => Ok(()),
+    };
+    match entry {
+        None => {
+            remove(&full)?;
+            // Directories the removal emptied go too, as git's checkout does.
+            let mut dir = full.parent();
+            while let Some(d) = dir {
+                if d == workdir || fs::remove_dir(d).is_err() {
+                    break;
+                }
+                dir = d.parent();
+            }
+            match index.remove_path(Path::new(path)) {
+                Err(e) if e.code() != git2::ErrorCode::NotFound => Err(git(e)),
+                _ => Ok(()),
+            }
+        }
+        Some((id, SUBMODULE)) => {
+            let entry = git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: SUBMODULE as u32,
+                uid: 0,
+                gid: 0,
+                file_size: 0,
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path: path.as_bytes().to_vec(),
+            };
+            index.add(&entry).map_err(git)
+        }
+        Some((id, mode)) => {
+            let blob = checkout.find_blob(id).map_err(git)?;
+            if let Some(parent) = full.parent() {
+                fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
+            }
+            remove(&full)?;
+            if mode == LINK {
+                use std::os::unix::ffi::OsStrExt;
+                let target = std::ffi::OsStr::from_bytes(blob.content());
+                std::os::unix::fs::symlink(target, &full)
+                    .map_err(|e| io("cannot write", &full, e))?;
+            } else {
+                use std::os::unix::fs::PermissionsExt;
+                fs::write(&full, blob.content()).map_err(|e| io("cannot write", &full, e))?;
+                let bits = if mode == 0o100755 { 0o755 } else { 0o644 };
+                fs::set_permissions(&full, fs::Permissions::from_mode(bits))
+                    .map_err(|e| io("cannot write", &full, e))?;
+            }
+            index.add_path(Path::new(path)).map_err(git)
+        }
+    }
+}
+
+/// The paths, for a message: the first [`MAX_NAMED`] and how many more.
+fn named(paths: &[String]) -> String {
+    let mut text = paths
+        .iter()
+        .take(MAX_NAMED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if paths.len() > MAX_NAMED {
+        text.push_str(&format!(" and {} more", paths.len() - MAX_NAMED));
+    }
+    text
+}
+
+// ---------------------------------------------------------------------------------------
+// moving main
+
+/// Moves main from `from` to `to` with `cas` (the compare-and-swap of the ref), bringing a
+/// checked-out main's index and work tree along in the same step, under git's index lock.
+pub fn move_main(
+    repo: &git2::Repository,
+    from: &str,
+    to: &str,
+    cas: impl FnOnce() -> Result<(), MainRefError>,
+) -> Result<(), MainRefError> {
+    // What a crash left first: its lock would otherwise keep this move out for good.
+    heal(repo)?;
+    let Some(checkout) = checkout_of_main(repo) else {
+        return cas();
+    };
+    let gitdir = checkout.path().to_path_buf();
+    let Some(mut lock) = IndexLock::take(&gitdir)? else {
+        return Err(MainRefError::CheckoutBusy {
+            detail: format!(
+                "another git command holds {} (main is checked out there)",
+                gitdir.join(INDEX_LOCK).display()
+            ),
+        });
+    };
+    write_record(
+        &gitdir,
+        &Record {
+            from: from.to_string(),
+            to: to.to_string(),
+            lock_dev: lock.dev,
+            lock_ino: lock.ino,
+        },
+    )?;
+    // Whatever happens below, a move that does not finish leaves no record behind it.
+    let result = move_locked(&checkout, &mut lock, from, to, cas);
+    if lock.held {
+        // Not committed: the index is as it was; the record goes before the lock.
+        remove_record(&gitdir);
+        let _ = fs::remove_file(gitdir.join(NEW_INDEX_FILE));
+        drop(lock);
+    } else {
+        remove_record(&gitdir);
+    }
+    result
+}
+
+fn move_locked(
+    checkout: &git2::Repository,
+    lock: &mut IndexLock,
+    from: &str,
+    to: &str,
+    cas: impl FnOnce() -> Result<(), MainRefError>,
+) -> Result<(), MainRefError> {
+    fail::fail_point!("checkout::locked", |_| {
+        crash_here("checkout::locked");
+        Ok(())
+    });
+    let main = format!("refs/heads/{MAIN_BRANCH}");
+    let actual = checkout.refname_to_id(&main).map_err(git)?.to_string();
+    if !on_main(checkout) {
+        // The user switched away meanwhile: main is no longer under anyone.
+        return cas();
+    }
+    if actual != from {
+        return Err(MainRefError::Moved {
+            expected: from.to_string(),
+            actual,
+        });
+    }
+    let oid = |s: &str| git2::Oid::from_str(s).map_err(git);
+    let from_tree = checkout
+        .find_commit(oid(from)?)
+        .and_then(|c| c.tree())
+        .map_err(git)?;
+    let to_tree = checkout
+        .find_commit(oid(to)?)
+        .and_then(|c| c.tree())
+        .map_err(git)?;
+    let changes = changes(checkout, &from_tree, &to_tree)?;
+    let (mut index, new_index) = index_copy(checkout)?;
+    if index.has_conflicts() {
+        return Err(MainRefError::CheckoutBusy {
+            detail: "the checkout of main is in the middle of a merge (its index has conflicts)"
+                .into(),
+        });
+    }
+    let clashing = clashes(checkout, &index, &changes)?;
+    if !clashing.is_empty() {
+        return Err(MainRefError::CheckoutBusy {
+            detail: format!(
+                "the checkout of main has changes of its own in files this landing changes: {}",
+                named(&clashing)
+            ),
+        });
+    }
+    let mut written = Vec::new();
+    let applied = changes.iter().try_for_each(|change| {
+        written.push(change);
+        put(checkout, &mut index, &change.path, change.after)
+    });
+    let applied = applied.and_then(|()| index.write().map_err(git));
+    if let Err(e) = applied {
+        undo(checkout, &mut index, &written);
+        return Err(e.into());
+    }
+    fail::fail_point!("checkout::after-worktree", |_| {
+        crash_here("checkout::after-worktree");
+        Ok(())
+    });
+    if let Err(e) = cas() {
+        undo(checkout, &mut index, &written);
+        return Err(e);
+    }
+    tracing::debug!(from, to, "main moved; its checkout's index follows");
+    fail::fail_point!("checkout::after-ref", |_| {
+        crash_here("checkout::after-ref");
+        Ok(())
+    });
+    lock.commit(&new_index)?;
+    Ok(())
+}
+
+/// Puts back what a move that did not happen wrote in the work tree (`index`, our copy, is
+/// discarded; the index on disk was never written). What cannot be put back is named in the
+/// log; the files are the landing's, which the user had not changed.
+fn undo(checkout: &git2::Repository, index: &mut git2::Index, written: &[&Change]) {
+    for change in written {
+        if let Err(e) = put(checkout, index, &change.path, change.before) {
+            tracing::warn!(path = %change.path, error = %e, "putting a file of the checkout back");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// healing after a crash
+
+/// Finishes or undoes what a crashed [`move_main`] left in any checkout of the repository:
+/// every file the move touched that still holds the version before or after it gets main's
+/// current version (in the work tree and the index), and the lock and record go. A lock that
+/// is no longer the one the move took is someone else's: the record waits, and the next
+/// move says the checkout is busy.
+pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
+    let mut healed = Vec::new();
+    for checkout in checkouts(repo) {
+        let gitdir = checkout.path().to_path_buf();
+        let text = match fs::read(gitdir.join(RECORD_FILE)) {
+            Ok(text) => text,
+            Err(_) => continue,
+        };
+        let Ok(record) = serde_json::from_slice::<Record>(&text) else {
+            // Cut short while written: the lock was taken, nothing else done.
+            tracing::warn!(gitdir = %gitdir.display(), "a checkout record that cannot be read; removing it");
+            remove_record(&gitdir);
+            continue;
+        };
+        let lock = match IndexLock::left_by(&record, &gitdir) {
+            Some(lock) => lock,
+            None => match IndexLock::take(&gitdir)? {
+                Some(lock) => lock,
+                None => {
+                    return Err(MainRefError::CheckoutBusy {
+                        detail: format!(
+                            "another git command holds {}; a landing interrupted there is healed after it",
+                            gitdir.join(INDEX_LOCK).display()
+                        ),
+                    });
+                }
+            },
+        };
+        heal_locked(&checkout, lock, &record)?;
+        remove_record(&gitdir);
+        healed.push(
+            checkout
+                .workdir()
+                .map(|w| w.display().to_string())
+                .unwrap_or_default(),
+        );
+    }
+    Ok(healed)
+}
+
+fn heal_locked(
+    checkout: &git2::Repository,
+    mut lock: IndexLock,
+    record: &Record,
+) -> Result<(), RepoError> {
+    let gitdir = checkout.path().to_path_buf();
+    let _ = fs::remove_file(gitdir.join(NEW_INDEX_FILE));
+    let main = checkout
+        .refname_to_id(&format!("refs/heads/{MAIN_BRANCH}"))
+        .map_err(git)?
+        .to_string();
+    let oid = |s: &str| git2::Oid::from_str(s).map_err(git);
+    let tree = |s: &str| -> Result<git2::Tree<'_>, RepoError> {
+        checkout
+            .find_commit(oid(s)?)
+            .and_then(|c| c.tree())
+            .map_err(git)
+    };
+    let workdir = checkout
+        .workdir()
+        .ok_or_else(|| RepoError::Git("the checkout has no work tree".into()))?
+        .to_path_buf();
+    if !on_main(checkout) {
+        tracing::warn!(workdir = %workdir.display(), "an interrupted landing's checkout is no longer on main: left as it is");
+        drop(lock);
+        return Ok(());
+    }
+    // main is where the move left it (before or after); anything else is someone else's
+    // doing, and the index the move did not commit stays the one of before.
+    let target = if main == record.to {
+        &record.to
+    } else {
+        &record.from
+    };
+    let changes = changes(checkout, &tree(&record.from)?, &tree(&record.to)?)?;
+    let target_tree = tree(target)?;
+    let (mut index, new_index) = index_copy(checkout)?;
+    for change in &changes {
+        let now = worktree_blob(&workdir, &change.path);
+        let ours = [change.before, change.after]
+            .iter()
+            .any(|side| side.map(|(id, _)| id) == now);
+        if !ours {
+            tracing::warn!(path = %change.path, "a file an interrupted landing touched was changed since: left as it is");
+            continue;
+        }
+        let wanted = target_tree
+            .get_path(Path::new(&change.path))
+            .ok()
+            .map(|e| (e.id(), e.filemode()));
+        put(checkout, &mut index, &change.path, wanted)?;
+    }
+    index.write().map_err(git)?;
+    lock.commit(&new_index)?;
+    tracing::info!(workdir = %workdir.display(), at = %target, "healed the checkout of main after an interrupted landing");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// bringing a checkout that fell behind along
+
+/// Brings the checkout of main to main's tip, HEAD on main. A checkout whose index holds an
+/// older commit of main's first-parent history (up to [`BASE_WALK`] back) is brought to the
+/// tip, under the index lock, when the user changed nothing the difference touches;
+/// otherwise nothing is touched ([`CheckoutSync::Behind`]). HEAD is never detached. The tip
+/// is read from the ref, never taken from the caller: a user who reset main meanwhile has
+/// their index where they put it.
+pub fn sync(repo: &git2::Repository) -> Result<CheckoutSync, RepoError> {
+    heal(repo).map_err(|e| match e {
+        MainRefError::Repo(e) => e,
+        other => RepoError::Git(other.to_string()),
+    })?;
+    let Some(checkout) = checkout_of_main(repo) else {
+        return Ok(CheckoutSync::NotCheckedOut);
+    };
+    let main = format!("refs/heads/{MAIN_BRANCH}");
+    let tip = checkout
+        .find_reference(&main)
+        .and_then(|r| r.peel_to_commit())
+        .map_err(git)?;
+    // A look without the lock first: nearly always the index is on the tip.
+    let Some(behind) = index_base(&checkout, &checkout.index().map_err(git)?, &tip)? else {
+        return Ok(CheckoutSync::FastForwarded);
+    };
+    let gitdir = checkout.path().to_path_buf();
+    let Some(mut lock) = IndexLock::take(&gitdir)? else {
+        // Another git command is at work there; the next landing or run start tries again.
+        return Ok(CheckoutSync::Behind {
+            at: behind.id().to_string(),
+            paths: Vec::new(),
+        });
+    };
+    let (mut index, new_index) = index_copy(&checkout)?;
+    let tip = checkout
+        .find_reference(&main)
+        .and_then(|r| r.peel_to_commit())
+        .map_err(git)?;
+    let Some(base) = index_base(&checkout, &index, &tip)? else {
+        let _ = fs::remove_file(&new_index);
+        return Ok(CheckoutSync::FastForwarded);
+    };
+    let changes = changes(
+        &checkout,
+        &base.tree().map_err(git)?,
+        &tip.tree().map_err(git)?,
+    )?;
+    let clashing = clashes(&checkout, &index, &changes)?;
+    if !clashing.is_empty() {
+        let _ = fs::remove_file(&new_index);
+        return Ok(CheckoutSync::Behind {
+            at: base.id().to_string(),
+            paths: clashing.into_iter().take(MAX_NAMED).collect(),
+        });
+    }
+    // Recorded like a move (main is at `to` already): a crash while the files are written
+    // is healed the same way.
+    write_record(
+        &gitdir,
+        &Record {
+            from: base.id().to_string(),
+            to: tip.id().to_string(),
+            lock_dev: lock.dev,
+            lock_ino: lock.ino,
+        },
+    )?;
+    for change in &changes {
+        put(&checkout, &mut index, &change.path, change.after)?;
+    }
+    index.write().map_err(git)?;
+    lock.commit(&new_index)?;
+    remove_record(&gitdir);
+    Ok(CheckoutSync::FastForwarded)
+}
+
+/// The older commit of `tip`'s first-parent history whose tree `index` holds; `None` when
+/// it holds `tip`'s, or none of them (the user's staged changes: nothing to tell apart).
+fn index_base<'r>(
+    checkout: &'r git2::Repository,
+    index: &git2::Index,
+    tip: &git2::Commit<'r>,
+) -> Result<Option<git2::Commit<'r>>, RepoError> {
+    if index.has_conflicts() {
+        return Ok(None);
+    }
+    let holds = |commit: &git2::Commit<'_>| -> Result<bool, RepoError> {
+        let tree = commit.tree().map_err(git)?;
+        let diff = checkout
+            .diff_tree_to_index(Some(&tree), Some(index), None)
+            .map_err(git)?;
+        Ok(diff.deltas().len() == 0)
+    };
+    let mut candidate = tip.clone();
+    for _ in 0..BASE_WALK {
+        if holds(&candidate)? {
+            return Ok((candidate.id() != tip.id()).then_some(candidate));
+        }
+        match candidate.parent(0) {
+            Ok(parent) => candidate = parent,
+            Err(_) => break,
+        }
+    }
+    Ok(None)
+}
+
+/// [`heal`] and [`sync`] for the repository at `path`, on a blocking thread under the
+/// repository's lock: what the daemon's start and a run's end do. `None` when `path` is no
+/// repository any more.
+pub async fn heal_repository(path: PathBuf) -> Result<Option<CheckoutSync>, RepoError> {
+    tokio::task::spawn_blocking(move || {
+        let lock = crate::worktrees::repo_lock(&path);
+        let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Ok(repo) = git2::Repository::open(&path) else {
+            return Ok(None);
+        };
+        sync(&repo).map(Some)
+    })
+    .await
+    .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+}

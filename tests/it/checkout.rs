@@ -1,0 +1,585 @@
+//! The user's checkout of main (ADR-021): main moves under it only together with its index
+//! and work tree, under git's index lock, carrying the user's own changes when they do not
+//! touch the landing's files and waiting (nothing moved) when they do; HEAD is never
+//! detached; a crash inside the move is healed at the next start.
+
+use std::path::Path;
+use std::time::Duration;
+
+use flotilla::git_repo::GitRepo;
+use flotilla::merge_git::GitMerge;
+use flotilla_actors::ports::{CheckoutSync, MainRef, MainRefError, MergeGit};
+use flotilla_actors::protocol::{EventKind, RunOutcome};
+
+use crate::daemon_env::*;
+
+fn git(path: &Path) -> git2::Repository {
+    git2::Repository::open(path).unwrap()
+}
+
+/// A repository on main (checked out, clean) with three files.
+fn repository() -> tempfile::TempDir {
+    let repo = git_repo();
+    commit_files(
+        &git(repo.path()),
+        &[
+            ("a.txt", "a1\na2\na3\n"),
+            ("b.txt", "b1\nb2\nb3\n"),
+            ("f.txt", "one\n"),
+        ],
+        "files",
+    );
+    repo
+}
+
+fn main_tip(path: &Path) -> String {
+    git(path)
+        .refname_to_id("refs/heads/main")
+        .unwrap()
+        .to_string()
+}
+
+/// A commit on main's tip (not moving any ref) the way the merge queue builds one: `Some`
+/// writes a file, `None` deletes it.
+fn landing(path: &Path, files: &[(&str, Option<&str>)]) -> String {
+    let repo = git(path);
+    let parent = repo
+        .find_reference("refs/heads/main")
+        .unwrap()
+        .peel_to_commit()
+        .unwrap();
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for (file, text) in files {
+        match text {
+            Some(text) => {
+                let blob = repo.blob(text.as_bytes()).unwrap();
+                update.upsert(*file, blob, git2::FileMode::Blob);
+            }
+            None => {
+                update.remove(*file);
+            }
+        }
+    }
+    let tree = update
+        .create_updated(&repo, &parent.tree().unwrap())
+        .unwrap();
+    let tree = repo.find_tree(tree).unwrap();
+    let sig = git2::Signature::now("flotilla", "flotilla@localhost").unwrap();
+    repo.commit(None, &sig, &sig, "landed", &tree, &[&parent])
+        .unwrap()
+        .to_string()
+}
+
+fn the_landing(path: &Path) -> String {
+    landing(
+        path,
+        &[
+            ("a.txt", Some("a1\nLANDED\na3\n")),
+            ("dir/landed.txt", Some("landed\n")),
+            ("b.txt", None),
+        ],
+    )
+}
+
+fn read(path: &Path, file: &str) -> Option<String> {
+    std::fs::read_to_string(path.join(file)).ok()
+}
+
+/// `git status`: (path, status) of everything not clean, untracked files included.
+fn status(path: &Path) -> Vec<(String, git2::Status)> {
+    git(path)
+        .statuses(Some(git2::StatusOptions::new().include_untracked(true)))
+        .unwrap()
+        .iter()
+        .map(|s| (s.path().unwrap().to_string(), s.status()))
+        .collect()
+}
+
+fn assert_head_on_main(path: &Path) {
+    let repo = git(path);
+    assert_eq!(
+        repo.find_reference("HEAD")
+            .unwrap()
+            .symbolic_target()
+            .unwrap(),
+        Some("refs/heads/main"),
+        "HEAD stays on main, never detached"
+    );
+}
+
+fn no_lock_left(path: &Path) {
+    assert!(!path.join(".git/index.lock").exists(), "index.lock left");
+    assert!(
+        !path.join(".git/flotilla-checkout").exists(),
+        "the move's record left"
+    );
+    assert!(!path.join(".git/flotilla-index").exists(), "new index left");
+}
+
+#[tokio::test]
+async fn a_clean_checkout_moves_with_main_in_one_step() {
+    let repo = repository();
+    let path = repo.path();
+    std::fs::write(path.join("notes.txt"), "mine\n").unwrap();
+    let (old, new) = (main_tip(path), the_landing(path));
+    GitRepo::new(path)
+        .compare_and_swap(old, new.clone())
+        .await
+        .unwrap();
+    assert_eq!(main_tip(path), new);
+    assert_head_on_main(path);
+    assert_eq!(read(path, "a.txt").as_deref(), Some("a1\nLANDED\na3\n"));
+    assert_eq!(read(path, "dir/landed.txt").as_deref(), Some("landed\n"));
+    assert_eq!(read(path, "b.txt"), None);
+    assert_eq!(
+        status(path),
+        [("notes.txt".to_string(), git2::Status::WT_NEW)],
+        "the index and the work tree are main's tip; the untracked file stays"
+    );
+    no_lock_left(path);
+    // The queue's sync after the move has nothing left to do.
+    let merge = GitMerge::new(path, path.join("scratch"));
+    assert_eq!(
+        merge.sync_checkout(new.clone(), new).await.unwrap(),
+        CheckoutSync::FastForwarded
+    );
+}
+
+#[tokio::test]
+async fn the_users_changes_elsewhere_are_carried_over_like_git_switch_does() {
+    let repo = repository();
+    let path = repo.path();
+    // Edited, and a staged new file: neither is a file the landing changes.
+    std::fs::write(path.join("f.txt"), "one\nmine\n").unwrap();
+    std::fs::write(path.join("staged.txt"), "staged\n").unwrap();
+    let g = git(path);
+    let mut index = g.index().unwrap();
+    index.add_path(Path::new("staged.txt")).unwrap();
+    index.write().unwrap();
+    let (old, new) = (main_tip(path), the_landing(path));
+    GitRepo::new(path)
+        .compare_and_swap(old, new.clone())
+        .await
+        .unwrap();
+    assert_eq!(main_tip(path), new);
+    assert_head_on_main(path);
+    assert_eq!(read(path, "f.txt").as_deref(), Some("one\nmine\n"));
+    assert_eq!(read(path, "a.txt").as_deref(), Some("a1\nLANDED\na3\n"));
+    assert_eq!(
+        status(path),
+        [
+            ("f.txt".to_string(), git2::Status::WT_MODIFIED),
+            ("staged.txt".to_string(), git2::Status::INDEX_NEW),
+        ],
+        "only the user's own changes show: nothing of the landing looks reverted"
+    );
+    no_lock_left(path);
+}
+
+#[tokio::test]
+async fn a_change_of_the_users_to_a_landed_file_keeps_main_where_it_is_until_it_is_gone() {
+    let repo = repository();
+    let path = repo.path();
+    let (old, new) = (main_tip(path), the_landing(path));
+    let main = GitRepo::new(path);
+    for (file, text) in [
+        ("a.txt", Some("a1\nmy change\na3\n")),
+        ("b.txt", None),
+        ("dir/landed.txt", Some("my own file in the way\n")),
+    ] {
+        match text {
+            Some(text) => {
+                std::fs::create_dir_all(path.join(file).parent().unwrap()).unwrap();
+                std::fs::write(path.join(file), text).unwrap();
+            }
+            None => std::fs::remove_file(path.join(file)).unwrap(),
+        }
+        let before = status(path);
+        let refused = main.compare_and_swap(old.clone(), new.clone()).await;
+        match refused {
+            Err(MainRefError::CheckoutBusy { detail }) => {
+                assert!(detail.contains(file), "{file}: {detail}")
+            }
+            other => panic!("{file}: {other:?}"),
+        }
+        assert_eq!(main_tip(path), old, "{file}: main did not move");
+        assert_head_on_main(path);
+        assert_eq!(
+            status(path),
+            before,
+            "{file}: nothing of the user's touched"
+        );
+        no_lock_left(path);
+        // The user puts it back: the landing goes through.
+        let _ = std::fs::remove_dir_all(path.join("dir"));
+        git2::Repository::open(path)
+            .unwrap()
+            .checkout_head(Some(git2::build::CheckoutBuilder::new().force()))
+            .unwrap();
+    }
+    // A staged change of a landed file counts the same.
+    std::fs::write(path.join("a.txt"), "staged\n").unwrap();
+    let g = git(path);
+    let mut index = g.index().unwrap();
+    index.add_path(Path::new("a.txt")).unwrap();
+    index.write().unwrap();
+    std::fs::write(path.join("a.txt"), "a1\na2\na3\n").unwrap();
+    assert!(matches!(
+        main.compare_and_swap(old.clone(), new.clone()).await,
+        Err(MainRefError::CheckoutBusy { .. })
+    ));
+    g.checkout_head(Some(git2::build::CheckoutBuilder::new().force()))
+        .unwrap();
+    let mut index = g.index().unwrap();
+    index
+        .read_tree(&g.head().unwrap().peel_to_tree().unwrap())
+        .unwrap();
+    index.write().unwrap();
+    main.compare_and_swap(old, new.clone()).await.unwrap();
+    assert_eq!(main_tip(path), new);
+    assert_eq!(status(path), []);
+}
+
+#[tokio::test]
+async fn another_git_command_holding_the_index_lock_makes_the_landing_wait() {
+    let repo = repository();
+    let path = repo.path();
+    let (old, new) = (main_tip(path), the_landing(path));
+    std::fs::write(path.join(".git/index.lock"), "").unwrap();
+    let main = GitRepo::new(path);
+    assert!(matches!(
+        main.compare_and_swap(old.clone(), new.clone()).await,
+        Err(MainRefError::CheckoutBusy { .. })
+    ));
+    assert_eq!(main_tip(path), old);
+    assert!(
+        path.join(".git/index.lock").exists(),
+        "someone else's lock is theirs"
+    );
+    std::fs::remove_file(path.join(".git/index.lock")).unwrap();
+    main.compare_and_swap(old, new.clone()).await.unwrap();
+    assert_eq!(main_tip(path), new);
+}
+
+#[tokio::test]
+async fn a_users_commit_on_main_wins_the_race_and_is_kept() {
+    let repo = repository();
+    let path = repo.path();
+    let (old, new) = (main_tip(path), the_landing(path));
+    // The user commits on main after the candidate was built on `old`.
+    let mine = commit_files(&git(path), &[("mine.txt", "my commit\n")], "the user's");
+    let refused = GitRepo::new(path)
+        .compare_and_swap(old.clone(), new.clone())
+        .await;
+    assert_eq!(
+        refused,
+        Err(MainRefError::Moved {
+            expected: old,
+            actual: mine.to_string()
+        })
+    );
+    assert_eq!(main_tip(path), mine.to_string(), "the user's commit stays");
+    assert_head_on_main(path);
+    assert_eq!(status(path), []);
+    no_lock_left(path);
+}
+
+#[tokio::test]
+async fn main_checked_out_in_a_linked_worktree_moves_with_it() {
+    let repo = repository();
+    let path = repo.path();
+    let g = git(path);
+    // The repository's own work tree is on another branch; main is checked out elsewhere.
+    let head = g.head().unwrap().peel_to_commit().unwrap();
+    g.branch("side", &head, false).unwrap();
+    g.set_head("refs/heads/side").unwrap();
+    let place = tempfile::tempdir().unwrap();
+    let linked = place.path().join("main-tree");
+    let main_ref = g.find_reference("refs/heads/main").unwrap();
+    g.worktree(
+        "users-main",
+        &linked,
+        Some(git2::WorktreeAddOptions::new().reference(Some(&main_ref))),
+    )
+    .unwrap();
+    let (old, new) = (main_tip(path), the_landing(path));
+    GitRepo::new(path)
+        .compare_and_swap(old, new.clone())
+        .await
+        .unwrap();
+    assert_eq!(main_tip(path), new);
+    assert_eq!(read(&linked, "a.txt").as_deref(), Some("a1\nLANDED\na3\n"));
+    assert_eq!(status(&linked), []);
+    assert_eq!(read(path, "a.txt").as_deref(), Some("a1\na2\na3\n"));
+}
+
+#[tokio::test]
+async fn a_checkout_behind_main_with_no_changes_of_its_own_is_brought_along() {
+    let repo = repository();
+    let path = repo.path();
+    let new = the_landing(path);
+    // main moved by the ref alone (another tool, or an older flotilla's crash).
+    git(path)
+        .reference(
+            "refs/heads/main",
+            git2::Oid::from_str(&new).unwrap(),
+            true,
+            "t",
+        )
+        .unwrap();
+    let merge = GitMerge::new(path, path.join("scratch"));
+    assert_eq!(
+        merge.sync_checkout(new.clone(), new.clone()).await.unwrap(),
+        CheckoutSync::FastForwarded
+    );
+    assert_head_on_main(path);
+    assert_eq!(status(path), []);
+    assert_eq!(read(path, "dir/landed.txt").as_deref(), Some("landed\n"));
+    no_lock_left(path);
+}
+
+#[tokio::test]
+async fn a_checkout_behind_main_with_changes_in_moved_files_is_left_as_it_is_on_main() {
+    let repo = repository();
+    let path = repo.path();
+    let old = main_tip(path);
+    let new = the_landing(path);
+    git(path)
+        .reference(
+            "refs/heads/main",
+            git2::Oid::from_str(&new).unwrap(),
+            true,
+            "t",
+        )
+        .unwrap();
+    std::fs::write(path.join("a.txt"), "mine\n").unwrap();
+    let merge = GitMerge::new(path, path.join("scratch"));
+    assert_eq!(
+        merge.sync_checkout(new.clone(), new).await.unwrap(),
+        CheckoutSync::Behind {
+            at: old,
+            paths: vec!["a.txt".into()]
+        }
+    );
+    assert_head_on_main(path);
+    assert_eq!(read(path, "a.txt").as_deref(), Some("mine\n"));
+    no_lock_left(path);
+}
+
+// ---------------------------------------------------------------------------------------
+// kills inside the move, through a real daemon
+
+/// Three tasks writing a file each, landed without a gate.
+fn scenario() -> String {
+    let mut s = String::from("[agent]\ndelay_ms = 50\n\n[[planner.answers]]\ntasks = [\n");
+    for n in 1..=3 {
+        s.push_str(&format!(
+            "  {{ description = \"write file {n}\", scope = [\"src/f{n}.txt\"] }},\n"
+        ));
+    }
+    s.push_str("]\n");
+    for n in 1..=3 {
+        s.push_str(&format!(
+            "\n[tasks.t{n}]\nwrites = {{ \"src/f{n}.txt\" = \"work {n}\\n\" }}\n"
+        ));
+    }
+    s
+}
+
+/// After the run: the user's checkout is on main, at its tip, clean, with nothing of the
+/// move left in `.git`, and every task's file there.
+fn assert_checkout_healed(path: &Path, context: &str) {
+    assert_head_on_main(path);
+    no_lock_left(path);
+    assert_eq!(status(path), [], "{context}: the checkout is main's tip");
+    for n in 1..=3 {
+        assert_eq!(
+            read(path, &format!("src/f{n}.txt")),
+            Some(format!("work {n}\n")),
+            "{context}"
+        );
+    }
+}
+
+/// The daemon kills itself at `point` inside the first landing's checkout sync; restarted
+/// without fail points, the run completes and the checkout is whole.
+async fn kill_inside_the_checkout_sync(point: &str) {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let failpoints = format!("{point}=return");
+    let mut daemon =
+        DaemonProcess::start_with_env(state.path(), &[("FAILPOINTS", failpoints.as_str())]);
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), run_config(&scenario(), 3)).await;
+    let status = daemon.exited_within(Duration::from_secs(90)).await;
+    assert!(
+        status.is_some(),
+        "{point}: the daemon did not reach the point; log:\n{}",
+        daemon.log()
+    );
+    // Killed holding git's index lock, with the move's record beside it.
+    assert!(repo.path().join(".git/index.lock").exists(), "{point}");
+    assert!(
+        repo.path().join(".git/flotilla-checkout").exists(),
+        "{point}"
+    );
+    drop(daemon);
+    let daemon = DaemonProcess::start(state.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "{point}: {}",
+        daemon.log()
+    );
+    assert_checkout_healed(repo.path(), point);
+    let detached = events.iter().any(|e| {
+        matches!(
+            &e.kind,
+            EventKind::MainMoved {
+                checkout: CheckoutSync::Detached { .. } | CheckoutSync::Behind { .. },
+                ..
+            }
+        )
+    });
+    assert!(!detached, "{point}: a landing left the checkout behind");
+}
+
+#[tokio::test]
+async fn a_kill_with_the_index_locked_before_anything_moved_is_healed() {
+    kill_inside_the_checkout_sync("checkout::locked").await;
+}
+
+#[tokio::test]
+async fn a_kill_after_the_work_tree_was_written_before_main_moved_is_healed() {
+    kill_inside_the_checkout_sync("checkout::after-worktree").await;
+}
+
+#[tokio::test]
+async fn a_kill_after_main_moved_before_the_index_followed_is_healed() {
+    kill_inside_the_checkout_sync("checkout::after-ref").await;
+}
+
+/// A cancel while a landing is inside the checkout sync, then a kill: main has moved, the
+/// index has not followed, git's lock is held. The restarted daemon heals it (the run's
+/// end, or the start-up collection): nothing shows as deleted, HEAD on main.
+#[tokio::test]
+async fn a_cancel_then_a_kill_inside_the_checkout_sync_leaves_the_checkout_whole() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let daemon = DaemonProcess::start_with_env(
+        state.path(),
+        &[
+            ("FAILPOINTS", "checkout::after-ref=sleep(600000)"),
+            ("FLOTILLA_LOG", "info,flotilla::checkout=debug"),
+        ],
+    );
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), run_config(&scenario(), 3)).await;
+    assert!(
+        daemon
+            .logged_within("its checkout's index follows", Duration::from_secs(90))
+            .await,
+        "{}",
+        daemon.log()
+    );
+    let _: serde_json::Value = client
+        .json(
+            hyper::Method::POST,
+            &format!("/v1/runs/{run}/cancel"),
+            None::<&()>,
+        )
+        .await
+        .unwrap();
+    daemon.kill();
+    let path = repo.path();
+    assert!(path.join(".git/index.lock").exists());
+    // What the user would see now: main holds landed work the index does not.
+    let g = git(path);
+    let landed_main = g.head().unwrap().peel_to_tree().unwrap();
+    assert!(landed_main.get_path(Path::new("src")).is_ok());
+
+    let daemon = DaemonProcess::start(state.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Cancelled));
+    assert!(
+        daemon
+            .logged_within("healed the checkout of main", Duration::from_secs(30))
+            .await,
+        "{}",
+        daemon.log()
+    );
+    assert_head_on_main(path);
+    no_lock_left(path);
+    assert_eq!(
+        status(path),
+        [],
+        "nothing staged as deleted, nothing reverted"
+    );
+    drop(daemon);
+}
+
+/// A commit the user makes by hand on main while a run lands: kept, never reverted, HEAD
+/// never detached, and the run's work lands on top of it.
+#[tokio::test]
+async fn a_users_commit_during_a_run_is_kept_and_the_run_lands_on_top_of_it() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    let slow = scenario().replace("delay_ms = 50", "delay_ms = 400");
+    let run = submit(&client, repo.path(), run_config(&slow, 1)).await;
+    // After the first landing, the user commits by hand in their checkout of main.
+    let mut stream = client.events(&run, None).await.unwrap();
+    while let Some(Ok(event)) = futures::StreamExt::next(&mut stream).await {
+        if matches!(event.kind, EventKind::MainMoved { .. }) {
+            break;
+        }
+    }
+    let mine = commit_by_hand(repo.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "{}",
+        daemon.log()
+    );
+    let path = repo.path();
+    let g = git(path);
+    let tip = g.head().unwrap().peel_to_commit().unwrap();
+    assert!(
+        tip.id() == mine || g.graph_descendant_of(tip.id(), mine).unwrap(),
+        "the user's commit is in main's history"
+    );
+    assert_eq!(read(path, "mine.txt").as_deref(), Some("my commit\n"));
+    assert_checkout_healed(path, "after a user's commit");
+    let tree = tip.tree().unwrap();
+    assert!(
+        tree.get_path(Path::new("mine.txt")).is_ok(),
+        "never reverted"
+    );
+    drop(daemon);
+}
+
+/// `git commit` as a user runs it: retried while another git command (flotilla's move of
+/// main) holds the index lock, as a user would.
+fn commit_by_hand(path: &Path) -> git2::Oid {
+    std::fs::write(path.join("mine.txt"), "my commit\n").unwrap();
+    for _ in 0..200 {
+        let g = git(path);
+        let attempt = (|| -> Result<git2::Oid, git2::Error> {
+            let mut index = g.index()?;
+            index.add_path(Path::new("mine.txt"))?;
+            index.write()?;
+            let tree = g.find_tree(index.write_tree()?)?;
+            let parent = g.head()?.peel_to_commit()?;
+            let sig = git2::Signature::now("user", "user@example.com")?;
+            g.commit(Some("HEAD"), &sig, &sig, "the user's", &tree, &[&parent])
+        })();
+        match attempt {
+            Ok(id) => return id,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    panic!("the user's commit never got the index lock");
+}
