@@ -1922,6 +1922,17 @@ sandbox = "bwrap"
     }
 
     #[test]
+    fn a_prompts_examples_are_its_fenced_handoffs() {
+        let prompt = "Hand back:\n```json\n{\"status\": \"complete\", \"summary\": \"what you did\"}\n```\nNot this:\n```json\n{\"tasks\": []}\n```\nnor ```json\n{\"status\": \"failed\", \"summary\": \" \"}\n```";
+        let examples = prompt_examples(prompt);
+        assert_eq!(examples.len(), 1, "{examples:?}");
+        assert_eq!(examples[0].summary, "what you did");
+        let built_in = prompt_examples(include_str!("../../prompts/worker.md"));
+        assert_eq!(built_in.len(), 1);
+        assert_eq!(built_in[0].summary, "what you did, for the planner");
+    }
+
+    #[test]
     fn plain_text_lines_are_activity_and_spend_nothing() {
         let mut s = EventStream::new(OutputFormat::Text, roots());
         let heard = feed(
