@@ -7,18 +7,33 @@
 //! when it writes nothing for `stall_secs` or when the attempt is called off. The prompt (the
 //! worker's system prompt, the task, how to hand back) goes to it on stdin, in a file or as
 //! its last argument; its output is read line by line as it arrives, for the live activity
-//! line and for the spend it reports (so that budgets bind while it works); what it hands
-//! back is the result envelope, the same JSON object the built-in agent's `finish` carries
-//! ([`FinishArgs`]), printed last or written to `FLOTILLA_RESULT.json`.
+//! line and for the spend it reports (so that budgets bind while it works).
+//!
+//! What it hands back is the result envelope, the same JSON object the built-in agent's
+//! `finish` carries ([`FinishArgs`]), through a channel flotilla owns (ADR-017), never
+//! "the last JSON object printed": a CLI's stdout mixes its own words with whatever its
+//! tools printed (a repository file it `cat`ed, its own prompt echoed).
+//! - `result = "file"`: `FLOTILLA_RESULT.json` in the worktree's root, its path in
+//!   `FLOTILLA_RESULT_FILE`; read once, only as a regular file with one link, not followed
+//!   if a link, bounded; removed before the work is committed.
+//! - `result = "stream"`: the final event of a structured stream, parsed into typed events:
+//!   Claude Code's `result` event (`is_error`, `subtype`) or the last agent message of the
+//!   Codex turn that ended with `turn.completed` (`turn.failed` is a failure with its
+//!   message). Plain text output has no such event and cannot use it.
+//!
+//! A non-zero exit is a failure whatever was handed back; an envelope that is the prompt's
+//! own example is refused as an echo.
 //!
 //! A CLI keeps no memory between processes: a revision gets the whole task again with the
 //! reason its subplan was refused, in the same worktree (what it changed is still there).
 //!
 //! The files flotilla writes into the worktree for the CLI (`FLOTILLA_TASK.md`,
-//! `FLOTILLA_RESULT.json`) are removed before a call returns, however the process ended:
-//! the Worker commits whatever is left in the worktree, and they are not the task's work.
+//! `FLOTILLA_RESULT.json`) and the caches a preset's CLI is known to leave there (aider's
+//! tag cache) are removed before a call returns, however the process ended: the Worker
+//! commits whatever is left in the worktree, and they are not the task's work.
 
 use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,8 +55,11 @@ use super::tools::FinishArgs;
 
 /// The prompt file, in the worktree's root, for `prompt = "file"`.
 pub const PROMPT_FILE: &str = "FLOTILLA_TASK.md";
-/// The result file, in the worktree's root, for `result = "file"`.
+/// The result file, in the worktree's root, for `result = "file"`: inside the worktree
+/// because it is the one place a sandboxed CLI may write.
 pub const RESULT_FILE: &str = "FLOTILLA_RESULT.json";
+/// The variable that gives the CLI the result file's absolute path.
+pub const RESULT_FILE_VAR: &str = "FLOTILLA_RESULT_FILE";
 
 /// A CLI's wall-time cap. Only a backstop: the Worker's wall-time budget for the attempt
 /// calls the CLI off (through the attempt's token) long before.
@@ -64,23 +82,60 @@ const DETAIL_CHARS: usize = 120;
 
 /// The CLIs flotilla knows how to drive (`preset = "claude-code"`, `"codex"`, `"aider"`).
 /// A preset only fills in the fields the config leaves out: every one of them can be
-/// overridden. The flags are the CLIs' best-known non-interactive ones; they grant the CLI no
-/// permission beyond its own defaults (allowing edits or commands without asking, such as
-/// Claude Code's `--permission-mode` or Codex's `--full-auto`, is the user's decision, made
-/// in `args`).
+/// overridden, and `extra_args` adds to its arguments. The flags are the CLIs' documented
+/// non-interactive ones; they grant the CLI no permission beyond its own defaults (allowing
+/// edits or commands without asking, such as Claude Code's `--permission-mode` or Codex's
+/// `--full-auto`, is the user's decision, made in `extra_args`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
     /// `claude -p --output-format stream-json --verbose`, the prompt on stdin, its JSON
-    /// events parsed; passes `ANTHROPIC_API_KEY`.
+    /// events parsed, its `result` event the result; passes `ANTHROPIC_API_KEY`.
     ClaudeCode,
-    /// `codex exec --json -`, the prompt on stdin, its JSON events parsed; passes
-    /// `OPENAI_API_KEY`.
+    /// `codex exec --json`, the prompt on stdin, its JSON events parsed, the last agent
+    /// message of its completed turn the result; passes `OPENAI_API_KEY`. Codex speaks only
+    /// the Responses API (`/v1/responses`) to its model.
     Codex,
-    /// `aider --yes-always --no-auto-commits --message-file {prompt_file}`, its output read
-    /// as text; passes `OPENAI_API_KEY` and `ANTHROPIC_API_KEY`.
+    /// `aider` with [`AIDER_ARGS`]: the prompt in a file, its output read as text, the
+    /// result in `FLOTILLA_RESULT.json` (given to it with `--file`); nothing of aider's own
+    /// left in the worktree; passes `OPENAI_API_KEY` and `ANTHROPIC_API_KEY`.
     Aider,
 }
+
+/// The aider preset's arguments (aider 0.86). Everything aider would write into the
+/// repository besides the task's files goes elsewhere or nowhere: its chat and input
+/// histories to `/dev/null` (writable in every sandbox, kept nowhere), no `.gitignore`
+/// edit (`--no-gitignore`), no commits of its own (flotilla commits the work), no update
+/// check, release notes or analytics (which would write under `~/.aider`). The repository
+/// map is kept, at aider's default of 1024 tokens but at most twice that with no file in
+/// the chat (aider's default multiplies it by 8, too much for a local model's context);
+/// its tag cache, which aider always keeps in the repository's root, is one of the preset's
+/// [leftovers](PresetDefaults::leftovers).
+pub const AIDER_ARGS: &[&str] = &[
+    "--yes-always",
+    "--no-auto-commits",
+    "--no-dirty-commits",
+    "--no-gitignore",
+    "--chat-history-file",
+    "/dev/null",
+    "--input-history-file",
+    "/dev/null",
+    "--no-restore-chat-history",
+    "--map-tokens",
+    "1024",
+    "--map-multiplier-no-files",
+    "2",
+    "--no-check-update",
+    "--no-show-release-notes",
+    "--no-analytics",
+    "--no-pretty",
+    "--no-fancy-input",
+    "--no-detect-urls",
+    "--file",
+    "{result_file}",
+    "--message-file",
+    "{prompt_file}",
+];
 
 /// How the CLI gets its prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,13 +164,19 @@ pub enum OutputFormat {
     CodexJson,
 }
 
-/// Where the CLI leaves its result envelope.
+/// Where the CLI leaves its result envelope: a channel flotilla owns, never whatever JSON
+/// its output happens to end with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResultVia {
-    /// The last JSON object of its final text (see [`OutputFormat`]).
-    Stdout,
-    /// `FLOTILLA_RESULT.json` in the worktree (`{result_file}` in `args` is its path).
+    /// The final event of its structured output: Claude Code's `result` event, or the last
+    /// agent message of a Codex turn that completed; the envelope is the last JSON object
+    /// of that text. Only with `output = "claude_stream_json"` or `"codex_json"`.
+    /// (`"stdout"`, its old name, is still read.)
+    #[serde(alias = "stdout")]
+    Stream,
+    /// `FLOTILLA_RESULT.json` in the worktree, its path in `FLOTILLA_RESULT_FILE`
+    /// (`{result_file}` in `args` is its path too).
     File,
 }
 
@@ -128,13 +189,17 @@ pub struct CommandAgentConfig {
     /// The program, found on the scrubbed `PATH`. Required unless a preset gives it.
     pub program: Option<String>,
     /// Its arguments. `{prompt_file}` and `{result_file}` are replaced by the paths of
-    /// the prompt and result files. Replaces the preset's arguments whole.
+    /// the prompt and result files. Replaces the preset's arguments whole: to add to them,
+    /// use `extra_args`.
     pub args: Option<Vec<String>>,
+    /// Arguments after `args` (the preset's or the config's): a model, a permission mode.
+    pub extra_args: Vec<String>,
     /// `stdin` (without a preset), `file` or `arg`.
     pub prompt: Option<PromptVia>,
     /// `text` (without a preset), `claude_stream_json` or `codex_json`.
     pub output: Option<OutputFormat>,
-    /// `stdout` (without a preset) or `file`.
+    /// `stream` or `file`. Without a preset: `stream` for a structured output, `file` for
+    /// plain text.
     pub result: Option<ResultVia>,
     /// The CLI is killed after this long without writing anything (a hung CLI, not a slow
     /// one: these CLIs print as they work).
@@ -161,6 +226,7 @@ impl Default for CommandAgentConfig {
             preset: None,
             program: None,
             args: None,
+            extra_args: Vec::new(),
             prompt: None,
             output: None,
             result: None,
@@ -192,6 +258,10 @@ pub enum CommandAgentConfigError {
     SecretInEnvPass(String),
     #[error("{field} names {name:?}, which is not an environment variable's name")]
     BadVariable { field: &'static str, name: String },
+    #[error(
+        "result = \"stream\" needs a structured output (claude_stream_json or codex_json): plain text mixes the CLI's words with what its tools printed; use result = \"file\""
+    )]
+    StreamResultFromText,
 }
 
 /// A config with its preset applied: what is run, and how.
@@ -206,6 +276,9 @@ pub struct ResolvedCommand {
     pub limits: CommandLimits,
     pub env: EnvPolicy,
     pub sandbox: Sandbox,
+    /// Paths (from the worktree's root) the CLI is known to leave behind for itself: each
+    /// one a call creates is removed when the call ends.
+    pub leftovers: Vec<String>,
 }
 
 /// What a preset fills in.
@@ -216,6 +289,8 @@ struct PresetDefaults {
     output: OutputFormat,
     result: ResultVia,
     secrets: &'static [&'static str],
+    /// What the CLI keeps in the directory it works in whatever its flags say.
+    leftovers: &'static [&'static str],
 }
 
 impl Preset {
@@ -226,29 +301,31 @@ impl Preset {
                 args: &["-p", "--output-format", "stream-json", "--verbose"],
                 prompt: PromptVia::Stdin,
                 output: OutputFormat::ClaudeStreamJson,
-                result: ResultVia::Stdout,
+                result: ResultVia::Stream,
                 secrets: &["ANTHROPIC_API_KEY"],
+                leftovers: &[],
             },
+            // With no prompt argument, `codex exec` reads its prompt from stdin (an `-`
+            // would do the same, but `extra_args` would then follow a positional).
             Preset::Codex => PresetDefaults {
                 program: "codex",
-                args: &["exec", "--json", "-"],
+                args: &["exec", "--json"],
                 prompt: PromptVia::Stdin,
                 output: OutputFormat::CodexJson,
-                result: ResultVia::Stdout,
+                result: ResultVia::Stream,
                 secrets: &["OPENAI_API_KEY"],
+                leftovers: &[],
             },
             Preset::Aider => PresetDefaults {
                 program: "aider",
-                args: &[
-                    "--yes-always",
-                    "--no-auto-commits",
-                    "--message-file",
-                    "{prompt_file}",
-                ],
+                args: AIDER_ARGS,
                 prompt: PromptVia::File,
                 output: OutputFormat::Text,
-                result: ResultVia::Stdout,
+                result: ResultVia::File,
                 secrets: &["OPENAI_API_KEY", "ANTHROPIC_API_KEY"],
+                // The repository map's tag cache (v3 with aider's own tree-sitter
+                // grammars, v4 with tree-sitter-language-pack).
+                leftovers: &[".aider.tags.cache.v3", ".aider.tags.cache.v4"],
             },
         }
     }
@@ -279,12 +356,13 @@ impl CommandAgentConfig {
             .or_else(|| preset.as_ref().map(|p| p.program.to_string()))
             .filter(|p| !p.trim().is_empty())
             .ok_or(CommandAgentConfigError::NoProgram)?;
-        let args = self.args.clone().unwrap_or_else(|| {
+        let mut args = self.args.clone().unwrap_or_else(|| {
             preset
                 .as_ref()
                 .map(|p| p.args.iter().map(|a| a.to_string()).collect())
                 .unwrap_or_default()
         });
+        args.extend(self.extra_args.iter().cloned());
         let prompt = self
             .prompt
             .or(preset.as_ref().map(|p| p.prompt))
@@ -296,7 +374,13 @@ impl CommandAgentConfig {
         let result = self
             .result
             .or(preset.as_ref().map(|p| p.result))
-            .unwrap_or(ResultVia::Stdout);
+            .unwrap_or(match output {
+                OutputFormat::Text => ResultVia::File,
+                OutputFormat::ClaudeStreamJson | OutputFormat::CodexJson => ResultVia::Stream,
+            });
+        if result == ResultVia::Stream && output == OutputFormat::Text {
+            return Err(CommandAgentConfigError::StreamResultFromText);
+        }
         let secrets = if self.secrets.is_empty() {
             preset
                 .as_ref()
@@ -358,6 +442,10 @@ impl CommandAgentConfig {
                 secrets,
             },
             sandbox: self.sandbox,
+            leftovers: preset
+                .as_ref()
+                .map(|p| p.leftovers.iter().map(|l| l.to_string()).collect())
+                .unwrap_or_default(),
         })
     }
 }
@@ -374,6 +462,20 @@ struct Shared {
     runner: Arc<dyn ProcessRunner>,
     /// The worker's system prompt: the CLI's prompt starts with it.
     system: String,
+    /// The example handoffs the prompt shows: an envelope that is one of them is the CLI
+    /// echoing its prompt, not reporting its work.
+    examples: Vec<FinishArgs>,
+}
+
+/// The handoffs shown as examples in a prompt: each fenced JSON block that is one.
+fn prompt_examples(prompt: &str) -> Vec<FinishArgs> {
+    prompt
+        .split("```json")
+        .skip(1)
+        .filter_map(|after| after.split("```").next())
+        .filter_map(|block| serde_json::from_str::<FinishArgs>(block.trim()).ok())
+        .filter(|example| !example.summary.trim().is_empty())
+        .collect()
 }
 
 impl CommandAgent {
@@ -390,6 +492,7 @@ impl CommandAgent {
                 name,
                 command,
                 runner,
+                examples: prompt_examples(&system_prompt),
                 system: system_prompt,
             }),
         })
@@ -418,11 +521,11 @@ fn envelope_instructions(result: ResultVia, root: &Path) -> String {
         "## Handing back\nYou have no `finish` tool: your handoff is the JSON object described above (status, summary, files_changed, concerns, suggestions, and a subplan if you propose one). ",
     );
     match result {
-        ResultVia::Stdout => text.push_str(
-            "When you are done, print it as one JSON object, the last thing you write, with nothing after it.\n",
+        ResultVia::Stream => text.push_str(
+            "When you are done, end your final message with it, as one JSON object, with nothing after it. Write your own: the example above is only its shape, and an envelope equal to it is refused.\n",
         ),
         ResultVia::File => text.push_str(&format!(
-            "When you are done, write it, as one JSON object and nothing else, to {RESULT_FILE} in the repository root ({}).\n",
+            "When you are done, write it, as one JSON object and nothing else, to the file {RESULT_FILE} in the repository root ({}; its path is also in ${RESULT_FILE_VAR}). Only that file counts: what you print is not read for it. Write your own: the example above is only its shape, and an envelope equal to it is refused.\n",
             root.join(RESULT_FILE).display()
         )),
     }
@@ -496,17 +599,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The files flotilla puts in the worktree for the CLI. Removed before a call returns; if
-/// the call's future is dropped first (the Worker gave up waiting), removed on drop.
+/// The files flotilla puts in the worktree for the CLI, and the leftovers of the CLI's own
+/// that a call created. Removed before a call returns; if the call's future is dropped
+/// first (the Worker gave up waiting), removed on drop.
 struct ScratchFiles {
     root: PathBuf,
+    /// Leftovers that were not there when the call started: the call's to remove.
+    leftovers: Vec<PathBuf>,
     armed: bool,
+}
+
+/// Removes a file, a link (never what it points to) or a directory, if there.
+async fn remove_path(path: &Path) -> std::io::Result<()> {
+    match tokio::fs::symlink_metadata(path).await {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(meta) if meta.is_dir() => tokio::fs::remove_dir_all(path).await,
+        Ok(_) => tokio::fs::remove_file(path).await,
+    }
 }
 
 impl ScratchFiles {
     fn new(root: &Path) -> Self {
         ScratchFiles {
             root: root.to_path_buf(),
+            leftovers: Vec::new(),
             armed: true,
         }
     }
@@ -519,16 +636,29 @@ impl ScratchFiles {
         self.root.join(RESULT_FILE)
     }
 
-    /// Removes both (whatever the CLI made of them: a directory goes too).
+    /// Of the leftovers the CLI is known to make, the ones not there yet are this call's:
+    /// one the repository itself holds is never touched.
+    async fn watch(&mut self, names: &[String]) {
+        for name in names {
+            let path = self.root.join(name);
+            if let Err(e) = tokio::fs::symlink_metadata(&path).await
+                && e.kind() == std::io::ErrorKind::NotFound
+            {
+                self.leftovers.push(path);
+            }
+        }
+    }
+
+    fn paths(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.prompt(), self.result()];
+        paths.extend(self.leftovers.iter().cloned());
+        paths
+    }
+
+    /// Removes them all (whatever the CLI made of them: a directory goes too).
     async fn clear(&mut self) -> Result<(), AgentError> {
-        for path in [self.prompt(), self.result()] {
-            let removed = match tokio::fs::symlink_metadata(&path).await {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(e),
-                Ok(meta) if meta.is_dir() => tokio::fs::remove_dir_all(&path).await,
-                Ok(_) => tokio::fs::remove_file(&path).await,
-            };
-            removed.map_err(|e| {
+        for path in self.paths() {
+            remove_path(&path).await.map_err(|e| {
                 AgentError::Crashed(format!("cannot remove {}: {e}", path.display()))
             })?;
         }
@@ -545,8 +675,13 @@ impl ScratchFiles {
 impl Drop for ScratchFiles {
     fn drop(&mut self) {
         if self.armed {
-            for path in [self.prompt(), self.result()] {
-                let _ = std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir_all(&path));
+            for path in self.paths() {
+                let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_dir());
+                let _ = if is_dir {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
             }
         }
     }
@@ -563,21 +698,16 @@ struct Call {
 }
 
 impl Call {
-    fn who(&self) -> String {
-        format!(
-            "the {} agent ({})",
-            self.shared.name, self.shared.command.program
-        )
-    }
-
     async fn run(self) -> Result<AgentReport, AgentError> {
         if self.attempt.cancel.is_cancelled() {
             return Err(AgentError::Cancelled);
         }
         let command = &self.shared.command;
+        let name = &self.shared.name;
         let mut scratch = ScratchFiles::new(&self.workspace.path);
         // A result left by an earlier call must not pass for this one's.
         scratch.clear().await?;
+        scratch.watch(&command.leftovers).await;
         let mut stdin = None;
         let mut args: Vec<String> = command
             .args
@@ -593,23 +723,28 @@ impl Call {
             PromptVia::File => {
                 tokio::fs::write(scratch.prompt(), &self.prompt)
                     .await
-                    .map_err(|e| AgentError::Crashed(format!("cannot write {PROMPT_FILE}: {e}")))?;
+                    .map_err(|e| {
+                        AgentError::Crashed(format!("{name}: cannot write {PROMPT_FILE}: {e}"))
+                    })?;
             }
+        }
+        let mut env = vec![
+            ("TERM".to_string(), "dumb".to_string()),
+            ("FLOTILLA_TASK".to_string(), self.task.to_string()),
+            ("FLOTILLA_BRANCH".to_string(), self.branch.clone()),
+        ];
+        if command.result == ResultVia::File {
+            env.push((
+                RESULT_FILE_VAR.to_string(),
+                scratch.result().to_string_lossy().into_owned(),
+            ));
         }
         let spec = CommandSpec {
             program: command.program.clone(),
             args,
             cwd: self.workspace.path.clone(),
             stdin,
-            env: scrubbed_env(
-                std::env::vars(),
-                &command.env,
-                &[
-                    ("TERM".to_string(), "dumb".to_string()),
-                    ("FLOTILLA_TASK".to_string(), self.task.to_string()),
-                    ("FLOTILLA_BRANCH".to_string(), self.branch.clone()),
-                ],
-            ),
+            env: scrubbed_env(std::env::vars(), &command.env, &env),
             limits: command.limits,
             sandbox: command.sandbox,
         };
@@ -649,8 +784,10 @@ impl Call {
         };
         scratch.done().await?;
 
-        let output =
-            ran.map_err(|e| AgentError::Crashed(format!("{} could not run: {e}", self.who())))?;
+        // The program's path is what a start failure is about, so it is said there.
+        let output = ran.map_err(|e| {
+            AgentError::Crashed(format!("{name}: could not run {}: {e}", command.program))
+        })?;
         if output.exit == Exit::Cancelled || self.attempt.cancel.is_cancelled() {
             return Err(AgentError::Cancelled);
         }
@@ -661,19 +798,21 @@ impl Call {
         self.conclude(output, stream, result_file).await
     }
 
-    /// How the process ended and what it handed back, as the attempt's outcome.
+    /// How the process ended and what it handed back, as the attempt's outcome. Every
+    /// failure reason starts with the agent's name and the cause (what the CLI itself said
+    /// went wrong, when it said so), the end of its output last.
     async fn conclude(
         &self,
         output: CommandOutput,
         stream: EventStream,
         result_file: Option<Result<String, String>>,
     ) -> Result<AgentReport, AgentError> {
+        let name = &self.shared.name;
         let tail = last_output(&output.stdout.text, &output.stderr.text);
-        match output.exit {
+        let exit_failure = match output.exit {
             Exit::Stalled => {
                 return Err(AgentError::Crashed(format!(
-                    "{} stalled: it wrote nothing for {}s and was killed; last output: {tail}",
-                    self.who(),
+                    "{name}: stalled: it wrote nothing for {}s and was killed; last output: {tail}",
                     self.shared
                         .command
                         .limits
@@ -682,64 +821,66 @@ impl Call {
                 )));
             }
             Exit::TimedOut => return Err(AgentError::Timeout),
-            _ => {}
-        }
-        let envelope = match result_file {
-            Some(file) => file
-                .and_then(|text| parse_json_answer::<FinishArgs>(&text, MAX_ENVELOPE_BYTES))
-                .map_err(|why| format!("wrote no result envelope to {RESULT_FILE} ({why})")),
-            None => {
-                let text = match self.shared.command.output {
-                    OutputFormat::Text => Some(output.stdout.text.clone()),
-                    _ => stream.final_text().map(String::from),
-                };
-                // Looking for the envelope may parse hundreds of candidates in output a
-                // CLI filled with braces: on a blocking thread, never the actors' one.
-                let found = match text {
-                    Some(text) => tokio::task::spawn_blocking(move || envelope_in(&text))
-                        .await
-                        .ok()
-                        .flatten(),
-                    None => None,
-                };
-                found.ok_or_else(|| "printed no result envelope".to_string())
-            }
+            Exit::Code { code: 0 } => None,
+            Exit::Code { code } => Some(format!("exited with code {code}")),
+            Exit::Signal { signal } => Some(format!("was killed by signal {signal}")),
+            exit => Some(exit.to_string()),
         };
-        match (envelope, output.exit) {
-            (Ok(args), Exit::Code { code: 0 }) => Ok(self.finished(args, &stream, None)),
-            (Ok(args), exit) => {
-                let how = match exit {
-                    Exit::Signal { signal } => format!("was killed by signal {signal}"),
-                    exit => format!("ended with {exit}"),
-                };
-                let concern = format!(
-                    "{} {how} after handing back its result: its work may be unfinished",
-                    self.shared.command.program
-                );
-                Ok(self.finished(args, &stream, Some(concern)))
+        let final_text = match (stream.verdict(), exit_failure) {
+            // The CLI's own account of its failure is the cause; the exit code follows.
+            (Err(StreamEnd::Failed(cause)), exit) => {
+                let exit = exit.map(|e| format!(" ({e})")).unwrap_or_default();
+                return Err(AgentError::Crashed(format!(
+                    "{name}: {cause}{exit}; last output: {tail}"
+                )));
             }
-            (Err(why), Exit::Code { code: 0 }) => Err(AgentError::Malformed(format!(
-                "{} {why}; last output: {tail}",
-                self.who()
-            ))),
-            (Err(_), Exit::Code { code }) => Err(AgentError::Crashed(format!(
-                "{} exited with code {code}; last output: {tail}",
-                self.who()
-            ))),
-            (Err(_), exit) => Err(AgentError::Crashed(format!(
-                "{} {exit}; last output: {tail}",
-                self.who()
-            ))),
+            // A non-zero exit is a failure whatever the CLI handed back.
+            (_, Some(exit)) => {
+                return Err(AgentError::Crashed(format!(
+                    "{name}: {exit}; last output: {tail}"
+                )));
+            }
+            (Err(StreamEnd::Unfinished(why)), None) => {
+                return Err(AgentError::Malformed(format!(
+                    "{name}: {why}; last output: {tail}"
+                )));
+            }
+            (Ok(text), None) => text,
+        };
+        let envelope = match (self.shared.command.result, result_file) {
+            (ResultVia::File, Some(file)) => file
+                .and_then(|text| parse_json_answer::<FinishArgs>(&text, MAX_ENVELOPE_BYTES))
+                .map_err(|why| format!("wrote no result envelope to {RESULT_FILE}: {why}")),
+            (ResultVia::File, None) => Err(format!("wrote no result envelope to {RESULT_FILE}")),
+            (ResultVia::Stream, _) => match final_text {
+                // Looking for the envelope may parse hundreds of candidates in a message
+                // full of braces: on a blocking thread, never the actors' one.
+                Some(text) => tokio::task::spawn_blocking(move || envelope_in(&text))
+                    .await
+                    .ok()
+                    .flatten()
+                    .ok_or_else(|| "ended its final message with no result envelope".to_string()),
+                None => Err("has no final message to read a result envelope from".to_string()),
+            },
+        };
+        let args = envelope
+            .map_err(|why| AgentError::Malformed(format!("{name}: {why}; last output: {tail}")))?;
+        if self
+            .shared
+            .examples
+            .iter()
+            .any(|example| example.summary.trim() == args.summary.trim())
+        {
+            return Err(AgentError::Malformed(format!(
+                "{name}: the agent echoed the prompt's example handoff (summary {:?}) instead of reporting its own work",
+                one_line(&args.summary, DETAIL_CHARS)
+            )));
         }
+        Ok(self.finished(args, &stream))
     }
 
     /// The envelope as the attempt's report, its text bounded as the built-in agent's.
-    fn finished(
-        &self,
-        args: FinishArgs,
-        stream: &EventStream,
-        concern: Option<String>,
-    ) -> AgentReport {
+    fn finished(&self, args: FinishArgs, stream: &EventStream) -> AgentReport {
         let tokens = stream.tokens();
         // What this process spent, which is what it reported as it went.
         let metrics = HandoffMetrics {
@@ -749,22 +890,41 @@ impl Call {
             cost_usd: stream.cost,
             ..HandoffMetrics::default()
         };
-        args.into_report(&self.task, metrics, concern)
+        args.into_report(&self.task, metrics, None)
     }
 }
 
-/// The result file's text: only a regular file (not a link out of the worktree), and only
-/// as much as a handoff may be.
+/// The result file's text, read through one descriptor so that what is checked is what
+/// is read: not followed if it is a link (`O_NOFOLLOW`), never waited on if it is a FIFO
+/// (`O_NONBLOCK`), only a regular file with a single link (a hard link would hand back a
+/// file the CLI did not write: a repository file, one outside the worktree), and only as
+/// much as a handoff may be.
 async fn read_result_file(path: &Path) -> Result<String, String> {
-    let meta = match tokio::fs::symlink_metadata(path).await {
-        Ok(meta) => meta,
+    use tokio::io::AsyncReadExt;
+    let file = match tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .await
+    {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err("the file is missing".into());
         }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err("it is a symbolic link, not a file the agent wrote".into());
+        }
         Err(e) => return Err(e.to_string()),
     };
+    let meta = file.metadata().await.map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("it is not a regular file".into());
+    }
+    if meta.nlink() != 1 {
+        return Err(format!(
+            "it has {} hard links: a link to another file is not a result",
+            meta.nlink()
+        ));
     }
     if meta.len() > MAX_ENVELOPE_BYTES as u64 {
         return Err(format!(
@@ -772,7 +932,20 @@ async fn read_result_file(path: &Path) -> Result<String, String> {
             meta.len()
         ));
     }
-    let bytes = tokio::fs::read(path).await.map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    // Bounded again in the read: the file may grow after the check.
+    file.take(MAX_ENVELOPE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| e.to_string())?;
+    if bytes.len() > MAX_ENVELOPE_BYTES {
+        return Err(format!(
+            "it grew past {MAX_ENVELOPE_BYTES} bytes while it was read"
+        ));
+    }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err("the file is empty".into());
+    }
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -869,9 +1042,175 @@ struct Heard {
     spent: Option<Budget>,
 }
 
+/// Claude Code's `--output-format stream-json` events: one JSON object a line. Only what
+/// flotilla reads is typed; other events and fields are passed over.
+mod claude {
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Event {
+        Assistant {
+            message: Message,
+        },
+        /// The last event of a session: its outcome, final text, usage and cost.
+        Result(ResultEvent),
+        /// `system` (init), `user` (tool results) and whatever a later version adds.
+        #[serde(other)]
+        Other,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct Message {
+        #[serde(default)]
+        pub id: Option<String>,
+        #[serde(default)]
+        pub content: Vec<Block>,
+        #[serde(default)]
+        pub usage: Option<Usage>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Block {
+        Text {
+            text: String,
+        },
+        ToolUse {
+            #[serde(default)]
+            id: Option<String>,
+            name: String,
+            /// Each tool's own arguments: free-form by nature.
+            #[serde(default)]
+            input: serde_json::Map<String, serde_json::Value>,
+        },
+        /// `thinking` and the rest.
+        #[serde(other)]
+        Other,
+    }
+
+    #[derive(Debug, Clone, Copy, Default, Deserialize)]
+    pub struct Usage {
+        #[serde(default)]
+        pub input_tokens: u64,
+        #[serde(default)]
+        pub cache_creation_input_tokens: u64,
+        #[serde(default)]
+        pub output_tokens: u64,
+    }
+
+    /// `subtype` is `success` or an error's kind (`error_max_turns`,
+    /// `error_during_execution`, …); `is_error` is set on every failure, a failed API
+    /// call included (whose subtype may still say `success`). Both are required: a result
+    /// event without them is not one.
+    #[derive(Debug, Clone, Deserialize)]
+    pub struct ResultEvent {
+        pub subtype: String,
+        pub is_error: bool,
+        #[serde(default)]
+        pub result: Option<String>,
+        #[serde(default)]
+        pub usage: Option<Usage>,
+        #[serde(default)]
+        pub total_cost_usd: Option<f64>,
+    }
+}
+
+/// Codex's `codex exec --json` events (codex-rs `exec_events.rs`): one JSON object a line.
+mod codex {
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "type")]
+    pub enum Event {
+        #[serde(rename = "turn.started")]
+        TurnStarted,
+        /// The turn's usage: the session's running totals.
+        #[serde(rename = "turn.completed")]
+        TurnCompleted { usage: Usage },
+        #[serde(rename = "turn.failed")]
+        TurnFailed { error: ErrorMessage },
+        #[serde(rename = "item.started")]
+        ItemStarted { item: Item },
+        #[serde(rename = "item.updated")]
+        ItemUpdated { item: Item },
+        #[serde(rename = "item.completed")]
+        ItemCompleted { item: Item },
+        /// An unrecoverable error of the stream.
+        #[serde(rename = "error")]
+        Error(ErrorMessage),
+        /// `thread.started` and whatever a later version adds.
+        #[serde(other)]
+        Other,
+    }
+
+    #[derive(Debug, Clone, Copy, Default, Deserialize)]
+    pub struct Usage {
+        #[serde(default)]
+        pub input_tokens: u64,
+        #[serde(default)]
+        pub output_tokens: u64,
+    }
+
+    #[derive(Debug, Clone, Deserialize)]
+    pub struct ErrorMessage {
+        pub message: String,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct Item {
+        pub id: String,
+        #[serde(flatten)]
+        pub details: Details,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Details {
+        AgentMessage {
+            text: String,
+        },
+        CommandExecution {
+            command: String,
+        },
+        FileChange {
+            changes: Vec<FileChange>,
+        },
+        McpToolCall {
+            server: String,
+            tool: String,
+        },
+        WebSearch {
+            query: String,
+        },
+        /// A non-fatal error.
+        Error {
+            message: String,
+        },
+        /// `reasoning`, `todo_list`, `plan` and whatever a later version adds.
+        #[serde(other)]
+        Other,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct FileChange {
+        pub path: String,
+    }
+}
+
+/// How a structured stream ended, when it did not end well.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StreamEnd {
+    /// The CLI said it failed (Claude's error result, Codex's `turn.failed` or `error`):
+    /// the cause, in its words.
+    Failed(String),
+    /// It never said how it ended (no result event, no completed turn), or said it twice.
+    Unfinished(String),
+}
+
 /// The CLI's stdout, read line by line: its live activity, what it spent (reported once:
 /// every stream's usage is turned into running totals, and only their growth is
-/// reported), the tools it called, and its final text. Lines that are not the events
+/// reported), the tools it called, and how it ended. Lines that are not the events
 /// expected are passed over: a CLI may print a banner, and its events change between
 /// versions.
 struct EventStream {
@@ -892,9 +1231,20 @@ struct EventStream {
     tool_calls: u64,
     /// Tool calls and items already counted, by id.
     seen: HashSet<String>,
-    final_text: Option<String>,
-    last_message: Option<String>,
+    /// Claude: every `result` event (one is expected).
+    results: Vec<claude::ResultEvent>,
+    /// Codex: the last agent message of the turn under way.
+    turn_message: Option<String>,
+    /// Codex: the last agent message of the last completed turn, once one completed and
+    /// none started after it.
+    completed_message: Option<Option<String>>,
+    /// Codex: the first `turn.failed` message, and the last `error` event's.
+    turn_failed: Option<String>,
+    stream_error: Option<String>,
 }
+
+/// The most of a CLI's own failure message a reason keeps.
+const CAUSE_CHARS: usize = 2_000;
 
 impl EventStream {
     fn new(format: OutputFormat, roots: Vec<PathBuf>) -> Self {
@@ -909,8 +1259,11 @@ impl EventStream {
             reported_cost: Usd::ZERO,
             tool_calls: 0,
             seen: HashSet::new(),
-            final_text: None,
-            last_message: None,
+            results: Vec::new(),
+            turn_message: None,
+            completed_message: None,
+            turn_failed: None,
+            stream_error: None,
         }
     }
 
@@ -923,13 +1276,14 @@ impl EventStream {
                     heard.activities.push(line.to_string());
                 }
             }
-            OutputFormat::ClaudeStreamJson | OutputFormat::CodexJson => {
-                if let Ok(event) = serde_json::from_str::<Value>(line.trim()) {
-                    if self.format == OutputFormat::ClaudeStreamJson {
-                        self.claude(&event, &mut heard);
-                    } else {
-                        self.codex(&event, &mut heard);
-                    }
+            OutputFormat::ClaudeStreamJson => {
+                if let Ok(event) = serde_json::from_str::<claude::Event>(line.trim()) {
+                    self.claude(event, &mut heard);
+                }
+            }
+            OutputFormat::CodexJson => {
+                if let Ok(event) = serde_json::from_str::<codex::Event>(line.trim()) {
+                    self.codex(event, &mut heard);
                 }
             }
         }
@@ -953,9 +1307,47 @@ impl EventStream {
         (more_tokens > 0 || more_cost > Usd::ZERO).then(|| Budget::new(more_tokens, more_cost, 0))
     }
 
-    /// The text the envelope is looked for in.
-    fn final_text(&self) -> Option<&str> {
-        self.final_text.as_deref().or(self.last_message.as_deref())
+    /// How the stream ended: the final text its last event gave (none for plain text,
+    /// which has no final event), or why there is none.
+    fn verdict(&self) -> Result<Option<String>, StreamEnd> {
+        match self.format {
+            OutputFormat::Text => Ok(None),
+            OutputFormat::ClaudeStreamJson => match self.results.as_slice() {
+                [] => Err(StreamEnd::Unfinished(
+                    "ended without its result event".into(),
+                )),
+                [result] if result.is_error || result.subtype != "success" => {
+                    let said = result
+                        .result
+                        .as_deref()
+                        .filter(|text| !text.trim().is_empty())
+                        .map_or_else(|| "no message".to_string(), |t| one_line(t, CAUSE_CHARS));
+                    Err(StreamEnd::Failed(format!(
+                        "error result ({}): {said}",
+                        one_line(&result.subtype, DETAIL_CHARS)
+                    )))
+                }
+                [result] => Ok(result.result.clone()),
+                more => Err(StreamEnd::Unfinished(format!(
+                    "printed {} result events where a session has one",
+                    more.len()
+                ))),
+            },
+            OutputFormat::CodexJson => {
+                if let Some(message) = &self.turn_failed {
+                    return Err(StreamEnd::Failed(format!("turn failed: {message}")));
+                }
+                match &self.completed_message {
+                    Some(message) => Ok(message.clone()),
+                    None => match &self.stream_error {
+                        Some(message) => Err(StreamEnd::Failed(format!("error: {message}"))),
+                        None => Err(StreamEnd::Unfinished(
+                            "ended without completing its turn".into(),
+                        )),
+                    },
+                }
+            }
+        }
     }
 
     /// Counts a tool call once (by its id, when it has one); true the first time.
@@ -974,16 +1366,18 @@ impl EventStream {
     }
 
     /// Claude Code's `stream-json`: `assistant` events (text and `tool_use` blocks, the
-    /// message's usage), then one `result` (the final text, the session's usage and cost).
-    fn claude(&mut self, event: &Value, heard: &mut Heard) {
-        match event["type"].as_str() {
-            Some("assistant") => {
-                let message = &event["message"];
-                if let Some(usage) = message.get("usage") {
+    /// message's usage), then one `result` (the outcome, the final text, the session's
+    /// usage and cost).
+    fn claude(&mut self, event: claude::Event, heard: &mut Heard) {
+        match event {
+            claude::Event::Assistant { message } => {
+                if let Some(usage) = message.usage {
                     let tokens = claude_tokens(usage);
-                    match message["id"].as_str() {
+                    match message.id {
                         Some(id) => {
-                            let seen = self.messages.entry(id.to_string()).or_default();
+                            // Linear in the messages: each message's growth is added
+                            // to the running sum as it is seen.
+                            let seen = self.messages.entry(id).or_default();
                             let grown = seen.max(tokens);
                             self.message_sum = self.message_sum.plus(Tokens {
                                 input: grown.input - seen.input,
@@ -994,46 +1388,47 @@ impl EventStream {
                         None => self.message_sum = self.message_sum.plus(tokens),
                     }
                 }
-                for block in message["content"].as_array().into_iter().flatten() {
-                    match block["type"].as_str() {
-                        Some("text") => {
-                            let text = block["text"].as_str().unwrap_or("");
+                for block in message.content {
+                    match block {
+                        claude::Block::Text { text } => {
                             if !text.trim().is_empty() {
-                                heard.activities.push(one_line(text, GIST_CHARS));
-                                self.last_message = Some(text.to_string());
+                                heard.activities.push(one_line(&text, GIST_CHARS));
                             }
                         }
-                        Some("tool_use") if self.first_sight(block["id"].as_str()) => {
-                            self.tool_calls += 1;
-                            let name = block["name"].as_str().unwrap_or("tool");
-                            heard
-                                .activities
-                                .push(self.describe_tool(name, &block["input"]));
+                        claude::Block::ToolUse { id, name, input } => {
+                            if self.first_sight(id.as_deref()) {
+                                self.tool_calls += 1;
+                                heard.activities.push(self.describe_tool(&name, &input));
+                            }
                         }
-                        _ => {}
+                        claude::Block::Other => {}
                     }
                 }
             }
-            Some("result") => {
-                if let Some(text) = event["result"].as_str() {
-                    self.final_text = Some(text.to_string());
-                }
-                if let Some(usage) = event.get("usage") {
+            claude::Event::Result(result) => {
+                if let Some(usage) = result.usage {
                     self.totals = self.totals.max(claude_tokens(usage));
                 }
-                if let Some(cost) = event["total_cost_usd"]
-                    .as_f64()
+                if let Some(cost) = result
+                    .total_cost_usd
                     .and_then(|d| Usd::from_dollars(d).ok())
                 {
                     self.cost = self.cost.max(cost);
                 }
+                if result.is_error {
+                    let said = result.result.as_deref().unwrap_or(&result.subtype);
+                    heard
+                        .activities
+                        .push(format!("error: {}", one_line(said, DETAIL_CHARS)));
+                }
+                self.results.push(result);
             }
-            _ => {}
+            claude::Event::Other => {}
         }
     }
 
     /// A Claude Code tool call in a few words: `bash: cargo test`, `Edit src/a.rs`.
-    fn describe_tool(&self, name: &str, input: &Value) -> String {
+    fn describe_tool(&self, name: &str, input: &serde_json::Map<String, Value>) -> String {
         let arg = |key: &str| input.get(key).and_then(Value::as_str);
         if name == "Bash"
             && let Some(command) = arg("command")
@@ -1056,88 +1451,77 @@ impl EventStream {
     }
 
     /// Codex's `exec --json`: `item.started` / `item.completed` events (agent messages,
-    /// commands, file changes, tool calls) and `turn.completed` with the session's usage.
-    fn codex(&mut self, event: &Value, heard: &mut Heard) {
-        match event["type"].as_str() {
-            Some(kind @ ("item.started" | "item.updated" | "item.completed")) => {
-                let item = &event["item"];
-                let completed = kind == "item.completed";
-                // Early versions of `exec --json` called the type `item_type`.
-                let item_type = item["type"].as_str().or(item["item_type"].as_str());
-                let id = item["id"].as_str();
-                match item_type {
-                    Some("agent_message" | "assistant_message") if completed => {
-                        let text = item["text"].as_str().unwrap_or("");
-                        if !text.trim().is_empty() {
-                            heard.activities.push(one_line(text, GIST_CHARS));
-                            self.final_text = Some(text.to_string());
-                        }
-                    }
-                    Some("command_execution") if self.first_sight(id) => {
-                        self.tool_calls += 1;
-                        let command = item["command"].as_str().unwrap_or("");
-                        heard
-                            .activities
-                            .push(format!("bash: {}", one_line(command, DETAIL_CHARS)));
-                    }
-                    Some("file_change") if self.first_sight(id) => {
-                        self.tool_calls += 1;
-                        let paths: Vec<String> = item["changes"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|c| c["path"].as_str())
-                            .map(|p| self.relative(p))
-                            .collect();
-                        heard.activities.push(format!(
-                            "edit {}",
-                            one_line(&paths.join(", "), DETAIL_CHARS)
-                        ));
-                    }
-                    Some("mcp_tool_call") if self.first_sight(id) => {
-                        self.tool_calls += 1;
-                        let server = item["server"].as_str().unwrap_or("mcp");
-                        let tool = item["tool"].as_str().unwrap_or("tool");
-                        heard.activities.push(format!("{server}.{tool}"));
-                    }
-                    Some("web_search") if self.first_sight(id) => {
-                        self.tool_calls += 1;
-                        let query = item["query"].as_str().unwrap_or("");
-                        heard
-                            .activities
-                            .push(format!("search: {}", one_line(query, DETAIL_CHARS)));
-                    }
-                    Some("error") if completed => {
-                        let message = item["message"].as_str().unwrap_or("");
-                        heard
-                            .activities
-                            .push(format!("error: {}", one_line(message, DETAIL_CHARS)));
-                    }
-                    _ => {}
-                }
+    /// commands, file changes, tool calls), then the turn's end: `turn.completed` with the
+    /// session's usage, or `turn.failed` with why.
+    fn codex(&mut self, event: codex::Event, heard: &mut Heard) {
+        use codex::{Details, Event};
+        match event {
+            Event::TurnStarted => {
+                self.turn_message = None;
+                self.completed_message = None;
             }
-            Some("turn.completed") => {
-                let usage = &event["usage"];
+            Event::ItemStarted { item } | Event::ItemUpdated { item } => {
+                self.codex_tool(item, heard);
+            }
+            Event::ItemCompleted { item } => match item.details {
+                Details::AgentMessage { text } => {
+                    if !text.trim().is_empty() {
+                        heard.activities.push(one_line(&text, GIST_CHARS));
+                        self.turn_message = Some(text);
+                    }
+                }
+                Details::Error { message } => {
+                    heard
+                        .activities
+                        .push(format!("error: {}", one_line(&message, DETAIL_CHARS)));
+                }
+                _ => self.codex_tool(item, heard),
+            },
+            Event::TurnCompleted { usage } => {
                 // The session's running totals (cached input is part of the input).
                 let tokens = Tokens {
-                    input: usage["input_tokens"].as_u64().unwrap_or(0),
-                    output: usage["output_tokens"].as_u64().unwrap_or(0),
+                    input: usage.input_tokens,
+                    output: usage.output_tokens,
                 };
                 self.totals = self.totals.max(tokens);
+                self.completed_message = Some(self.turn_message.take());
             }
-            Some("turn.failed") => {
-                let message = event["error"]["message"].as_str().unwrap_or("");
+            Event::TurnFailed { error } => {
+                heard.activities.push(format!(
+                    "turn failed: {}",
+                    one_line(&error.message, DETAIL_CHARS)
+                ));
+                self.turn_failed
+                    .get_or_insert_with(|| one_line(&error.message, CAUSE_CHARS));
+            }
+            Event::Error(error) => {
                 heard
                     .activities
-                    .push(format!("turn failed: {}", one_line(message, DETAIL_CHARS)));
+                    .push(format!("error: {}", one_line(&error.message, DETAIL_CHARS)));
+                self.stream_error = Some(one_line(&error.message, CAUSE_CHARS));
             }
-            Some("error") => {
-                let message = event["message"].as_str().unwrap_or("");
-                heard
-                    .activities
-                    .push(format!("error: {}", one_line(message, DETAIL_CHARS)));
+            Event::Other => {}
+        }
+    }
+
+    /// A Codex tool item, counted once however many events it has.
+    fn codex_tool(&mut self, item: codex::Item, heard: &mut Heard) {
+        use codex::Details;
+        let activity = match &item.details {
+            Details::CommandExecution { command } => {
+                format!("bash: {}", one_line(command, DETAIL_CHARS))
             }
-            _ => {}
+            Details::FileChange { changes } => {
+                let paths: Vec<String> = changes.iter().map(|c| self.relative(&c.path)).collect();
+                format!("edit {}", one_line(&paths.join(", "), DETAIL_CHARS))
+            }
+            Details::McpToolCall { server, tool } => format!("{server}.{tool}"),
+            Details::WebSearch { query } => format!("search: {}", one_line(query, DETAIL_CHARS)),
+            Details::AgentMessage { .. } | Details::Error { .. } | Details::Other => return,
+        };
+        if self.first_sight(Some(&item.id)) {
+            self.tool_calls += 1;
+            heard.activities.push(activity);
         }
     }
 }
@@ -1146,11 +1530,12 @@ impl EventStream {
 /// are left out: Claude Code re-reads its whole context from the cache on every turn, and
 /// counting that would spend a token budget many times over on tokens billed at a tenth
 /// (their money is in the cost).
-fn claude_tokens(usage: &Value) -> Tokens {
-    let n = |key: &str| usage[key].as_u64().unwrap_or(0);
+fn claude_tokens(usage: claude::Usage) -> Tokens {
     Tokens {
-        input: n("input_tokens").saturating_add(n("cache_creation_input_tokens")),
-        output: n("output_tokens"),
+        input: usage
+            .input_tokens
+            .saturating_add(usage.cache_creation_input_tokens),
+        output: usage.output_tokens,
     }
 }
 
@@ -1173,7 +1558,7 @@ mod tests {
         );
         assert_eq!(claude.prompt, PromptVia::Stdin);
         assert_eq!(claude.output, OutputFormat::ClaudeStreamJson);
-        assert_eq!(claude.result, ResultVia::Stdout);
+        assert_eq!(claude.result, ResultVia::Stream);
         assert_eq!(claude.env.secrets, ["ANTHROPIC_API_KEY"]);
         assert_eq!(claude.limits.stall, Some(Duration::from_secs(300)));
         assert_eq!(claude.limits.output_bytes, 64 * 1024);
@@ -1182,16 +1567,46 @@ mod tests {
         let codex = config("preset = \"codex\"").resolved().unwrap();
         assert_eq!(
             (codex.program.as_str(), codex.args.clone()),
-            ("codex", vec!["exec".into(), "--json".into(), "-".into()])
+            ("codex", vec!["exec".into(), "--json".into()])
         );
         assert_eq!(codex.output, OutputFormat::CodexJson);
+        assert_eq!(codex.result, ResultVia::Stream);
         assert_eq!(codex.env.secrets, ["OPENAI_API_KEY"]);
 
         let aider = config("preset = \"aider\"").resolved().unwrap();
         assert_eq!(aider.prompt, PromptVia::File);
         assert_eq!(aider.args.last().unwrap(), "{prompt_file}");
         assert_eq!(aider.output, OutputFormat::Text);
+        assert_eq!(aider.result, ResultVia::File, "text has no final event");
         assert_eq!(aider.env.secrets, ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]);
+        assert_eq!(
+            aider.leftovers,
+            [".aider.tags.cache.v3", ".aider.tags.cache.v4"]
+        );
+        for flag in ["--no-gitignore", "--no-auto-commits", "--no-analytics"] {
+            assert!(aider.args.iter().any(|a| a == flag), "{flag}");
+        }
+
+        // extra_args add to the preset's arguments; args replace them.
+        let more = config("preset = \"aider\"\nextra_args = [\"--model\", \"openai/qwen\"]")
+            .resolved()
+            .unwrap();
+        assert_eq!(more.args.len(), AIDER_ARGS.len() + 2);
+        assert_eq!(&more.args[..AIDER_ARGS.len()], AIDER_ARGS);
+        assert_eq!(&more.args[AIDER_ARGS.len()..], ["--model", "openai/qwen"]);
+        let replaced =
+            config("preset = \"codex\"\nargs = [\"exec\"]\nextra_args = [\"--full-auto\"]")
+                .resolved()
+                .unwrap();
+        assert_eq!(replaced.args, ["exec", "--full-auto"]);
+        let old_name = config("preset = \"codex\"\nresult = \"stdout\"")
+            .resolved()
+            .unwrap();
+        assert_eq!(
+            old_name.result,
+            ResultVia::Stream,
+            "the old name still reads"
+        );
 
         let mine = config(
             r#"
@@ -1222,8 +1637,13 @@ sandbox = "bwrap"
         assert!(plain.args.is_empty());
         assert_eq!(
             (plain.prompt, plain.output, plain.result),
-            (PromptVia::Stdin, OutputFormat::Text, ResultVia::Stdout)
+            (PromptVia::Stdin, OutputFormat::Text, ResultVia::File)
         );
+        assert!(plain.leftovers.is_empty());
+        let structured = config("program = \"my-agent\"\noutput = \"codex_json\"")
+            .resolved()
+            .unwrap();
+        assert_eq!(structured.result, ResultVia::Stream);
         assert!(plain.env.secrets.is_empty());
     }
 
@@ -1263,11 +1683,21 @@ sandbox = "bwrap"
             "an override that contradicts the preset's arguments"
         );
         assert_eq!(
-            config("program = \"a\"\nargs = [\"--out={result_file}\"]").validate(),
+            config("program = \"a\"\noutput = \"codex_json\"\nargs = [\"--out={result_file}\"]")
+                .validate(),
             Err(CommandAgentConfigError::PlaceholderWithoutFile {
                 placeholder: "{result_file}",
                 field: "result"
             })
+        );
+        assert_eq!(
+            config("program = \"a\"\nresult = \"stdout\"").validate(),
+            Err(CommandAgentConfigError::StreamResultFromText),
+            "plain text has no channel of its own: the last JSON printed is not one"
+        );
+        assert_eq!(
+            config("preset = \"aider\"\nresult = \"stream\"").validate(),
+            Err(CommandAgentConfigError::StreamResultFromText)
         );
         assert!(
             config("program = \"a\"\nargs = [\"--out={result_file}\"]\nresult = \"file\"")
@@ -1376,20 +1806,98 @@ sandbox = "bwrap"
         );
         assert_eq!(s.tool_calls, 2);
         assert_eq!(
-            s.final_text(),
-            Some("Done. {\"status\":\"complete\",\"summary\":\"s\"}")
+            s.verdict(),
+            Ok(Some(
+                "Done. {\"status\":\"complete\",\"summary\":\"s\"}".to_string()
+            ))
         );
-        // A result event repeated reports nothing new.
-        let again = s.line(r#"{"type":"result","result":"x","usage":{"input_tokens":400,"output_tokens":40},"total_cost_usd":0.25}"#);
+        // A result event repeated reports nothing new, and makes the outcome ambiguous:
+        // something other than Claude Code printed one of them.
+        let again = s.line(r#"{"type":"result","subtype":"success","is_error":false,"result":"{\"status\":\"complete\",\"summary\":\"x\"}","usage":{"input_tokens":400,"output_tokens":40},"total_cost_usd":0.25}"#);
         assert_eq!(again.spent, None);
+        assert_eq!(
+            s.verdict(),
+            Err(StreamEnd::Unfinished(
+                "printed 2 result events where a session has one".into()
+            ))
+        );
     }
 
     #[test]
-    fn without_a_result_event_the_last_message_is_the_final_text() {
+    fn a_claude_stream_ends_well_only_with_one_successful_result_event() {
         let mut s = EventStream::new(OutputFormat::ClaudeStreamJson, roots());
-        s.line(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"first"}]}}"#);
-        s.line(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"second"}]}}"#);
-        assert_eq!(s.final_text(), Some("second"));
+        s.line(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"{\"status\":\"complete\",\"summary\":\"s\"}"}]}}"#);
+        assert_eq!(
+            s.verdict(),
+            Err(StreamEnd::Unfinished(
+                "ended without its result event".into()
+            )),
+            "a message is not the result, whatever it holds"
+        );
+        // A result without its outcome fields is not taken for one.
+        s.line(r#"{"type":"result","result":"{\"status\":\"complete\",\"summary\":\"s\"}"}"#);
+        assert!(matches!(s.verdict(), Err(StreamEnd::Unfinished(_))));
+
+        let mut failed = EventStream::new(OutputFormat::ClaudeStreamJson, roots());
+        let heard = failed.line(r#"{"type":"result","subtype":"success","is_error":true,"result":"Invalid API key · Please run /login"}"#);
+        assert_eq!(
+            heard.activities,
+            ["error: Invalid API key · Please run /login"]
+        );
+        assert_eq!(
+            failed.verdict(),
+            Err(StreamEnd::Failed(
+                "error result (success): Invalid API key · Please run /login".into()
+            ))
+        );
+        let mut max_turns = EventStream::new(OutputFormat::ClaudeStreamJson, roots());
+        max_turns.line(
+            r#"{"type":"result","subtype":"error_max_turns","is_error":false,"num_turns":30}"#,
+        );
+        assert_eq!(
+            max_turns.verdict(),
+            Err(StreamEnd::Failed(
+                "error result (error_max_turns): no message".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn a_codex_turn_that_failed_or_never_ended_has_no_result() {
+        let mut failed = EventStream::new(OutputFormat::CodexJson, roots());
+        feed(
+            &mut failed,
+            &[
+                r#"{"type":"turn.started"}"#,
+                r#"{"type":"item.completed","item":{"id":"i0","type":"agent_message","text":"{\"status\":\"complete\",\"summary\":\"s\"}"}}"#,
+                r#"{"type":"error","message":"stream disconnected before completion"}"#,
+                r#"{"type":"turn.failed","error":{"message":"unexpected status 404 Not Found: /v1/responses"}}"#,
+            ],
+        );
+        assert_eq!(
+            failed.verdict(),
+            Err(StreamEnd::Failed(
+                "turn failed: unexpected status 404 Not Found: /v1/responses".into()
+            ))
+        );
+        let mut unfinished = EventStream::new(OutputFormat::CodexJson, roots());
+        unfinished.line(r#"{"type":"turn.started"}"#);
+        unfinished.line(r#"{"type":"item.completed","item":{"id":"i0","type":"agent_message","text":"{\"status\":\"complete\",\"summary\":\"s\"}"}}"#);
+        assert_eq!(
+            unfinished.verdict(),
+            Err(StreamEnd::Unfinished(
+                "ended without completing its turn".into()
+            ))
+        );
+        unfinished.line(r#"{"type":"error","message":"Reconnecting... 5/5"}"#);
+        assert_eq!(
+            unfinished.verdict(),
+            Err(StreamEnd::Failed("error: Reconnecting... 5/5".into()))
+        );
+        let mut silent = EventStream::new(OutputFormat::CodexJson, roots());
+        silent.line(r#"{"type":"turn.started"}"#);
+        silent.line(r#"{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}"#);
+        assert_eq!(silent.verdict(), Ok(None), "completed with nothing said");
     }
 
     #[test]
@@ -1406,7 +1914,7 @@ sandbox = "bwrap"
                 r#"{"type":"item.completed","item":{"id":"i3","type":"reasoning","text":"hmm"}}"#,
                 r#"{"type":"item.completed","item":{"id":"i4","type":"agent_message","text":"first"}}"#,
                 r#"{"type":"turn.completed","usage":{"input_tokens":1000,"cached_input_tokens":800,"output_tokens":50}}"#,
-                r#"{"type":"item.completed","item":{"id":"i5","item_type":"assistant_message","text":"{\"status\":\"partial\",\"summary\":\"s\"}"}}"#,
+                r#"{"type":"item.completed","item":{"id":"i5","type":"agent_message","text":"{\"status\":\"partial\",\"summary\":\"s\"}"}}"#,
                 r#"{"type":"turn.completed","usage":{"input_tokens":1500,"cached_input_tokens":900,"output_tokens":80}}"#,
             ],
         );
@@ -1434,9 +1942,22 @@ sandbox = "bwrap"
             "a command started and completed is one call"
         );
         assert_eq!(
-            s.final_text(),
-            Some("{\"status\":\"partial\",\"summary\":\"s\"}")
+            s.verdict(),
+            Ok(Some(
+                "{\"status\":\"partial\",\"summary\":\"s\"}".to_string()
+            ))
         );
+    }
+
+    #[test]
+    fn a_prompts_examples_are_its_fenced_handoffs() {
+        let prompt = "Hand back:\n```json\n{\"status\": \"complete\", \"summary\": \"what you did\"}\n```\nNot this:\n```json\n{\"tasks\": []}\n```\nnor ```json\n{\"status\": \"failed\", \"summary\": \" \"}\n```";
+        let examples = prompt_examples(prompt);
+        assert_eq!(examples.len(), 1, "{examples:?}");
+        assert_eq!(examples[0].summary, "what you did");
+        let built_in = prompt_examples(include_str!("../../prompts/worker.md"));
+        assert_eq!(built_in.len(), 1);
+        assert_eq!(built_in[0].summary, "what you did, for the planner");
     }
 
     #[test]
@@ -1449,7 +1970,7 @@ sandbox = "bwrap"
         let activities: Vec<&String> = heard.iter().flat_map(|h| &h.activities).collect();
         assert_eq!(activities, ["Applied edit to src/a.rs", "Tokens: 2k sent"]);
         assert!(heard.iter().all(|h| h.spent.is_none()));
-        assert_eq!(s.final_text(), None);
+        assert_eq!(s.verdict(), Ok(None));
     }
 
     #[test]
