@@ -404,6 +404,15 @@ fn describe(kind: &EventKind) -> (String, Tone) {
                 ),
             }
         )),
+        EventKind::LandingIntended { from, to, landed } => (
+            format!(
+                "main {} → {} next, with {}",
+                short_commit(from),
+                short_commit(to),
+                list(&landed.iter().map(|l| l.task.clone()).collect::<Vec<_>>())
+            ),
+            Tone::Dim,
+        ),
         EventKind::SweepFinished { report } => {
             let what = if report.green {
                 format!(

@@ -448,6 +448,7 @@ impl Supervisor {
                 config: config.merge.clone(),
             },
             graph_addr.clone().recipient(),
+            graph_addr.clone().recipient(),
         )
         .with_reconciler(reconciler.clone().recipient())
         .with_planner(planner.clone().recipient())

@@ -367,3 +367,54 @@ fn a_replayed_merging_graph_is_the_same_graph() {
     assert_eq!(replayed.snapshot(), g.snapshot());
     assert_eq!(replayed.landing_tasks(), vec![task("t2")]);
 }
+
+#[test]
+fn only_a_journaled_intent_says_that_work_is_on_main_after_a_restart() {
+    let mut g = merging();
+    let mut journal: Vec<EventKind> = g
+        .submit(vec![spec("a", &["a"]), spec("b", &["b"])])
+        .unwrap();
+    for id in ["t1", "t2"] {
+        let (before, report) = run_to_landing(&mut g, id);
+        journal.extend(before);
+        journal.extend(report);
+    }
+    // The queue is about to move main with t1's work in c1 (t2 is not in this batch).
+    journal.extend(
+        g.landing_intended(
+            "m0".into(),
+            "c1".into(),
+            vec![IntendedLanding {
+                task: task("t1"),
+                attempt: 1,
+                commit: "c1".into(),
+            }],
+        )
+        .unwrap(),
+    );
+    // A crash: the restart rebuilds the graph from the journal.
+    let mut g = RunGraph::new(Limits::default())
+        .merging()
+        .replayed(&journal)
+        .unwrap();
+    assert_eq!(
+        g.land_request(&task("t1"), true).unwrap().intended,
+        vec!["c1".to_string()]
+    );
+    assert!(
+        g.land_request(&task("t2"), true)
+            .unwrap()
+            .intended
+            .is_empty()
+    );
+    // A commit carrying t2's trailer (an agent's forgery) is not evidence of anything.
+    let events = g.found_on_main(&task("t2"), 1, "forged").unwrap();
+    assert_eq!(kinds(&events), ["message_ignored"]);
+    assert_eq!(g.task(&task("t2")).unwrap().state, TaskState::Landing);
+    let events = g.found_on_main(&task("t2"), 1, "c1").unwrap();
+    assert_eq!(kinds(&events), ["message_ignored"], "c1 holds t1's work");
+    // The journaled commit is.
+    let events = g.found_on_main(&task("t1"), 1, "c1").unwrap();
+    assert_eq!(kinds(&events), ["task_landed"]);
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Completed);
+}

@@ -96,13 +96,12 @@ impl MergeGit for FakeGit {
         not_used("build")
     }
 
-    fn landed(
+    fn find_on_main(
         &self,
         _: String,
-        _: Option<String>,
-        _: Vec<String>,
+        _: Vec<Vec<String>>,
     ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>> {
-        not_used("landed")
+        not_used("find_on_main")
     }
 
     fn scratch(

@@ -3,8 +3,9 @@
 //! Branches of `Landing` tasks wait in priority order: fix tasks first, then by age, a
 //! retried task a little later for each retry (a fixed penalty, so nothing starves). One
 //! landing cycle runs at a time, off the actor's thread:
-//! 1. After a restart, main is searched for the task's trailer first: work a crash left on
-//!    main without its `TaskLanded` is reported, never landed twice.
+//! 1. main is searched first for the commits the journal named for a task ahead of an
+//!    earlier compare-and-swap (ADR-018): work a crash left on main without its
+//!    `TaskLanded` is reported, never landed twice. Trailer text is never evidence.
 //! 2. Up to `batch_max` branches are built on main's tip in memory ([`MergeGit::build`]).
 //!    A conflict on a main that moved since the branch left it gets one more try later in
 //!    the queue; a second conflict (or one on an unmoved main) goes to the TaskGraph, which
@@ -12,7 +13,8 @@
 //! 3. The gate runs on the candidate in a scratch checkout. A failing batch is tested once
 //!    more (a flaky gate blames nobody), then bisected: halves that pass land, a single
 //!    branch that fails is the culprit and gets the gate's output.
-//! 4. main moves by compare-and-swap from the tip the candidate was built on; a main that
+//! 4. The TaskGraph journals the landing's intent (`LandingIntended`: each task's commit);
+//!    then main moves by compare-and-swap from the tip the candidate was built on; a main that
 //!    moved meanwhile (someone else wrote it) means building again, a bounded number of
 //!    times. Nothing ungated ever reaches main.
 //! 5. The TaskGraph hears `MainMoved` with each task's commit; landed branches are deleted;
@@ -35,8 +37,8 @@ use crate::ports::{
     BuildOutcome, LandItem, LandMode, MainRef, MainRefError, MergeGit, ProcessRunner, RepoReader,
 };
 use crate::protocol::{
-    CheckoutSync, EventKind, FixOf, FromMerging, LandRequest, LandingFailure, MergeHealth, RunId,
-    TaskId, ToMergeQueue, ToPlanner, ToReconciler,
+    CheckoutSync, EventKind, FixOf, FromMerging, IntendLanding, IntendedLanding, LandRequest,
+    LandingFailure, MergeHealth, RunId, TaskId, ToMergeQueue, ToPlanner, ToReconciler,
 };
 use crate::scratch_commands::{NamedCommand, ScratchRun};
 use crate::supervision::{Lifeline, StopCause, StopMember};
@@ -132,6 +134,8 @@ pub struct MergeQueue {
     run: RunId,
     kit: MergeKit,
     graph: Recipient<FromMerging>,
+    /// Where a landing's intent is journaled before main moves (the TaskGraph).
+    intents: Recipient<IntendLanding>,
     reconciler: Option<Recipient<ToReconciler>>,
     planner: Option<Recipient<ToPlanner>>,
     waiting: BTreeMap<QueueKey, Queued>,
@@ -155,11 +159,17 @@ struct CycleEnd {
 }
 
 impl MergeQueue {
-    pub fn new(run: RunId, kit: MergeKit, graph: Recipient<FromMerging>) -> Self {
+    pub fn new(
+        run: RunId,
+        kit: MergeKit,
+        graph: Recipient<FromMerging>,
+        intents: Recipient<IntendLanding>,
+    ) -> Self {
         MergeQueue {
             run,
             kit,
             graph,
+            intents,
             reconciler: None,
             planner: None,
             waiting: BTreeMap::new(),
@@ -224,6 +234,7 @@ impl MergeQueue {
         let cycle = Cycle {
             kit: self.kit.clone(),
             graph: self.graph.clone(),
+            intents: self.intents.clone(),
             reconciler: self.reconciler.clone(),
             cancel: self.cancel.clone(),
             run: self.run,
@@ -270,6 +281,7 @@ impl MergeQueue {
 struct Cycle {
     kit: MergeKit,
     graph: Recipient<FromMerging>,
+    intents: Recipient<IntendLanding>,
     reconciler: Option<Recipient<ToReconciler>>,
     cancel: CancellationToken,
     run: RunId,
@@ -303,9 +315,13 @@ impl Cycle {
         end
     }
 
-    /// After a restart: what main already holds is reported, not landed again.
+    /// What main already holds is reported, not landed again: a crash after the
+    /// compare-and-swap and before `TaskLanded` leaves the work there. The evidence is the
+    /// commit journaled ahead of the move (`LandRequest::intended`, ADR-018) found on main's
+    /// first-parent history; a commit's trailer text is never evidence (an agent can write
+    /// one for any task).
     async fn already_landed(&self, batch: Vec<Queued>, end: &mut CycleEnd) -> Vec<Queued> {
-        if !batch.iter().any(|q| q.request.recovered) {
+        if batch.iter().all(|q| q.request.intended.is_empty()) {
             return batch;
         }
         let tip = match self.kit.reader.main_tip().await {
@@ -315,11 +331,8 @@ impl Cycle {
                 return batch;
             }
         };
-        let trailers = batch
-            .iter()
-            .map(|q| trailer(self.run, &q.request))
-            .collect();
-        let found = match self.kit.git.landed(tip, None, trailers).await {
+        let intended = batch.iter().map(|q| q.request.intended.clone()).collect();
+        let found = match self.kit.git.find_on_main(tip, intended).await {
             Ok(found) => found,
             Err(e) => {
                 warn!(run = %self.run, error = %e, "looking for landed work on main");
@@ -445,6 +458,32 @@ impl Cycle {
             // Crash point: the candidate passed its gate, main has not moved. The verdict is
             // kept nowhere: a restart gates again before main moves.
             fail::fail_point!("merge::after-gate", |_| crash_here("merge::after-gate"));
+            // Written ahead: the journal names the commits that will hold each task's work
+            // before main moves, so that a restart can tell them on main (ADR-018).
+            let intent = IntendLanding {
+                from: tip.clone(),
+                to: candidate.clone(),
+                landed: items
+                    .iter()
+                    .zip(&commits)
+                    .map(|(q, commit)| IntendedLanding {
+                        task: q.request.task.clone(),
+                        attempt: q.request.attempt,
+                        commit: commit.clone(),
+                    })
+                    .collect(),
+            };
+            let journaled = match self.intents.send(intent).await {
+                Ok(result) => result,
+                Err(e) => Err(format!("the task graph is gone: {e}")),
+            };
+            if let Err(e) = journaled {
+                // Nobody is to blame: main stays, the batch waits for the restart that a
+                // journal failure brings.
+                warn!(run = %self.run, error = %e, "main does not move: its intent is not journaled");
+                end.requeue.extend(items.iter().cloned());
+                return Round::Again;
+            }
             match self
                 .kit
                 .main
@@ -453,8 +492,8 @@ impl Cycle {
             {
                 Ok(()) => {
                     // Crash point: main holds the work, nothing else knows (no checkout sync,
-                    // branches still there, no event). A restart must find the trailers on
-                    // main and report them, not land the tasks a second time.
+                    // branches still there, no event). A restart must find the intended
+                    // commits on main and report them, not land the tasks a second time.
                     fail::fail_point!("merge::after-cas", |_| crash_here("merge::after-cas"));
                     self.landed(items, &tip, &candidate, commits, end).await;
                     return Round::Landed;
@@ -556,13 +595,13 @@ impl Cycle {
             }
         };
         // Branches go before the graph hears: a crash in between is healed by the restart's
-        // look for the trailer on main, which comes before any build.
+        // look for the intended commits on main, which comes before any build.
         for q in items {
             self.delete_branches(&q.request).await;
             end.landed.push(q.enqueued.elapsed());
         }
         // Crash point: main moved and the branches are gone, the graph has not heard. A
-        // restart must take the work from main's trailers, since the branches cannot give it.
+        // restart must take the work from the journaled intent, since the branches cannot.
         fail::fail_point!("merge::before-event", |_| crash_here("merge::before-event"));
         let landed = items
             .iter()
@@ -655,7 +694,9 @@ impl Cycle {
     }
 }
 
-/// The line every commit landed for a task carries: how a restart finds it on main.
+/// The line every commit landed for a task carries, for people reading main's history.
+/// flotilla never reads it back (ADR-018): agents can write such lines too, and those are
+/// stripped from every message flotilla writes to main.
 pub fn trailer(run: RunId, request: &LandRequest) -> String {
     format!("Flotilla-Task: {}/{}", run, request.task)
 }

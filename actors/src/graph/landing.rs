@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 use super::scope::ScopePath;
 use super::{Emitted, GraphError, RunGraph};
 use crate::protocol::{
-    AttemptFailure, Budget, EventKind, FailureReason, FixOf, Handoff, LandRequest, LandingFailure,
-    Priority, RunOutcome, SweepReport, TaskId, TaskSpec, TaskState, commit_subject,
+    AttemptFailure, Budget, EventKind, FailureReason, FixOf, Handoff, IntendedLanding, LandRequest,
+    LandingFailure, Priority, RunOutcome, SweepReport, TaskId, TaskSpec, TaskState, commit_subject,
 };
 
 /// How many of main's clashing commits a conflict fix's description lists.
@@ -45,7 +45,49 @@ impl RunGraph {
             fix: node.fix.as_deref().cloned(),
             retries: node.attempt.saturating_sub(1),
             recovered,
+            intended: self.intents.get(task).cloned().unwrap_or_default(),
         })
+    }
+
+    /// The merge queue is about to move main from `from` to `to` (ADR-018): journaled
+    /// before the compare-and-swap, so that after a crash the commits named here, and only
+    /// these, can say that a task's work reached main.
+    pub fn landing_intended(
+        &mut self,
+        from: String,
+        to: String,
+        landed: Vec<IntendedLanding>,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        self.emit(&mut out, EventKind::LandingIntended { from, to, landed })?;
+        Ok(out)
+    }
+
+    /// After a restart, the merge queue found `commit` on main's first-parent history for
+    /// `task`. It counts only when the journal named that commit ahead of a
+    /// compare-and-swap for this task: anything else (a trailer an agent wrote, a commit
+    /// someone else made) is not evidence, and the task stays where it is.
+    pub fn found_on_main(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        commit: &str,
+    ) -> Result<Emitted, GraphError> {
+        let intended = self
+            .intents
+            .get(task)
+            .is_some_and(|commits| commits.iter().any(|c| c == commit));
+        if !intended {
+            let mut out = Vec::new();
+            self.ignore(
+                &mut out,
+                Some(task),
+                "FoundOnMain",
+                format!("{commit} was never journaled as holding this task's work"),
+            );
+            return Ok(out);
+        }
+        self.landed(task, attempt, commit)
     }
 
     /// The tasks waiting to land, for a restart to enqueue again.

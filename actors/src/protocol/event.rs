@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
-use super::merge::{CheckoutSync, FixOf, LandingFailure, SweepReport};
+use super::merge::{CheckoutSync, FixOf, IntendedLanding, LandingFailure, SweepReport};
 use super::subplan::{DecompositionReason, RejectionReason, StopCondition};
 use super::task::{Budget, TaskSpec, TaskState};
 use super::work::{Role, Route};
@@ -228,6 +228,15 @@ pub enum EventKind {
         to: String,
         tasks: Vec<TaskId>,
         checkout: CheckoutSync,
+    },
+    /// Written ahead of the compare-and-swap that moves main from `from` to `to` (ADR-018):
+    /// the commit flotilla built for each task's work. After a crash, work is recognized as
+    /// landed only from these commits found on main's first-parent history, never from the
+    /// `Flotilla-Task` trailer text of a commit (an agent can write that).
+    LandingIntended {
+        from: String,
+        to: String,
+        landed: Vec<IntendedLanding>,
     },
     /// One sweep of main by the Reconciler. When red, fix tasks for its `fixes` follow
     /// (`FixTaskAdded`), except those an open fix already covers.
@@ -487,6 +496,15 @@ impl EventKind {
                 tasks: vec![t()],
                 checkout: CheckoutSync::Detached { at: "a".into() },
             },
+            EventKind::LandingIntended {
+                from: "a".into(),
+                to: "b".into(),
+                landed: vec![IntendedLanding {
+                    task: t(),
+                    attempt: u32::MAX,
+                    commit: "b\u{1b}".into(),
+                }],
+            },
             EventKind::SweepFinished {
                 report: SweepReport {
                     sweep: u32::MAX,
@@ -575,6 +593,7 @@ impl EventKind {
             EventKind::MergeConflict { .. } => "merge_conflict",
             EventKind::MergeGateFailed { .. } => "merge_gate_failed",
             EventKind::MainMoved { .. } => "main_moved",
+            EventKind::LandingIntended { .. } => "landing_intended",
             EventKind::SweepFinished { .. } => "sweep_finished",
             EventKind::SweepStale { .. } => "sweep_stale",
             EventKind::FinalizationStarted { .. } => "finalization_started",
@@ -800,6 +819,7 @@ mod tests {
             | EventKind::MergeConflict { .. }
             | EventKind::MergeGateFailed { .. }
             | EventKind::MainMoved { .. }
+            | EventKind::LandingIntended { .. }
             | EventKind::SweepFinished { .. }
             | EventKind::SweepStale { .. }
             | EventKind::FinalizationStarted { .. }

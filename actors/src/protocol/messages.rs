@@ -12,7 +12,9 @@ use actix::{Message, Recipient};
 
 use super::event::{AttemptFailure, Event, EventKind};
 use super::ids::TaskId;
-use super::merge::{CheckoutSync, LandRequest, LandingFailure, MergeHealth, SweepReport};
+use super::merge::{
+    CheckoutSync, IntendedLanding, LandRequest, LandingFailure, MergeHealth, SweepReport,
+};
 use super::subplan::{
     OpenDecomposition, RejectionReason, SubtaskEnded, SubtasksCompleted, TaskDecompositionAccepted,
     TaskDecompositionRejected, UserDecision,
@@ -149,6 +151,17 @@ pub enum FromMerging {
     Swept(Box<SweepReport>),
     /// A sweep was discarded: main moved from `commit` while it ran.
     SweepStale { sweep: u32, commit: String },
+}
+
+/// MergeQueue → TaskGraph, before it moves main (ADR-018): journal that main is about to
+/// move from `from` to `to` with these commits holding these tasks' work. Answered once the
+/// `LandingIntended` event is committed; the queue moves main only after an `Ok`.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), String>")]
+pub struct IntendLanding {
+    pub from: String,
+    pub to: String,
+    pub landed: Vec<IntendedLanding>,
 }
 
 /// The MergeQueue's inbox.
