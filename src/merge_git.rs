@@ -190,7 +190,13 @@ fn build(
     };
     let mut commits = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        let head = branch_head(repo, item)?;
+        let head = match branch_head(repo, item) {
+            Ok(head) => head,
+            Err(BranchHead::Unusable(detail)) => {
+                return Ok(BuildOutcome::Unusable { index, detail });
+            }
+            Err(BranchHead::Repo(e)) => return Err(e),
+        };
         let base = repo
             .merge_base(builder.candidate.id(), head.id())
             .map_err(|e| {
@@ -230,26 +236,36 @@ fn build(
     })
 }
 
+/// Why a branch's commit could not be had.
+enum BranchHead {
+    /// The branch is gone or moved: the item's own fault.
+    Unusable(String),
+    /// git failed.
+    Repo(RepoError),
+}
+
 /// The branch's commit: it must still be where the handoff said.
 fn branch_head<'r>(
     repo: &'r git2::Repository,
     item: &LandItem,
-) -> Result<git2::Commit<'r>, RepoError> {
+) -> Result<git2::Commit<'r>, BranchHead> {
     let name = format!("refs/heads/{}", item.branch);
     let reference = match repo.find_reference(&name) {
         Ok(r) => r,
         Err(e) if e.code() == git2::ErrorCode::NotFound => {
-            return Err(RepoError::Git(format!(
+            return Err(BranchHead::Unusable(format!(
                 "branch {} (task {}) does not exist",
                 item.branch, item.task
             )));
         }
-        Err(e) => return Err(git(e)),
+        Err(e) => return Err(BranchHead::Repo(git(e))),
     };
-    let head = reference.peel_to_commit().map_err(git)?;
-    let expected = oid(&item.head)?;
+    let head = reference
+        .peel_to_commit()
+        .map_err(|e| BranchHead::Repo(git(e)))?;
+    let expected = oid(&item.head).map_err(BranchHead::Repo)?;
     if head.id() != expected {
-        return Err(RepoError::Git(format!(
+        return Err(BranchHead::Unusable(format!(
             "branch {} (task {}) is at {}, not at {} as its handoff recorded: it moved after \
              the handoff and is not landed",
             item.branch,

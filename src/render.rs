@@ -413,6 +413,9 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             ),
             Tone::Dim,
         ),
+        EventKind::LandingRequeued { task, fix } => plain(format!(
+            "{fix} had nothing to resolve: {task} goes back to the merge queue"
+        )),
         EventKind::SweepFinished { report } => {
             let what = if report.green {
                 format!(

@@ -9,8 +9,8 @@ use std::path::Path;
 use flotilla::merge_git::GitMerge;
 use flotilla::worktrees::{FLOTILLA_EMAIL, FLOTILLA_NAME, GitWorktrees};
 use flotilla_actors::ports::{
-    BranchFate, BuildOutcome, CheckoutSync, LandItem, LandMode, MarkerHit, MergeGit, RepoError,
-    ScratchTree, WorktreeRequest, WorktreeStart, Worktrees,
+    BranchFate, BuildOutcome, CheckoutSync, LandItem, LandMode, MarkerHit, MergeGit, ScratchTree,
+    WorktreeRequest, WorktreeStart, Worktrees,
 };
 use flotilla_actors::protocol::{RunId, TaskId, branch_name};
 
@@ -505,7 +505,7 @@ async fn build_refuses_a_branch_that_is_not_where_its_handoff_left_it() {
     f.branch("flotilla/r/t1", None);
     let head = f.commit_on("flotilla/r/t1", &[("x.txt", Some("x\n"))], "t1: x");
     let moved = f.commit_on("flotilla/r/t1", &[("y.txt", Some("y\n"))], "t1: later");
-    let RepoError::Git(e) = f
+    let outcome = f
         .merge
         .build(
             onto.clone(),
@@ -513,25 +513,37 @@ async fn build_refuses_a_branch_that_is_not_where_its_handoff_left_it() {
             LandMode::Rebase,
         )
         .await
-        .unwrap_err()
+        .unwrap();
+    let BuildOutcome::Unusable {
+        index: 0,
+        detail: e,
+    } = outcome
     else {
-        panic!()
+        panic!("{outcome:?}")
     };
     assert!(
         e.contains("flotilla/r/t1") && e.contains(&moved) && e.contains(&head),
         "{e}"
     );
-    let RepoError::Git(e) = f
+    // The second item of a batch is gone: it alone is named.
+    let outcome = f
         .merge
         .build(
             onto,
-            vec![item("t2", "flotilla/r/t2", &head)],
+            vec![
+                item("t1", "flotilla/r/t1", &moved),
+                item("t2", "flotilla/r/t2", &head),
+            ],
             LandMode::Rebase,
         )
         .await
-        .unwrap_err()
+        .unwrap();
+    let BuildOutcome::Unusable {
+        index: 1,
+        detail: e,
+    } = outcome
     else {
-        panic!()
+        panic!("{outcome:?}")
     };
     assert!(e.contains("flotilla/r/t2 (task t2) does not exist"), "{e}");
 }

@@ -478,3 +478,47 @@ async fn trailers_an_agent_wrote_for_other_tasks_never_reach_main() {
         .collect();
     assert_eq!(lines, vec![format!("Flotilla-Task: {}/t1", f.run)]);
 }
+
+#[actix::test]
+async fn a_batch_mates_missing_branch_fails_that_entry_alone() {
+    let f = Fixture::new();
+    let one = f.branch("t1", &[("a.txt", "a\n")]);
+    let two = f.branch("t2", &[("b.txt", "b\n")]);
+    let three = f.branch("t3", &[("c.txt", "c\n")]);
+    // t2's branch went (a conflict fix that landed deleted it, say).
+    f.repo()
+        .find_branch(&two.branch, git2::BranchType::Local)
+        .unwrap()
+        .delete()
+        .unwrap();
+    let (queue, mut inbox) = f.queue(&[]);
+    for r in [one, two, three] {
+        queue.do_send(ToMergeQueue::Enqueue(Box::new(r)));
+    }
+    let seen = verdicts(&mut inbox, 3).await;
+    let failed: Vec<(TaskId, String)> = seen
+        .iter()
+        .filter_map(|m| match m {
+            FromMerging::Failed {
+                task,
+                failure: LandingFailure::Git { detail },
+                ..
+            } => Some((task.clone(), detail.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 1, "{seen:?}");
+    assert_eq!(failed[0].0, task("t2"));
+    assert!(failed[0].1.contains("does not exist"), "{}", failed[0].1);
+    let mut landed: Vec<TaskId> = seen
+        .iter()
+        .flat_map(|m| match m {
+            FromMerging::MainMoved { landed, .. } => {
+                landed.iter().map(|(t, _, _)| t.clone()).collect()
+            }
+            _ => Vec::new(),
+        })
+        .collect();
+    landed.sort();
+    assert_eq!(landed, vec![task("t1"), task("t3")]);
+}

@@ -429,6 +429,18 @@ impl Cycle {
                     self.conflict(items, index, files, clashing, main_moved, end);
                     return Round::Again;
                 }
+                Ok(BuildOutcome::Unusable { index, detail }) => {
+                    // Only that branch is at fault (gone, or moved since its handoff): it
+                    // fails, and its batch-mates go back first in line.
+                    for (i, q) in items.iter().enumerate() {
+                        if i == index {
+                            self.fail_one(q, detail.clone(), end);
+                        } else {
+                            end.requeue.push(q.clone());
+                        }
+                    }
+                    return Round::Again;
+                }
                 Err(e) => {
                     self.fail_all(items, e.to_string(), end);
                     return Round::Again;
@@ -666,15 +678,17 @@ impl Cycle {
 
     fn fail_all(&self, items: &[Queued], detail: String, end: &mut CycleEnd) {
         for q in items {
-            self.graph.do_send(FromMerging::Failed {
-                task: q.request.task.clone(),
-                attempt: q.request.attempt,
-                failure: LandingFailure::Git {
-                    detail: detail.clone(),
-                },
-            });
-            end.failed += 1;
+            self.fail_one(q, detail.clone(), end);
         }
+    }
+
+    fn fail_one(&self, q: &Queued, detail: String, end: &mut CycleEnd) {
+        self.graph.do_send(FromMerging::Failed {
+            task: q.request.task.clone(),
+            attempt: q.request.attempt,
+            failure: LandingFailure::Git { detail },
+        });
+        end.failed += 1;
     }
 
     /// A landed branch goes, and with a conflict fix the branch it fixed.

@@ -392,6 +392,8 @@ impl TaskGraph {
                         .do_send(ToDispatch::Release { task: task.clone() });
                     self.enqueue_landing(task, false);
                 }
+                // Its conflict fix had nothing to resolve: the task's branch lands itself.
+                EventKind::LandingRequeued { task, .. } => self.enqueue_landing(task, false),
                 EventKind::FinalizationStarted { attempt } => {
                     if let Some(reconciler) = &self.reconciler {
                         reconciler.do_send(ToReconciler::Finalize { attempt: *attempt });

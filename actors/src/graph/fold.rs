@@ -113,7 +113,8 @@ impl RunGraph {
             | EventKind::MessageIgnored { .. }
             | EventKind::MergeConflict { .. }
             | EventKind::MergeGateFailed { .. }
-            | EventKind::SweepStale { .. } => {}
+            | EventKind::SweepStale { .. }
+            | EventKind::LandingRequeued { .. } => {}
             EventKind::MainMoved { to, .. } => self.main_tip = Some(to.clone()),
             EventKind::LandingIntended { to, landed, .. } => {
                 for l in landed {

@@ -90,9 +90,26 @@ impl RunGraph {
         self.landed(task, attempt, commit)
     }
 
-    /// The tasks waiting to land, for a restart to enqueue again.
+    /// The tasks whose branches wait in the merge queue, for a restart to enqueue again:
+    /// every `Landing` task except those waiting for their conflict fix (their branch lands
+    /// through the fix, or fails with it; enqueued again it would conflict again and ask
+    /// for a second fix, and the fix's landing would delete the branch under it).
     pub fn landing_tasks(&self) -> Vec<TaskId> {
         self.tasks_in(TaskState::Landing)
+            .into_iter()
+            .filter(|t| !self.waits_for_its_fix(t))
+            .collect()
+    }
+
+    /// `task` is `Landing` and a conflict fix made for it has not ended.
+    pub fn waits_for_its_fix(&self, task: &TaskId) -> bool {
+        let Some(node) = self.task(task) else {
+            return false;
+        };
+        node.state == TaskState::Landing
+            && node
+                .fixed_by
+                .is_some_and(|fix| !self.dag[fix].state.is_terminal())
     }
 
     /// The merge queue put `task`'s work on main in `commit`. A conflict fix lands the task
@@ -389,6 +406,26 @@ impl RunGraph {
     /// Whether a finalization round waits for its sweep (for a restart to ask again).
     pub fn awaiting_final_sweep(&self) -> Option<u32> {
         (self.awaiting_sweep && self.outcome.is_none()).then_some(self.finalization)
+    }
+
+    /// A conflict fix that completed without landing (its diff was empty: nothing was left
+    /// to resolve, because what its task clashed with had not landed when the fix started)
+    /// sends its task's own branch back to the queue, which lands it or reports a conflict
+    /// again. Without this the task would stay `Landing` for ever.
+    pub(super) fn fix_landed_nothing(
+        &mut self,
+        out: &mut Emitted,
+        fix: petgraph::graph::NodeIndex,
+    ) -> Result<(), GraphError> {
+        let Some(FixOf::Conflict { task, .. }) = self.dag[fix].fix.as_deref().cloned() else {
+            return Ok(());
+        };
+        let of = self.ix(&task)?;
+        if self.dag[of].state != TaskState::Landing || self.dag[of].fixed_by != Some(fix) {
+            return Ok(());
+        }
+        let fix = self.dag[fix].id.clone();
+        self.emit(out, EventKind::LandingRequeued { task, fix })
     }
 
     /// A conflict fix that did not complete takes the task it was fixing down with it.

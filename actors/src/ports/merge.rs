@@ -77,6 +77,9 @@ pub enum BuildOutcome {
         /// worth one more try; a conflict on an unmoved main is the branch's own).
         main_moved: bool,
     },
+    /// Item `index`'s branch cannot be built: it is gone, or not where its handoff left it.
+    /// That item alone is at fault; the others may be built without it.
+    Unusable { index: usize, detail: String },
 }
 
 /// A detached checkout of one commit, outside the target repository's work tree.

@@ -238,6 +238,13 @@ pub enum EventKind {
         to: String,
         landed: Vec<IntendedLanding>,
     },
+    /// `task`'s conflict fix `fix` completed without landing anything (it had nothing to
+    /// resolve: the branch it clashed with had not landed yet when the fix started). The
+    /// task's own branch goes back to the merge queue; it stays `Landing`.
+    LandingRequeued {
+        task: TaskId,
+        fix: TaskId,
+    },
     /// One sweep of main by the Reconciler. When red, fix tasks for its `fixes` follow
     /// (`FixTaskAdded`), except those an open fix already covers.
     SweepFinished {
@@ -505,6 +512,10 @@ impl EventKind {
                     commit: "b\u{1b}".into(),
                 }],
             },
+            EventKind::LandingRequeued {
+                task: t(),
+                fix: t(),
+            },
             EventKind::SweepFinished {
                 report: SweepReport {
                     sweep: u32::MAX,
@@ -594,6 +605,7 @@ impl EventKind {
             EventKind::MergeGateFailed { .. } => "merge_gate_failed",
             EventKind::MainMoved { .. } => "main_moved",
             EventKind::LandingIntended { .. } => "landing_intended",
+            EventKind::LandingRequeued { .. } => "landing_requeued",
             EventKind::SweepFinished { .. } => "sweep_finished",
             EventKind::SweepStale { .. } => "sweep_stale",
             EventKind::FinalizationStarted { .. } => "finalization_started",
@@ -820,6 +832,7 @@ mod tests {
             | EventKind::MergeGateFailed { .. }
             | EventKind::MainMoved { .. }
             | EventKind::LandingIntended { .. }
+            | EventKind::LandingRequeued { .. }
             | EventKind::SweepFinished { .. }
             | EventKind::SweepStale { .. }
             | EventKind::FinalizationStarted { .. }
