@@ -14,6 +14,7 @@ mod dispatch;
 mod fuzz_regressions;
 mod harness;
 mod landing;
+mod landing_machine;
 mod landing_recovery;
 mod merge_example;
 mod merge_git;

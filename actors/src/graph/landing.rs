@@ -403,6 +403,11 @@ impl RunGraph {
         )
     }
 
+    /// The tip flotilla last moved main to (journaled by `MainMoved`), if it moved it.
+    pub fn main_tip(&self) -> Option<String> {
+        self.main_tip.clone()
+    }
+
     /// Whether a finalization round waits for its sweep (for a restart to ask again).
     pub fn awaiting_final_sweep(&self) -> Option<u32> {
         (self.awaiting_sweep && self.outcome.is_none()).then_some(self.finalization)
