@@ -9,7 +9,9 @@ use flotilla::git_repo::GitRepo;
 use flotilla::merge_git::GitMerge;
 use flotilla::process::TokioProcessRunner;
 use flotilla_actors::actors::{MergeConfig, MergeKit, MergeQueue};
+use flotilla_actors::ports::{MainRef, MainRefError};
 use flotilla_actors::protocol::*;
+use futures::future::BoxFuture;
 
 use crate::daemon_env::{commit_files, init_repo};
 use crate::harness::{Inbox, probe, task};
@@ -111,6 +113,16 @@ impl Fixture {
     }
 
     fn queue(&self, gate: &[&str]) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
+        let main = Arc::new(GitRepo::new(self.repo_path.clone()));
+        self.queue_with_main(gate, main)
+    }
+
+    /// A queue whose compare-and-swap goes through `main`.
+    fn queue_with_main(
+        &self,
+        gate: &[&str],
+        main: Arc<dyn MainRef>,
+    ) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
         let (graph, inbox) = probe::<FromMerging>("graph");
         let reader = Arc::new(GitRepo::new(self.repo_path.clone()));
         let kit = MergeKit {
@@ -118,7 +130,7 @@ impl Fixture {
                 self.repo_path.clone(),
                 self.repo_path.parent().unwrap().join("scratch"),
             )),
-            main: reader.clone(),
+            main,
             reader,
             runner: Arc::new(TokioProcessRunner),
             config: MergeConfig {
@@ -521,4 +533,52 @@ async fn a_batch_mates_missing_branch_fails_that_entry_alone() {
         .collect();
     landed.sort();
     assert_eq!(landed, vec![task("t1"), task("t3")]);
+}
+
+/// main's ref as another writer contends for it: the first `busy` compare-and-swaps find
+/// it locked; then the real one.
+struct Contended {
+    real: GitRepo,
+    busy: Mutex<u32>,
+}
+
+impl MainRef for Contended {
+    fn compare_and_swap(
+        &self,
+        expected: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<(), MainRefError>> {
+        let mut busy = self.busy.lock().unwrap();
+        if *busy > 0 {
+            *busy -= 1;
+            return Box::pin(async {
+                Err(MainRefError::Busy {
+                    detail: "failed to lock file 'refs/heads/main.lock'".into(),
+                })
+            });
+        }
+        self.real.compare_and_swap(expected, new)
+    }
+}
+
+#[actix::test]
+async fn a_locked_main_is_waited_for_and_the_batch_lands_uncharged() {
+    let f = Fixture::new();
+    let one = f.branch("t1", &[("a.txt", "a\n")]);
+    let two = f.branch("t2", &[("b.txt", "b\n")]);
+    let main = Arc::new(Contended {
+        real: GitRepo::new(f.repo_path.clone()),
+        busy: Mutex::new(3),
+    });
+    let (queue, mut inbox) = f.queue_with_main(&[], main.clone());
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(one)));
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(two)));
+    let seen = verdicts(&mut inbox, 2).await;
+    assert!(
+        seen.iter()
+            .all(|m| matches!(m, FromMerging::MainMoved { .. })),
+        "contention is nobody's failure: {seen:?}"
+    );
+    assert_eq!(*main.busy.lock().unwrap(), 0, "it was locked three times");
+    assert_eq!(f.history().len(), 2);
 }

@@ -104,6 +104,15 @@ const RETRY_PENALTY: u64 = 4;
 /// Compare-and-swaps that may find main moved by someone else, in a row, before the batch's
 /// tasks fail.
 const MAX_MAIN_RACES: u32 = 10;
+/// Waits for main's lock (held by another writer) in one round before the batch goes back
+/// to the queue: about 10 s in all.
+const MAX_LOCK_WAITS: u32 = 8;
+
+/// The wait before the `n`-th try after finding main locked: 40 ms doubling, at most 4 s.
+fn lock_backoff(n: u32) -> Duration {
+    Duration::from_millis(40u64.saturating_mul(1 << n.min(7)).min(4_000))
+}
+
 /// Landings the median wait is taken over.
 const WAITS_KEPT: usize = 64;
 
@@ -396,6 +405,7 @@ impl Cycle {
     /// Builds `items` on main's tip, gates the candidate and moves main to it.
     async fn round(&self, items: &[Queued], end: &mut CycleEnd, flaky_retry: bool) -> Round {
         let mut races = 0;
+        let mut lock_waits = 0;
         loop {
             let tip = match self.kit.reader.main_tip().await {
                 Ok(tip) => tip,
@@ -512,6 +522,26 @@ impl Cycle {
                 }
                 Err(MainRefError::Moved { .. }) if races < MAX_MAIN_RACES => {
                     races += 1;
+                    continue;
+                }
+                Err(MainRefError::Busy { detail }) => {
+                    // Another writer holds main's lock: contention, never the batch's
+                    // fault. Wait (exponentially, bounded) and build again on whatever main
+                    // is then; past the bound the batch goes back to the queue unjudged.
+                    if lock_waits >= MAX_LOCK_WAITS {
+                        warn!(run = %self.run, %detail, "main stayed locked; the batch waits in the queue");
+                        end.requeue.extend(items.iter().cloned());
+                        return Round::Again;
+                    }
+                    let wait = lock_backoff(lock_waits);
+                    lock_waits += 1;
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.cancel.cancelled() => {
+                            end.requeue.extend(items.iter().cloned());
+                            return Round::Again;
+                        }
+                    }
                     continue;
                 }
                 Err(e) => {

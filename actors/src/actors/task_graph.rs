@@ -218,7 +218,10 @@ impl TaskGraph {
             if let (Some(attempt), Some(reconciler)) =
                 (act.graph.awaiting_final_sweep(), &act.reconciler)
             {
-                reconciler.do_send(ToReconciler::Finalize { attempt });
+                reconciler.do_send(ToReconciler::Finalize {
+                    attempt,
+                    commit: act.graph.main_tip(),
+                });
             }
             // The Subplanner's open decompositions continue where its journaled
             // conversation left off.
@@ -396,7 +399,10 @@ impl TaskGraph {
                 EventKind::LandingRequeued { task, .. } => self.enqueue_landing(task, false),
                 EventKind::FinalizationStarted { attempt } => {
                     if let Some(reconciler) = &self.reconciler {
-                        reconciler.do_send(ToReconciler::Finalize { attempt: *attempt });
+                        reconciler.do_send(ToReconciler::Finalize {
+                            attempt: *attempt,
+                            commit: self.graph.main_tip(),
+                        });
                     }
                 }
                 EventKind::TaskFailed { task, reason, .. } => {

@@ -132,7 +132,8 @@ impl RunGraph {
                         commits.push(l.commit.clone());
                     }
                 }
-                self.intended_tip = Some(to.clone());
+                let commits = landed.iter().map(|l| l.commit.clone()).collect();
+                self.last_intent = Some(Box::new((to.clone(), commits)));
             }
             EventKind::TaskLanding {
                 task,

@@ -10,8 +10,9 @@ use std::collections::VecDeque;
 use super::scope::ScopePath;
 use super::{Emitted, GraphError, RunGraph};
 use crate::protocol::{
-    AttemptFailure, Budget, EventKind, FailureReason, FixOf, Handoff, IntendedLanding, LandRequest,
-    LandingFailure, Priority, RunOutcome, SweepReport, TaskId, TaskSpec, TaskState, commit_subject,
+    AttemptFailure, Budget, CheckoutSync, EventKind, FailureReason, FixOf, Handoff,
+    IntendedLanding, LandRequest, LandingFailure, Priority, RunOutcome, SweepReport, TaskId,
+    TaskSpec, TaskState, commit_subject,
 };
 
 /// How many of main's clashing commits a conflict fix's description lists.
@@ -87,7 +88,25 @@ impl RunGraph {
             );
             return Ok(out);
         }
-        self.landed(task, attempt, commit)
+        let mut out = Vec::new();
+        // The compare-and-swap of the last intent happened: main was moved to its tip by
+        // flotilla, which `MainMoved` never said (the crash came first). Said now, so that
+        // "the tip flotilla last wrote" stays true for the main-moved check and the
+        // finalization's sweep.
+        if let Some(intent) = self.last_intent.as_deref()
+            && intent.1.iter().any(|c| c == commit)
+            && self.main_tip.as_deref() != Some(intent.0.as_str())
+        {
+            let moved = EventKind::MainMoved {
+                from: self.main_tip.clone().unwrap_or_default(),
+                to: intent.0.clone(),
+                tasks: vec![task.clone()],
+                checkout: CheckoutSync::NotCheckedOut,
+            };
+            self.emit(&mut out, moved)?;
+        }
+        out.extend(self.landed(task, attempt, commit)?);
+        Ok(out)
     }
 
     /// The tasks whose branches wait in the merge queue, for a restart to enqueue again:

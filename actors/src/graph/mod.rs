@@ -193,9 +193,9 @@ pub struct RunGraph {
     /// `Landing` task's work, oldest first (ADR-018): after a crash, the only evidence that
     /// its work is on main. Dropped when the task lands or leaves `Landing`.
     intents: HashMap<TaskId, Vec<String>>,
-    /// The last `LandingIntended`'s target tip: main may be there though no `MainMoved`
-    /// says so (a crash after the compare-and-swap).
-    intended_tip: Option<String>,
+    /// The last `LandingIntended`: its target tip and its commits. main may be there
+    /// though no `MainMoved` says so (a crash after the compare-and-swap).
+    last_intent: Option<Box<(String, Vec<String>)>>,
 }
 
 /// What a command did: the events it emitted (already applied), in order.
@@ -232,7 +232,7 @@ impl RunGraph {
             last_red: None,
             main_tip: None,
             intents: HashMap::new(),
-            intended_tip: None,
+            last_intent: None,
         }
     }
 

@@ -158,6 +158,10 @@ pub enum MainRefError {
     /// main is not where the caller built on: it must rebuild on the new tip.
     #[error("main moved: expected {expected}, found {actual}")]
     Moved { expected: String, actual: String },
+    /// main's ref is locked by another writer (git's `main.lock`: another flotilla run, a
+    /// user's git command): contention, not failure; worth waiting for.
+    #[error("main is locked by another writer: {detail}")]
+    Busy { detail: String },
     #[error(transparent)]
     Repo(#[from] RepoError),
 }

@@ -181,8 +181,13 @@ pub enum ToMergeQueue {
 pub enum ToReconciler {
     /// main moved (from the MergeQueue): sweep soon, debounced.
     MainMoved { tip: String },
-    /// Finalization round `attempt` needs a sweep of main now.
-    Finalize { attempt: u32 },
+    /// Finalization round `attempt` needs a sweep now: of `commit`, the tip this run last
+    /// moved main to (ADR-018: what this run landed, whatever another run or the user put
+    /// on top since), or of main's tip when the run moved nothing.
+    Finalize {
+        attempt: u32,
+        commit: Option<String>,
+    },
     /// Timer: the adaptive interval elapsed, or the debounce after main moved.
     Tick { generation: u64 },
 }
