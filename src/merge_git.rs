@@ -930,6 +930,17 @@ impl MergeGit for GitMerge {
         self.blocking(false, move |repo, _| find_on_main(repo, &tip, &candidates))
     }
 
+    fn contains(
+        &self,
+        tip: String,
+        ancestor: String,
+    ) -> BoxFuture<'static, Result<bool, RepoError>> {
+        self.blocking(false, move |repo, _| {
+            let (tip, ancestor) = (oid(&tip)?, oid(&ancestor)?);
+            Ok(tip == ancestor || repo.graph_descendant_of(tip, ancestor).map_err(git)?)
+        })
+    }
+
     fn scratch(
         &self,
         commit: String,

@@ -582,3 +582,71 @@ async fn a_locked_main_is_waited_for_and_the_batch_lands_uncharged() {
     assert_eq!(*main.busy.lock().unwrap(), 0, "it was locked three times");
     assert_eq!(f.history().len(), 2);
 }
+
+#[actix::test]
+async fn a_users_commit_on_main_is_kept_and_a_reset_of_main_pauses_landing_without_replaying() {
+    let f = Fixture::new();
+    let (queue, mut inbox) = f.queue(&[]);
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t1", &[("a.txt", "a\n")]),
+    )));
+    verdicts(&mut inbox, 1).await;
+    let landed_t1 = f.main_tip();
+    // The user commits on main: kept, and t2 lands on top of it.
+    let users = commit_on_main(&f, "mine.txt", "my own change\n");
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t2", &[("b.txt", "b\n")]),
+    )));
+    let seen = verdicts(&mut inbox, 1).await;
+    assert!(
+        matches!(&seen[0], FromMerging::MainMoved { from, .. } if *from == users.to_string()),
+        "{seen:?}"
+    );
+    let history = f.history();
+    assert_eq!(history.len(), 3);
+    assert_eq!(history[1], users, "the user's commit stays, under t2's");
+    let landed_t2 = f.main_tip();
+
+    // Now someone resets main to before t1 (t1, the user's commit and t2 dropped).
+    f.repo()
+        .reference("refs/heads/main", f.base, true, "reset")
+        .unwrap();
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t3", &[("c.txt", "c\n")]),
+    )));
+    let note = inbox.expect().await;
+    let FromMerging::Note(note) = note else {
+        panic!("a pause, said: {note:?}");
+    };
+    assert_eq!(
+        *note,
+        EventKind::MainDiverged {
+            expected: landed_t2.to_string(),
+            actual: f.base.to_string(),
+        }
+    );
+    inbox.expect_none().await;
+    assert_eq!(f.main_tip(), f.base, "nothing replayed, nothing landed");
+    assert_ne!(landed_t1, landed_t2);
+
+    // The user puts main back: the next branch lands t3 (and t4) on top.
+    f.repo()
+        .reference("refs/heads/main", landed_t2, true, "restore")
+        .unwrap();
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t4", &[("d.txt", "d\n")]),
+    )));
+    let seen = verdicts(&mut inbox, 2).await;
+    let mut landed: Vec<TaskId> = seen
+        .iter()
+        .flat_map(|m| match m {
+            FromMerging::MainMoved { landed, .. } => {
+                landed.iter().map(|(t, _, _)| t.clone()).collect::<Vec<_>>()
+            }
+            other => panic!("only landings: {other:?}"),
+        })
+        .collect();
+    landed.sort();
+    assert_eq!(landed, vec![task("t3"), task("t4")]);
+    assert_eq!(f.history().len(), 4 + 1);
+}

@@ -96,6 +96,10 @@ impl MergeGit for FakeGit {
         not_used("build")
     }
 
+    fn contains(&self, _: String, _: String) -> BoxFuture<'static, Result<bool, RepoError>> {
+        not_used("contains")
+    }
+
     fn find_on_main(
         &self,
         _: String,

@@ -153,6 +153,12 @@ pub struct MergeQueue {
     busy: bool,
     /// The user's checkout is being brought to main's tip at the queue's start; cycles wait.
     catching_up: bool,
+    /// The tip this queue (or the run's earlier life, from the journal) last moved main to:
+    /// main must still contain it before each landing (ADR-018).
+    written: Option<String>,
+    /// main no longer contains `written` (it was reset): landing is paused; this is the tip
+    /// found, said once. A new branch (or a restart) looks again.
+    diverged: Option<String>,
     landed: u64,
     failed: u64,
     waits_ms: Vec<u64>,
@@ -165,6 +171,10 @@ struct CycleEnd {
     requeue: Vec<Queued>,
     landed: Vec<Duration>,
     failed: u64,
+    /// The tip the cycle last moved main to.
+    written: Option<String>,
+    /// main no longer contains what flotilla wrote: this is where it is.
+    diverged: Option<String>,
 }
 
 impl MergeQueue {
@@ -185,12 +195,20 @@ impl MergeQueue {
             next_position: 0,
             busy: false,
             catching_up: false,
+            written: None,
+            diverged: None,
             landed: 0,
             failed: 0,
             waits_ms: Vec::new(),
             cancel: CancellationToken::new(),
             lifeline: None,
         }
+    }
+
+    /// The tip the run last moved main to, from its journal (a restarted run).
+    pub fn with_written(mut self, tip: Option<String>) -> Self {
+        self.written = tip;
+        self
     }
 
     pub fn with_reconciler(mut self, reconciler: Recipient<ToReconciler>) -> Self {
@@ -241,6 +259,7 @@ impl MergeQueue {
         }
         self.busy = true;
         let cycle = Cycle {
+            written: self.written.clone(),
             kit: self.kit.clone(),
             graph: self.graph.clone(),
             intents: self.intents.clone(),
@@ -253,6 +272,10 @@ impl MergeQueue {
                 .into_actor(self)
                 .map(|end, act, ctx| {
                     act.busy = false;
+                    if let Some(tip) = end.written.clone() {
+                        act.written = Some(tip);
+                    }
+                    let diverged = end.diverged.clone();
                     for queued in end.requeue {
                         let key = if queued.conflict_retried {
                             // Its second try goes behind what waits now.
@@ -272,6 +295,20 @@ impl MergeQueue {
                     if let Some(planner) = &act.planner {
                         planner.do_send(ToPlanner::MergeHealth(act.health()));
                     }
+                    if let Some(actual) = diverged {
+                        // Paused: said once per tip found; the next branch looks again.
+                        if act.diverged.as_ref() != Some(&actual) {
+                            act.graph.do_send(FromMerging::Note(Box::new(
+                                EventKind::MainDiverged {
+                                    expected: act.written.clone().unwrap_or_default(),
+                                    actual: actual.clone(),
+                                },
+                            )));
+                        }
+                        act.diverged = Some(actual);
+                        return;
+                    }
+                    act.diverged = None;
                     act.pump(ctx);
                 }),
         );
@@ -288,6 +325,8 @@ impl MergeQueue {
 
 /// One landing cycle's world, moved off the actor.
 struct Cycle {
+    /// The tip main must still contain (the last one flotilla wrote).
+    written: Option<String>,
     kit: MergeKit,
     graph: Recipient<FromMerging>,
     intents: Recipient<IntendLanding>,
@@ -312,6 +351,8 @@ impl Cycle {
             requeue: Vec::new(),
             landed: Vec::new(),
             failed: 0,
+            written: None,
+            diverged: None,
         };
         let batch = self.already_landed(batch, &mut end).await;
         if batch.is_empty() {
@@ -414,6 +455,26 @@ impl Cycle {
                     return Round::Again;
                 }
             };
+            // main must still hold what flotilla last wrote there. Moved forward (a user's
+            // commit, another run's landing): the batch is built on top. Reset, force-pushed
+            // or moved aside: landing stops, and nothing dropped is replayed.
+            let written = end.written.as_ref().or(self.written.as_ref());
+            if let Some(written) = written.filter(|w| **w != tip) {
+                match self.kit.git.contains(tip.clone(), written.clone()).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        end.requeue.extend(items.iter().cloned());
+                        end.diverged = Some(tip);
+                        return Round::Again;
+                    }
+                    Err(e) => {
+                        warn!(run = %self.run, error = %e, "checking that main holds what was landed");
+                        end.requeue.extend(items.iter().cloned());
+                        end.diverged = Some(tip);
+                        return Round::Again;
+                    }
+                }
+            }
             let lands: Vec<LandItem> = items
                 .iter()
                 .map(|q| land_item(self.run, &q.request))
@@ -517,6 +578,7 @@ impl Cycle {
                     // branches still there, no event). A restart must find the intended
                     // commits on main and report them, not land the tasks a second time.
                     fail::fail_point!("merge::after-cas", |_| crash_here("merge::after-cas"));
+                    end.written = Some(candidate.clone());
                     self.landed(items, &tip, &candidate, commits, end).await;
                     return Round::Landed;
                 }

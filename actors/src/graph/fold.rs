@@ -114,7 +114,8 @@ impl RunGraph {
             | EventKind::MergeConflict { .. }
             | EventKind::MergeGateFailed { .. }
             | EventKind::SweepStale { .. }
-            | EventKind::LandingRequeued { .. } => {}
+            | EventKind::LandingRequeued { .. }
+            | EventKind::MainDiverged { .. } => {}
             EventKind::MainMoved { to, .. } => self.main_tip = Some(to.clone()),
             EventKind::LandingIntended { to, landed, .. } => {
                 for l in landed {

@@ -292,7 +292,8 @@ impl RunGraph {
         match note {
             EventKind::MergeConflict { .. }
             | EventKind::MergeGateFailed { .. }
-            | EventKind::MainMoved { .. } => self.emit(&mut out, note)?,
+            | EventKind::MainMoved { .. }
+            | EventKind::MainDiverged { .. } => self.emit(&mut out, note)?,
             other => self.ignore(
                 &mut out,
                 None,

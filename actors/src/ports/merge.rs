@@ -117,6 +117,14 @@ pub trait MergeGit: Send + Sync + 'static {
         candidates: Vec<Vec<String>>,
     ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>>;
 
+    /// Whether `tip` is `ancestor` or descends from it (main still holds what flotilla
+    /// wrote there).
+    fn contains(
+        &self,
+        tip: String,
+        ancestor: String,
+    ) -> BoxFuture<'static, Result<bool, RepoError>>;
+
     /// A fresh detached checkout of `commit` for commands to run in (`label` names its
     /// directory).
     fn scratch(

@@ -245,6 +245,14 @@ pub enum EventKind {
         task: TaskId,
         fix: TaskId,
     },
+    /// main no longer contains `expected`, the tip flotilla last moved it to: someone reset
+    /// it, force-pushed, or moved it with `update-ref` (ADR-018). The merge queue stops
+    /// landing (it never replays what was dropped) until main contains `expected` again;
+    /// its branches wait.
+    MainDiverged {
+        expected: String,
+        actual: String,
+    },
     /// One sweep of main by the Reconciler. When red, fix tasks for its `fixes` follow
     /// (`FixTaskAdded`), except those an open fix already covers.
     SweepFinished {
@@ -516,6 +524,10 @@ impl EventKind {
                 task: t(),
                 fix: t(),
             },
+            EventKind::MainDiverged {
+                expected: "a".into(),
+                actual: "b\u{1b}".into(),
+            },
             EventKind::SweepFinished {
                 report: SweepReport {
                     sweep: u32::MAX,
@@ -606,6 +618,7 @@ impl EventKind {
             EventKind::MainMoved { .. } => "main_moved",
             EventKind::LandingIntended { .. } => "landing_intended",
             EventKind::LandingRequeued { .. } => "landing_requeued",
+            EventKind::MainDiverged { .. } => "main_diverged",
             EventKind::SweepFinished { .. } => "sweep_finished",
             EventKind::SweepStale { .. } => "sweep_stale",
             EventKind::FinalizationStarted { .. } => "finalization_started",
@@ -833,6 +846,7 @@ mod tests {
             | EventKind::MainMoved { .. }
             | EventKind::LandingIntended { .. }
             | EventKind::LandingRequeued { .. }
+            | EventKind::MainDiverged { .. }
             | EventKind::SweepFinished { .. }
             | EventKind::SweepStale { .. }
             | EventKind::FinalizationStarted { .. }
