@@ -214,6 +214,16 @@ impl MainRef for GitRepo {
                                 .unwrap_or_default();
                             Err(MainRefError::Moved { expected, actual })
                         }
+                        // Another writer holds `main.lock` (libgit2 says Locked; some
+                        // versions only say so in the message): contention (ADR-018).
+                        Err(e)
+                            if e.code() == git2::ErrorCode::Locked
+                                || e.message().contains(".lock") =>
+                        {
+                            Err(MainRefError::Busy {
+                                detail: e.message().to_string(),
+                            })
+                        }
                         Err(e) => Err(MainRefError::Repo(git(e))),
                     }
                 })
@@ -311,6 +321,36 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(main.main_tip().await.unwrap(), first);
+    }
+
+    #[tokio::test]
+    async fn a_locked_main_is_contention_not_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_opts(
+            dir.path(),
+            git2::RepositoryInitOptions::new().initial_head("main"),
+        )
+        .unwrap();
+        commit(&repo, &[("a.txt", "a\n")], "one");
+        let one = repo.refname_to_id("refs/heads/main").unwrap();
+        commit(&repo, &[("a.txt", "b\n")], "two");
+        let two = repo.refname_to_id("refs/heads/main").unwrap();
+        repo.reference("refs/heads/main", one, true, "back")
+            .unwrap();
+        // Another writer is moving main right now.
+        let lock = dir.path().join(".git/refs/heads/main.lock");
+        std::fs::write(&lock, format!("{one}\n")).unwrap();
+        let main = GitRepo::new(dir.path());
+        let busy = main
+            .compare_and_swap(one.to_string(), two.to_string())
+            .await
+            .unwrap_err();
+        assert!(matches!(busy, MainRefError::Busy { .. }), "{busy:?}");
+        std::fs::remove_file(&lock).unwrap();
+        main.compare_and_swap(one.to_string(), two.to_string())
+            .await
+            .unwrap();
+        assert_eq!(repo.refname_to_id("refs/heads/main").unwrap(), two);
     }
 
     #[test]

@@ -117,12 +117,14 @@ fn short_line(commit: &git2::Commit<'_>) -> String {
 }
 
 /// `message` with `trailer` as its last line (once): in the message's trailer block when
-/// it ends with one (`Signed-off-by: …`), else after a blank line.
+/// it ends with one (`Signed-off-by: …`), else after a blank line. Every `Flotilla-Task`
+/// line the message had is dropped first, however it is spelled: only flotilla writes that
+/// trailer on main (ADR-018), and an agent's line may name another task.
 pub fn with_trailer(message: &str, trailer: &str) -> String {
-    // Without the trailer where it was, and without the run of blank lines that leaves
-    // (git's own clean-up collapses them too).
+    // Without those lines, and without the run of blank lines that leaves (git's own
+    // clean-up collapses them too).
     let mut kept: Vec<&str> = Vec::new();
-    for line in message.lines().filter(|line| line.trim_end() != trailer) {
+    for line in message.lines().filter(|line| !is_task_trailer(line)) {
         let blank = line.trim().is_empty();
         if !(blank && kept.last().is_some_and(|last| last.trim().is_empty())) {
             kept.push(line);
@@ -148,10 +150,13 @@ fn is_trailer_line(line: &str) -> bool {
     })
 }
 
-fn has_line(message: &[u8], wanted: &str) -> bool {
-    String::from_utf8_lossy(message)
-        .lines()
-        .any(|line| line.trim_end_matches('\r') == wanted)
+/// A `Flotilla-Task:` line in any case, with any blanks around the token.
+fn is_task_trailer(line: &str) -> bool {
+    line.split_once(':').is_some_and(|(token, _)| {
+        token
+            .trim_matches(|c: char| c.is_whitespace() || c.is_control())
+            .eq_ignore_ascii_case("flotilla-task")
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -185,7 +190,13 @@ fn build(
     };
     let mut commits = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        let head = branch_head(repo, item)?;
+        let head = match branch_head(repo, item) {
+            Ok(head) => head,
+            Err(BranchHead::Unusable(detail)) => {
+                return Ok(BuildOutcome::Unusable { index, detail });
+            }
+            Err(BranchHead::Repo(e)) => return Err(e),
+        };
         let base = repo
             .merge_base(builder.candidate.id(), head.id())
             .map_err(|e| {
@@ -225,26 +236,36 @@ fn build(
     })
 }
 
+/// Why a branch's commit could not be had.
+enum BranchHead {
+    /// The branch is gone or moved: the item's own fault.
+    Unusable(String),
+    /// git failed.
+    Repo(RepoError),
+}
+
 /// The branch's commit: it must still be where the handoff said.
 fn branch_head<'r>(
     repo: &'r git2::Repository,
     item: &LandItem,
-) -> Result<git2::Commit<'r>, RepoError> {
+) -> Result<git2::Commit<'r>, BranchHead> {
     let name = format!("refs/heads/{}", item.branch);
     let reference = match repo.find_reference(&name) {
         Ok(r) => r,
         Err(e) if e.code() == git2::ErrorCode::NotFound => {
-            return Err(RepoError::Git(format!(
+            return Err(BranchHead::Unusable(format!(
                 "branch {} (task {}) does not exist",
                 item.branch, item.task
             )));
         }
-        Err(e) => return Err(git(e)),
+        Err(e) => return Err(BranchHead::Repo(git(e))),
     };
-    let head = reference.peel_to_commit().map_err(git)?;
-    let expected = oid(&item.head)?;
+    let head = reference
+        .peel_to_commit()
+        .map_err(|e| BranchHead::Repo(git(e)))?;
+    let expected = oid(&item.head).map_err(BranchHead::Repo)?;
     if head.id() != expected {
-        return Err(RepoError::Git(format!(
+        return Err(BranchHead::Unusable(format!(
             "branch {} (task {}) is at {}, not at {} as its handoff recorded: it moved after \
              the handoff and is not landed",
             item.branch,
@@ -430,26 +451,26 @@ fn clashing(
 // ---------------------------------------------------------------------------------------
 // landed
 
-fn landed(
+/// For each list of `candidates`, the first of them on main's first-parent history from
+/// `tip` (at most [`MAX_LANDED_WALK`] commits read).
+fn find_on_main(
     repo: &git2::Repository,
     tip: &str,
-    since: Option<&str>,
-    trailers: &[String],
+    candidates: &[Vec<String>],
 ) -> Result<Vec<Option<String>>, RepoError> {
-    let since = since.map(oid).transpose()?;
-    let mut found: Vec<Option<String>> = vec![None; trailers.len()];
-    let mut missing = trailers.len();
+    let mut found: Vec<Option<String>> = vec![None; candidates.len()];
+    let mut missing = candidates.iter().filter(|c| !c.is_empty()).count();
     let mut current = Some(find_commit(repo, tip)?);
     let mut read = 0;
     while let Some(commit) = current {
-        if missing == 0 || read >= MAX_LANDED_WALK || Some(commit.id()) == since {
+        if missing == 0 || read >= MAX_LANDED_WALK {
             break;
         }
         read += 1;
-        let message = commit.message_bytes();
-        for (slot, trailer) in found.iter_mut().zip(trailers) {
-            if slot.is_none() && has_line(message, trailer) {
-                *slot = Some(commit.id().to_string());
+        let id = commit.id().to_string();
+        for (slot, wanted) in found.iter_mut().zip(candidates) {
+            if slot.is_none() && wanted.contains(&id) {
+                *slot = Some(id.clone());
                 missing -= 1;
             }
         }
@@ -829,14 +850,22 @@ impl MergeGit for GitMerge {
         self.blocking(false, move |repo, _| build(repo, &onto, &items, mode))
     }
 
-    fn landed(
+    fn find_on_main(
         &self,
         tip: String,
-        since: Option<String>,
-        trailers: Vec<String>,
+        candidates: Vec<Vec<String>>,
     ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>> {
+        self.blocking(false, move |repo, _| find_on_main(repo, &tip, &candidates))
+    }
+
+    fn contains(
+        &self,
+        tip: String,
+        ancestor: String,
+    ) -> BoxFuture<'static, Result<bool, RepoError>> {
         self.blocking(false, move |repo, _| {
-            landed(repo, &tip, since.as_deref(), &trailers)
+            let (tip, ancestor) = (oid(&tip)?, oid(&ancestor)?);
+            Ok(tip == ancestor || repo.graph_descendant_of(tip, ancestor).map_err(git)?)
         })
     }
 
@@ -909,6 +938,26 @@ mod tests {
         // A subject that looks like a trailer is still the subject.
         assert_eq!(with_trailer("fix: y", t), "fix: y\n\nFlotilla-Task: t1\n");
         assert_eq!(with_trailer("", t), "Flotilla-Task: t1\n");
+    }
+
+    #[test]
+    fn an_agents_task_trailers_never_reach_main() {
+        let t = "Flotilla-Task: run/t1";
+        let forged = "add x\n\nFlotilla-Task: run/t2\nflotilla-task:run/t3\n  FLOTILLA-TASK : run/t4\n\
+                      Signed-off-by: a <a@b>\n";
+        assert_eq!(
+            with_trailer(forged, t),
+            "add x\n\nSigned-off-by: a <a@b>\nFlotilla-Task: run/t1\n"
+        );
+        assert_eq!(
+            with_trailer("Flotilla-Task: run/t9\n", t),
+            "Flotilla-Task: run/t1\n"
+        );
+        // Other lines that mention it are kept.
+        assert_eq!(
+            with_trailer("about the Flotilla-Task trailer\n", t),
+            "about the Flotilla-Task trailer\n\nFlotilla-Task: run/t1\n"
+        );
     }
 
     #[test]

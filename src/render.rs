@@ -436,6 +436,30 @@ fn describe(kind: &EventKind) -> (String, Tone) {
                 ),
             }
         )),
+        EventKind::LandingIntended { from, to, landed } => (
+            format!(
+                "main {} → {} next, with {}",
+                short_commit(from),
+                short_commit(to),
+                list(&landed.iter().map(|l| l.task.clone()).collect::<Vec<_>>())
+            ),
+            Tone::Dim,
+        ),
+        EventKind::MainDiverged { expected, actual } => (
+            format!(
+                "main was moved to {} and no longer holds {}, the work this run landed: \
+                 landing is paused and nothing dropped is replayed. To go on, put it back \
+                 (`git branch -f main {expected}`, or merge {} into main): landing resumes \
+                 with the next branch or restart; or `flotilla cancel` the run",
+                short_commit(actual),
+                short_commit(expected),
+                short_commit(expected),
+            ),
+            Tone::Bad,
+        ),
+        EventKind::LandingRequeued { task, fix } => plain(format!(
+            "{fix} had nothing to resolve: {task} goes back to the merge queue"
+        )),
         EventKind::SweepFinished { report } => {
             let what = if report.green {
                 format!(

@@ -463,7 +463,9 @@ impl Supervisor {
                 config: config.merge.clone(),
             },
             graph_addr.clone().recipient(),
+            graph_addr.clone().recipient(),
         )
+        .with_written(graph_state.main_tip())
         .with_reconciler(reconciler.clone().recipient())
         .with_planner(planner.clone().recipient())
         .watched(self.lifeline(run, generation, Member::MergeQueue, ctx))

@@ -656,3 +656,162 @@ async fn a_crash_after_main_moved_finds_the_work_on_main_instead_of_landing_it_t
 async fn a_crash_after_the_branches_went_before_the_event_loses_no_landed_work() {
     crash_inside_a_landing("merge::before-event").await;
 }
+
+// ---------------------------------------------------------------------------------------
+// M8 item 4 (ADR-018): trailers are not trusted. t1's agent commits its work itself with
+// `Flotilla-Task:` lines naming t2…t6. The daemon is killed right after the second
+// compare-and-swap (t2's), while t3…t6 wait to land. Before ADR-018 the restart took the
+// forged trailers on main for their landings, with their files absent.
+
+const FORGED: usize = 6;
+
+fn forgery_scenario() -> String {
+    let mut s = String::from("[agent]\ndelay_ms = 300\n\n[[planner.answers]]\ntasks = [\n");
+    for n in 1..=FORGED {
+        let priority = if n == 1 { ", priority = 1" } else { "" };
+        s.push_str(&format!(
+            "  {{ description = \"write file {n}\", scope = [\"{}\"]{priority} }},\n",
+            lander_file(n)
+        ));
+    }
+    s.push_str("]\n");
+    // The forger's run id comes from its own branch's name (flotilla/<run>/t1).
+    let forged: Vec<String> = (2..=FORGED)
+        .map(|n| format!("Flotilla-Task: $run/t{n}"))
+        .collect();
+    let commit = format!(
+        "run=$(git rev-parse --abbrev-ref HEAD | cut -d/ -f2) && git add -A && \
+         git -c user.name=agent -c user.email=agent@example.com commit -q -m 'write file 1' \
+         -m \"{}\"",
+        forged.join("\n")
+    );
+    for n in 1..=FORGED {
+        let step = if n == 1 {
+            format!("delay_ms = 10\nrun = {commit:?}\n")
+        } else {
+            String::new()
+        };
+        s.push_str(&format!(
+            "\n[tasks.t{n}]\n{step}writes = {{ \"{}\" = {:?} }}\n",
+            lander_file(n),
+            lander_text(n)
+        ));
+    }
+    s
+}
+
+#[tokio::test]
+async fn forged_trailers_and_a_kill_after_main_moved_record_no_landing_whose_work_is_absent() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let git = git2::Repository::open(repo.path()).unwrap();
+    // The second compare-and-swap kills the daemon: one landing per batch, so t1 (the
+    // forger, quick and first) is on main and journaled, and t2 is on main unjournaled.
+    let mut daemon = DaemonProcess::start_with_env(
+        state.path(),
+        &[("FAILPOINTS", "merge::after-cas=1*off->return")],
+    );
+    let client = DaemonProcess::client(state.path());
+    let mut config = run_config(&forgery_scenario(), FORGED);
+    config["merge"]["batch_max"] = serde_json::json!(1);
+    let run = submit(&client, repo.path(), config).await;
+    let status = daemon.exited_within(Duration::from_secs(90)).await;
+    let Some(status) = status else {
+        panic!(
+            "the daemon was still running after 90 s; log:\n{}",
+            daemon.log()
+        );
+    };
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "log:\n{}",
+        daemon.log()
+    );
+    let journal = read_journal(state.path(), &run);
+    assert!(!journal.finished());
+    let landed_before: Vec<String> = journal.landed().into_iter().map(|(t, _)| t).collect();
+    assert_eq!(landed_before, vec!["t1".to_string()], "t1 first, alone");
+    // The forgery is real: t1's delivered commit carries t2…t6's trailers.
+    let forger_head = journal
+        .kinds
+        .iter()
+        .find_map(|k| match k {
+            EventKind::TaskLanding { task, head, .. } if task.to_string() == "t1" => {
+                Some(head.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    let message = git
+        .find_commit(forger_head.parse().unwrap())
+        .unwrap()
+        .message()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains(&format!(
+            "Flotilla-Task: {}/t{FORGED}",
+            run.replace('-', "")
+        )),
+        "{message}"
+    );
+    let waiting = journal
+        .kinds
+        .iter()
+        .filter(|k| matches!(k, EventKind::TaskLanding { .. }))
+        .count();
+    eprintln!("{waiting} deliveries journaled at the kill");
+    drop(daemon);
+
+    let daemon = DaemonProcess::start(state.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "daemon log:\n{}",
+        daemon.log()
+    );
+    drop(daemon);
+
+    let journal = read_journal(state.path(), &run);
+    let history = main_history(&git, &run);
+    let on_main: BTreeSet<git2::Oid> = history.iter().map(|c| c.id).collect();
+    // No forged line reached main: each of flotilla's commits names its own task once.
+    for commit in &history {
+        assert_eq!(
+            commit.tasks.len(),
+            1,
+            "{} names {:?}",
+            commit.id,
+            commit.tasks
+        );
+    }
+    let mut landed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (task, commit) in journal.landed() {
+        landed.entry(task).or_default().push(commit);
+    }
+    for n in 1..=FORGED {
+        let task = format!("t{n}");
+        let commits = landed.get(&task).cloned().unwrap_or_default();
+        assert_eq!(commits.len(), 1, "{task} lands once: {landed:?}");
+        let commit: git2::Oid = commits[0].parse().unwrap();
+        assert!(
+            on_main.contains(&commit),
+            "{task}'s landing {commit} is on main"
+        );
+        // The commit the journal names holds the task's work.
+        let tree = git.find_commit(commit).unwrap().tree().unwrap();
+        let entry = tree
+            .get_path(Path::new(&lander_file(n)))
+            .unwrap_or_else(|_| panic!("{task} recorded landed at {commit} without its file"));
+        let blob = git.find_blob(entry.id()).unwrap();
+        assert_eq!(blob.content(), lander_text(n).as_bytes());
+        assert_eq!(
+            file_at_main(&git, &lander_file(n)).as_deref(),
+            Some(lander_text(n).as_str())
+        );
+    }
+}

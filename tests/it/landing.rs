@@ -365,7 +365,204 @@ fn a_replayed_merging_graph_is_the_same_graph() {
         .replayed(all.iter())
         .unwrap();
     assert_eq!(replayed.snapshot(), g.snapshot());
-    assert_eq!(replayed.landing_tasks(), vec![task("t2")]);
+    // t2 is `Landing` but waits for its conflict fix f1: a restart must not put its branch
+    // back in the queue (M8b: a second conflict, a second fix, a deleted branch under it).
+    assert!(replayed.waits_for_its_fix(&task("t2")));
+    assert_eq!(replayed.landing_tasks(), Vec::<TaskId>::new());
+    assert_eq!(replayed.tasks_in(TaskState::Landing), vec![task("t2")]);
+}
+
+#[test]
+fn only_a_journaled_intent_says_that_work_is_on_main_after_a_restart() {
+    let mut g = merging();
+    let mut journal: Vec<EventKind> = g
+        .submit(vec![spec("a", &["a"]), spec("b", &["b"])])
+        .unwrap();
+    for id in ["t1", "t2"] {
+        let (before, report) = run_to_landing(&mut g, id);
+        journal.extend(before);
+        journal.extend(report);
+    }
+    // The queue is about to move main with t1's work in c1 (t2 is not in this batch).
+    journal.extend(
+        g.landing_intended(
+            "m0".into(),
+            "c1".into(),
+            vec![IntendedLanding {
+                task: task("t1"),
+                attempt: 1,
+                commit: "c1".into(),
+            }],
+        )
+        .unwrap(),
+    );
+    // A crash: the restart rebuilds the graph from the journal.
+    let mut g = RunGraph::new(Limits::default())
+        .merging()
+        .replayed(&journal)
+        .unwrap();
+    assert_eq!(
+        g.land_request(&task("t1"), true).unwrap().intended,
+        vec!["c1".to_string()]
+    );
+    assert!(
+        g.land_request(&task("t2"), true)
+            .unwrap()
+            .intended
+            .is_empty()
+    );
+    // A commit carrying t2's trailer (an agent's forgery) is not evidence of anything.
+    let events = g.found_on_main(&task("t2"), 1, "forged").unwrap();
+    assert_eq!(kinds(&events), ["message_ignored"]);
+    assert_eq!(g.task(&task("t2")).unwrap().state, TaskState::Landing);
+    let events = g.found_on_main(&task("t2"), 1, "c1").unwrap();
+    assert_eq!(kinds(&events), ["message_ignored"], "c1 holds t1's work");
+    // The journaled commit is.
+    let events = g.found_on_main(&task("t1"), 1, "c1").unwrap();
+    // main's move to c1 was never journaled: it is now, before the landing.
+    assert_eq!(kinds(&events), ["main_moved", "task_landed"]);
+    assert_eq!(g.main_tip().as_deref(), Some("c1"));
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Completed);
+}
+
+/// t1 decomposed into two subtasks that both completed: t1 is `Synthesizing`.
+fn synthesizing() -> RunGraph {
+    let mut g = RunGraph::new(Limits::default());
+    g.submit(vec![spec("wide", &["a", "b"])]).unwrap();
+    let t1 = task("t1");
+    g.dispatched(&t1, 1, "general", Route::Worker).unwrap();
+    g.started(&t1, 1).unwrap();
+    let plan = |subtasks| ProposedSubplan {
+        parent: task("t1"),
+        reason: DecompositionReason::TooLarge,
+        subtasks,
+        stop_when: StopCondition::AllSubtasksComplete,
+    };
+    g.complete(TaskCompleted {
+        task: t1.clone(),
+        attempt: 1,
+        handoff: None,
+        artifacts: Vec::new(),
+        subplan: Some(plan(vec![
+            SubtaskProposal::new("part a", &["a"]),
+            SubtaskProposal::new("part b", &["b"]),
+        ])),
+    })
+    .unwrap();
+    for id in ["t1.1", "t1.2"] {
+        let t = task(id);
+        g.dispatched(&t, 1, "general", Route::Worker).unwrap();
+        g.started(&t, 1).unwrap();
+        g.complete(TaskCompleted {
+            task: t,
+            attempt: 1,
+            handoff: Some(Handoff::complete("done")),
+            artifacts: Vec::new(),
+            subplan: None,
+        })
+        .unwrap();
+    }
+    assert_eq!(g.task(&t1).unwrap().state, TaskState::Synthesizing);
+    g
+}
+
+fn another_subplan() -> ProposedSubplan {
+    ProposedSubplan {
+        parent: task("t1"),
+        reason: DecompositionReason::TooLarge,
+        subtasks: vec![SubtaskProposal::new("more", &["a"])],
+        stop_when: StopCondition::AllSubtasksComplete,
+    }
+}
+
+#[test]
+fn a_subplan_handed_back_by_a_synthesis_is_refused_and_the_task_ends() {
+    // Only a subplan: the synthesis failed, with the reason.
+    let mut g = synthesizing();
+    let events = g
+        .complete(TaskCompleted {
+            task: task("t1"),
+            attempt: 1,
+            handoff: None,
+            artifacts: Vec::new(),
+            subplan: Some(another_subplan()),
+        })
+        .unwrap();
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Failed);
+    let reason = events
+        .iter()
+        .find_map(|e| match e {
+            EventKind::TaskFailed { reason, .. } => Some(reason.to_string()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        reason.contains("a synthesis handed back a subplan"),
+        "{reason}"
+    );
+    assert!(!kinds(&events).contains(&"task_added"), "{events:?}");
+
+    // A subplan beside a result: the result is the synthesis, the subplan is refused.
+    let mut g = synthesizing();
+    let events = g
+        .complete(TaskCompleted {
+            task: task("t1"),
+            attempt: 1,
+            handoff: Some(Handoff::complete("put together")),
+            artifacts: Vec::new(),
+            subplan: Some(another_subplan()),
+        })
+        .unwrap();
+    assert_eq!(kinds(&events)[..2], ["message_ignored", "task_completed"]);
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Completed);
+}
+
+#[test]
+fn a_conflict_fix_with_nothing_to_resolve_sends_its_task_back_to_the_queue() {
+    let mut g = merging();
+    g.submit(vec![spec("a", &["src/a.rs"])]).unwrap();
+    finish(&mut g, "t1");
+    g.landing_conflict(&task("t1"), 1, vec!["src/a.rs".into()], Vec::new())
+        .unwrap();
+    assert!(g.waits_for_its_fix(&task("t1")));
+    assert!(
+        g.landing_tasks().is_empty(),
+        "t1 waits for f1, not in the queue"
+    );
+    // f1's diff is empty: its completion has nothing to land.
+    let f1 = task("f1");
+    g.dispatched(&f1, 1, "general", Route::Worker).unwrap();
+    g.started(&f1, 1).unwrap();
+    let mut empty = Handoff::complete("nothing to resolve");
+    empty.work = Some(Box::new(BranchWork {
+        branch: "flotilla/run/f1".into(),
+        base: "m".into(),
+        head: "m".into(),
+        files: Vec::new(),
+        files_omitted: 0,
+        lines_added: 0,
+        lines_removed: 0,
+        committed_for_agent: false,
+        links_outside: Vec::new(),
+    }));
+    let events = g
+        .complete(TaskCompleted {
+            task: f1,
+            attempt: 1,
+            handoff: Some(empty),
+            artifacts: Vec::new(),
+            subplan: None,
+        })
+        .unwrap();
+    assert_eq!(kinds(&events), ["task_completed", "landing_requeued"]);
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Landing);
+    assert_eq!(g.landing_tasks(), vec![task("t1")]);
+    let request = g.land_request(&task("t1"), false).unwrap();
+    assert_eq!(request.branch, "flotilla/run/t1");
+    // It lands by itself.
+    let events = g.landed(&task("t1"), 1, "c1").unwrap();
+    assert_eq!(kinds(&events)[0], "task_landed");
+    assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Completed);
 }
 
 /// Issue 20: fix tasks from a sweep's output got scopes no task may have (`.GIT/config`,

@@ -17,6 +17,8 @@ mod fuzz_regressions;
 mod gc;
 mod harness;
 mod landing;
+mod landing_machine;
+mod landing_recovery;
 mod merge_example;
 mod merge_git;
 mod merge_queue;

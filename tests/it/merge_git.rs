@@ -9,8 +9,8 @@ use std::path::Path;
 use flotilla::merge_git::GitMerge;
 use flotilla::worktrees::{FLOTILLA_EMAIL, FLOTILLA_NAME, GitWorktrees};
 use flotilla_actors::ports::{
-    BranchFate, BuildOutcome, CheckoutSync, LandItem, LandMode, MarkerHit, MergeGit, RepoError,
-    ScratchTree, WorktreeRequest, WorktreeStart, Worktrees,
+    BranchFate, BuildOutcome, CheckoutSync, LandItem, LandMode, MarkerHit, MergeGit, ScratchTree,
+    WorktreeRequest, WorktreeStart, Worktrees,
 };
 use flotilla_actors::protocol::{RunId, TaskId, branch_name};
 
@@ -505,7 +505,7 @@ async fn build_refuses_a_branch_that_is_not_where_its_handoff_left_it() {
     f.branch("flotilla/r/t1", None);
     let head = f.commit_on("flotilla/r/t1", &[("x.txt", Some("x\n"))], "t1: x");
     let moved = f.commit_on("flotilla/r/t1", &[("y.txt", Some("y\n"))], "t1: later");
-    let RepoError::Git(e) = f
+    let outcome = f
         .merge
         .build(
             onto.clone(),
@@ -513,31 +513,43 @@ async fn build_refuses_a_branch_that_is_not_where_its_handoff_left_it() {
             LandMode::Rebase,
         )
         .await
-        .unwrap_err()
+        .unwrap();
+    let BuildOutcome::Unusable {
+        index: 0,
+        detail: e,
+    } = outcome
     else {
-        panic!()
+        panic!("{outcome:?}")
     };
     assert!(
         e.contains("flotilla/r/t1") && e.contains(&moved) && e.contains(&head),
         "{e}"
     );
-    let RepoError::Git(e) = f
+    // The second item of a batch is gone: it alone is named.
+    let outcome = f
         .merge
         .build(
             onto,
-            vec![item("t2", "flotilla/r/t2", &head)],
+            vec![
+                item("t1", "flotilla/r/t1", &moved),
+                item("t2", "flotilla/r/t2", &head),
+            ],
             LandMode::Rebase,
         )
         .await
-        .unwrap_err()
+        .unwrap();
+    let BuildOutcome::Unusable {
+        index: 1,
+        detail: e,
+    } = outcome
     else {
-        panic!()
+        panic!("{outcome:?}")
     };
     assert!(e.contains("flotilla/r/t2 (task t2) does not exist"), "{e}");
 }
 
 #[tokio::test]
-async fn landed_finds_each_trailers_newest_commit_and_stops_at_since() {
+async fn find_on_main_finds_journaled_commits_on_the_first_parent_history_only() {
     let f = fixture();
     let start = f.main_tip();
     f.branch("flotilla/r/t1", None);
@@ -558,16 +570,17 @@ async fn landed_finds_each_trailers_newest_commit_and_stops_at_since() {
             .await
             .unwrap(),
     );
-    let trailers = vec![
-        "Flotilla-Task: run1/t1".to_string(),
-        "Flotilla-Task: run1/t2".to_string(),
-        "Flotilla-Task: run1/t3".to_string(),
-        // A prefix of a trailer is not the trailer.
-        "Flotilla-Task: run1/t".to_string(),
+    let candidates = vec![
+        // An older intent that never reached main, then the one that did.
+        vec!["0".repeat(40), commits[0].clone()],
+        vec![commits[1].clone()],
+        // A task branch's own commit is not on main's first-parent history.
+        vec![head1.clone()],
+        Vec::new(),
     ];
     let found = f
         .merge
-        .landed(tip.clone(), None, trailers.clone())
+        .find_on_main(tip.clone(), candidates.clone())
         .await
         .unwrap();
     assert_eq!(
@@ -579,19 +592,8 @@ async fn landed_finds_each_trailers_newest_commit_and_stops_at_since() {
             None
         ]
     );
-    // Since t1's last commit: only t2's is read.
-    let found = f
-        .merge
-        .landed(tip.clone(), Some(commits[0].clone()), trailers.clone())
-        .await
-        .unwrap();
-    assert_eq!(found, [None, Some(commits[1].clone()), None, None]);
-    // Since the tip itself: nothing is read.
-    let found = f
-        .merge
-        .landed(tip.clone(), Some(tip.clone()), trailers)
-        .await
-        .unwrap();
+    // From main's tip before the candidate: none of it is there.
+    let found = f.merge.find_on_main(start, candidates).await.unwrap();
     assert_eq!(found, [None, None, None, None]);
 }
 

@@ -2,14 +2,16 @@
 //! a probe in the TaskGraph's place: what it lands, in what order, and what it never does.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use actix::Actor;
+use actix::{Actor, Context, Handler};
 use flotilla::git_repo::GitRepo;
 use flotilla::merge_git::GitMerge;
 use flotilla::process::TokioProcessRunner;
 use flotilla_actors::actors::{MergeConfig, MergeKit, MergeQueue};
+use flotilla_actors::ports::{MainRef, MainRefError};
 use flotilla_actors::protocol::*;
+use futures::future::BoxFuture;
 
 use crate::daemon_env::{commit_files, init_repo};
 use crate::harness::{Inbox, probe, task};
@@ -19,6 +21,25 @@ struct Fixture {
     repo_path: std::path::PathBuf,
     run: RunId,
     base: git2::Oid,
+    /// Every landing intent the queues of this fixture had journaled, in order.
+    intents: Arc<Mutex<Vec<(String, String, Vec<IntendedLanding>)>>>,
+}
+
+/// Stands in for the TaskGraph's journal of landing intents: records each one and says it
+/// is committed.
+struct Ledger(Arc<Mutex<Vec<(String, String, Vec<IntendedLanding>)>>>);
+
+impl Actor for Ledger {
+    type Context = Context<Self>;
+}
+
+impl Handler<IntendLanding> for Ledger {
+    type Result = Result<(), String>;
+
+    fn handle(&mut self, msg: IntendLanding, _: &mut Context<Self>) -> Self::Result {
+        self.0.lock().unwrap().push((msg.from, msg.to, msg.landed));
+        Ok(())
+    }
 }
 
 impl Fixture {
@@ -36,6 +57,7 @@ impl Fixture {
             repo_path,
             run: RunId::generate(),
             base,
+            intents: Arc::default(),
         }
     }
 
@@ -74,10 +96,33 @@ impl Fixture {
             fix: None,
             retries: 0,
             recovered: false,
+            intended: Vec::new(),
         }
     }
 
+    /// The commits journaled as holding `id`'s work, oldest first.
+    fn intended(&self, id: &str) -> Vec<String> {
+        self.intents
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|(_, _, landed)| landed.iter())
+            .filter(|l| l.task == task(id))
+            .map(|l| l.commit.clone())
+            .collect()
+    }
+
     fn queue(&self, gate: &[&str]) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
+        let main = Arc::new(GitRepo::new(self.repo_path.clone()));
+        self.queue_with_main(gate, main)
+    }
+
+    /// A queue whose compare-and-swap goes through `main`.
+    fn queue_with_main(
+        &self,
+        gate: &[&str],
+        main: Arc<dyn MainRef>,
+    ) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
         let (graph, inbox) = probe::<FromMerging>("graph");
         let reader = Arc::new(GitRepo::new(self.repo_path.clone()));
         let kit = MergeKit {
@@ -85,7 +130,7 @@ impl Fixture {
                 self.repo_path.clone(),
                 self.repo_path.parent().unwrap().join("scratch"),
             )),
-            main: reader.clone(),
+            main,
             reader,
             runner: Arc::new(TokioProcessRunner),
             config: MergeConfig {
@@ -93,7 +138,8 @@ impl Fixture {
                 ..MergeConfig::default()
             },
         };
-        (MergeQueue::new(self.run, kit, graph).start(), inbox)
+        let ledger = Ledger(self.intents.clone()).start().recipient();
+        (MergeQueue::new(self.run, kit, graph, ledger).start(), inbox)
     }
 
     fn main_tip(&self) -> git2::Oid {
@@ -328,11 +374,14 @@ async fn after_a_restart_work_already_on_main_is_reported_not_landed_twice() {
     queue.do_send(ToMergeQueue::Enqueue(Box::new(request.clone())));
     verdicts(&mut inbox, 1).await;
     let tip = f.main_tip();
-    // A crash before `TaskLanded` was journaled: the restarted run enqueues it again; its
-    // branch is gone already.
+    // Written ahead of the move: the commit that holds t1's work.
+    assert_eq!(f.intended("t1"), vec![tip.to_string()]);
+    // A crash before `TaskLanded` was journaled: the restarted run enqueues it again, with
+    // the journaled intent; its branch is gone already.
     let (queue, mut inbox) = f.queue(&[]);
     let again = LandRequest {
         recovered: true,
+        intended: f.intended("t1"),
         ..request
     };
     queue.do_send(ToMergeQueue::Enqueue(Box::new(again)));
@@ -342,4 +391,262 @@ async fn after_a_restart_work_already_on_main_is_reported_not_landed_twice() {
         "{seen:?}"
     );
     assert_eq!(f.main_tip(), tip, "main did not move twice");
+}
+
+/// Commits `message` on main (with a file, so it is not empty), as someone other than
+/// flotilla would.
+fn commit_on_main(f: &Fixture, path: &str, message: &str) -> git2::Oid {
+    let repo = f.repo();
+    let tip = repo.find_commit(f.main_tip()).unwrap();
+    let mut index = git2::Index::new().unwrap();
+    index.read_tree(&tip.tree().unwrap()).unwrap();
+    let blob = repo.blob(b"x\n").unwrap();
+    index.add(&index_entry(path, blob, 2)).unwrap();
+    let tree = repo.find_tree(index.write_tree_to(&repo).unwrap()).unwrap();
+    let sig = git2::Signature::now("someone", "someone@example.com").unwrap();
+    let id = repo
+        .commit(None, &sig, &sig, message, &tree, &[&tip])
+        .unwrap();
+    repo.reference("refs/heads/main", id, true, "someone")
+        .unwrap();
+    id
+}
+
+#[actix::test]
+async fn a_forged_trailer_on_main_is_not_taken_for_landed_work_after_a_restart() {
+    let f = Fixture::new();
+    let request = f.branch("t2", &[("b.txt", "b\n")]);
+    // Someone (an agent with write access, say) put t2's trailer on main, without its work.
+    let forged = commit_on_main(
+        &f,
+        "noise.txt",
+        &format!("noise\n\nFlotilla-Task: {}/t2\n", f.run),
+    );
+    // The restarted run enqueues t2 again; the journal never named a commit for it.
+    let (queue, mut inbox) = f.queue(&[]);
+    let again = LandRequest {
+        recovered: true,
+        ..request
+    };
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(again)));
+    let seen = verdicts(&mut inbox, 1).await;
+    let FromMerging::MainMoved { landed, .. } = &seen[0] else {
+        panic!("t2 is landed, not found on main: {seen:?}");
+    };
+    assert_eq!(landed.len(), 1);
+    assert_eq!(landed[0].0, task("t2"));
+    assert_ne!(landed[0].2, forged.to_string());
+    let tip = f.main_tip();
+    assert_eq!(
+        file_at(&f.repo(), tip, "b.txt").as_deref(),
+        Some("b\n"),
+        "t2's work is on main"
+    );
+}
+
+#[actix::test]
+async fn trailers_an_agent_wrote_for_other_tasks_never_reach_main() {
+    let f = Fixture::new();
+    let repo = f.repo();
+    let mut request = f.branch("t1", &[("a.txt", "a\n")]);
+    // The agent's own commit on its branch forges trailers for t2 and t3.
+    let head = repo.find_commit(request.head.parse().unwrap()).unwrap();
+    let sig = git2::Signature::now("agent", "agent@example.com").unwrap();
+    let message = format!(
+        "t1: work\n\nFlotilla-Task: {run}/t2\nflotilla-task: {run}/t3\n",
+        run = f.run
+    );
+    let parent = head.parent(0).unwrap();
+    let forged = repo
+        .commit(
+            None,
+            &sig,
+            &sig,
+            &message,
+            &head.tree().unwrap(),
+            &[&parent],
+        )
+        .unwrap();
+    repo.reference(
+        &format!("refs/heads/{}", request.branch),
+        forged,
+        true,
+        "agent",
+    )
+    .unwrap();
+    request.head = forged.to_string();
+    let (queue, mut inbox) = f.queue(&[]);
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(request)));
+    verdicts(&mut inbox, 1).await;
+    let history = f.history();
+    assert_eq!(history.len(), 1);
+    let landed = repo.find_commit(history[0]).unwrap();
+    let lines: Vec<String> = landed
+        .message()
+        .unwrap()
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().contains("flotilla-task"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines, vec![format!("Flotilla-Task: {}/t1", f.run)]);
+}
+
+#[actix::test]
+async fn a_batch_mates_missing_branch_fails_that_entry_alone() {
+    let f = Fixture::new();
+    let one = f.branch("t1", &[("a.txt", "a\n")]);
+    let two = f.branch("t2", &[("b.txt", "b\n")]);
+    let three = f.branch("t3", &[("c.txt", "c\n")]);
+    // t2's branch went (a conflict fix that landed deleted it, say).
+    f.repo()
+        .find_branch(&two.branch, git2::BranchType::Local)
+        .unwrap()
+        .delete()
+        .unwrap();
+    let (queue, mut inbox) = f.queue(&[]);
+    for r in [one, two, three] {
+        queue.do_send(ToMergeQueue::Enqueue(Box::new(r)));
+    }
+    let seen = verdicts(&mut inbox, 3).await;
+    let failed: Vec<(TaskId, String)> = seen
+        .iter()
+        .filter_map(|m| match m {
+            FromMerging::Failed {
+                task,
+                failure: LandingFailure::Git { detail },
+                ..
+            } => Some((task.clone(), detail.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 1, "{seen:?}");
+    assert_eq!(failed[0].0, task("t2"));
+    assert!(failed[0].1.contains("does not exist"), "{}", failed[0].1);
+    let mut landed: Vec<TaskId> = seen
+        .iter()
+        .flat_map(|m| match m {
+            FromMerging::MainMoved { landed, .. } => {
+                landed.iter().map(|(t, _, _)| t.clone()).collect()
+            }
+            _ => Vec::new(),
+        })
+        .collect();
+    landed.sort();
+    assert_eq!(landed, vec![task("t1"), task("t3")]);
+}
+
+/// main's ref as another writer contends for it: the first `busy` compare-and-swaps find
+/// it locked; then the real one.
+struct Contended {
+    real: GitRepo,
+    busy: Mutex<u32>,
+}
+
+impl MainRef for Contended {
+    fn compare_and_swap(
+        &self,
+        expected: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<(), MainRefError>> {
+        let mut busy = self.busy.lock().unwrap();
+        if *busy > 0 {
+            *busy -= 1;
+            return Box::pin(async {
+                Err(MainRefError::Busy {
+                    detail: "failed to lock file 'refs/heads/main.lock'".into(),
+                })
+            });
+        }
+        self.real.compare_and_swap(expected, new)
+    }
+}
+
+#[actix::test]
+async fn a_locked_main_is_waited_for_and_the_batch_lands_uncharged() {
+    let f = Fixture::new();
+    let one = f.branch("t1", &[("a.txt", "a\n")]);
+    let two = f.branch("t2", &[("b.txt", "b\n")]);
+    let main = Arc::new(Contended {
+        real: GitRepo::new(f.repo_path.clone()),
+        busy: Mutex::new(3),
+    });
+    let (queue, mut inbox) = f.queue_with_main(&[], main.clone());
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(one)));
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(two)));
+    let seen = verdicts(&mut inbox, 2).await;
+    assert!(
+        seen.iter()
+            .all(|m| matches!(m, FromMerging::MainMoved { .. })),
+        "contention is nobody's failure: {seen:?}"
+    );
+    assert_eq!(*main.busy.lock().unwrap(), 0, "it was locked three times");
+    assert_eq!(f.history().len(), 2);
+}
+
+#[actix::test]
+async fn a_users_commit_on_main_is_kept_and_a_reset_of_main_pauses_landing_without_replaying() {
+    let f = Fixture::new();
+    let (queue, mut inbox) = f.queue(&[]);
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t1", &[("a.txt", "a\n")]),
+    )));
+    verdicts(&mut inbox, 1).await;
+    let landed_t1 = f.main_tip();
+    // The user commits on main: kept, and t2 lands on top of it.
+    let users = commit_on_main(&f, "mine.txt", "my own change\n");
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t2", &[("b.txt", "b\n")]),
+    )));
+    let seen = verdicts(&mut inbox, 1).await;
+    assert!(
+        matches!(&seen[0], FromMerging::MainMoved { from, .. } if *from == users.to_string()),
+        "{seen:?}"
+    );
+    let history = f.history();
+    assert_eq!(history.len(), 3);
+    assert_eq!(history[1], users, "the user's commit stays, under t2's");
+    let landed_t2 = f.main_tip();
+
+    // Now someone resets main to before t1 (t1, the user's commit and t2 dropped).
+    f.repo()
+        .reference("refs/heads/main", f.base, true, "reset")
+        .unwrap();
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t3", &[("c.txt", "c\n")]),
+    )));
+    let note = inbox.expect().await;
+    let FromMerging::Note(note) = note else {
+        panic!("a pause, said: {note:?}");
+    };
+    assert_eq!(
+        *note,
+        EventKind::MainDiverged {
+            expected: landed_t2.to_string(),
+            actual: f.base.to_string(),
+        }
+    );
+    inbox.expect_none().await;
+    assert_eq!(f.main_tip(), f.base, "nothing replayed, nothing landed");
+    assert_ne!(landed_t1, landed_t2);
+
+    // The user puts main back: the next branch lands t3 (and t4) on top.
+    f.repo()
+        .reference("refs/heads/main", landed_t2, true, "restore")
+        .unwrap();
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t4", &[("d.txt", "d\n")]),
+    )));
+    let seen = verdicts(&mut inbox, 2).await;
+    let mut landed: Vec<TaskId> = seen
+        .iter()
+        .flat_map(|m| match m {
+            FromMerging::MainMoved { landed, .. } => {
+                landed.iter().map(|(t, _, _)| t.clone()).collect::<Vec<_>>()
+            }
+            other => panic!("only landings: {other:?}"),
+        })
+        .collect();
+    landed.sort();
+    assert_eq!(landed, vec![task("t3"), task("t4")]);
+    assert_eq!(f.history().len(), 4 + 1);
 }

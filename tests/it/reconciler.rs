@@ -96,13 +96,16 @@ impl MergeGit for FakeGit {
         not_used("build")
     }
 
-    fn landed(
+    fn contains(&self, _: String, _: String) -> BoxFuture<'static, Result<bool, RepoError>> {
+        not_used("contains")
+    }
+
+    fn find_on_main(
         &self,
         _: String,
-        _: Option<String>,
-        _: Vec<String>,
+        _: Vec<Vec<String>>,
     ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>> {
-        not_used("landed")
+        not_used("find_on_main")
     }
 
     fn scratch(
@@ -427,7 +430,10 @@ async fn a_sweep_whose_main_moved_is_discarded_as_stale_and_redone() {
     let mut h = Sweeps::start(config("run-tests"));
     // main is at A when the sweep starts and at B when its commands are done.
     h.main.script(&["aaaaaaa", "bbbbbbb"]);
-    h.reconciler.do_send(ToReconciler::Finalize { attempt: 1 });
+    h.reconciler.do_send(ToReconciler::Finalize {
+        attempt: 1,
+        commit: None,
+    });
 
     match h.graph.expect().await {
         FromMerging::SweepStale { sweep, commit } => {
@@ -453,7 +459,10 @@ async fn a_sweep_whose_main_moved_is_discarded_as_stale_and_redone() {
 async fn finalize_sweeps_at_once_and_carries_the_attempt() {
     let mut h = Sweeps::start(config("run-tests"));
     h.runner.set_red(true);
-    h.reconciler.do_send(ToReconciler::Finalize { attempt: 2 });
+    h.reconciler.do_send(ToReconciler::Finalize {
+        attempt: 2,
+        commit: None,
+    });
 
     let report = h.swept().await;
     assert_eq!(Instant::now(), h.t0, "the sweep waited for no interval");
@@ -494,7 +503,10 @@ async fn sweeps_never_overlap() {
 
     // A finalization round starts sweep 1 at 200 s (it ends at 400 s)...
     h.sleep_until(200).await;
-    h.reconciler.do_send(ToReconciler::Finalize { attempt: 1 });
+    h.reconciler.do_send(ToReconciler::Finalize {
+        attempt: 1,
+        commit: None,
+    });
     // ...while it runs, the interval timer set for 250 s is superseded (the sweep's start
     // cancels it), and main moves (300 s, debounced to 305 s).
     h.sleep_until(300).await;
@@ -525,7 +537,10 @@ async fn a_finalization_whose_sweep_cannot_read_main_is_swept_again_on_the_short
     let mut h = Sweeps::start(config("run-tests"));
     // main cannot be read when the finalization round asks for its sweep...
     h.main.script(&[]);
-    h.reconciler.do_send(ToReconciler::Finalize { attempt: 1 });
+    h.reconciler.do_send(ToReconciler::Finalize {
+        attempt: 1,
+        commit: None,
+    });
     h.sleep_until(1).await;
     h.main.script(&["c0ffee1"]);
     // ...so the round is swept again after the red interval (60 s), not the green one
@@ -548,7 +563,10 @@ async fn a_sweep_command_that_timed_out_says_so() {
         ..config("run-tests")
     });
     h.runner.set_time_out(true);
-    h.reconciler.do_send(ToReconciler::Finalize { attempt: 1 });
+    h.reconciler.do_send(ToReconciler::Finalize {
+        attempt: 1,
+        commit: None,
+    });
     let report = h.swept().await;
     assert!(!report.green);
     assert_eq!(report.failures, 1);
@@ -558,4 +576,19 @@ async fn a_sweep_command_that_timed_out_says_so() {
         "{description}"
     );
     assert!(!description.contains("without printing"), "{description}");
+}
+
+#[actix::test]
+async fn a_finalization_sweeps_what_the_run_landed_even_while_main_moves_on() {
+    let mut h = Sweeps::start(config("run-tests"));
+    // Another run keeps moving main: every read of it gives a new tip.
+    h.main
+        .script(&["0ther01", "0ther02", "0ther03", "0ther04", "0ther05"]);
+    h.reconciler.do_send(ToReconciler::Finalize {
+        attempt: 1,
+        commit: Some("a1a1a1a".into()),
+    });
+    let report = h.swept().await;
+    assert_eq!(report.commit, "a1a1a1a", "the commit this run last landed");
+    assert_eq!((report.finalization, report.green), (Some(1), true));
 }

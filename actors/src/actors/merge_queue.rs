@@ -3,8 +3,9 @@
 //! Branches of `Landing` tasks wait in priority order: fix tasks first, then by age, a
 //! retried task a little later for each retry (a fixed penalty, so nothing starves). One
 //! landing cycle runs at a time, off the actor's thread:
-//! 1. After a restart, main is searched for the task's trailer first: work a crash left on
-//!    main without its `TaskLanded` is reported, never landed twice.
+//! 1. main is searched first for the commits the journal named for a task ahead of an
+//!    earlier compare-and-swap (ADR-018): work a crash left on main without its
+//!    `TaskLanded` is reported, never landed twice. Trailer text is never evidence.
 //! 2. Up to `batch_max` branches are built on main's tip in memory ([`MergeGit::build`]).
 //!    A conflict on a main that moved since the branch left it gets one more try later in
 //!    the queue; a second conflict (or one on an unmoved main) goes to the TaskGraph, which
@@ -12,7 +13,8 @@
 //! 3. The gate runs on the candidate in a scratch checkout. A failing batch is tested once
 //!    more (a flaky gate blames nobody), then bisected: halves that pass land, a single
 //!    branch that fails is the culprit and gets the gate's output.
-//! 4. main moves by compare-and-swap from the tip the candidate was built on; a main that
+//! 4. The TaskGraph journals the landing's intent (`LandingIntended`: each task's commit);
+//!    then main moves by compare-and-swap from the tip the candidate was built on; a main that
 //!    moved meanwhile (someone else wrote it) means building again, a bounded number of
 //!    times. Nothing ungated ever reaches main.
 //! 5. The TaskGraph hears `MainMoved` with each task's commit; landed branches are deleted;
@@ -35,8 +37,8 @@ use crate::ports::{
     BuildOutcome, LandItem, LandMode, MainRef, MainRefError, MergeGit, ProcessRunner, RepoReader,
 };
 use crate::protocol::{
-    CheckoutSync, EventKind, FixOf, FromMerging, LandRequest, LandingFailure, MergeHealth, RunId,
-    TaskId, ToMergeQueue, ToPlanner, ToReconciler,
+    CheckoutSync, EventKind, FixOf, FromMerging, IntendLanding, IntendedLanding, LandRequest,
+    LandingFailure, MergeHealth, RunId, TaskId, ToMergeQueue, ToPlanner, ToReconciler,
 };
 use crate::scratch_commands::{NamedCommand, ScratchRun};
 use crate::supervision::{Lifeline, StopCause, StopMember};
@@ -102,6 +104,15 @@ const RETRY_PENALTY: u64 = 4;
 /// Compare-and-swaps that may find main moved by someone else, in a row, before the batch's
 /// tasks fail.
 const MAX_MAIN_RACES: u32 = 10;
+/// Waits for main's lock (held by another writer) in one round before the batch goes back
+/// to the queue: about 10 s in all.
+const MAX_LOCK_WAITS: u32 = 8;
+
+/// The wait before the `n`-th try after finding main locked: 40 ms doubling, at most 4 s.
+fn lock_backoff(n: u32) -> Duration {
+    Duration::from_millis(40u64.saturating_mul(1 << n.min(7)).min(4_000))
+}
+
 /// Landings the median wait is taken over.
 const WAITS_KEPT: usize = 64;
 
@@ -132,6 +143,8 @@ pub struct MergeQueue {
     run: RunId,
     kit: MergeKit,
     graph: Recipient<FromMerging>,
+    /// Where a landing's intent is journaled before main moves (the TaskGraph).
+    intents: Recipient<IntendLanding>,
     reconciler: Option<Recipient<ToReconciler>>,
     planner: Option<Recipient<ToPlanner>>,
     waiting: BTreeMap<QueueKey, Queued>,
@@ -140,6 +153,12 @@ pub struct MergeQueue {
     busy: bool,
     /// The user's checkout is being brought to main's tip at the queue's start; cycles wait.
     catching_up: bool,
+    /// The tip this queue (or the run's earlier life, from the journal) last moved main to:
+    /// main must still contain it before each landing (ADR-018).
+    written: Option<String>,
+    /// main no longer contains `written` (it was reset): landing is paused; this is the tip
+    /// found, said once. A new branch (or a restart) looks again.
+    diverged: Option<String>,
     landed: u64,
     failed: u64,
     waits_ms: Vec<u64>,
@@ -152,26 +171,44 @@ struct CycleEnd {
     requeue: Vec<Queued>,
     landed: Vec<Duration>,
     failed: u64,
+    /// The tip the cycle last moved main to.
+    written: Option<String>,
+    /// main no longer contains what flotilla wrote: this is where it is.
+    diverged: Option<String>,
 }
 
 impl MergeQueue {
-    pub fn new(run: RunId, kit: MergeKit, graph: Recipient<FromMerging>) -> Self {
+    pub fn new(
+        run: RunId,
+        kit: MergeKit,
+        graph: Recipient<FromMerging>,
+        intents: Recipient<IntendLanding>,
+    ) -> Self {
         MergeQueue {
             run,
             kit,
             graph,
+            intents,
             reconciler: None,
             planner: None,
             waiting: BTreeMap::new(),
             next_position: 0,
             busy: false,
             catching_up: false,
+            written: None,
+            diverged: None,
             landed: 0,
             failed: 0,
             waits_ms: Vec::new(),
             cancel: CancellationToken::new(),
             lifeline: None,
         }
+    }
+
+    /// The tip the run last moved main to, from its journal (a restarted run).
+    pub fn with_written(mut self, tip: Option<String>) -> Self {
+        self.written = tip;
+        self
     }
 
     pub fn with_reconciler(mut self, reconciler: Recipient<ToReconciler>) -> Self {
@@ -222,8 +259,10 @@ impl MergeQueue {
         }
         self.busy = true;
         let cycle = Cycle {
+            written: self.written.clone(),
             kit: self.kit.clone(),
             graph: self.graph.clone(),
+            intents: self.intents.clone(),
             reconciler: self.reconciler.clone(),
             cancel: self.cancel.clone(),
             run: self.run,
@@ -233,6 +272,10 @@ impl MergeQueue {
                 .into_actor(self)
                 .map(|end, act, ctx| {
                     act.busy = false;
+                    if let Some(tip) = end.written.clone() {
+                        act.written = Some(tip);
+                    }
+                    let diverged = end.diverged.clone();
                     for queued in end.requeue {
                         let key = if queued.conflict_retried {
                             // Its second try goes behind what waits now.
@@ -252,6 +295,20 @@ impl MergeQueue {
                     if let Some(planner) = &act.planner {
                         planner.do_send(ToPlanner::MergeHealth(act.health()));
                     }
+                    if let Some(actual) = diverged {
+                        // Paused: said once per tip found; the next branch looks again.
+                        if act.diverged.as_ref() != Some(&actual) {
+                            act.graph.do_send(FromMerging::Note(Box::new(
+                                EventKind::MainDiverged {
+                                    expected: act.written.clone().unwrap_or_default(),
+                                    actual: actual.clone(),
+                                },
+                            )));
+                        }
+                        act.diverged = Some(actual);
+                        return;
+                    }
+                    act.diverged = None;
                     act.pump(ctx);
                 }),
         );
@@ -268,8 +325,11 @@ impl MergeQueue {
 
 /// One landing cycle's world, moved off the actor.
 struct Cycle {
+    /// The tip main must still contain (the last one flotilla wrote).
+    written: Option<String>,
     kit: MergeKit,
     graph: Recipient<FromMerging>,
+    intents: Recipient<IntendLanding>,
     reconciler: Option<Recipient<ToReconciler>>,
     cancel: CancellationToken,
     run: RunId,
@@ -291,6 +351,8 @@ impl Cycle {
             requeue: Vec::new(),
             landed: Vec::new(),
             failed: 0,
+            written: None,
+            diverged: None,
         };
         let batch = self.already_landed(batch, &mut end).await;
         if batch.is_empty() {
@@ -303,9 +365,13 @@ impl Cycle {
         end
     }
 
-    /// After a restart: what main already holds is reported, not landed again.
+    /// What main already holds is reported, not landed again: a crash after the
+    /// compare-and-swap and before `TaskLanded` leaves the work there. The evidence is the
+    /// commit journaled ahead of the move (`LandRequest::intended`, ADR-018) found on main's
+    /// first-parent history; a commit's trailer text is never evidence (an agent can write
+    /// one for any task).
     async fn already_landed(&self, batch: Vec<Queued>, end: &mut CycleEnd) -> Vec<Queued> {
-        if !batch.iter().any(|q| q.request.recovered) {
+        if batch.iter().all(|q| q.request.intended.is_empty()) {
             return batch;
         }
         let tip = match self.kit.reader.main_tip().await {
@@ -315,11 +381,8 @@ impl Cycle {
                 return batch;
             }
         };
-        let trailers = batch
-            .iter()
-            .map(|q| trailer(self.run, &q.request))
-            .collect();
-        let found = match self.kit.git.landed(tip, None, trailers).await {
+        let intended = batch.iter().map(|q| q.request.intended.clone()).collect();
+        let found = match self.kit.git.find_on_main(tip, intended).await {
             Ok(found) => found,
             Err(e) => {
                 warn!(run = %self.run, error = %e, "looking for landed work on main");
@@ -383,6 +446,7 @@ impl Cycle {
     /// Builds `items` on main's tip, gates the candidate and moves main to it.
     async fn round(&self, items: &[Queued], end: &mut CycleEnd, flaky_retry: bool) -> Round {
         let mut races = 0;
+        let mut lock_waits = 0;
         loop {
             let tip = match self.kit.reader.main_tip().await {
                 Ok(tip) => tip,
@@ -391,6 +455,26 @@ impl Cycle {
                     return Round::Again;
                 }
             };
+            // main must still hold what flotilla last wrote there. Moved forward (a user's
+            // commit, another run's landing): the batch is built on top. Reset, force-pushed
+            // or moved aside: landing stops, and nothing dropped is replayed.
+            let written = end.written.as_ref().or(self.written.as_ref());
+            if let Some(written) = written.filter(|w| **w != tip) {
+                match self.kit.git.contains(tip.clone(), written.clone()).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        end.requeue.extend(items.iter().cloned());
+                        end.diverged = Some(tip);
+                        return Round::Again;
+                    }
+                    Err(e) => {
+                        warn!(run = %self.run, error = %e, "checking that main holds what was landed");
+                        end.requeue.extend(items.iter().cloned());
+                        end.diverged = Some(tip);
+                        return Round::Again;
+                    }
+                }
+            }
             let lands: Vec<LandItem> = items
                 .iter()
                 .map(|q| land_item(self.run, &q.request))
@@ -414,6 +498,18 @@ impl Cycle {
                     main_moved,
                 }) => {
                     self.conflict(items, index, files, clashing, main_moved, end);
+                    return Round::Again;
+                }
+                Ok(BuildOutcome::Unusable { index, detail }) => {
+                    // Only that branch is at fault (gone, or moved since its handoff): it
+                    // fails, and its batch-mates go back first in line.
+                    for (i, q) in items.iter().enumerate() {
+                        if i == index {
+                            self.fail_one(q, detail.clone(), end);
+                        } else {
+                            end.requeue.push(q.clone());
+                        }
+                    }
                     return Round::Again;
                 }
                 Err(e) => {
@@ -445,20 +541,69 @@ impl Cycle {
             // Crash point: the candidate passed its gate, main has not moved. The verdict is
             // kept nowhere: a restart gates again before main moves.
             fail::fail_point!("merge::after-gate", |_| crash_here("merge::after-gate"));
+            // Written ahead: the journal names the commits that will hold each task's work
+            // before main moves, so that a restart can tell them on main (ADR-018).
+            let intent = IntendLanding {
+                from: tip.clone(),
+                to: candidate.clone(),
+                landed: items
+                    .iter()
+                    .zip(&commits)
+                    .map(|(q, commit)| IntendedLanding {
+                        task: q.request.task.clone(),
+                        attempt: q.request.attempt,
+                        commit: commit.clone(),
+                    })
+                    .collect(),
+            };
+            let journaled = match self.intents.send(intent).await {
+                Ok(result) => result,
+                Err(e) => Err(format!("the task graph is gone: {e}")),
+            };
+            if let Err(e) = journaled {
+                // Nobody is to blame: main stays, the batch waits for the restart that a
+                // journal failure brings.
+                warn!(run = %self.run, error = %e, "main does not move: its intent is not journaled");
+                end.requeue.extend(items.iter().cloned());
+                return Round::Again;
+            }
+            // The move waits while the user's checkout of main cannot follow (ADR-021).
             let Some(moved) = self.move_main(&tip, &candidate).await else {
+                end.requeue.extend(items.iter().cloned());
                 return Round::Again; // the queue is stopping
             };
             match moved {
                 Ok(()) => {
                     // Crash point: main holds the work, nothing else knows (no checkout sync,
-                    // branches still there, no event). A restart must find the trailers on
-                    // main and report them, not land the tasks a second time.
+                    // branches still there, no event). A restart must find the intended
+                    // commits on main and report them, not land the tasks a second time.
                     fail::fail_point!("merge::after-cas", |_| crash_here("merge::after-cas"));
+                    end.written = Some(candidate.clone());
                     self.landed(items, &tip, &candidate, commits, end).await;
                     return Round::Landed;
                 }
                 Err(MainRefError::Moved { .. }) if races < MAX_MAIN_RACES => {
                     races += 1;
+                    continue;
+                }
+                Err(MainRefError::Busy { detail }) => {
+                    // Another writer holds main's lock: contention, never the batch's
+                    // fault. Wait (exponentially, bounded) and build again on whatever main
+                    // is then; past the bound the batch goes back to the queue unjudged.
+                    if lock_waits >= MAX_LOCK_WAITS {
+                        warn!(run = %self.run, %detail, "main stayed locked; the batch waits in the queue");
+                        end.requeue.extend(items.iter().cloned());
+                        return Round::Again;
+                    }
+                    let wait = lock_backoff(lock_waits);
+                    lock_waits += 1;
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.cancel.cancelled() => {
+                            end.requeue.extend(items.iter().cloned());
+                            return Round::Again;
+                        }
+                    }
                     continue;
                 }
                 Err(e) => {
@@ -580,13 +725,13 @@ impl Cycle {
             }
         };
         // Branches go before the graph hears: a crash in between is healed by the restart's
-        // look for the trailer on main, which comes before any build.
+        // look for the intended commits on main, which comes before any build.
         for q in items {
             self.delete_branches(&q.request).await;
             end.landed.push(q.enqueued.elapsed());
         }
         // Crash point: main moved and the branches are gone, the graph has not heard. A
-        // restart must take the work from main's trailers, since the branches cannot give it.
+        // restart must take the work from the journaled intent, since the branches cannot.
         fail::fail_point!("merge::before-event", |_| crash_here("merge::before-event"));
         let landed = items
             .iter()
@@ -651,15 +796,17 @@ impl Cycle {
 
     fn fail_all(&self, items: &[Queued], detail: String, end: &mut CycleEnd) {
         for q in items {
-            self.graph.do_send(FromMerging::Failed {
-                task: q.request.task.clone(),
-                attempt: q.request.attempt,
-                failure: LandingFailure::Git {
-                    detail: detail.clone(),
-                },
-            });
-            end.failed += 1;
+            self.fail_one(q, detail.clone(), end);
         }
+    }
+
+    fn fail_one(&self, q: &Queued, detail: String, end: &mut CycleEnd) {
+        self.graph.do_send(FromMerging::Failed {
+            task: q.request.task.clone(),
+            attempt: q.request.attempt,
+            failure: LandingFailure::Git { detail },
+        });
+        end.failed += 1;
     }
 
     /// A landed branch goes, and with a conflict fix the branch it fixed.
@@ -684,7 +831,9 @@ impl Cycle {
 const CHECKOUT_WAIT_FIRST: Duration = Duration::from_secs(1);
 const CHECKOUT_WAIT_MAX: Duration = Duration::from_secs(30);
 
-/// The line every commit landed for a task carries: how a restart finds it on main.
+/// The line every commit landed for a task carries, for people reading main's history.
+/// flotilla never reads it back (ADR-018): agents can write such lines too, and those are
+/// stripped from every message flotilla writes to main.
 pub fn trailer(run: RunId, request: &LandRequest) -> String {
     format!("Flotilla-Task: {}/{}", run, request.task)
 }

@@ -135,6 +135,9 @@ pub struct Reconciler {
     again: bool,
     /// A finalization round waits for the next sweep that is not stale.
     finalization: Option<u32>,
+    /// The commit that round asked for: what the run last landed. It is swept as it is,
+    /// never found stale: another run moving main on top of it says nothing about it.
+    pinned: Option<String>,
     sweeps: u32,
     /// Red since the last green streak.
     red: bool,
@@ -156,6 +159,7 @@ impl Reconciler {
             sweeping: false,
             again: false,
             finalization: None,
+            pinned: None,
             sweeps: 0,
             red: false,
             green_in_a_row: 0,
@@ -204,6 +208,7 @@ impl Reconciler {
         self.sweeping = true;
         self.sweeps = self.sweeps.saturating_add(1);
         let sweep = Sweep {
+            pinned: self.finalization.and(self.pinned.clone()),
             number: self.sweeps,
             kit: self.kit.clone(),
             cancel: self.cancel.clone(),
@@ -225,7 +230,13 @@ impl Reconciler {
                                 act.red = true;
                                 act.green_in_a_row = 0;
                             }
-                            report.finalization = act.finalization.take();
+                            // Only a sweep of the commit the round asked for answers it.
+                            if act.pinned.as_deref().is_none_or(|p| p == report.commit) {
+                                report.finalization = act.finalization.take();
+                                act.pinned = None;
+                            } else if act.finalization.is_some() {
+                                act.again = true;
+                            }
                             act.graph.do_send(FromMerging::Swept(Box::new(report)));
                         }
                         SweepOutcome::Stale { sweep, commit } => {
@@ -261,6 +272,8 @@ enum SweepOutcome {
 
 /// One sweep's world, off the actor's thread.
 struct Sweep {
+    /// Sweep this commit (a finalization's), not main's tip, and never call it stale.
+    pinned: Option<String>,
     number: u32,
     kit: ReconcilerKit,
     cancel: CancellationToken,
@@ -270,9 +283,12 @@ struct Sweep {
 impl Sweep {
     async fn run(self) -> SweepOutcome {
         let started = Instant::now();
-        let commit = match self.kit.reader.main_tip().await {
-            Ok(tip) => tip,
-            Err(e) => return SweepOutcome::Unreadable(e.to_string()),
+        let commit = match &self.pinned {
+            Some(commit) => commit.clone(),
+            None => match self.kit.reader.main_tip().await {
+                Ok(tip) => tip,
+                Err(e) => return SweepOutcome::Unreadable(e.to_string()),
+            },
         };
         let mut found: Vec<Failure> = Vec::new();
         match self.kit.git.conflict_markers(commit.clone(), None).await {
@@ -319,8 +335,10 @@ impl Sweep {
                 Err(e) => return SweepOutcome::Unreadable(e),
             }
         }
-        // main moved while the commands ran: what they found may already be fixed.
+        // main moved while the commands ran: what they found may already be fixed. A
+        // pinned commit is what it is, wherever main went.
         match self.kit.reader.main_tip().await {
+            _ if self.pinned.is_some() => {}
             Ok(now) if now != commit => {
                 return SweepOutcome::Stale {
                     sweep: self.number,
@@ -383,8 +401,9 @@ impl Handler<ToReconciler> for Reconciler {
                     });
                 }
             }
-            ToReconciler::Finalize { attempt } => {
+            ToReconciler::Finalize { attempt, commit } => {
                 self.finalization = Some(attempt);
+                self.pinned = commit;
                 self.sweep(ctx);
             }
             ToReconciler::Tick { generation } => {

@@ -29,9 +29,10 @@ use tracing::{error, warn};
 use crate::graph::{GraphError, RunGraph};
 use crate::ports::{Journal, JournalError};
 use crate::protocol::{
-    Event, EventKind, FailureReason, FromMerging, GetSnapshot, Published, RootHandoff, RunId,
-    SubtaskEnded, SubtasksCompleted, TaskDecompositionAccepted, TaskDecompositionRejected, TaskId,
-    TaskState, ToAgent, ToDispatch, ToMergeQueue, ToPlanner, ToReconciler, ToTaskGraph,
+    Event, EventKind, FailureReason, FromMerging, GetSnapshot, IntendLanding, Published,
+    RootHandoff, RunId, SubtaskEnded, SubtasksCompleted, TaskDecompositionAccepted,
+    TaskDecompositionRejected, TaskId, TaskState, ToAgent, ToDispatch, ToMergeQueue, ToPlanner,
+    ToReconciler, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -217,7 +218,10 @@ impl TaskGraph {
             if let (Some(attempt), Some(reconciler)) =
                 (act.graph.awaiting_final_sweep(), &act.reconciler)
             {
-                reconciler.do_send(ToReconciler::Finalize { attempt });
+                reconciler.do_send(ToReconciler::Finalize {
+                    attempt,
+                    commit: act.graph.main_tip(),
+                });
             }
             // The Subplanner's open decompositions continue where its journaled
             // conversation left off.
@@ -391,9 +395,14 @@ impl TaskGraph {
                         .do_send(ToDispatch::Release { task: task.clone() });
                     self.enqueue_landing(task, false);
                 }
+                // Its conflict fix had nothing to resolve: the task's branch lands itself.
+                EventKind::LandingRequeued { task, .. } => self.enqueue_landing(task, false),
                 EventKind::FinalizationStarted { attempt } => {
                     if let Some(reconciler) = &self.reconciler {
-                        reconciler.do_send(ToReconciler::Finalize { attempt: *attempt });
+                        reconciler.do_send(ToReconciler::Finalize {
+                            attempt: *attempt,
+                            commit: self.graph.main_tip(),
+                        });
                     }
                 }
                 EventKind::TaskFailed { task, reason, .. } => {
@@ -722,7 +731,7 @@ impl Handler<FromMerging> for TaskGraph {
                 task,
                 attempt,
                 commit,
-            } => self.graph.landed(&task, attempt, &commit),
+            } => self.graph.found_on_main(&task, attempt, &commit),
             FromMerging::Note(note) => self.graph.merge_noted(*note),
             FromMerging::Swept(report) => self.graph.sweep_finished(*report),
             FromMerging::SweepStale { sweep, commit } => self.graph.sweep_stale(sweep, &commit),
@@ -763,6 +772,36 @@ impl Handler<CancelRun> for TaskGraph {
                         "the run's task graph stopped: {detail}"
                     )))
                 })
+            }
+        }
+    }
+}
+
+impl Handler<IntendLanding> for TaskGraph {
+    type Result = ResponseFuture<Result<(), String>>;
+
+    /// Answered once `LandingIntended` is committed: the merge queue moves main only then
+    /// (ADR-018, write-ahead of the compare-and-swap).
+    fn handle(&mut self, msg: IntendLanding, ctx: &mut Context<Self>) -> Self::Result {
+        match self.graph.landing_intended(msg.from, msg.to, msg.landed) {
+            Ok(events) => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.pending_waiters.push(tx);
+                self.commit(events, ctx);
+                Box::pin(async move {
+                    match rx.await {
+                        Ok(Ok(())) => Ok(()),
+                        Ok(Err(e)) => Err(format!("the landing's intent was not journaled: {e}")),
+                        Err(_) => Err("the run's task graph stopped before the landing's \
+                                       intent was journaled"
+                            .into()),
+                    }
+                })
+            }
+            Err(e) => {
+                let detail = e.to_string();
+                self.stop_because(StopCause::InvariantBroken(detail.clone()), ctx);
+                Box::pin(async move { Err(format!("the run's task graph stopped: {detail}")) })
             }
         }
     }

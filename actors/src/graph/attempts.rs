@@ -182,8 +182,25 @@ impl RunGraph {
         }
 
         if let Some(plan) = report.subplan {
-            self.decompose(&mut out, ix, plan, report.handoff, report.artifacts)?;
-            return Ok(out);
+            if self.dag[ix].state != TaskState::Synthesizing {
+                self.decompose(&mut out, ix, plan, report.handoff, report.artifacts)?;
+                return Ok(out);
+            }
+            // A synthesis ends its task: the parent's subtasks are spent, and nobody would
+            // answer a subplan now (the task would stay `synthesizing` for ever). The
+            // subplan is refused; the handoff, if any, is the synthesis.
+            let why = format!(
+                "a synthesis handed back a subplan of {} subtask(s); it is refused (a \
+                 synthesis reports its parent's result)",
+                plan.subtasks.len()
+            );
+            if report.handoff.is_none() {
+                let failure = AttemptFailure::Malformed { detail: why };
+                self.fail_attempt(&mut out, ix, attempt, failure)?;
+                self.check_run_budget(&mut out)?;
+                return Ok(out);
+            }
+            self.ignore(&mut out, Some(&task), "ProposedSubplan", why);
         }
 
         let status = report

@@ -12,6 +12,9 @@ use super::{Emitted, GraphError, RunGraph, TaskNode, fingerprint, is_open};
 use crate::config::Limits;
 use crate::protocol::{Budget, EventKind, FixOf, StopCondition, TaskId, TaskSpec, TaskState};
 
+/// Intended commits kept per `Landing` task (each rebuild of its batch journals one).
+const MAX_INTENTS_KEPT: usize = 16;
+
 /// Whether a new attempt counts toward `max_attempts`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Charged {
@@ -110,8 +113,29 @@ impl RunGraph {
             | EventKind::MessageIgnored { .. }
             | EventKind::MergeConflict { .. }
             | EventKind::MergeGateFailed { .. }
-            | EventKind::SweepStale { .. } => {}
+            | EventKind::SweepStale { .. }
+            | EventKind::LandingRequeued { .. }
+            | EventKind::MainDiverged { .. } => {}
             EventKind::MainMoved { to, .. } => self.main_tip = Some(to.clone()),
+            EventKind::LandingIntended { to, landed, .. } => {
+                for l in landed {
+                    let landing = self
+                        .index
+                        .get(&l.task)
+                        .is_some_and(|&ix| self.dag[ix].state == TaskState::Landing);
+                    if landing {
+                        let commits = self.intents.entry(l.task.clone()).or_default();
+                        // A batch is built again after a lost race or a bisection: the
+                        // newest intents are the ones that may have reached main.
+                        if commits.len() >= MAX_INTENTS_KEPT {
+                            commits.remove(0);
+                        }
+                        commits.push(l.commit.clone());
+                    }
+                }
+                let commits = landed.iter().map(|l| l.commit.clone()).collect();
+                self.last_intent = Some(Box::new((to.clone(), commits)));
+            }
             EventKind::TaskLanding {
                 task,
                 attempt,
@@ -474,6 +498,10 @@ impl RunGraph {
         prev.transition(&node.id, next)?;
         let was_open = is_open(prev);
         self.dag[ix].state = next;
+        if prev == TaskState::Landing && next != TaskState::Landing && !self.intents.is_empty() {
+            let id = self.dag[ix].id.clone();
+            self.intents.remove(&id);
+        }
         if was_open && !is_open(next) {
             let fp = self.dag[ix].fingerprint;
             if self.open_fingerprints.get(&fp) == Some(&ix) {

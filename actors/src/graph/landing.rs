@@ -10,8 +10,9 @@ use std::collections::VecDeque;
 use super::scope::ScopePath;
 use super::{Emitted, GraphError, RunGraph};
 use crate::protocol::{
-    AttemptFailure, Budget, EventKind, FailureReason, FixOf, Handoff, LandRequest, LandingFailure,
-    Priority, RunOutcome, SweepReport, TaskId, TaskSpec, TaskState, commit_subject,
+    AttemptFailure, Budget, CheckoutSync, EventKind, FailureReason, FixOf, Handoff,
+    IntendedLanding, LandRequest, LandingFailure, Priority, RunOutcome, SweepReport, TaskId,
+    TaskSpec, TaskState, commit_subject,
 };
 
 /// How many of main's clashing commits a conflict fix's description lists.
@@ -45,12 +46,89 @@ impl RunGraph {
             fix: node.fix.as_deref().cloned(),
             retries: node.attempt.saturating_sub(1),
             recovered,
+            intended: self.intents.get(task).cloned().unwrap_or_default(),
         })
     }
 
-    /// The tasks waiting to land, for a restart to enqueue again.
+    /// The merge queue is about to move main from `from` to `to` (ADR-018): journaled
+    /// before the compare-and-swap, so that after a crash the commits named here, and only
+    /// these, can say that a task's work reached main.
+    pub fn landing_intended(
+        &mut self,
+        from: String,
+        to: String,
+        landed: Vec<IntendedLanding>,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        self.emit(&mut out, EventKind::LandingIntended { from, to, landed })?;
+        Ok(out)
+    }
+
+    /// After a restart, the merge queue found `commit` on main's first-parent history for
+    /// `task`. It counts only when the journal named that commit ahead of a
+    /// compare-and-swap for this task: anything else (a trailer an agent wrote, a commit
+    /// someone else made) is not evidence, and the task stays where it is.
+    pub fn found_on_main(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        commit: &str,
+    ) -> Result<Emitted, GraphError> {
+        let intended = self
+            .intents
+            .get(task)
+            .is_some_and(|commits| commits.iter().any(|c| c == commit));
+        if !intended {
+            let mut out = Vec::new();
+            self.ignore(
+                &mut out,
+                Some(task),
+                "FoundOnMain",
+                format!("{commit} was never journaled as holding this task's work"),
+            );
+            return Ok(out);
+        }
+        let mut out = Vec::new();
+        // The compare-and-swap of the last intent happened: main was moved to its tip by
+        // flotilla, which `MainMoved` never said (the crash came first). Said now, so that
+        // "the tip flotilla last wrote" stays true for the main-moved check and the
+        // finalization's sweep.
+        if let Some(intent) = self.last_intent.as_deref()
+            && intent.1.iter().any(|c| c == commit)
+            && self.main_tip.as_deref() != Some(intent.0.as_str())
+        {
+            let moved = EventKind::MainMoved {
+                from: self.main_tip.clone().unwrap_or_default(),
+                to: intent.0.clone(),
+                tasks: vec![task.clone()],
+                checkout: CheckoutSync::NotCheckedOut,
+            };
+            self.emit(&mut out, moved)?;
+        }
+        out.extend(self.landed(task, attempt, commit)?);
+        Ok(out)
+    }
+
+    /// The tasks whose branches wait in the merge queue, for a restart to enqueue again:
+    /// every `Landing` task except those waiting for their conflict fix (their branch lands
+    /// through the fix, or fails with it; enqueued again it would conflict again and ask
+    /// for a second fix, and the fix's landing would delete the branch under it).
     pub fn landing_tasks(&self) -> Vec<TaskId> {
         self.tasks_in(TaskState::Landing)
+            .into_iter()
+            .filter(|t| !self.waits_for_its_fix(t))
+            .collect()
+    }
+
+    /// `task` is `Landing` and a conflict fix made for it has not ended.
+    pub fn waits_for_its_fix(&self, task: &TaskId) -> bool {
+        let Some(node) = self.task(task) else {
+            return false;
+        };
+        node.state == TaskState::Landing
+            && node
+                .fixed_by
+                .is_some_and(|fix| !self.dag[fix].state.is_terminal())
     }
 
     /// The merge queue put `task`'s work on main in `commit`. A conflict fix lands the task
@@ -214,7 +292,8 @@ impl RunGraph {
         match note {
             EventKind::MergeConflict { .. }
             | EventKind::MergeGateFailed { .. }
-            | EventKind::MainMoved { .. } => self.emit(&mut out, note)?,
+            | EventKind::MainMoved { .. }
+            | EventKind::MainDiverged { .. } => self.emit(&mut out, note)?,
             other => self.ignore(
                 &mut out,
                 None,
@@ -357,9 +436,34 @@ impl RunGraph {
         )
     }
 
+    /// The tip flotilla last moved main to (journaled by `MainMoved`), if it moved it.
+    pub fn main_tip(&self) -> Option<String> {
+        self.main_tip.clone()
+    }
+
     /// Whether a finalization round waits for its sweep (for a restart to ask again).
     pub fn awaiting_final_sweep(&self) -> Option<u32> {
         (self.awaiting_sweep && self.outcome.is_none()).then_some(self.finalization)
+    }
+
+    /// A conflict fix that completed without landing (its diff was empty: nothing was left
+    /// to resolve, because what its task clashed with had not landed when the fix started)
+    /// sends its task's own branch back to the queue, which lands it or reports a conflict
+    /// again. Without this the task would stay `Landing` for ever.
+    pub(super) fn fix_landed_nothing(
+        &mut self,
+        out: &mut Emitted,
+        fix: petgraph::graph::NodeIndex,
+    ) -> Result<(), GraphError> {
+        let Some(FixOf::Conflict { task, .. }) = self.dag[fix].fix.as_deref().cloned() else {
+            return Ok(());
+        };
+        let of = self.ix(&task)?;
+        if self.dag[of].state != TaskState::Landing || self.dag[of].fixed_by != Some(fix) {
+            return Ok(());
+        }
+        let fix = self.dag[fix].id.clone();
+        self.emit(out, EventKind::LandingRequeued { task, fix })
     }
 
     /// A conflict fix that did not complete takes the task it was fixing down with it.

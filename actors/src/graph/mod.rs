@@ -189,6 +189,13 @@ pub struct RunGraph {
     last_red: Option<String>,
     /// Where the merge queue last moved main (`MainMoved`).
     main_tip: Option<String>,
+    /// The commits journaled ahead of a compare-and-swap (`LandingIntended`) as holding a
+    /// `Landing` task's work, oldest first (ADR-018): after a crash, the only evidence that
+    /// its work is on main. Dropped when the task lands or leaves `Landing`.
+    intents: HashMap<TaskId, Vec<String>>,
+    /// The last `LandingIntended`: its target tip and its commits. main may be there
+    /// though no `MainMoved` says so (a crash after the compare-and-swap).
+    last_intent: Option<Box<(String, Vec<String>)>>,
 }
 
 /// What a command did: the events it emitted (already applied), in order.
@@ -224,6 +231,8 @@ impl RunGraph {
             last_sweep_green: None,
             last_red: None,
             main_tip: None,
+            intents: HashMap::new(),
+            last_intent: None,
         }
     }
 

@@ -24,6 +24,7 @@ impl RunGraph {
             let state = self.dag[ix].state;
             let id = self.dag[ix].id.clone();
             if state == TaskState::Completed {
+                self.fix_landed_nothing(out, ix)?;
                 let mut succ = self
                     .dag
                     .neighbors_directed(ix, Direction::Outgoing)

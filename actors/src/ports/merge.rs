@@ -2,8 +2,9 @@
 //! (the compare-and-swap of main) and [`RepoReader`] (main's tip):
 //! - [`MergeGit::build`]: a candidate commit made in memory on main's tip from one or more
 //!   task branches (replayed, merged or squashed), or the conflict that stops it;
-//! - [`MergeGit::landed`]: which tasks' work main already holds (every commit flotilla lands
-//!   carries a `Flotilla-Task:` trailer), so a restart never lands a task twice;
+//! - [`MergeGit::find_on_main`]: which of the commits the journal named ahead of a
+//!   compare-and-swap main already holds, so a restart never lands a task twice (ADR-018:
+//!   trailer text is never read back as evidence);
 //! - scratch checkouts at a commit, where the gate and the sweeps run commands;
 //! - conflict markers at a commit; deleting landed branches; keeping the user's own checkout
 //!   of main consistent when main moves under it.
@@ -49,8 +50,9 @@ pub struct LandItem {
     /// The subject of a squash or merge commit (already one line, without control
     /// characters).
     pub subject: String,
-    /// Added as the last line of every commit made for this item (`Flotilla-Task: …`), so
-    /// [`MergeGit::landed`] finds it on main after a crash.
+    /// Added as the last line of every commit made for this item (`Flotilla-Task: …`), for
+    /// people reading main's history; any such line the branch's own messages carry is
+    /// stripped (an agent may have written it for another task).
     pub trailer: String,
     /// Overrides the mode for this item: conflict-fix branches are always squashed, since
     /// their first commit holds conflict markers.
@@ -75,6 +77,9 @@ pub enum BuildOutcome {
         /// worth one more try; a conflict on an unmoved main is the branch's own).
         main_moved: bool,
     },
+    /// Item `index`'s branch cannot be built: it is gone, or not where its handoff left it.
+    /// That item alone is at fault; the others may be built without it.
+    Unusable { index: usize, detail: String },
 }
 
 /// A detached checkout of one commit, outside the target repository's work tree.
@@ -104,15 +109,21 @@ pub trait MergeGit: Send + Sync + 'static {
         mode: LandMode,
     ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>>;
 
-    /// For each trailer, the commit on main's first-parent history from `tip` back to (not
-    /// including) `since` that carries it, if any. At most `MAX_LANDED_WALK` commits are
-    /// read.
-    fn landed(
+    /// For each list of candidate commits, the first of them that is on main's first-parent
+    /// history from `tip`, if any. At most `MAX_LANDED_WALK` commits are read.
+    fn find_on_main(
         &self,
         tip: String,
-        since: Option<String>,
-        trailers: Vec<String>,
+        candidates: Vec<Vec<String>>,
     ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>>;
+
+    /// Whether `tip` is `ancestor` or descends from it (main still holds what flotilla
+    /// wrote there).
+    fn contains(
+        &self,
+        tip: String,
+        ancestor: String,
+    ) -> BoxFuture<'static, Result<bool, RepoError>>;
 
     /// A fresh detached checkout of `commit` for commands to run in (`label` names its
     /// directory).

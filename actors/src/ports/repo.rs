@@ -190,6 +190,10 @@ pub enum MainRefError {
     /// lock): nothing moved; the same move may succeed later (ADR-021).
     #[error("main's checkout cannot follow now: {detail}")]
     CheckoutBusy { detail: String },
+    /// main's ref is locked by another writer (git's `main.lock`: another flotilla run, a
+    /// user's git command): contention, not failure; worth waiting for.
+    #[error("main is locked by another writer: {detail}")]
+    Busy { detail: String },
     #[error(transparent)]
     Repo(#[from] RepoError),
 }

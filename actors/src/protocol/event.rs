@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
-use super::merge::{CheckoutSync, FixOf, LandingFailure, SweepReport};
+use super::merge::{CheckoutSync, FixOf, IntendedLanding, LandingFailure, SweepReport};
 use super::subplan::{DecompositionReason, RejectionReason, StopCondition};
 use super::task::{Budget, TaskSpec, TaskState};
 use super::work::{Role, Route};
@@ -232,6 +232,30 @@ pub enum EventKind {
         to: String,
         tasks: Vec<TaskId>,
         checkout: CheckoutSync,
+    },
+    /// Written ahead of the compare-and-swap that moves main from `from` to `to` (ADR-018):
+    /// the commit flotilla built for each task's work. After a crash, work is recognized as
+    /// landed only from these commits found on main's first-parent history, never from the
+    /// `Flotilla-Task` trailer text of a commit (an agent can write that).
+    LandingIntended {
+        from: String,
+        to: String,
+        landed: Vec<IntendedLanding>,
+    },
+    /// `task`'s conflict fix `fix` completed without landing anything (it had nothing to
+    /// resolve: the branch it clashed with had not landed yet when the fix started). The
+    /// task's own branch goes back to the merge queue; it stays `Landing`.
+    LandingRequeued {
+        task: TaskId,
+        fix: TaskId,
+    },
+    /// main no longer contains `expected`, the tip flotilla last moved it to: someone reset
+    /// it, force-pushed, or moved it with `update-ref` (ADR-018). The merge queue stops
+    /// landing (it never replays what was dropped) until main contains `expected` again;
+    /// its branches wait.
+    MainDiverged {
+        expected: String,
+        actual: String,
     },
     /// One sweep of main by the Reconciler. When red, fix tasks for its `fixes` follow
     /// (`FixTaskAdded`), except those an open fix already covers.
@@ -509,6 +533,23 @@ impl EventKind {
                 tasks: vec![t()],
                 checkout: CheckoutSync::Detached { at: "a".into() },
             },
+            EventKind::LandingIntended {
+                from: "a".into(),
+                to: "b".into(),
+                landed: vec![IntendedLanding {
+                    task: t(),
+                    attempt: u32::MAX,
+                    commit: "b\u{1b}".into(),
+                }],
+            },
+            EventKind::LandingRequeued {
+                task: t(),
+                fix: t(),
+            },
+            EventKind::MainDiverged {
+                expected: "a".into(),
+                actual: "b\u{1b}".into(),
+            },
             EventKind::SweepFinished {
                 report: SweepReport {
                     sweep: u32::MAX,
@@ -607,6 +648,9 @@ impl EventKind {
             EventKind::MergeConflict { .. } => "merge_conflict",
             EventKind::MergeGateFailed { .. } => "merge_gate_failed",
             EventKind::MainMoved { .. } => "main_moved",
+            EventKind::LandingIntended { .. } => "landing_intended",
+            EventKind::LandingRequeued { .. } => "landing_requeued",
+            EventKind::MainDiverged { .. } => "main_diverged",
             EventKind::SweepFinished { .. } => "sweep_finished",
             EventKind::SweepStale { .. } => "sweep_stale",
             EventKind::FinalizationStarted { .. } => "finalization_started",
@@ -834,6 +878,9 @@ mod tests {
             | EventKind::MergeConflict { .. }
             | EventKind::MergeGateFailed { .. }
             | EventKind::MainMoved { .. }
+            | EventKind::LandingIntended { .. }
+            | EventKind::LandingRequeued { .. }
+            | EventKind::MainDiverged { .. }
             | EventKind::SweepFinished { .. }
             | EventKind::SweepStale { .. }
             | EventKind::FinalizationStarted { .. }

@@ -70,6 +70,20 @@ pub struct LandRequest {
     pub retries: u32,
     /// Sent again after a restart: main may hold its work already (look before building).
     pub recovered: bool,
+    /// The commits a journaled `LandingIntended` said would hold this attempt's work
+    /// (ADR-018): the queue looks for these on main's first-parent history before building,
+    /// and only these say that the work landed (never a trailer's text).
+    #[serde(default)]
+    pub intended: Vec<String>,
+}
+
+/// One task's part of a landing written ahead of the compare-and-swap (ADR-018): the
+/// commit flotilla built that holds `task`'s work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntendedLanding {
+    pub task: TaskId,
+    pub attempt: u32,
+    pub commit: String,
 }
 
 /// Why a branch could not land (the MergeQueue's verdict; the graph decides what follows).

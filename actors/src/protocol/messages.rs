@@ -12,7 +12,9 @@ use actix::{Message, Recipient};
 
 use super::event::{AttemptFailure, Event, EventKind};
 use super::ids::TaskId;
-use super::merge::{CheckoutSync, LandRequest, LandingFailure, MergeHealth, SweepReport};
+use super::merge::{
+    CheckoutSync, IntendedLanding, LandRequest, LandingFailure, MergeHealth, SweepReport,
+};
 use super::subplan::{
     OpenDecomposition, RejectionReason, SubtaskEnded, SubtasksCompleted, TaskDecompositionAccepted,
     TaskDecompositionRejected, UserDecision,
@@ -151,6 +153,17 @@ pub enum FromMerging {
     SweepStale { sweep: u32, commit: String },
 }
 
+/// MergeQueue → TaskGraph, before it moves main (ADR-018): journal that main is about to
+/// move from `from` to `to` with these commits holding these tasks' work. Answered once the
+/// `LandingIntended` event is committed; the queue moves main only after an `Ok`.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), String>")]
+pub struct IntendLanding {
+    pub from: String,
+    pub to: String,
+    pub landed: Vec<IntendedLanding>,
+}
+
 /// The MergeQueue's inbox.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
@@ -168,8 +181,13 @@ pub enum ToMergeQueue {
 pub enum ToReconciler {
     /// main moved (from the MergeQueue): sweep soon, debounced.
     MainMoved { tip: String },
-    /// Finalization round `attempt` needs a sweep of main now.
-    Finalize { attempt: u32 },
+    /// Finalization round `attempt` needs a sweep now: of `commit`, the tip this run last
+    /// moved main to (ADR-018: what this run landed, whatever another run or the user put
+    /// on top since), or of main's tip when the run moved nothing.
+    Finalize {
+        attempt: u32,
+        commit: Option<String>,
+    },
     /// Timer: the adaptive interval elapsed, or the debounce after main moved.
     Tick { generation: u64 },
 }

@@ -28,12 +28,12 @@ pub use handoff::{
 };
 pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name, branch_prefix};
 pub use merge::{
-    CheckoutSync, FixOf, LandRequest, LandingFailure, MergeHealth, SweepFix, SweepReport,
-    commit_subject,
+    CheckoutSync, FixOf, IntendedLanding, LandRequest, LandingFailure, MergeHealth, SweepFix,
+    SweepReport, commit_subject,
 };
 pub use messages::{
-    FromMerging, GetSnapshot, Published, ToAgent, ToDispatch, ToMergeQueue, ToPlanner,
-    ToReconciler, ToTaskGraph,
+    FromMerging, GetSnapshot, IntendLanding, Published, ToAgent, ToDispatch, ToMergeQueue,
+    ToPlanner, ToReconciler, ToTaskGraph,
 };
 pub use subplan::{
     DecompositionReason, OpenDecomposition, PathProblem, ProposedSubplan, RejectionReason,
