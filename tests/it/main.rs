@@ -19,6 +19,7 @@ mod harness;
 mod landing;
 mod landing_machine;
 mod landing_recovery;
+mod landing_soak;
 mod merge_example;
 mod merge_git;
 mod merge_queue;
