@@ -479,3 +479,43 @@ tool_calls = [{ name = "finish", arguments = { status = "failed", summary = "tri
     assert_eq!(results[3].len(), 240, "the last 240 bytes, whole");
     assert!(results[4].contains("more than the"), "{}", results[4]);
 }
+
+#[actix::test]
+async fn a_hard_link_made_with_run_command_does_not_let_the_file_tools_change_a_file_outside() {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("file");
+    std::fs::write(&target, "outside: a\n").unwrap();
+    let scenario = format!(
+        r#"
+[[worker.t1.answers]]
+tool_calls = [{{ name = "run_command", arguments = {{ command = "ln {target} src/x" }} }}]
+[[worker.t1.answers]]
+tool_calls = [
+  {{ name = "edit_file", arguments = {{ path = "src/x", old_text = "a", new_text = "b" }} }},
+  {{ name = "write_file", arguments = {{ path = "src/x", content = "replaced" }} }},
+  {{ name = "read_file", arguments = {{ path = "src/x" }} }},
+  {{ name = "search", arguments = {{ pattern = "outside" }} }},
+]
+[[worker.t1.answers]]
+tool_calls = [{{ name = "finish", arguments = {{ status = "complete", summary = "tried" }} }}]
+"#,
+        target = target.display()
+    );
+    let mut s = start(&scenario, BuiltinConfig::default());
+    s.assign("t1", &["src"]);
+    let _ = s.outcome().await;
+    let results = s.tool_results();
+    assert!(results[0].starts_with("exit code 0"), "{}", results[0]);
+    for refused in &results[1..4] {
+        assert!(
+            refused.starts_with("error:") && refused.contains("is a hard link"),
+            "{refused}"
+        );
+    }
+    assert_eq!(results[4], "no matches", "a hard link is not searched");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "outside: a\n",
+        "the file outside the worktree is unchanged"
+    );
+}
