@@ -232,16 +232,13 @@ tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "t
         BuiltinConfig::default(),
     );
     s.assign("t1", &["src"]);
-    let done = completed(s.outcome().await);
-    // What reached git: only the link the command made inside the scope, reported as one
-    // that leaves the repository; nothing any refused call named.
-    let handoff = done.handoff.unwrap();
-    assert_eq!(handoff.files_changed, ["src/etc"]);
+    // What reached git: only the link the command made inside the scope, which leaves the
+    // repository and so fails the attempt (ADR-016); nothing any refused call named.
     assert_eq!(
-        handoff.findings,
-        [Finding::LinksOutside {
+        s.outcome().await.unwrap_err(),
+        AttemptFailure::LinksOutside {
             paths: vec!["src/etc".into()]
-        }]
+        }
     );
     let results = s.tool_results();
     let refused: Vec<&String> = results.iter().filter(|r| r.starts_with("error:")).collect();
@@ -518,4 +515,39 @@ tool_calls = [{{ name = "finish", arguments = {{ status = "complete", summary = 
         "outside: a\n",
         "the file outside the worktree is unchanged"
     );
+}
+
+#[actix::test]
+async fn a_hard_link_is_refused_at_delivery_and_its_content_never_reaches_git() {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("file");
+    std::fs::write(&target, "outside-marker-7f3a\n").unwrap();
+    let scenario = format!(
+        r#"
+[[worker.t1.answers]]
+tool_calls = [{{ name = "run_command", arguments = {{ command = "ln {target} src/x" }} }}]
+[[worker.t1.answers]]
+tool_calls = [{{ name = "finish", arguments = {{ status = "complete", summary = "linked" }} }}]
+"#,
+        target = target.display()
+    );
+    let mut s = start(&scenario, BuiltinConfig::default());
+    s.assign("t1", &["src"]);
+    assert_eq!(
+        s.outcome().await.unwrap_err(),
+        AttemptFailure::LinksOutside {
+            paths: vec!["src/x".into()]
+        }
+    );
+    let git = git2::Repository::open(s.repo.path()).unwrap();
+    let odb = git.odb().unwrap();
+    odb.foreach(|id| {
+        let object = odb.read(*id).unwrap();
+        assert!(
+            !String::from_utf8_lossy(object.data()).contains("outside-marker-7f3a"),
+            "the hard-linked file's content is in git object {id}"
+        );
+        true
+    })
+    .unwrap();
 }

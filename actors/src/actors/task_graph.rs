@@ -391,6 +391,8 @@ impl TaskGraph {
                         .do_send(ToDispatch::Release { task: task.clone() });
                     self.enqueue_landing(task, false);
                 }
+                // The user let a held landing go (ADR-016).
+                EventKind::LandingAllowed { task } => self.enqueue_landing(task, false),
                 EventKind::FinalizationStarted { attempt } => {
                     if let Some(reconciler) = &self.reconciler {
                         reconciler.do_send(ToReconciler::Finalize { attempt: *attempt });

@@ -137,6 +137,7 @@ enum AfterAttempt {
 struct Finished {
     report: AgentReport,
     out_of_scope: Vec<String>,
+    links_outside: Vec<String>,
 }
 
 pub struct Worker {
@@ -390,6 +391,7 @@ impl Worker {
                     return Ok(Finished {
                         report,
                         out_of_scope: Vec::new(),
+                        links_outside: Vec::new(),
                     });
                 };
                 let mut checked = check_work(handoff, work, &scope, &checks);
@@ -424,6 +426,7 @@ impl Worker {
                 Ok(Finished {
                     report,
                     out_of_scope: checked.out_of_scope,
+                    links_outside: checked.links_outside,
                 })
             })
         }
@@ -497,6 +500,15 @@ impl Worker {
                 (
                     failed(AttemptFailure::OutOfScope {
                         paths: finished.out_of_scope,
+                    }),
+                    false,
+                )
+            }
+            Ok(finished) if !finished.links_outside.is_empty() => {
+                self.after = self.after_failure();
+                (
+                    failed(AttemptFailure::LinksOutside {
+                        paths: finished.links_outside,
                     }),
                     false,
                 )
