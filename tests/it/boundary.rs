@@ -186,3 +186,86 @@ async fn a_held_change_to_flotillas_config_that_the_user_fails_never_lands() {
     );
     daemon.stop();
 }
+
+/// The marker keys: in the daemon's environment only.
+const MARKER: &str = "flotilla-marker-5e1b7c";
+
+/// Every file under `dir`, read whole, with its path.
+fn files_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(t) if t.is_file() => {
+                    if let Ok(bytes) = std::fs::read(&path) {
+                        found.push((path, bytes));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+fn holds_marker(bytes: &[u8]) -> bool {
+    bytes.windows(MARKER.len()).any(|w| w == MARKER.as_bytes())
+}
+
+/// An agent that goes for the keys (`env`, the daemon's `/proc/PID/environ`, every
+/// process's) gets none of them into git, the journal, the daemon's log or its output
+/// (M8 item 8, ADR-015/016): the sandbox hides the daemon's processes, the daemon is not
+/// dumpable, and commands get a scrubbed environment.
+#[tokio::test]
+#[ignore = "needs the default sandbox (ADR-015)"]
+async fn a_marker_key_in_the_daemons_environment_reaches_no_git_object_journal_log_or_output() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let daemon = DaemonProcess::start_with_env(
+        state.path(),
+        &[("OPENAI_API_KEY", MARKER), ("ANTHROPIC_API_KEY", MARKER)],
+    );
+    let client = DaemonProcess::client(state.path());
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "look around", scope = ["src"] }]
+[tasks.t1]
+writes = { "src/lib.rs" = "pub fn x() {}\n" }
+run = "mkdir -p src; env > src/env.txt; cat /proc/$PPID/environ > src/parent.txt; cat /proc/*/environ > src/all.txt; cat /proc/$PPID/environ; env; cat /proc/*/environ; true"
+"#;
+    let run = submit(&client, repo.path(), run_config(scenario, 1)).await;
+    let events = follow_to_end(&client, &run, None).await;
+    assert!(outcome(&events).is_some(), "the run ended");
+
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let odb = git.odb().unwrap();
+    let mut leaked = Vec::new();
+    odb.foreach(|id| {
+        if holds_marker(odb.read(*id).unwrap().data()) {
+            leaked.push(format!("git object {id}"));
+        }
+        true
+    })
+    .unwrap();
+    for (path, bytes) in files_under(state.path()) {
+        if holds_marker(&bytes) {
+            leaked.push(format!("state file {}", path.display()));
+        }
+    }
+    for event in &events {
+        if holds_marker(serde_json::to_string(event).unwrap().as_bytes()) {
+            leaked.push(format!("event #{} {}", event.seq, event.kind.name()));
+        }
+    }
+    if holds_marker(daemon.log().as_bytes()) {
+        leaked.push("the daemon's log".into());
+    }
+    assert!(leaked.is_empty(), "the marker key leaked into: {leaked:#?}");
+    daemon.kill();
+}
