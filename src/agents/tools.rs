@@ -529,22 +529,25 @@ fn search_blocking(root: &Path, start: &Path, regex: &regex::Regex, limits: &Too
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }
-        // Too large, or a hard link (a name for a file that may be outside: ADR-016).
-        if entry.metadata().is_ok_and(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.len() > limits.search_file_bytes || m.nlink() > 1
-        }) {
+        if entry
+            .metadata()
+            .is_ok_and(|m| m.len() > limits.search_file_bytes)
+        {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(entry.path()) else {
-            continue; // binary or unreadable
+        let Ok(relative) = entry.path().strip_prefix(root) else {
+            continue;
         };
-        let shown = entry
-            .path()
-            .strip_prefix(root)
-            .unwrap_or(entry.path())
-            .to_string_lossy()
-            .into_owned();
+        let shown = relative.to_string_lossy().into_owned();
+        // Opened as the other tools open a file: a hard link (a name for a file that may be
+        // outside) or a link that appeared since the walk saw the name is skipped (ADR-016).
+        let Ok(mut file) = open_confined(root, &shown, Access::Read) else {
+            continue;
+        };
+        let mut text = String::new();
+        if std::io::Read::read_to_string(&mut file, &mut text).is_err() {
+            continue; // binary or unreadable
+        }
         for (n, line) in text.lines().enumerate() {
             if regex.is_match(line) {
                 if matches.len() == limits.search_matches {
