@@ -165,7 +165,8 @@ pub enum Command {
         json: bool,
     },
     /// Decide for a task that waits for you: its subplan stops on `user_decision`, and
-    /// every subtask has ended (`tail` shows "t4 waits for your decision").
+    /// every subtask has ended, or its work changes flotilla's own configuration and waits
+    /// to land (`tail` shows "t4 waits for your decision").
     ///
     /// Examples: `flotilla decide 01a2 t4 --accept t4.2`, `flotilla decide 01a2 t4 --fail`.
     #[command(group(clap::ArgGroup::new("decision").required(true).multiple(false)))]
@@ -186,6 +187,10 @@ pub enum Command {
         /// Fail the task (declined by the user).
         #[arg(long, group = "decision")]
         fail: bool,
+        /// Let a task whose work changes flotilla's own configuration land (it waits for
+        /// this: `[checks] config_edits`).
+        #[arg(long, group = "decision")]
+        land: bool,
     },
     /// List all runs, oldest first.
     Runs {
@@ -647,9 +652,14 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             accept,
             complete: _,
             fail,
+            land,
             ..
         } => {
             let (decision, words) = match (accept, fail) {
+                _ if *land => (
+                    UserDecision::Land,
+                    format!("{task} lands its change to flotilla's configuration"),
+                ),
                 (Some(subtask), _) => {
                     let subtask: TaskId = subtask.parse().map_err(|_| {
                         CliError::usage(

@@ -135,6 +135,11 @@ pub struct RunConfig {
     /// The sandbox of every command the run starts (ADR-015).
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// Where this config was read from: the config file, its scenario and its
+    /// `prompts_dir`. Those inside the run's repository count as flotilla's configuration
+    /// there: a task's change to them waits for the user (ADR-016).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<PathBuf>,
 }
 
 /// `[worktrees]`: what becomes of attempts' worktrees.
@@ -376,7 +381,7 @@ impl RunConfig {
         };
         let scenario = Scenario::from_toml(&read(&scenario_path)?).map_err(|source| {
             ConfigError::Scenario {
-                path: scenario_path,
+                path: scenario_path.clone(),
                 source,
             }
         })?;
@@ -385,7 +390,14 @@ impl RunConfig {
             Some(dir) => load_overrides(&path.parent().unwrap_or(Path::new(".")).join(dir))?,
             None => PromptOverrides::new(),
         };
+        let base = path.parent().unwrap_or(Path::new("."));
+        let sources = std::iter::once(path.to_path_buf())
+            .chain(Some(scenario_path.clone()))
+            .chain(file.prompts_dir.as_ref().map(|dir| base.join(dir)))
+            .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+            .collect();
         let config = RunConfig {
+            sources,
             limits: file.limits,
             planner: file.planner,
             subplanner: file.subplanner,
@@ -502,6 +514,43 @@ impl RunConfig {
             }
         }
         missing
+    }
+
+    /// flotilla's own configuration inside `repo`, as repository-relative paths: the files
+    /// this config was read from, and the files its commands name (the gate, the sweeps,
+    /// the verification, the agents' programs and arguments). A task's change to one waits
+    /// for the user before it lands (ADR-016).
+    pub fn protected_paths(&self, repo: &Path) -> Vec<String> {
+        let repo = std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf());
+        let mut paths: Vec<String> = self
+            .sources
+            .iter()
+            .filter_map(|p| p.strip_prefix(&repo).ok())
+            .map(|p| p.to_string_lossy().replace('\\', "/"))
+            .filter(|p| !p.is_empty())
+            .collect();
+        let mut commands: Vec<String> = self.merge.gate.clone();
+        commands.extend(
+            [
+                &self.reconciler.build,
+                &self.reconciler.typecheck,
+                &self.reconciler.test,
+                &self.checks.verify,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned(),
+        );
+        for agent in self.agents.values() {
+            commands.extend(agent.program.clone());
+            commands.extend(agent.args.iter().flatten().cloned());
+        }
+        for command in &commands {
+            paths.extend(flotilla_actors::work_check::command_files(command));
+        }
+        paths.sort();
+        paths.dedup();
+        paths
     }
 
     /// The worker profiles to dispatch to: the configured ones, or one general profile.

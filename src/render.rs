@@ -554,6 +554,9 @@ fn describe(kind: &EventKind) -> (String, Tone) {
         EventKind::AwaitingUserDecision { parent } => {
             plain(format!("{parent} waits for your decision"))
         }
+        EventKind::LandingAllowed { task } => plain(format!(
+            "{task} may land: you allowed its change to flotilla's configuration"
+        )),
         EventKind::MessageIgnored { task, message, why } => (
             format!(
                 "ignored {message}{}: {why}",

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::TomlProblem;
-use crate::confine::confine;
+use crate::confine::{Access, confine, open_confined};
 
 /// A whole scenario: what the planner answers, and what each task's agent does.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -507,15 +507,18 @@ async fn work_in(
     cancel: CancellationToken,
 ) -> Result<Option<i32>, AgentError> {
     for (path, text) in &step.writes {
-        let full = confine(workspace, path).map_err(|e| AgentError::Crashed(e.to_string()))?;
-        if let Some(dir) = full.parent() {
-            tokio::fs::create_dir_all(dir).await.map_err(|e| {
-                AgentError::Crashed(format!("cannot create {path}'s directory: {e}"))
-            })?;
-        }
-        tokio::fs::write(&full, text)
-            .await
-            .map_err(|e| AgentError::Crashed(format!("cannot write {path}: {e}")))?;
+        // As the built-in agent's write_file: no link followed, no hard link written.
+        let (root, name, text) = (workspace.to_path_buf(), path.clone(), text.clone());
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut file = open_confined(&root, &name, Access::Write)
+                .map_err(|e| AgentError::Crashed(e.to_string()))?;
+            file.set_len(0)
+                .and_then(|()| file.write_all(text.as_bytes()))
+                .map_err(|e| AgentError::Crashed(format!("cannot write {name}: {e}")))
+        })
+        .await
+        .map_err(|e| AgentError::Crashed(format!("cannot write {path}: {e}")))??;
     }
     for path in &step.deletes {
         let full = confine(workspace, path).map_err(|e| AgentError::Crashed(e.to_string()))?;

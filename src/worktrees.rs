@@ -412,6 +412,7 @@ fn commit_leftovers(
     worktree: &git2::Repository,
     workspace: &Workspace,
     subject: &str,
+    hard_links: &mut Vec<String>,
 ) -> Result<(git2::Oid, bool), RepoError> {
     let reference = format!("refs/heads/{}", workspace.branch);
     let tip = repo
@@ -421,9 +422,16 @@ fn commit_leftovers(
     let root = workspace.path.clone();
     let mut too_large = Vec::new();
     let mut skip_large = |path: &Path, _: &[u8]| -> i32 {
+        use std::os::unix::fs::MetadataExt;
         match std::fs::symlink_metadata(root.join(path)) {
             Ok(meta) if meta.is_file() && meta.len() > MAX_COMMITTED_FILE_BYTES => {
                 too_large.push(path.to_string_lossy().into_owned());
+                1
+            }
+            // A hard link may be a file outside the worktree (`ln ~/.ssh/id_rsa x`): its
+            // content is never read into the repository; the seal reports it (ADR-016).
+            Ok(meta) if meta.is_file() && meta.nlink() > 1 => {
+                hard_links.push(path.to_string_lossy().replace('\\', "/"));
                 1
             }
             _ => 0,
@@ -611,7 +619,9 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     let repo = place.open()?;
     let name = place.worktree_name(&dir_name_of(&workspace.path));
     let worktree = open_worktree(&repo, &name, &workspace.path)?;
-    let (head, committed) = commit_leftovers(&repo, &worktree, workspace, subject)?;
+    let mut hard_links = Vec::new();
+    let (head, committed) =
+        commit_leftovers(&repo, &worktree, workspace, subject, &mut hard_links)?;
     let base = match git2::Oid::from_str(&workspace.base) {
         Ok(base) => base,
         Err(_) => {
@@ -623,6 +633,22 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     };
     let mut work = branch_work(&repo, &workspace.branch, base, head)?;
     work.committed_for_agent = committed;
+    // Hard links: those left out of the commit above, and those the agent committed itself
+    // (git cannot tell them from files; the worktree can).
+    for file in &work.files {
+        use std::os::unix::fs::MetadataExt;
+        if file.change != ChangeKind::Deleted
+            && std::fs::symlink_metadata(workspace.path.join(&file.path))
+                .is_ok_and(|m| m.is_file() && m.nlink() > 1)
+        {
+            hard_links.push(file.path.clone());
+        }
+    }
+    if !hard_links.is_empty() {
+        work.links_outside.extend(hard_links);
+        work.links_outside.sort();
+        work.links_outside.dedup();
+    }
     Ok(work)
 }
 

@@ -5,6 +5,12 @@
 //! empty diff reported as complete, edits outside the task's scope, deleted tests, files the
 //! agent claims and git does not show. Edits outside the scope fail the attempt unless the
 //! run's `[checks] out_of_scope` says to flag them.
+//!
+//! Two more delivery checks (ADR-016): links that point outside the repository (and hard
+//! links, which the seal reports with them) fail the attempt unless `[checks] links_outside`
+//! says to flag them; a change to flotilla's own configuration (`flotilla.toml`, the
+//! scenario and prompts the run was loaded from, files the run's commands name) is held for
+//! the user's `flotilla decide` before it lands, unless `[checks] config_edits = "allow"`.
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
@@ -24,11 +30,42 @@ pub enum OutOfScopePolicy {
     Flag,
 }
 
+/// What becomes of work that adds links pointing outside the repository.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinksOutsidePolicy {
+    /// The attempt fails with the links (as an out-of-scope edit does by default).
+    #[default]
+    Fail,
+    /// The work is delivered with a `LinksOutside` finding.
+    Flag,
+}
+
+/// What becomes of work that changes flotilla's own configuration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConfigEditPolicy {
+    /// The work waits, before it lands, for the user's `flotilla decide RUN TASK --land`
+    /// (or `--fail`).
+    #[default]
+    Hold,
+    /// The work lands with a `ConfigChanged` finding.
+    Allow,
+}
+
 /// `[checks]` in flotilla.toml: what flotilla checks in every worker's branch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChecksConfig {
     pub out_of_scope: OutOfScopePolicy,
+    /// Links that point outside the repository: fail the attempt, or flag them.
+    pub links_outside: LinksOutsidePolicy,
+    /// Changes to flotilla's own configuration: held for the user, or allowed.
+    pub config_edits: ConfigEditPolicy,
+    /// More repository paths (files, or directories and all below) that count as
+    /// flotilla's configuration, besides `flotilla.toml`, the files the run was loaded from
+    /// and those its commands name.
+    pub config_paths: Vec<String>,
     /// Globs (`**` crosses directories) naming test files; deleting one is reported.
     pub test_patterns: Vec<String>,
     /// A shell command run in the worktree after the agent, on the committed work; its exit
@@ -41,6 +78,9 @@ impl Default for ChecksConfig {
     fn default() -> Self {
         ChecksConfig {
             out_of_scope: OutOfScopePolicy::Fail,
+            links_outside: LinksOutsidePolicy::Fail,
+            config_edits: ConfigEditPolicy::Hold,
+            config_paths: Vec::new(),
             test_patterns: [
                 "**/tests/**",
                 "**/test/**",
@@ -66,6 +106,10 @@ pub enum ChecksConfigError {
     NoVerifyTime,
     #[error("checks.verify is empty: leave it out for no verification")]
     EmptyVerify,
+    #[error(
+        "checks.config_paths: {path:?} is not a path inside the repository (relative, no '..')"
+    )]
+    BadConfigPath { path: String },
 }
 
 impl ChecksConfig {
@@ -93,9 +137,21 @@ impl ChecksConfig {
             pattern: self.test_patterns.join(", "),
             problem: e.to_string(),
         })?;
+        let mut protected = Vec::new();
+        for path in
+            std::iter::once("flotilla.toml").chain(self.config_paths.iter().map(String::as_str))
+        {
+            let parsed = ScopePath::parse(path, usize::MAX).map_err(|_| {
+                ChecksConfigError::BadConfigPath {
+                    path: path.chars().take(200).collect(),
+                }
+            })?;
+            protected.push(parsed);
+        }
         Ok(Checks {
             config: self.clone(),
             tests,
+            protected,
         })
     }
 }
@@ -105,6 +161,8 @@ impl ChecksConfig {
 pub struct Checks {
     pub config: ChecksConfig,
     tests: GlobSet,
+    /// flotilla's own configuration in the repository: a change there is held (ADR-016).
+    protected: Vec<ScopePath>,
 }
 
 impl Default for Checks {
@@ -115,6 +173,7 @@ impl Default for Checks {
             .unwrap_or_else(|_| Checks {
                 config: ChecksConfig::default(),
                 tests: GlobSet::empty(),
+                protected: Vec::new(),
             })
     }
 }
@@ -123,6 +182,50 @@ impl Checks {
     pub fn is_test(&self, path: &str) -> bool {
         self.tests.is_match(path)
     }
+
+    /// These checks, with `paths` (repository-relative: the files the run's config was
+    /// loaded from, the files its commands name) counted as flotilla's configuration too.
+    /// A path that is not one inside the repository names nothing there and is skipped.
+    pub fn protecting(mut self, paths: impl IntoIterator<Item = impl AsRef<str>>) -> Self {
+        for path in paths {
+            if let Ok(parsed) = ScopePath::parse(path.as_ref(), usize::MAX)
+                && !self.protected.contains(&parsed)
+            {
+                self.protected.push(parsed);
+            }
+        }
+        self
+    }
+
+    /// Whether `path` (repository-relative) is flotilla's configuration.
+    pub fn is_config(&self, path: &str) -> bool {
+        ScopePath::parse(path, usize::MAX)
+            .is_ok_and(|p| self.protected.iter().any(|c| c.covers(&p)))
+    }
+}
+
+/// The files a shell command line names in the repository, as far as its words tell: a
+/// relative path with a directory (`scripts/check`, `./check.sh`) or a script's extension
+/// (`check.sh`, `ci.py`). Changing one changes what flotilla runs, so it counts as
+/// flotilla's configuration. Options, absolute paths, variables and plain program names
+/// (`cargo`, `test`) are not.
+pub fn command_files(command: &str) -> Vec<String> {
+    const SCRIPTS: &[&str] = &[
+        ".sh", ".bash", ".zsh", ".py", ".pl", ".rb", ".js", ".mjs", ".ts", ".mk",
+    ];
+    command
+        .split(|c: char| c.is_whitespace() || ";&|()<>`".contains(c))
+        .map(|word| word.trim_matches(|c| c == '\'' || c == '"'))
+        .map(|word| word.split_once('=').map_or(word, |(_, value)| value))
+        .filter(|word| {
+            !word.is_empty()
+                && !word.starts_with(['-', '/', '~', '$'])
+                && !word.contains("://")
+                && (word.contains('/') || SCRIPTS.iter().any(|ext| word.ends_with(ext)))
+        })
+        .map(|word| word.trim_start_matches("./").to_string())
+        .filter(|word| ScopePath::parse(word, usize::MAX).is_ok())
+        .collect()
 }
 
 /// The handoff built from the agent's and git's, and the files outside the scope when the
@@ -131,6 +234,8 @@ impl Checks {
 pub struct CheckedWork {
     pub handoff: Handoff,
     pub out_of_scope: Vec<String>,
+    /// Links out of the repository, when the policy fails such work.
+    pub links_outside: Vec<String>,
 }
 
 /// The most claimed-but-unchanged paths reported, and how much of each.
@@ -216,9 +321,29 @@ pub fn check_work(
             paths: claimed_not_changed,
         });
     }
-    if !work.links_outside.is_empty() {
-        findings.push(Finding::LinksOutside {
-            paths: work.links_outside.clone(),
+    let links_outside = match checks.config.links_outside {
+        LinksOutsidePolicy::Fail => work.links_outside.clone(),
+        LinksOutsidePolicy::Flag => {
+            if !work.links_outside.is_empty() {
+                findings.push(Finding::LinksOutside {
+                    paths: work.links_outside.clone(),
+                });
+            }
+            Vec::new()
+        }
+    };
+    // flotilla's own configuration, changed (a rename away counts by its old path).
+    let mut config: Vec<String> = work
+        .paths()
+        .filter(|p| checks.is_config(p))
+        .map(String::from)
+        .collect();
+    config.sort();
+    config.dedup();
+    if !config.is_empty() {
+        findings.push(Finding::ConfigChanged {
+            paths: config,
+            allowed: checks.config.config_edits == ConfigEditPolicy::Allow,
         });
     }
 
@@ -258,6 +383,7 @@ pub fn check_work(
             ..agent
         },
         out_of_scope,
+        links_outside,
     }
 }
 
@@ -520,5 +646,115 @@ mod tests {
             ..ChecksConfig::default()
         };
         assert_eq!(no_time.validate(), Err(ChecksConfigError::NoVerifyTime));
+    }
+
+    #[test]
+    fn links_outside_fail_the_work_by_default_and_are_flagged_when_configured() {
+        let mut w = work(vec![change("src/etc", ChangeKind::Added, 0, 0)]);
+        w.links_outside = vec!["src/etc".into()];
+        let checked = check_work(
+            agent(HandoffStatus::Complete, &[]),
+            w.clone(),
+            &scope(&["src"]),
+            &Checks::default(),
+        );
+        assert_eq!(checked.links_outside, ["src/etc"]);
+        let flag = ChecksConfig {
+            links_outside: LinksOutsidePolicy::Flag,
+            ..ChecksConfig::default()
+        }
+        .compile()
+        .unwrap();
+        let checked = check_work(
+            agent(HandoffStatus::Complete, &[]),
+            w,
+            &scope(&["src"]),
+            &flag,
+        );
+        assert!(checked.links_outside.is_empty());
+        assert_eq!(
+            checked.handoff.findings,
+            [Finding::LinksOutside {
+                paths: vec!["src/etc".into()]
+            }]
+        );
+    }
+
+    #[test]
+    fn a_change_to_flotillas_own_configuration_is_a_finding_held_unless_allowed() {
+        let mut renamed = change("old-prompts/worker.md", ChangeKind::Renamed, 0, 0);
+        renamed.old_path = Some("prompts/worker.md".into());
+        let w = work(vec![
+            change("flotilla.toml", ChangeKind::Modified, 1, 1),
+            change("ci/check.sh", ChangeKind::Modified, 1, 0),
+            renamed,
+            change("src/lib.rs", ChangeKind::Modified, 1, 0),
+        ]);
+        let checks = ChecksConfig {
+            config_paths: vec!["prompts".into()],
+            ..ChecksConfig::default()
+        }
+        .compile()
+        .unwrap()
+        .protecting(command_files("sh ./ci/check.sh && cargo test"));
+        let checked = check_work(
+            agent(HandoffStatus::Complete, &[]),
+            w.clone(),
+            &scope(&["flotilla.toml", "ci", "prompts", "old-prompts", "src"]),
+            &checks,
+        );
+        assert_eq!(
+            checked.handoff.findings,
+            [Finding::ConfigChanged {
+                paths: vec![
+                    "ci/check.sh".into(),
+                    "flotilla.toml".into(),
+                    "prompts/worker.md".into()
+                ],
+                allowed: false,
+            }],
+            "a rename away from a protected path counts"
+        );
+        let allow = Checks {
+            config: ChecksConfig {
+                config_edits: ConfigEditPolicy::Allow,
+                ..checks.config.clone()
+            },
+            ..checks
+        };
+        let checked = check_work(
+            agent(HandoffStatus::Complete, &[]),
+            w,
+            &scope(&["flotilla.toml", "ci", "prompts", "old-prompts", "src"]),
+            &allow,
+        );
+        assert!(matches!(
+            checked.handoff.findings[..],
+            [Finding::ConfigChanged { allowed: true, .. }]
+        ));
+        assert!(
+            ChecksConfig {
+                config_paths: vec!["../x".into()],
+                ..ChecksConfig::default()
+            }
+            .validate()
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn the_files_a_command_names_are_its_paths_and_scripts_not_its_programs() {
+        assert_eq!(
+            command_files("sh ./ci/check.sh && cargo test --manifest-path sub/Cargo.toml"),
+            ["ci/check.sh", "sub/Cargo.toml"]
+        );
+        assert_eq!(
+            command_files("python3 'tools/gate.py' -v"),
+            ["tools/gate.py"]
+        );
+        assert_eq!(command_files("bash check.sh"), ["check.sh"]);
+        assert_eq!(command_files("FOO=scripts/env make test"), ["scripts/env"]);
+        assert!(command_files("cargo test --workspace").is_empty());
+        assert!(command_files("/usr/bin/env $HOME/x ~/y ../up.sh https://x/y").is_empty());
     }
 }

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::confine::confine;
+use crate::confine::{Access, confine, open_confined};
 
 /// What the tools may do, and how much of it.
 #[derive(Debug, Clone)]
@@ -346,25 +346,32 @@ fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// Opens a regular file of the worktree for reading, and says how long it is: not a FIFO
-/// (which would hold a thread forever), not a device.
-async fn open_regular(full: &Path, path: &str) -> Result<(tokio::fs::File, u64), String> {
-    let meta = tokio::fs::metadata(full)
+/// Opens the file `path` names in the worktree for `access`, on a blocking thread: confined,
+/// walked without following links, and checked by its descriptor (a regular file, not a
+/// FIFO that would hold a thread forever, not a device, not a hard link: ADR-016).
+async fn open(ctx: &ToolContext, path: &str, access: Access) -> Result<std::fs::File, String> {
+    let (root, path) = (ctx.root.clone(), path.to_string());
+    tokio::task::spawn_blocking(move || {
+        open_confined(&root, &path, access).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| format!("the file could not be opened: {e}"))?
+}
+
+/// Opens a regular file of the worktree for reading, and says how long it is.
+async fn open_regular(ctx: &ToolContext, path: &str) -> Result<(tokio::fs::File, u64), String> {
+    let file = tokio::fs::File::from_std(open(ctx, path, Access::Read).await?);
+    let len = file
+        .metadata()
         .await
-        .map_err(|e| format!("cannot read {path}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{path} is not a regular file"));
-    }
-    let file = tokio::fs::File::open(full)
-        .await
-        .map_err(|e| format!("cannot read {path}: {e}"))?;
-    Ok((file, meta.len()))
+        .map_err(|e| format!("cannot read {path}: {e}"))?
+        .len();
+    Ok((file, len))
 }
 
 async fn read_file(ctx: &ToolContext, path: &str, offset: u64) -> Result<String, String> {
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let full = place(ctx, path).await?;
-    let (mut file, len) = open_regular(&full, path).await?;
+    let (mut file, len) = open_regular(ctx, path).await?;
     let start = offset.min(len);
     file.seek(std::io::SeekFrom::Start(start))
         .await
@@ -389,6 +396,19 @@ async fn read_file(ctx: &ToolContext, path: &str, offset: u64) -> Result<String,
     }
 }
 
+/// Replaces the whole content of `file` (opened and checked by [`open`]) with `content`.
+async fn rewrite(file: std::fs::File, path: &str, content: String) -> Result<(), String> {
+    use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+    let mut file = tokio::fs::File::from_std(file);
+    let failed = |e: std::io::Error| format!("cannot write {path}: {e}");
+    file.set_len(0).await.map_err(failed)?;
+    file.seek(std::io::SeekFrom::Start(0))
+        .await
+        .map_err(failed)?;
+    file.write_all(content.as_bytes()).await.map_err(failed)?;
+    file.flush().await.map_err(failed)
+}
+
 async fn write_file(ctx: &ToolContext, path: &str, content: &str) -> Result<String, String> {
     if content.len() > ctx.limits.write_bytes {
         return Err(format!(
@@ -397,52 +417,51 @@ async fn write_file(ctx: &ToolContext, path: &str, content: &str) -> Result<Stri
             ctx.limits.write_bytes
         ));
     }
-    let full = place(ctx, path).await?;
-    if let Some(dir) = full.parent() {
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(|e| format!("cannot make the directory for {path}: {e}"))?;
-    }
-    tokio::fs::write(&full, content)
-        .await
-        .map_err(|e| format!("cannot write {path}: {e}"))?;
+    // Opened (directories made) and checked before anything is cut: a hard link to a file
+    // outside is refused with its content intact.
+    let file = open(ctx, path, Access::Write).await?;
+    rewrite(file, path, content.to_string()).await?;
     Ok(format!("wrote {path} ({} bytes)", content.len()))
 }
 
 async fn edit_file(ctx: &ToolContext, path: &str, old: &str, new: &str) -> Result<String, String> {
-    use tokio::io::AsyncReadExt;
+    use std::io::Read;
     if old.is_empty() {
         return Err("old_text is empty: say which text to replace".into());
     }
-    let full = place(ctx, path).await?;
-    let (file, len) = open_regular(&full, path).await?;
-    if len > ctx.limits.write_bytes as u64 {
+    let mut file = open(ctx, path, Access::Edit).await?;
+    let limit = ctx.limits.write_bytes;
+    // One descriptor from the check to the write: what is read is what is rewritten.
+    let (file, text) = tokio::task::spawn_blocking(move || {
+        let len = file.metadata()?.len();
+        let mut text = String::new();
+        if len <= limit as u64 {
+            (&mut file).take(limit as u64).read_to_string(&mut text)?;
+        }
+        Ok::<_, std::io::Error>((file, (len, text)))
+    })
+    .await
+    .map_err(|e| format!("cannot read {path}: {e}"))?
+    .map_err(|e| format!("cannot read {path}: {e}"))?;
+    let (len, text) = text;
+    if len > limit as u64 {
         return Err(format!(
-            "{path} is {len} bytes, more than the {} a file edited here may have",
-            ctx.limits.write_bytes
+            "{path} is {len} bytes, more than the {limit} a file edited here may have"
         ));
     }
-    let mut text = String::new();
-    file.take(ctx.limits.write_bytes as u64)
-        .read_to_string(&mut text)
-        .await
-        .map_err(|e| format!("cannot read {path}: {e}"))?;
     match text.matches(old).count() {
         0 => Err(format!(
             "old_text does not occur in {path}: read the file and copy the text exactly"
         )),
         1 => {
             let edited = text.replacen(old, new, 1);
-            if edited.len() > ctx.limits.write_bytes {
+            if edited.len() > limit {
                 return Err(format!(
-                    "the edited file would be {} bytes, more than the {} a file may have",
+                    "the edited file would be {} bytes, more than the {limit} a file may have",
                     edited.len(),
-                    ctx.limits.write_bytes
                 ));
             }
-            tokio::fs::write(&full, edited)
-                .await
-                .map_err(|e| format!("cannot write {path}: {e}"))?;
+            rewrite(file, path, edited).await?;
             Ok(format!("edited {path}"))
         }
         n => Err(format!(
@@ -516,15 +535,19 @@ fn search_blocking(root: &Path, start: &Path, regex: &regex::Regex, limits: &Too
         {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(entry.path()) else {
-            continue; // binary or unreadable
+        let Ok(relative) = entry.path().strip_prefix(root) else {
+            continue;
         };
-        let shown = entry
-            .path()
-            .strip_prefix(root)
-            .unwrap_or(entry.path())
-            .to_string_lossy()
-            .into_owned();
+        let shown = relative.to_string_lossy().into_owned();
+        // Opened as the other tools open a file: a hard link (a name for a file that may be
+        // outside) or a link that appeared since the walk saw the name is skipped (ADR-016).
+        let Ok(mut file) = open_confined(root, &shown, Access::Read) else {
+            continue;
+        };
+        let mut text = String::new();
+        if std::io::Read::read_to_string(&mut file, &mut text).is_err() {
+            continue; // binary or unreadable
+        }
         for (n, line) in text.lines().enumerate() {
             if regex.is_match(line) {
                 if matches.len() == limits.search_matches {

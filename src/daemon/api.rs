@@ -1003,6 +1003,27 @@ async fn decide(
             ),
         ));
     }
+    // A held landing (ADR-016) is let go or failed; a parent's subtasks are chosen from.
+    let landing = waiting.state == TaskState::Landing;
+    match (&decision, landing) {
+        (UserDecision::Land, false) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "task {task} holds no work waiting to land; decide --accept, --complete or --fail"
+                ),
+            ));
+        }
+        (UserDecision::Accept { .. } | UserDecision::Complete, true) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "task {task} changes flotilla's configuration and waits to land; decide --land or --fail"
+                ),
+            ));
+        }
+        _ => {}
+    }
     if let UserDecision::Accept { subtask } = &decision {
         let completed_child = view(subtask)
             .is_some_and(|s| s.parent.as_ref() == Some(&task) && s.state == TaskState::Completed);

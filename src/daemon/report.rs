@@ -100,7 +100,9 @@ fn awaiting_decision(asked: &BTreeMap<TaskId, bool>, graph: &GraphSnapshot) -> V
         .tasks
         .iter()
         .filter(|t| {
-            t.state == TaskState::WaitingForSubtasks && asked.get(&t.id).copied().unwrap_or(false)
+            // A parent waiting for its subtasks, or a landing held for the user (ADR-016).
+            matches!(t.state, TaskState::WaitingForSubtasks | TaskState::Landing)
+                && asked.get(&t.id).copied().unwrap_or(false)
         })
         .map(|t| t.id.clone())
         .collect()
@@ -175,7 +177,8 @@ impl StatusReplay {
                 EventKind::AwaitingUserDecision { parent } => {
                     self.asked.insert(parent.clone(), true);
                 }
-                EventKind::DecompositionAccepted { parent, .. } => {
+                EventKind::DecompositionAccepted { parent, .. }
+                | EventKind::LandingAllowed { task: parent } => {
                     self.asked.insert(parent.clone(), false);
                 }
                 EventKind::RunStarted { sandbox, .. } => self.sandbox = sandbox.clone(),

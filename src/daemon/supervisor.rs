@@ -332,7 +332,8 @@ impl Supervisor {
         let checks = config
             .checks
             .compile()
-            .map_err(|e| format!("its configuration cannot run: {e}"))?;
+            .map_err(|e| format!("its configuration cannot run: {e}"))?
+            .protecting(config.protected_paths(&entry_repo));
         let kit = WorkerKit {
             agents,
             worktrees: Arc::new(GitWorktrees::new(

@@ -232,16 +232,13 @@ tool_calls = [{ name = "finish", arguments = { status = "complete", summary = "t
         BuiltinConfig::default(),
     );
     s.assign("t1", &["src"]);
-    let done = completed(s.outcome().await);
-    // What reached git: only the link the command made inside the scope, reported as one
-    // that leaves the repository; nothing any refused call named.
-    let handoff = done.handoff.unwrap();
-    assert_eq!(handoff.files_changed, ["src/etc"]);
+    // What reached git: only the link the command made inside the scope, which leaves the
+    // repository and so fails the attempt (ADR-016); nothing any refused call named.
     assert_eq!(
-        handoff.findings,
-        [Finding::LinksOutside {
+        s.outcome().await.unwrap_err(),
+        AttemptFailure::LinksOutside {
             paths: vec!["src/etc".into()]
-        }]
+        }
     );
     let results = s.tool_results();
     let refused: Vec<&String> = results.iter().filter(|r| r.starts_with("error:")).collect();
@@ -478,4 +475,79 @@ tool_calls = [{ name = "finish", arguments = { status = "failed", summary = "tri
     );
     assert_eq!(results[3].len(), 240, "the last 240 bytes, whole");
     assert!(results[4].contains("more than the"), "{}", results[4]);
+}
+
+#[actix::test]
+async fn a_hard_link_made_with_run_command_does_not_let_the_file_tools_change_a_file_outside() {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("file");
+    std::fs::write(&target, "outside: a\n").unwrap();
+    let scenario = format!(
+        r#"
+[[worker.t1.answers]]
+tool_calls = [{{ name = "run_command", arguments = {{ command = "ln {target} src/x" }} }}]
+[[worker.t1.answers]]
+tool_calls = [
+  {{ name = "edit_file", arguments = {{ path = "src/x", old_text = "a", new_text = "b" }} }},
+  {{ name = "write_file", arguments = {{ path = "src/x", content = "replaced" }} }},
+  {{ name = "read_file", arguments = {{ path = "src/x" }} }},
+  {{ name = "search", arguments = {{ pattern = "outside" }} }},
+]
+[[worker.t1.answers]]
+tool_calls = [{{ name = "finish", arguments = {{ status = "complete", summary = "tried" }} }}]
+"#,
+        target = target.display()
+    );
+    let mut s = start(&scenario, BuiltinConfig::default());
+    s.assign("t1", &["src"]);
+    let _ = s.outcome().await;
+    let results = s.tool_results();
+    assert!(results[0].starts_with("exit code 0"), "{}", results[0]);
+    for refused in &results[1..4] {
+        assert!(
+            refused.starts_with("error:") && refused.contains("is a hard link"),
+            "{refused}"
+        );
+    }
+    assert_eq!(results[4], "no matches", "a hard link is not searched");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "outside: a\n",
+        "the file outside the worktree is unchanged"
+    );
+}
+
+#[actix::test]
+async fn a_hard_link_is_refused_at_delivery_and_its_content_never_reaches_git() {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("file");
+    std::fs::write(&target, "outside-marker-7f3a\n").unwrap();
+    let scenario = format!(
+        r#"
+[[worker.t1.answers]]
+tool_calls = [{{ name = "run_command", arguments = {{ command = "ln {target} src/x" }} }}]
+[[worker.t1.answers]]
+tool_calls = [{{ name = "finish", arguments = {{ status = "complete", summary = "linked" }} }}]
+"#,
+        target = target.display()
+    );
+    let mut s = start(&scenario, BuiltinConfig::default());
+    s.assign("t1", &["src"]);
+    assert_eq!(
+        s.outcome().await.unwrap_err(),
+        AttemptFailure::LinksOutside {
+            paths: vec!["src/x".into()]
+        }
+    );
+    let git = git2::Repository::open(s.repo.path()).unwrap();
+    let odb = git.odb().unwrap();
+    odb.foreach(|id| {
+        let object = odb.read(*id).unwrap();
+        assert!(
+            !String::from_utf8_lossy(object.data()).contains("outside-marker-7f3a"),
+            "the hard-linked file's content is in git object {id}"
+        );
+        true
+    })
+    .unwrap();
 }

@@ -3,6 +3,7 @@
 mod api_limits;
 mod bench;
 mod big_run;
+mod boundary;
 mod budgets;
 mod builtin_agent;
 mod checkout;

@@ -397,6 +397,8 @@ impl TaskGraph {
                 }
                 // Its conflict fix had nothing to resolve: the task's branch lands itself.
                 EventKind::LandingRequeued { task, .. } => self.enqueue_landing(task, false),
+                // The user let a held landing go (ADR-016).
+                EventKind::LandingAllowed { task } => self.enqueue_landing(task, false),
                 EventKind::FinalizationStarted { attempt } => {
                     if let Some(reconciler) = &self.reconciler {
                         reconciler.do_send(ToReconciler::Finalize {

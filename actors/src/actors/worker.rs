@@ -142,6 +142,7 @@ enum AfterAttempt {
 struct Finished {
     report: AgentReport,
     out_of_scope: Vec<String>,
+    links_outside: Vec<String>,
 }
 
 pub struct Worker {
@@ -437,6 +438,7 @@ impl Worker {
                     return Ok(Finished {
                         report,
                         out_of_scope: Vec::new(),
+                        links_outside: Vec::new(),
                     });
                 };
                 let mut checked = check_work(handoff, work, &scope, &checks);
@@ -471,6 +473,7 @@ impl Worker {
                 Ok(Finished {
                     report,
                     out_of_scope: checked.out_of_scope,
+                    links_outside: checked.links_outside,
                 })
             })
         }
@@ -544,6 +547,15 @@ impl Worker {
                 (
                     failed(AttemptFailure::OutOfScope {
                         paths: finished.out_of_scope,
+                    }),
+                    false,
+                )
+            }
+            Ok(finished) if !finished.links_outside.is_empty() => {
+                self.after = self.after_failure();
+                (
+                    failed(AttemptFailure::LinksOutside {
+                        paths: finished.links_outside,
                     }),
                     false,
                 )

@@ -7,8 +7,8 @@ use petgraph::graph::NodeIndex;
 
 use super::{AGENT_AT_WORK, Emitted, GraphError, RunGraph};
 use crate::protocol::{
-    AttemptFailure, Budget, EventKind, FailureReason, HandoffStatus, Route, TaskCompleted, TaskId,
-    TaskState,
+    AttemptFailure, Budget, EventKind, FailureReason, Finding, HandoffStatus, Route, TaskCompleted,
+    TaskId, TaskState,
 };
 
 impl RunGraph {
@@ -210,6 +210,16 @@ impl RunGraph {
         match status {
             HandoffStatus::Complete | HandoffStatus::Partial => {
                 if let Some((branch, head)) = self.lands(report.handoff.as_ref()) {
+                    // A change to flotilla's own configuration waits for the user before it
+                    // goes to the merge queue (ADR-016).
+                    let held = report.handoff.as_ref().is_some_and(|h| {
+                        h.findings
+                            .iter()
+                            .any(|f| matches!(f, Finding::ConfigChanged { allowed: false, .. }))
+                    });
+                    let asked = held.then(|| EventKind::AwaitingUserDecision {
+                        parent: task.clone(),
+                    });
                     // Done, but not Completed until its branch is on main (ADR-011): nothing
                     // ended, so there is nothing to settle yet.
                     self.emit(
@@ -223,6 +233,9 @@ impl RunGraph {
                             head,
                         },
                     )?;
+                    if let Some(asked) = asked {
+                        self.emit(&mut out, asked)?;
+                    }
                     self.check_run_budget(&mut out)?;
                     return Ok(out);
                 }

@@ -230,6 +230,27 @@ impl RunGraph {
         decision: &UserDecision,
     ) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
+        let held =
+            self.index.get(task).copied().filter(|&ix| {
+                self.dag[ix].state == TaskState::Landing && self.dag[ix].landing_held
+            });
+        if let Some(ix) = held {
+            match decision {
+                UserDecision::Land => {
+                    self.emit(&mut out, EventKind::LandingAllowed { task: task.clone() })?
+                }
+                UserDecision::Fail => {
+                    self.fail_and_settle(&mut out, ix, FailureReason::UserDeclined)?
+                }
+                UserDecision::Accept { .. } | UserDecision::Complete => self.ignore(
+                    &mut out,
+                    Some(task),
+                    "UserDecision",
+                    "the task waits to land: decide --land or --fail".into(),
+                ),
+            }
+            return Ok(out);
+        }
         let waiting = self.index.get(task).copied().filter(|&ix| {
             let n = &self.dag[ix];
             n.state == TaskState::WaitingForSubtasks
@@ -246,6 +267,14 @@ impl RunGraph {
             return Ok(out);
         };
         match decision {
+            UserDecision::Land => {
+                self.ignore(
+                    &mut out,
+                    Some(task),
+                    "UserDecision",
+                    "the task holds no work waiting to land".into(),
+                );
+            }
             UserDecision::Complete => {
                 self.emit(
                     &mut out,

@@ -109,13 +109,24 @@ impl RunGraph {
                 self.dag[ix].decomposition_open = false;
             }
             EventKind::RunStarted { .. }
-            | EventKind::AwaitingUserDecision { .. }
             | EventKind::MessageIgnored { .. }
             | EventKind::MergeConflict { .. }
             | EventKind::MergeGateFailed { .. }
             | EventKind::SweepStale { .. }
             | EventKind::LandingRequeued { .. }
             | EventKind::MainDiverged { .. } => {}
+            EventKind::AwaitingUserDecision { parent } => {
+                // A landing task asked for a decision is held out of the merge queue; a
+                // parent's question changes nothing in the graph.
+                let ix = self.ix(parent)?;
+                if self.dag[ix].state == TaskState::Landing {
+                    self.dag[ix].landing_held = true;
+                }
+            }
+            EventKind::LandingAllowed { task } => {
+                let ix = self.ix(task)?;
+                self.dag[ix].landing_held = false;
+            }
             EventKind::MainMoved { to, .. } => self.main_tip = Some(to.clone()),
             EventKind::LandingIntended { to, landed, .. } => {
                 for l in landed {
@@ -440,6 +451,7 @@ impl RunGraph {
             fix: None,
             fixed_by: None,
             landing: None,
+            landing_held: false,
             unfinished_deps,
             open_children: 0,
             completed_children: 0,

@@ -33,7 +33,8 @@ impl RunGraph {
     /// What the MergeQueue needs to land `task` (which must be `Landing`).
     pub fn land_request(&self, task: &TaskId, recovered: bool) -> Option<LandRequest> {
         let node = self.task(task)?;
-        if node.state != TaskState::Landing {
+        // A held landing waits for the user's decision (ADR-016).
+        if node.state != TaskState::Landing || node.landing_held {
             return None;
         }
         let (branch, head) = node.landing.as_deref()?.clone();

@@ -98,6 +98,9 @@ pub struct TaskNode {
     pub fixed_by: Option<NodeIndex>,
     /// While `Landing` (and after): the branch and the tip that land.
     pub landing: Option<Box<(String, String)>>,
+    /// A `Landing` task whose work changes flotilla's own configuration, held out of the
+    /// merge queue until the user decides (ADR-016).
+    pub landing_held: bool,
     /// The worker profile the last dispatch chose (a synthesis runs on the same kind of
     /// agent as the attempt that proposed the subplan).
     pub profile: Option<String>,

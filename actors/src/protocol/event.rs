@@ -173,9 +173,16 @@ pub enum EventKind {
     SubtasksCompleted {
         parent: TaskId,
     },
-    /// Every subtask ended; a human must decide (`flotilla` sends `UserDecision`).
+    /// A human must decide (`flotilla decide` sends a `UserDecision`): every subtask of
+    /// `parent` ended under `StopCondition::UserDecision`, or `parent` is a `Landing` task
+    /// whose work changes flotilla's own configuration and is held until the user lets it
+    /// land (`LandingAllowed`) or fails it (ADR-016).
     AwaitingUserDecision {
         parent: TaskId,
+    },
+    /// The user let a held `Landing` task's work go to the merge queue.
+    LandingAllowed {
+        task: TaskId,
     },
     /// The task's work is done and its branch waits in the merge queue (M6): the task is
     /// `Landing`, and becomes `Completed` (its dependents ready) only once the branch is on
@@ -491,6 +498,7 @@ impl EventKind {
             },
             EventKind::SubtasksCompleted { parent: t() },
             EventKind::AwaitingUserDecision { parent: t() },
+            EventKind::LandingAllowed { task: t() },
             EventKind::TaskLanding {
                 task: t(),
                 attempt: u32::MAX,
@@ -642,6 +650,7 @@ impl EventKind {
             EventKind::TaskAtomic { .. } => "task_atomic",
             EventKind::SubtasksCompleted { .. } => "subtasks_completed",
             EventKind::AwaitingUserDecision { .. } => "awaiting_user_decision",
+            EventKind::LandingAllowed { .. } => "landing_allowed",
             EventKind::TaskLanding { .. } => "task_landing",
             EventKind::TaskLanded { .. } => "task_landed",
             EventKind::FixTaskAdded { .. } => "fix_task_added",
@@ -738,6 +747,13 @@ pub enum AttemptFailure {
     /// work rather than flag it). A fresh attempt may keep to its scope.
     #[error("changed files outside the task's scope: {}", list_paths(paths))]
     OutOfScope { paths: Vec<String> },
+    /// The branch adds links that point outside the repository, or hard links (the run's
+    /// policy fails such work: ADR-016).
+    #[error(
+        "added links that point outside the repository (or hard links): {}",
+        list_paths(paths)
+    )]
+    LinksOutside { paths: Vec<String> },
     /// The merge gate failed on main with this attempt's work (M6): the next attempt starts
     /// again from main, told what failed.
     #[error("the merge gate failed ({command}): {output_tail}")]
@@ -871,6 +887,7 @@ mod tests {
             | EventKind::ProposalsStopped { .. }
             | EventKind::SubtasksCompleted { .. }
             | EventKind::AwaitingUserDecision { .. }
+            | EventKind::LandingAllowed { .. }
             | EventKind::MessageIgnored { .. }
             | EventKind::TaskLanding { .. }
             | EventKind::TaskLanded { .. }

@@ -149,8 +149,18 @@ pub enum Finding {
     DeletedTests { paths: Vec<String> },
     /// Files the agent said it changed that the branch does not change.
     ClaimedNotChanged { paths: Vec<String> },
-    /// Symbolic links that point outside the repository.
+    /// Symbolic links that point outside the repository, and hard links (the run flags
+    /// them instead of failing).
     LinksOutside { paths: Vec<String> },
+    /// Files of flotilla's own configuration changed (`flotilla.toml`, the scenario and
+    /// prompts the run was loaded from, files its commands name: ADR-016). Unless
+    /// `allowed` (`[checks] config_edits = "allow"`), the work waits for the user's
+    /// `flotilla decide` before it lands.
+    ConfigChanged {
+        paths: Vec<String>,
+        #[serde(default)]
+        allowed: bool,
+    },
     /// The run's verification command did not pass on the branch.
     VerificationFailed {
         command: String,
@@ -204,6 +214,16 @@ impl fmt::Display for Finding {
             Finding::LinksOutside { paths } => write!(
                 f,
                 "added links that point outside the repository: {}",
+                some_paths(paths)
+            ),
+            Finding::ConfigChanged { paths, allowed } => write!(
+                f,
+                "changed flotilla's own configuration{}: {}",
+                if *allowed {
+                    " (allowed by the run)"
+                } else {
+                    ""
+                },
                 some_paths(paths)
             ),
             Finding::VerificationFailed { command, exit, .. } => {

@@ -100,6 +100,9 @@ pub enum UserDecision {
     Complete,
     /// The parent fails with `FailureReason::UserDeclined`.
     Fail,
+    /// A `Landing` task held because its work changes flotilla's own configuration goes to
+    /// the merge queue (ADR-016).
+    Land,
 }
 
 /// Sent to the proposer when its subplan was inserted.
