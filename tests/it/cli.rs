@@ -1071,6 +1071,15 @@ writes = { "a.rs" = "fn a() {}\n" }
 "#;
     let run = submit(&client, repo.path(), run_config(scenario, 1)).await;
     follow_to_end(&client, &run, None).await;
+    // The daemon's own clean-up after the run comes after its last event: planted before
+    // it, the leftover below would be its to remove, not gc's.
+    assert!(
+        daemon
+            .logged_within("cleaned up after the run", std::time::Duration::from_secs(60))
+            .await,
+        "{}",
+        daemon.log()
+    );
     // What a crash at the wrong moment leaves: a worktree of the finished run, and a
     // directory nobody owns.
     let run_id = RunId::from_uuid(run.parse().unwrap());
