@@ -223,7 +223,6 @@ fn holds_marker(bytes: &[u8]) -> bool {
 /// (M8 item 8, ADR-015/016): the sandbox hides the daemon's processes, the daemon is not
 /// dumpable, and commands get a scrubbed environment.
 #[tokio::test]
-#[ignore = "needs the default sandbox (ADR-015)"]
 async fn a_marker_key_in_the_daemons_environment_reaches_no_git_object_journal_log_or_output() {
     let state = tempfile::tempdir().unwrap();
     let repo = git_repo();

@@ -668,9 +668,15 @@ const FORGED: usize = 6;
 fn forgery_scenario() -> String {
     let mut s = String::from("[agent]\ndelay_ms = 300\n\n[[planner.answers]]\ntasks = [\n");
     for n in 1..=FORGED {
-        let priority = if n == 1 { ", priority = 1" } else { "" };
+        // The others wait for the forger: it lands first however loaded the machine is
+        // (dependents start once their dependency is on main).
+        let order = if n == 1 {
+            ", priority = 1"
+        } else {
+            ", dependencies = [0]"
+        };
         s.push_str(&format!(
-            "  {{ description = \"write file {n}\", scope = [\"{}\"]{priority} }},\n",
+            "  {{ description = \"write file {n}\", scope = [\"{}\"]{order} }},\n",
             lander_file(n)
         ));
     }
@@ -716,6 +722,9 @@ async fn forged_trailers_and_a_kill_after_main_moved_record_no_landing_whose_wor
     let client = DaemonProcess::client(state.path());
     let mut config = run_config(&forgery_scenario(), FORGED);
     config["merge"]["batch_max"] = serde_json::json!(1);
+    // The forger commits in its worktree: possible only without the sandbox (whose `.git`
+    // is read-only), which a user may choose; trailers must not be trusted even then.
+    config["sandbox"] = serde_json::json!("none");
     let run = submit(&client, repo.path(), config).await;
     let status = daemon.exited_within(Duration::from_secs(90)).await;
     let Some(status) = status else {
