@@ -337,6 +337,9 @@ mod tests {
         let two = repo.refname_to_id("refs/heads/main").unwrap();
         repo.reference("refs/heads/main", one, true, "back")
             .unwrap();
+        // main not checked out (ADR-021's checkout rules are tested in tests/it/checkout.rs):
+        // only the ref and its lock are in play here.
+        repo.set_head_detached(two).unwrap();
         // Another writer is moving main right now.
         let lock = dir.path().join(".git/refs/heads/main.lock");
         std::fs::write(&lock, format!("{one}\n")).unwrap();

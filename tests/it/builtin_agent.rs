@@ -37,6 +37,26 @@ fn start_telling(
     config: BuiltinConfig,
     notices: Option<Recipient<Published>>,
 ) -> Session {
+    start_with(scenario, config, notices, Arc::new(TokioProcessRunner))
+}
+
+/// With the sandbox off: for the file tools' own defences, which must hold even when a
+/// user turned it off (inside the sandbox the attack below cannot even see its target).
+fn start_unsandboxed(scenario: &str, config: BuiltinConfig) -> Session {
+    start_with(
+        scenario,
+        config,
+        None,
+        Arc::new(crate::process::unsandboxed()),
+    )
+}
+
+fn start_with(
+    scenario: &str,
+    config: BuiltinConfig,
+    notices: Option<Recipient<Published>>,
+    runner: Arc<dyn flotilla_actors::ports::ProcessRunner>,
+) -> Session {
     let repo = tempfile::tempdir().unwrap();
     init_repo(repo.path());
     let git = git2::Repository::open(repo.path()).unwrap();
@@ -44,7 +64,6 @@ fn start_telling(
     let state = tempfile::tempdir().unwrap();
     let run = RunId::generate();
     let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
-    let runner = Arc::new(TokioProcessRunner);
     let agent = BuiltinAgent::new(
         llm.clone(),
         runner.clone(),
@@ -498,7 +517,7 @@ tool_calls = [{{ name = "finish", arguments = {{ status = "complete", summary = 
 "#,
         target = target.display()
     );
-    let mut s = start(&scenario, BuiltinConfig::default());
+    let mut s = start_unsandboxed(&scenario, BuiltinConfig::default());
     s.assign("t1", &["src"]);
     let _ = s.outcome().await;
     let results = s.tool_results();
@@ -531,7 +550,7 @@ tool_calls = [{{ name = "finish", arguments = {{ status = "complete", summary = 
 "#,
         target = target.display()
     );
-    let mut s = start(&scenario, BuiltinConfig::default());
+    let mut s = start_unsandboxed(&scenario, BuiltinConfig::default());
     s.assign("t1", &["src"]);
     assert_eq!(
         s.outcome().await.unwrap_err(),

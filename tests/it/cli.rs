@@ -1075,7 +1075,10 @@ writes = { "a.rs" = "fn a() {}\n" }
     // it, the leftover below would be its to remove, not gc's.
     assert!(
         daemon
-            .logged_within("cleaned up after the run", std::time::Duration::from_secs(60))
+            .logged_within(
+                "cleaned up after the run",
+                std::time::Duration::from_secs(60)
+            )
             .await,
         "{}",
         daemon.log()

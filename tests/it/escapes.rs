@@ -390,6 +390,10 @@ exit 0
     );
     let mut config = run_config(&scenario, 1);
     config["merge"]["gate"] = serde_json::json!(["sh check.sh"]);
+    // A change to the gate's own script is held for the user by default (ADR-016); here the
+    // user allowed such changes, and the gate must still run the rewritten script only
+    // inside the sandbox.
+    config["checks"]["config_edits"] = serde_json::json!("allow");
     let run = submit(&daemon.client, &r, config).await;
     let events = follow_to_end(&daemon.client, &run, None).await;
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));

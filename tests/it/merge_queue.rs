@@ -16,18 +16,21 @@ use futures::future::BoxFuture;
 use crate::daemon_env::{commit_files, init_repo};
 use crate::harness::{Inbox, probe, task};
 
+/// Landing intents as journaled: (from, to, what each task's commit is).
+type Intents = Arc<Mutex<Vec<(String, String, Vec<IntendedLanding>)>>>;
+
 struct Fixture {
     _dir: tempfile::TempDir,
     repo_path: std::path::PathBuf,
     run: RunId,
     base: git2::Oid,
     /// Every landing intent the queues of this fixture had journaled, in order.
-    intents: Arc<Mutex<Vec<(String, String, Vec<IntendedLanding>)>>>,
+    intents: Intents,
 }
 
 /// Stands in for the TaskGraph's journal of landing intents: records each one and says it
 /// is committed.
-struct Ledger(Arc<Mutex<Vec<(String, String, Vec<IntendedLanding>)>>>);
+struct Ledger(Intents);
 
 impl Actor for Ledger {
     type Context = Context<Self>;
