@@ -856,6 +856,12 @@ writes = { "docs/a.md" = "scripted\n" }
             "prompt": "file",
         }
     });
+    // The fake CLI lives in the source tree, which may be under /tmp (a CI clone): the
+    // sandbox's /tmp is private, so the tree is shown read-only, as a user would show a tool
+    // kept there (docs/security.md).
+    config["sandbox"] = serde_json::json!({
+        "read_only": [fake.parent().unwrap().to_string_lossy()]
+    });
     let daemon = InProcessDaemon::start(false);
     let run = submit(&daemon.client, repo.path(), config).await;
     let events = follow_to_end(&daemon.client, &run, None).await;
