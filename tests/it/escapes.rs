@@ -10,6 +10,7 @@ use std::time::Duration;
 use flotilla_actors::protocol::{Event, EventKind, RunOutcome};
 
 use crate::daemon_env::*;
+use crate::process::none_runs;
 
 /// A one-task scenario whose agent runs `script` (a shell script) in its worktree and
 /// writes `out/done.txt`. Its scope is `out`, where it puts what it stole.
@@ -78,31 +79,6 @@ fn landed(events: &[Event]) -> usize {
         .iter()
         .filter(|e| matches!(e.kind, EventKind::TaskLanded { .. }))
         .count()
-}
-
-/// Whether no process on the host runs `sleep <token>` (a bounded wait for them to go).
-async fn none_runs(token: &str) -> bool {
-    let needle = format!("sleep\0{token}\0");
-    for _ in 0..200 {
-        let mut alive = false;
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            let zombie = stat
-                .rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-            if !zombie && String::from_utf8_lossy(&cmdline).contains(&needle) {
-                alive = true;
-            }
-        }
-        if !alive {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
 }
 
 #[tokio::test]

@@ -46,10 +46,11 @@ async fn run_unsandboxed(spec: CommandSpec) -> flotilla_actors::ports::CommandOu
         .unwrap()
 }
 
-/// Whether no process on the host runs `sleep <token>` (a bounded wait for them to go).
-async fn none_runs(token: &str) -> bool {
+/// Whether no process on the host runs `sleep <token>` (a bounded wait, 10 s, for them to
+/// go). Also used by the escape tests.
+pub(crate) async fn none_runs(token: &str) -> bool {
     let needle = format!("sleep\0{token}\0");
-    for _ in 0..100 {
+    for _ in 0..200 {
         let mut alive = false;
         for entry in std::fs::read_dir("/proc").unwrap().flatten() {
             let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
