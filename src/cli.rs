@@ -166,17 +166,21 @@ pub enum Command {
     },
     /// Decide for a task that waits for you: its subplan stops on `user_decision`, and
     /// every subtask has ended, or its work changes flotilla's own configuration and waits
-    /// to land (`tail` shows "t4 waits for your decision").
+    /// to land (`tail` shows "t4 waits for your decision"). Or, for a run whose landing
+    /// paused because main no longer holds what it landed (`tail` shows "main was moved"),
+    /// adopt main as it is (`--adopt-main`) or end the run (`--cancel`).
     ///
-    /// Examples: `flotilla decide 01a2 t4 --accept t4.2`, `flotilla decide 01a2 t4 --fail`.
+    /// Examples: `flotilla decide 01a2 t4 --accept t4.2`, `flotilla decide 01a2 t4 --fail`,
+    /// `flotilla decide 01a2 --adopt-main`.
     #[command(group(clap::ArgGroup::new("decision").required(true).multiple(false)))]
     Decide {
         #[command(flatten)]
         address: ClientAddress,
         /// Run id or unique prefix.
         run: String,
-        /// The waiting task (e.g. t4).
-        task: String,
+        /// The waiting task (e.g. t4); none for a decision about the whole run.
+        #[arg(required_unless_present_any = ["adopt_main", "cancel"], conflicts_with_all = ["adopt_main", "cancel"])]
+        task: Option<String>,
         /// Complete the task with this completed subtask's result as its own (no synthesis).
         #[arg(long, value_name = "SUBTASK", group = "decision")]
         accept: Option<String>,
@@ -191,6 +195,14 @@ pub enum Command {
         /// this: `[checks] config_edits`).
         #[arg(long, group = "decision")]
         land: bool,
+        /// The run's landing paused because main was reset or moved aside: land on main as
+        /// it is now. Tasks whose landed work main no longer holds are named, and stay
+        /// dropped (nothing is replayed).
+        #[arg(long, group = "decision")]
+        adopt_main: bool,
+        /// End the run instead (as `flotilla cancel`).
+        #[arg(long, group = "decision")]
+        cancel: bool,
     },
     /// List all runs, oldest first.
     Runs {
@@ -647,6 +659,36 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             })
         }
         Command::Decide {
+            run, adopt_main, ..
+        } if *adopt_main => {
+            let answer: serde_json::Value = client
+                .json(
+                    Method::POST,
+                    &format!("/v1/runs/{}/decision", segment(run)),
+                    Some(&serde_json::json!({"decision": "adopt_main"})),
+                )
+                .await?;
+            let actual = answer["actual"].as_str().unwrap_or_default();
+            emit(&format!(
+                "decided: landing goes on on main as it is ({}); `tail` names the tasks whose \
+                 landed work main no longer holds\n",
+                render::terminal_safe(actual.get(..12).unwrap_or(actual))
+            ))?;
+            Ok(Exit::Ok)
+        }
+        Command::Decide { run, cancel, .. } if *cancel => {
+            let answer: serde_json::Value = client
+                .json(
+                    Method::POST,
+                    &format!("/v1/runs/{}/cancel", segment(run)),
+                    None::<&()>,
+                )
+                .await?;
+            let id = answer["id"].as_str().unwrap_or(run);
+            emit(&format!("decided: run {} is cancelled\n", render::terminal_safe(id)))?;
+            Ok(Exit::Ok)
+        }
+        Command::Decide {
             run,
             task,
             accept,
@@ -655,6 +697,8 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             land,
             ..
         } => {
+            // clap requires a task unless the decision is about the whole run.
+            let task = task.as_deref().unwrap_or_default();
             let (decision, words) = match (accept, fail) {
                 _ if *land => (
                     UserDecision::Land,

@@ -450,13 +450,60 @@ fn describe(kind: &EventKind) -> (String, Tone) {
                 "main was moved to {} and no longer holds {}, the work this run landed: \
                  landing is paused and nothing dropped is replayed. To go on, put it back \
                  (`git branch -f main {expected}`, or merge {} into main): landing resumes \
-                 with the next branch or restart; or `flotilla cancel` the run",
+                 with the next branch or restart; or land on main as it is \
+                 (`flotilla decide RUN --adopt-main`); or end the run \
+                 (`flotilla decide RUN --cancel`)",
                 short_commit(actual),
                 short_commit(expected),
                 short_commit(expected),
             ),
             Tone::Bad,
         ),
+        EventKind::MainAdopted {
+            expected,
+            tip,
+            dropped,
+        } => (
+            format!(
+                "main adopted as it is ({} in place of {}): landing goes on on top of it; {}",
+                short_commit(tip),
+                short_commit(expected),
+                if dropped.is_empty() {
+                    "it holds every task this run landed".to_string()
+                } else {
+                    format!(
+                        "main no longer holds the landed work of {} (not replayed: their \
+                         commits are in `flotilla status RUN TASK`)",
+                        list(dropped)
+                    )
+                }
+            ),
+            if dropped.is_empty() {
+                Tone::Plain
+            } else {
+                Tone::Bad
+            },
+        ),
+        EventKind::ProviderPauseStarted {
+            provider,
+            role,
+            task,
+            until_ms,
+            why,
+        } => (
+            format!(
+                "provider {} holds calls back until {} ({}; heard by the {role}{})",
+                shorten(provider, 60),
+                clock(*until_ms),
+                shorten(why, 120),
+                task.as_ref().map(|t| format!(" for {t}")).unwrap_or_default(),
+            ),
+            Tone::Bad,
+        ),
+        EventKind::ProviderResumed { provider } => plain(format!(
+            "provider {}: its pause is over, calls go on",
+            shorten(provider, 60)
+        )),
         EventKind::LandingRequeued { task, fix } => plain(format!(
             "{fix} had nothing to resolve: {task} goes back to the merge queue"
         )),
@@ -677,6 +724,26 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
     }
     if let Some(problem) = &status.problem {
         let _ = writeln!(out, "{}", style.bad(&format!("problem: {}", safe(problem))));
+    }
+    if let Some(d) = &status.main_diverged {
+        let line = format!(
+            "landing paused: main is at {} and no longer holds {}, what this run landed \
+             (put it back, `flotilla decide RUN --adopt-main`, or `flotilla decide RUN --cancel`)",
+            short_commit(&d.actual),
+            short_commit(&d.expected)
+        );
+        let _ = writeln!(out, "{}", style.bad(&safe(&line)));
+    }
+    for p in &status.provider_pauses {
+        let line = format!(
+            "provider paused: {} until {} ({}; heard by the {}{})",
+            shorten(&p.provider, 60),
+            clock(p.until_ms),
+            shorten(&p.why, 120),
+            p.role,
+            p.task.as_ref().map(|t| format!(" for {t}")).unwrap_or_default(),
+        );
+        let _ = writeln!(out, "{}", style.bad(&safe(&line)));
     }
     let _ = writeln!(out, "request: {}", safe(&shorten(&status.request, 100)));
     let _ = writeln!(out, "repo:    {}", safe(&status.repo));

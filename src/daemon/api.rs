@@ -11,6 +11,8 @@
 //! - `POST /v1/runs/{id}/tasks/{task}/decision` `{"decision": "accept", "subtask": "t4.2"}`
 //!   (or `complete`, `fail`) → 202: a human's answer for a task whose subplan stops on
 //!   `user_decision`
+//! - `POST /v1/runs/{id}/decision` `{"decision": "adopt_main"}` → 202: landing paused
+//!   because main diverged; main as it is becomes the base (ADR-024)
 //!
 //! `{id}` may be any unique prefix of a run id; an ambiguous prefix is a 409 that lists the
 //! runs it matches.
@@ -48,7 +50,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::report;
 use super::supervisor::{
-    CancelAnswer, CancelRun, CollectGarbage, DecideTask, GcReport, RunProblem, RunProblems,
+    AdoptMain, CancelAnswer, CancelRun, CollectGarbage, DecideTask, GcReport, RunProblem, RunProblems,
     StartRun, Supervisor,
 };
 use crate::client::IDEMPOTENCY_KEY;
@@ -154,6 +156,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}", get(show_run))
         .route("/v1/runs/{id}/events", get(events))
         .route("/v1/runs/{id}/cancel", post(cancel_run))
+        .route("/v1/runs/{id}/decision", post(decide_run))
         .route("/v1/runs/{id}/graph", get(graph))
         .route("/v1/runs/{id}/tasks/{task}", get(task_story))
         .route("/v1/runs/{id}/tasks/{task}/decision", post(decide))
@@ -1053,6 +1056,67 @@ async fn decide(
         StatusCode::ACCEPTED,
         Json(serde_json::json!({
             "id": record.id.to_string(), "task": task.to_string(), "decision": decision,
+        })),
+    )
+        .into_response())
+}
+
+/// A decision about a whole run (`POST /v1/runs/{id}/decision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum RunDecision {
+    /// Landing paused because main no longer holds what the run landed: main as it is now
+    /// becomes the base the merge queue lands on; what it dropped is reported, not replayed.
+    AdoptMain,
+}
+
+/// `flotilla decide RUN --adopt-main`: checked against the journal (the run is running and
+/// its landing paused on a diverged main) so that a mistake is a clear 409 now, then
+/// forwarded to the run's TaskGraph, which journals `MainAdopted` once the merge queue has
+/// read main (ADR-024).
+async fn decide_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(decision): ApiJson<RunDecision>,
+) -> Result<Response, ApiError> {
+    let record = resolve(&state, &id).await?;
+    if let Some(outcome) = record.outcome {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "run {} already finished ({})",
+                record.id,
+                report::state_name(Some(outcome))
+            ),
+        ));
+    }
+    let events = Arc::new(read_events(&state, record.id, 0).await?);
+    let status = replay_status(record.clone(), events).await?;
+    let Some(diverged) = status.main_diverged else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "run {}'s landing is not paused: main holds what it landed; nothing to adopt",
+                record.id
+            ),
+        ));
+    };
+    let live = state
+        .supervisor
+        .send(AdoptMain { run: record.id })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    if !live {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("run {} is not running in this daemon", record.id),
+        ));
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({
+            "id": record.id.to_string(), "decision": decision,
+            "expected": diverged.expected, "actual": diverged.actual,
         })),
     )
         .into_response())

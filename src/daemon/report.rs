@@ -37,9 +37,37 @@ pub struct RunStatus {
     /// The sandbox the run's commands are in (ADR-015), from its `RunStarted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// Landing is paused because main no longer holds what the run landed (`MainDiverged`,
+    /// until main moves again or the user adopts it: ADR-024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub main_diverged: Option<MainDivergence>,
+    /// Providers whose rate limit holds calls back right now (`ProviderPauseStarted`
+    /// without its `ProviderResumed`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_pauses: Vec<ProviderPause>,
     /// `problem` is a damage (the first one found is kept).
     #[serde(skip)]
     pub(crate) damage_noted: bool,
+}
+
+/// Where landing paused: main holds `actual`, which lacks `expected` (the tip flotilla last
+/// wrote).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MainDivergence {
+    pub expected: String,
+    pub actual: String,
+}
+
+/// A provider's ongoing rate-limit pause, as journaled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderPause {
+    pub provider: String,
+    pub role: flotilla_actors::protocol::Role,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskId>,
+    /// Milliseconds since the Unix epoch.
+    pub until_ms: u64,
+    pub why: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -136,6 +164,10 @@ pub struct StatusReplay {
     last_seq: u64,
     /// What the run's `RunStarted` says of its sandbox.
     sandbox: Option<String>,
+    /// The last `MainDiverged`, until a `MainMoved` or `MainAdopted`.
+    main_diverged: Option<MainDivergence>,
+    /// Ongoing provider pauses, by provider.
+    provider_pauses: BTreeMap<String, ProviderPause>,
     /// The first event that does not replay; nothing after it is applied (it still counts
     /// in `last_seq`).
     damage: Option<(u64, GraphError)>,
@@ -148,6 +180,8 @@ impl StatusReplay {
             asked: BTreeMap::new(),
             last_seq: 0,
             sandbox: None,
+            main_diverged: None,
+            provider_pauses: BTreeMap::new(),
             damage: None,
         }
     }
@@ -182,6 +216,39 @@ impl StatusReplay {
                     self.asked.insert(parent.clone(), false);
                 }
                 EventKind::RunStarted { sandbox, .. } => self.sandbox = sandbox.clone(),
+                EventKind::MainDiverged { expected, actual } => {
+                    self.main_diverged = Some(MainDivergence {
+                        expected: expected.clone(),
+                        actual: actual.clone(),
+                    });
+                }
+                EventKind::MainMoved { .. } | EventKind::MainAdopted { .. } => {
+                    self.main_diverged = None
+                }
+                EventKind::ProviderPauseStarted {
+                    provider,
+                    role,
+                    task,
+                    until_ms,
+                    why,
+                } => {
+                    let pause = ProviderPause {
+                        provider: provider.clone(),
+                        role: *role,
+                        task: task.clone(),
+                        until_ms: *until_ms,
+                        why: why.clone(),
+                    };
+                    self.provider_pauses.insert(provider.clone(), pause);
+                }
+                EventKind::ProviderResumed { provider } => {
+                    self.provider_pauses.remove(provider);
+                }
+                // A finished run waits for nothing.
+                EventKind::RunFinished { .. } => {
+                    self.main_diverged = None;
+                    self.provider_pauses.clear();
+                }
                 _ => {}
             }
             if let Err(error) = self.graph.apply(&e.kind) {
@@ -226,6 +293,8 @@ impl StatusReplay {
             graph: snapshot,
             damage_noted: self.damage.is_some(),
             sandbox: self.sandbox.clone(),
+            main_diverged: self.main_diverged.clone(),
+            provider_pauses: self.provider_pauses.values().cloned().collect(),
             problem: self.damage.as_ref().map(|(seq, error)| {
                 format!("damaged: the journal does not replay at #{seq}: {error}")
             }),

@@ -1188,6 +1188,29 @@ impl Handler<DecideTask> for Supervisor {
     }
 }
 
+/// The user adopts main as it is for a run whose landing paused because main diverged
+/// (`flotilla decide RUN --adopt-main`, ADR-024), forwarded to the run's TaskGraph, which
+/// checks it and journals what it does. Answers false if the run is not live here.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct AdoptMain {
+    pub run: RunId,
+}
+
+impl Handler<AdoptMain> for Supervisor {
+    type Result = bool;
+
+    fn handle(&mut self, msg: AdoptMain, _: &mut Context<Self>) -> bool {
+        match self.runs.get(&msg.run).map(|e| &e.life) {
+            Some(Life::Live(members)) => {
+                members.task_graph.do_send(ToTaskGraph::AdoptMain);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Removes what finished runs left (ADR-021, "Nothing left behind"): in each repository,
 /// their stale ref locks, attempt worktrees and task branches (found by name, whatever a
 /// crash left), and under the state directory their run directories, plus directories no

@@ -314,6 +314,47 @@ impl MergeQueue {
         );
     }
 
+    /// The user adopts main as it is (ADR-024): reads main's tip and which of `landed`'s
+    /// commits it no longer contains, and tells the graph, which journals `MainAdopted`;
+    /// landing resumes only when it hears back (`Adopted`). Nothing is replayed.
+    fn adopt(&mut self, expected: String, landed: Vec<(TaskId, String)>, ctx: &mut Context<Self>) {
+        let (reader, git, graph, run) = (
+            self.kit.reader.clone(),
+            self.kit.git.clone(),
+            self.graph.clone(),
+            self.run,
+        );
+        ctx.spawn(
+            async move {
+                let tip = match reader.main_tip().await {
+                    Ok(tip) => tip,
+                    Err(e) => {
+                        warn!(%run, error = %e, "reading main's tip to adopt it; decide again");
+                        return;
+                    }
+                };
+                let mut dropped = Vec::new();
+                for (task, commit) in landed {
+                    match git.contains(tip.clone(), commit.clone()).await {
+                        Ok(true) => {}
+                        Ok(false) => dropped.push(task),
+                        // A commit git cannot find is not on main either.
+                        Err(e) => {
+                            warn!(%run, %task, %commit, error = %e, "looking for a landed commit on main");
+                            dropped.push(task);
+                        }
+                    }
+                }
+                graph.do_send(FromMerging::MainAdopted {
+                    expected,
+                    tip,
+                    dropped,
+                });
+            }
+            .into_actor(self),
+        );
+    }
+
     /// Inserts at `key`, or just after it when taken (requeued items keep their order).
     fn insert(&mut self, mut key: QueueKey, queued: Queued) {
         while self.waiting.contains_key(&key) {
@@ -936,6 +977,16 @@ impl Handler<ToMergeQueue> for MergeQueue {
             }
             ToMergeQueue::Withdraw { task } => {
                 self.waiting.retain(|_, q| q.request.task != task);
+            }
+            ToMergeQueue::AdoptMain { expected, landed } => self.adopt(expected, landed, ctx),
+            ToMergeQueue::Adopted { expected, tip } => {
+                // A landing since (main was put back meanwhile) wrote a newer tip: that
+                // one stands, and the graph ignores the adoption.
+                if self.written.as_deref() == Some(expected.as_str()) {
+                    self.written = Some(tip);
+                    self.diverged = None;
+                    self.pump(ctx);
+                }
             }
         }
     }

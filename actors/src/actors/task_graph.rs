@@ -399,6 +399,15 @@ impl TaskGraph {
                 EventKind::LandingRequeued { task, .. } => self.enqueue_landing(task, false),
                 // The user let a held landing go (ADR-016).
                 EventKind::LandingAllowed { task } => self.enqueue_landing(task, false),
+                // The user adopted a diverged main (ADR-024): landing resumes on top of it.
+                EventKind::MainAdopted { expected, tip, .. } => {
+                    if let Some(queue) = &self.merge_queue {
+                        queue.do_send(ToMergeQueue::Adopted {
+                            expected: expected.clone(),
+                            tip: tip.clone(),
+                        });
+                    }
+                }
                 EventKind::FinalizationStarted { attempt } => {
                     if let Some(reconciler) = &self.reconciler {
                         reconciler.do_send(ToReconciler::Finalize {
@@ -676,6 +685,16 @@ impl Handler<ToTaskGraph> for TaskGraph {
                 attempt,
                 reason,
             } => self.graph.subplanner_stopped(&task, attempt, &reason),
+            // The queue checks main and answers `FromMerging::MainAdopted`, which is
+            // journaled before landing resumes (ADR-024).
+            ToTaskGraph::AdoptMain => match (self.graph.adopt_main_asked(), &self.merge_queue) {
+                (Ok((expected, landed)), Some(queue)) => {
+                    queue.do_send(ToMergeQueue::AdoptMain { expected, landed });
+                    Ok(Vec::new())
+                }
+                (Ok(_), None) => Ok(Vec::new()),
+                (Err(ignored), _) => Ok(ignored),
+            },
         };
         match result {
             Ok(events) => self.commit(events, ctx),
@@ -737,6 +756,11 @@ impl Handler<FromMerging> for TaskGraph {
             FromMerging::Note(note) => self.graph.merge_noted(*note),
             FromMerging::Swept(report) => self.graph.sweep_finished(*report),
             FromMerging::SweepStale { sweep, commit } => self.graph.sweep_stale(sweep, &commit),
+            FromMerging::MainAdopted {
+                expected,
+                tip,
+                dropped,
+            } => self.graph.main_adopted(expected, tip, dropped),
         };
         match result {
             Ok(events) => self.commit(events, ctx),

@@ -113,8 +113,16 @@ impl RunGraph {
             | EventKind::MergeConflict { .. }
             | EventKind::MergeGateFailed { .. }
             | EventKind::SweepStale { .. }
-            | EventKind::LandingRequeued { .. }
-            | EventKind::MainDiverged { .. } => {}
+            | EventKind::LandingRequeued { .. } => {}
+            EventKind::MainDiverged { expected, actual } => {
+                self.diverged = Some(Box::new((expected.clone(), actual.clone())));
+            }
+            EventKind::MainAdopted { tip, .. } => {
+                self.main_tip = Some(tip.clone());
+                self.diverged = None;
+                // main is not what the last sweep saw.
+                self.last_sweep_green = None;
+            }
             EventKind::AwaitingUserDecision { parent } => {
                 // A landing task asked for a decision is held out of the merge queue; a
                 // parent's question changes nothing in the graph.
@@ -127,7 +135,10 @@ impl RunGraph {
                 let ix = self.ix(task)?;
                 self.dag[ix].landing_held = false;
             }
-            EventKind::MainMoved { to, .. } => self.main_tip = Some(to.clone()),
+            EventKind::MainMoved { to, .. } => {
+                self.main_tip = Some(to.clone());
+                self.diverged = None;
+            }
             EventKind::LandingIntended { to, landed, .. } => {
                 for l in landed {
                     let landing = self
@@ -165,9 +176,10 @@ impl RunGraph {
                 node.artifacts.extend(artifacts.iter().cloned());
                 node.landing = Some(Box::new((branch.clone(), head.clone())));
             }
-            EventKind::TaskLanded { task, .. } => {
+            EventKind::TaskLanded { task, commit, .. } => {
                 let ix = self.ix(task)?;
                 self.set_state(ix, TaskState::Completed)?;
+                self.landed_commits.push((task.clone(), commit.clone()));
                 // main moved: only a sweep after this says whether it is green.
                 self.last_sweep_green = None;
             }
@@ -352,6 +364,8 @@ impl RunGraph {
             | EventKind::StorageUnavailable { .. }
             | EventKind::LlmProgress { .. }
             | EventKind::ProviderPaused { .. }
+            | EventKind::ProviderPauseStarted { .. }
+            | EventKind::ProviderResumed { .. }
             | EventKind::AgentActivity { .. } => {}
         }
         Ok(())

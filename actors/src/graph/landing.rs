@@ -437,6 +437,71 @@ impl RunGraph {
         )
     }
 
+    /// The user adopts main's `tip` in place of `expected` after main diverged (ADR-024).
+    /// Only while landing is paused on that divergence: `tip` becomes the tip flotilla last
+    /// wrote, and `dropped` (landed tasks whose commits `tip` lacks) is said, not replayed.
+    pub fn main_adopted(
+        &mut self,
+        expected: String,
+        tip: String,
+        dropped: Vec<TaskId>,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let paused_on = self.diverged.as_deref().map(|(e, _)| e.as_str());
+        if self.outcome.is_some() || paused_on != Some(expected.as_str()) {
+            let why = match paused_on {
+                _ if self.outcome.is_some() => "the run has already finished".to_string(),
+                Some(other) => format!("landing paused on {other}, not on {expected}"),
+                None => "main has not diverged: landing is not paused".to_string(),
+            };
+            self.ignore(&mut out, None, "AdoptMain", why);
+            return Ok(out);
+        }
+        self.emit(
+            &mut out,
+            EventKind::MainAdopted {
+                expected,
+                tip,
+                dropped,
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// The user asks to adopt main (ADR-024): the tip landing paused on and every landed
+    /// task's commit, for the merge queue to check against main; or, when landing is not
+    /// paused on a divergence, the `MessageIgnored` that says so.
+    pub fn adopt_main_asked(&self) -> Result<(String, Vec<(TaskId, String)>), Emitted> {
+        match self.diverged.as_deref() {
+            Some((expected, _)) if self.outcome.is_none() => {
+                Ok((expected.clone(), self.landed_commits.clone()))
+            }
+            _ => {
+                let mut out = Vec::new();
+                let why = if self.outcome.is_some() {
+                    "the run has already finished"
+                } else {
+                    "main has not diverged: landing is not paused"
+                };
+                self.ignore(&mut out, None, "AdoptMain", why.into());
+                Err(out)
+            }
+        }
+    }
+
+    /// Where landing paused: (the tip flotilla last wrote, main's tip that does not contain
+    /// it), while main has diverged and the user has not acted.
+    pub fn diverged(&self) -> Option<(&str, &str)> {
+        self.diverged
+            .as_deref()
+            .map(|(expected, actual)| (expected.as_str(), actual.as_str()))
+    }
+
+    /// Every landed task with the commit that holds its work, in landing order.
+    pub fn landed_commits(&self) -> &[(TaskId, String)] {
+        &self.landed_commits
+    }
+
     /// The tip flotilla last moved main to (journaled by `MainMoved`), if it moved it.
     pub fn main_tip(&self) -> Option<String> {
         self.main_tip.clone()

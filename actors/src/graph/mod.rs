@@ -199,6 +199,12 @@ pub struct RunGraph {
     /// The last `LandingIntended`: its target tip and its commits. main may be there
     /// though no `MainMoved` says so (a crash after the compare-and-swap).
     last_intent: Option<Box<(String, Vec<String>)>>,
+    /// main no longer contains `main_tip` (`MainDiverged`): (expected, actual), until main
+    /// moves again or the user adopts it (`MainAdopted`, ADR-024).
+    diverged: Option<Box<(String, String)>>,
+    /// Every landed task with the commit that holds its work, in landing order: what an
+    /// adoption of a diverged main checks against main (ADR-024).
+    landed_commits: Vec<(TaskId, String)>,
 }
 
 /// What a command did: the events it emitted (already applied), in order.
@@ -236,6 +242,8 @@ impl RunGraph {
             main_tip: None,
             intents: HashMap::new(),
             last_intent: None,
+            diverged: None,
+            landed_commits: Vec::new(),
         }
     }
 

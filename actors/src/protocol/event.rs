@@ -357,6 +357,32 @@ pub enum EventKind {
         attempt: u32,
         activity: String,
     },
+    /// The user adopted main as it is after it diverged (`flotilla decide RUN
+    /// --adopt-main`, ADR-024): `tip` replaces `expected` as the tip flotilla last wrote,
+    /// and the merge queue lands on top of it. `dropped`: tasks recorded landed whose
+    /// commits main no longer contains. They stay `Completed` as journaled, and nothing
+    /// of theirs is replayed; their work is in the commits of their `TaskLanded`.
+    MainAdopted {
+        expected: String,
+        tip: String,
+        dropped: Vec<TaskId>,
+    },
+    /// A provider's long rate-limit pause, journaled by the supervisor so that `status`
+    /// shows it while it lasts (ADR-024): `provider` holds calls back until `until_ms`
+    /// (milliseconds since the Unix epoch) because of `why`; `role` and `task` are the call
+    /// that heard it first. Cleared by `ProviderResumed`.
+    ProviderPauseStarted {
+        provider: String,
+        role: Role,
+        #[serde(default)]
+        task: Option<TaskId>,
+        until_ms: u64,
+        why: String,
+    },
+    /// The provider's pause is over: its calls go on.
+    ProviderResumed {
+        provider: String,
+    },
 }
 
 impl EventKind {
@@ -623,6 +649,21 @@ impl EventKind {
                 attempt: u32::MAX,
                 activity: "run_command \u{1b}[2J\u{202e}".into(),
             },
+            EventKind::MainAdopted {
+                expected: "abc".into(),
+                tip: "def".into(),
+                dropped: vec![t()],
+            },
+            EventKind::ProviderPauseStarted {
+                provider: "local\u{1b}]0;x\u{7}".into(),
+                role: Role::Planner,
+                task: Some(t()),
+                until_ms: u64::MAX,
+                why: "rate limited (HTTP 429)\r".into(),
+            },
+            EventKind::ProviderResumed {
+                provider: "local\u{202e}".into(),
+            },
         ]
     }
 
@@ -676,6 +717,9 @@ impl EventKind {
             EventKind::LlmProgress { .. } => "llm_progress",
             EventKind::ProviderPaused { .. } => "provider_paused",
             EventKind::AgentActivity { .. } => "agent_activity",
+            EventKind::MainAdopted { .. } => "main_adopted",
+            EventKind::ProviderPauseStarted { .. } => "provider_pause_started",
+            EventKind::ProviderResumed { .. } => "provider_resumed",
         }
     }
 }
@@ -910,7 +954,10 @@ mod tests {
             | EventKind::StorageUnavailable { .. }
             | EventKind::LlmProgress { .. }
             | EventKind::ProviderPaused { .. }
-            | EventKind::AgentActivity { .. } => true,
+            | EventKind::AgentActivity { .. }
+            | EventKind::MainAdopted { .. }
+            | EventKind::ProviderPauseStarted { .. }
+            | EventKind::ProviderResumed { .. } => true,
         }
     }
 

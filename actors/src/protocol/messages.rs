@@ -109,6 +109,10 @@ pub enum ToTaskGraph {
         task: TaskId,
         decomposition: u32,
     },
+    /// The user's decision for a run whose landing paused because main diverged
+    /// (`flotilla decide RUN --adopt-main`, ADR-024): main as it is now becomes the base
+    /// the merge queue lands on.
+    AdoptMain,
 }
 
 /// The MergeQueue's and the Reconciler's word to the TaskGraph (M6), kept apart from
@@ -151,6 +155,13 @@ pub enum FromMerging {
     Swept(Box<SweepReport>),
     /// A sweep was discarded: main moved from `commit` while it ran.
     SweepStale { sweep: u32, commit: String },
+    /// The user adopts main's `tip` in place of `expected` (ADR-024): `dropped` are the
+    /// landed tasks whose commits `tip` does not contain.
+    MainAdopted {
+        expected: String,
+        tip: String,
+        dropped: Vec<TaskId>,
+    },
 }
 
 /// MergeQueue → TaskGraph, before it moves main (ADR-018): journal that main is about to
@@ -173,6 +184,16 @@ pub enum ToMergeQueue {
     /// The task was cancelled: its branch must not land (unless it is already being built,
     /// in which case its verdict is ignored by the graph).
     Withdraw { task: TaskId },
+    /// The user adopts main as it is now in place of `expected` (ADR-024): the queue reads
+    /// main's tip, finds which of `landed` (task, the commit that holds its work) it no
+    /// longer contains, and answers `FromMerging::MainAdopted`. Nothing lands meanwhile.
+    AdoptMain {
+        expected: String,
+        landed: Vec<(TaskId, String)>,
+    },
+    /// `MainAdopted` is journaled: `tip` replaces `expected` as the tip flotilla last
+    /// wrote, and landing resumes (unless the queue has written another tip since).
+    Adopted { expected: String, tip: String },
 }
 
 /// The Reconciler's inbox.
@@ -321,6 +342,7 @@ impl fmt::Debug for ToTaskGraph {
             ToTaskGraph::DecompositionDeadline { task, .. } => {
                 write!(f, "DecompositionDeadline({task})")
             }
+            ToTaskGraph::AdoptMain => f.write_str("AdoptMain"),
         }
     }
 }
