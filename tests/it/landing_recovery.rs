@@ -169,3 +169,112 @@ async fn a_restart_never_enqueues_a_task_waiting_for_its_fix_and_an_empty_fix_se
     }
     run.queue.expect_none().await;
 }
+
+#[actix::test]
+async fn adopting_a_diverged_main_asks_the_queue_what_it_dropped_and_journals_it_before_landing_resumes()
+ {
+    // t1 and t2 landed (c1, c2); then main was reset to u1, which holds c1 only.
+    let mut g = RunGraph::new(Limits::default()).merging();
+    let mut journal = g
+        .submit(vec![spec("a", &["src/a.rs"]), spec("b", &["src/b.rs"])])
+        .unwrap();
+    journal.extend(deliver(&mut g, "t1", true));
+    journal.extend(deliver(&mut g, "t2", true));
+    for (t, from, to) in [("t1", "m0", "c1"), ("t2", "c1", "c2")] {
+        let moved = EventKind::MainMoved {
+            from: from.into(),
+            to: to.into(),
+            tasks: vec![task(t)],
+            checkout: CheckoutSync::NotCheckedOut,
+        };
+        journal.extend(g.merge_noted(moved).unwrap());
+        journal.extend(g.landed(&task(t), 1, to).unwrap());
+    }
+    let diverged = EventKind::MainDiverged {
+        expected: "c2".into(),
+        actual: "u1".into(),
+    };
+    journal.extend(g.merge_noted(diverged).unwrap());
+    assert_eq!(g.diverged(), Some(("c2", "u1")));
+
+    let mut run = restart(&journal);
+    run.graph.do_send(ToTaskGraph::AdoptMain);
+    let (expected, landed) = run
+        .queue
+        .fish_for("an AdoptMain", |m| match m {
+            ToMergeQueue::AdoptMain { expected, landed } => {
+                Some((expected.clone(), landed.clone()))
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(expected, "c2");
+    assert_eq!(
+        landed,
+        vec![(task("t1"), "c1".to_string()), (task("t2"), "c2".to_string())]
+    );
+    // Nothing is journaled or resumed until the queue has read main.
+    run.queue.expect_none().await;
+
+    run.graph.do_send(FromMerging::MainAdopted {
+        expected: "c2".into(),
+        tip: "u1".into(),
+        dropped: vec![task("t2")],
+    });
+    let (expected, tip) = run
+        .queue
+        .fish_for("Adopted", |m| match m {
+            ToMergeQueue::Adopted { expected, tip } => Some((expected.clone(), tip.clone())),
+            _ => None,
+        })
+        .await;
+    assert_eq!((expected.as_str(), tip.as_str()), ("c2", "u1"));
+
+    // Adopted once: a second decision finds nothing paused and the queue hears nothing.
+    run.graph.do_send(ToTaskGraph::AdoptMain);
+    run.queue.expect_none().await;
+    // Both tasks stay completed: dropped work is named, never replayed.
+    let snapshot = run.graph.send(GetSnapshot).await.unwrap();
+    for t in ["t1", "t2"] {
+        let view = snapshot.tasks.iter().find(|v| v.id == task(t)).unwrap();
+        assert_eq!(view.state, TaskState::Completed, "{t}");
+    }
+}
+
+#[test]
+fn an_adoption_is_replayed_as_the_tip_flotilla_last_wrote_and_only_while_paused() {
+    let mut g = RunGraph::new(Limits::default()).merging();
+    let mut journal = Vec::new();
+    // Not paused: the adoption is ignored, and says why.
+    let ignored = g.main_adopted("c2".into(), "u1".into(), Vec::new()).unwrap();
+    assert!(
+        matches!(&ignored[..], [EventKind::MessageIgnored { why, .. }] if why.contains("not diverged")),
+        "{ignored:?}"
+    );
+    assert!(g.adopt_main_asked().is_err());
+    let moved = EventKind::MainMoved {
+        from: "m0".into(),
+        to: "c2".into(),
+        tasks: Vec::new(),
+        checkout: CheckoutSync::NotCheckedOut,
+    };
+    journal.extend(g.merge_noted(moved).unwrap());
+    let diverged = EventKind::MainDiverged {
+        expected: "c2".into(),
+        actual: "u1".into(),
+    };
+    journal.extend(g.merge_noted(diverged).unwrap());
+    // Paused on c2, not on another tip.
+    let other = g.main_adopted("c9".into(), "u1".into(), Vec::new()).unwrap();
+    assert!(matches!(&other[..], [EventKind::MessageIgnored { .. }]), "{other:?}");
+    journal.extend(g.main_adopted("c2".into(), "u1".into(), Vec::new()).unwrap());
+    assert_eq!(g.main_tip().as_deref(), Some("u1"));
+    assert_eq!(g.diverged(), None);
+
+    let replayed = RunGraph::new(Limits::default())
+        .merging()
+        .replayed(&journal)
+        .unwrap();
+    assert_eq!(replayed.main_tip().as_deref(), Some("u1"), "a restart lands on u1");
+    assert_eq!(replayed.diverged(), None);
+}

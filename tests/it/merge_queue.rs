@@ -653,3 +653,83 @@ async fn a_users_commit_on_main_is_kept_and_a_reset_of_main_pauses_landing_witho
     assert_eq!(landed, vec![task("t3"), task("t4")]);
     assert_eq!(f.history().len(), 4 + 1);
 }
+
+#[actix::test]
+async fn an_adopted_main_is_landed_on_and_what_it_dropped_is_named_never_replayed() {
+    let f = Fixture::new();
+    let (queue, mut inbox) = f.queue(&[]);
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t1", &[("a.txt", "a\n")]),
+    )));
+    let landed_t1 = match verdicts(&mut inbox, 1).await.remove(0) {
+        FromMerging::MainMoved { landed, .. } => landed[0].2.clone(),
+        other => panic!("{other:?}"),
+    };
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t2", &[("b.txt", "b\n")]),
+    )));
+    let landed_t2 = match verdicts(&mut inbox, 1).await.remove(0) {
+        FromMerging::MainMoved { landed, .. } => landed[0].2.clone(),
+        other => panic!("{other:?}"),
+    };
+    let expected = f.main_tip();
+
+    // The user resets main to t1's landing and commits on it: t2's work is dropped.
+    f.repo()
+        .reference(
+            "refs/heads/main",
+            landed_t1.parse().unwrap(),
+            true,
+            "reset",
+        )
+        .unwrap();
+    let users = commit_on_main(&f, "mine.txt", "the user's own\n");
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t3", &[("c.txt", "c\n")]),
+    )));
+    match inbox.expect().await {
+        FromMerging::Note(note) => assert!(
+            matches!(*note, EventKind::MainDiverged { .. }),
+            "{note:?}"
+        ),
+        other => panic!("a pause: {other:?}"),
+    }
+
+    // The user adopts main as it is: the queue names what main no longer holds.
+    queue.do_send(ToMergeQueue::AdoptMain {
+        expected: expected.to_string(),
+        landed: vec![(task("t1"), landed_t1), (task("t2"), landed_t2)],
+    });
+    let (adopted_expected, tip) = match inbox.expect().await {
+        FromMerging::MainAdopted {
+            expected,
+            tip,
+            dropped,
+        } => {
+            assert_eq!(dropped, vec![task("t2")], "t1 is still on main, t2 is not");
+            (expected, tip)
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(tip, users.to_string());
+    inbox.expect_none().await;
+    assert_eq!(f.main_tip(), users, "nothing lands before the adoption is journaled");
+
+    // Journaled (the graph's `Adopted`): t3 lands on top of the user's main, and t2's work
+    // is not replayed.
+    queue.do_send(ToMergeQueue::Adopted {
+        expected: adopted_expected,
+        tip: tip.clone(),
+    });
+    let seen = verdicts(&mut inbox, 1).await;
+    assert!(
+        matches!(&seen[0], FromMerging::MainMoved { from, landed, .. }
+            if *from == tip && landed[0].0 == task("t3")),
+        "{seen:?}"
+    );
+    let repo = f.repo();
+    let main = f.main_tip();
+    assert_eq!(file_at(&repo, main, "c.txt").as_deref(), Some("c\n"));
+    assert_eq!(file_at(&repo, main, "mine.txt").as_deref(), Some("x\n"), "the user's commit stays");
+    assert_eq!(file_at(&repo, main, "b.txt"), None, "t2 is not replayed");
+}
