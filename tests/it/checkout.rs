@@ -583,3 +583,100 @@ fn commit_by_hand(path: &Path) -> git2::Oid {
     }
     panic!("the user's commit never got the index lock");
 }
+
+/// A user's hard reset of main during a run: landing pauses with `MainDiverged` (status
+/// says so), `flotilla decide RUN --adopt-main` lands the rest on main as it is, names the
+/// task whose landed work the reset dropped, and never replays it (ADR-024).
+#[tokio::test]
+async fn a_reset_of_main_pauses_the_run_until_the_user_adopts_main_and_nothing_dropped_comes_back()
+ {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let start = git(repo.path()).head().unwrap().peel_to_commit().unwrap().id();
+    let daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    // Two workers: t1 and t2 both start from the first main; t2 takes long enough for
+    // the user to reset main after t1 landed.
+    let scenario = "[agent]\ndelay_ms = 50\n\n[[planner.answers]]\ntasks = [\n\
+        { description = \"write file 1\", scope = [\"src/f1.txt\"] },\n\
+        { description = \"write file 2\", scope = [\"src/f2.txt\"] },\n]\n\n\
+        [tasks.t1]\nwrites = { \"src/f1.txt\" = \"work 1\\n\" }\n\n\
+        [tasks.t2]\ndelay_ms = 5000\nwrites = { \"src/f2.txt\" = \"work 2\\n\" }\n";
+    let run = submit(&client, repo.path(), run_config(scenario, 2)).await;
+    let mut stream = client.events(&run, None).await.unwrap();
+    saw(&mut stream, |k| matches!(k, EventKind::MainMoved { .. })).await;
+    // The user resets main (and their checkout) to where it started: t1's work is gone.
+    reset_by_hand(repo.path(), start);
+    saw(&mut stream, |k| matches!(k, EventKind::MainDiverged { .. })).await;
+    let paused: serde_json::Value = client
+        .json(hyper::Method::GET, &format!("/v1/runs/{run}"), None::<&()>)
+        .await
+        .unwrap();
+    assert_eq!(paused["main_diverged"]["actual"], start.to_string(), "{paused}");
+
+    let decided = assert_cmd::Command::cargo_bin("flotilla")
+        .unwrap()
+        .args(["decide", "--state-dir"])
+        .arg(state.path())
+        .args([run.as_str(), "--adopt-main"])
+        .output()
+        .unwrap();
+    assert!(
+        decided.status.success(),
+        "{}",
+        String::from_utf8_lossy(&decided.stderr)
+    );
+    let adopted = saw(&mut stream, |k| matches!(k, EventKind::MainAdopted { .. })).await;
+    let EventKind::MainAdopted { tip, dropped, .. } = adopted.kind else {
+        unreachable!()
+    };
+    assert_eq!(tip, start.to_string());
+    assert_eq!(dropped, vec!["t1".parse().unwrap()], "t1's landed work is named");
+
+    let events = follow_to_end(&client, &run, Some(adopted.seq)).await;
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "{}",
+        daemon.log()
+    );
+    let path = repo.path();
+    assert_head_on_main(path);
+    let g = git(path);
+    let tip = g.head().unwrap().peel_to_commit().unwrap();
+    assert!(g.graph_descendant_of(tip.id(), start).unwrap(), "t2 landed on top");
+    assert_eq!(read(path, "src/f2.txt").as_deref(), Some("work 2\n"));
+    assert!(
+        tip.tree().unwrap().get_path(Path::new("src/f1.txt")).is_err(),
+        "t1's dropped work is not replayed"
+    );
+    assert_eq!(status(path), [], "the checkout is main's tip");
+    drop(daemon);
+}
+
+/// The next event of `stream` that `want` picks.
+async fn saw<S, E>(stream: &mut S, want: fn(&EventKind) -> bool) -> flotilla_actors::protocol::Event
+where
+    S: futures::Stream<Item = Result<flotilla_actors::protocol::Event, E>> + Unpin,
+{
+    while let Some(Ok(event)) = futures::StreamExt::next(stream).await {
+        if want(&event.kind) {
+            return event;
+        }
+    }
+    panic!("the stream ended first");
+}
+
+/// `git reset --hard <commit>` on main, as a user runs it: retried while flotilla's move of
+/// main holds the index lock.
+fn reset_by_hand(path: &Path, to: git2::Oid) {
+    for _ in 0..200 {
+        let g = git(path);
+        let target = g.find_object(to, None).unwrap();
+        match g.reset(&target, git2::ResetType::Hard, None) {
+            Ok(()) => return,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    panic!("the user's reset never got the index lock");
+}
