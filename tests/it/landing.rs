@@ -641,3 +641,63 @@ fn sweep_fixes_get_only_scopes_a_task_may_have() {
     assert_eq!(g.outcome(), Some(RunOutcome::Failed));
     assert!(g.finish_reason().unwrap().contains("none could be scoped"));
 }
+
+#[test]
+fn a_conflict_no_task_scope_may_hold_fails_its_task_with_the_reason_and_makes_no_fix() {
+    // More files than a scope may hold, only paths no task may have, or none at all: each
+    // ends the task (the run goes on to its end), and no fix task is made.
+    let too_many: Vec<String> = (0..853).map(|n| format!("src/m{n}.rs")).collect();
+    let cases: [(Vec<String>, &str); 3] = [
+        (too_many, "853 files conflict, more than a task's scope may hold (64"),
+        (
+            vec![".GIT/config".into(), "/etc/passwd".into(), "../x".into()],
+            "none of the 3 conflicting files may be in a task's scope",
+        ),
+        (Vec::new(), "git named no conflicting file"),
+    ];
+    for (files, why) in cases {
+        let mut g = merging();
+        g.submit(vec![spec("a", &["src/a.rs"])]).unwrap();
+        finish(&mut g, "t1");
+        let events = g
+            .landing_conflict(&task("t1"), 1, files.clone(), Vec::new())
+            .unwrap();
+        assert!(!kinds(&events).contains(&"fix_task_added"), "{events:?}");
+        let reason = events
+            .iter()
+            .find_map(|e| match e {
+                EventKind::TaskFailed { task, reason, .. } if *task == self::task("t1") => {
+                    Some(reason.to_string())
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("t1 fails: {events:?}"));
+        assert!(reason.contains(why), "{reason}");
+        assert!(
+            reason.len() < 1_000,
+            "at most 10 files are listed: {reason}"
+        );
+        assert_eq!(g.task(&task("t1")).unwrap().state, TaskState::Failed);
+        assert_eq!(g.snapshot().tasks.len(), 1, "no fix task");
+    }
+    // Within the rules, the fix's scope is the normalized paths a scope may hold.
+    let mut g = merging();
+    g.submit(vec![spec("a", &["src/a.rs"])]).unwrap();
+    finish(&mut g, "t1");
+    let events = g
+        .landing_conflict(
+            &task("t1"),
+            1,
+            vec!["./src/b.rs".into(), ".git/config".into(), "src/b.rs".into()],
+            Vec::new(),
+        )
+        .unwrap();
+    let scope = events
+        .iter()
+        .find_map(|e| match e {
+            EventKind::FixTaskAdded { spec, .. } => Some(spec.scope.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(scope, vec!["src/b.rs".to_string()]);
+}

@@ -222,7 +222,21 @@ impl RunGraph {
             self.fail_and_settle(&mut out, ix, FailureReason::NotLanded { why })?;
             return Ok(out);
         };
-        let scope = valid_scope(&files, self.limits.max_path_bytes);
+        // Validated as any task's scope (git's file names come from the branch, which an
+        // agent wrote): a conflict no task may hold fails its task with the reason.
+        let scope = match conflict_fix_scope(
+            &files,
+            self.limits.max_scope_paths,
+            self.limits.max_path_bytes,
+        ) {
+            Ok(scope) => scope,
+            Err(why) => {
+                let files = files.iter().take(CLASHING_SHOWN).cloned().collect();
+                let why = LandingFailure::ConflictUnfixable { files, why };
+                self.fail_and_settle(&mut out, ix, FailureReason::NotLanded { why })?;
+                return Ok(out);
+            }
+        };
         let mut description = format!(
             "Resolve the merge conflict between {task} and main, keeping both intents.\n\n\
              Your worktree holds main with {task}'s work merged in; git could not merge these \
@@ -604,6 +618,38 @@ fn valid_scope(files: &[String], max_path_bytes: usize) -> Vec<String> {
     scope.sort();
     scope.dedup();
     scope
+}
+
+/// A conflict fix's scope, checked as any task's (ADR-024): the conflicting files a scope
+/// may hold ([`valid_scope`]), at least one and at most `max_paths`. `Err` says why no fix
+/// task can be made.
+fn conflict_fix_scope(
+    files: &[String],
+    max_paths: usize,
+    max_path_bytes: usize,
+) -> Result<Vec<String>, String> {
+    let scope = valid_scope(files, max_path_bytes);
+    if scope.is_empty() {
+        return Err(if files.is_empty() {
+            "git named no conflicting file, and a fix task with an empty scope could change \
+             any file without holding a lock"
+                .to_string()
+        } else {
+            format!(
+                "none of the {} conflicting files may be in a task's scope (absolute, outside \
+                 the repository or inside .git)",
+                files.len()
+            )
+        });
+    }
+    if scope.len() > max_paths {
+        return Err(format!(
+            "{} files conflict, more than a task's scope may hold ({max_paths}, \
+             limits.max_scope_paths)",
+            scope.len()
+        ));
+    }
+    Ok(scope)
 }
 
 /// `text` cut to at most `max` bytes on a character boundary.

@@ -104,6 +104,11 @@ pub enum LandingFailure {
     /// The branch conflicts with main and the run has made its `cap` conflict fixes.
     #[error("conflicts with main in {} (the run's {cap} conflict fixes are used up)", files.join(", "))]
     ConflictFixCap { files: Vec<String>, cap: u32 },
+    /// The branch conflicts with main in files no task's scope may hold (none a task may
+    /// have, or more than `max_scope_paths`): no conflict fix can be made (ADR-024).
+    /// `files` lists at most the first 10 of them.
+    #[error("conflicts with main in {}; no conflict fix can be made: {why}", files.join(", "))]
+    ConflictUnfixable { files: Vec<String>, why: String },
     /// The conflict fix made for it did not complete.
     #[error("its conflict fix {fix} did not complete: {reason}")]
     FixFailed { fix: TaskId, reason: String },
