@@ -18,6 +18,7 @@ pub mod confine;
 pub mod daemon;
 pub mod git_repo;
 pub mod journal;
+pub mod logging;
 pub mod merge_git;
 pub mod paths;
 pub mod process;

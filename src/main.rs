@@ -94,13 +94,11 @@ fn run_daemon(
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
+    // Every field and message escaped: log lines carry text flotilla did not write.
+    use tracing_subscriber::util::SubscriberInitExt;
     match log_format {
-        LogFormat::Human => subscriber.init(),
-        LogFormat::Json => subscriber.json().init(),
+        LogFormat::Human => flotilla::logging::human(std::io::stderr, filter, ansi).init(),
+        LogFormat::Json => flotilla::logging::json(std::io::stderr, filter).init(),
     }
     // Fail points (the crash tests): armed from FAILPOINTS for the daemon's lifetime. An
     // armed point of the merge queue kills the daemon on purpose, so say so loudly.

@@ -1620,6 +1620,17 @@ mod tests {
             counts: Counts::default(),
             last_seq: 1,
             awaiting_decision: vec![],
+            main_diverged: Some(crate::daemon::report::MainDivergence {
+                expected: HOSTILE.into(),
+                actual: HOSTILE.into(),
+            }),
+            provider_pauses: vec![crate::daemon::report::ProviderPause {
+                provider: HOSTILE.into(),
+                role: Role::Worker,
+                task: Some(TaskId::root(1)),
+                until_ms: u64::MAX,
+                why: HOSTILE.into(),
+            }],
             graph: GraphSnapshot {
                 tasks: vec![
                     task(1, TaskState::Completed, None),
