@@ -1096,6 +1096,16 @@ impl Tally {
                     duration(*wait_ms)
                 ));
             }
+            EventKind::ProviderPauseStarted {
+                provider, until_ms, ..
+            } => {
+                self.streaming = Some(format!(
+                    "{} rate-limited until {}",
+                    shorten(provider, 30),
+                    clock(*until_ms)
+                ));
+            }
+            EventKind::ProviderResumed { .. } => self.streaming = None,
             // The planner's and the Subplanner's calls, as the graph charges them.
             EventKind::PlannerResponded { usage, .. }
             | EventKind::SubplannerResponded { usage, .. } => {

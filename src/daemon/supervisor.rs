@@ -154,6 +154,9 @@ struct RunEntry {
     /// The thread the run's actors live on (ADR-014): made at its first start, kept across
     /// restarts, stopped once its actors have stopped after the run ended.
     thread: Option<Arbiter>,
+    /// Providers whose rate-limit pause is journaled (`ProviderPauseStarted`) and not yet
+    /// over: until when (ms since the epoch). A timer journals `ProviderResumed` then.
+    provider_pauses: HashMap<String, u64>,
 }
 
 pub struct Supervisor {
@@ -495,6 +498,7 @@ impl Supervisor {
         if planner_calls == 0 {
             planner.do_send(ToPlanner::Start);
         }
+        self.resume_journaled_pauses(run, journal, ctx);
         info!(%run, recovering, generation, "run started");
         if let Some(entry) = self.runs.get_mut(&run) {
             entry.life = Life::Live(RunMembers {
@@ -814,6 +818,7 @@ impl Handler<StartRun> for Supervisor {
                 problem: None,
                 failing: None,
                 thread: None,
+                provider_pauses: HashMap::new(),
             },
         );
         self.start_members(run, &journal, ctx)
@@ -838,6 +843,7 @@ impl Handler<RunDamaged> for Supervisor {
                 journal_retries: 0,
                 failing: None,
                 thread: None,
+                provider_pauses: HashMap::new(),
             },
         );
     }
@@ -1155,8 +1161,105 @@ impl Handler<RunThreads> for Supervisor {
 impl Handler<Published> for Supervisor {
     type Result = ();
 
-    fn handle(&mut self, Published(event): Published, _: &mut Context<Self>) {
+    fn handle(&mut self, Published(event): Published, ctx: &mut Context<Self>) {
+        if let (0, EventKind::ProviderPaused { .. }) = (event.seq, &event.kind)
+            && self.journal_provider_pause(&event, ctx)
+        {
+            return; // said by the journaled event
+        }
         self.publish(event);
+    }
+}
+
+/// A journaled pause is said again only when a new one reaches this much further.
+const PAUSE_EXTENSION_SAID_MS: u64 = 1_000;
+
+impl Supervisor {
+    /// A provider's long rate-limit pause (a live notice from a call) is journaled as
+    /// `ProviderPauseStarted`, so that `status` shows it while it lasts, once per pause
+    /// (calls of every role hear the same one), and again only when it reaches further;
+    /// `ProviderResumed` is journaled when it is over (ADR-024). Whether it is journaled.
+    fn journal_provider_pause(&mut self, notice: &Event, ctx: &mut Context<Self>) -> bool {
+        let EventKind::ProviderPaused {
+            role,
+            task,
+            provider,
+            wait_ms,
+        } = &notice.kind
+        else {
+            return false;
+        };
+        let run = notice.run;
+        let Some(entry) = self.runs.get_mut(&run) else {
+            return false;
+        };
+        if !matches!(entry.life, Life::Live(_)) {
+            return false;
+        }
+        let until_ms = notice.at_ms.saturating_add(*wait_ms);
+        let known = entry.provider_pauses.get(provider).copied().unwrap_or(0);
+        if until_ms <= known.saturating_add(PAUSE_EXTENSION_SAID_MS) {
+            return false;
+        }
+        entry.provider_pauses.insert(provider.clone(), until_ms);
+        let started = EventKind::ProviderPauseStarted {
+            provider: provider.clone(),
+            role: *role,
+            task: task.clone(),
+            until_ms,
+            why: "rate limited: the provider answered 429 and asked to wait".into(),
+        };
+        self.record(run, started, ctx, |_, _| {});
+        self.resume_provider_at(run, provider.clone(), until_ms, ctx);
+        true
+    }
+
+    /// At `until_ms`, journals that `provider`'s pause is over, unless a longer one was
+    /// journaled since (its own timer says it) or the run ended.
+    fn resume_provider_at(
+        &self,
+        run: RunId,
+        provider: String,
+        until_ms: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        let wait = Duration::from_millis(until_ms.saturating_sub(self.clock.now_ms()));
+        ctx.run_later(wait, move |act, ctx| {
+            let Some(entry) = act.runs.get_mut(&run) else {
+                return;
+            };
+            if entry.provider_pauses.get(&provider) != Some(&until_ms) {
+                return;
+            }
+            entry.provider_pauses.remove(&provider);
+            act.record(run, EventKind::ProviderResumed { provider }, ctx, |_, _| {});
+        });
+    }
+
+    /// The pauses a run's journal has open (a daemon stopped during one): their ends are
+    /// journaled when due, at once if past.
+    fn resume_journaled_pauses(&mut self, run: RunId, journal: &[Event], ctx: &mut Context<Self>) {
+        let mut open: HashMap<String, u64> = HashMap::new();
+        for e in journal {
+            match &e.kind {
+                EventKind::ProviderPauseStarted {
+                    provider, until_ms, ..
+                } => {
+                    open.insert(provider.clone(), *until_ms);
+                }
+                EventKind::ProviderResumed { provider } => {
+                    open.remove(provider);
+                }
+                _ => {}
+            }
+        }
+        let Some(entry) = self.runs.get_mut(&run) else {
+            return;
+        };
+        entry.provider_pauses.extend(open.clone());
+        for (provider, until_ms) in open {
+            self.resume_provider_at(run, provider, until_ms, ctx);
+        }
     }
 }
 
