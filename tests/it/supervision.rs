@@ -1107,3 +1107,106 @@ async fn a_planner_dispatch_or_worker_pool_that_dies_mid_run_is_restarted_and_th
         assert_each_task_completed_once(&kinds);
     }
 }
+
+/// A provider's long rate-limit pause (a live notice from a call) is journaled once, so
+/// that `status` shows who holds calls back, until when and why, and its end is journaled
+/// when it is over (ADR-024).
+#[actix::test]
+async fn a_provider_pause_is_journaled_once_shown_by_status_and_cleared_when_it_ends() {
+    use flotilla::daemon::report::StatusReplay;
+    use flotilla_actors::ports::Clock;
+    use flotilla_actors::protocol::{Published, Role};
+
+    let state = tempfile::tempdir().unwrap();
+    let (supervisor, journal, run, mut events) = supervised_run(state.path(), 1, 5_000).await;
+    let at_ms = SystemClock.now_ms();
+    let notice = |task: &str| {
+        Published(Event {
+            seq: 0,
+            run,
+            at_ms,
+            kind: EventKind::ProviderPaused {
+                role: Role::Worker,
+                task: Some(task.parse().unwrap()),
+                provider: "p".into(),
+                wait_ms: 400,
+            },
+        })
+    };
+    supervisor.do_send(notice("t1"));
+    // Another call hearing the same pause: not journaled again, only said live.
+    supervisor.do_send(notice("t2"));
+    let mut seen = Vec::new();
+    let rx = &mut events;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while seen.len() < 3 {
+            let e = rx.recv().await.unwrap();
+            if matches!(
+                e.kind,
+                EventKind::ProviderPaused { .. }
+                    | EventKind::ProviderPauseStarted { .. }
+                    | EventKind::ProviderResumed { .. }
+            ) {
+                seen.push(e);
+            }
+        }
+    })
+    .await
+    .expect("the pause, its echo and its end");
+    // The second notice is said at once; the first is said once journaled.
+    let started = seen
+        .iter()
+        .find(|e| matches!(e.kind, EventKind::ProviderPauseStarted { .. }))
+        .expect("journaled");
+    let echo = seen
+        .iter()
+        .find(|e| matches!(e.kind, EventKind::ProviderPaused { .. }))
+        .expect("the second call's notice");
+    assert!(started.seq > 0, "journaled: {started:?}");
+    match &started.kind {
+        EventKind::ProviderPauseStarted {
+            provider,
+            role,
+            task,
+            until_ms,
+            why,
+        } => {
+            assert_eq!(provider, "p");
+            assert_eq!(*role, Role::Worker);
+            assert_eq!(task.as_ref().map(ToString::to_string).as_deref(), Some("t1"));
+            assert_eq!(*until_ms, at_ms + 400);
+            assert!(why.contains("429"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(echo.seq, 0, "the second call's notice is only live");
+    assert!(
+        matches!(&seen[2].kind, EventKind::ProviderResumed { provider } if provider == "p")
+            && seen[2].seq > started.seq,
+        "{:?}",
+        seen[2]
+    );
+
+    // status, replayed from the journal: the pause while it lasted, then nothing.
+    let stored = journal.read(run, 0).await.unwrap();
+    let record = RunRecord {
+        id: run,
+        request: "r".into(),
+        repo: state.path().join("repo"),
+        config: serde_json::Value::Null,
+        created_ms: 0,
+        outcome: None,
+    };
+    let upto = |seq: u64| {
+        let mut replay = StatusReplay::new(Default::default());
+        let events: Vec<Event> = stored.iter().filter(|e| e.seq <= seq).cloned().collect();
+        replay.apply(&events);
+        replay.status(&record)
+    };
+    let during = upto(started.seq);
+    assert_eq!(during.provider_pauses.len(), 1, "{during:?}");
+    assert_eq!(during.provider_pauses[0].until_ms, at_ms + 400);
+    let text = flotilla::render::status_text(&during, &flotilla::render::Style::plain());
+    assert!(text.contains("provider paused: p until"), "{text}");
+    assert!(upto(seen[2].seq).provider_pauses.is_empty());
+}
