@@ -874,8 +874,9 @@ impl MergeGit for GitMerge {
         commit: String,
         label: String,
     ) -> BoxFuture<'static, Result<ScratchTree, RepoError>> {
+        // A scratch checkout flotilla's storage refuses is nobody's failure (ADR-024).
         self.blocking(false, move |repo, root| {
-            scratch(repo, root, &commit, &label)
+            scratch(repo, root, &commit, &label).map_err(RepoError::storage_or_self)
         })
     }
 

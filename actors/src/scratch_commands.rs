@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::ports::{CommandSpec, Exit, MergeGit, ProcessRunner};
+use crate::ports::{CommandSpec, Exit, MergeGit, ProcessRunner, RepoError};
 
 /// How much of a failed command's output an event or a fix task carries.
 pub const OUTPUT_TAIL_CHARS: usize = 2_000;
@@ -62,19 +62,16 @@ pub struct ScratchRun {
 
 impl ScratchRun {
     /// Runs `commands` in a scratch checkout of `commit`. `Err` when the checkout could not
-    /// be made (nothing ran).
+    /// be made (nothing ran): [`RepoError::Storage`] when flotilla's own storage refused it
+    /// (disk full, read-only), which is nobody's failure (ADR-024).
     pub async fn run(
         &self,
         commit: String,
         label: String,
         commands: Vec<NamedCommand>,
         cancel: CancellationToken,
-    ) -> Result<Vec<CommandResult>, String> {
-        let tree = self
-            .git
-            .scratch(commit, label)
-            .await
-            .map_err(|e| format!("making a scratch checkout: {e}"))?;
+    ) -> Result<Vec<CommandResult>, RepoError> {
+        let tree = self.git.scratch(commit, label).await?;
         let mut results = Vec::new();
         for command in commands {
             let mut spec = CommandSpec::shell(command.line.clone(), tree.path.clone());

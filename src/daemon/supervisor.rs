@@ -147,6 +147,9 @@ struct RunEntry {
     restarts: u32,
     /// Consecutive retries that found the journal unwritable.
     journal_retries: u32,
+    /// Consecutive pauses for flotilla's storage refusing a write (the backoff's exponent);
+    /// reset when work goes through again.
+    storage_pauses: u32,
     /// What is wrong right now, for `status` and `runs`.
     problem: Option<RunProblem>,
     /// The run must end Failed with this reason once the journal takes it.
@@ -470,6 +473,7 @@ impl Supervisor {
             graph_addr.clone().recipient(),
         )
         .with_written(graph_state.main_tip())
+        .with_notices(ctx.address().recipient())
         .with_reconciler(reconciler.clone().recipient())
         .with_planner(planner.clone().recipient())
         .watched(self.lifeline(run, generation, Member::MergeQueue, ctx))
@@ -640,6 +644,16 @@ impl Supervisor {
             if matches!(entry.life, Life::Live(_)) && entry.journal_retries > 0 {
                 entry.journal_retries = 0;
                 entry.problem = None;
+            }
+            // Work went through the storage again (a delivery needs a worktree, a landing
+            // its gate's scratch): the next refusal waits from the start again.
+            if matches!(
+                event.kind,
+                EventKind::TaskCompleted { .. }
+                    | EventKind::TaskLanding { .. }
+                    | EventKind::MainMoved { .. }
+            ) {
+                entry.storage_pauses = 0;
             }
         }
         // No subscriber is not an error: nobody is tailing.
@@ -815,6 +829,7 @@ impl Handler<StartRun> for Supervisor {
                 life: Life::Restarting,
                 restarts: 0,
                 journal_retries: 0,
+                storage_pauses: 0,
                 problem: None,
                 failing: None,
                 thread: None,
@@ -841,6 +856,7 @@ impl Handler<RunDamaged> for Supervisor {
                 life: Life::Damaged,
                 restarts: 0,
                 journal_retries: 0,
+                storage_pauses: 0,
                 failing: None,
                 thread: None,
                 provider_pauses: HashMap::new(),
@@ -1167,8 +1183,88 @@ impl Handler<Published> for Supervisor {
         {
             return; // said by the journaled event
         }
+        if let (0, EventKind::StorageUnavailable { error, .. }) = (event.seq, &event.kind) {
+            self.storage_pause(event.run, error.clone(), ctx);
+        }
         self.publish(event);
     }
+}
+
+/// First wait before looking whether storage that refused a write takes writes again;
+/// doubles up to [`STORAGE_RETRY_MAX`].
+const STORAGE_RETRY_FIRST: Duration = Duration::from_secs(1);
+const STORAGE_RETRY_MAX: Duration = Duration::from_secs(60);
+
+impl Supervisor {
+    /// flotilla's own storage refused a write for a live run (a worktree or a scratch
+    /// checkout: disk full, read-only; ADR-024): the run pauses as for an unwritable
+    /// journal. Its actors stop (attempts in flight are interrupted at the restart, never
+    /// charged), `status` says why, and once a test write under the run's directory goes
+    /// through the run is restarted from its journal.
+    fn storage_pause(&mut self, run: RunId, error: String, ctx: &mut Context<Self>) {
+        let Some(entry) = self.runs.get_mut(&run) else {
+            return;
+        };
+        let Life::Live(members) = &entry.life else {
+            return; // already paused (or restarting)
+        };
+        members.stop_all();
+        entry.life = Life::Restarting;
+        let problem = format!("flotilla's storage refused a write: {error}");
+        warn!(%run, %problem, "run paused");
+        entry.problem = Some(RunProblem::Paused(problem));
+        self.retry_storage_later(run, ctx);
+    }
+
+    fn retry_storage_later(&mut self, run: RunId, ctx: &mut Context<Self>) {
+        let Some(entry) = self.runs.get_mut(&run) else {
+            return;
+        };
+        let delay = STORAGE_RETRY_FIRST
+            .saturating_mul(1u32 << entry.storage_pauses.min(16))
+            .min(STORAGE_RETRY_MAX);
+        entry.storage_pauses = entry.storage_pauses.saturating_add(1);
+        let probe = self.worktrees.join(run.to_string());
+        ctx.run_later(delay, move |act, ctx| {
+            let write = tokio::task::spawn_blocking(move || storage_takes_writes(&probe));
+            ctx.spawn(write.into_actor(act).map(move |result, act, ctx| {
+                let error = match result {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(e) => Some(e.to_string()),
+                };
+                match error {
+                    None => {
+                        info!(%run, "flotilla's storage takes writes again: the run resumes");
+                        act.restart(run, ctx);
+                    }
+                    Some(e) => {
+                        warn!(%run, error = %e, "flotilla's storage still refuses writes");
+                        if let Some(entry) = act.runs.get_mut(&run) {
+                            entry.problem = Some(RunProblem::Paused(format!(
+                                "flotilla's storage refused a write: {e}"
+                            )));
+                        }
+                        act.retry_storage_later(run, ctx);
+                    }
+                }
+            }));
+        });
+    }
+}
+
+/// Whether a file can be written (and synced) under `dir`: what a worktree or a scratch
+/// checkout needs first. The file is removed after.
+fn storage_takes_writes(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir)?;
+    let probe = dir.join(".flotilla-storage-probe");
+    let written = std::fs::File::create(&probe).and_then(|mut f| {
+        f.write_all(&[0u8; 4096])?;
+        f.sync_all()
+    });
+    let _ = std::fs::remove_file(&probe);
+    written
 }
 
 /// A journaled pause is said again only when a new one reaches this much further.

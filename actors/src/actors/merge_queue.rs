@@ -34,10 +34,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::ports::{
-    BuildOutcome, LandItem, LandMode, MainRef, MainRefError, MergeGit, ProcessRunner, RepoReader,
+    BuildOutcome, Clock, LandItem, LandMode, MainRef, MainRefError, MergeGit, ProcessRunner,
+    RepoError, RepoReader, SystemClock,
 };
 use crate::protocol::{
-    CheckoutSync, EventKind, FixOf, FromMerging, IntendLanding, IntendedLanding, LandRequest,
+    CheckoutSync, Event, EventKind, FixOf, Published, FromMerging, IntendLanding, IntendedLanding, LandRequest,
     LandingFailure, MergeHealth, RunId, TaskId, ToMergeQueue, ToPlanner, ToReconciler,
 };
 use crate::scratch_commands::{NamedCommand, ScratchRun};
@@ -164,6 +165,12 @@ pub struct MergeQueue {
     waits_ms: Vec<u64>,
     cancel: CancellationToken,
     lifeline: Option<Lifeline>,
+    /// Where notices go (the supervisor): storage that refused a write pauses the run.
+    notices: Option<Recipient<Published>>,
+    /// Waiting for storage that refused a scratch checkout: cycles wait.
+    storage_wait: bool,
+    /// Scratch checkouts refused in a row (the backoff's exponent).
+    storage_refusals: u32,
 }
 
 /// What one cycle did, for the actor to count and requeue.
@@ -175,6 +182,8 @@ struct CycleEnd {
     written: Option<String>,
     /// main no longer contains what flotilla wrote: this is where it is.
     diverged: Option<String>,
+    /// flotilla's storage refused a scratch checkout: the batch waits (ADR-024).
+    storage: Option<String>,
 }
 
 impl MergeQueue {
@@ -202,7 +211,17 @@ impl MergeQueue {
             waits_ms: Vec::new(),
             cancel: CancellationToken::new(),
             lifeline: None,
+            notices: None,
+            storage_wait: false,
+            storage_refusals: 0,
         }
+    }
+
+    /// Where to say that flotilla's storage refused a write (the supervisor, which pauses
+    /// the run).
+    pub fn with_notices(mut self, notices: Recipient<Published>) -> Self {
+        self.notices = Some(notices);
+        self
     }
 
     /// The tip the run last moved main to, from its journal (a restarted run).
@@ -247,7 +266,7 @@ impl MergeQueue {
 
     /// Starts a landing cycle when none is in flight and a branch waits.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.busy || self.catching_up || self.waiting.is_empty() {
+        if self.busy || self.catching_up || self.storage_wait || self.waiting.is_empty() {
             return;
         }
         let mut batch = Vec::new();
@@ -276,6 +295,8 @@ impl MergeQueue {
                         act.written = Some(tip);
                     }
                     let diverged = end.diverged.clone();
+                    let first_task = end.requeue.first().map(|q| q.request.task.clone());
+                    let landed_some = !end.landed.is_empty();
                     for queued in end.requeue {
                         let key = if queued.conflict_retried {
                             // Its second try goes behind what waits now.
@@ -309,6 +330,13 @@ impl MergeQueue {
                         return;
                     }
                     act.diverged = None;
+                    if let Some(error) = end.storage {
+                        act.wait_for_storage(first_task, error, ctx);
+                        return;
+                    }
+                    if landed_some {
+                        act.storage_refusals = 0;
+                    }
                     act.pump(ctx);
                 }),
         );
@@ -355,6 +383,30 @@ impl MergeQueue {
         );
     }
 
+    /// flotilla's storage refused a scratch checkout: says so (the supervisor pauses the
+    /// run) and tries again after a backoff. Nothing is charged to the batch.
+    fn wait_for_storage(&mut self, task: Option<TaskId>, error: String, ctx: &mut Context<Self>) {
+        let wait = STORAGE_WAIT_FIRST
+            .saturating_mul(1u32 << self.storage_refusals.min(16))
+            .min(STORAGE_WAIT_MAX);
+        self.storage_refusals = self.storage_refusals.saturating_add(1);
+        warn!(run = %self.run, %error, retry_in_ms = wait.as_millis() as u64,
+            "flotilla's storage refused the gate's scratch checkout: the batch waits");
+        if let (Some(notices), Some(task)) = (&self.notices, task) {
+            notices.do_send(Published(Event {
+                seq: 0,
+                run: self.run,
+                at_ms: SystemClock.now_ms(),
+                kind: EventKind::StorageUnavailable { task, error },
+            }));
+        }
+        self.storage_wait = true;
+        ctx.run_later(wait, |act, ctx| {
+            act.storage_wait = false;
+            act.pump(ctx);
+        });
+    }
+
     /// Inserts at `key`, or just after it when taken (requeued items keep their order).
     fn insert(&mut self, mut key: QueueKey, queued: Queued) {
         while self.waiting.contains_key(&key) {
@@ -394,6 +446,7 @@ impl Cycle {
             failed: 0,
             written: None,
             diverged: None,
+            storage: None,
         };
         let batch = self.already_landed(batch, &mut end).await;
         if batch.is_empty() {
@@ -558,7 +611,12 @@ impl Cycle {
                     return Round::Again;
                 }
             };
-            if let Some((command, tail)) = self.gate(&candidate, items).await {
+            let gate = match self.gate(&candidate, items).await {
+                None => None,
+                Some(GateStop::Failed(command, tail)) => Some((command, tail)),
+                Some(GateStop::Storage(error)) => return self.storage_refused(items, error, end),
+            };
+            if let Some((command, tail)) = gate {
                 let tasks: Vec<TaskId> = items.iter().map(|q| q.request.task.clone()).collect();
                 let retry = flaky_retry;
                 self.graph
@@ -573,7 +631,12 @@ impl Cycle {
                     // Once more on the same candidate: a flaky gate blames nobody.
                     match self.gate(&candidate, items).await {
                         None => {}
-                        Some((command, tail)) => return Round::GateFailed { command, tail },
+                        Some(GateStop::Failed(command, tail)) => {
+                            return Round::GateFailed { command, tail };
+                        }
+                        Some(GateStop::Storage(error)) => {
+                            return self.storage_refused(items, error, end);
+                        }
                     }
                 } else {
                     return Round::GateFailed { command, tail };
@@ -682,8 +745,9 @@ impl Cycle {
     }
 
     /// Runs the gate on `candidate`: `None` when it passed, else the failing command and
-    /// its output's tail. A conflict fix must leave no conflict marker in its files.
-    async fn gate(&self, candidate: &str, items: &[Queued]) -> Option<(String, String)> {
+    /// its output's tail, or flotilla's storage refusing the scratch checkout (nobody's
+    /// failure). A conflict fix must leave no conflict marker in its files.
+    async fn gate(&self, candidate: &str, items: &[Queued]) -> Option<GateStop> {
         let marked: Vec<String> = items
             .iter()
             .filter_map(|q| match &q.request.fix {
@@ -704,13 +768,18 @@ impl Cycle {
                         .iter()
                         .map(|h| format!("{}:{}", h.path, h.line))
                         .collect();
-                    return Some((
+                    return Some(GateStop::Failed(
                         "conflict marker check".into(),
                         format!("conflict markers remain at {}", at.join(", ")),
                     ));
                 }
                 Ok(_) => {}
-                Err(e) => return Some(("conflict marker check".into(), e.to_string())),
+                Err(e) => {
+                    return Some(GateStop::Failed(
+                        "conflict marker check".into(),
+                        e.to_string(),
+                    ));
+                }
             }
         }
         if self.kit.config.gate.is_empty() {
@@ -740,8 +809,14 @@ impl Cycle {
             Ok(results) => results
                 .into_iter()
                 .find(|r| !r.passed)
-                .map(|r| (format!("{} ({})", r.line, r.exit), r.tail())),
-            Err(e) => Some(("scratch checkout".into(), e)),
+                .map(|r| GateStop::Failed(format!("{} ({})", r.line, r.exit), r.tail())),
+            Err(RepoError::Storage(e)) => Some(GateStop::Storage(format!(
+                "making the gate's scratch checkout: {e}"
+            ))),
+            Err(e) => Some(GateStop::Failed(
+                "scratch checkout".into(),
+                format!("making a scratch checkout: {e}"),
+            )),
         }
     }
 
@@ -835,6 +910,14 @@ impl Cycle {
         }
     }
 
+    /// flotilla's storage refused the gate's scratch checkout: the batch goes back to the
+    /// queue unjudged, and the queue waits for the storage (ADR-024).
+    fn storage_refused(&self, items: &[Queued], error: String, end: &mut CycleEnd) -> Round {
+        end.requeue.extend(items.iter().cloned());
+        end.storage = Some(error);
+        Round::Again
+    }
+
     fn fail_all(&self, items: &[Queued], detail: String, end: &mut CycleEnd) {
         for q in items {
             self.fail_one(q, detail.clone(), end);
@@ -866,6 +949,19 @@ impl Cycle {
         }
     }
 }
+
+/// Why a gate did not pass.
+enum GateStop {
+    /// This command failed, with its output's tail.
+    Failed(String, String),
+    /// flotilla's storage refused the scratch checkout: nobody's failure.
+    Storage(String),
+}
+
+/// How long the queue first waits for storage that refused a scratch checkout, and at most
+/// (doubling in between); the supervisor pauses the run meanwhile when it hears of it.
+const STORAGE_WAIT_FIRST: Duration = Duration::from_secs(1);
+const STORAGE_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// How long a landing first waits for a user's checkout of main that cannot follow, and at
 /// most (doubling in between).

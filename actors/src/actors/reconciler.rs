@@ -332,7 +332,11 @@ impl Sweep {
                         }
                     }
                 }
-                Err(e) => return SweepOutcome::Unreadable(e),
+                // A scratch checkout flotilla's storage refused is not a red main either:
+                // nothing is reported, and a later sweep tries again.
+                Err(e) => {
+                    return SweepOutcome::Unreadable(format!("making a scratch checkout: {e}"));
+                }
             }
         }
         // main moved while the commands ran: what they found may already be fixed. A
