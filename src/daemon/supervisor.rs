@@ -1236,6 +1236,9 @@ impl Supervisor {
                 match error {
                     None => {
                         info!(%run, "flotilla's storage takes writes again: the run resumes");
+                        if let Some(entry) = act.runs.get_mut(&run) {
+                            entry.problem = None;
+                        }
                         act.restart(run, ctx);
                     }
                     Some(e) => {

@@ -1210,3 +1210,89 @@ async fn a_provider_pause_is_journaled_once_shown_by_status_and_cleared_when_it_
     assert!(text.contains("provider paused: p until"), "{text}");
     assert!(upto(seen[2].seq).provider_pauses.is_empty());
 }
+
+/// flotilla's storage refusing a write (a worktree, a scratch checkout) pauses the run as an
+/// unwritable journal does: its actors stop, `status` says why, and once a test write goes
+/// through it resumes from its journal; nothing is charged to a task (ADR-024).
+#[actix::test]
+async fn storage_that_refuses_a_write_pauses_the_run_which_resumes_uncharged_when_it_clears() {
+    use flotilla::daemon::supervisor::{RunProblem, RunProblems};
+    use flotilla_actors::protocol::Published;
+
+    let state = tempfile::tempdir().unwrap();
+    let (supervisor, journal, run, mut events) = supervised_run(state.path(), 3, 300).await;
+    let started = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let e = events.recv().await.unwrap();
+            if let EventKind::TaskStarted { task, .. } = e.kind {
+                return task;
+            }
+        }
+    })
+    .await
+    .expect("a task started");
+    supervisor.do_send(Published(Event {
+        seq: 0,
+        run,
+        at_ms: 0,
+        kind: EventKind::StorageUnavailable {
+            task: started,
+            error: "cannot create /state/worktrees/r/t1-a1: Read-only file system (os error 30)"
+                .into(),
+        },
+    }));
+    let problems = supervisor.send(RunProblems).await.unwrap();
+    match problems.get(&run) {
+        Some(RunProblem::Paused(why)) => {
+            assert!(why.contains("storage refused a write"), "{why}");
+            assert!(why.contains("Read-only file system"), "{why}");
+        }
+        other => panic!("paused: {other:?}"),
+    }
+    assert!(
+        supervisor.send(GetRunMembers(run)).await.unwrap().is_none(),
+        "its actors are stopped while it is paused"
+    );
+    // The storage takes writes (it always did here): the run resumes and completes.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let e = events.recv().await.unwrap();
+            if matches!(e.kind, EventKind::RunFinished { .. }) {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the run finished");
+    let kinds: Vec<EventKind> = journal
+        .read(run, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        kinds.iter().any(|k| matches!(
+            k,
+            EventKind::RunFinished {
+                outcome: RunOutcome::Completed,
+                ..
+            }
+        )),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.iter().any(|k| matches!(
+            k,
+            EventKind::TaskFailed { .. } | EventKind::TaskRetried { .. } | EventKind::RunRestarted { .. }
+        )),
+        "nothing charged, no restart counted: {kinds:?}"
+    );
+    assert!(
+        kinds
+            .iter()
+            .any(|k| matches!(k, EventKind::TaskInterrupted { .. })),
+        "the attempt in flight was interrupted, uncharged: {kinds:?}"
+    );
+    assert!(supervisor.send(RunProblems).await.unwrap().get(&run).is_none());
+}
