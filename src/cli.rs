@@ -685,7 +685,10 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                 )
                 .await?;
             let id = answer["id"].as_str().unwrap_or(run);
-            emit(&format!("decided: run {} is cancelled\n", render::terminal_safe(id)))?;
+            emit(&format!(
+                "decided: run {} is cancelled\n",
+                render::terminal_safe(id)
+            ))?;
             Ok(Exit::Ok)
         }
         Command::Decide {

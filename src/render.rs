@@ -496,7 +496,9 @@ fn describe(kind: &EventKind) -> (String, Tone) {
                 shorten(provider, 60),
                 clock(*until_ms),
                 shorten(why, 120),
-                task.as_ref().map(|t| format!(" for {t}")).unwrap_or_default(),
+                task.as_ref()
+                    .map(|t| format!(" for {t}"))
+                    .unwrap_or_default(),
             ),
             Tone::Bad,
         ),
@@ -741,7 +743,10 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
             clock(p.until_ms),
             shorten(&p.why, 120),
             p.role,
-            p.task.as_ref().map(|t| format!(" for {t}")).unwrap_or_default(),
+            p.task
+                .as_ref()
+                .map(|t| format!(" for {t}"))
+                .unwrap_or_default(),
         );
         let _ = writeln!(out, "{}", style.bad(&safe(&line)));
     }

@@ -50,8 +50,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::report;
 use super::supervisor::{
-    AdoptMain, CancelAnswer, CancelRun, CollectGarbage, DecideTask, GcReport, RunProblem, RunProblems,
-    StartRun, Supervisor,
+    AdoptMain, CancelAnswer, CancelRun, CollectGarbage, DecideTask, GcReport, RunProblem,
+    RunProblems, StartRun, Supervisor,
 };
 use crate::client::IDEMPOTENCY_KEY;
 use crate::config::RunConfig;

@@ -589,10 +589,15 @@ fn commit_by_hand(path: &Path) -> git2::Oid {
 /// task whose landed work the reset dropped, and never replays it (ADR-024).
 #[tokio::test]
 async fn a_reset_of_main_pauses_the_run_until_the_user_adopts_main_and_nothing_dropped_comes_back()
- {
+{
     let state = tempfile::tempdir().unwrap();
     let repo = git_repo();
-    let start = git(repo.path()).head().unwrap().peel_to_commit().unwrap().id();
+    let start = git(repo.path())
+        .head()
+        .unwrap()
+        .peel_to_commit()
+        .unwrap()
+        .id();
     let daemon = DaemonProcess::start(state.path());
     let client = DaemonProcess::client(state.path());
     // Two workers: t1 and t2 both start from the first main; t2 takes long enough for
@@ -612,7 +617,11 @@ async fn a_reset_of_main_pauses_the_run_until_the_user_adopts_main_and_nothing_d
         .json(hyper::Method::GET, &format!("/v1/runs/{run}"), None::<&()>)
         .await
         .unwrap();
-    assert_eq!(paused["main_diverged"]["actual"], start.to_string(), "{paused}");
+    assert_eq!(
+        paused["main_diverged"]["actual"],
+        start.to_string(),
+        "{paused}"
+    );
 
     let decided = assert_cmd::Command::cargo_bin("flotilla")
         .unwrap()
@@ -631,7 +640,11 @@ async fn a_reset_of_main_pauses_the_run_until_the_user_adopts_main_and_nothing_d
         unreachable!()
     };
     assert_eq!(tip, start.to_string());
-    assert_eq!(dropped, vec!["t1".parse().unwrap()], "t1's landed work is named");
+    assert_eq!(
+        dropped,
+        vec!["t1".parse().unwrap()],
+        "t1's landed work is named"
+    );
 
     let events = follow_to_end(&client, &run, Some(adopted.seq)).await;
     assert_eq!(
@@ -644,10 +657,16 @@ async fn a_reset_of_main_pauses_the_run_until_the_user_adopts_main_and_nothing_d
     assert_head_on_main(path);
     let g = git(path);
     let tip = g.head().unwrap().peel_to_commit().unwrap();
-    assert!(g.graph_descendant_of(tip.id(), start).unwrap(), "t2 landed on top");
+    assert!(
+        g.graph_descendant_of(tip.id(), start).unwrap(),
+        "t2 landed on top"
+    );
     assert_eq!(read(path, "src/f2.txt").as_deref(), Some("work 2\n"));
     assert!(
-        tip.tree().unwrap().get_path(Path::new("src/f1.txt")).is_err(),
+        tip.tree()
+            .unwrap()
+            .get_path(Path::new("src/f1.txt"))
+            .is_err(),
         "t1's dropped work is not replayed"
     );
     assert_eq!(status(path), [], "the checkout is main's tip");

@@ -648,7 +648,10 @@ fn a_conflict_no_task_scope_may_hold_fails_its_task_with_the_reason_and_makes_no
     // ends the task (the run goes on to its end), and no fix task is made.
     let too_many: Vec<String> = (0..853).map(|n| format!("src/m{n}.rs")).collect();
     let cases: [(Vec<String>, &str); 3] = [
-        (too_many, "853 files conflict, more than a task's scope may hold (64"),
+        (
+            too_many,
+            "853 files conflict, more than a task's scope may hold (64",
+        ),
         (
             vec![".GIT/config".into(), "/etc/passwd".into(), "../x".into()],
             "none of the 3 conflicting files may be in a task's scope",

@@ -211,7 +211,10 @@ async fn adopting_a_diverged_main_asks_the_queue_what_it_dropped_and_journals_it
     assert_eq!(expected, "c2");
     assert_eq!(
         landed,
-        vec![(task("t1"), "c1".to_string()), (task("t2"), "c2".to_string())]
+        vec![
+            (task("t1"), "c1".to_string()),
+            (task("t2"), "c2".to_string())
+        ]
     );
     // Nothing is journaled or resumed until the queue has read main.
     run.queue.expect_none().await;
@@ -246,7 +249,9 @@ fn an_adoption_is_replayed_as_the_tip_flotilla_last_wrote_and_only_while_paused(
     let mut g = RunGraph::new(Limits::default()).merging();
     let mut journal = Vec::new();
     // Not paused: the adoption is ignored, and says why.
-    let ignored = g.main_adopted("c2".into(), "u1".into(), Vec::new()).unwrap();
+    let ignored = g
+        .main_adopted("c2".into(), "u1".into(), Vec::new())
+        .unwrap();
     assert!(
         matches!(&ignored[..], [EventKind::MessageIgnored { why, .. }] if why.contains("not diverged")),
         "{ignored:?}"
@@ -265,9 +270,17 @@ fn an_adoption_is_replayed_as_the_tip_flotilla_last_wrote_and_only_while_paused(
     };
     journal.extend(g.merge_noted(diverged).unwrap());
     // Paused on c2, not on another tip.
-    let other = g.main_adopted("c9".into(), "u1".into(), Vec::new()).unwrap();
-    assert!(matches!(&other[..], [EventKind::MessageIgnored { .. }]), "{other:?}");
-    journal.extend(g.main_adopted("c2".into(), "u1".into(), Vec::new()).unwrap());
+    let other = g
+        .main_adopted("c9".into(), "u1".into(), Vec::new())
+        .unwrap();
+    assert!(
+        matches!(&other[..], [EventKind::MessageIgnored { .. }]),
+        "{other:?}"
+    );
+    journal.extend(
+        g.main_adopted("c2".into(), "u1".into(), Vec::new())
+            .unwrap(),
+    );
     assert_eq!(g.main_tip().as_deref(), Some("u1"));
     assert_eq!(g.diverged(), None);
 
@@ -275,6 +288,10 @@ fn an_adoption_is_replayed_as_the_tip_flotilla_last_wrote_and_only_while_paused(
         .merging()
         .replayed(&journal)
         .unwrap();
-    assert_eq!(replayed.main_tip().as_deref(), Some("u1"), "a restart lands on u1");
+    assert_eq!(
+        replayed.main_tip().as_deref(),
+        Some("u1"),
+        "a restart lands on u1"
+    );
     assert_eq!(replayed.diverged(), None);
 }

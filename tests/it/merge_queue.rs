@@ -9,7 +9,10 @@ use flotilla::git_repo::GitRepo;
 use flotilla::merge_git::GitMerge;
 use flotilla::process::TokioProcessRunner;
 use flotilla_actors::actors::{MergeConfig, MergeKit, MergeQueue};
-use flotilla_actors::ports::{MainRef, MainRefError};
+use flotilla_actors::ports::{
+    BuildOutcome, LandItem, LandMode, MainRef, MainRefError, MarkerHit, MergeGit, RepoError,
+    ScratchTree,
+};
 use flotilla_actors::protocol::*;
 use futures::future::BoxFuture;
 
@@ -120,19 +123,34 @@ impl Fixture {
         self.queue_with_main(gate, main)
     }
 
+    fn git(&self) -> GitMerge {
+        GitMerge::new(
+            self.repo_path.clone(),
+            self.repo_path.parent().unwrap().join("scratch"),
+        )
+    }
+
     /// A queue whose compare-and-swap goes through `main`.
     fn queue_with_main(
         &self,
         gate: &[&str],
         main: Arc<dyn MainRef>,
     ) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
+        self.queue_with(gate, main, Arc::new(self.git()), None)
+    }
+
+    /// A queue on `git`, telling `notices` what the supervisor would hear.
+    fn queue_with(
+        &self,
+        gate: &[&str],
+        main: Arc<dyn MainRef>,
+        git: Arc<dyn MergeGit>,
+        notices: Option<actix::Recipient<Published>>,
+    ) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
         let (graph, inbox) = probe::<FromMerging>("graph");
         let reader = Arc::new(GitRepo::new(self.repo_path.clone()));
         let kit = MergeKit {
-            git: Arc::new(GitMerge::new(
-                self.repo_path.clone(),
-                self.repo_path.parent().unwrap().join("scratch"),
-            )),
+            git,
             main,
             reader,
             runner: Arc::new(TokioProcessRunner),
@@ -142,7 +160,11 @@ impl Fixture {
             },
         };
         let ledger = Ledger(self.intents.clone()).start().recipient();
-        (MergeQueue::new(self.run, kit, graph, ledger).start(), inbox)
+        let mut queue = MergeQueue::new(self.run, kit, graph, ledger);
+        if let Some(notices) = notices {
+            queue = queue.with_notices(notices);
+        }
+        (queue.start(), inbox)
     }
 
     fn main_tip(&self) -> git2::Oid {
@@ -676,22 +698,16 @@ async fn an_adopted_main_is_landed_on_and_what_it_dropped_is_named_never_replaye
 
     // The user resets main to t1's landing and commits on it: t2's work is dropped.
     f.repo()
-        .reference(
-            "refs/heads/main",
-            landed_t1.parse().unwrap(),
-            true,
-            "reset",
-        )
+        .reference("refs/heads/main", landed_t1.parse().unwrap(), true, "reset")
         .unwrap();
     let users = commit_on_main(&f, "mine.txt", "the user's own\n");
     queue.do_send(ToMergeQueue::Enqueue(Box::new(
         f.branch("t3", &[("c.txt", "c\n")]),
     )));
     match inbox.expect().await {
-        FromMerging::Note(note) => assert!(
-            matches!(*note, EventKind::MainDiverged { .. }),
-            "{note:?}"
-        ),
+        FromMerging::Note(note) => {
+            assert!(matches!(*note, EventKind::MainDiverged { .. }), "{note:?}")
+        }
         other => panic!("a pause: {other:?}"),
     }
 
@@ -713,7 +729,11 @@ async fn an_adopted_main_is_landed_on_and_what_it_dropped_is_named_never_replaye
     };
     assert_eq!(tip, users.to_string());
     inbox.expect_none().await;
-    assert_eq!(f.main_tip(), users, "nothing lands before the adoption is journaled");
+    assert_eq!(
+        f.main_tip(),
+        users,
+        "nothing lands before the adoption is journaled"
+    );
 
     // Journaled (the graph's `Adopted`): t3 lands on top of the user's main, and t2's work
     // is not replayed.
@@ -730,6 +750,117 @@ async fn an_adopted_main_is_landed_on_and_what_it_dropped_is_named_never_replaye
     let repo = f.repo();
     let main = f.main_tip();
     assert_eq!(file_at(&repo, main, "c.txt").as_deref(), Some("c\n"));
-    assert_eq!(file_at(&repo, main, "mine.txt").as_deref(), Some("x\n"), "the user's commit stays");
+    assert_eq!(
+        file_at(&repo, main, "mine.txt").as_deref(),
+        Some("x\n"),
+        "the user's commit stays"
+    );
     assert_eq!(file_at(&repo, main, "b.txt"), None, "t2 is not replayed");
+}
+
+/// git whose scratch checkouts the storage refuses `refusals` times first (a full disk, a
+/// read-only state directory); everything else is the real thing.
+struct FullScratch {
+    real: GitMerge,
+    refusals: Mutex<u32>,
+}
+
+impl MergeGit for FullScratch {
+    fn build(
+        &self,
+        onto: String,
+        items: Vec<LandItem>,
+        mode: LandMode,
+    ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>> {
+        self.real.build(onto, items, mode)
+    }
+    fn find_on_main(
+        &self,
+        tip: String,
+        candidates: Vec<Vec<String>>,
+    ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>> {
+        self.real.find_on_main(tip, candidates)
+    }
+    fn contains(
+        &self,
+        tip: String,
+        ancestor: String,
+    ) -> BoxFuture<'static, Result<bool, RepoError>> {
+        self.real.contains(tip, ancestor)
+    }
+    fn scratch(
+        &self,
+        commit: String,
+        label: String,
+    ) -> BoxFuture<'static, Result<ScratchTree, RepoError>> {
+        let mut refusals = self.refusals.lock().unwrap();
+        if *refusals > 0 {
+            *refusals -= 1;
+            return Box::pin(async {
+                Err(RepoError::Storage(
+                    "cannot create /state/worktrees/r/scratch/gate: No space left on device".into(),
+                ))
+            });
+        }
+        self.real.scratch(commit, label)
+    }
+    fn remove_scratch(&self, tree: ScratchTree) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.real.remove_scratch(tree)
+    }
+    fn conflict_markers(
+        &self,
+        commit: String,
+        paths: Option<Vec<String>>,
+    ) -> BoxFuture<'static, Result<Vec<MarkerHit>, RepoError>> {
+        self.real.conflict_markers(commit, paths)
+    }
+    fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.real.delete_branch(branch)
+    }
+    fn sync_checkout(
+        &self,
+        old: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<CheckoutSync, RepoError>> {
+        self.real.sync_checkout(old, new)
+    }
+}
+
+#[actix::test]
+async fn a_gate_whose_scratch_checkout_the_storage_refuses_fails_nobody_and_lands_once_it_clears() {
+    let f = Fixture::new();
+    let git = Arc::new(FullScratch {
+        real: f.git(),
+        refusals: Mutex::new(2),
+    });
+    let (notices, mut heard) = probe::<Published>("supervisor");
+    let (queue, mut inbox) = f.queue_with(
+        &["true"],
+        Arc::new(GitRepo::new(f.repo_path.clone())),
+        git.clone(),
+        Some(notices),
+    );
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t1", &[("a.txt", "a\n")]),
+    )));
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(
+        f.branch("t2", &[("b.txt", "b\n")]),
+    )));
+    // Each refusal is said (the supervisor pauses the run on it); nobody is judged.
+    for _ in 0..2 {
+        match heard.expect().await.0.kind {
+            EventKind::StorageUnavailable { error, .. } => {
+                assert!(error.contains("No space left on device"), "{error}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let seen = verdicts(&mut inbox, 2).await;
+    assert!(
+        seen.iter()
+            .all(|m| matches!(m, FromMerging::MainMoved { .. })),
+        "storage is nobody's failure: {seen:?}"
+    );
+    assert_eq!(*git.refusals.lock().unwrap(), 0);
+    assert_eq!(f.history().len(), 2);
 }

@@ -1173,7 +1173,10 @@ async fn a_provider_pause_is_journaled_once_shown_by_status_and_cleared_when_it_
         } => {
             assert_eq!(provider, "p");
             assert_eq!(*role, Role::Worker);
-            assert_eq!(task.as_ref().map(ToString::to_string).as_deref(), Some("t1"));
+            assert_eq!(
+                task.as_ref().map(ToString::to_string).as_deref(),
+                Some("t1")
+            );
             assert_eq!(*until_ms, at_ms + 400);
             assert!(why.contains("429"), "{why}");
         }
@@ -1284,7 +1287,9 @@ async fn storage_that_refuses_a_write_pauses_the_run_which_resumes_uncharged_whe
     assert!(
         !kinds.iter().any(|k| matches!(
             k,
-            EventKind::TaskFailed { .. } | EventKind::TaskRetried { .. } | EventKind::RunRestarted { .. }
+            EventKind::TaskFailed { .. }
+                | EventKind::TaskRetried { .. }
+                | EventKind::RunRestarted { .. }
         )),
         "nothing charged, no restart counted: {kinds:?}"
     );
@@ -1294,5 +1299,12 @@ async fn storage_that_refuses_a_write_pauses_the_run_which_resumes_uncharged_whe
             .any(|k| matches!(k, EventKind::TaskInterrupted { .. })),
         "the attempt in flight was interrupted, uncharged: {kinds:?}"
     );
-    assert!(supervisor.send(RunProblems).await.unwrap().get(&run).is_none());
+    assert!(
+        supervisor
+            .send(RunProblems)
+            .await
+            .unwrap()
+            .get(&run)
+            .is_none()
+    );
 }

@@ -38,8 +38,9 @@ use crate::ports::{
     RepoError, RepoReader, SystemClock,
 };
 use crate::protocol::{
-    CheckoutSync, Event, EventKind, FixOf, Published, FromMerging, IntendLanding, IntendedLanding, LandRequest,
-    LandingFailure, MergeHealth, RunId, TaskId, ToMergeQueue, ToPlanner, ToReconciler,
+    CheckoutSync, Event, EventKind, FixOf, FromMerging, IntendLanding, IntendedLanding,
+    LandRequest, LandingFailure, MergeHealth, Published, RunId, TaskId, ToMergeQueue, ToPlanner,
+    ToReconciler,
 };
 use crate::scratch_commands::{NamedCommand, ScratchRun};
 use crate::supervision::{Lifeline, StopCause, StopMember};
