@@ -473,6 +473,7 @@ impl Supervisor {
             graph_addr.clone().recipient(),
         )
         .with_written(graph_state.main_tip())
+        .with_dropped(graph_state.dropped_commits().to_vec())
         .with_notices(ctx.address().recipient())
         .with_reconciler(reconciler.clone().recipient())
         .with_planner(planner.clone().recipient())

@@ -224,14 +224,23 @@ async fn adopting_a_diverged_main_asks_the_queue_what_it_dropped_and_journals_it
         tip: "u1".into(),
         dropped: vec![task("t2")],
     });
-    let (expected, tip) = run
+    let (expected, tip, dropped) = run
         .queue
         .fish_for("Adopted", |m| match m {
-            ToMergeQueue::Adopted { expected, tip } => Some((expected.clone(), tip.clone())),
+            ToMergeQueue::Adopted {
+                expected,
+                tip,
+                dropped,
+            } => Some((expected.clone(), tip.clone(), dropped.clone())),
             _ => None,
         })
         .await;
     assert_eq!((expected.as_str(), tip.as_str()), ("c2", "u1"));
+    assert_eq!(
+        dropped,
+        vec!["c2".to_string()],
+        "no branch holding c2 lands"
+    );
 
     // Adopted once: a second decision finds nothing paused and the queue hears nothing.
     run.graph.do_send(ToTaskGraph::AdoptMain);
@@ -294,4 +303,8 @@ fn an_adoption_is_replayed_as_the_tip_flotilla_last_wrote_and_only_while_paused(
         "a restart lands on u1"
     );
     assert_eq!(replayed.diverged(), None);
+    assert!(
+        replayed.dropped_commits().is_empty(),
+        "nothing landed was dropped"
+    );
 }

@@ -73,8 +73,13 @@ impl Fixture {
 
     /// A task branch off `base` adding `files`, as a worker would leave it.
     fn branch(&self, id: &str, files: &[(&str, &str)]) -> LandRequest {
+        self.branch_from(id, self.base, files)
+    }
+
+    /// A task branch off `from` adding `files`.
+    fn branch_from(&self, id: &str, from: git2::Oid, files: &[(&str, &str)]) -> LandRequest {
         let repo = self.repo();
-        let base = repo.find_commit(self.base).unwrap();
+        let base = repo.find_commit(from).unwrap();
         let mut index = git2::Index::new().unwrap();
         let tree = base.tree().unwrap();
         index.read_tree(&tree).unwrap();
@@ -694,7 +699,10 @@ async fn an_adopted_main_is_landed_on_and_what_it_dropped_is_named_never_replaye
         FromMerging::MainMoved { landed, .. } => landed[0].2.clone(),
         other => panic!("{other:?}"),
     };
+    let dropped_commit = landed_t2.clone();
     let expected = f.main_tip();
+    // t5 started from main as it was then: its branch holds t2's landed work.
+    let stale = f.branch_from("t5", landed_t2.parse().unwrap(), &[("e.txt", "e\n")]);
 
     // The user resets main to t1's landing and commits on it: t2's work is dropped.
     f.repo()
@@ -740,6 +748,7 @@ async fn an_adopted_main_is_landed_on_and_what_it_dropped_is_named_never_replaye
     queue.do_send(ToMergeQueue::Adopted {
         expected: adopted_expected,
         tip: tip.clone(),
+        dropped: vec![dropped_commit.clone()],
     });
     let seen = verdicts(&mut inbox, 1).await;
     assert!(
@@ -747,8 +756,23 @@ async fn an_adopted_main_is_landed_on_and_what_it_dropped_is_named_never_replaye
             if *from == tip && landed[0].0 == task("t3")),
         "{seen:?}"
     );
+    // A branch started before the reset would bring t2's work back: it does not land, and
+    // its task is tried again from main as it is.
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(stale)));
+    match inbox.expect().await {
+        FromMerging::Failed {
+            task: t,
+            failure: LandingFailure::StaleBase { detail },
+            ..
+        } => {
+            assert_eq!(t, task("t5"));
+            assert!(detail.contains("the adopted main dropped"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
     let repo = f.repo();
     let main = f.main_tip();
+    assert_eq!(file_at(&repo, main, "e.txt"), None);
     assert_eq!(file_at(&repo, main, "c.txt").as_deref(), Some("c\n"));
     assert_eq!(
         file_at(&repo, main, "mine.txt").as_deref(),

@@ -161,6 +161,8 @@ pub struct MergeQueue {
     /// main no longer contains `written` (it was reset): landing is paused; this is the tip
     /// found, said once. A new branch (or a restart) looks again.
     diverged: Option<String>,
+    /// Commits of landed work an adopted main dropped: a branch holding one does not land.
+    dropped: Arc<Vec<String>>,
     landed: u64,
     failed: u64,
     waits_ms: Vec<u64>,
@@ -207,6 +209,7 @@ impl MergeQueue {
             catching_up: false,
             written: None,
             diverged: None,
+            dropped: Arc::default(),
             landed: 0,
             failed: 0,
             waits_ms: Vec::new(),
@@ -228,6 +231,12 @@ impl MergeQueue {
     /// The tip the run last moved main to, from its journal (a restarted run).
     pub fn with_written(mut self, tip: Option<String>) -> Self {
         self.written = tip;
+        self
+    }
+
+    /// The commits of landed work an adopted main dropped, from the journal (ADR-024).
+    pub fn with_dropped(mut self, dropped: Vec<String>) -> Self {
+        self.dropped = Arc::new(dropped);
         self
     }
 
@@ -280,6 +289,7 @@ impl MergeQueue {
         self.busy = true;
         let cycle = Cycle {
             written: self.written.clone(),
+            dropped: self.dropped.clone(),
             kit: self.kit.clone(),
             graph: self.graph.clone(),
             intents: self.intents.clone(),
@@ -421,6 +431,8 @@ impl MergeQueue {
 struct Cycle {
     /// The tip main must still contain (the last one flotilla wrote).
     written: Option<String>,
+    /// Commits an adopted main dropped: never landed again through a branch that holds them.
+    dropped: Arc<Vec<String>>,
     kit: MergeKit,
     graph: Recipient<FromMerging>,
     intents: Recipient<IntendLanding>,
@@ -569,6 +581,27 @@ impl Cycle {
                         return Round::Again;
                     }
                 }
+            }
+            // A branch started from main before it was reset holds the work the adoption
+            // dropped: landing it would replay that work (ADR-024). Its task is tried again
+            // from main as it is; its batch-mates go back first in line.
+            if let Some((index, detail)) = self.holds_dropped_work(items).await {
+                for (i, q) in items.iter().enumerate() {
+                    if i == index {
+                        self.graph.do_send(FromMerging::Failed {
+                            task: q.request.task.clone(),
+                            attempt: q.request.attempt,
+                            failure: LandingFailure::StaleBase {
+                                detail: detail.clone(),
+                            },
+                        });
+                        self.delete_branches_of_attempt(&q.request).await;
+                        end.failed += 1;
+                    } else {
+                        end.requeue.push(q.clone());
+                    }
+                }
+                return Round::Again;
             }
             let lands: Vec<LandItem> = items
                 .iter()
@@ -911,6 +944,33 @@ impl Cycle {
         }
     }
 
+    /// The first of `items` whose branch holds a commit an adopted main dropped, and why.
+    async fn holds_dropped_work(&self, items: &[Queued]) -> Option<(usize, String)> {
+        if self.dropped.is_empty() {
+            return None;
+        }
+        for (index, q) in items.iter().enumerate() {
+            for commit in self.dropped.iter() {
+                let holds = self
+                    .kit
+                    .git
+                    .contains(q.request.head.clone(), commit.clone())
+                    .await
+                    .unwrap_or(false);
+                if holds {
+                    let detail = format!(
+                        "its branch was started from main before main was reset, and holds \
+                         {}, work the adopted main dropped: landing it would bring that work \
+                         back, so it is done again from main as it is",
+                        short(commit)
+                    );
+                    return Some((index, detail));
+                }
+            }
+        }
+        None
+    }
+
     /// flotilla's storage refused the gate's scratch checkout: the batch goes back to the
     /// queue unjudged, and the queue waits for the storage (ADR-024).
     fn storage_refused(&self, items: &[Queued], error: String, end: &mut CycleEnd) -> Round {
@@ -1076,7 +1136,12 @@ impl Handler<ToMergeQueue> for MergeQueue {
                 self.waiting.retain(|_, q| q.request.task != task);
             }
             ToMergeQueue::AdoptMain { expected, landed } => self.adopt(expected, landed, ctx),
-            ToMergeQueue::Adopted { expected, tip } => {
+            ToMergeQueue::Adopted {
+                expected,
+                tip,
+                dropped,
+            } => {
+                self.dropped = Arc::new(dropped);
                 // A landing since (main was put back meanwhile) wrote a newer tip: that
                 // one stands, and the graph ignores the adoption.
                 if self.written.as_deref() == Some(expected.as_str()) {

@@ -405,6 +405,7 @@ impl TaskGraph {
                         queue.do_send(ToMergeQueue::Adopted {
                             expected: expected.clone(),
                             tip: tip.clone(),
+                            dropped: self.graph.dropped_commits().to_vec(),
                         });
                     }
                 }

@@ -117,7 +117,16 @@ impl RunGraph {
             EventKind::MainDiverged { expected, actual } => {
                 self.diverged = Some(Box::new((expected.clone(), actual.clone())));
             }
-            EventKind::MainAdopted { tip, .. } => {
+            EventKind::MainAdopted { tip, dropped, .. } => {
+                // Rare (a user's decision): a walk over the landings is fine here.
+                for task in dropped {
+                    let commits = self.landed_commits.iter().filter(|(t, _)| t == task);
+                    for (_, commit) in commits {
+                        if !self.dropped_commits.contains(commit) {
+                            self.dropped_commits.push(commit.clone());
+                        }
+                    }
+                }
                 self.main_tip = Some(tip.clone());
                 self.diverged = None;
                 // main is not what the last sweep saw.

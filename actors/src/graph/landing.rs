@@ -295,6 +295,11 @@ impl RunGraph {
                 };
                 self.fail_attempt(&mut out, ix, attempt, failure)?;
             }
+            // Its work is redone from main as it is (ADR-024).
+            LandingFailure::StaleBase { detail } => {
+                let failure = AttemptFailure::Workspace { detail };
+                self.fail_attempt(&mut out, ix, attempt, failure)?;
+            }
             why => self.fail_and_settle(&mut out, ix, FailureReason::NotLanded { why })?,
         }
         Ok(out)
@@ -509,6 +514,11 @@ impl RunGraph {
         self.diverged
             .as_deref()
             .map(|(expected, actual)| (expected.as_str(), actual.as_str()))
+    }
+
+    /// The commits of landed work that an adopted main dropped (ADR-024).
+    pub fn dropped_commits(&self) -> &[String] {
+        &self.dropped_commits
     }
 
     /// Every landed task with the commit that holds its work, in landing order.

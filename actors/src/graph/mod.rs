@@ -205,6 +205,9 @@ pub struct RunGraph {
     /// Every landed task with the commit that holds its work, in landing order: what an
     /// adoption of a diverged main checks against main (ADR-024).
     landed_commits: Vec<(TaskId, String)>,
+    /// The commits of landed work an adopted main dropped (`MainAdopted`): a branch that
+    /// holds one of them must not land (ADR-024).
+    dropped_commits: Vec<String>,
 }
 
 /// What a command did: the events it emitted (already applied), in order.
@@ -244,6 +247,7 @@ impl RunGraph {
             last_intent: None,
             diverged: None,
             landed_commits: Vec::new(),
+            dropped_commits: Vec::new(),
         }
     }
 

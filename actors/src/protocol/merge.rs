@@ -109,6 +109,11 @@ pub enum LandingFailure {
     /// `files` lists at most the first 10 of them.
     #[error("conflicts with main in {}; no conflict fix can be made: {why}", files.join(", "))]
     ConflictUnfixable { files: Vec<String>, why: String },
+    /// The branch holds work a diverged main dropped and the user's adoption left dropped
+    /// (it was started from main before the reset: ADR-024). Landing it would bring that
+    /// work back, so it does not land; the task gets another attempt, from main as it is.
+    #[error("{detail}")]
+    StaleBase { detail: String },
     /// The conflict fix made for it did not complete.
     #[error("its conflict fix {fix} did not complete: {reason}")]
     FixFailed { fix: TaskId, reason: String },

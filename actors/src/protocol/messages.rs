@@ -193,7 +193,13 @@ pub enum ToMergeQueue {
     },
     /// `MainAdopted` is journaled: `tip` replaces `expected` as the tip flotilla last
     /// wrote, and landing resumes (unless the queue has written another tip since).
-    Adopted { expected: String, tip: String },
+    /// `dropped`: the commits of the landed work `tip` lacks; a branch holding one of them
+    /// does not land (it would replay it).
+    Adopted {
+        expected: String,
+        tip: String,
+        dropped: Vec<String>,
+    },
 }
 
 /// The Reconciler's inbox.
