@@ -37,6 +37,10 @@ pub struct RunStatus {
     /// The sandbox the run's commands are in (ADR-015), from its `RunStarted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// The branch the run lands on (ADR-022), from its journaled config; absent for runs
+    /// from before it (which landed on `main`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
     /// `problem` is a damage (the first one found is kept).
     #[serde(skip)]
     pub(crate) damage_noted: bool,
@@ -226,6 +230,11 @@ impl StatusReplay {
             graph: snapshot,
             damage_noted: self.damage.is_some(),
             sandbox: self.sandbox.clone(),
+            branch: record
+                .config
+                .pointer("/merge/branch")
+                .and_then(|b| b.as_str())
+                .map(String::from),
             problem: self.damage.as_ref().map(|(seq, error)| {
                 format!("damaged: the journal does not replay at #{seq}: {error}")
             }),
