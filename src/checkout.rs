@@ -544,7 +544,7 @@ fn move_locked(
         undo(checkout, &mut index, &written);
         return Err(e);
     }
-    tracing::debug!(from, to, "main moved; its checkout's index follows");
+    tracing::debug!(from, to, "{target} moved; its checkout's index follows");
     fail::fail_point!("checkout::after-ref", |_| {
         crash_here("checkout::after-ref");
         Ok(())
@@ -671,7 +671,7 @@ fn heal_locked(
     }
     index.write().map_err(git)?;
     lock.commit(&new_index)?;
-    tracing::info!(workdir = %workdir.display(), %branch, at = %target, "healed the checkout of the target branch after an interrupted landing");
+    tracing::info!(workdir = %workdir.display(), at = %target, "healed the checkout of {branch} after an interrupted landing");
     Ok(())
 }
 

@@ -50,8 +50,9 @@ impl TargetBranch {
         }
         let shown = || name.chars().take(100).collect::<String>();
         // What `git branch` refuses besides git's ref rules: `HEAD`, and a leading dash
-        // (an option to every git command).
+        // (an option to every git command); and `@`, which git reads as HEAD.
         if name == "HEAD"
+            || name == "@"
             || name.starts_with('-')
             || !git2::Reference::is_valid_name(&format!("refs/heads/{name}"))
         {
@@ -581,6 +582,191 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(repo.refname_to_id("refs/heads/main").unwrap(), two);
+    }
+
+    /// A repository with one commit on `head`'s branch, and `others` pointing at it too.
+    fn repo_on(head: &str, others: &[&str]) -> (tempfile::TempDir, git2::Repository) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_opts(
+            dir.path(),
+            git2::RepositoryInitOptions::new().initial_head(head),
+        )
+        .unwrap();
+        commit(&repo, &[("a", "1")], "first");
+        {
+            let tip = repo.head().unwrap().peel_to_commit().unwrap();
+            for name in others {
+                repo.branch(name, &tip, false).unwrap();
+            }
+        }
+        (dir, repo)
+    }
+
+    fn resolved(repo: &git2::Repository, configured: Option<&str>) -> Result<String, String> {
+        resolve_target(repo, configured)
+            .map(|t| t.name().to_string())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn target_names_follow_gits_rules_and_stay_out_of_flotillas_namespace() {
+        for good in ["main", "master", "release/2.0", "feature-x", "v1.2", "ü"] {
+            assert_eq!(TargetBranch::new(good).unwrap().name(), good);
+        }
+        for bad in [
+            "", "HEAD", "-x", "a..b", "a b", "a~1", "a^", "a:b", "a?", "a*", "a[", "a\\b",
+            "/a", "a/", "a.lock", "a//b", "@{x}", "@", "a\u{1b}[31m", ".a", "a/.b",
+        ] {
+            assert!(TargetBranch::new(bad).is_err(), "{bad:?} was taken");
+        }
+        assert_eq!(
+            TargetBranch::new("flotilla/x/t1"),
+            Err(TargetBranchError::Reserved("flotilla/x/t1".into()))
+        );
+        assert!(TargetBranch::new("flotilla").is_err());
+        assert!(matches!(
+            TargetBranch::new(&"a".repeat(MAX_TARGET_BRANCH_BYTES + 1)),
+            Err(TargetBranchError::TooLong { .. })
+        ));
+        assert_eq!(TargetBranch::of_run(None).unwrap().name(), "main");
+        assert_eq!(
+            TargetBranch::new("master").unwrap().refname(),
+            "refs/heads/master"
+        );
+    }
+
+    #[test]
+    fn the_default_target_is_the_branch_head_names() {
+        let (_dir, repo) = repo_on("master", &["other"]);
+        assert_eq!(resolved(&repo, None), Ok("master".into()));
+        let (_dir, repo) = repo_on("trunk", &[]);
+        assert_eq!(resolved(&repo, None), Ok("trunk".into()));
+    }
+
+    #[test]
+    fn a_configured_target_wins_over_head_and_must_exist() {
+        let (_dir, repo) = repo_on("dev", &["release"]);
+        assert_eq!(resolved(&repo, Some("release")), Ok("release".into()));
+        let missing = resolved(&repo, Some("main")).unwrap_err();
+        assert!(
+            missing.contains("no such branch")
+                && missing.contains("\"dev\"")
+                && missing.contains("\"release\"")
+                && missing.contains("git branch main"),
+            "the fix and the branches there are: {missing}"
+        );
+        assert!(
+            resolved(&repo, Some("a..b"))
+                .unwrap_err()
+                .contains("not a branch name git accepts")
+        );
+    }
+
+    #[test]
+    fn an_unborn_head_is_refused_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_opts(
+            dir.path(),
+            git2::RepositoryInitOptions::new().initial_head("master"),
+        )
+        .unwrap();
+        let refused = resolved(&repo, None).unwrap_err();
+        assert!(
+            refused.contains("\"master\", which has no commits yet")
+                && refused.contains("git commit"),
+            "{refused}"
+        );
+        // Configured, the same branch is simply missing.
+        assert!(
+            resolved(&repo, Some("master"))
+                .unwrap_err()
+                .contains("no such branch")
+        );
+    }
+
+    #[test]
+    fn a_detached_head_takes_the_only_branch_and_refuses_to_guess_between_two() {
+        let (_dir, repo) = repo_on("master", &[]);
+        let tip = repo.head().unwrap().peel_to_commit().unwrap().id();
+        repo.set_head_detached(tip).unwrap();
+        assert_eq!(resolved(&repo, None), Ok("master".into()));
+        // flotilla's own task branches are no candidates.
+        let commit = repo.find_commit(tip).unwrap();
+        repo.branch("flotilla/0123/t1-a1", &commit, false).unwrap();
+        assert_eq!(resolved(&repo, None), Ok("master".into()));
+        repo.branch("topic", &commit, false).unwrap();
+        let refused = resolved(&repo, None).unwrap_err();
+        assert!(
+            refused.starts_with("HEAD is detached and the repository has 2 branches")
+                && refused.contains("\"master\", \"topic\"")
+                && refused.contains("set [merge] branch"),
+            "{refused}"
+        );
+        assert!(!refused.contains('\n'), "one line: {refused}");
+        assert_eq!(resolved(&repo, Some("topic")), Ok("topic".into()));
+        // No branch at all.
+        repo.find_branch("master", git2::BranchType::Local)
+            .unwrap()
+            .delete()
+            .unwrap();
+        repo.find_branch("topic", git2::BranchType::Local)
+            .unwrap()
+            .delete()
+            .unwrap();
+        assert!(
+            resolved(&repo, None)
+                .unwrap_err()
+                .contains("has no branch")
+        );
+    }
+
+    #[test]
+    fn head_on_a_task_branch_is_no_target() {
+        let (_dir, repo) = repo_on("main", &["flotilla/0123/t1-a1"]);
+        repo.set_head("refs/heads/flotilla/0123/t1-a1").unwrap();
+        let refused = resolved(&repo, None).unwrap_err();
+        assert!(
+            refused.contains("cannot be the target branch") && refused.contains("[merge] branch"),
+            "{refused}"
+        );
+    }
+
+    #[tokio::test]
+    async fn another_branch_is_read_and_moved_and_main_is_not_looked_at() {
+        let (dir, repo) = repo_on("master", &["main"]);
+        let master = TargetBranch::new("master").unwrap();
+        let first = repo.refname_to_id("refs/heads/master").unwrap().to_string();
+        commit(&repo, &[("a", "2")], "second");
+        let second = repo.refname_to_id("refs/heads/master").unwrap().to_string();
+        // HEAD elsewhere: the target is read from its ref, not from HEAD.
+        repo.set_head("refs/heads/main").unwrap();
+        let git = GitRepo::new(dir.path(), master.clone());
+        assert_eq!(git.main_tip().await.unwrap(), second);
+        git.compare_and_swap(second.clone(), first.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            repo.refname_to_id("refs/heads/master").unwrap().to_string(),
+            first
+        );
+        assert_eq!(
+            repo.refname_to_id("refs/heads/main").unwrap().to_string(),
+            first,
+            "main was never written"
+        );
+        // A target that does not exist reads as none, never as HEAD's branch.
+        let gone = GitRepo::new(dir.path(), TargetBranch::new("gone").unwrap());
+        assert!(
+            gone.main_tip()
+                .await
+                .unwrap_err()
+                .to_string()
+                .contains("gone")
+        );
+        assert!(matches!(
+            gone.compare_and_swap(first.clone(), second.clone()).await,
+            Err(MainRefError::Moved { .. })
+        ));
     }
 
     #[test]
