@@ -32,7 +32,9 @@ pub enum TargetBranchError {
     Empty,
     #[error("merge.branch is {len} bytes long: at most {MAX_TARGET_BRANCH_BYTES}")]
     TooLong { len: usize },
-    #[error("merge.branch = {0:?} is not a branch name git accepts (see `git check-ref-format --branch`)")]
+    #[error(
+        "merge.branch = {0:?} is not a branch name git accepts (see `git check-ref-format --branch`)"
+    )]
     Invalid(String),
     #[error(
         "merge.branch = {0:?} is in flotilla's own namespace ({TASK_BRANCH_PREFIX}…), where its task branches live: choose another"
@@ -147,7 +149,10 @@ fn branches_hint(branches: &[String]) -> String {
 fn user_branches(repo: &git2::Repository) -> Result<Vec<String>, ResolveTargetError> {
     let failed = |e: git2::Error| ResolveTargetError::Git(e.message().to_string());
     let mut names = Vec::new();
-    for branch in repo.branches(Some(git2::BranchType::Local)).map_err(failed)? {
+    for branch in repo
+        .branches(Some(git2::BranchType::Local))
+        .map_err(failed)?
+    {
         let (branch, _) = branch.map_err(failed)?;
         if let Ok(Some(name)) = branch.name()
             && !name.starts_with(TASK_BRANCH_PREFIX)
@@ -369,7 +374,9 @@ impl RepoReader for GitRepo {
             main_commit(repo, target)?
                 .map(|c| c.id().to_string())
                 .ok_or_else(|| {
-                    RepoError::Git(format!("branch {target} has no commits (or does not exist)"))
+                    RepoError::Git(format!(
+                        "branch {target} has no commits (or does not exist)"
+                    ))
                 })
         })
     }
@@ -614,8 +621,27 @@ mod tests {
             assert_eq!(TargetBranch::new(good).unwrap().name(), good);
         }
         for bad in [
-            "", "HEAD", "-x", "a..b", "a b", "a~1", "a^", "a:b", "a?", "a*", "a[", "a\\b",
-            "/a", "a/", "a.lock", "a//b", "@{x}", "@", "a\u{1b}[31m", ".a", "a/.b",
+            "",
+            "HEAD",
+            "-x",
+            "a..b",
+            "a b",
+            "a~1",
+            "a^",
+            "a:b",
+            "a?",
+            "a*",
+            "a[",
+            "a\\b",
+            "/a",
+            "a/",
+            "a.lock",
+            "a//b",
+            "@{x}",
+            "@",
+            "a\u{1b}[31m",
+            ".a",
+            "a/.b",
         ] {
             assert!(TargetBranch::new(bad).is_err(), "{bad:?} was taken");
         }
@@ -713,11 +739,7 @@ mod tests {
             .unwrap()
             .delete()
             .unwrap();
-        assert!(
-            resolved(&repo, None)
-                .unwrap_err()
-                .contains("has no branch")
-        );
+        assert!(resolved(&repo, None).unwrap_err().contains("has no branch"));
     }
 
     #[test]

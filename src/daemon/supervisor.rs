@@ -1000,8 +1000,7 @@ fn clean_up_after(
         // when the run ends, not left for a queue that will not start again (ADR-021).
         let healed = match target {
             Some(target) => {
-                crate::checkout::heal_repository(worktrees.repository().to_path_buf(), target)
-                    .await
+                crate::checkout::heal_repository(worktrees.repository().to_path_buf(), target).await
             }
             None => Ok(None),
         };

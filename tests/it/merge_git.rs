@@ -1075,7 +1075,12 @@ async fn a_conflict_fix_starts_from_mains_tip_with_the_branch_merged_and_conflic
     let f = fixture();
     let state = tempfile::tempdir().unwrap();
     let run = RunId::generate();
-    let worktrees = GitWorktrees::new(f.repo.path(), run, state.path().join(run.to_string()), main_branch());
+    let worktrees = GitWorktrees::new(
+        f.repo.path(),
+        run,
+        state.path().join(run.to_string()),
+        main_branch(),
+    );
     // The task's branch: a clash on f.txt, a clean edit of b.txt, a new file.
     f.branch("flotilla/r/t1", None);
     let task_head = f.commit_on(
@@ -1176,7 +1181,12 @@ async fn a_conflict_fix_keeps_the_surviving_side_of_a_modify_delete() {
     let f = fixture();
     let state = tempfile::tempdir().unwrap();
     let run = RunId::generate();
-    let worktrees = GitWorktrees::new(f.repo.path(), run, state.path().join(run.to_string()), main_branch());
+    let worktrees = GitWorktrees::new(
+        f.repo.path(),
+        run,
+        state.path().join(run.to_string()),
+        main_branch(),
+    );
     f.branch("flotilla/r/t1", None);
     f.commit_on(
         "flotilla/r/t1",

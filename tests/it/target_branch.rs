@@ -90,7 +90,11 @@ fn assert_clean(path: &Path) {
 /// What a finished run left in `repo`: its two tasks on `target`, no task branch, no
 /// `main` unless there was one.
 fn assert_landed_on(repo: &git2::Repository, target: &str, branches_before: &[String]) {
-    assert_eq!(landed_on(repo, target), ["t1", "t2"], "the work is on {target}");
+    assert_eq!(
+        landed_on(repo, target),
+        ["t1", "t2"],
+        "the work is on {target}"
+    );
     assert_eq!(
         local_branches(repo),
         branches_before,
@@ -102,7 +106,10 @@ fn assert_landed_on(repo: &git2::Repository, target: &str, branches_before: &[St
         .tree()
         .unwrap();
     for path in ["src/lex.rs", "src/parse.rs", "README.md"] {
-        assert!(tree.get_path(Path::new(path)).is_ok(), "{target} has {path}");
+        assert!(
+            tree.get_path(Path::new(path)).is_ok(),
+            "{target} has {path}"
+        );
     }
 }
 
@@ -123,9 +130,17 @@ async fn run_to_end(
     let failures: Vec<&EventKind> = events
         .iter()
         .map(|e| &e.kind)
-        .filter(|k| matches!(k, EventKind::TaskRetried { .. } | EventKind::TaskFailed { .. }))
+        .filter(|k| {
+            matches!(
+                k,
+                EventKind::TaskRetried { .. } | EventKind::TaskFailed { .. }
+            )
+        })
         .collect();
-    assert!(failures.is_empty(), "nothing failed on the way: {failures:#?}");
+    assert!(
+        failures.is_empty(),
+        "nothing failed on the way: {failures:#?}"
+    );
     (created, events)
 }
 
@@ -184,7 +199,11 @@ fn a_repository_on_master_lands_on_master_and_leaves_nothing_behind() {
         .success();
     let stderr = String::from_utf8(submitted.get_output().stderr.clone()).unwrap();
     assert!(
-        stderr.lines().next().unwrap().contains(", landing on master"),
+        stderr
+            .lines()
+            .next()
+            .unwrap()
+            .contains(", landing on master"),
         "submit says where the work lands: {stderr}"
     );
     let run = stderr.split_whitespace().nth(1).unwrap().to_string();

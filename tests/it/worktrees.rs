@@ -36,7 +36,12 @@ fn fixture() -> Fixture {
     );
     let state = tempfile::tempdir().unwrap();
     let run = RunId::generate();
-    let worktrees = GitWorktrees::new(repo.path(), run, state.path().join(run.to_string()), main_branch());
+    let worktrees = GitWorktrees::new(
+        repo.path(),
+        run,
+        state.path().join(run.to_string()),
+        main_branch(),
+    );
     Fixture {
         repo,
         state,

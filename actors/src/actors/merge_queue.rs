@@ -462,7 +462,11 @@ impl Cycle {
             let tip = match self.kit.reader.main_tip().await {
                 Ok(tip) => tip,
                 Err(e) => {
-                    self.fail_all(items, format!("reading {}: {e}", self.kit.config.branch_name()), end);
+                    self.fail_all(
+                        items,
+                        format!("reading {}: {e}", self.kit.config.branch_name()),
+                        end,
+                    );
                     return Round::Again;
                 }
             };
@@ -618,7 +622,11 @@ impl Cycle {
                     continue;
                 }
                 Err(e) => {
-                    self.fail_all(items, format!("moving {}: {e}", self.kit.config.branch_name()), end);
+                    self.fail_all(
+                        items,
+                        format!("moving {}: {e}", self.kit.config.branch_name()),
+                        end,
+                    );
                     return Round::Again;
                 }
             }

@@ -5,6 +5,8 @@
 //! - [`MainRef`]: moving `refs/heads/main` with a compare-and-swap, given only to the
 //!   MergeQueue (M6). No other port can write main.
 //!
+//! "main" is the run's target branch (`[merge] branch`, ADR-022), whatever its name.
+//!
 //! None of them touches the target repository's own work tree or index.
 
 use std::path::PathBuf;
