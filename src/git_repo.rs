@@ -19,7 +19,7 @@ use crate::merge_git::TASK_BRANCH_PREFIX;
 /// (`refs/heads/NAME` is a valid ref name), not `HEAD`, not starting with `-`, and outside
 /// flotilla's own `flotilla/` namespace. Only flotilla and the user's configuration name
 /// it; a model never does.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TargetBranch(String);
 
 /// The longest target branch name taken (git has no limit; a terminal line has).

@@ -1282,6 +1282,18 @@ async fn collect_garbage(
     let mut repos: Vec<PathBuf> = records.iter().map(|r| r.repo.clone()).collect();
     repos.sort();
     repos.dedup();
+    // The branches each repository's runs land on (ADR-022): their checkouts are healed.
+    let mut targets: HashMap<&std::path::Path, std::collections::BTreeSet<TargetBranch>> =
+        HashMap::new();
+    for record in &records {
+        let branch = record
+            .config
+            .pointer("/merge/branch")
+            .and_then(|b| b.as_str());
+        if let Ok(target) = TargetBranch::of_run(branch) {
+            targets.entry(&record.repo).or_default().insert(target);
+        }
+    }
     let mut report = GcReport {
         dry_run: msg.dry_run,
         ..GcReport::default()
@@ -1325,18 +1337,7 @@ async fn collect_garbage(
             }
         };
         if !msg.dry_run {
-            // The checkout of each branch the repository's runs land on (ADR-022).
-            let mut targets: Vec<TargetBranch> = records
-                .iter()
-                .filter(|r| &r.repo == repo)
-                .filter_map(|r| {
-                    let branch = r.config.pointer("/merge/branch").and_then(|b| b.as_str());
-                    TargetBranch::of_run(branch).ok()
-                })
-                .collect();
-            targets.sort_by(|a, b| a.name().cmp(b.name()));
-            targets.dedup();
-            for target in targets {
+            for target in targets.get(repo.as_path()).into_iter().flatten() {
                 match crate::checkout::heal_repository(repo.clone(), target.clone()).await {
                     Ok(Some(CheckoutSync::Behind { at, paths })) => warn!(
                         repo = %repo.display(), %target, %at, ?paths,
