@@ -7,6 +7,8 @@ use std::path::Path;
 
 use assert_cmd::Command;
 use flotilla::client::ClientError;
+use flotilla::git_repo::{GitRepo, TargetBranch};
+use flotilla_actors::ports::{MainRef, MainRefError};
 use flotilla_actors::protocol::{EventKind, RunOutcome};
 
 use crate::daemon_env::{
@@ -385,4 +387,106 @@ async fn a_configured_branch_that_does_not_exist_is_refused_at_submit() {
         .unwrap();
     assert_eq!(runs.as_array().map(Vec::len), Some(0), "{runs}");
     assert_eq!(local_branches(&repo), ["master"], "nothing made");
+}
+
+/// A landing on a checked-out `master` moves it only with its index and work tree: with a
+/// change of the user's in a file the landing changes, master stays where it is and nothing
+/// of theirs is touched (ADR-021, for the run's branch).
+#[tokio::test]
+async fn a_checked_out_target_moves_only_with_its_checkout() {
+    let (dir, repo) = repo_on("master");
+    let master = TargetBranch::new("master").unwrap();
+    let old = branch_tip(&repo, "master").unwrap();
+    // What the merge queue would build: README.md changed, on master's tip.
+    let new = {
+        let parent = repo.find_commit(old).unwrap();
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        update.upsert(
+            "README.md",
+            repo.blob(b"landed\n").unwrap(),
+            git2::FileMode::Blob,
+        );
+        let tree = update
+            .create_updated(&repo, &parent.tree().unwrap())
+            .unwrap();
+        let tree = repo.find_tree(tree).unwrap();
+        let sig = git2::Signature::now("flotilla", "flotilla@localhost").unwrap();
+        repo.commit(None, &sig, &sig, "landed", &tree, &[&parent])
+            .unwrap()
+    };
+    let git = GitRepo::new(dir.path(), master);
+    std::fs::write(dir.path().join("README.md"), "mine\n").unwrap();
+    let refused = git
+        .compare_and_swap(old.to_string(), new.to_string())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, MainRefError::CheckoutBusy { detail } if detail.contains("the checkout of master")),
+        "{refused}"
+    );
+    assert_eq!(
+        branch_tip(&repo, "master"),
+        Some(old),
+        "master did not move"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("README.md")).unwrap(),
+        "mine\n"
+    );
+    // The user's change gone, master moves and its checkout with it.
+    std::fs::write(dir.path().join("README.md"), "a test repository\n").unwrap();
+    git.compare_and_swap(old.to_string(), new.to_string())
+        .await
+        .unwrap();
+    assert_eq!(branch_tip(&repo, "master"), Some(new));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("README.md")).unwrap(),
+        "landed\n"
+    );
+    assert_clean(dir.path());
+    assert!(repo.find_branch("main", git2::BranchType::Local).is_err());
+}
+
+/// Killed inside the move of a checked-out `master` (master moved, its index not yet): the
+/// record left beside git's lock names master, and the restarted daemon heals master's
+/// checkout and completes the run there.
+#[tokio::test]
+async fn a_kill_inside_the_move_of_a_checked_out_master_is_healed_on_master() {
+    let state = tempfile::tempdir().unwrap();
+    let (dir, repo) = repo_on("master");
+    let mut daemon = DaemonProcess::start_with_env(
+        state.path(),
+        &[("FAILPOINTS", "checkout::after-ref=return")],
+    );
+    let client = DaemonProcess::client(state.path());
+    let run = crate::daemon_env::submit(&client, dir.path(), run_config(SCENARIO, 2)).await;
+    assert!(
+        daemon
+            .exited_within(std::time::Duration::from_secs(90))
+            .await
+            .is_some(),
+        "the daemon did not reach the fail point; log:\n{}",
+        daemon.log()
+    );
+    let record = std::fs::read_to_string(dir.path().join(".git/flotilla-checkout")).unwrap();
+    assert!(record.contains(r#""branch":"master""#), "{record}");
+    assert!(dir.path().join(".git/index.lock").exists());
+    drop(daemon);
+
+    let _daemon = DaemonProcess::start(state.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    assert_landed_on(&repo, "master", &["master".to_string()]);
+    let head = repo.find_reference("HEAD").unwrap();
+    assert_eq!(head.symbolic_target(), Ok(Some("refs/heads/master")));
+    assert!(
+        !dir.path().join(".git/index.lock").exists(),
+        "the lock is gone"
+    );
+    assert!(
+        !dir.path().join(".git/flotilla-checkout").exists(),
+        "the record is gone"
+    );
+    assert_clean(dir.path());
+    assert!(dir.path().join("src/parse.rs").exists());
 }
