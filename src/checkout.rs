@@ -1,7 +1,8 @@
-//! The user's checkout of `main` (ADR-021): main moves under it only together with its index
-//! and work tree, under git's own index lock, or not at all; HEAD is never detached.
+//! The user's checkout of the run's target branch, "main" below (`[merge] branch`,
+//! ADR-022; ADR-021): main moves under it only together with its index and work tree, under
+//! git's own index lock, or not at all; HEAD is never detached.
 //!
-//! - [`move_main`] wraps the compare-and-swap of `refs/heads/main`. When main is checked out
+//! - [`move_main`] wraps the compare-and-swap of the target's ref. When main is checked out
 //!   (the repository's work tree, or a linked worktree that is not flotilla's), it takes
 //!   `index.lock` (as every git command that writes the index does), checks that the files
 //!   the landing changes are exactly as main's current tip has them in the index and the
@@ -28,7 +29,7 @@ use std::path::{Path, PathBuf};
 use flotilla_actors::ports::{CheckoutSync, MainRefError, RepoError};
 use serde::{Deserialize, Serialize};
 
-use crate::git_repo::MAIN_BRANCH;
+use crate::git_repo::TargetBranch;
 
 /// The record of a move in progress, in the checkout's git directory.
 pub const RECORD_FILE: &str = "flotilla-checkout";
@@ -90,8 +91,8 @@ fn checkouts(repo: &git2::Repository) -> Vec<git2::Repository> {
     found
 }
 
-fn on_main(checkout: &git2::Repository) -> bool {
-    let main = format!("refs/heads/{MAIN_BRANCH}");
+fn on_main(checkout: &git2::Repository, target: &TargetBranch) -> bool {
+    let main = target.refname();
     checkout
         .find_reference("HEAD")
         .ok()
@@ -99,8 +100,10 @@ fn on_main(checkout: &git2::Repository) -> bool {
 }
 
 /// The checkout that has main checked out, if any.
-fn checkout_of_main(repo: &git2::Repository) -> Option<git2::Repository> {
-    checkouts(repo).into_iter().find(on_main)
+fn checkout_of_main(repo: &git2::Repository, target: &TargetBranch) -> Option<git2::Repository> {
+    checkouts(repo)
+        .into_iter()
+        .find(|checkout| on_main(checkout, target))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -175,6 +178,18 @@ struct Record {
     to: String,
     lock_dev: u64,
     lock_ino: u64,
+    /// The branch that moved (ADR-022): [`heal`] needs no run to know it. A record of a
+    /// flotilla before ADR-022 names none: `main`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    branch: Option<String>,
+}
+
+impl Record {
+    /// The branch the record's move was of; `None` when the name is not one a target can
+    /// have (a record written by hand): nothing is healed on its word.
+    fn target(&self) -> Option<TargetBranch> {
+        TargetBranch::of_run(self.branch.as_deref()).ok()
+    }
 }
 
 fn write_record(gitdir: &Path, record: &Record) -> Result<(), RepoError> {
@@ -416,20 +431,21 @@ fn named(paths: &[String]) -> String {
 /// checked-out main's index and work tree along in the same step, under git's index lock.
 pub fn move_main(
     repo: &git2::Repository,
+    target: &TargetBranch,
     from: &str,
     to: &str,
     cas: impl FnOnce() -> Result<(), MainRefError>,
 ) -> Result<(), MainRefError> {
     // What a crash left first: its lock would otherwise keep this move out for good.
     heal(repo)?;
-    let Some(checkout) = checkout_of_main(repo) else {
+    let Some(checkout) = checkout_of_main(repo, target) else {
         return cas();
     };
     let gitdir = checkout.path().to_path_buf();
     let Some(mut lock) = IndexLock::take(&gitdir)? else {
         return Err(MainRefError::CheckoutBusy {
             detail: format!(
-                "another git command holds {} (main is checked out there)",
+                "another git command holds {} ({target} is checked out there)",
                 gitdir.join(INDEX_LOCK).display()
             ),
         });
@@ -441,10 +457,11 @@ pub fn move_main(
             to: to.to_string(),
             lock_dev: lock.dev,
             lock_ino: lock.ino,
+            branch: Some(target.name().to_string()),
         },
     )?;
     // Whatever happens below, a move that does not finish leaves no record behind it.
-    let result = move_locked(&checkout, &mut lock, from, to, cas);
+    let result = move_locked(&checkout, target, &mut lock, from, to, cas);
     if lock.held {
         // Not committed: the index is as it was; the record goes before the lock.
         remove_record(&gitdir);
@@ -458,6 +475,7 @@ pub fn move_main(
 
 fn move_locked(
     checkout: &git2::Repository,
+    target: &TargetBranch,
     lock: &mut IndexLock,
     from: &str,
     to: &str,
@@ -467,9 +485,11 @@ fn move_locked(
         crash_here("checkout::locked");
         Ok(())
     });
-    let main = format!("refs/heads/{MAIN_BRANCH}");
-    let actual = checkout.refname_to_id(&main).map_err(git)?.to_string();
-    if !on_main(checkout) {
+    let actual = checkout
+        .refname_to_id(&target.refname())
+        .map_err(git)?
+        .to_string();
+    if !on_main(checkout, target) {
         // The user switched away meanwhile: main is no longer under anyone.
         return cas();
     }
@@ -492,15 +512,16 @@ fn move_locked(
     let (mut index, new_index) = index_copy(checkout)?;
     if index.has_conflicts() {
         return Err(MainRefError::CheckoutBusy {
-            detail: "the checkout of main is in the middle of a merge (its index has conflicts)"
-                .into(),
+            detail: format!(
+                "the checkout of {target} is in the middle of a merge (its index has conflicts)"
+            ),
         });
     }
     let clashing = clashes(checkout, &index, &changes)?;
     if !clashing.is_empty() {
         return Err(MainRefError::CheckoutBusy {
             detail: format!(
-                "the checkout of main has changes of its own in files this landing changes: {}",
+                "the checkout of {target} has changes of its own in files this landing changes: {}",
                 named(&clashing)
             ),
         });
@@ -523,7 +544,7 @@ fn move_locked(
         undo(checkout, &mut index, &written);
         return Err(e);
     }
-    tracing::debug!(from, to, "main moved; its checkout's index follows");
+    tracing::debug!(from, to, "{target} moved; its checkout's index follows");
     fail::fail_point!("checkout::after-ref", |_| {
         crash_here("checkout::after-ref");
         Ok(())
@@ -559,8 +580,12 @@ pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
             Ok(text) => text,
             Err(_) => continue,
         };
-        let Ok(record) = serde_json::from_slice::<Record>(&text) else {
-            // Cut short while written: the lock was taken, nothing else done.
+        let parsed = serde_json::from_slice::<Record>(&text)
+            .ok()
+            .and_then(|record| Some((record.target()?, record)));
+        let Some((target, record)) = parsed else {
+            // Cut short while written (the lock was taken, nothing else done), or naming
+            // no branch a target can be.
             tracing::warn!(gitdir = %gitdir.display(), "a checkout record that cannot be read; removing it");
             remove_record(&gitdir);
             continue;
@@ -579,7 +604,7 @@ pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
                 }
             },
         };
-        heal_locked(&checkout, lock, &record)?;
+        heal_locked(&checkout, &target, lock, &record)?;
         remove_record(&gitdir);
         healed.push(
             checkout
@@ -593,13 +618,14 @@ pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
 
 fn heal_locked(
     checkout: &git2::Repository,
+    branch: &TargetBranch,
     mut lock: IndexLock,
     record: &Record,
 ) -> Result<(), RepoError> {
     let gitdir = checkout.path().to_path_buf();
     let _ = fs::remove_file(gitdir.join(NEW_INDEX_FILE));
     let main = checkout
-        .refname_to_id(&format!("refs/heads/{MAIN_BRANCH}"))
+        .refname_to_id(&branch.refname())
         .map_err(git)?
         .to_string();
     let oid = |s: &str| git2::Oid::from_str(s).map_err(git);
@@ -613,8 +639,8 @@ fn heal_locked(
         .workdir()
         .ok_or_else(|| RepoError::Git("the checkout has no work tree".into()))?
         .to_path_buf();
-    if !on_main(checkout) {
-        tracing::warn!(workdir = %workdir.display(), "an interrupted landing's checkout is no longer on main: left as it is");
+    if !on_main(checkout, branch) {
+        tracing::warn!(workdir = %workdir.display(), %branch, "an interrupted landing's checkout is no longer on its branch: left as it is");
         drop(lock);
         return Ok(());
     }
@@ -645,7 +671,7 @@ fn heal_locked(
     }
     index.write().map_err(git)?;
     lock.commit(&new_index)?;
-    tracing::info!(workdir = %workdir.display(), at = %target, "healed the checkout of main after an interrupted landing");
+    tracing::info!(workdir = %workdir.display(), at = %target, "healed the checkout of {branch} after an interrupted landing");
     Ok(())
 }
 
@@ -658,15 +684,15 @@ fn heal_locked(
 /// otherwise nothing is touched ([`CheckoutSync::Behind`]). HEAD is never detached. The tip
 /// is read from the ref, never taken from the caller: a user who reset main meanwhile has
 /// their index where they put it.
-pub fn sync(repo: &git2::Repository) -> Result<CheckoutSync, RepoError> {
+pub fn sync(repo: &git2::Repository, target: &TargetBranch) -> Result<CheckoutSync, RepoError> {
     heal(repo).map_err(|e| match e {
         MainRefError::Repo(e) => e,
         other => RepoError::Git(other.to_string()),
     })?;
-    let Some(checkout) = checkout_of_main(repo) else {
+    let Some(checkout) = checkout_of_main(repo, target) else {
         return Ok(CheckoutSync::NotCheckedOut);
     };
-    let main = format!("refs/heads/{MAIN_BRANCH}");
+    let main = target.refname();
     let tip = checkout
         .find_reference(&main)
         .and_then(|r| r.peel_to_commit())
@@ -714,6 +740,7 @@ pub fn sync(repo: &git2::Repository) -> Result<CheckoutSync, RepoError> {
             to: tip.id().to_string(),
             lock_dev: lock.dev,
             lock_ino: lock.ino,
+            branch: Some(target.name().to_string()),
         },
     )?;
     for change in &changes {
@@ -755,17 +782,20 @@ fn index_base<'r>(
     Ok(None)
 }
 
-/// [`heal`] and [`sync`] for the repository at `path`, on a blocking thread under the
-/// repository's lock: what the daemon's start and a run's end do. `None` when `path` is no
-/// repository any more.
-pub async fn heal_repository(path: PathBuf) -> Result<Option<CheckoutSync>, RepoError> {
+/// [`heal`] and [`sync`] of `target`'s checkout for the repository at `path`, on a
+/// blocking thread under the repository's lock: what gc and a run's end do. `None` when
+/// `path` is no repository any more.
+pub async fn heal_repository(
+    path: PathBuf,
+    target: TargetBranch,
+) -> Result<Option<CheckoutSync>, RepoError> {
     tokio::task::spawn_blocking(move || {
         let lock = crate::worktrees::repo_lock(&path);
         let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Ok(repo) = git2::Repository::open(&path) else {
             return Ok(None);
         };
-        sync(&repo).map(Some)
+        sync(&repo, &target).map(Some)
     })
     .await
     .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?

@@ -846,13 +846,25 @@ async fn submit(
         .map_err(|e| CliError::usage(e.to_string(), Some(e.hint())))?;
     let body = serde_json::json!({ "request": request, "repo": repo, "config": run_config });
     let created = client.submit(&body).await?;
+    // The branch the run lands on (ADR-022), said where the user reads.
+    let landing = created
+        .branch
+        .as_deref()
+        .map(|b| format!(", landing on {}", render::terminal_safe(b)))
+        .unwrap_or_default();
     if detach {
         emit(&format!("{}\n", render::terminal_safe(&created.id)))?;
+        if !json && !landing.is_empty() {
+            note(&format!(
+                "run {} submitted{landing}",
+                render::terminal_safe(&created.id)
+            ));
+        }
         return Ok(Exit::Ok);
     }
     if !json {
         note(&format!(
-            "run {} submitted; following it (Ctrl-C stops following, not the run)",
+            "run {} submitted{landing}; following it (Ctrl-C stops following, not the run)",
             render::terminal_safe(&created.id)
         ));
     }

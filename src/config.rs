@@ -18,6 +18,7 @@ use flotilla_actors::work_check::{ChecksConfig, ChecksConfigError};
 
 use crate::agents::builtin::{BuiltinConfig, BuiltinConfigError};
 use crate::agents::command::{CommandAgentConfig, CommandAgentConfigError};
+use crate::git_repo::{TargetBranch, TargetBranchError};
 use serde::{Deserialize, Serialize};
 
 use crate::prompts::{PromptError, PromptOverrides, check_overrides, load_overrides};
@@ -48,7 +49,8 @@ pub struct FileConfig {
     /// What becomes of attempts' worktrees.
     #[serde(default)]
     pub worktrees: WorktreesConfig,
-    /// How branches land on main: the mode, the gate, batching (ADR-011).
+    /// How branches land on the target branch: which one (ADR-022), the mode, the gate,
+    /// batching (ADR-011).
     #[serde(default)]
     pub merge: MergeConfig,
     /// The Reconciler's sweeps of main: commands and intervals (ADR-011).
@@ -170,6 +172,8 @@ pub enum RunConfigError {
     Builtin(#[from] BuiltinConfigError),
     #[error("impossible merge settings: {0}")]
     Merge(#[from] MergeConfigError),
+    #[error("impossible merge settings: {0}")]
+    TargetBranch(#[from] TargetBranchError),
     #[error("impossible reconciler settings: {0}")]
     Reconciler(#[from] ReconcilerConfigError),
     #[error(
@@ -427,6 +431,12 @@ impl RunConfig {
         Ok(load_file(path)?.models())
     }
 
+    /// The branch the run lands on: `[merge] branch`, which submit always fills in, or
+    /// `main` for a run journaled before ADR-022.
+    pub fn target_branch(&self) -> Result<TargetBranch, TargetBranchError> {
+        TargetBranch::of_run(self.merge.branch.as_deref())
+    }
+
     /// Checks everything a run needs, as [`RunConfig::load`] does: for a config that came
     /// another way (in a request's body, or from the journal).
     pub fn validate(&self) -> Result<(), RunConfigError> {
@@ -436,6 +446,10 @@ impl RunConfig {
         self.checks.validate()?;
         self.builtin_agent.validate()?;
         self.merge.validate()?;
+        // Names only flotilla or the user write; git's rules decide (ADR-022).
+        if let Some(branch) = &self.merge.branch {
+            TargetBranch::new(branch)?;
+        }
         self.reconciler.validate()?;
         self.sandbox.validate()?;
         for (name, agent) in &self.agents {

@@ -27,7 +27,7 @@ use flotilla_actors::ports::{
 };
 use futures::future::BoxFuture;
 
-use crate::git_repo::MAIN_BRANCH;
+use crate::git_repo::TargetBranch;
 use crate::worktrees::{repo_lock, signature};
 
 /// The prefix of every branch flotilla names (`branch_name`): the only branches
@@ -49,15 +49,23 @@ pub const MAX_SCRATCH_LABEL: usize = 64;
 pub struct GitMerge {
     repo: PathBuf,
     scratch_root: PathBuf,
+    /// The branch work lands on (ADR-022): never deleted, and the one whose checkout
+    /// [`MergeGit::sync_checkout`] brings along.
+    target: TargetBranch,
 }
 
 impl GitMerge {
-    /// `repo` is the target repository; scratch checkouts are made under `scratch_root`
-    /// (created when the first one is).
-    pub fn new(repo: impl Into<PathBuf>, scratch_root: impl Into<PathBuf>) -> Self {
+    /// `repo` is the target repository, whose work lands on `target`; scratch checkouts
+    /// are made under `scratch_root` (created when the first one is).
+    pub fn new(
+        repo: impl Into<PathBuf>,
+        scratch_root: impl Into<PathBuf>,
+        target: TargetBranch,
+    ) -> Self {
         GitMerge {
             repo: repo.into(),
             scratch_root: scratch_root.into(),
+            target,
         }
     }
 
@@ -177,6 +185,7 @@ enum Step<'r> {
 
 fn build(
     repo: &git2::Repository,
+    target: &TargetBranch,
     onto: &str,
     items: &[LandItem],
     mode: LandMode,
@@ -201,7 +210,7 @@ fn build(
             .merge_base(builder.candidate.id(), head.id())
             .map_err(|e| {
                 RepoError::Git(format!(
-                    "branch {} shares no history with main: {}",
+                    "branch {} shares no history with {target}: {}",
                     item.branch,
                     e.message()
                 ))
@@ -687,8 +696,12 @@ fn conflict_markers(
 // ---------------------------------------------------------------------------------------
 // branches and the user's checkout
 
-fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<(), RepoError> {
-    if branch == MAIN_BRANCH || !branch.starts_with(TASK_BRANCH_PREFIX) {
+fn delete_branch(
+    repo: &git2::Repository,
+    target: &TargetBranch,
+    branch: &str,
+) -> Result<(), RepoError> {
+    if branch == target.name() || !branch.starts_with(TASK_BRANCH_PREFIX) {
         return Err(RepoError::Git(format!(
             "refusing to delete branch {branch:?}: only flotilla's task branches \
              ({TASK_BRANCH_PREFIX}…) are deleted"
@@ -702,10 +715,11 @@ fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<(), RepoError>
 /// actual tip is read from the ref.
 fn sync_checkout(
     repo: &git2::Repository,
+    target: &TargetBranch,
     _old: &str,
     _new: &str,
 ) -> Result<CheckoutSync, RepoError> {
-    crate::checkout::sync(repo)
+    crate::checkout::sync(repo, target)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -847,7 +861,10 @@ impl MergeGit for GitMerge {
         items: Vec<LandItem>,
         mode: LandMode,
     ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>> {
-        self.blocking(false, move |repo, _| build(repo, &onto, &items, mode))
+        let target = self.target.clone();
+        self.blocking(false, move |repo, _| {
+            build(repo, &target, &onto, &items, mode)
+        })
     }
 
     fn find_on_main(
@@ -900,7 +917,8 @@ impl MergeGit for GitMerge {
     }
 
     fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>> {
-        self.blocking(true, move |repo, _| delete_branch(repo, &branch))
+        let target = self.target.clone();
+        self.blocking(true, move |repo, _| delete_branch(repo, &target, &branch))
     }
 
     fn sync_checkout(
@@ -908,7 +926,10 @@ impl MergeGit for GitMerge {
         old: String,
         new: String,
     ) -> BoxFuture<'static, Result<CheckoutSync, RepoError>> {
-        self.blocking(true, move |repo, _| sync_checkout(repo, &old, &new))
+        let target = self.target.clone();
+        self.blocking(true, move |repo, _| {
+            sync_checkout(repo, &target, &old, &new)
+        })
     }
 }
 

@@ -752,6 +752,9 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
     }
     let _ = writeln!(out, "request: {}", safe(&shorten(&status.request, 100)));
     let _ = writeln!(out, "repo:    {}", safe(&status.repo));
+    if let Some(branch) = &status.branch {
+        let _ = writeln!(out, "branch:  {}", safe(&shorten(branch, 200)));
+    }
     if let Some(sandbox) = &status.sandbox {
         let _ = writeln!(out, "sandbox: {}", safe(&shorten(sandbox, 200)));
     }
@@ -1667,6 +1670,7 @@ mod tests {
             },
             problem: Some(HOSTILE.into()),
             sandbox: Some(HOSTILE.into()),
+            branch: Some(HOSTILE.into()),
             damage_noted: false,
         }
     }

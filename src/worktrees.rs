@@ -20,7 +20,7 @@ use flotilla_actors::protocol::{
 };
 use futures::future::BoxFuture;
 
-use crate::git_repo::main_commit;
+use crate::git_repo::{TargetBranch, main_commit};
 use crate::merge_git::merge_marking_conflicts;
 
 /// Who flotilla's own commits are by: never a person (CI machines have no git identity, and
@@ -43,15 +43,24 @@ pub struct GitWorktrees {
     run: RunId,
     /// This run's worktrees: `<state>/worktrees/<run>`.
     root: PathBuf,
+    /// The branch the run lands on (ADR-022): where attempts start from.
+    target: TargetBranch,
 }
 
 impl GitWorktrees {
-    /// `root` is the directory for this run's worktrees (created when the first one is).
-    pub fn new(repo: impl Into<PathBuf>, run: RunId, root: impl Into<PathBuf>) -> Self {
+    /// `root` is the directory for this run's worktrees (created when the first one is);
+    /// attempts start from `target`'s tip.
+    pub fn new(
+        repo: impl Into<PathBuf>,
+        run: RunId,
+        root: impl Into<PathBuf>,
+        target: TargetBranch,
+    ) -> Self {
         GitWorktrees {
             repo: repo.into(),
             run,
             root: root.into(),
+            target,
         }
     }
 
@@ -72,6 +81,7 @@ impl GitWorktrees {
             repo: self.repo.clone(),
             run: self.run,
             root: self.root.clone(),
+            target: self.target.clone(),
         };
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
@@ -102,6 +112,7 @@ struct Place {
     repo: PathBuf,
     run: RunId,
     root: PathBuf,
+    target: TargetBranch,
 }
 
 impl Place {
@@ -264,10 +275,11 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
     let dir_name = GitWorktrees::dir_name(&request.task, request.attempt);
     let name = place.worktree_name(&dir_name);
     let path = place.root.join(&dir_name);
-    let main = main_commit(&repo)?.ok_or_else(|| {
-        RepoError::Git(
-            "the repository has no commits: a task branch needs one to start from".into(),
-        )
+    let main = main_commit(&repo, &place.target)?.ok_or_else(|| {
+        RepoError::Git(format!(
+            "branch {} has no commits (or does not exist): a task branch needs one to start from",
+            place.target
+        ))
     })?;
     let existing = match repo.find_branch(&request.branch, git2::BranchType::Local) {
         Ok(b) => Some(b.get().peel_to_commit().map_err(git)?),
@@ -287,7 +299,7 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         }
         (None, WorktreeStart::Main) => (main.id(), Some(main.id())),
         (None, WorktreeStart::ConflictFix { branch }) => {
-            let merged = conflict_fix_commit(&repo, &main, branch)?;
+            let merged = conflict_fix_commit(&repo, &place.target, &main, branch)?;
             (merged, Some(merged))
         }
     };
@@ -327,6 +339,7 @@ const MAX_NAMED_CONFLICTS: usize = 50;
 /// flotilla with `main` its only parent.
 fn conflict_fix_commit(
     repo: &git2::Repository,
+    target: &TargetBranch,
     main: &git2::Commit<'_>,
     branch: &str,
 ) -> Result<git2::Oid, RepoError> {
@@ -341,7 +354,7 @@ fn conflict_fix_commit(
     };
     let ancestor = repo.merge_base(main.id(), task.id()).map_err(|e| {
         RepoError::Git(format!(
-            "branch {branch} shares no history with main: {}",
+            "branch {branch} shares no history with {target}: {}",
             e.message()
         ))
     })?;
@@ -355,10 +368,10 @@ fn conflict_fix_commit(
         &ancestor,
         &main.tree().map_err(git)?,
         &task.tree().map_err(git)?,
-        "main",
+        target.name(),
         branch,
     )?;
-    let mut message = format!("flotilla: {branch} merged onto main");
+    let mut message = format!("flotilla: {branch} merged onto {target}");
     if merged.conflicted.is_empty() {
         message.push_str(" (no conflicts)");
     } else {
@@ -625,8 +638,13 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     let base = match git2::Oid::from_str(&workspace.base) {
         Ok(base) => base,
         Err(_) => {
-            let main = main_commit(&repo)?
-                .ok_or_else(|| RepoError::Git("the repository has no commits".into()))?
+            let main = main_commit(&repo, &place.target)?
+                .ok_or_else(|| {
+                    RepoError::Git(format!(
+                        "branch {} has no commits (or does not exist)",
+                        place.target
+                    ))
+                })?
                 .id();
             repo.merge_base(main, head).map_err(git)?
         }

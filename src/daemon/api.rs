@@ -564,6 +564,9 @@ pub struct CreateRun {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Created {
     pub id: String,
+    /// The branch the run lands on (ADR-022); absent from a daemon before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 fn unprocessable(message: impl Into<String>) -> ApiError {
@@ -644,16 +647,8 @@ async fn create_run(
                     e.message()
                 ))
             })?;
-            // Every task branch starts from main's tip: there must be one.
-            if matches!(crate::git_repo::main_commit(&opened), Ok(None)) {
-                return Err(unprocessable(format!(
-                    "{} has no commits yet: flotilla's task branches start from main's tip, \
-                     so commit something first (git add -A && git commit -m start)",
-                    repo.display()
-                )));
-            }
             let root = opened.workdir().map(|p| p.to_path_buf()).unwrap_or(repo);
-            let config = match config {
+            let mut config = match config {
                 Some(c) => c,
                 None => RunConfig::load(&root.join("flotilla.toml"))
                     .map_err(|e| unprocessable(e.to_string()))?,
@@ -663,6 +658,12 @@ async fn create_run(
             config
                 .validate()
                 .map_err(|e| unprocessable(e.to_string()))?;
+            // The branch work lands on, picked once (ADR-022): every task branch starts
+            // from its tip, so it must have one. Journaled with the config, so a restart
+            // lands on the same branch whatever HEAD names by then.
+            let target = crate::git_repo::resolve_target(&opened, config.merge.branch.as_deref())
+                .map_err(|e| unprocessable(format!("{}: {e}", root.display())))?;
+            config.merge.branch = Some(target.name().to_string());
             // The daemon's PATH is the one its agents' commands are found on.
             let path = std::env::var_os("PATH");
             if let Some(missing) = config.missing_programs(path.as_deref(), &root).first() {
@@ -680,6 +681,7 @@ async fn create_run(
         .map_err(|e| unprocessable(e.to_string()))?;
 
     let id = RunId::generate();
+    let branch = config.merge.branch.clone();
     let record = RunRecord {
         id,
         request: request.clone(),
@@ -704,6 +706,8 @@ async fn create_run(
                 StatusCode::OK,
                 Json(Created {
                     id: existing.to_string(),
+                    // The run as it was submitted then: its status says its branch.
+                    branch: None,
                 }),
             )
                 .into_response());
@@ -733,7 +737,14 @@ async fn create_run(
             )
         })?
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))?;
-    Ok((StatusCode::CREATED, Json(Created { id: id.to_string() })).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(Created {
+            id: id.to_string(),
+            branch,
+        }),
+    )
+        .into_response())
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -45,6 +45,10 @@ pub struct RunStatus {
     /// without its `ProviderResumed`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub provider_pauses: Vec<ProviderPause>,
+    /// The branch the run lands on (ADR-022), from its journaled config; absent for runs
+    /// from before it (which landed on `main`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
     /// `problem` is a damage (the first one found is kept).
     #[serde(skip)]
     pub(crate) damage_noted: bool,
@@ -295,6 +299,11 @@ impl StatusReplay {
             sandbox: self.sandbox.clone(),
             main_diverged: self.main_diverged.clone(),
             provider_pauses: self.provider_pauses.values().cloned().collect(),
+            branch: record
+                .config
+                .pointer("/merge/branch")
+                .and_then(|b| b.as_str())
+                .map(String::from),
             problem: self.damage.as_ref().map(|(seq, error)| {
                 format!("damaged: the journal does not replay at #{seq}: {error}")
             }),

@@ -44,7 +44,7 @@ use tracing::{error, info, warn};
 use crate::agents::builtin::BuiltinAgent;
 use crate::agents::command::CommandAgent;
 use crate::config::RunConfig;
-use crate::git_repo::GitRepo;
+use crate::git_repo::{GitRepo, TargetBranch};
 use crate::journal::SqliteJournal;
 use crate::merge_git::GitMerge;
 use crate::process::ConfinedRunner;
@@ -263,15 +263,19 @@ impl Supervisor {
         let config = entry.config.clone();
         let impossible = config
             .validate()
+            .and_then(|()| Ok(config.target_branch()?))
             .map_err(|e| format!("its configuration cannot run: {e}"));
-        if let Err(reason) = impossible {
-            entry.problem = Some(RunProblem::Damaged(reason.clone()));
-            entry.life = Life::Damaged;
-            if let Some(thread) = entry.thread.take() {
-                thread.stop();
+        let target = match impossible {
+            Ok(target) => target,
+            Err(reason) => {
+                entry.problem = Some(RunProblem::Damaged(reason.clone()));
+                entry.life = Life::Damaged;
+                if let Some(thread) = entry.thread.take() {
+                    thread.stop();
+                }
+                return Err(reason);
             }
-            return Err(reason);
-        }
+        };
         let graph_state = match RunGraph::new(config.limits.clone())
             .merging()
             .replayed(journal.iter().map(|e| &e.kind))
@@ -346,6 +350,7 @@ impl Supervisor {
                 entry_repo.clone(),
                 run,
                 self.worktrees.join(run.to_string()),
+                target.clone(),
             )),
             runner,
             checks: Arc::new(checks),
@@ -402,8 +407,8 @@ impl Supervisor {
         .watched(self.lifeline(run, generation, Member::Workers, ctx))
         .start_on(&thread);
         let entry_repo_for_merge = entry_repo.clone();
-        let repo_for_merge = Arc::new(GitRepo::new(entry_repo.clone()));
-        let repo = Arc::new(GitRepo::new(entry_repo));
+        let repo_for_merge = Arc::new(GitRepo::new(entry_repo.clone(), target.clone()));
+        let repo = Arc::new(GitRepo::new(entry_repo, target.clone()));
         let subplanner = Subplanner::new(
             run,
             prompts::for_role(Role::Subplanner, &config.prompts, &config.limits),
@@ -446,6 +451,7 @@ impl Supervisor {
             self.worktrees
                 .join(run.to_string())
                 .join(crate::worktrees::SCRATCH_DIR),
+            target,
         ));
         let reconciler = Reconciler::new(
             run,
@@ -627,12 +633,16 @@ impl Supervisor {
                     .worktrees
                     .keep_failed
                     .then(|| self.journal.read(event.run, 0));
+                // A config whose branch does not pass never started: nothing of it to heal.
+                let target = entry.config.target_branch().ok();
                 clean_up_after(
                     GitWorktrees::new(
                         entry.repo.clone(),
                         event.run,
                         self.worktrees.join(event.run.to_string()),
+                        target.clone().unwrap_or_else(TargetBranch::legacy),
                     ),
+                    target,
                     event.run,
                     journal,
                 );
@@ -983,6 +993,7 @@ fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunne
 /// memory to the system, so that a long-lived daemon's footprint follows its live runs.
 fn clean_up_after(
     worktrees: GitWorktrees,
+    target: Option<TargetBranch>,
     run: RunId,
     journal: Option<futures::future::BoxFuture<'static, Result<Vec<Event>, JournalError>>>,
 ) {
@@ -1010,12 +1021,18 @@ fn clean_up_after(
         }
         // A landing interrupted in the user's checkout (a kill, then a cancel) is healed
         // when the run ends, not left for a queue that will not start again (ADR-021).
-        match crate::checkout::heal_repository(worktrees.repository().to_path_buf()).await {
+        let healed = match target {
+            Some(target) => {
+                crate::checkout::heal_repository(worktrees.repository().to_path_buf(), target).await
+            }
+            None => Ok(None),
+        };
+        match healed {
             Ok(Some(CheckoutSync::Behind { at, paths })) => {
-                warn!(%run, %at, ?paths, "the checkout of main is behind main with changes of its own: left as it is")
+                warn!(%run, %at, ?paths, "the checkout of the target branch is behind it with changes of its own: left as it is")
             }
             Ok(_) => {}
-            Err(e) => warn!(%run, error = %e, "cannot heal the checkout of main"),
+            Err(e) => warn!(%run, error = %e, "cannot heal the checkout of the target branch"),
         }
         info!(%run, "cleaned up after the run");
         let _ = tokio::task::spawn_blocking(|| {
@@ -1491,6 +1508,18 @@ async fn collect_garbage(
     let mut repos: Vec<PathBuf> = records.iter().map(|r| r.repo.clone()).collect();
     repos.sort();
     repos.dedup();
+    // The branches each repository's runs land on (ADR-022): their checkouts are healed.
+    let mut targets: HashMap<&std::path::Path, std::collections::BTreeSet<TargetBranch>> =
+        HashMap::new();
+    for record in &records {
+        let branch = record
+            .config
+            .pointer("/merge/branch")
+            .and_then(|b| b.as_str());
+        if let Ok(target) = TargetBranch::of_run(branch) {
+            targets.entry(&record.repo).or_default().insert(target);
+        }
+    }
     let mut report = GcReport {
         dry_run: msg.dry_run,
         ..GcReport::default()
@@ -1534,16 +1563,18 @@ async fn collect_garbage(
             }
         };
         if !msg.dry_run {
-            match crate::checkout::heal_repository(repo.clone()).await {
-                Ok(Some(CheckoutSync::Behind { at, paths })) => warn!(
-                    repo = %repo.display(), %at, ?paths,
-                    "the checkout of main is behind main with changes of its own: left as it is"
-                ),
-                Ok(_) => {}
-                Err(e) => report.errors.push(format!(
-                    "{}: healing the checkout of main: {e}",
-                    repo.display()
-                )),
+            for target in targets.get(repo.as_path()).into_iter().flatten() {
+                match crate::checkout::heal_repository(repo.clone(), target.clone()).await {
+                    Ok(Some(CheckoutSync::Behind { at, paths })) => warn!(
+                        repo = %repo.display(), %target, %at, ?paths,
+                        "the checkout of the target branch is behind it with changes of its own: left as it is"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => report.errors.push(format!(
+                        "{}: healing the checkout of {target}: {e}",
+                        repo.display()
+                    )),
+                }
             }
         }
         if msg.progress && !found.is_empty() {

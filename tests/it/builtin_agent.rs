@@ -16,7 +16,7 @@ use flotilla_actors::ports::{ChatRole, LlmRequest};
 use flotilla_actors::protocol::*;
 use flotilla_actors::work_check::Checks;
 
-use crate::daemon_env::{commit_files, init_repo};
+use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::harness::*;
 
 struct Session {
@@ -76,6 +76,7 @@ fn start_with(
             repo.path(),
             run,
             state.path().join(run.to_string()),
+            main_branch(),
         )),
         runner,
         checks: Arc::new(Checks::default()),

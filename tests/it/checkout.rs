@@ -122,7 +122,7 @@ async fn a_clean_checkout_moves_with_main_in_one_step() {
     let path = repo.path();
     std::fs::write(path.join("notes.txt"), "mine\n").unwrap();
     let (old, new) = (main_tip(path), the_landing(path));
-    GitRepo::new(path)
+    GitRepo::new(path, main_branch())
         .compare_and_swap(old, new.clone())
         .await
         .unwrap();
@@ -138,7 +138,7 @@ async fn a_clean_checkout_moves_with_main_in_one_step() {
     );
     no_lock_left(path);
     // The queue's sync after the move has nothing left to do.
-    let merge = GitMerge::new(path, path.join("scratch"));
+    let merge = GitMerge::new(path, path.join("scratch"), main_branch());
     assert_eq!(
         merge.sync_checkout(new.clone(), new).await.unwrap(),
         CheckoutSync::FastForwarded
@@ -157,7 +157,7 @@ async fn the_users_changes_elsewhere_are_carried_over_like_git_switch_does() {
     index.add_path(Path::new("staged.txt")).unwrap();
     index.write().unwrap();
     let (old, new) = (main_tip(path), the_landing(path));
-    GitRepo::new(path)
+    GitRepo::new(path, main_branch())
         .compare_and_swap(old, new.clone())
         .await
         .unwrap();
@@ -181,7 +181,7 @@ async fn a_change_of_the_users_to_a_landed_file_keeps_main_where_it_is_until_it_
     let repo = repository();
     let path = repo.path();
     let (old, new) = (main_tip(path), the_landing(path));
-    let main = GitRepo::new(path);
+    let main = GitRepo::new(path, main_branch());
     for (file, text) in [
         ("a.txt", Some("a1\nmy change\na3\n")),
         ("b.txt", None),
@@ -246,7 +246,7 @@ async fn another_git_command_holding_the_index_lock_makes_the_landing_wait() {
     let path = repo.path();
     let (old, new) = (main_tip(path), the_landing(path));
     std::fs::write(path.join(".git/index.lock"), "").unwrap();
-    let main = GitRepo::new(path);
+    let main = GitRepo::new(path, main_branch());
     assert!(matches!(
         main.compare_and_swap(old.clone(), new.clone()).await,
         Err(MainRefError::CheckoutBusy { .. })
@@ -268,7 +268,7 @@ async fn a_users_commit_on_main_wins_the_race_and_is_kept() {
     let (old, new) = (main_tip(path), the_landing(path));
     // The user commits on main after the candidate was built on `old`.
     let mine = commit_files(&git(path), &[("mine.txt", "my commit\n")], "the user's");
-    let refused = GitRepo::new(path)
+    let refused = GitRepo::new(path, main_branch())
         .compare_and_swap(old.clone(), new.clone())
         .await;
     assert_eq!(
@@ -303,7 +303,7 @@ async fn main_checked_out_in_a_linked_worktree_moves_with_it() {
     )
     .unwrap();
     let (old, new) = (main_tip(path), the_landing(path));
-    GitRepo::new(path)
+    GitRepo::new(path, main_branch())
         .compare_and_swap(old, new.clone())
         .await
         .unwrap();
@@ -327,7 +327,7 @@ async fn a_checkout_behind_main_with_no_changes_of_its_own_is_brought_along() {
             "t",
         )
         .unwrap();
-    let merge = GitMerge::new(path, path.join("scratch"));
+    let merge = GitMerge::new(path, path.join("scratch"), main_branch());
     assert_eq!(
         merge.sync_checkout(new.clone(), new.clone()).await.unwrap(),
         CheckoutSync::FastForwarded
@@ -353,7 +353,7 @@ async fn a_checkout_behind_main_with_changes_in_moved_files_is_left_as_it_is_on_
         )
         .unwrap();
     std::fs::write(path.join("a.txt"), "mine\n").unwrap();
-    let merge = GitMerge::new(path, path.join("scratch"));
+    let merge = GitMerge::new(path, path.join("scratch"), main_branch());
     assert_eq!(
         merge.sync_checkout(new.clone(), new).await.unwrap(),
         CheckoutSync::Behind {

@@ -1088,7 +1088,7 @@ writes = { "a.rs" = "fn a() {}\n" }
     let run_id = RunId::from_uuid(run.parse().unwrap());
     let leftover_dir = state.path().join("worktrees").join(&run);
     let task: TaskId = "t9".parse().unwrap();
-    let leftover = GitWorktrees::new(repo.path(), run_id, &leftover_dir)
+    let leftover = GitWorktrees::new(repo.path(), run_id, &leftover_dir, main_branch())
         .prepare(WorktreeRequest {
             branch: branch_name(run_id, &task, 1),
             task,

@@ -22,7 +22,7 @@ use flotilla_actors::ports::{Agent, AgentError, AgentReport, AttemptContext, Wor
 use flotilla_actors::protocol::*;
 use flotilla_actors::work_check::Checks;
 
-use crate::daemon_env::{commit_files, init_repo};
+use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::harness::*;
 
 const FAKE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake-agent.sh");
@@ -104,6 +104,7 @@ fn start_with(
             repo.path(),
             run,
             state.path().join(run.to_string()),
+            main_branch(),
         )),
         runner: // These fakes report their pids and prompts through files outside the worktree, and
         // the tests look for those pids on the host: unsandboxed (ADR-015; the sandboxed CLI

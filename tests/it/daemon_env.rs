@@ -61,6 +61,11 @@ pub fn commit_files(repo: &git2::Repository, files: &[(&str, &str)], message: &s
         .unwrap()
 }
 
+/// The branch the test repositories ([`init_repo`]) land on.
+pub fn main_branch() -> flotilla::git_repo::TargetBranch {
+    flotilla::git_repo::TargetBranch::new("main").unwrap()
+}
+
 /// A run config (as the API takes it) around a scenario written in TOML.
 pub fn run_config(scenario_toml: &str, max_workers: usize) -> serde_json::Value {
     let mut config = RunConfig {

@@ -54,7 +54,7 @@ async fn leave_leftovers(repo: &Path, state: &Path, run: &str, tag: &str) -> Vec
     let run_id = RunId::from_uuid(run.parse().unwrap());
     let dir = state.join("worktrees").join(run);
     let task = |t: &str| -> TaskId { format!("{t}{tag}").parse().unwrap() };
-    let worktree = GitWorktrees::new(repo, run_id, &dir)
+    let worktree = GitWorktrees::new(repo, run_id, &dir, main_branch())
         .prepare(WorktreeRequest {
             branch: branch_name(run_id, &task("t6"), 1),
             task: task("t6"),

@@ -33,6 +33,7 @@ mod storage;
 mod subplan_rules;
 mod subplanner;
 mod supervision;
+mod target_branch;
 mod task_graph;
 mod worker;
 mod worktrees;

@@ -14,7 +14,7 @@ use flotilla_actors::ports::{
 };
 use flotilla_actors::protocol::{RunId, TaskId, branch_name};
 
-use crate::daemon_env::{commit_files, init_repo};
+use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::supervision::assert_checkout_untouched;
 
 struct Fixture {
@@ -37,7 +37,7 @@ fn fixture() -> Fixture {
         "files",
     );
     let scratch = tempfile::tempdir().unwrap();
-    let merge = GitMerge::new(repo.path(), scratch.path().join("scratch"));
+    let merge = GitMerge::new(repo.path(), scratch.path().join("scratch"), main_branch());
     Fixture {
         repo,
         scratch,
@@ -1060,7 +1060,7 @@ async fn a_checkout_of_another_branch_or_a_bare_repository_is_not_mains() {
             &[&repo.find_commit(first).unwrap()],
         )
         .unwrap();
-    let merge = GitMerge::new(bare.path(), bare.path().join("scratch"));
+    let merge = GitMerge::new(bare.path(), bare.path().join("scratch"), main_branch());
     assert_eq!(
         merge
             .sync_checkout(first.to_string(), second.to_string())
@@ -1075,7 +1075,12 @@ async fn a_conflict_fix_starts_from_mains_tip_with_the_branch_merged_and_conflic
     let f = fixture();
     let state = tempfile::tempdir().unwrap();
     let run = RunId::generate();
-    let worktrees = GitWorktrees::new(f.repo.path(), run, state.path().join(run.to_string()));
+    let worktrees = GitWorktrees::new(
+        f.repo.path(),
+        run,
+        state.path().join(run.to_string()),
+        main_branch(),
+    );
     // The task's branch: a clash on f.txt, a clean edit of b.txt, a new file.
     f.branch("flotilla/r/t1", None);
     let task_head = f.commit_on(
@@ -1176,7 +1181,12 @@ async fn a_conflict_fix_keeps_the_surviving_side_of_a_modify_delete() {
     let f = fixture();
     let state = tempfile::tempdir().unwrap();
     let run = RunId::generate();
-    let worktrees = GitWorktrees::new(f.repo.path(), run, state.path().join(run.to_string()));
+    let worktrees = GitWorktrees::new(
+        f.repo.path(),
+        run,
+        state.path().join(run.to_string()),
+        main_branch(),
+    );
     f.branch("flotilla/r/t1", None);
     f.commit_on(
         "flotilla/r/t1",

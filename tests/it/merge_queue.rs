@@ -16,7 +16,7 @@ use flotilla_actors::ports::{
 use flotilla_actors::protocol::*;
 use futures::future::BoxFuture;
 
-use crate::daemon_env::{commit_files, init_repo};
+use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::harness::{Inbox, probe, task};
 
 /// Landing intents as journaled: (from, to, what each task's commit is).
@@ -124,7 +124,7 @@ impl Fixture {
     }
 
     fn queue(&self, gate: &[&str]) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
-        let main = Arc::new(GitRepo::new(self.repo_path.clone()));
+        let main = Arc::new(GitRepo::new(self.repo_path.clone(), main_branch()));
         self.queue_with_main(gate, main)
     }
 
@@ -132,6 +132,7 @@ impl Fixture {
         GitMerge::new(
             self.repo_path.clone(),
             self.repo_path.parent().unwrap().join("scratch"),
+            main_branch(),
         )
     }
 
@@ -153,7 +154,7 @@ impl Fixture {
         notices: Option<actix::Recipient<Published>>,
     ) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
         let (graph, inbox) = probe::<FromMerging>("graph");
-        let reader = Arc::new(GitRepo::new(self.repo_path.clone()));
+        let reader = Arc::new(GitRepo::new(self.repo_path.clone(), main_branch()));
         let kit = MergeKit {
             git,
             main,
@@ -597,7 +598,7 @@ async fn a_locked_main_is_waited_for_and_the_batch_lands_uncharged() {
     let one = f.branch("t1", &[("a.txt", "a\n")]);
     let two = f.branch("t2", &[("b.txt", "b\n")]);
     let main = Arc::new(Contended {
-        real: GitRepo::new(f.repo_path.clone()),
+        real: GitRepo::new(f.repo_path.clone(), main_branch()),
         busy: Mutex::new(3),
     });
     let (queue, mut inbox) = f.queue_with_main(&[], main.clone());

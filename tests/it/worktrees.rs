@@ -11,7 +11,7 @@ use flotilla_actors::ports::{
 };
 use flotilla_actors::protocol::{ChangeKind, RunId, TaskId, branch_name};
 
-use crate::daemon_env::{commit_files, init_repo};
+use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::supervision::assert_checkout_untouched;
 
 struct Fixture {
@@ -36,7 +36,12 @@ fn fixture() -> Fixture {
     );
     let state = tempfile::tempdir().unwrap();
     let run = RunId::generate();
-    let worktrees = GitWorktrees::new(repo.path(), run, state.path().join(run.to_string()));
+    let worktrees = GitWorktrees::new(
+        repo.path(),
+        run,
+        state.path().join(run.to_string()),
+        main_branch(),
+    );
     Fixture {
         repo,
         state,
@@ -372,7 +377,7 @@ async fn a_repository_without_commits_has_no_base_to_start_from() {
     git2::Repository::init(repo.path()).unwrap();
     let state = tempfile::tempdir().unwrap();
     let run = RunId::generate();
-    let worktrees = GitWorktrees::new(repo.path(), run, state.path().join("w"));
+    let worktrees = GitWorktrees::new(repo.path(), run, state.path().join("w"), main_branch());
     let task: TaskId = "t1".parse().unwrap();
     let error = worktrees
         .prepare(WorktreeRequest {

@@ -58,6 +58,11 @@ pub struct MergeConfig {
     pub gate_timeout_secs: u64,
     /// Branches tested together at most.
     pub batch_max: usize,
+    /// The branch work lands on ("main" in the actors' words; ADR-022). Left out, submit
+    /// fills in the branch the repository's HEAD names, so that the journaled config says
+    /// which one and a restart lands on the same. Checked against git's rules by the daemon.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 impl Default for MergeConfig {
@@ -67,6 +72,7 @@ impl Default for MergeConfig {
             gate: Vec::new(),
             gate_timeout_secs: 600,
             batch_max: 4,
+            branch: None,
         }
     }
 }
@@ -84,6 +90,11 @@ pub enum MergeConfigError {
 }
 
 impl MergeConfig {
+    /// The target branch's name, for people: `main` for a run from before ADR-022.
+    pub fn branch_name(&self) -> &str {
+        self.branch.as_deref().unwrap_or("main")
+    }
+
     pub fn validate(&self) -> Result<(), MergeConfigError> {
         if self.batch_max == 0 {
             return Err(MergeConfigError::ZeroBatch);
@@ -558,7 +569,11 @@ impl Cycle {
             let tip = match self.kit.reader.main_tip().await {
                 Ok(tip) => tip,
                 Err(e) => {
-                    self.fail_all(items, format!("reading main: {e}"), end);
+                    self.fail_all(
+                        items,
+                        format!("reading {}: {e}", self.kit.config.branch_name()),
+                        end,
+                    );
                     return Round::Again;
                 }
             };
@@ -745,7 +760,11 @@ impl Cycle {
                     continue;
                 }
                 Err(e) => {
-                    self.fail_all(items, format!("moving main: {e}"), end);
+                    self.fail_all(
+                        items,
+                        format!("moving {}: {e}", self.kit.config.branch_name()),
+                        end,
+                    );
                     return Round::Again;
                 }
             }

@@ -5,6 +5,8 @@
 //! - [`MainRef`]: moving `refs/heads/main` with a compare-and-swap, given only to the
 //!   MergeQueue (M6). No other port can write main.
 //!
+//! "main" is the run's target branch (`[merge] branch`, ADR-022), whatever its name.
+//!
 //! None of them touches the target repository's own work tree or index.
 
 use std::path::PathBuf;
@@ -183,16 +185,17 @@ pub trait Worktrees: Send + Sync + 'static {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MainRefError {
     /// main is not where the caller built on: it must rebuild on the new tip.
-    #[error("main moved: expected {expected}, found {actual}")]
+    // Said after the branch's name ("moving master: it moved meanwhile: …"), as are the others.
+    #[error("it moved meanwhile: expected {expected}, found {actual}")]
     Moved { expected: String, actual: String },
     /// main is checked out, and its checkout cannot follow now (the user's changes in the
     /// files the move changes, a merge in progress, another git command holding the index
     /// lock): nothing moved; the same move may succeed later (ADR-021).
-    #[error("main's checkout cannot follow now: {detail}")]
+    #[error("its checkout cannot follow now: {detail}")]
     CheckoutBusy { detail: String },
     /// main's ref is locked by another writer (git's `main.lock`: another flotilla run, a
     /// user's git command): contention, not failure; worth waiting for.
-    #[error("main is locked by another writer: {detail}")]
+    #[error("it is locked by another writer: {detail}")]
     Busy { detail: String },
     #[error(transparent)]
     Repo(#[from] RepoError),
