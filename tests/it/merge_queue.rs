@@ -861,7 +861,7 @@ async fn a_gate_whose_scratch_checkout_the_storage_refuses_fails_nobody_and_land
     let (notices, mut heard) = probe::<Published>("supervisor");
     let (queue, mut inbox) = f.queue_with(
         &["true"],
-        Arc::new(GitRepo::new(f.repo_path.clone())),
+        Arc::new(GitRepo::new(f.repo_path.clone(), main_branch())),
         git.clone(),
         Some(notices),
     );
