@@ -575,6 +575,19 @@ tasks = [{ description = "attack", scope = ["out"] }]
         .map(|r| String::from_utf8_lossy(&r.body).into_owned())
         .collect();
     assert!(sent.len() >= 2, "the model saw the commands' results");
+    // The key the daemon took out of its environment at start is the one its provider
+    // client sends, in the header and nowhere else.
+    let requests = server.received_requests().await.unwrap();
+    for request in &requests {
+        assert_eq!(
+            request
+                .headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_string()),
+            Some(format!("Bearer {key}")),
+            "the provider got the daemon's key"
+        );
+    }
     assert!(
         sent[1].contains("PATH="),
         "the first command's result: {}",
