@@ -148,8 +148,7 @@ async fn attempt(s: &Setup, runner: Option<&ConfinedRunner>, n: u32, network: bo
 }
 
 fn attempts(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
