@@ -12,13 +12,14 @@
 //! Each on a small repository (20 files) and a medium one (2,000 files, 8 MB): a
 //! worktree's cost grows with the checkout, the sandbox's does not.
 //!
-//! `cargo bench --bench attempt` (criterion; times per attempt).
+//! `cargo bench --bench attempt` (an interleaved comparison first, then criterion's cases;
+//! times per attempt).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 use flotilla::process::ConfinedRunner;
 use flotilla::sandbox::{SandboxConfig, SandboxMode, SandboxPolicy};
 use flotilla::worktrees::GitWorktrees;
@@ -178,5 +179,61 @@ fn attempts(c: &mut Criterion) {
     group.finish();
 }
 
+/// The same four set-ups, interleaved: each round runs every variant once (in an order
+/// that rotates), and each variant's time is compared with the plain worktree's of the same
+/// round. On a shared machine whose load drifts, criterion's one-case-after-another
+/// medians can differ several-fold between runs; the paired ratios hardly move. Printed as
+/// a table before criterion's cases.
+fn interleaved() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let spawns = [
+        Spawn::Nothing,
+        Spawn::Unsandboxed,
+        Spawn::Bwrap,
+        Spawn::BwrapLandlock,
+    ];
+    println!("interleaved: median ms per attempt, and median of the per-round ratio to `worktree`");
+    for (size, files, bytes, rounds) in [("small", 20, 1024, 60), ("medium", 2000, 4096, 12)] {
+        let s = setup(files, bytes);
+        let runners: Vec<Option<ConfinedRunner>> = spawns.iter().map(|sp| sp.runner(&s)).collect();
+        let mut n = 1_000_000;
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); spawns.len()];
+        // One untimed round first: bwrap's one-time probe, caches.
+        for round in 0..=rounds {
+            for k in 0..spawns.len() {
+                let i = (k + round) % spawns.len();
+                n += 1;
+                let network = matches!(spawns[i], Spawn::BwrapLandlock);
+                let started = std::time::Instant::now();
+                rt.block_on(attempt(&s, runners[i].as_ref(), n, network));
+                if round > 0 {
+                    times[i].push(started.elapsed().as_secs_f64() * 1000.0);
+                }
+            }
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        };
+        for (i, spawn) in spawns.iter().enumerate() {
+            let ratios: Vec<f64> = times[i].iter().zip(&times[0]).map(|(t, w)| t / w).collect();
+            println!(
+                "  {size:<6} {:<30} median {:>8.1} ms   ratio {:>5.2}x",
+                spawn.name(),
+                median(times[i].clone()),
+                median(ratios)
+            );
+        }
+    }
+}
+
 criterion_group!(benches, attempts);
-criterion_main!(benches);
+
+fn main() {
+    interleaved();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
