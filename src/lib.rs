@@ -7,6 +7,7 @@
 //! - [`client`]: the HTTP client the CLI uses (Unix socket or loopback TCP).
 //! - [`cli`]: the commands and how they print.
 //! - [`paths`]: the state directory and the files in it.
+//! - [`keys`]: the daemon's credentials, taken out of its environment at start.
 
 pub mod agents;
 pub mod bench;
@@ -18,6 +19,7 @@ pub mod confine;
 pub mod daemon;
 pub mod git_repo;
 pub mod journal;
+pub mod keys;
 pub mod logging;
 pub mod merge_git;
 pub mod paths;

@@ -48,9 +48,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Before anything else of the daemon (ADR-015): no core dumps, and not dumpable, so that a
-/// process of the same user (an unsandboxed command) can neither ptrace the daemon nor read
-/// its `/proc/PID/environ` and memory, where the provider keys are.
+/// Before anything else of the daemon but taking its keys (ADR-015): no core dumps, and not
+/// dumpable, so that a process of the same user (an unsandboxed command) can neither ptrace
+/// the daemon nor read its memory, where the keys are, or its `/proc/PID/environ`, which
+/// still shows the environment it was started with.
 fn harden() -> std::io::Result<()> {
     let none = libc::rlimit {
         rlim_cur: 0,
@@ -74,6 +75,10 @@ fn run_daemon(
     log_format: LogFormat,
     journal_sync: flotilla::journal::JournalSync,
 ) -> Result<Exit, CliError> {
+    // SAFETY: the process has one thread here: nothing before this (argument parsing)
+    // starts one, and the tracing subscriber, the actix System and tokio's runtimes all
+    // start below. Removing variables then races no reader of the environment.
+    let held = unsafe { flotilla::keys::take_daemon_keys() };
     harden().map_err(|e| CliError {
         message: format!("cannot harden the daemon: {e}"),
         hint: None,
@@ -100,6 +105,8 @@ fn run_daemon(
         LogFormat::Human => flotilla::logging::human(std::io::stderr, filter, ansi).init(),
         LogFormat::Json => flotilla::logging::json(std::io::stderr, filter).init(),
     }
+    // The names only: which credentials the providers and command agents can be given.
+    tracing::info!(keys = ?held, "credentials taken out of the environment");
     // Fail points (the crash tests): armed from FAILPOINTS for the daemon's lifetime. An
     // armed point of the merge queue kills the daemon on purpose, so say so loudly.
     let _failpoints = std::env::var_os("FAILPOINTS").map(|spec| {

@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ use tokio::process::Command;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
-use crate::sandbox::{INSTALL_HINT, SandboxMode, SandboxPolicy};
+use crate::sandbox::{INSTALL_HINT, SandboxMode, SandboxPolicy, restrict_self};
 
 /// How long a command gets between SIGTERM and SIGKILL: enough to flush and remove its
 /// temporary files, not enough to hold up a cancelled task.
@@ -99,6 +100,11 @@ impl ProcessRunner for ConfinedRunner {
 /// and the run's first event), or why not and what to install. bwrap is tried once per
 /// daemon (a real sandbox around `true`), and the answer kept.
 pub async fn probe(policy: &SandboxPolicy) -> Result<String, ProcessError> {
+    // A port allow-list Landlock cannot enforce is refused, as a missing bwrap is: never a
+    // command let through to every port.
+    policy
+        .tcp_ruleset()
+        .map_err(ProcessError::SandboxUnavailable)?;
     if policy.mode == SandboxMode::None {
         return Ok(policy.describe());
     }
@@ -193,6 +199,16 @@ async fn run(
         });
     }
     let (program, args) = invocation(&spec, &policy).await?;
+    // A command with the host's network gets the port allow-list, if there is one: a
+    // Landlock domain it enters before exec, so bwrap and everything inside inherit it.
+    let tcp_ruleset = if policy.gives_network(spec.sandbox == Sandbox::Network) {
+        policy
+            .tcp_ruleset()
+            .map_err(ProcessError::SandboxUnavailable)?
+    } else {
+        None
+    };
+    let tcp_fd = tcp_ruleset.as_ref().map(|fd| fd.as_raw_fd());
 
     let mut command = Command::new(&program);
     command
@@ -214,11 +230,15 @@ async fn run(
     let unsandboxed = policy.mode == SandboxMode::None;
     let daemon = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
-    // calls (setrlimit, getrlimit, prctl, getppid), touching no memory shared with the
-    // parent's other threads.
+    // calls (setrlimit, getrlimit, prctl, getppid, landlock_restrict_self), touching no
+    // memory shared with the parent's other threads. The ruleset's descriptor stays open
+    // in the parent until the spawn returns (`tcp_ruleset` lives past it).
     unsafe {
         command.pre_exec(move || {
             limits.apply()?;
+            if let Some(fd) = tcp_fd {
+                restrict_self(fd)?;
+            }
             if unsandboxed {
                 // bwrap's --die-with-parent does this for sandboxed commands: a daemon
                 // killed with SIGKILL takes its commands with it.
@@ -240,6 +260,7 @@ async fn run(
         // The OS's reason only: neither the environment nor stdin goes into the message.
         detail: e.to_string(),
     })?;
+    drop(tcp_ruleset);
     // `process_group(0)` made the child the leader of a new group whose id is its pid.
     let Some(pgid) = child.id().and_then(|id| libc::pid_t::try_from(id).ok()) else {
         return Err(io_error(&spec.program, "the child has no process id"));

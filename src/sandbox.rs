@@ -11,9 +11,15 @@
 //! asked for it) network namespaces; killed with its runner; and resource limits set
 //! before it starts. With `mode = "none"` commands run as the daemon's user, which the
 //! configuration has to say on purpose.
+//!
+//! `allow_tcp_ports` narrows the network of a command that has it (an agent with
+//! `sandbox = "network"`, or every command under `mode = "none"`) to TCP connections to the
+//! listed ports: a Landlock ruleset (ABI 4, Linux 6.7+) the child enters before exec. By
+//! port only, loopback included; refused, not skipped, where Landlock cannot enforce it.
 
 use std::ffi::OsString;
 use std::fmt;
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -43,6 +49,13 @@ pub struct SandboxConfig {
     pub max_file_mb: u64,
     /// The most CPU time one process may use, in seconds (`RLIMIT_CPU`).
     pub max_cpu_secs: u64,
+    /// The TCP ports a command with the host's network (an agent with
+    /// `sandbox = "network"`; every command under `mode = "none"`) may connect to, on any
+    /// host, loopback included; `None`: every port. Enforced by Landlock (Linux 6.7 or
+    /// later); where Landlock cannot, such a command is refused rather than let through.
+    /// By port only: host names cannot be told apart (a proxy can: docs/security.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_tcp_ports: Option<Vec<u16>>,
 }
 
 impl Default for SandboxConfig {
@@ -55,6 +68,7 @@ impl Default for SandboxConfig {
             max_memory_mb: 16 * 1024,
             max_file_mb: 16 * 1024,
             max_cpu_secs: 4 * 3600,
+            allow_tcp_ports: None,
         }
     }
 }
@@ -70,6 +84,7 @@ struct SandboxTable {
     max_memory_mb: u64,
     max_file_mb: u64,
     max_cpu_secs: u64,
+    allow_tcp_ports: Option<Vec<u16>>,
 }
 
 impl Default for SandboxTable {
@@ -83,6 +98,7 @@ impl Default for SandboxTable {
             max_memory_mb: d.max_memory_mb,
             max_file_mb: d.max_file_mb,
             max_cpu_secs: d.max_cpu_secs,
+            allow_tcp_ports: d.allow_tcp_ports,
         }
     }
 }
@@ -119,6 +135,7 @@ impl<'de> Deserialize<'de> for SandboxConfig {
                     max_memory_mb: t.max_memory_mb,
                     max_file_mb: t.max_file_mb,
                     max_cpu_secs: t.max_cpu_secs,
+                    allow_tcp_ports: t.allow_tcp_ports,
                 })
             }
         }
@@ -144,6 +161,8 @@ pub enum SandboxConfigError {
     RelativePath { field: &'static str, path: String },
     #[error("sandbox.{field} names {path:?}: the whole file system cannot be exposed")]
     Root { field: &'static str, path: String },
+    #[error("sandbox.allow_tcp_ports names port 0: no connection goes to port 0")]
+    PortZero,
 }
 
 impl SandboxConfig {
@@ -157,6 +176,9 @@ impl SandboxConfig {
             if value == 0 {
                 return Err(SandboxConfigError::Zero(name));
             }
+        }
+        if self.allow_tcp_ports.iter().flatten().any(|&port| port == 0) {
+            return Err(SandboxConfigError::PortZero);
         }
         for (field, paths) in [("read_only", &self.read_only), ("writable", &self.writable)] {
             for path in paths {
@@ -249,6 +271,8 @@ pub struct SandboxPolicy {
     /// Shown back writable after that.
     writable: Vec<PathBuf>,
     pub limits: ResourceLimits,
+    /// The only TCP ports a command with the host's network may connect to (`None`: all).
+    pub allow_tcp_ports: Option<Vec<u16>>,
 }
 
 impl Default for SandboxPolicy {
@@ -305,12 +329,33 @@ impl SandboxPolicy {
             read_only,
             writable,
             limits: ResourceLimits::of(config),
+            allow_tcp_ports: config.allow_tcp_ports.clone().map(|mut ports| {
+                ports.sort_unstable();
+                ports.dedup();
+                ports
+            }),
         }
     }
 
     /// One line for `status` and the run's first event.
     pub fn describe(&self) -> String {
-        match self.mode {
+        let ports = match &self.allow_tcp_ports {
+            None => String::new(),
+            Some(ports) => format!(
+                "; with the network, TCP connections only to port{} {} (Landlock)",
+                if ports.len() == 1 { "" } else { "s" },
+                if ports.is_empty() {
+                    "none".to_string()
+                } else {
+                    ports
+                        .iter()
+                        .map(u16::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ),
+        };
+        let mode = match self.mode {
             SandboxMode::None => {
                 "none: [sandbox] mode = \"none\", commands run as the daemon's user".into()
             }
@@ -324,9 +369,73 @@ impl SandboxPolicy {
                 self.limits.file_bytes / (1024 * 1024),
                 self.limits.cpu_secs
             ),
-        }
+        };
+        mode + &ports
     }
 
+    /// Whether a command that asked for the host's network (`network`) has it under this
+    /// policy: every command does without the sandbox.
+    pub(crate) fn gives_network(&self, network: bool) -> bool {
+        network || self.mode == SandboxMode::None
+    }
+
+    /// The Landlock ruleset that lets a command connect over TCP only to the allowed ports,
+    /// if the policy has an allow-list: created here, in the daemon, and put in force by
+    /// the child between fork and exec ([`restrict_self`]), where nothing may allocate.
+    /// `Err` says why Landlock cannot do it here.
+    pub(crate) fn tcp_ruleset(&self) -> Result<Option<OwnedFd>, String> {
+        let Some(ports) = &self.allow_tcp_ports else {
+            return Ok(None);
+        };
+        tcp_ruleset(ports).map(Some)
+    }
+}
+
+/// What to do where Landlock cannot filter TCP connections.
+pub const LANDLOCK_HINT: &str = "sandbox.allow_tcp_ports needs Landlock's TCP rules      (Linux 6.7 or later, with Landlock among the kernel's LSMs: see `lsm=` on the kernel's      command line); on this machine, remove allow_tcp_ports to give agents that ask for the      network all of it (docs/security.md)";
+
+/// A Landlock ruleset that handles TCP connect and allows it to `ports` only. Hard
+/// requirement: a kernel that cannot enforce it is an error, never a ruleset that lets
+/// everything through.
+fn tcp_ruleset(ports: &[u16]) -> Result<OwnedFd, String> {
+    use landlock::{
+        AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    };
+    let ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessNet::ConnectTcp)
+        .and_then(|r| r.create())
+        .and_then(|r| {
+            r.add_rules(
+                ports
+                    .iter()
+                    .map(|&port| Ok(NetPort::new(port, AccessNet::ConnectTcp))),
+            )
+        })
+        .map_err(|e| {
+            format!("Landlock cannot filter TCP connections here ({e}); {LANDLOCK_HINT}")
+        })?;
+    Option::<OwnedFd>::from(ruleset)
+        .ok_or_else(|| format!("Landlock is not supported by this kernel; {LANDLOCK_HINT}"))
+}
+
+/// Puts the ruleset `fd` in force for the calling process and everything it starts.
+/// Runs between fork and exec: two system calls, nothing allocated. `no_new_privs` is what
+/// an unprivileged process needs to restrict itself (bwrap sets it anyway).
+pub(crate) fn restrict_self(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: prctl and the landlock_restrict_self system call take integers only.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+impl SandboxPolicy {
     /// bwrap's arguments up to and including `--`, for a command in `cwd` (canonical).
     /// Paths that do not exist are left out (there is nothing to hide or show). Async: it
     /// looks at the file system.
@@ -504,6 +613,33 @@ mod tests {
         // What the journal keeps reads back the same.
         let json = serde_json::to_string(&table).unwrap();
         assert_eq!(serde_json::from_str::<SandboxConfig>(&json).unwrap(), table);
+    }
+
+    #[test]
+    fn a_port_allow_list_is_read_checked_and_said() {
+        let table = parse("[sandbox]\nallow_tcp_ports = [8765, 443, 443]").unwrap();
+        assert_eq!(table.allow_tcp_ports, Some(vec![8765, 443, 443]));
+        assert_eq!(table.validate(), Ok(()));
+        let json = serde_json::to_string(&table).unwrap();
+        assert_eq!(serde_json::from_str::<SandboxConfig>(&json).unwrap(), table);
+        // Absent: every port, and a journal written before the key reads back the same.
+        assert_eq!(parse("").unwrap().allow_tcp_ports, None);
+        let before = serde_json::to_string(&SandboxConfig::default()).unwrap();
+        assert!(!before.contains("allow_tcp_ports"), "{before}");
+        assert!(parse("[sandbox]\nallow_tcp_ports = [70000]").is_err());
+        let zero = parse("[sandbox]\nallow_tcp_ports = [0]").unwrap();
+        assert_eq!(zero.validate(), Err(SandboxConfigError::PortZero));
+        let policy = SandboxPolicy::for_run(&table, &[], Path::new("/nonexistent"));
+        assert_eq!(policy.allow_tcp_ports, Some(vec![443, 8765]));
+        assert!(
+            policy
+                .describe()
+                .ends_with("TCP connections only to ports 443, 8765 (Landlock)"),
+            "{}",
+            policy.describe()
+        );
+        assert!(!SandboxPolicy::default().describe().contains("Landlock"));
+        assert!(policy.gives_network(true) && !policy.gives_network(false));
     }
 
     #[test]

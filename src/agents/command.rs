@@ -744,7 +744,9 @@ impl Call {
             args,
             cwd: self.workspace.path.clone(),
             stdin,
-            env: scrubbed_env(std::env::vars(), &command.env, &env),
+            // The daemon's credentials are held apart from its environment (ADR-015):
+            // a key reaches the CLI only if `secrets` names it.
+            env: scrubbed_env(crate::keys::command_environment(), &command.env, &env),
             limits: command.limits,
             sandbox: command.sandbox,
         };

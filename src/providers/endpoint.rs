@@ -25,6 +25,7 @@ use tracing::{debug, warn};
 
 use super::settings::{ProviderKind, ProviderSpec};
 use super::{Parsed, anthropic, openai};
+use crate::keys::{Keys, Secret};
 use crate::sse::{self, SseError};
 
 /// The longest a provider's `Retry-After` is honoured for, unless the provider's own
@@ -162,7 +163,10 @@ pub struct Endpoint {
     name: String,
     format: WireFormat,
     base_url: String,
-    api_key_env: Option<String>,
+    /// The key sent with every request, taken from the daemon's credentials when the
+    /// endpoint was built; `Err` names the variable the config asked for and the daemon's
+    /// environment did not have (each call then fails with `MissingKey`, sending nothing).
+    key: Result<Option<Secret>, String>,
     spec: ProviderSpec,
     http: reqwest::Client,
     shared: std::sync::Arc<EndpointState>,
@@ -192,12 +196,14 @@ impl From<LlmError> for Failure {
 
 impl Endpoint {
     /// An endpoint for `spec` (already validated), sharing `shared` with every other user
-    /// of the same server. `http` is the daemon's client (one connection pool).
+    /// of the same server. `http` is the daemon's client (one connection pool); `keys` the
+    /// daemon's credentials, of which it takes the one `api_key_env` names.
     pub fn new(
         name: &str,
         spec: &ProviderSpec,
         http: reqwest::Client,
         shared: std::sync::Arc<EndpointState>,
+        keys: &Keys,
     ) -> Self {
         let format = match spec.kind {
             ProviderKind::Anthropic => WireFormat::Anthropic,
@@ -212,7 +218,10 @@ impl Endpoint {
                 .unwrap_or_default()
                 .trim_end_matches('/')
                 .to_string(),
-            api_key_env: spec.api_key_env.clone(),
+            key: match &spec.api_key_env {
+                Some(env) => keys.get(env).cloned().map(Some).ok_or_else(|| env.clone()),
+                None => Ok(None),
+            },
             spec: spec.clone(),
             http,
             shared,
@@ -338,12 +347,10 @@ impl Endpoint {
         call: &LlmCall,
         json_cap: JsonMode,
     ) -> Result<Parsed, Failure> {
-        let key = match &self.api_key_env {
-            // Read at call time, from the daemon's environment: never stored anywhere.
-            Some(env) => {
-                Some(std::env::var(env).map_err(|_| LlmError::MissingKey { env: env.clone() })?)
-            }
-            None => None,
+        // The key goes into the request's header and nowhere else.
+        let key = match &self.key {
+            Ok(key) => key.as_ref().map(Secret::expose),
+            Err(env) => return Err(LlmError::MissingKey { env: env.clone() }.into()),
         };
         let json_mode = if request.format == AnswerFormat::JsonObject && self.spec.json_mode {
             let level = JsonMode::from_u8(self.shared.json_mode.load(Ordering::SeqCst));
@@ -366,12 +373,8 @@ impl Endpoint {
             max_output_tokens: request.max_output_tokens.or(self.spec.max_output_tokens),
         };
         let builder = match self.format {
-            WireFormat::OpenAi => {
-                openai::build(&self.http, &self.base_url, key.as_deref(), &outgoing)
-            }
-            WireFormat::Anthropic => {
-                anthropic::build(&self.http, &self.base_url, key.as_deref(), &outgoing)
-            }
+            WireFormat::OpenAi => openai::build(&self.http, &self.base_url, key, &outgoing),
+            WireFormat::Anthropic => anthropic::build(&self.http, &self.base_url, key, &outgoing),
         };
         let response = builder
             .send()

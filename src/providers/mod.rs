@@ -9,8 +9,9 @@
 //!   run; [`RoutedLlm`]: a run's `Llm`, each role to its models in failover order, each
 //!   answer's usage priced.
 //!
-//! Keys are read from the daemon's environment at each call (`api_key_env`) and go into the
-//! request's header only: never into a config, the journal, an event, a log line or argv.
+//! Keys are the daemon's credentials ([`crate::keys`]), taken out of its environment once at
+//! start; an endpoint takes the one its `api_key_env` names, and it goes into the request's
+//! header only: never into a config, the journal, an event, a log line or argv.
 
 pub mod anthropic;
 pub mod endpoint;
@@ -32,6 +33,7 @@ use tracing::warn;
 
 use self::endpoint::{Endpoint, EndpointState, approximate_prompt_tokens};
 use self::settings::{Price, ProviderKind, ProviderSettings, ProviderSpec, split_model};
+use crate::keys::Keys;
 
 /// An answer as a wire format parsed it, before accounting.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -99,13 +101,22 @@ type EndpointKey = (ProviderKind, String, Option<String>);
 pub struct ProviderRegistry {
     http: reqwest::Client,
     states: Mutex<HashMap<EndpointKey, Arc<EndpointState>>>,
+    /// The credentials endpoints take their keys from.
+    keys: Arc<Keys>,
 }
 
 /// Connecting to a provider may take this long.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl ProviderRegistry {
+    /// A registry whose endpoints take their keys from [`crate::keys::daemon_keys`]: the
+    /// daemon's, taken at start (or, outside the daemon, the environment's now).
     pub fn new() -> Result<Self, reqwest::Error> {
+        ProviderRegistry::with_keys(crate::keys::daemon_keys())
+    }
+
+    /// A registry whose endpoints take their keys from `keys`.
+    pub fn with_keys(keys: Arc<Keys>) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             // A redirect could carry the request (and its key) somewhere unconfigured.
@@ -115,6 +126,7 @@ impl ProviderRegistry {
         Ok(ProviderRegistry {
             http,
             states: Mutex::new(HashMap::new()),
+            keys,
         })
     }
 
@@ -142,7 +154,13 @@ impl ProviderRegistry {
                 }
             }
         };
-        Arc::new(Endpoint::new(name, spec, self.http.clone(), state))
+        Arc::new(Endpoint::new(
+            name,
+            spec,
+            self.http.clone(),
+            state,
+            &self.keys,
+        ))
     }
 
     /// A run's `Llm`: every role configured in `settings` goes to its models; the others to

@@ -575,6 +575,19 @@ tasks = [{ description = "attack", scope = ["out"] }]
         .map(|r| String::from_utf8_lossy(&r.body).into_owned())
         .collect();
     assert!(sent.len() >= 2, "the model saw the commands' results");
+    // The key the daemon took out of its environment at start is the one its provider
+    // client sends, in the header and nowhere else.
+    let requests = server.received_requests().await.unwrap();
+    for request in &requests {
+        assert_eq!(
+            request
+                .headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_string()),
+            Some(format!("Bearer {key}")),
+            "the provider got the daemon's key"
+        );
+    }
     assert!(
         sent[1].contains("PATH="),
         "the first command's result: {}",
@@ -583,6 +596,108 @@ tasks = [{ description = "attack", scope = ["out"] }]
     assert!(
         sent.iter().all(|body| !body.contains(key)),
         "a tool result held the key"
+    );
+    drop(daemon);
+}
+
+/// A command agent (an external CLI, here a shell script) run through the sandbox tries to
+/// read the daemon's environment for its key, write the user's checkout and its `.git`,
+/// move main with `git update-ref` (in its worktree and in the checkout), and write the
+/// state directory and the journal. None of it works, and nothing of it lands: main moved
+/// only by flotilla's landing of the attempt's own files.
+#[tokio::test]
+async fn a_command_agent_cli_cannot_read_keys_or_write_the_checkout_refs_or_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let repo = tmp.path().join("repo");
+    init_repo(&repo);
+    let (repo, state) = (canonical(&repo), canonical(&state));
+    let opened = git2::Repository::open(&repo).unwrap();
+    let first = opened.head().unwrap().peel_to_commit().unwrap().id();
+    let second = commit_files(&opened, &[("second.txt", "two\n")], "second");
+    let key = "sk-command-marker-2e9d4b7c";
+    let daemon = DaemonProcess::start_with_env(&state, &[("ANTHROPIC_API_KEY", key)]);
+
+    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/attacker-cli.sh");
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "attack", scope = ["out"] }]
+"#;
+    let mut config = run_config(scenario, 1);
+    config["workers"] = serde_json::json!([{ "name": "cli", "agent": "attacker" }]);
+    config["agents"] = serde_json::json!({
+        "attacker": {
+            "program": "sh",
+            "args": [
+                cli.to_string_lossy(),
+                repo.to_string_lossy(),
+                state.to_string_lossy(),
+                first.to_string(),
+                "{prompt_file}",
+            ],
+            "prompt": "file",
+        }
+    });
+    // The script lives in the source tree, which may be under /tmp (a CI clone): shown
+    // read-only, as docs/security.md says to show a tool kept there.
+    config["sandbox"] = serde_json::json!({
+        "read_only": [cli.parent().unwrap().to_string_lossy()]
+    });
+    let client = DaemonProcess::client(&state);
+    let run = submit(&client, &repo, config).await;
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(landed(&events), 1);
+
+    let attempts = on_main(&repo, "out/attempts.txt").expect("the CLI's record landed");
+    let loot = on_main(&repo, "out/loot.txt").expect("the CLI's loot landed");
+    assert!(loot.contains("PATH="), "the attack ran: {loot}");
+    for attack in [
+        "parent-environ-key",
+        "any-environ-key",
+        "checkout-write",
+        "checkout-git-write",
+        "update-ref",
+        "update-ref-in-checkout",
+        "state-write",
+        "journal-write",
+    ] {
+        let line = attempts
+            .lines()
+            .find(|l| l.split_once(' ').is_some_and(|(name, _)| name == attack))
+            .unwrap_or_else(|| panic!("{attack} was not tried: {attempts}"));
+        assert!(!line.ends_with(" 0"), "{attack} succeeded: {attempts}");
+    }
+    // The key: not read, and nowhere flotilla wrote.
+    assert!(!loot.contains(key), "stolen: {loot}");
+    assert!(!all_objects(&repo).contains(key), "in git's objects");
+    let journal = std::fs::read(state.join("journal.sqlite")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&journal).contains(key),
+        "in the journal"
+    );
+    assert!(
+        !String::from_utf8_lossy(&journal).contains("pwned"),
+        "the journal was written"
+    );
+    assert!(!daemon.log().contains(key), "in the daemon's log");
+    // Nothing landed where it was aimed.
+    assert!(!repo.join("PWNED.txt").exists());
+    assert!(!repo.join(".git/PWNED").exists());
+    assert!(!state.join("PWNED.txt").exists());
+    // main moved only by flotilla's landing, on top of the user's second commit.
+    let log = git(&repo, &["log", "--format=%H", "main"]);
+    assert!(log.contains(&second.to_string()), "{log}");
+    assert_eq!(
+        git(&repo, &["rev-parse", "main~1"]).trim(),
+        second.to_string(),
+        "{log}"
     );
     drop(daemon);
 }

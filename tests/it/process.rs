@@ -456,3 +456,68 @@ async fn a_command_whose_path_has_no_bwrap_is_refused_with_what_to_install() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `[sandbox] allow_tcp_ports`: a command with the host's network connects to an allowed
+/// port and is refused on another (Landlock, put in force before exec, so bwrap and the
+/// shell inside inherit it), with and without bwrap. Without the allow-list both connect:
+/// the listeners are reachable, and the refusal is the allow-list's.
+#[tokio::test]
+async fn a_port_allow_list_lets_a_command_connect_to_its_ports_only() {
+    use std::net::TcpListener;
+    let dir = tempfile::tempdir().unwrap();
+    let allowed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    for listener in [&allowed, &other] {
+        listener.set_nonblocking(true).unwrap();
+    }
+    let (p1, p2) = (
+        allowed.local_addr().unwrap().port(),
+        other.local_addr().unwrap().port(),
+    );
+    // Whether a connection reached the listener (it waits in the backlog once made).
+    let reached = |listener: &TcpListener| match listener.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(e) => panic!("{e}"),
+    };
+    let line = format!(
+        "(exec 3<>/dev/tcp/127.0.0.1/{p1}) && echo p1-connected; \
+         (exec 4<>/dev/tcp/127.0.0.1/{p2}) && echo p2-connected; true"
+    );
+    for mode in [SandboxMode::Bwrap, SandboxMode::None] {
+        for ports in [Some(vec![p1]), None] {
+            let config = SandboxConfig {
+                mode,
+                allow_tcp_ports: ports.clone(),
+                ..SandboxConfig::default()
+            };
+            let runner = ConfinedRunner::new(SandboxPolicy::for_run(
+                &config,
+                &[],
+                std::path::Path::new("/nonexistent"),
+            ));
+            let mut spec = sh(&line, dir.path());
+            spec.program = "bash".into();
+            spec.sandbox = Sandbox::Network;
+            let out = runner
+                .run(spec, CancellationToken::new(), None)
+                .await
+                .unwrap();
+            let said = format!(
+                "{mode:?} {ports:?}: {} {}",
+                out.stdout.text, out.stderr.text
+            );
+            assert!(out.stdout.text.contains("p1-connected"), "{said}");
+            assert!(reached(&allowed), "{said}");
+            if ports.is_some() {
+                assert!(!out.stdout.text.contains("p2-connected"), "{said}");
+                assert!(out.stderr.text.contains("Permission denied"), "{said}");
+                assert!(!reached(&other), "{said}");
+                assert!(runner.policy().describe().contains(&format!("port {p1}")));
+            } else {
+                assert!(out.stdout.text.contains("p2-connected"), "{said}");
+                assert!(reached(&other), "{said}");
+            }
+        }
+    }
+}
