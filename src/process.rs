@@ -235,10 +235,18 @@ async fn run(
     }
 
     let start = Instant::now();
-    let mut child = command.spawn().map_err(|e| ProcessError::Spawn {
-        program: spec.program.clone(),
-        // The OS's reason only: neither the environment nor stdin goes into the message.
-        detail: e.to_string(),
+    let mut child = command.spawn().map_err(|e| match e.kind() {
+        // The working directory was checked above: it is the program that is missing (or,
+        // sandboxed, the bwrap found a moment ago).
+        io::ErrorKind::NotFound if unsandboxed => not_found(&spec.program),
+        io::ErrorKind::NotFound => {
+            ProcessError::SandboxUnavailable(format!("bwrap is not installed; {INSTALL_HINT}"))
+        }
+        _ => ProcessError::Spawn {
+            program: spec.program.clone(),
+            // The OS's reason only: neither the environment nor stdin goes into the message.
+            detail: e.to_string(),
+        },
     })?;
     // `process_group(0)` made the child the leader of a new group whose id is its pid.
     let Some(pgid) = child.id().and_then(|id| libc::pid_t::try_from(id).ok()) else {
@@ -331,12 +339,45 @@ async fn run(
         }
     }
 
-    Ok(CommandOutput {
+    let output = CommandOutput {
         exit,
         stdout: out.finish(),
         stderr: err.finish(),
         elapsed: start.elapsed(),
-    })
+    };
+    if !unsandboxed && bwrap_found_no_program(&spec.program, &output) {
+        return Err(ProcessError::NotFound {
+            program: spec.program,
+            detail: "inside the sandbox: it is on the daemon's PATH, but in a directory the \
+                     sandbox hides (/tmp, the home directory, the state directory); show it \
+                     with [sandbox] read_only"
+                .into(),
+        });
+    }
+    Ok(output)
+}
+
+/// A program found neither at its path nor on `PATH`.
+fn not_found(program: &str) -> ProcessError {
+    ProcessError::NotFound {
+        program: program.to_string(),
+        detail: if program.contains('/') {
+            "at that path".into()
+        } else {
+            "on PATH".into()
+        },
+    }
+}
+
+/// Whether bwrap itself failed to start the program (the host had it, the sandbox's view
+/// does not): bwrap then exits 1 having printed only `bwrap: execvp PROGRAM: No such file
+/// or directory`. A command could print the same and exit 1; it would only fail its own
+/// task sooner.
+fn bwrap_found_no_program(program: &str, output: &CommandOutput) -> bool {
+    output.exit == Exit::Code { code: 1 }
+        && output.stdout.text.is_empty()
+        && output.stderr.text.trim_end()
+            == format!("bwrap: execvp {program}: No such file or directory")
 }
 
 /// `at + after`, or a time far enough away to never come when that does not fit.
@@ -400,10 +441,7 @@ async fn invocation(
                 find_on_path(&spec.program, path).await.is_some()
             };
             if !found {
-                return Err(ProcessError::Spawn {
-                    program: spec.program.clone(),
-                    detail: "No such file or directory (os error 2)".into(),
-                });
+                return Err(not_found(&spec.program));
             }
             // bwrap binds paths as given; a relative or symlinked cwd would bind elsewhere.
             let cwd =

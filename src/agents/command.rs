@@ -41,8 +41,8 @@ use std::time::Duration;
 use flotilla_actors::llm_output::parse_json_answer;
 use flotilla_actors::ports::{
     Agent, AgentError, AgentReport, AgentSession, AttemptContext, CommandLimits, CommandOutput,
-    CommandSpec, EnvPolicy, Exit, LineSink, ProcessRunner, Sandbox, Stream, Workspace,
-    scrubbed_env,
+    CommandSpec, EnvPolicy, Exit, LineSink, ProcessError, ProcessRunner, Sandbox, Stream,
+    Workspace, scrubbed_env,
 };
 use flotilla_actors::protocol::{
     Assignment, Budget, HandoffMetrics, RejectionReason, SubtaskResult, TaskId, Usd,
@@ -784,10 +784,7 @@ impl Call {
         };
         scratch.done().await?;
 
-        // The program's path is what a start failure is about, so it is said there.
-        let output = ran.map_err(|e| {
-            AgentError::Crashed(format!("{name}: could not run {}: {e}", command.program))
-        })?;
+        let output = ran.map_err(|e| start_failure(name, e))?;
         if output.exit == Exit::Cancelled || self.attempt.cancel.is_cancelled() {
             return Err(AgentError::Cancelled);
         }
@@ -891,6 +888,25 @@ impl Call {
             ..HandoffMetrics::default()
         };
         args.into_report(&self.task, metrics, None)
+    }
+}
+
+/// Why the CLI did not start, cause first. A program that is not there (removed from the
+/// daemon's `PATH` after submit, or hidden by the sandbox) or a sandbox that cannot run
+/// fails the task at once: another attempt would meet the same wall (issue 25).
+fn start_failure(name: &str, error: ProcessError) -> AgentError {
+    match error {
+        ProcessError::NotFound { program, detail } => AgentError::CannotStart(format!(
+            "{name}: program not found {detail} ({program:?}); not retried: install it (or \
+             show it to the sandbox) and submit again"
+        )),
+        ProcessError::SandboxUnavailable(why) => {
+            AgentError::CannotStart(format!("{name}: the sandbox is not available: {why}"))
+        }
+        // The program's path is what a start failure is about, so it is said there.
+        error @ (ProcessError::Spawn { .. } | ProcessError::Io { .. }) => {
+            AgentError::Crashed(format!("{name}: {error}"))
+        }
     }
 }
 
