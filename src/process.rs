@@ -346,15 +346,60 @@ async fn run(
         elapsed: start.elapsed(),
     };
     if !unsandboxed && bwrap_found_no_program(&spec.program, &output) {
+        let host = host_view(&spec).await;
         return Err(ProcessError::NotFound {
             program: spec.program,
-            detail: "inside the sandbox: it is on the daemon's PATH, but in a directory the \
-                     sandbox hides (/tmp, the home directory, the state directory); show it \
-                     with [sandbox] read_only"
-                .into(),
+            detail: format!(
+                "inside the sandbox: {host}; the sandbox hides /tmp, the home directory and \
+                 the state directory: show the directory that holds it with [sandbox] read_only"
+            ),
         });
     }
     Ok(output)
+}
+
+/// Where the host has the program, through its links, and the interpreter its `#!` line
+/// names (a venv's python is often a link into a hidden home): what the sandbox must show.
+async fn host_view(spec: &CommandSpec) -> String {
+    let path = spec
+        .env
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| OsString::from(value));
+    let found = if spec.program.contains('/') {
+        Some(spec.cwd.join(&spec.program))
+    } else {
+        find_on_path(&spec.program, path).await
+    };
+    let Some(found) = found else {
+        return "it is no longer on the daemon's PATH".into();
+    };
+    let real = tokio::fs::canonicalize(&found).await.unwrap_or(found.clone());
+    let mut seen = format!("the host has {}", found.display());
+    if real != found {
+        seen.push_str(&format!(" (a link to {})", real.display()));
+    }
+    let mut head = [0u8; 256];
+    let read = match tokio::fs::File::open(&real).await {
+        Ok(mut file) => file.read(&mut head).await.unwrap_or(0),
+        Err(_) => 0,
+    };
+    if let Some(line) = head[..read]
+        .strip_prefix(b"#!")
+        .and_then(|rest| rest.split(|&b| b == b'\n').next())
+        .and_then(|line| std::str::from_utf8(line).ok())
+        .and_then(|line| line.split_whitespace().next())
+    {
+        let interpreter = PathBuf::from(line);
+        let real = tokio::fs::canonicalize(&interpreter)
+            .await
+            .unwrap_or(interpreter.clone());
+        seen.push_str(&format!(", run by {}", interpreter.display()));
+        if real != interpreter {
+            seen.push_str(&format!(" (a link to {})", real.display()));
+        }
+    }
+    seen
 }
 
 /// A program found neither at its path nor on `PATH`.

@@ -651,6 +651,11 @@ tasks = [{ description = "work for the CLI", scope = ["src"] }]
         "{detail}"
     );
     assert!(detail.contains("\"flotilla-hidden-cli\""), "{detail}");
+    assert!(
+        detail.contains(&format!("the host has {}", program.display())),
+        "where it is, to be shown: {detail}"
+    );
+    assert!(detail.contains("run by /bin/sh"), "{detail}");
     assert!(detail.contains("[sandbox] read_only"), "{detail}");
 }
 
@@ -1017,7 +1022,11 @@ async fn the_claude_code_preset_reads_the_result_event_of_claudes_stream() {
 
 #[actix::test]
 async fn the_codex_preset_reads_the_last_agent_message_of_its_completed_turn() {
-    let config = preset(Preset::Codex, "fake-codex", &["--full-auto"]);
+    let config = preset(
+        Preset::Codex,
+        "fake-codex",
+        &["--sandbox", "workspace-write"],
+    );
     let mut s = start(config);
     let branch = s.assign("t1", &["src"]);
     let (outcome, spent) = s.outcome().await;
