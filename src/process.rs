@@ -374,7 +374,9 @@ async fn host_view(spec: &CommandSpec) -> String {
     let Some(found) = found else {
         return "it is no longer on the daemon's PATH".into();
     };
-    let real = tokio::fs::canonicalize(&found).await.unwrap_or(found.clone());
+    let real = tokio::fs::canonicalize(&found)
+        .await
+        .unwrap_or(found.clone());
     let mut seen = format!("the host has {}", found.display());
     if real != found {
         seen.push_str(&format!(" (a link to {})", real.display()));

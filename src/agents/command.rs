@@ -297,15 +297,20 @@ struct PresetDefaults {
     set_env: &'static [(&'static str, &'static str)],
 }
 
-/// A git identity given to aider through git's environment config (git >= 2.31), which
-/// `git config --get` reads before any file. aider 0.86 looks for `user.name` and
+/// What the aider preset sets. A git identity, through git's environment config (git >=
+/// 2.31), which `git config --get` reads before any file: aider 0.86 looks for `user.name` and
 /// `user.email` when it starts and, without them, writes placeholders into the
 /// repository's `.git/config`: read-only in the sandbox (it crashes with "Read-only file
 /// system: .git/config.lock"), and the user's own configuration in the checkout were it
 /// not. The sandbox hides `~/.gitconfig`, so without this every aider call failed on a
 /// repository whose identity is set only globally. aider commits nothing with the preset's
 /// flags: the identity is never written anywhere.
-const AIDER_GIT_IDENTITY: &[(&str, &str)] = &[
+///
+/// And litellm (aider's model client) reads its model price map from the package instead
+/// of fetching it from GitHub at every start (a network call a local model does not need,
+/// and a wait where there is no DNS).
+const AIDER_ENV: &[(&str, &str)] = &[
+    ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
     ("GIT_CONFIG_COUNT", "2"),
     ("GIT_CONFIG_KEY_0", "user.name"),
     ("GIT_CONFIG_VALUE_0", crate::worktrees::FLOTILLA_NAME),
@@ -348,7 +353,7 @@ impl Preset {
                 // The repository map's tag cache (v3 with aider's own tree-sitter
                 // grammars, v4 with tree-sitter-language-pack).
                 leftovers: &[".aider.tags.cache.v3", ".aider.tags.cache.v4"],
-                set_env: AIDER_GIT_IDENTITY,
+                set_env: AIDER_ENV,
             },
         }
     }
@@ -1636,7 +1641,11 @@ mod tests {
             assert!(aider.args.iter().any(|a| a == flag), "{flag}");
         }
         let identity: Vec<&str> = aider.set_env.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(identity[0], "GIT_CONFIG_COUNT", "a git identity: {identity:?}");
+        assert!(
+            identity.contains(&"GIT_CONFIG_COUNT")
+                && identity.contains(&"LITELLM_LOCAL_MODEL_COST_MAP"),
+            "a git identity, no price-map fetch: {identity:?}"
+        );
         assert!(codex.set_env.is_empty() && claude.set_env.is_empty());
 
         // extra_args add to the preset's arguments; args replace them.
