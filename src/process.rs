@@ -255,10 +255,18 @@ async fn run(
     }
 
     let start = Instant::now();
-    let mut child = command.spawn().map_err(|e| ProcessError::Spawn {
-        program: spec.program.clone(),
-        // The OS's reason only: neither the environment nor stdin goes into the message.
-        detail: e.to_string(),
+    let mut child = command.spawn().map_err(|e| match e.kind() {
+        // The working directory was checked above: it is the program that is missing (or,
+        // sandboxed, the bwrap found a moment ago).
+        io::ErrorKind::NotFound if unsandboxed => not_found(&spec.program),
+        io::ErrorKind::NotFound => {
+            ProcessError::SandboxUnavailable(format!("bwrap is not installed; {INSTALL_HINT}"))
+        }
+        _ => ProcessError::Spawn {
+            program: spec.program.clone(),
+            // The OS's reason only: neither the environment nor stdin goes into the message.
+            detail: e.to_string(),
+        },
     })?;
     drop(tcp_ruleset);
     // `process_group(0)` made the child the leader of a new group whose id is its pid.
@@ -352,12 +360,92 @@ async fn run(
         }
     }
 
-    Ok(CommandOutput {
+    let output = CommandOutput {
         exit,
         stdout: out.finish(),
         stderr: err.finish(),
         elapsed: start.elapsed(),
-    })
+    };
+    if !unsandboxed && bwrap_found_no_program(&spec.program, &output) {
+        let host = host_view(&spec).await;
+        return Err(ProcessError::NotFound {
+            program: spec.program,
+            detail: format!(
+                "inside the sandbox: {host}; the sandbox hides /tmp, the home directory and \
+                 the state directory: show the directory that holds it with [sandbox] read_only"
+            ),
+        });
+    }
+    Ok(output)
+}
+
+/// Where the host has the program, through its links, and the interpreter its `#!` line
+/// names (a venv's python is often a link into a hidden home): what the sandbox must show.
+async fn host_view(spec: &CommandSpec) -> String {
+    let path = spec
+        .env
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| OsString::from(value));
+    let found = if spec.program.contains('/') {
+        Some(spec.cwd.join(&spec.program))
+    } else {
+        find_on_path(&spec.program, path).await
+    };
+    let Some(found) = found else {
+        return "it is no longer on the daemon's PATH".into();
+    };
+    let real = tokio::fs::canonicalize(&found)
+        .await
+        .unwrap_or(found.clone());
+    let mut seen = format!("the host has {}", found.display());
+    if real != found {
+        seen.push_str(&format!(" (a link to {})", real.display()));
+    }
+    let mut head = [0u8; 256];
+    let read = match tokio::fs::File::open(&real).await {
+        Ok(mut file) => file.read(&mut head).await.unwrap_or(0),
+        Err(_) => 0,
+    };
+    if let Some(line) = head[..read]
+        .strip_prefix(b"#!")
+        .and_then(|rest| rest.split(|&b| b == b'\n').next())
+        .and_then(|line| std::str::from_utf8(line).ok())
+        .and_then(|line| line.split_whitespace().next())
+    {
+        let interpreter = PathBuf::from(line);
+        let real = tokio::fs::canonicalize(&interpreter)
+            .await
+            .unwrap_or(interpreter.clone());
+        seen.push_str(&format!(", run by {}", interpreter.display()));
+        if real != interpreter {
+            seen.push_str(&format!(" (a link to {})", real.display()));
+        }
+    }
+    seen
+}
+
+/// A program found neither at its path nor on `PATH`.
+fn not_found(program: &str) -> ProcessError {
+    ProcessError::NotFound {
+        program: program.to_string(),
+        detail: if program.contains('/') {
+            "at that path".into()
+        } else {
+            "on PATH".into()
+        },
+    }
+}
+
+/// Whether bwrap itself failed to start the program (the host had it, the sandbox's view
+/// does not): bwrap then exits 1 having printed only `bwrap: execvp PROGRAM: No such file
+/// or directory`. A command could print the same and exit 1; it would only fail its own
+/// task sooner.
+fn bwrap_found_no_program(program: &str, output: &CommandOutput) -> bool {
+    output.exit == Exit::Code { code: 1 }
+        && output.stdout.text.is_empty()
+        && output.stderr.text.trim_end()
+            == format!("bwrap: execvp {program}: No such file or directory")
 }
 
 /// `at + after`, or a time far enough away to never come when that does not fit.
@@ -421,10 +509,7 @@ async fn invocation(
                 find_on_path(&spec.program, path).await.is_some()
             };
             if !found {
-                return Err(ProcessError::Spawn {
-                    program: spec.program.clone(),
-                    detail: "No such file or directory (os error 2)".into(),
-                });
+                return Err(not_found(&spec.program));
             }
             // bwrap binds paths as given; a relative or symlinked cwd would bind elsewhere.
             let cwd =

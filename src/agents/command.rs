@@ -41,8 +41,8 @@ use std::time::Duration;
 use flotilla_actors::llm_output::parse_json_answer;
 use flotilla_actors::ports::{
     Agent, AgentError, AgentReport, AgentSession, AttemptContext, CommandLimits, CommandOutput,
-    CommandSpec, EnvPolicy, Exit, LineSink, ProcessRunner, Sandbox, Stream, Workspace,
-    scrubbed_env,
+    CommandSpec, EnvPolicy, Exit, LineSink, ProcessError, ProcessRunner, Sandbox, Stream,
+    Workspace, scrubbed_env,
 };
 use flotilla_actors::protocol::{
     Assignment, Budget, HandoffMetrics, RejectionReason, SubtaskResult, TaskId, Usd,
@@ -85,7 +85,7 @@ const DETAIL_CHARS: usize = 120;
 /// overridden, and `extra_args` adds to its arguments. The flags are the CLIs' documented
 /// non-interactive ones; they grant the CLI no permission beyond its own defaults (allowing
 /// edits or commands without asking, such as Claude Code's `--permission-mode` or Codex's
-/// `--full-auto`, is the user's decision, made in `extra_args`).
+/// `--sandbox workspace-write`, is the user's decision, made in `extra_args`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
@@ -279,6 +279,8 @@ pub struct ResolvedCommand {
     /// Paths (from the worktree's root) the CLI is known to leave behind for itself: each
     /// one a call creates is removed when the call ends.
     pub leftovers: Vec<String>,
+    /// Variables the preset sets for the CLI (not secrets; set over the daemon's).
+    pub set_env: Vec<(String, String)>,
 }
 
 /// What a preset fills in.
@@ -291,7 +293,30 @@ struct PresetDefaults {
     secrets: &'static [&'static str],
     /// What the CLI keeps in the directory it works in whatever its flags say.
     leftovers: &'static [&'static str],
+    /// Variables set for the CLI.
+    set_env: &'static [(&'static str, &'static str)],
 }
+
+/// What the aider preset sets. A git identity, through git's environment config (git >=
+/// 2.31), which `git config --get` reads before any file: aider 0.86 looks for `user.name` and
+/// `user.email` when it starts and, without them, writes placeholders into the
+/// repository's `.git/config`: read-only in the sandbox (it crashes with "Read-only file
+/// system: .git/config.lock"), and the user's own configuration in the checkout were it
+/// not. The sandbox hides `~/.gitconfig`, so without this every aider call failed on a
+/// repository whose identity is set only globally. aider commits nothing with the preset's
+/// flags: the identity is never written anywhere.
+///
+/// And litellm (aider's model client) reads its model price map from the package instead
+/// of fetching it from GitHub at every start (a network call a local model does not need,
+/// and a wait where there is no DNS).
+const AIDER_ENV: &[(&str, &str)] = &[
+    ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+    ("GIT_CONFIG_COUNT", "2"),
+    ("GIT_CONFIG_KEY_0", "user.name"),
+    ("GIT_CONFIG_VALUE_0", crate::worktrees::FLOTILLA_NAME),
+    ("GIT_CONFIG_KEY_1", "user.email"),
+    ("GIT_CONFIG_VALUE_1", crate::worktrees::FLOTILLA_EMAIL),
+];
 
 impl Preset {
     fn defaults(self) -> PresetDefaults {
@@ -304,6 +329,7 @@ impl Preset {
                 result: ResultVia::Stream,
                 secrets: &["ANTHROPIC_API_KEY"],
                 leftovers: &[],
+                set_env: &[],
             },
             // With no prompt argument, `codex exec` reads its prompt from stdin (an `-`
             // would do the same, but `extra_args` would then follow a positional).
@@ -315,6 +341,7 @@ impl Preset {
                 result: ResultVia::Stream,
                 secrets: &["OPENAI_API_KEY"],
                 leftovers: &[],
+                set_env: &[],
             },
             Preset::Aider => PresetDefaults {
                 program: "aider",
@@ -326,6 +353,7 @@ impl Preset {
                 // The repository map's tag cache (v3 with aider's own tree-sitter
                 // grammars, v4 with tree-sitter-language-pack).
                 leftovers: &[".aider.tags.cache.v3", ".aider.tags.cache.v4"],
+                set_env: AIDER_ENV,
             },
         }
     }
@@ -445,6 +473,15 @@ impl CommandAgentConfig {
             leftovers: preset
                 .as_ref()
                 .map(|p| p.leftovers.iter().map(|l| l.to_string()).collect())
+                .unwrap_or_default(),
+            set_env: preset
+                .as_ref()
+                .map(|p| {
+                    p.set_env
+                        .iter()
+                        .map(|(name, value)| (name.to_string(), value.to_string()))
+                        .collect()
+                })
                 .unwrap_or_default(),
         })
     }
@@ -728,11 +765,12 @@ impl Call {
                     })?;
             }
         }
-        let mut env = vec![
+        let mut env = command.set_env.clone();
+        env.extend([
             ("TERM".to_string(), "dumb".to_string()),
             ("FLOTILLA_TASK".to_string(), self.task.to_string()),
             ("FLOTILLA_BRANCH".to_string(), self.branch.clone()),
-        ];
+        ]);
         if command.result == ResultVia::File {
             env.push((
                 RESULT_FILE_VAR.to_string(),
@@ -786,10 +824,7 @@ impl Call {
         };
         scratch.done().await?;
 
-        // The program's path is what a start failure is about, so it is said there.
-        let output = ran.map_err(|e| {
-            AgentError::Crashed(format!("{name}: could not run {}: {e}", command.program))
-        })?;
+        let output = ran.map_err(|e| start_failure(name, e))?;
         if output.exit == Exit::Cancelled || self.attempt.cancel.is_cancelled() {
             return Err(AgentError::Cancelled);
         }
@@ -893,6 +928,25 @@ impl Call {
             ..HandoffMetrics::default()
         };
         args.into_report(&self.task, metrics, None)
+    }
+}
+
+/// Why the CLI did not start, cause first. A program that is not there (removed from the
+/// daemon's `PATH` after submit, or hidden by the sandbox) or a sandbox that cannot run
+/// fails the task at once: another attempt would meet the same wall (issue 25).
+fn start_failure(name: &str, error: ProcessError) -> AgentError {
+    match error {
+        ProcessError::NotFound { program, detail } => AgentError::CannotStart(format!(
+            "{name}: program not found {detail} ({program:?}); not retried: install it (or \
+             show it to the sandbox) and submit again"
+        )),
+        ProcessError::SandboxUnavailable(why) => {
+            AgentError::CannotStart(format!("{name}: the sandbox is not available: {why}"))
+        }
+        // The program's path is what a start failure is about, so it is said there.
+        error @ (ProcessError::Spawn { .. } | ProcessError::Io { .. }) => {
+            AgentError::Crashed(format!("{name}: {error}"))
+        }
     }
 }
 
@@ -1588,6 +1642,13 @@ mod tests {
         for flag in ["--no-gitignore", "--no-auto-commits", "--no-analytics"] {
             assert!(aider.args.iter().any(|a| a == flag), "{flag}");
         }
+        let identity: Vec<&str> = aider.set_env.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(
+            identity.contains(&"GIT_CONFIG_COUNT")
+                && identity.contains(&"LITELLM_LOCAL_MODEL_COST_MAP"),
+            "a git identity, no price-map fetch: {identity:?}"
+        );
+        assert!(codex.set_env.is_empty() && claude.set_env.is_empty());
 
         // extra_args add to the preset's arguments; args replace them.
         let more = config("preset = \"aider\"\nextra_args = [\"--model\", \"openai/qwen\"]")
@@ -1597,10 +1658,10 @@ mod tests {
         assert_eq!(&more.args[..AIDER_ARGS.len()], AIDER_ARGS);
         assert_eq!(&more.args[AIDER_ARGS.len()..], ["--model", "openai/qwen"]);
         let replaced =
-            config("preset = \"codex\"\nargs = [\"exec\"]\nextra_args = [\"--full-auto\"]")
+            config("preset = \"codex\"\nargs = [\"exec\"]\nextra_args = [\"--ephemeral\"]")
                 .resolved()
                 .unwrap();
-        assert_eq!(replaced.args, ["exec", "--full-auto"]);
+        assert_eq!(replaced.args, ["exec", "--ephemeral"]);
         let old_name = config("preset = \"codex\"\nresult = \"stdout\"")
             .resolved()
             .unwrap();

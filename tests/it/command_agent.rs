@@ -498,7 +498,7 @@ async fn the_cli_gets_a_scrubbed_environment_with_its_task_and_branch() {
 }
 
 #[actix::test]
-async fn a_missing_program_is_a_crash_that_says_it_cannot_start() {
+async fn a_missing_program_cannot_start_and_says_so_cause_first() {
     let config = CommandAgentConfig {
         program: Some("/nonexistent/flotilla-fake-agent".into()),
         ..CommandAgentConfig::default()
@@ -506,15 +506,158 @@ async fn a_missing_program_is_a_crash_that_says_it_cannot_start() {
     let mut s = start(config);
     s.assign("t1", &["src"]);
     let (outcome, _) = s.outcome().await;
-    let AttemptFailure::Crashed { detail } = outcome.unwrap_err() else {
-        panic!("expected a crash");
+    let failure = outcome.unwrap_err();
+    assert!(!failure.is_retryable(), "{failure:?}");
+    let AttemptFailure::CannotStart { detail } = failure else {
+        panic!("expected a start failure, got {failure:?}");
     };
-    assert!(detail.starts_with("fake: could not run "), "{detail}");
-    assert!(detail.contains("cannot start"), "{detail}");
     assert!(
-        detail.contains("/nonexistent/flotilla-fake-agent"),
+        detail.starts_with("fake: program not found at that path"),
         "{detail}"
     );
+    assert!(
+        detail.contains("\"/nonexistent/flotilla-fake-agent\""),
+        "{detail}"
+    );
+}
+
+/// The events of task `id` in a finished run: its dispatches, its retries, and the reason
+/// it failed with, if it did.
+fn story_of(events: &[Event], id: &str) -> (usize, usize, Option<FailureReason>) {
+    let is = |task: &TaskId| task.to_string() == id;
+    let dispatched = events
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::TaskDispatched { task, .. } if is(task)))
+        .count();
+    let retried = events
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::TaskRetried { task, .. } if is(task)))
+        .count();
+    let reason = events.iter().find_map(|e| match &e.kind {
+        EventKind::TaskFailed { task, reason, .. } if is(task) => Some(reason.clone()),
+        _ => None,
+    });
+    (dispatched, retried, reason)
+}
+
+/// The detail of a task that failed because its agent cannot start.
+fn cannot_start(reason: Option<FailureReason>, events: &[Event]) -> String {
+    match reason {
+        Some(FailureReason::AgentFailed {
+            failure: AttemptFailure::CannotStart { detail },
+        }) => detail,
+        other => panic!("expected a start failure, got {other:?}; events: {events:#?}"),
+    }
+}
+
+/// Issue 25: an agent's program that goes missing after submit (the submit-time check saw
+/// it; here t1's own `run` step removes it before t2, which needs it, is dispatched) fails
+/// its task once, its cause first, instead of being retried attempt after attempt.
+#[tokio::test]
+async fn a_program_removed_after_submit_fails_its_task_after_one_attempt() {
+    use crate::daemon_env::{InProcessDaemon, follow_to_end, outcome, run_config, submit};
+    use std::os::unix::fs::PermissionsExt;
+
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let tools = tempfile::tempdir().unwrap();
+    let program = tools.path().join("ghost-cli");
+    std::fs::write(&program, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let scenario = format!(
+        r#"
+[[planner.answers]]
+tasks = [
+  {{ description = "remove the CLI", scope = ["docs"] }},
+  {{ description = "work for the CLI", scope = ["src"], capabilities = ["cli"], dependencies = [0] }},
+]
+[tasks.t1]
+writes = {{ "docs/a.md" = "scripted\n" }}
+run = "rm -- '{}'"
+"#,
+        program.display()
+    );
+    let mut config = run_config(&scenario, 2);
+    config["limits"]["max_attempts"] = serde_json::json!(3);
+    config["workers"] = serde_json::json!([
+        { "name": "general", "agent": "scripted" },
+        { "name": "cli", "capabilities": ["cli"], "cost": 5, "agent": "ghost" },
+    ]);
+    config["agents"] = serde_json::json!({
+        "ghost": { "program": program.to_string_lossy(), "prompt": "file", "result": "file" }
+    });
+    // t1's sandboxed `run` step may change the tools' directory (and so remove the CLI).
+    config["sandbox"] = serde_json::json!({
+        "writable": [tools.path().to_string_lossy()]
+    });
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), config).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert!(!program.exists(), "t1 removed the CLI: {events:#?}");
+    assert_eq!(outcome(&events), Some(RunOutcome::Failed), "{events:#?}");
+    let (dispatched, retried, reason) = story_of(&events, "t2");
+    assert_eq!((dispatched, retried), (1, 0), "one attempt: {events:#?}");
+    let detail = cannot_start(reason, &events);
+    assert!(
+        detail.starts_with("ghost: program not found at that path"),
+        "{detail}"
+    );
+    assert!(detail.contains(&*program.to_string_lossy()), "{detail}");
+    assert!(detail.contains("not retried"), "{detail}");
+}
+
+/// A program found on the daemon's PATH (so submit accepts it) in a directory the sandbox
+/// hides (the state directory here; `/tmp` or `~` for a user) is not there for bwrap, which
+/// says `execvp …: No such file or directory` and exits 1: the task fails once, saying where
+/// the program is not found and how to show it.
+#[tokio::test]
+async fn a_program_the_sandbox_hides_fails_its_task_once_and_says_how_to_show_it() {
+    use crate::daemon_env::{DaemonProcess, follow_to_end, outcome, run_config, submit};
+    use std::os::unix::fs::PermissionsExt;
+
+    let state = tempfile::tempdir().unwrap();
+    let bin = state.path().join("tools-bin");
+    std::fs::create_dir(&bin).unwrap();
+    let program = bin.join("flotilla-hidden-cli");
+    std::fs::write(&program, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let _daemon = DaemonProcess::start_with_env(state.path(), &[("PATH", &path)]);
+    let client = DaemonProcess::client(state.path());
+
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "work for the CLI", scope = ["src"] }]
+"#;
+    let mut config = run_config(scenario, 1);
+    config["limits"]["max_attempts"] = serde_json::json!(3);
+    config["workers"] = serde_json::json!([{ "name": "cli", "agent": "hidden" }]);
+    config["agents"] = serde_json::json!({
+        "hidden": { "program": "flotilla-hidden-cli", "prompt": "file", "result": "file" }
+    });
+    let run = submit(&client, repo.path(), config).await;
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Failed), "{events:#?}");
+    let (dispatched, retried, reason) = story_of(&events, "t1");
+    assert_eq!((dispatched, retried), (1, 0), "one attempt: {events:#?}");
+    let detail = cannot_start(reason, &events);
+    assert!(
+        detail.starts_with("hidden: program not found inside the sandbox"),
+        "{detail}"
+    );
+    assert!(detail.contains("\"flotilla-hidden-cli\""), "{detail}");
+    assert!(
+        detail.contains(&format!("the host has {}", program.display())),
+        "where it is, to be shown: {detail}"
+    );
+    assert!(detail.contains("run by /bin/sh"), "{detail}");
+    assert!(detail.contains("[sandbox] read_only"), "{detail}");
 }
 
 #[actix::test]
@@ -880,7 +1023,11 @@ async fn the_claude_code_preset_reads_the_result_event_of_claudes_stream() {
 
 #[actix::test]
 async fn the_codex_preset_reads_the_last_agent_message_of_its_completed_turn() {
-    let config = preset(Preset::Codex, "fake-codex", &["--full-auto"]);
+    let config = preset(
+        Preset::Codex,
+        "fake-codex",
+        &["--sandbox", "workspace-write"],
+    );
     let mut s = start(config);
     let branch = s.assign("t1", &["src"]);
     let (outcome, spent) = s.outcome().await;

@@ -351,13 +351,18 @@ async fn a_program_that_cannot_start_is_a_typed_error() {
         .run(spec, CancellationToken::new(), None)
         .await
         .unwrap_err();
+    // Missing, as opposed to failing to start: a caller need not try it again.
     match &error {
-        ProcessError::Spawn { program, detail } => {
+        ProcessError::NotFound { program, detail } => {
             assert_eq!(program, "definitely-not-a-program-xyz");
-            assert!(detail.contains("No such file or directory"), "{detail}");
+            assert_eq!(detail, "on PATH");
         }
         other => panic!("{other:?}"),
     }
+    assert_eq!(
+        error.to_string(),
+        "definitely-not-a-program-xyz: program not found on PATH"
+    );
     let gone_dir = sh("true", &dir.path().join("missing"));
     let error = TokioProcessRunner
         .run(gone_dir, CancellationToken::new(), None)

@@ -650,7 +650,8 @@ fn tail(text: &str) -> String {
         .collect()
 }
 
-/// The typed failure the TaskGraph sees: it retries a crash or a timeout, not a budget stop.
+/// The typed failure the TaskGraph sees: it retries a crash or a timeout, not a budget stop
+/// or an agent that cannot start.
 fn failure_of(error: AgentError, limit: Duration) -> AttemptFailure {
     match error {
         AgentError::Crashed(detail) => AttemptFailure::Crashed { detail },
@@ -659,6 +660,7 @@ fn failure_of(error: AgentError, limit: Duration) -> AttemptFailure {
             limit_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
         },
         AgentError::Cancelled => AttemptFailure::Cancelled,
+        AgentError::CannotStart(detail) => AttemptFailure::CannotStart { detail },
     }
 }
 

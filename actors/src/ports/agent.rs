@@ -28,6 +28,11 @@ pub enum AgentError {
     /// The attempt was called off (its token was cancelled) and the agent stopped.
     #[error("the agent was called off")]
     Cancelled,
+    /// The agent cannot start on this machine (its program is missing, the sandbox it must
+    /// run in is unavailable): another attempt would fail the same way. The text starts
+    /// with the agent's name and the cause.
+    #[error("{0}")]
+    CannotStart(String),
 }
 
 /// Where an agent reports what it spends while it works, so that budgets bind during an

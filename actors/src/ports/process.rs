@@ -299,6 +299,11 @@ pub enum ProcessError {
     /// directory).
     #[error("cannot start {program}: {detail}")]
     Spawn { program: String, detail: String },
+    /// The program is not there: not on the command's `PATH` (or not at the path given),
+    /// or hidden by the sandbox. Unlike other start failures, trying again will not help
+    /// until someone installs it or shows it to the sandbox; `detail` says which.
+    #[error("{program}: program not found {detail}")]
+    NotFound { program: String, detail: String },
     /// The run's sandbox cannot be set up on this machine (the message says what to
     /// install, or how to turn the sandbox off deliberately).
     #[error("the sandbox is not available on this machine: {0}")]

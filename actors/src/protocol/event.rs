@@ -808,6 +808,11 @@ pub enum AttemptFailure {
     /// The attempt's git worktree could not be made or read.
     #[error("the workspace failed: {detail}")]
     Workspace { detail: String },
+    /// The agent cannot start on this machine: its program went missing after submit (or
+    /// the sandbox hides it), or the sandbox became unavailable. Not retried: every attempt
+    /// would fail the same way. `detail` starts with the agent's name and the cause.
+    #[error("{detail}")]
+    CannotStart { detail: String },
 }
 
 /// At most 10 paths, then how many more.
@@ -822,9 +827,13 @@ fn list_paths(paths: &[String]) -> String {
 impl AttemptFailure {
     /// Whether another attempt may help. A crash, unusable output, a timeout, a dead runner or
     /// a failure the agent reported may be transient; a cancelled attempt was stopped on
-    /// purpose and must not come back.
+    /// purpose and must not come back; an agent that cannot start here would not start on
+    /// the next attempt either.
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, AttemptFailure::Cancelled)
+        !matches!(
+            self,
+            AttemptFailure::Cancelled | AttemptFailure::CannotStart { .. }
+        )
     }
 }
 
@@ -879,6 +888,15 @@ mod tests {
         assert_eq!(reason.to_string(), "the agent crashed: exit 1");
         assert!(f.is_retryable());
         assert!(!AttemptFailure::Cancelled.is_retryable());
+        let missing = AttemptFailure::CannotStart {
+            detail: "codex: program not found on PATH".into(),
+        };
+        assert!(!missing.is_retryable());
+        assert_eq!(
+            FailureReason::AgentFailed { failure: missing }.to_string(),
+            "codex: program not found on PATH",
+            "cause first, with nothing before the agent's name"
+        );
     }
 
     #[test]
