@@ -932,6 +932,7 @@ async fn follow_from(
     let live = style.live && !json;
     let whole_run = last.get().is_none();
     let mut tally = Tally::default();
+    let mut spend = render::SpendFold::default();
     if live {
         // The live line shows spending against the run's budget; without it, spending alone.
         if let Ok(status) = client
@@ -990,14 +991,23 @@ async fn follow_from(
                 // A streaming call's progress and an agent's activity update the live line
                 // only; without one (a pipe, a log) they are left out: what they led to
                 // comes with the answer or the handoff.
-                if !matches!(
-                    event.kind,
-                    EventKind::LlmProgress { .. } | EventKind::AgentActivity { .. }
-                ) {
+                // Charges are summed per attempt and said when it ends (`SpendFold`).
+                if spend.absorb(&event.kind)
+                    || matches!(
+                        event.kind,
+                        EventKind::LlmProgress { .. } | EventKind::AgentActivity { .. }
+                    )
+                {
+                    if !live {
+                        continue;
+                    }
+                } else {
                     text.push_str(&render::event_line(&event, &style));
                     text.push('\n');
-                } else if !live {
-                    continue;
+                    for line in spend.ended(&event.kind) {
+                        text.push_str(&render::folded_line(&line, event.at_ms, &style));
+                        text.push('\n');
+                    }
                 }
                 if live {
                     // As of this event: a replayed backlog shows the time it happened at.

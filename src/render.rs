@@ -229,6 +229,91 @@ enum Tone {
     Dim,
 }
 
+/// Charges folded per attempt, for the human tail and a task's story. A running attempt is
+/// charged once per model call (sixty charges an attempt on a real model), which as one line
+/// each buries what happened; so charges are summed per attempt and said in one line when
+/// the attempt ends (or the run does). `--json` still carries every charge.
+#[derive(Default)]
+pub struct SpendFold {
+    /// Attempts charged and not yet said: task, attempt, the sum, how many charges.
+    open: Vec<(TaskId, u32, Budget, u32)>,
+}
+
+impl SpendFold {
+    /// Whether `kind` is a charge this fold keeps (so the caller prints nothing for it now).
+    pub fn absorb(&mut self, kind: &EventKind) -> bool {
+        let EventKind::SpendCharged {
+            task,
+            attempt,
+            spent,
+        } = kind
+        else {
+            return false;
+        };
+        match self
+            .open
+            .iter_mut()
+            .find(|(t, a, _, _)| t == task && a == attempt)
+        {
+            Some((_, _, sum, count)) => {
+                *sum = sum.saturating_add(*spent);
+                *count = count.saturating_add(1);
+            }
+            None => self.open.push((task.clone(), *attempt, *spent, 1)),
+        }
+        true
+    }
+
+    /// The lines to print after `kind`: the spend of each attempt it ends (all of them when
+    /// the run finishes), in the order they were first charged.
+    pub fn ended(&mut self, kind: &EventKind) -> Vec<String> {
+        let task = match kind {
+            EventKind::TaskRetried { task, .. }
+            | EventKind::TaskInterrupted { task, .. }
+            | EventKind::TaskCompleted { task, .. }
+            | EventKind::TaskFailed { task, .. }
+            | EventKind::TaskCancelled { task, .. }
+            | EventKind::TaskLanding { task, .. }
+            | EventKind::TaskLanded { task, .. } => Some(task),
+            EventKind::RunFinished { .. } => None,
+            _ => return Vec::new(),
+        };
+        let (said, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.open)
+            .into_iter()
+            .partition(|(t, _, _, _)| task.is_none_or(|task| t == task));
+        self.open = kept;
+        said.into_iter().map(Self::line).collect()
+    }
+
+    /// The lines of every attempt still open (the end of a task's story).
+    pub fn rest(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.open)
+            .into_iter()
+            .map(Self::line)
+            .collect()
+    }
+
+    fn line((task, attempt, spent, charges): (TaskId, u32, Budget, u32)) -> String {
+        let what = format!("{task} attempt {attempt} spent {}", charge_words(&spent));
+        if charges > 1 {
+            format!("{what} ({charges} charges)")
+        } else {
+            what
+        }
+    }
+}
+
+/// A line [`SpendFold`] made, laid out like an event line. It is no journal event, so it
+/// has no number (like a notice).
+pub fn folded_line(text: &str, at_ms: u64, style: &Style) -> String {
+    format!(
+        "{} {} {}",
+        style.dim(&clock(at_ms)),
+        style.dim("#-    "),
+        style.dim(&terminal_safe(text))
+    )
+}
+
 /// One human line for an event. Its text is escaped as a whole ([`terminal_safe`]) before
 /// it is coloured, so no part of it can carry a control sequence.
 pub fn event_line(e: &Event, style: &Style) -> String {
@@ -814,9 +899,14 @@ pub fn task_story_text(story: &crate::daemon::story::TaskStory, style: &Style) -
     let detail = |out: &mut String, label: &str, text: &str| {
         let _ = writeln!(out, "        {label}: {}", safe(text));
     };
+    let mut spend = SpendFold::default();
     for e in &story.events {
+        if spend.absorb(&e.kind) {
+            continue;
+        }
         let _ = writeln!(out, "{}", event_line(e, style));
         match &e.kind {
+            EventKind::TaskRetried { failure, .. } => detail(&mut out, "why", &failure.to_string()),
             EventKind::TaskFailed { reason, .. } => detail(&mut out, "why", &reason.to_string()),
             EventKind::TaskCompleted {
                 handoff: Some(h), ..
@@ -845,6 +935,13 @@ pub fn task_story_text(story: &crate::daemon::story::TaskStory, style: &Style) -
             EventKind::TaskCancelled { reason, .. } => detail(&mut out, "why", reason),
             _ => {}
         }
+        for line in spend.ended(&e.kind) {
+            let _ = writeln!(out, "{}", folded_line(&line, e.at_ms, style));
+        }
+    }
+    let end = story.events.last().map_or(0, |e| e.at_ms);
+    for line in spend.rest() {
+        let _ = writeln!(out, "{}", folded_line(&line, end, style));
     }
     out
 }
@@ -1334,6 +1431,107 @@ mod tests {
         assert_eq!(charge_words(&time), "152 ms");
         assert_eq!(charge_words(&both), "7 tokens, $0.0015, 3 ms");
         assert_eq!(charge_words(&Budget::default()), "0 ms");
+    }
+
+    /// A task's story says each attempt's spend once (its sixty per-call charges folded),
+    /// and every failure, retried ones too, in full.
+    #[test]
+    fn a_task_story_folds_charges_per_attempt_and_gives_every_reason_whole() {
+        let run = RunId::generate();
+        let task = TaskId::root(1);
+        let long = format!(
+            "codex: turn failed: {} the cause at the end",
+            "x".repeat(200)
+        );
+        let charge = |seq, attempt| Event {
+            seq,
+            run: run.clone(),
+            at_ms: seq * 1000,
+            kind: EventKind::SpendCharged {
+                task: task.clone(),
+                attempt,
+                spent: Budget::new(100, Usd::ZERO, 0),
+            },
+        };
+        let mut events = vec![];
+        for seq in 1..=3 {
+            events.push(charge(seq, 1));
+        }
+        events.push(Event {
+            seq: 4,
+            run: run.clone(),
+            at_ms: 4000,
+            kind: EventKind::TaskRetried {
+                task: task.clone(),
+                attempt: 1,
+                failure: AttemptFailure::Crashed {
+                    detail: long.clone(),
+                },
+            },
+        });
+        events.push(charge(5, 2));
+        events.push(Event {
+            seq: 6,
+            run: run.clone(),
+            at_ms: 6000,
+            kind: EventKind::TaskFailed {
+                task: task.clone(),
+                attempt: 2,
+                reason: FailureReason::AgentFailed {
+                    failure: AttemptFailure::Crashed {
+                        detail: long.clone(),
+                    },
+                },
+            },
+        });
+        let story = crate::daemon::story::story(run.to_string(), task, events);
+        let text = task_story_text(&story, &Style::plain());
+        let spend: Vec<&str> = text.lines().filter(|l| l.contains(" spent ")).collect();
+        assert_eq!(spend.len(), 2, "{text}");
+        assert!(
+            spend[0].ends_with("t1 attempt 1 spent 300 tokens (3 charges)"),
+            "{text}"
+        );
+        assert!(
+            spend[1].ends_with("t1 attempt 2 spent 100 tokens"),
+            "{text}"
+        );
+        let order: Vec<usize> = ["attempt 1 failed", "attempt 1 spent", "attempt 2 spent"]
+            .iter()
+            .map(|needle| text.find(needle).expect(needle))
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{text}");
+        let whole = text
+            .lines()
+            .filter(|l| l.contains("the cause at the end"))
+            .count();
+        assert_eq!(whole, 2, "both reasons whole: {text}");
+    }
+
+    /// The fold keeps charges of other tasks open, and a run's end says them all.
+    #[test]
+    fn spend_fold_says_an_attempt_when_it_ends_and_the_rest_at_the_run_end() {
+        let mut fold = SpendFold::default();
+        let charge = |task: u32| EventKind::SpendCharged {
+            task: TaskId::root(task),
+            attempt: 1,
+            spent: Budget::new(5, Usd::ZERO, 0),
+        };
+        assert!(fold.absorb(&charge(1)));
+        assert!(fold.absorb(&charge(2)));
+        assert!(!fold.absorb(&EventKind::PlanningFinished));
+        let t1_done = EventKind::TaskInterrupted {
+            task: TaskId::root(1),
+            attempt: 1,
+        };
+        assert_eq!(fold.ended(&t1_done), vec!["t1 attempt 1 spent 5 tokens"]);
+        assert!(fold.ended(&t1_done).is_empty());
+        assert!(fold.ended(&EventKind::PlanningFinished).is_empty());
+        let finished = EventKind::RunFinished {
+            outcome: RunOutcome::Completed,
+            reason: None,
+        };
+        assert_eq!(fold.ended(&finished), vec!["t2 attempt 1 spent 5 tokens"]);
     }
 
     /// Retitles the terminal (OSC 0), clears it (CSI 2J), writes the clipboard (OSC 52),
