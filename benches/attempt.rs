@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group};
+use flotilla::git_repo::TargetBranch;
 use flotilla::process::ConfinedRunner;
 use flotilla::sandbox::{SandboxConfig, SandboxMode, SandboxPolicy};
 use flotilla::worktrees::GitWorktrees;
@@ -66,7 +67,12 @@ fn setup(files: usize, bytes: usize) -> Setup {
     repository(&repo, files, bytes);
     let (repo, state) = (repo.canonicalize().unwrap(), state.canonicalize().unwrap());
     let run = RunId::generate();
-    let worktrees = GitWorktrees::new(&repo, run, state.join("worktrees").join(run.to_string()));
+    let worktrees = GitWorktrees::new(
+        &repo,
+        run,
+        state.join("worktrees").join(run.to_string()),
+        TargetBranch::new("main").unwrap(),
+    );
     Setup {
         _tmp: tmp,
         worktrees,

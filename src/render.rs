@@ -1445,7 +1445,7 @@ mod tests {
         );
         let charge = |seq, attempt| Event {
             seq,
-            run: run.clone(),
+            run,
             at_ms: seq * 1000,
             kind: EventKind::SpendCharged {
                 task: task.clone(),
@@ -1459,7 +1459,7 @@ mod tests {
         }
         events.push(Event {
             seq: 4,
-            run: run.clone(),
+            run,
             at_ms: 4000,
             kind: EventKind::TaskRetried {
                 task: task.clone(),
@@ -1472,7 +1472,7 @@ mod tests {
         events.push(charge(5, 2));
         events.push(Event {
             seq: 6,
-            run: run.clone(),
+            run,
             at_ms: 6000,
             kind: EventKind::TaskFailed {
                 task: task.clone(),
