@@ -871,6 +871,16 @@ impl Call {
                     "{name}: {cause}{exit}; last output: {tail}"
                 )));
             }
+            // Codex's server has no Responses API: every attempt would get the same 404.
+            (Err(StreamEnd::Unservable(cause)), exit) => {
+                let exit = exit.map(|e| format!(" ({e})")).unwrap_or_default();
+                return Err(AgentError::CannotStart(format!(
+                    "{name}: {cause}{exit}; not retried: the model server has no Responses API \
+                     (POST …/responses answered 404), which Codex needs; a server that speaks \
+                     only chat completions cannot serve it: put a Responses API in front of it \
+                     or give the task another agent; last output: {tail}"
+                )));
+            }
             // A non-zero exit is a failure whatever the CLI handed back.
             (_, Some(exit)) => {
                 return Err(AgentError::Crashed(format!(
@@ -1262,6 +1272,18 @@ enum StreamEnd {
     Failed(String),
     /// It never said how it ended (no result event, no completed turn), or said it twice.
     Unfinished(String),
+    /// The CLI said it failed in a way no other attempt escapes: Codex's model server has
+    /// no Responses API (a server that speaks only chat completions answers its
+    /// `POST …/responses` with 404, every time). The cause, in its words.
+    Unservable(String),
+}
+
+/// Whether a Codex `turn.failed` message is its model server answering `POST …/responses`
+/// with 404: the server does not speak the Responses API, which Codex 0.171 needs, so a
+/// retry meets the same 404 (issue 25). Codex words it `unexpected status 404 Not Found:
+/// …, url: http://…/v1/responses, …` after its own reconnects.
+fn responses_api_missing(message: &str) -> bool {
+    message.contains("404") && message.contains("/responses")
 }
 
 /// The CLI's stdout, read line by line: its live activity, what it spent (reported once:
@@ -1296,6 +1318,8 @@ struct EventStream {
     completed_message: Option<Option<String>>,
     /// Codex: the first `turn.failed` message, and the last `error` event's.
     turn_failed: Option<String>,
+    /// Codex: that first `turn.failed` was its server's 404 on `/responses`.
+    turn_unservable: bool,
     stream_error: Option<String>,
 }
 
@@ -1319,6 +1343,7 @@ impl EventStream {
             turn_message: None,
             completed_message: None,
             turn_failed: None,
+            turn_unservable: false,
             stream_error: None,
         }
     }
@@ -1391,7 +1416,12 @@ impl EventStream {
             },
             OutputFormat::CodexJson => {
                 if let Some(message) = &self.turn_failed {
-                    return Err(StreamEnd::Failed(format!("turn failed: {message}")));
+                    let cause = format!("turn failed: {message}");
+                    return Err(if self.turn_unservable {
+                        StreamEnd::Unservable(cause)
+                    } else {
+                        StreamEnd::Failed(cause)
+                    });
                 }
                 match &self.completed_message {
                     Some(message) => Ok(message.clone()),
@@ -1547,8 +1577,11 @@ impl EventStream {
                     "turn failed: {}",
                     one_line(&error.message, DETAIL_CHARS)
                 ));
-                self.turn_failed
-                    .get_or_insert_with(|| one_line(&error.message, CAUSE_CHARS));
+                if self.turn_failed.is_none() {
+                    // Judged on the whole message: the URL may be past what is kept of it.
+                    self.turn_unservable = responses_api_missing(&error.message);
+                    self.turn_failed = Some(one_line(&error.message, CAUSE_CHARS));
+                }
             }
             Event::Error(error) => {
                 heard

@@ -979,6 +979,49 @@ async fn codex_turn_failed_is_the_failure_reason_whatever_it_said_before() {
     );
 }
 
+/// Issue 25: Codex pointed at a server that speaks only chat completions fails its turn
+/// with the server's 404 on `/v1/responses`, which no retry will change: the task fails
+/// after one attempt, cause first, saying what the server lacks.
+#[tokio::test]
+async fn codex_on_a_server_without_the_responses_api_fails_its_task_once() {
+    use crate::daemon_env::{InProcessDaemon, follow_to_end, outcome, run_config, submit};
+
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "work for Codex", scope = ["src"] }]
+"#;
+    let mut config = run_config(scenario, 1);
+    config["limits"]["max_attempts"] = serde_json::json!(3);
+    config["workers"] = serde_json::json!([{ "name": "codex", "agent": "codex" }]);
+    config["agents"] = serde_json::json!({
+        "codex": {
+            "preset": "codex",
+            "program": format!("{FIXTURES}/fake-codex"),
+            "extra_args": ["--sandbox", "workspace-write", "-m", "chat-only-server"],
+        }
+    });
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), config).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Failed), "{events:#?}");
+    let (dispatched, retried, reason) = story_of(&events, "t1");
+    assert_eq!((dispatched, retried), (1, 0), "one attempt: {events:#?}");
+    let detail = cannot_start(reason, &events);
+    assert!(
+        detail.starts_with(
+            "codex: turn failed: unexpected status 404 Not Found: {\"detail\":\"Not Found\"}, url: http://127.0.0.1:8765/v1/responses"
+        ),
+        "cause first: {detail}"
+    );
+    assert!(detail.contains("(exited with code 1)"), "{detail}");
+    assert!(
+        detail.contains("not retried: the model server has no Responses API"),
+        "{detail}"
+    );
+}
+
 // Each preset, run against a fake of its CLI speaking the CLI's current output format.
 
 fn preset(preset: Preset, fake_cli: &str, extra_args: &[&str]) -> CommandAgentConfig {

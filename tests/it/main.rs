@@ -8,6 +8,7 @@ mod budgets;
 mod builtin_agent;
 mod checkout;
 mod cli;
+mod codex_real;
 mod command_agent;
 mod crash;
 mod daemon;
