@@ -246,11 +246,11 @@ tasks = [{ description = "Add src/from_codex.rs with a function from_codex retur
         "one request carried the call's output: {bodies:#?}"
     );
 
-    // The task completed with the envelope of Codex's final message.
+    // The task completed with the envelope of Codex's final message, and landed.
     let handoff = events
         .iter()
         .find_map(|e| match &e.kind {
-            EventKind::TaskCompleted { task, handoff, .. } if task.to_string() == "t1" => {
+            EventKind::TaskLanding { task, handoff, .. } if task.to_string() == "t1" => {
                 handoff.clone()
             }
             _ => None,
@@ -258,6 +258,13 @@ tasks = [{ description = "Add src/from_codex.rs with a function from_codex retur
         .unwrap_or_else(|| panic!("t1 completed with a handoff: {events:#?}"));
     assert_eq!(handoff.status, HandoffStatus::Complete, "{handoff:?}");
     assert_eq!(handoff.files_changed, [WRITTEN], "{handoff:?}");
+    assert_eq!(handoff.metrics.tool_calls, 1, "one command: {handoff:?}");
+    assert!(
+        events.iter().any(
+            |e| matches!(&e.kind, EventKind::TaskLanded { task, .. } if task.to_string() == "t1")
+        ),
+        "t1 landed: {events:#?}"
+    );
 
     // Codex's usage (both answers of its one turn) is charged to the task.
     let charged: u64 = events
@@ -277,7 +284,9 @@ tasks = [{ description = "Add src/from_codex.rs with a function from_codex retur
     let git = git2::Repository::open(repo.path()).unwrap();
     let main = git.find_branch("main", git2::BranchType::Local).unwrap();
     let tree = main.get().peel_to_tree().unwrap();
-    let entry = tree.get_path(Path::new(WRITTEN)).expect("the file is on main");
+    let entry = tree
+        .get_path(Path::new(WRITTEN))
+        .expect("the file is on main");
     let blob = git.find_blob(entry.id()).unwrap();
     assert_eq!(std::str::from_utf8(blob.content()).unwrap(), CONTENT);
     let statuses = git
