@@ -1958,6 +1958,39 @@ sandbox = "bwrap"
         );
     }
 
+    /// Issue 25: a server without the Responses API answers Codex's every request with 404;
+    /// that turn.failed is unservable (not retried), judged on the whole message even when
+    /// the URL lies past what a reason keeps, and only the first turn.failed counts.
+    #[test]
+    fn codex_failing_on_a_404_from_responses_is_unservable() {
+        let padding = "x".repeat(CAUSE_CHARS);
+        let message =
+            format!("unexpected status 404 Not Found: {padding}, url: http://h/v1/responses");
+        let mut s = EventStream::new(OutputFormat::CodexJson, roots());
+        s.line(r#"{"type":"turn.started"}"#);
+        s.line(
+            &serde_json::json!({ "type": "turn.failed", "error": { "message": message } })
+                .to_string(),
+        );
+        s.line(r#"{"type":"turn.failed","error":{"message":"stream disconnected"}}"#);
+        match s.verdict() {
+            Err(StreamEnd::Unservable(cause)) => {
+                assert!(
+                    cause.starts_with("turn failed: unexpected status 404"),
+                    "{cause}"
+                )
+            }
+            other => panic!("expected unservable, got {other:?}"),
+        }
+        let mut other_404 = EventStream::new(OutputFormat::CodexJson, roots());
+        other_404.line(r#"{"type":"turn.failed","error":{"message":"unexpected status 404 Not Found: model gone"}}"#);
+        assert!(matches!(other_404.verdict(), Err(StreamEnd::Failed(_))));
+        let mut later = EventStream::new(OutputFormat::CodexJson, roots());
+        later.line(r#"{"type":"turn.failed","error":{"message":"stream disconnected"}}"#);
+        later.line(r#"{"type":"turn.failed","error":{"message":"unexpected status 404 Not Found, url: http://h/v1/responses"}}"#);
+        assert!(matches!(later.verdict(), Err(StreamEnd::Failed(_))));
+    }
+
     #[test]
     fn a_codex_turn_that_failed_or_never_ended_has_no_result() {
         let mut failed = EventStream::new(OutputFormat::CodexJson, roots());
@@ -1967,13 +2000,13 @@ sandbox = "bwrap"
                 r#"{"type":"turn.started"}"#,
                 r#"{"type":"item.completed","item":{"id":"i0","type":"agent_message","text":"{\"status\":\"complete\",\"summary\":\"s\"}"}}"#,
                 r#"{"type":"error","message":"stream disconnected before completion"}"#,
-                r#"{"type":"turn.failed","error":{"message":"unexpected status 404 Not Found: /v1/responses"}}"#,
+                r#"{"type":"turn.failed","error":{"message":"unexpected status 500 Internal Server Error: /v1/responses"}}"#,
             ],
         );
         assert_eq!(
             failed.verdict(),
             Err(StreamEnd::Failed(
-                "turn failed: unexpected status 404 Not Found: /v1/responses".into()
+                "turn failed: unexpected status 500 Internal Server Error: /v1/responses".into()
             ))
         );
         let mut unfinished = EventStream::new(OutputFormat::CodexJson, roots());
