@@ -170,8 +170,19 @@ fn lock_files(dir: &Path) -> Vec<String> {
 }
 
 async fn soak(soak: Soak) {
-    let state = tempfile::tempdir().unwrap();
-    let repo = git_repo();
+    let mut state = tempfile::tempdir().unwrap();
+    let mut repo = git_repo();
+    // FLOTILLA_SOAK_KEEP=1 keeps the state directory (journal, worktrees) and the repository
+    // for a post-mortem of a failing soak; their paths are printed.
+    if std::env::var_os("FLOTILLA_SOAK_KEEP").is_some() {
+        state.disable_cleanup(true);
+        repo.disable_cleanup(true);
+        eprintln!(
+            "soak: state in {}, repository in {}",
+            state.path().display(),
+            repo.path().display()
+        );
+    }
     let client = DaemonProcess::client(state.path());
     let mut daemon = DaemonProcess::start(state.path());
     let run = submit(&client, repo.path(), config(&soak)).await;
