@@ -20,8 +20,9 @@ use crate::daemon_env::*;
 /// The shape of one soak.
 struct Soak {
     tasks: usize,
-    /// Tasks 1..=2*pairs come in pairs that both write one shared file outside their scope:
-    /// whichever lands second conflicts.
+    /// Tasks 1..=2*pairs come in pairs that both add a line to one shared file outside
+    /// their scope: when both start before either lands, whichever lands second conflicts
+    /// (add/add); one that starts after the other landed adds its line after its partner's.
     pairs: usize,
     kills: usize,
     /// The kill after which the user commits on main by hand (while the daemon runs).
@@ -63,18 +64,21 @@ fn scenario(soak: &Soak) -> String {
     }
     s.push_str("]\n");
     for n in 1..=soak.tasks {
+        // The note is appended, as a model adds a line: a retry after a kill may start from
+        // a main that has its partner's note already, and writing the whole file would
+        // replace that note (a task's own deliberate edit, not a lost side).
+        if let Some(pair) = pair_of(soak, n) {
+            s.push_str(&format!(
+                "\n[tasks.t{n}]\nrun = \"mkdir -p shared && echo '{}' >> {}\"\n",
+                shared_line(n),
+                shared_file(pair)
+            ));
+        }
         s.push_str(&format!(
             "\n[tasks.t{n}.writes]\n\"{}\" = {:?}\n",
             own_file(n),
             own_text(n)
         ));
-        if let Some(pair) = pair_of(soak, n) {
-            s.push_str(&format!(
-                "\"{}\" = {:?}\n",
-                shared_file(pair),
-                format!("{}\n", shared_line(n))
-            ));
-        }
     }
     // Conflict fixes keep both sides, as a model would for two added lines. Numbered in the
     // order they are made, which the kills shuffle: every possible number gets the same.
