@@ -173,6 +173,49 @@ fn lock_files(dir: &Path) -> Vec<String> {
     found
 }
 
+/// How often the user tries their commit while git's locks are taken.
+const USER_TRIES: u32 = 100;
+
+/// The user's `git commit` on main, with git itself: it takes `index.lock` and main's ref
+/// lock as any git command does, so it fails while a landing moves main under the checkout
+/// (flotilla holds the same locks for the move). The user tries again, as a person would,
+/// a bounded number of times: a lock held for longer than a move (one left behind) still
+/// fails the soak.
+async fn commit_by_hand(repo: &Path) -> git2::Oid {
+    std::fs::write(repo.join("USER.md"), "written by the user, by hand\n").unwrap();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
+            .args(args)
+            .current_dir(repo)
+            .output()
+            .unwrap()
+    };
+    let mut refused = Vec::new();
+    for _ in 0..USER_TRIES {
+        let add = git(&["add", "USER.md"]);
+        let out = if add.status.success() {
+            git(&["commit", "-q", "-m", "the user's own commit"])
+        } else {
+            add
+        };
+        if out.status.success() {
+            let head = git(&["rev-parse", "HEAD"]);
+            let id = String::from_utf8_lossy(&head.stdout).trim().to_string();
+            return git2::Oid::from_str(&id).unwrap();
+        }
+        let why = String::from_utf8_lossy(&out.stderr).into_owned();
+        // Only git's locks (the index's, a ref's) are a reason to try again.
+        assert!(
+            why.contains(".lock") || why.contains("cannot lock ref"),
+            "the user's commit failed: {why}"
+        );
+        refused.push(why);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the user's commit found git's locks taken {USER_TRIES} times: {refused:#?}");
+}
+
 async fn soak(soak: Soak) {
     let mut state = tempfile::tempdir().unwrap();
     let mut repo = git_repo();
@@ -232,12 +275,7 @@ async fn soak(soak: Soak) {
         daemon = DaemonProcess::start(state.path());
         if k + 1 == soak.user_commit_after {
             // The user commits on main by hand while the run lands.
-            let git = git2::Repository::open(repo.path()).unwrap();
-            user_commit = Some(commit_files(
-                &git,
-                &[("USER.md", "written by the user, by hand\n")],
-                "the user's own commit",
-            ));
+            user_commit = Some(commit_by_hand(repo.path()).await);
         }
     }
 
