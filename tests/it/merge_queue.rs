@@ -424,6 +424,41 @@ async fn after_a_restart_work_already_on_main_is_reported_not_landed_twice() {
     assert_eq!(f.main_tip(), tip, "main did not move twice");
 }
 
+/// A kill after a landing's compare-and-swap, before its branch was deleted: the restart
+/// finds the work on main, and the branch is gone by the time the graph hears. Deleted
+/// after the graph heard, a second kill in between left it for good (the graph no longer
+/// has the task `Landing`, so nothing enqueues it again): the soak's leftover branch.
+#[actix::test]
+async fn work_found_on_main_after_a_restart_has_its_branch_deleted_before_the_graph_hears() {
+    let f = Fixture::new();
+    let request = f.branch("t1", &[("a.txt", "a\n")]);
+    let (queue, mut inbox) = f.queue(&[]);
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(request.clone())));
+    verdicts(&mut inbox, 1).await;
+    // The branch as the crash left it (the landing deleted it; put back where it was).
+    let repo = f.repo();
+    repo.branch(&request.branch, &repo.find_commit(f.base).unwrap(), true)
+        .unwrap();
+    let (queue, mut inbox) = f.queue(&[]);
+    let again = LandRequest {
+        recovered: true,
+        intended: f.intended("t1"),
+        ..request.clone()
+    };
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(again)));
+    let seen = verdicts(&mut inbox, 1).await;
+    assert!(
+        matches!(&seen[0], FromMerging::FoundOnMain { task: t, .. } if *t == task("t1")),
+        "{seen:?}"
+    );
+    assert!(
+        repo.find_branch(&request.branch, git2::BranchType::Local)
+            .is_err(),
+        "{} is deleted before the graph hears that the work landed",
+        request.branch
+    );
+}
+
 /// Commits `message` on main (with a file, so it is not empty), as someone other than
 /// flotilla would.
 fn commit_on_main(f: &Fixture, path: &str, message: &str) -> git2::Oid {

@@ -512,12 +512,15 @@ impl Cycle {
             match commit {
                 Some(commit) => {
                     let r = &queued.request;
+                    // Branches go before the graph hears, as after a landing: once the task
+                    // is landed nothing enqueues it again, so a kill between the two would
+                    // leave its branch (and a fixed task's) for good.
+                    self.delete_branches(r).await;
                     self.graph.do_send(FromMerging::FoundOnMain {
                         task: r.task.clone(),
                         attempt: r.attempt,
                         commit,
                     });
-                    self.delete_branches(r).await;
                     end.landed.push(queued.enqueued.elapsed());
                 }
                 None => rest.push(queued),
