@@ -397,6 +397,40 @@ async fn a_conflict_on_a_moved_main_is_retried_once_then_reported_with_its_files
     );
 }
 
+/// Two branches adding one file, built in one batch: the second clashes with the first,
+/// which is not on main yet. The first lands on its own, and the conflict is reported
+/// against main with the first on it, so that its fix has both sides to keep. Reported
+/// from inside the batch, the fix started from a main without the first side, found
+/// nothing to resolve, and a second fix was made for the same conflict (the soak's).
+#[actix::test]
+async fn a_conflict_with_a_batch_mate_is_reported_only_once_the_batch_mate_is_on_main() {
+    let f = Fixture::new();
+    let three = f.branch("t3", &[("three.txt", "three\n")]);
+    let one = f.branch("t1", &[("shared.txt", "one\n")]);
+    let two = f.branch("t2", &[("shared.txt", "two\n")]);
+    let (queue, mut inbox) = f.queue(&[]);
+    // t3 keeps the queue busy while t1 and t2 wait: they are built in one batch.
+    for r in [three, one, two] {
+        queue.do_send(ToMergeQueue::Enqueue(Box::new(r)));
+    }
+    let seen = verdicts(&mut inbox, 3).await;
+    let landed_at = |t: &str| {
+        seen.iter().position(|m| {
+            matches!(m, FromMerging::MainMoved { landed, .. } if landed.iter().any(|l| l.0 == task(t)))
+        })
+    };
+    let conflict_at = seen
+        .iter()
+        .position(|m| matches!(m, FromMerging::Conflict { task: t, .. } if *t == task("t2")));
+    let (Some(one_landed), Some(conflict)) = (landed_at("t1"), conflict_at) else {
+        panic!("t1 lands and t2 conflicts: {seen:?}");
+    };
+    assert!(
+        one_landed < conflict,
+        "t2's conflict is reported once t1 is on main: {seen:?}"
+    );
+}
+
 #[actix::test]
 async fn after_a_restart_work_already_on_main_is_reported_not_landed_twice() {
     let f = Fixture::new();
