@@ -306,13 +306,12 @@ async fn soak(soak: Soak) {
     );
     assert_eq!(failed, Vec::<String>::new(), "no task failed: {context}");
 
-    // At most one fix per planted conflict, ever.
+    // At most one fix per planted conflict, ever. (Fixes are journaled as `FixTaskAdded`:
+    // counted from `TaskAdded`, this assertion once counted nothing.)
     let fixes: BTreeSet<String> = kinds
         .iter()
         .filter_map(|k| match k {
-            EventKind::TaskAdded { task, .. } if task.to_string().starts_with('f') => {
-                Some(task.to_string())
-            }
+            EventKind::FixTaskAdded { task, fix, .. } => Some(format!("{task} ({fix:?})")),
             _ => None,
         })
         .collect();
