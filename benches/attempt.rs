@@ -66,7 +66,12 @@ fn setup(files: usize, bytes: usize) -> Setup {
     repository(&repo, files, bytes);
     let (repo, state) = (repo.canonicalize().unwrap(), state.canonicalize().unwrap());
     let run = RunId::generate();
-    let worktrees = GitWorktrees::new(&repo, run, state.join("worktrees").join(run.to_string()));
+    let worktrees = GitWorktrees::new(
+        &repo,
+        run,
+        state.join("worktrees").join(run.to_string()),
+        flotilla::git_repo::TargetBranch::new("main").unwrap(),
+    );
     Setup {
         _tmp: tmp,
         worktrees,
