@@ -37,6 +37,9 @@ pub const RECORD_FILE: &str = "flotilla-checkout";
 const NEW_INDEX_FILE: &str = "flotilla-index";
 /// Git's lock on a checkout's index.
 pub const INDEX_LOCK: &str = "index.lock";
+/// The lock file before it becomes [`INDEX_LOCK`], in the checkout's git directory: made
+/// under this name first so that the record can name it before `index.lock` exists.
+const STAGED_LOCK_FILE: &str = "flotilla-index-lock";
 /// How far back main's first-parent history [`sync`] looks for the commit the index holds.
 const BASE_WALK: usize = 64;
 /// At most this many of the user's clashing paths are named.
@@ -112,45 +115,57 @@ fn checkout_of_main(repo: &git2::Repository, target: &TargetBranch) -> Option<gi
 /// `index.lock`, created by us (exclusively, as git does).
 struct IndexLock {
     path: PathBuf,
-    dev: u64,
-    ino: u64,
     /// Released (removed) when dropped unless committed or kept for [`heal`].
     held: bool,
 }
 
 impl IndexLock {
-    /// The lock, or `None` when another process holds it.
-    fn take(gitdir: &Path) -> Result<Option<IndexLock>, RepoError> {
+    /// The lock, with `record` (naming it) written before it exists; `None` when another
+    /// process holds it (the record stays written: the caller decides what becomes of it).
+    ///
+    /// The file is made under [`STAGED_LOCK_FILE`], named in the record, then hard-linked to
+    /// `index.lock` (exclusive, as git's `O_EXCL` create). Taken the other way round, a kill
+    /// between the lock and the record left an `index.lock` that no record named: [`heal`]
+    /// took it for another git command's, and every later landing was busy for ever.
+    fn take_recorded(gitdir: &Path, record: &mut Record) -> Result<Option<IndexLock>, RepoError> {
         let path = gitdir.join(INDEX_LOCK);
-        match fs::OpenOptions::new()
+        let staged = gitdir.join(STAGED_LOCK_FILE);
+        // A kill between the link and the removal below leaves it; it holds nothing.
+        let _ = fs::remove_file(&staged);
+        let file = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(&path)
-        {
-            Ok(file) => {
-                let meta = file.metadata().map_err(|e| io("cannot read", &path, e))?;
-                Ok(Some(IndexLock {
-                    path,
-                    dev: meta.dev(),
-                    ino: meta.ino(),
+            .open(&staged)
+            .map_err(|e| io("cannot take git's index lock", &staged, e))?;
+        let meta = file.metadata().map_err(|e| io("cannot read", &staged, e))?;
+        drop(file);
+        record.lock_dev = meta.dev();
+        record.lock_ino = meta.ino();
+        let linked =
+            write_record(gitdir, record).and_then(|()| match fs::hard_link(&staged, &path) {
+                Ok(()) => Ok(Some(IndexLock {
+                    path: path.clone(),
                     held: true,
-                }))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
-            Err(e) => Err(io("cannot take git's index lock", &path, e)),
+                })),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+                Err(e) => Err(io("cannot take git's index lock", &path, e)),
+            });
+        let _ = fs::remove_file(&staged);
+        if matches!(linked, Ok(Some(_))) {
+            fail::fail_point!("checkout::lock-taken", |_| {
+                crash_here("checkout::lock-taken");
+                Ok(None)
+            });
         }
+        linked
     }
 
     /// The lock a crashed move left, when the file there is still the one it made.
     fn left_by(record: &Record, gitdir: &Path) -> Option<IndexLock> {
         let path = gitdir.join(INDEX_LOCK);
         let meta = fs::symlink_metadata(&path).ok()?;
-        (meta.dev() == record.lock_dev && meta.ino() == record.lock_ino).then_some(IndexLock {
-            path,
-            dev: record.lock_dev,
-            ino: record.lock_ino,
-            held: true,
-        })
+        (meta.dev() == record.lock_dev && meta.ino() == record.lock_ino)
+            .then_some(IndexLock { path, held: true })
     }
 
     /// Puts `new_index` in place as git does: into the lock, then the lock onto `index`.
@@ -442,24 +457,30 @@ pub fn move_main(
         return cas();
     };
     let gitdir = checkout.path().to_path_buf();
-    let Some(mut lock) = IndexLock::take(&gitdir)? else {
-        return Err(MainRefError::CheckoutBusy {
-            detail: format!(
-                "another git command holds {} ({target} is checked out there)",
-                gitdir.join(INDEX_LOCK).display()
-            ),
-        });
+    let mut record = Record {
+        from: from.to_string(),
+        to: to.to_string(),
+        lock_dev: 0,
+        lock_ino: 0,
+        branch: Some(target.name().to_string()),
     };
-    write_record(
-        &gitdir,
-        &Record {
-            from: from.to_string(),
-            to: to.to_string(),
-            lock_dev: lock.dev,
-            lock_ino: lock.ino,
-            branch: Some(target.name().to_string()),
-        },
-    )?;
+    // `heal` left no record: the one written here is this move's alone.
+    let mut lock = match IndexLock::take_recorded(&gitdir, &mut record) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => {
+            remove_record(&gitdir);
+            return Err(MainRefError::CheckoutBusy {
+                detail: format!(
+                    "another git command holds {} ({target} is checked out there)",
+                    gitdir.join(INDEX_LOCK).display()
+                ),
+            });
+        }
+        Err(e) => {
+            remove_record(&gitdir);
+            return Err(e.into());
+        }
+    };
     // Whatever happens below, a move that does not finish leaves no record behind it.
     let result = move_locked(&checkout, target, &mut lock, from, to, cas);
     if lock.held {
@@ -576,6 +597,9 @@ pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
     let mut healed = Vec::new();
     for checkout in checkouts(repo) {
         let gitdir = checkout.path().to_path_buf();
+        // A kill right after a lock was taken may leave its staged name (a second link to
+        // `index.lock`, or nothing): it holds nothing.
+        let _ = fs::remove_file(gitdir.join(STAGED_LOCK_FILE));
         let text = match fs::read(gitdir.join(RECORD_FILE)) {
             Ok(text) => text,
             Err(_) => continue,
@@ -590,9 +614,12 @@ pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
             remove_record(&gitdir);
             continue;
         };
+        let mut record = record;
         let lock = match IndexLock::left_by(&record, &gitdir) {
             Some(lock) => lock,
-            None => match IndexLock::take(&gitdir)? {
+            // The record is rewritten to name the lock taken now, which a kill while
+            // healing would otherwise leave unnamed.
+            None => match IndexLock::take_recorded(&gitdir, &mut record)? {
                 Some(lock) => lock,
                 None => {
                     return Err(MainRefError::CheckoutBusy {
@@ -702,47 +729,77 @@ pub fn sync(repo: &git2::Repository, target: &TargetBranch) -> Result<CheckoutSy
         return Ok(CheckoutSync::FastForwarded);
     };
     let gitdir = checkout.path().to_path_buf();
-    let Some(mut lock) = IndexLock::take(&gitdir)? else {
-        // Another git command is at work there; the next landing or run start tries again.
-        return Ok(CheckoutSync::Behind {
-            at: behind.id().to_string(),
-            paths: Vec::new(),
-        });
+    // Recorded like a move (main is at `to` already), before the lock is taken: a kill
+    // while the lock is held is healed the same way.
+    let mut record = Record {
+        from: behind.id().to_string(),
+        to: tip.id().to_string(),
+        lock_dev: 0,
+        lock_ino: 0,
+        branch: Some(target.name().to_string()),
     };
-    let (mut index, new_index) = index_copy(&checkout)?;
-    let tip = checkout
-        .find_reference(&main)
-        .and_then(|r| r.peel_to_commit())
-        .map_err(git)?;
-    let Some(base) = index_base(&checkout, &index, &tip)? else {
-        let _ = fs::remove_file(&new_index);
-        return Ok(CheckoutSync::FastForwarded);
+    let mut lock = match IndexLock::take_recorded(&gitdir, &mut record) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => {
+            remove_record(&gitdir);
+            // Another git command is at work there; the next landing or run start tries
+            // again.
+            return Ok(CheckoutSync::Behind {
+                at: behind.id().to_string(),
+                paths: Vec::new(),
+            });
+        }
+        Err(e) => {
+            remove_record(&gitdir);
+            return Err(e);
+        }
     };
-    let changes = changes(
-        &checkout,
-        &base.tree().map_err(git)?,
-        &tip.tree().map_err(git)?,
-    )?;
-    let clashing = clashes(&checkout, &index, &changes)?;
-    if !clashing.is_empty() {
-        let _ = fs::remove_file(&new_index);
-        return Ok(CheckoutSync::Behind {
-            at: base.id().to_string(),
-            paths: clashing.into_iter().take(MAX_NAMED).collect(),
-        });
-    }
-    // Recorded like a move (main is at `to` already): a crash while the files are written
-    // is healed the same way.
-    write_record(
-        &gitdir,
-        &Record {
-            from: base.id().to_string(),
-            to: tip.id().to_string(),
-            lock_dev: lock.dev,
-            lock_ino: lock.ino,
-            branch: Some(target.name().to_string()),
-        },
-    )?;
+    // Until the first file is written, every way out leaves nothing to heal: the record
+    // goes before the lock (dropped on return).
+    let planned = (|| {
+        let (index, new_index) = index_copy(&checkout)?;
+        let tip = checkout
+            .find_reference(&main)
+            .and_then(|r| r.peel_to_commit())
+            .map_err(git)?;
+        let Some(base) = index_base(&checkout, &index, &tip)? else {
+            let _ = fs::remove_file(&new_index);
+            return Ok(Err(CheckoutSync::FastForwarded));
+        };
+        let changes = changes(
+            &checkout,
+            &base.tree().map_err(git)?,
+            &tip.tree().map_err(git)?,
+        )?;
+        let clashing = clashes(&checkout, &index, &changes)?;
+        if !clashing.is_empty() {
+            let _ = fs::remove_file(&new_index);
+            return Ok(Err(CheckoutSync::Behind {
+                at: base.id().to_string(),
+                paths: clashing.into_iter().take(MAX_NAMED).collect(),
+            }));
+        }
+        // Under the lock, the index's base and main's tip may have moved since the look
+        // above: the record names what is written.
+        if record.from != base.id().to_string() || record.to != tip.id().to_string() {
+            record.from = base.id().to_string();
+            record.to = tip.id().to_string();
+            write_record(&gitdir, &record)?;
+        }
+        Ok(Ok((index, new_index, changes)))
+    })();
+    let (mut index, new_index, changes) = match planned {
+        Ok(Ok(plan)) => plan,
+        Ok(Err(sync)) => {
+            remove_record(&gitdir);
+            return Ok(sync);
+        }
+        Err(e) => {
+            let _ = fs::remove_file(gitdir.join(NEW_INDEX_FILE));
+            remove_record(&gitdir);
+            return Err(e);
+        }
+    };
     for change in &changes {
         put(&checkout, &mut index, &change.path, change.after)?;
     }

@@ -445,6 +445,13 @@ async fn kill_inside_the_checkout_sync(point: &str) {
     assert!(!detached, "{point}: a landing left the checkout behind");
 }
 
+/// The first moment `index.lock` is ours: a kill there once left a lock no record named,
+/// which every later landing took for another git command's (the run never ended).
+#[tokio::test]
+async fn a_kill_the_moment_the_index_lock_is_taken_is_healed() {
+    kill_inside_the_checkout_sync("checkout::lock-taken").await;
+}
+
 #[tokio::test]
 async fn a_kill_with_the_index_locked_before_anything_moved_is_healed() {
     kill_inside_the_checkout_sync("checkout::locked").await;

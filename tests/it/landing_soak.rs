@@ -20,8 +20,9 @@ use crate::daemon_env::*;
 /// The shape of one soak.
 struct Soak {
     tasks: usize,
-    /// Tasks 1..=2*pairs come in pairs that both write one shared file outside their scope:
-    /// whichever lands second conflicts.
+    /// Tasks 1..=2*pairs come in pairs that both add a line to one shared file outside
+    /// their scope: when both start before either lands, whichever lands second conflicts
+    /// (add/add); one that starts after the other landed adds its line after its partner's.
     pairs: usize,
     kills: usize,
     /// The kill after which the user commits on main by hand (while the daemon runs).
@@ -63,18 +64,21 @@ fn scenario(soak: &Soak) -> String {
     }
     s.push_str("]\n");
     for n in 1..=soak.tasks {
+        // The note is appended, as a model adds a line: a retry after a kill may start from
+        // a main that has its partner's note already, and writing the whole file would
+        // replace that note (a task's own deliberate edit, not a lost side).
+        if let Some(pair) = pair_of(soak, n) {
+            s.push_str(&format!(
+                "\n[tasks.t{n}]\nrun = \"mkdir -p shared && echo '{}' >> {}\"\n",
+                shared_line(n),
+                shared_file(pair)
+            ));
+        }
         s.push_str(&format!(
             "\n[tasks.t{n}.writes]\n\"{}\" = {:?}\n",
             own_file(n),
             own_text(n)
         ));
-        if let Some(pair) = pair_of(soak, n) {
-            s.push_str(&format!(
-                "\"{}\" = {:?}\n",
-                shared_file(pair),
-                format!("{}\n", shared_line(n))
-            ));
-        }
     }
     // Conflict fixes keep both sides, as a model would for two added lines. Numbered in the
     // order they are made, which the kills shuffle: every possible number gets the same.
@@ -169,9 +173,63 @@ fn lock_files(dir: &Path) -> Vec<String> {
     found
 }
 
+/// How often the user tries their commit while git's locks are taken.
+const USER_TRIES: u32 = 100;
+
+/// The user's `git commit` on main, with git itself: it takes `index.lock` and main's ref
+/// lock as any git command does, so it fails while a landing moves main under the checkout
+/// (flotilla holds the same locks for the move). The user tries again, as a person would,
+/// a bounded number of times: a lock held for longer than a move (one left behind) still
+/// fails the soak.
+async fn commit_by_hand(repo: &Path) -> git2::Oid {
+    std::fs::write(repo.join("USER.md"), "written by the user, by hand\n").unwrap();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
+            .args(args)
+            .current_dir(repo)
+            .output()
+            .unwrap()
+    };
+    let mut refused = Vec::new();
+    for _ in 0..USER_TRIES {
+        let add = git(&["add", "USER.md"]);
+        let out = if add.status.success() {
+            git(&["commit", "-q", "-m", "the user's own commit"])
+        } else {
+            add
+        };
+        if out.status.success() {
+            let head = git(&["rev-parse", "HEAD"]);
+            let id = String::from_utf8_lossy(&head.stdout).trim().to_string();
+            return git2::Oid::from_str(&id).unwrap();
+        }
+        let why = String::from_utf8_lossy(&out.stderr).into_owned();
+        // Only git's locks (the index's, a ref's) are a reason to try again.
+        assert!(
+            why.contains(".lock") || why.contains("cannot lock ref"),
+            "the user's commit failed: {why}"
+        );
+        refused.push(why);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the user's commit found git's locks taken {USER_TRIES} times: {refused:#?}");
+}
+
 async fn soak(soak: Soak) {
-    let state = tempfile::tempdir().unwrap();
-    let repo = git_repo();
+    let mut state = tempfile::tempdir().unwrap();
+    let mut repo = git_repo();
+    // FLOTILLA_SOAK_KEEP=1 keeps the state directory (journal, worktrees) and the repository
+    // for a post-mortem of a failing soak; their paths are printed.
+    if std::env::var_os("FLOTILLA_SOAK_KEEP").is_some() {
+        state.disable_cleanup(true);
+        repo.disable_cleanup(true);
+        eprintln!(
+            "soak: state in {}, repository in {}",
+            state.path().display(),
+            repo.path().display()
+        );
+    }
     let client = DaemonProcess::client(state.path());
     let mut daemon = DaemonProcess::start(state.path());
     let run = submit(&client, repo.path(), config(&soak)).await;
@@ -217,12 +275,7 @@ async fn soak(soak: Soak) {
         daemon = DaemonProcess::start(state.path());
         if k + 1 == soak.user_commit_after {
             // The user commits on main by hand while the run lands.
-            let git = git2::Repository::open(repo.path()).unwrap();
-            user_commit = Some(commit_files(
-                &git,
-                &[("USER.md", "written by the user, by hand\n")],
-                "the user's own commit",
-            ));
+            user_commit = Some(commit_by_hand(repo.path()).await);
         }
     }
 
@@ -253,13 +306,12 @@ async fn soak(soak: Soak) {
     );
     assert_eq!(failed, Vec::<String>::new(), "no task failed: {context}");
 
-    // At most one fix per planted conflict, ever.
+    // At most one fix per planted conflict, ever. (Fixes are journaled as `FixTaskAdded`:
+    // counted from `TaskAdded`, this assertion once counted nothing.)
     let fixes: BTreeSet<String> = kinds
         .iter()
         .filter_map(|k| match k {
-            EventKind::TaskAdded { task, .. } if task.to_string().starts_with('f') => {
-                Some(task.to_string())
-            }
+            EventKind::FixTaskAdded { task, fix, .. } => Some(format!("{task} ({fix:?})")),
             _ => None,
         })
         .collect();

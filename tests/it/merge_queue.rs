@@ -397,6 +397,40 @@ async fn a_conflict_on_a_moved_main_is_retried_once_then_reported_with_its_files
     );
 }
 
+/// Two branches adding one file, built in one batch: the second clashes with the first,
+/// which is not on main yet. The first lands on its own, and the conflict is reported
+/// against main with the first on it, so that its fix has both sides to keep. Reported
+/// from inside the batch, the fix started from a main without the first side, found
+/// nothing to resolve, and a second fix was made for the same conflict (the soak's).
+#[actix::test]
+async fn a_conflict_with_a_batch_mate_is_reported_only_once_the_batch_mate_is_on_main() {
+    let f = Fixture::new();
+    let three = f.branch("t3", &[("three.txt", "three\n")]);
+    let one = f.branch("t1", &[("shared.txt", "one\n")]);
+    let two = f.branch("t2", &[("shared.txt", "two\n")]);
+    let (queue, mut inbox) = f.queue(&[]);
+    // t3 keeps the queue busy while t1 and t2 wait: they are built in one batch.
+    for r in [three, one, two] {
+        queue.do_send(ToMergeQueue::Enqueue(Box::new(r)));
+    }
+    let seen = verdicts(&mut inbox, 3).await;
+    let landed_at = |t: &str| {
+        seen.iter().position(|m| {
+            matches!(m, FromMerging::MainMoved { landed, .. } if landed.iter().any(|l| l.0 == task(t)))
+        })
+    };
+    let conflict_at = seen
+        .iter()
+        .position(|m| matches!(m, FromMerging::Conflict { task: t, .. } if *t == task("t2")));
+    let (Some(one_landed), Some(conflict)) = (landed_at("t1"), conflict_at) else {
+        panic!("t1 lands and t2 conflicts: {seen:?}");
+    };
+    assert!(
+        one_landed < conflict,
+        "t2's conflict is reported once t1 is on main: {seen:?}"
+    );
+}
+
 #[actix::test]
 async fn after_a_restart_work_already_on_main_is_reported_not_landed_twice() {
     let f = Fixture::new();
@@ -422,6 +456,41 @@ async fn after_a_restart_work_already_on_main_is_reported_not_landed_twice() {
         "{seen:?}"
     );
     assert_eq!(f.main_tip(), tip, "main did not move twice");
+}
+
+/// A kill after a landing's compare-and-swap, before its branch was deleted: the restart
+/// finds the work on main, and the branch is gone by the time the graph hears. Deleted
+/// after the graph heard, a second kill in between left it for good (the graph no longer
+/// has the task `Landing`, so nothing enqueues it again): the soak's leftover branch.
+#[actix::test]
+async fn work_found_on_main_after_a_restart_has_its_branch_deleted_before_the_graph_hears() {
+    let f = Fixture::new();
+    let request = f.branch("t1", &[("a.txt", "a\n")]);
+    let (queue, mut inbox) = f.queue(&[]);
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(request.clone())));
+    verdicts(&mut inbox, 1).await;
+    // The branch as the crash left it (the landing deleted it; put back where it was).
+    let repo = f.repo();
+    repo.branch(&request.branch, &repo.find_commit(f.base).unwrap(), true)
+        .unwrap();
+    let (queue, mut inbox) = f.queue(&[]);
+    let again = LandRequest {
+        recovered: true,
+        intended: f.intended("t1"),
+        ..request.clone()
+    };
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(again)));
+    let seen = verdicts(&mut inbox, 1).await;
+    assert!(
+        matches!(&seen[0], FromMerging::FoundOnMain { task: t, .. } if *t == task("t1")),
+        "{seen:?}"
+    );
+    assert!(
+        repo.find_branch(&request.branch, git2::BranchType::Local)
+            .is_err(),
+        "{} is deleted before the graph hears that the work landed",
+        request.branch
+    );
 }
 
 /// Commits `message` on main (with a file, so it is not empty), as someone other than

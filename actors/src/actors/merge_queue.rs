@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::ports::{
     BuildOutcome, Clock, LandItem, LandMode, MainRef, MainRefError, MergeGit, ProcessRunner,
@@ -512,12 +512,15 @@ impl Cycle {
             match commit {
                 Some(commit) => {
                     let r = &queued.request;
+                    // Branches go before the graph hears, as after a landing: once the task
+                    // is landed nothing enqueues it again, so a kill between the two would
+                    // leave its branch (and a fixed task's) for good.
+                    self.delete_branches(r).await;
                     self.graph.do_send(FromMerging::FoundOnMain {
                         task: r.task.clone(),
                         attempt: r.attempt,
                         commit,
                     });
-                    self.delete_branches(r).await;
                     end.landed.push(queued.enqueued.elapsed());
                 }
                 None => rest.push(queued),
@@ -563,6 +566,7 @@ impl Cycle {
 
     /// Builds `items` on main's tip, gates the candidate and moves main to it.
     async fn round(&self, items: &[Queued], end: &mut CycleEnd, flaky_retry: bool) -> Round {
+        let mut items = items;
         let mut races = 0;
         let mut lock_waits = 0;
         loop {
@@ -633,6 +637,22 @@ impl Cycle {
                     // ungated. A restart must build and gate it again, never land it as is.
                     fail::fail_point!("merge::after-build", |_| crash_here("merge::after-build"));
                     (tip, commits)
+                }
+                Ok(BuildOutcome::Conflict {
+                    index,
+                    files,
+                    clashing,
+                    main_moved,
+                }) if index > 0 => {
+                    // The clash may be with a batch-mate ahead, which is not on main: judged
+                    // now, its fix would start from a main without that side (nothing to
+                    // resolve, an empty fix, then a second fix for the same conflict). Those
+                    // ahead built cleanly and go on alone; the rest go back, to be built on
+                    // what they land.
+                    debug!(run = %self.run, task = %items[index].request.task, ?files, ?clashing, main_moved, "a conflict inside a batch: the branches ahead of it go on alone");
+                    end.requeue.extend(items[index..].iter().cloned());
+                    items = &items[..index];
+                    continue;
                 }
                 Ok(BuildOutcome::Conflict {
                     index,
@@ -920,9 +940,10 @@ impl Cycle {
         }
     }
 
-    /// A conflict at `index`: one more try later when main moved since the branch left it
-    /// and it has not had it; otherwise the TaskGraph decides. The others go back first in
-    /// line.
+    /// A conflict at `index` (0 from `round`: a conflict further in a batch lets the
+    /// branches ahead land first): one more try later when main moved since the branch
+    /// left it and it has not had it; otherwise the TaskGraph decides. The others go back
+    /// first in line.
     fn conflict(
         &self,
         items: &[Queued],
