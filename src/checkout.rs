@@ -594,6 +594,9 @@ fn undo(checkout: &git2::Repository, index: &mut git2::Index, written: &[&Change
 /// is no longer the one the move took is someone else's: the record waits, and the next
 /// move says the checkout is busy.
 pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
+    // A ref lock a killed landing left would keep every landing (and the user's own git)
+    // out of the branch for good.
+    crate::ref_lock::heal(repo.commondir());
     let mut healed = Vec::new();
     for checkout in checkouts(repo) {
         let gitdir = checkout.path().to_path_buf();

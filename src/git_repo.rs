@@ -437,7 +437,12 @@ impl MainRef for GitRepo {
                 let (from_text, to_text) = (expected.clone(), new.clone());
                 crate::checkout::move_main(&repo, &target, &from_text, &to_text, || {
                     // git2 checks the ref's value and moves it under git's own ref lock.
-                    match repo.reference_matching(&name, to, true, from, "flotilla: land") {
+                    // A kill inside it leaves `<ref>.lock`: the record lets a later heal
+                    // remove it (ref_lock).
+                    let moved = crate::ref_lock::guarded(&repo, &name, || {
+                        repo.reference_matching(&name, to, true, from, "flotilla: land")
+                    })?;
+                    match moved {
                         Ok(_) => Ok(()),
                         Err(e)
                             if e.code() == git2::ErrorCode::Modified

@@ -26,6 +26,7 @@ pub mod paths;
 pub mod process;
 pub mod prompts;
 pub mod providers;
+pub mod ref_lock;
 pub mod render;
 pub mod sandbox;
 pub mod scripted;

@@ -492,13 +492,17 @@ fn commit_leftovers(
         .commit(None, &sig, &sig, &message, &tree, &[&tip])
         .map_err(git)?;
     // Only this branch moves, and only from the tip just read.
-    repo.reference_matching(
-        &reference,
-        commit,
-        true,
-        tip.id(),
-        "flotilla: safety-net commit",
-    )
+    // A kill inside it leaves `<ref>.lock` on the attempt's branch: recorded for the heal
+    // (ref_lock).
+    crate::ref_lock::guarded(repo, &reference, || {
+        repo.reference_matching(
+            &reference,
+            commit,
+            true,
+            tip.id(),
+            "flotilla: safety-net commit",
+        )
+    })?
     .map_err(git)?;
     Ok((commit, true))
 }

@@ -1,0 +1,392 @@
+//! Git's lock on a ref (`refs/heads/<branch>.lock`) left behind by a killed daemon.
+//!
+//! Why: libgit2 moves a ref by creating `<ref>.lock`, writing the new value into it and
+//! renaming it over the ref, all inside one call ([`git2::Repository::reference_matching`]).
+//! A SIGKILL in between leaves the lock, and git never removes a lock it did not take: every
+//! later landing would see [`MainRefError::Busy`](flotilla_actors::ports::MainRefError) and
+//! wait forever, and the user's own `git commit` on that branch would fail too (ADR-021).
+//!
+//! So every ref update flotilla makes is wrapped by [`guarded`]: just before it, a record
+//! `<commondir>/flotilla-ref-update.<pid>.<n>` names the lock git2 is about to take, the
+//! process (pid and start time, so a reused pid is not mistaken for it) and the wall clock;
+//! it is removed once the update returns, whatever the result. [`heal`] (run by
+//! `checkout::heal`: before every landing, so also before a landing retried after `Busy`,
+//! at the queue's start on a resume, at a run's end and in gc) takes each record whose
+//! process is gone, removes the lock it names when the lock's modification time lies within
+//! [`WINDOW_BEFORE_MS`]..[`WINDOW_AFTER_MS`] of the record's time (git2 creates the lock
+//! right after the record is written; a lock the user's git took later falls outside and is
+//! left alone), then removes the record. A lock no record names is never touched.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use flotilla_actors::ports::RepoError;
+use serde::{Deserialize, Serialize};
+
+/// How a record's file name starts, in the repository's common git directory.
+pub const RECORD_PREFIX: &str = "flotilla-ref-update.";
+/// How a record being written is named before it is renamed into place (so that [`heal`]
+/// never reads half a record).
+const PARTIAL_PREFIX: &str = ".flotilla-ref-update-new.";
+/// A lock older than the record by more than this is not the one the update took.
+pub const WINDOW_BEFORE_MS: i128 = 2_000;
+/// A lock newer than the record by more than this is someone else's, taken after the kill.
+pub const WINDOW_AFTER_MS: i128 = 10_000;
+
+/// Several updates of one process may run at once (different branches): each has its own
+/// record.
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// What a ref update in progress leaves beside the refs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The lock git2 takes, relative to the common git directory (`refs/heads/main.lock`).
+    pub lock: PathBuf,
+    /// The process updating the ref.
+    pub pid: u32,
+    /// Its start time (field 22 of `/proc/<pid>/stat`, clock ticks since boot).
+    pub start_time: u64,
+    /// When the record was written (ms since the Unix epoch).
+    pub at_ms: i128,
+}
+
+/// Runs `update` (one ref update of `refname` in `repo`) with a record of it on disk, so
+/// that a kill inside it leaves a lock [`heal`] can take away. The record goes once
+/// `update` returns, whatever it returns.
+pub fn guarded<T>(
+    repo: &git2::Repository,
+    refname: &str,
+    update: impl FnOnce() -> T,
+) -> Result<T, RepoError> {
+    let dir = repo.commondir().to_path_buf();
+    let record = Record {
+        lock: PathBuf::from(format!("{refname}.lock")),
+        pid: std::process::id(),
+        start_time: start_time(std::process::id()).unwrap_or(0),
+        at_ms: now_ms(),
+    };
+    let path = write_record(&dir, &record).map_err(|e| {
+        RepoError::Git(format!(
+            "cannot record the update of {refname} in {}: {e}",
+            dir.display()
+        ))
+        .storage_or_self()
+    })?;
+    let result = update();
+    if let Err(e) = fs::remove_file(&path) {
+        tracing::warn!(record = %path.display(), error = %e, "cannot remove the record of a ref update");
+    }
+    Ok(result)
+}
+
+fn write_record(dir: &Path, record: &Record) -> std::io::Result<PathBuf> {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let name = format!("{}.{n}", record.pid);
+    let partial = dir.join(format!("{PARTIAL_PREFIX}{name}"));
+    let path = dir.join(format!("{RECORD_PREFIX}{name}"));
+    let text = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    let written = (|| {
+        let mut file = fs::File::create(&partial)?;
+        file.write_all(&text)?;
+        file.sync_all()?;
+        fs::rename(&partial, &path)?;
+        // The rename itself reaches the disk before the ref update starts.
+        fs::File::open(dir)?.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&partial);
+        let _ = fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+fn now_ms() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i128)
+        .unwrap_or(0)
+}
+
+/// Field 22 of `/proc/<pid>/stat` (the process's start time); `None` when there is no such
+/// process (or no `/proc`).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces and parentheses:
+    // the fields after it start after the last `)`; field 3 is the first of them.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// Whether the process a record names still runs (the same process: a reused pid has
+/// another start time).
+fn alive(pid: u32, recorded_start: u64) -> bool {
+    match start_time(pid) {
+        Some(start) => start == recorded_start,
+        // `/proc/<pid>` there but unreadable: assume it runs, and leave its lock alone.
+        None => Path::new(&format!("/proc/{pid}")).exists(),
+    }
+}
+
+/// Whether the pid a file name carries (`<prefix><pid>.<n>`) still names a process.
+fn named_pid_exists(rest: &str) -> bool {
+    match rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) {
+        Some(pid) => Path::new(&format!("/proc/{pid}")).exists(),
+        None => false,
+    }
+}
+
+/// Removes the ref locks that killed flotilla processes left in the repository whose common
+/// git directory is `commondir`, and their records (see the module's notes). The locks
+/// removed, relative to `commondir`. Never fails: what cannot be read or removed is said in
+/// the log and left.
+pub fn heal(commondir: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = fs::read_dir(commondir) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(rest) = name.strip_prefix(PARTIAL_PREFIX) {
+            // Killed while writing the record: no ref update had started.
+            if !named_pid_exists(rest) {
+                let _ = fs::remove_file(entry.path());
+            }
+            continue;
+        }
+        if !name.starts_with(RECORD_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        let record = match fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).map_err(|e| e.to_string()))
+        {
+            Ok(record) => record,
+            Err(e) => {
+                // Records are renamed into place whole: this one names nothing to trust.
+                tracing::warn!(record = %path.display(), error = %e, "removing an unreadable record of a ref update");
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+        };
+        if alive(record.pid, record.start_time) {
+            continue;
+        }
+        if let Some(lock) = stale_lock(commondir, &record) {
+            match fs::remove_file(commondir.join(&lock)) {
+                Ok(()) => {
+                    tracing::warn!(
+                        lock = %commondir.join(&lock).display(),
+                        pid = record.pid,
+                        "removed a ref lock a killed flotilla process left"
+                    );
+                    removed.push(lock);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(lock = %commondir.join(&lock).display(), error = %e, "cannot remove a ref lock a killed flotilla process left");
+                    continue; // the record stays: the next heal tries again
+                }
+            }
+        }
+        if let Err(e) = fs::remove_file(&path) {
+            tracing::warn!(record = %path.display(), error = %e, "cannot remove the record of a ref update");
+        }
+    }
+    removed
+}
+
+/// The lock a dead process's record names, when it exists, lies inside the repository's
+/// refs and was made around the record's time.
+fn stale_lock(commondir: &Path, record: &Record) -> Option<PathBuf> {
+    let lock = &record.lock;
+    // Only `refs/...*.lock`, never a path leaving the git directory.
+    let inside = lock.starts_with("refs")
+        && lock
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+        && lock.extension().is_some_and(|e| e == "lock");
+    if !inside {
+        tracing::warn!(lock = %lock.display(), "a record of a ref update names no ref lock: ignored");
+        return None;
+    }
+    let modified = fs::symlink_metadata(commondir.join(lock))
+        .ok()?
+        .modified()
+        .ok()?;
+    let modified_ms = match modified.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i128,
+        Err(_) => return None,
+    };
+    let offset = modified_ms - record.at_ms;
+    if (-WINDOW_BEFORE_MS..=WINDOW_AFTER_MS).contains(&offset) {
+        Some(lock.clone())
+    } else {
+        tracing::info!(lock = %lock.display(), offset_ms = %offset, "a ref lock taken long after a killed update's record is someone else's: left");
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        git2::Repository::init(dir.path()).unwrap();
+        let git = dir.path().join(".git");
+        fs::create_dir_all(git.join("refs/heads")).unwrap();
+        (dir, git)
+    }
+
+    fn record_at(git: &Path, name: &str, pid: u32, start_time: u64, at_ms: i128) -> PathBuf {
+        let record = Record {
+            lock: PathBuf::from("refs/heads/main.lock"),
+            pid,
+            start_time,
+            at_ms,
+        };
+        let path = git.join(format!("{RECORD_PREFIX}{name}"));
+        fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+        path
+    }
+
+    fn lock(git: &Path) -> PathBuf {
+        let lock = git.join("refs/heads/main.lock");
+        fs::write(&lock, "0123456789012345678901234567890123456789\n").unwrap();
+        lock
+    }
+
+    /// A pid that no longer runs: a child that has exited and been reaped.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn a_dead_process_lock_in_the_window_is_removed_with_its_record() {
+        let (_dir, git) = repo();
+        let lock = lock(&git);
+        let record = record_at(&git, "1.0", dead_pid(), 1, now_ms());
+        assert_eq!(heal(&git), vec![PathBuf::from("refs/heads/main.lock")]);
+        assert!(!lock.exists());
+        assert!(!record.exists());
+    }
+
+    #[test]
+    fn a_reused_pid_counts_as_dead() {
+        let (_dir, git) = repo();
+        let lock = lock(&git);
+        let me = std::process::id();
+        let start = start_time(me).unwrap();
+        let record = record_at(&git, "2.0", me, start + 1, now_ms());
+        assert_eq!(heal(&git).len(), 1);
+        assert!(!lock.exists());
+        assert!(!record.exists());
+    }
+
+    #[test]
+    fn a_live_process_lock_and_record_are_kept() {
+        let (_dir, git) = repo();
+        let lock = lock(&git);
+        let me = std::process::id();
+        let record = record_at(&git, "3.0", me, start_time(me).unwrap(), now_ms());
+        assert!(heal(&git).is_empty());
+        assert!(lock.exists());
+        assert!(record.exists());
+    }
+
+    #[test]
+    fn a_lock_outside_the_window_is_kept_and_the_record_goes() {
+        let (_dir, git) = repo();
+        let lock = lock(&git);
+        // The record is a minute older than the lock: the lock was taken after the kill.
+        let record = record_at(&git, "4.0", dead_pid(), 1, now_ms() - 60_000);
+        assert!(heal(&git).is_empty());
+        assert!(lock.exists());
+        assert!(!record.exists());
+        // A lock older than the record is not the update's either.
+        let record = record_at(&git, "4.1", dead_pid(), 1, now_ms() + 60_000);
+        assert!(heal(&git).is_empty());
+        assert!(lock.exists());
+        assert!(!record.exists());
+    }
+
+    #[test]
+    fn a_lock_no_record_names_is_kept() {
+        let (_dir, git) = repo();
+        let lock = lock(&git);
+        assert!(heal(&git).is_empty());
+        assert!(lock.exists());
+    }
+
+    #[test]
+    fn a_malformed_record_goes_and_the_lock_stays() {
+        let (_dir, git) = repo();
+        let lock = lock(&git);
+        let record = git.join(format!("{RECORD_PREFIX}5.0"));
+        fs::write(&record, "{\"lock\": ").unwrap();
+        assert!(heal(&git).is_empty());
+        assert!(lock.exists());
+        assert!(!record.exists());
+    }
+
+    #[test]
+    fn a_record_naming_a_path_outside_the_refs_is_ignored() {
+        let (_dir, git) = repo();
+        let outside = git.join("config.lock");
+        fs::write(&outside, "x").unwrap();
+        let record = Record {
+            lock: PathBuf::from("refs/../config.lock"),
+            pid: dead_pid(),
+            start_time: 1,
+            at_ms: now_ms(),
+        };
+        let path = git.join(format!("{RECORD_PREFIX}6.0"));
+        fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+        assert!(heal(&git).is_empty());
+        assert!(outside.exists());
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn guarded_removes_its_record_whatever_the_update_returns() {
+        let (dir, git) = repo();
+        let repo = git2::Repository::open(dir.path()).unwrap();
+        let seen = guarded(&repo, "refs/heads/main", || {
+            let records: Vec<Record> = fs::read_dir(&git)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(RECORD_PREFIX))
+                .map(|e| serde_json::from_slice(&fs::read(e.path()).unwrap()).unwrap())
+                .collect();
+            Err::<(), _>(records)
+        })
+        .unwrap();
+        let records = seen.unwrap_err();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].lock, PathBuf::from("refs/heads/main.lock"));
+        assert_eq!(records[0].pid, std::process::id());
+        assert_eq!(
+            records[0].start_time,
+            start_time(std::process::id()).unwrap()
+        );
+        let left = fs::read_dir(&git)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .contains("flotilla-ref-update")
+            })
+            .count();
+        assert_eq!(left, 0);
+    }
+}
