@@ -706,3 +706,57 @@ fn reset_by_hand(path: &Path, to: git2::Oid) {
     }
     panic!("the user's reset never got the index lock");
 }
+
+/// A daemon killed inside git2's move of main's ref (no fail point can stop it there) left
+/// `refs/heads/main.lock` and the record written just before the move: the next daemon
+/// removes that lock, the run lands, and no record is left (issue 20).
+#[tokio::test]
+async fn a_ref_lock_a_killed_daemon_left_inside_the_ref_update_is_removed() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let gitdir = repo.path().join(".git");
+    let lock = gitdir.join("refs/heads/main.lock");
+    std::fs::write(&lock, format!("{}\n", main_tip(repo.path()))).unwrap();
+    // A process that is gone: a child that exited and was reaped.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i128;
+    let record = flotilla::ref_lock::Record {
+        lock: "refs/heads/main.lock".into(),
+        pid,
+        start_time: 1,
+        at_ms,
+    };
+    std::fs::write(
+        gitdir.join(format!("{}{pid}.0", flotilla::ref_lock::RECORD_PREFIX)),
+        serde_json::to_vec(&record).unwrap(),
+    )
+    .unwrap();
+    let daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), run_config(&scenario(), 3)).await;
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "{}",
+        daemon.log()
+    );
+    assert!(!lock.exists());
+    assert_checkout_healed(repo.path(), "after a stale ref lock");
+    let records = std::fs::read_dir(&gitdir)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .contains("flotilla-ref-update")
+        })
+        .count();
+    assert_eq!(records, 0, "no record of a ref update is left");
+    drop(daemon);
+}
