@@ -851,6 +851,23 @@ async fn read_events(state: &AppState, run: RunId, after: u64) -> Result<Vec<Eve
     })
 }
 
+/// The run `raw` names, if it has not finished: a decision or a cancel for a finished run is
+/// a 409 that says how it ended.
+async fn unfinished(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
+    let record = resolve(state, raw).await?;
+    match record.outcome {
+        Some(outcome) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "run {} already finished ({})",
+                record.id,
+                report::state_name(Some(outcome))
+            ),
+        )),
+        None => Ok(record),
+    }
+}
+
 /// A run's status, replayed from its events on a blocking thread. A journal that does not
 /// replay still gives one (state `damaged`); so does a damaged run's unreadable config.
 async fn replay_status(
@@ -897,17 +914,7 @@ async fn cancel_run(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let record = resolve(&state, &id).await?;
-    if let Some(outcome) = record.outcome {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!(
-                "run {} already finished ({})",
-                record.id,
-                report::state_name(Some(outcome))
-            ),
-        ));
-    }
+    let record = unfinished(&state, &id).await?;
     // Answered only once the cancellation is in the journal: an acknowledged cancel
     // survives a crash.
     let answer = state
@@ -986,17 +993,7 @@ async fn decide(
             format!("{task:?} is not a task id (they look like t4 or t4.2)"),
         )
     })?;
-    let record = resolve(&state, &id).await?;
-    if let Some(outcome) = record.outcome {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!(
-                "run {} already finished ({})",
-                record.id,
-                report::state_name(Some(outcome))
-            ),
-        ));
-    }
+    let record = unfinished(&state, &id).await?;
     let events = Arc::new(read_events(&state, record.id, 0).await?);
     let status = replay_status(record.clone(), events).await?;
     let view = |id: &TaskId| status.graph.tasks.iter().find(|t| t.id == *id);
@@ -1090,17 +1087,7 @@ async fn decide_run(
     Path(id): Path<String>,
     ApiJson(decision): ApiJson<RunDecision>,
 ) -> Result<Response, ApiError> {
-    let record = resolve(&state, &id).await?;
-    if let Some(outcome) = record.outcome {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!(
-                "run {} already finished ({})",
-                record.id,
-                report::state_name(Some(outcome))
-            ),
-        ));
-    }
+    let record = unfinished(&state, &id).await?;
     let events = Arc::new(read_events(&state, record.id, 0).await?);
     let status = replay_status(record.clone(), events).await?;
     let Some(diverged) = status.main_diverged else {
