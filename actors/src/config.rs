@@ -1,5 +1,12 @@
 //! Every limit a run enforces, in one struct, with the defaults the seeds name. Loaded from
 //! `flotilla.toml` (later issue) and passed to the task graph and Dispatch unchanged.
+//!
+//! `Limits` holds depth (3), subtasks per subplan (10), nodes (100), caps, retries, the deadline
+//! factor (2), the default budget, payload caps, worker and subplanner slots, the subplanner
+//! threshold (4), and the M3 bounds: `max_task_budget`, `run_budget`, `max_subplan_rejections`
+//! (K = 3) and `max_run_restarts` (3). `Limits::validate` refuses impossible limits by field
+//! (zero workers, a depth task ids cannot hold, a default budget above the task maximum, …);
+//! configs are validated at load, at submission and again before a run starts.
 
 use serde::{Deserialize, Serialize};
 

@@ -20,6 +20,9 @@
 //! Command output is untrusted: agents wrote the code that prints it. Every parser is bounded
 //! (line length, failures per output, message length), never panics, and strips terminal
 //! escapes and control characters before any text can reach a prompt.
+//!
+//! [`fix_scope`] checks a sweep fix's scope as any task's is checked (path rules,
+//! `max_scope_paths`, never empty; ADR-019).
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

@@ -1,6 +1,9 @@
 //! Parsing what LLMs answer. Their output is untrusted input: bounded in size, stripped of
 //! the Markdown fences models like to add, parsed into typed structs, and refused with a
 //! reason a human (and the model, on its next call) can act on.
+//!
+//! Order: a size cap, the whole text tried as JSON first, then fences stripped, then typed
+//! structs (`PlannerOutput`). Ids a model invents are ignored, because nothing reads them.
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;

@@ -2,6 +2,10 @@
 //! message, and only what changed in each follow-up (the seed's delta optimization). Plain
 //! data in, text out: no actor, no I/O, so the sizes can be measured
 //! (`cargo bench -p flotilla-actors --bench planner_messages`).
+//!
+//! `RepoContext` is used by the Planner and the Subplanner: planning documents, file tree and
+//! recent commits first; then files added and removed, and FEATURES.json / DECISIONS.md only
+//! when their text changed.
 
 use std::collections::{HashMap, HashSet};
 

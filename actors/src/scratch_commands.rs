@@ -2,6 +2,8 @@
 //! scratch checkout made for them and removed after, whatever happened (ADR-011). Every
 //! command has a wall-time limit and capped output; none sees the target repository's own
 //! work tree.
+//!
+//! [`ScratchRun`] is the entry point.
 
 use std::sync::Arc;
 use std::time::Duration;

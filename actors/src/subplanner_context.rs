@@ -1,6 +1,9 @@
 //! The Subplanner's pure parts (ADR-008): what it tells the model, how it turns the model's
 //! answer into a batch the TaskGraph can validate, and how it aggregates the subtasks'
 //! handoffs into the parent's. Plain data in, data out: no actor, no I/O.
+//!
+//! `proposals_from` filters the model's tasks to the parent's scope, with a note for every
+//! removal; `aggregate` builds the parent's handoff from its subtasks' results by the seed's rule.
 
 use std::collections::{BTreeMap, HashMap};
 

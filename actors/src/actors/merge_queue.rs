@@ -23,6 +23,14 @@
 //! Four fail points (`merge::after-build`, `merge::after-gate`, `merge::after-cas`,
 //! `merge::before-event`) let the crash tests kill the daemon between these steps, the way
 //! `kill -9` would; see [`crash_here`] and ADR-011, "Crash points and how they are tested".
+//!
+//! Also: `MergeHealth` goes to the planner after each cycle. ADR-018: it pauses with
+//! `MainDiverged` when main no longer holds the tip it last wrote, waits out a locked main
+//! (`MainRefError::Busy`) with bounded backoff, and fails only the entry whose branch is gone
+//! (`BuildOutcome::Unusable`). ADR-024: `AdoptMain` reads which landed commits main dropped and
+//! answers `MainAdopted`; it lands on the adopted tip only after `Adopted`; a branch holding
+//! dropped work fails `StaleBase`; a gate scratch refused by storage sends the batch back and
+//! says `StorageUnavailable`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

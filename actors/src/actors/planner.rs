@@ -31,6 +31,12 @@
 //! second empty answer is taken at its word.
 //!
 //! Nothing polls: every step is a message or a timer.
+//!
+//! Before each call it reads main's tip (`RepoReader::snapshot`): the first prompt carries
+//! SPEC.md, FEATURES.json, AGENTS.md, DECISIONS.md, the file tree and the last 40 commits;
+//! follow-ups only files added and removed and the documents whose text changed (after a
+//! restart the tree is sent whole once), plus, from `GetSnapshot`, the active tasks and the
+//! paths running tasks hold.
 
 use std::sync::Arc;
 use std::time::Duration;

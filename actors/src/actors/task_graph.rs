@@ -18,6 +18,11 @@
 //! [`Lifeline`] tells the run's supervisor why; what was pending is never appended; the
 //! supervisor restarts the run from the journal. [`CancelRun`] answers only once the
 //! cancellation is journaled, so an acknowledged cancel survives a crash.
+//!
+//! It also remembers which agent runs which task (to route decisions to the proposer), tells
+//! the planner of root handoffs, refused and accepted batches, quiescence and Dispatch's free
+//! worker slots (`WorkerCapacity`, forwarded, not journaled), and `resuming(Recovery)`
+//! re-queues interrupted work after a restart (ADR-004).
 
 use std::collections::HashMap;
 use std::sync::Arc;

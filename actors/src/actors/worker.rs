@@ -28,6 +28,10 @@
 //! wall time as `SpendReported { spent: Budget { wall_time_ms, .. } }` *before* the report or
 //! failure, so the TaskGraph charges it first (a task whose time is used up is not retried).
 //! Agents report tokens and money; wall time is measured here, on tokio's clock.
+//!
+//! Called off, the agent gets [`CALL_OFF_GRACE`]. Wall time is charged for each agent call
+//! before its outcome. [`WorkerKit`] is what a run's Workers share (agent, worktrees, process
+//! runner, checks).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -7,6 +7,9 @@
 //! new Worker for each synthesis, and watches every Worker through a [`Lifeline`]: a Worker
 //! that ends without having finished its attempt (a panic) becomes a failed attempt
 //! (`AttemptFailure::RunnerDied`) that the TaskGraph retries or fails like any other.
+//!
+//! Before its first attempt it sweeps what interrupted attempts left (keeping parents that
+//! wait to synthesize); a synthesis runs on the parent's branch.
 
 use std::collections::HashMap;
 use std::time::Duration;

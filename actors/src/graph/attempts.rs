@@ -1,5 +1,8 @@
 //! Attempts: what agents report about the work they were given (dispatched, started, the
 //! deliverable, a failure) and the interruption of in-flight attempts after a restart.
+//!
+//! `dispatched`, `started`, the deliverable path of `complete`, `failed`, retries (on a fresh
+//! branch), and `interrupt_in_flight` (`TaskInterrupted`, not charged as a retry).
 
 use std::collections::VecDeque;
 

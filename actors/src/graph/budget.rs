@@ -1,5 +1,9 @@
 //! Spend: charging what attempts report, stopping a task over its budget and a run over its
 //! run budget.
+//!
+//! `spend_reported` emits `SpendCharged`; a run over its budget is `RunBudgetExhausted`.
+//! Handoff metrics are charged only beyond what was already reported, so nothing is charged
+//! twice.
 
 use std::collections::VecDeque;
 

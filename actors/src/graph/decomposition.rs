@@ -1,5 +1,9 @@
 //! Decomposition (ADR-009): an agent's subplan, a human's decision on a parent waiting under
 //! `UserDecision`, and the decomposition deadline.
+//!
+//! Subplans come from an agent or the Subplanner (`propose`); the proposal loop stops
+//! (`ProposalsStopped`) after K rejections; closing the Subplanner's open decomposition lives
+//! here too.
 
 use std::collections::VecDeque;
 

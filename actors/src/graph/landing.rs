@@ -4,6 +4,10 @@
 //!
 //! The one readiness rule stays in `settle`: a dependent becomes ready when its
 //! dependencies are `Completed`, and with merging on, `Completed` means "on main".
+//!
+//! On only when `RunGraph::merging()`. Sweep fixes are deduplicated by failure signature and
+//! capped; conflict fixes are `f<n>` tasks, capped; finalization rounds repeat until a green
+//! sweep of main's current tip.
 
 use std::collections::VecDeque;
 

@@ -23,6 +23,9 @@
 //! - `budget`: spend charged as reported, task and run budgets;
 //! - `queries`: read-only views;
 //! - `validate`: the rules LLM-proposed work must pass; `scope`: scope paths.
+//!
+//! `RunGraph` is a petgraph `DiGraph`: an edge `a → b` means b depends on a; parent/child
+//! links live in the nodes (`TaskNode`). Errors are `GraphError`.
 
 mod attempts;
 mod budget;

@@ -1,4 +1,6 @@
 //! Planning: the root planner's batches, its recorded answers, and the end of planning.
+//!
+//! Commands: `submit`, `planner_answered`, and the end of planning.
 
 use std::collections::VecDeque;
 

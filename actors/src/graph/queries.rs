@@ -1,4 +1,6 @@
 //! Queries: read-only views of the graph for the actors, status output and tests.
+//!
+//! Snapshots (`GraphSnapshot`) and read-only accessors; nothing here mutates.
 
 use petgraph::Direction;
 use petgraph::graph::NodeIndex;

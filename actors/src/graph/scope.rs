@@ -1,6 +1,8 @@
 //! Scope paths: parsing LLM-written paths into normalized repo-relative form, the "covers"
 //! relation between paths, and the lock table Dispatch uses so that two running tasks never
 //! share a file. A path covers itself and, when it names a directory, everything below it.
+//!
+//! `ScopePath` is the normalized path; `ScopeLocks` is Dispatch's lock table.
 
 use std::collections::BTreeMap;
 use std::fmt;

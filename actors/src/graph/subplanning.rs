@@ -1,6 +1,9 @@
 //! The Subplanner's commands (ADR-008): its recorded answers, which decompose a task, add a
 //! batch to its open decomposition, close it, or hand the task to a worker as atomic; and
 //! its giving up on a task.
+//!
+//! Also the Subplanner's iteration cap and the open decompositions a restart resumes
+//! (`Resume`, ADR-008).
 
 use petgraph::graph::NodeIndex;
 

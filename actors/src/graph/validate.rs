@@ -8,6 +8,8 @@
 //! (a) count, (b) depth, (c) run size, (d) budget, (e) dependency indexes and cycles,
 //! (f) scope containment and overlap, (g) path hygiene, (h) duplicates of open tasks,
 //! (i) decomposition caps. Rule (j), the deadline, is enforced by a timer after acceptance.
+//!
+//! Budget sums saturate, and every task is held to the per-task maximum (`max_task_budget`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};

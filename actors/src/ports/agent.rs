@@ -3,6 +3,10 @@
 //! session on the attempt's git worktree and every call of the attempt (the first run, a
 //! revision after a refused subplan) goes to that session, in that worktree; a synthesis
 //! opens a session on the parent's worktree again.
+//!
+//! `Agent::open(workspace, attempt)` gives an `AgentSession` whose `run`, `revise` and
+//! `synthesize` all work in that worktree; `AttemptContext` carries a `CancellationToken` the
+//! agent must honour and a `SpendReporter`.
 
 use std::fmt;
 use std::path::PathBuf;

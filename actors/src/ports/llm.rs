@@ -10,6 +10,11 @@
 //! Retries live in the provider (one retry layer): an `LlmError` that reaches a caller is
 //! what is left after them, and [`LlmError::is_retryable`] says whether asking again later
 //! could help.
+//!
+//! Beside an `LlmRequest` (with `AnswerFormat::JsonObject` for JSON mode) goes an `LlmCall`:
+//! the cancellation token that drops the HTTP request, the task, live progress. An
+//! `LlmResponse`'s usage is measured, or an estimate marked approximate; it names the model
+//! that answered and the finish reason.
 
 use std::fmt;
 use std::sync::Arc;

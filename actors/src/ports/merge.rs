@@ -14,6 +14,8 @@
 //!
 //! [`MainRef`]: super::MainRef
 //! [`RepoReader`]: super::RepoReader
+//!
+//! Types: `LandItem`, `LandMode`, `BuildOutcome`, `CheckoutSync`.
 
 use std::path::PathBuf;
 

@@ -6,6 +6,9 @@
 //! Every method returns a `'static` future. Implementations that block (SQLite, git2) must
 //! move the work onto a blocking thread inside that future; an actor awaiting a port never
 //! blocks its own thread (ARCHITECTURE.md, invariant 5).
+//!
+//! Fakes: `MemoryJournal`, `ManualClock`, and `FailingJournal` whose `JournalFaults` switch
+//! makes appends fail or panic on demand.
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

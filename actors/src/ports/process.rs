@@ -11,6 +11,10 @@
 //!
 //! Every command is sandboxed by its runner's policy (ADR-015): a [`CommandSpec`] only
 //! says whether it needs the host's network ([`Sandbox`]).
+//!
+//! A [`CommandSpec`] holds program, cwd, stdin, the whole environment, `CommandLimits`
+//! (wall, stall, output) and [`Sandbox`]; output is kept head and tail; a [`LineSink`] gets
+//! output as it arrives.
 
 use std::fmt;
 use std::path::PathBuf;

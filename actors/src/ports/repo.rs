@@ -8,6 +8,10 @@
 //! "main" is the run's target branch (`[merge] branch`, ADR-022), whatever its name.
 //!
 //! None of them touches the target repository's own work tree or index.
+//!
+//! `Worktrees` can `prepare` an attempt's worktree from main's tip, `seal` it into a
+//! `BranchWork`, `release` it keeping or deleting its branch, and `sweep` what interrupted
+//! attempts left. `ScratchWorktrees` (plain directories) is the fake for actor tests.
 
 use std::path::PathBuf;
 

@@ -1,6 +1,12 @@
 //! The run-level event. Every state change of a run is one `EventKind`; the journal stores
 //! them (it assigns `seq` and `at_ms`), the in-memory task graph is a fold over them, the API
 //! streams them and `flotilla tail` prints them. One type for all four, so they cannot drift.
+//!
+//! `FailureReason` and the typed `AttemptFailure` (crashed, malformed, timed out, runner died,
+//! reported, cancelled) live here; `AttemptFailure::is_retryable` says which are retried.
+//! `CannotStart` (an agent program gone missing after submit, Codex's 404 on a server without
+//! `/v1/responses`) never is (ADR-017). A notice that is not journaled (`JournalUnavailable`,
+//! `LlmProgress`) has seq 0.
 
 use serde::{Deserialize, Serialize};
 

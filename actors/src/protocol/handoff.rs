@@ -1,6 +1,9 @@
 //! What a worker reports when it stops: a structured handoff and the artifacts it produced.
 //! The status is the worker's own word and is honoured (the systems flotilla replaces
 //! recorded every handoff as "complete").
+//!
+//! Also what git says an attempt's branch changed (`BranchWork`, `FileChange`) and what
+//! flotilla found in it (`Finding`).
 
 use std::fmt;
 

@@ -2,6 +2,9 @@
 //! `runs` lists oldest first for free) and task ids are hierarchical paths (`t3`, `t3.1`)
 //! whose length *is* the task's depth. Nothing here is ever taken from LLM output: an LLM
 //! may only *refer* to an id flotilla showed it, and such references are checked to exist.
+//!
+//! Branch names come from `branch_name(run, task, attempt)`: `flotilla/<run>/<task>[-a<n>]`,
+//! with the run's full id.
 
 use std::fmt;
 use std::str::FromStr;

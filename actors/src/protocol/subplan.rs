@@ -3,6 +3,9 @@
 //! [`TaskDecompositionAccepted`] or [`TaskDecompositionRejected`] with a typed
 //! [`RejectionReason`]; when the subtasks are done the parent's agent receives
 //! [`SubtasksCompleted`] and synthesizes the final result.
+//!
+//! Also `SubtaskProposal`, `StopCondition`, `RejectionReason` (one variant per validation
+//! rule) and `UserDecision` (accept a subtask / complete / fail).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

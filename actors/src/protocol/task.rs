@@ -1,4 +1,8 @@
 //! What a task is: its spec, its budget, and the state machine it moves through.
+//!
+//! `TaskSpec`, `DependencyRef`, `Priority`, `Budget` and `Usd` (exact micro-dollars, no
+//! floats); `TaskState` with its transition table `TaskState::TRANSITIONS` (no edge out of a
+//! terminal state).
 
 use std::collections::BTreeSet;
 use std::fmt;

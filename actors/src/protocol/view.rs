@@ -1,4 +1,6 @@
 //! Read-only views of a run, for status output, the API and tests.
+//!
+//! `GraphSnapshot` is the one such view (status, the planner's `GetSnapshot`, tests).
 
 use serde::{Deserialize, Serialize};
 
