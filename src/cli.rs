@@ -1,5 +1,10 @@
 //! The `flotilla` commands. Library errors are typed; here, at the edge, they become one
 //! `error:` line with a `hint:` and an exit code (see [`Exit`]). No stack traces.
+//!
+//! Commands: `daemon`, `submit`, `tail`, `status`, `graph`, `cancel`, `runs`, `decide`,
+//! `providers check`, `gc`. A closed stdout ends a command quietly; Ctrl-C while following a
+//! run stops following (exit 130) and says how to resume (`tail RUN --since SEQ`); API errors
+//! get hints.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

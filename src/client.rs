@@ -5,6 +5,9 @@
 //! Nothing waits forever: connecting and getting an answer is bounded by the request
 //! timeout, and an event stream, which is long-lived by design, is given up when the daemon
 //! sends nothing (not even its periodic keep-alive) for [`Client::stream_silence`].
+//!
+//! Submit sends an `Idempotency-Key` and retries a bounded number of times; a 503's
+//! `retry-after` is waited out, bounded; the bearer token goes to loopback only.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -3,6 +3,8 @@
 //! resumes after a restart with exactly the configuration it started with.
 //!
 //! Secrets never live here: provider keys come from the environment (later issues).
+//!
+//! Files are read only if regular and at most 1 MiB, and errors never quote their contents.
 
 use std::collections::BTreeMap;
 use std::fmt;

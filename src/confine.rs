@@ -8,6 +8,9 @@
 //! opened file itself checked (`fstat`), never its path again. A regular file with more than
 //! one name (a hard link, which `ln /outside/file x` makes with no link for a path check to
 //! see) or on another file system is refused (ADR-016).
+//!
+//! `open_confined` uses `openat` and checks the descriptor: regular, one link, the worktree's
+//! device.
 
 use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};

@@ -7,8 +7,12 @@
 //! Writes go through one writer thread with a connection of its own (ADR-010). Appends that
 //! arrive while a commit is in flight wait in its queue and go into the next transaction
 //! together (group commit); each caller is answered once the transaction holding its events
-//! has committed, so nothing acts on an event before it is durable. Reads use a second
-//! connection on tokio's blocking pool: in WAL mode they never wait for the writer.
+//! has committed, so nothing acts on an event before it is durable. Reads use four other
+//! connections (`READERS`) on tokio's blocking pool: in WAL mode they never wait for the writer.
+//!
+//! Appends are a savepoint each inside the group's transaction. `JournalSync` is
+//! `daemon --journal-sync normal|full`. `submit_keys` makes submission idempotent: a key is
+//! stored with its request's fingerprint, and a key reused for another request is refused.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;

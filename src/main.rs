@@ -1,5 +1,8 @@
 //! The `flotilla` binary: parses the command line, runs the daemon inside an actix System or
 //! a client command on a small tokio runtime, and turns errors into one line plus a hint.
+//!
+//! Provider keys are taken out of the environment first (`keys.rs`); errors end in an
+//! `error:` + `hint:` line and the command's exit code.
 
 use std::process::ExitCode;
 

@@ -16,6 +16,10 @@
 //! Every call runs on a blocking thread and opens the repository there. What writes refs
 //! (deleting a branch, the user's HEAD) takes the per-repository lock the worktrees take
 //! ([`repo_lock`]).
+//!
+//! `worktrees.rs` builds a conflict fix's start (main plus the branch merged in, markers
+//! left) for `WorktreeStart::ConflictFix`; every candidate commit carries its `Flotilla-Task:`
+//! trailer.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -5,6 +5,10 @@
 //!
 //! Nothing here blocks the caller's thread: spawning, reading, waiting and the bwrap lookup
 //! are all asynchronous.
+//!
+//! `TokioProcessRunner` runs; `ConfinedRunner` applies a run's sandbox policy to it; wall and
+//! stall limits, output capped, the group killed on a limit or a cancel and after the command
+//! exits; `bwrap` where configured.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;

@@ -6,6 +6,9 @@
 //! descriptions and summaries, file names, failure texts, the daemon's error messages) goes
 //! through [`terminal_safe`] first (or [`json_safe`] for `--json`), so that no text can move
 //! the cursor, retitle or clear the terminal, write to the clipboard or reorder a line.
+//!
+//! The live line counts spending as the budgets do (`SpendCharged` and planner usage).
+//! `terminal_safe` escapes control, C1, bidi and zero-width characters.
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -16,6 +16,9 @@
 //! `sandbox = "network"`, or every command under `mode = "none"`) to TCP connections to the
 //! listed ports: a Landlock ruleset (ABI 4, Linux 6.7+) the child enters before exec. By
 //! port only, loopback included; refused, not skipped, where Landlock cannot enforce it.
+//!
+//! `SandboxConfig` resolves to a `SandboxPolicy`: the bwrap profile, the rlimits every command
+//! of a run gets, and the Landlock TCP port allow-list.
 
 use std::ffi::OsString;
 use std::fmt;

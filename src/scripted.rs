@@ -6,6 +6,10 @@
 //! number of assistant turns already in the conversation, and an agent's answer by task id
 //! and attempt, so a recovered run gets exactly the answers it would have got. Both record
 //! every request they receive, so tests can assert what each actor was asked.
+//!
+//! `ScriptedLlm` and `ScriptedAgent` (a session per attempt: reports spend as it starts,
+//! writes and deletes files in its worktree, runs a command, honours its cancellation
+//! token); unknown keys in a scenario are refused.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -7,6 +7,9 @@
 //! changes the repository's `.git` (branches, worktree entries) is serialized per repository
 //! across the whole daemon: runs on the same repository share one lock, so two attempts
 //! never race on a ref or on `.git/worktrees`.
+//!
+//! Sealing commits what the agent left (the safety-net commit, as flotilla); `branch_work` is
+//! the diff against the base, renames detected; then release and sweep.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -31,6 +31,11 @@
 //! `FLOTILLA_RESULT.json`) and the caches a preset's CLI is known to leave there (aider's
 //! tag cache) are removed before a call returns, however the process ended: the Worker
 //! commits whatever is left in the worktree, and they are not the task's work.
+//!
+//! Configured as `[agents.NAME]`, with presets for Claude Code, Codex and aider (`extra_args`
+//! adds to a preset); the envelope comes from `$FLOTILLA_RESULT_FILE` (no link, one link,
+//! bounded) or the stream's final event (Claude's `result`, Codex's completed turn); a
+//! non-zero exit or an echoed example is a failure.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;

@@ -24,6 +24,10 @@
 //! [`serve`] runs the server itself, with a cap on concurrent connections and a timeout for
 //! reading a request's head (which also closes idle keep-alive connections); a connection
 //! past the cap gets a 503. An event stream is not idle: it is an answer being written.
+//!
+//! Also: bearer auth, run-id prefixes, notices streamed without an `id:`. [`serve`] is the
+//! HTTP server with `ServerLimits` (connection cap, header-read and body timeouts); when full
+//! it evicts the oldest connection that never authenticated.
 
 use crate::sandbox::SandboxPolicy;
 use std::collections::{HashMap, VecDeque};

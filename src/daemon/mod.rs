@@ -4,6 +4,12 @@
 //!
 //! [`serve`] must run inside an actix `System` (it starts actors); `main` and the tests do
 //! exactly that.
+//!
+//! `serve(options, shutdown, ready)`: takes the state lock, opens the journal (refusing a
+//! missing or emptied one: `journal.marker`), resumes unfinished runs (a run that cannot be
+//! loaded is damaged, never fatal), binds, serves until shutdown. The API and the streams stay
+//! on the System thread; the Supervisor has an arbiter (thread) of its own, and each run
+//! another, where all its actors live (ADR-014).
 
 pub mod api;
 pub mod report;

@@ -1,6 +1,10 @@
 //! Read models derived from a run's journal: the status summary and graph exports. They
 //! replay the journal rather than ask the live actor, so finished and running runs share
 //! one code path, and what the API shows is exactly what a restart would rebuild.
+//!
+//! Exports: dot and mermaid. A journal that does not replay still gives a status (`damaged`).
+//! `StatusReplay` carries a running run's replay between status calls (the API keeps at most
+//! 16, never a finished run's), so a poll applies only the new events (ADR-014).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -6,6 +6,8 @@
 //! A second daemon on the same directory fails at once, naming the PID that holds the lock,
 //! and writes nothing: without this, two daemons would resume the same runs and complete
 //! tasks twice (with `--listen` nothing else stops them).
+//!
+//! The lock is [`StateLock`].
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};

@@ -1,6 +1,9 @@
 //! A task's whole story (`flotilla status RUN TASK`): every journaled event of the run that
 //! names the task — its attempts, the reasons they failed in full, its handoff and
 //! findings, its branch, its landing, and the fix tasks made for it.
+//!
+//! Also served as `GET /v1/runs/{id}/tasks/{task}`. Events are read from their wire form, so
+//! new event kinds are covered; bounded to the newest 2,000.
 
 use flotilla_actors::protocol::{Event, EventKind, TaskId};
 use serde::{Deserialize, Serialize};

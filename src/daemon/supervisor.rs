@@ -18,6 +18,13 @@
 //!
 //! It is an actor because actors can only be started from inside the actix System: HTTP
 //! handlers run on tokio tasks and ask the supervisor instead.
+//!
+//! Each run's actors are wired on the run's own thread (ADR-014). It pauses a run whose storage
+//! refused a write (a `StorageUnavailable` notice) until a test write goes through, and
+//! journals long provider pauses (`ProviderPauseStarted` / `ProviderResumed`, ADR-024).
+//! `CollectGarbage` (`flotilla gc`, and once in the background after the daemon listens)
+//! finds finished runs' stale ref locks, worktrees and branches by name in each repository,
+//! then their directories under `worktrees/`; the dry run is the same plan (ADR-021).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

@@ -7,6 +7,9 @@
 //! (exponential backoff with jitter, at least what `Retry-After` asked) and try again, at
 //! most `max_retries` times. Refusals (other 4xx) are final at once. Cancelling the call's
 //! token drops the HTTP request wherever it is.
+//!
+//! The shared state is `EndpointState`; JSON mode steps down when a server refuses it; size
+//! caps bound every answer.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};

@@ -12,6 +12,10 @@
 //! Keys are the daemon's credentials ([`crate::keys`]), taken out of its environment once at
 //! start; an endpoint takes the one its `api_key_env` names, and it goes into the request's
 //! header only: never into a config, the journal, an event, a log line or argv.
+//!
+//! `ProviderRegistry::check` serves `flotilla providers check`. Hostile and half-broken
+//! servers (ADR-019): checked indices, streams without their end marker retried, streamed
+//! tool calls falling back to whole requests, `Retry-After` capped and long pauses said.
 
 pub mod anthropic;
 pub mod endpoint;

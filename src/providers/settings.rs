@@ -1,6 +1,8 @@
 //! What `flotilla.toml` says about providers: `[providers.NAME]`, `[roles]` and `[prices]`.
 //! Stored with each run (the journal holds the run's config), so it never holds a key: only
 //! the name of the daemon's environment variable that does.
+//!
+//! Validated: key variables only by name, never plain http off the machine with a key.
 
 use std::collections::BTreeMap;
 use std::fmt;
