@@ -11,6 +11,9 @@
 //! Timestamps come from a monotonic clock (`Instant`) in an observer that sees every event
 //! as the TaskGraph publishes it, after its commit: dispatch latency is from `task_ready`
 //! to `task_dispatched` of the same task, both as published.
+//!
+//! Every event is timed as published; ready → assigned counts from when a worker slot was
+//! free.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;

@@ -1,6 +1,9 @@
 //! Crash recovery: a real `flotilla daemon` is SIGKILLed in the middle of a scripted run of
 //! 53 tasks (one of them decomposed by the Subplanner, in two batches), restarted, and the run must
 //! finish with every task completed exactly once, asserted from the journal itself.
+//!
+//! The landing half kills the daemon at each fail point of a landing (`merge::after-build` …
+//! `merge::before-event`), then restarts it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

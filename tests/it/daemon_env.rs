@@ -1,6 +1,9 @@
 //! Shared environment for daemon tests: an in-process daemon on a temporary socket (or
 //! loopback port), a real `flotilla daemon` child process, and temporary git repositories.
 //! On failure, helpers print what the daemon logged.
+//!
+//! The in-process daemon has a journal fault switch and a captured log; a failing daemon test
+//! prints the journal's last events and the daemon's log.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

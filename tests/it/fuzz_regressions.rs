@@ -1,6 +1,10 @@
 //! Regression tests for what fuzzing found (issue 11; the targets are in fuzz/). Each input
 //! is the fuzzer's minimized case, or the smallest hand-written form of it, and each test
 //! asserts the behaviour the fix gives, so that it runs on stable in CI.
+//!
+//! Covered: ids as deep as limits allow round-tripping through JSON and SQLite for every event
+//! kind, scope normalization, the BOM, fence-first parsing, the provider stream seeds split
+//! to single bytes.
 
 use std::sync::Arc;
 

@@ -4,6 +4,9 @@
 //! Tests run on `#[actix::test]` with tokio's clock paused (`start_paused`-style via
 //! [`virtual_time`]), so timers (decomposition deadlines) are driven with
 //! `tokio::time::advance` and waiting for "nothing" costs no real time.
+//!
+//! `Inbox` (`expect`, `expect_none`, `fish_for`); `GraphHarness` (a TaskGraph with probes);
+//! `PipelineHarness` (TaskGraph + Dispatch with probe agents).
 
 use std::fmt::Debug;
 use std::sync::Arc;
