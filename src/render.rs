@@ -1580,6 +1580,21 @@ mod tests {
                 outcome: RunOutcome::Failed,
                 reason: Some(HOSTILE.into()),
             },
+            EventKind::MainAdopted {
+                expected: HOSTILE.into(),
+                tip: HOSTILE.into(),
+                dropped: vec![TaskId::root(2)],
+            },
+            EventKind::ProviderPauseStarted {
+                provider: HOSTILE.into(),
+                role: Role::Planner,
+                task: Some(TaskId::root(3)),
+                until_ms: u64::MAX,
+                why: HOSTILE.into(),
+            },
+            EventKind::ProviderResumed {
+                provider: HOSTILE.into(),
+            },
         ]
     }
 
