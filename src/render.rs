@@ -1580,11 +1580,6 @@ mod tests {
                 outcome: RunOutcome::Failed,
                 reason: Some(HOSTILE.into()),
             },
-            EventKind::MainAdopted {
-                expected: HOSTILE.into(),
-                tip: HOSTILE.into(),
-                dropped: vec![TaskId::root(2)],
-            },
             EventKind::ProviderPauseStarted {
                 provider: HOSTILE.into(),
                 role: Role::Planner,
