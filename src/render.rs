@@ -1784,6 +1784,16 @@ mod tests {
                 outcome: RunOutcome::Failed,
                 reason: Some(HOSTILE.into()),
             },
+            EventKind::ProviderPauseStarted {
+                provider: HOSTILE.into(),
+                role: Role::Planner,
+                task: Some(TaskId::root(3)),
+                until_ms: u64::MAX,
+                why: HOSTILE.into(),
+            },
+            EventKind::ProviderResumed {
+                provider: HOSTILE.into(),
+            },
         ]
     }
 

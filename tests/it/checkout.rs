@@ -629,6 +629,19 @@ async fn a_reset_of_main_pauses_the_run_until_the_user_adopts_main_and_nothing_d
         start.to_string(),
         "{paused}"
     );
+    let shown = assert_cmd::Command::cargo_bin("flotilla")
+        .unwrap()
+        .args(["status", "--state-dir"])
+        .arg(state.path())
+        .arg(&run)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("landing paused: main is at") && shown.contains("--adopt-main"),
+        "{shown}"
+    );
 
     let decided = assert_cmd::Command::cargo_bin("flotilla")
         .unwrap()
