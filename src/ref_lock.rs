@@ -162,7 +162,7 @@ pub fn heal(commondir: &Path) -> Vec<PathBuf> {
             continue;
         }
         let path = entry.path();
-        let record = match fs::read(&path)
+        let record = match read_record(&path)
             .map_err(|e| e.to_string())
             .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).map_err(|e| e.to_string()))
         {
@@ -200,6 +200,20 @@ pub fn heal(commondir: &Path) -> Vec<PathBuf> {
     }
     removed
 }
+
+/// A record's bytes, at most [`MAX_RECORD_BYTES`]: records are flotilla's own and small, and
+/// a file someone grew under that name is cut, then refused as malformed JSON.
+fn read_record(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    fs::File::open(path)?
+        .take(MAX_RECORD_BYTES)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Far above a record's size (a path, two numbers and a time).
+const MAX_RECORD_BYTES: u64 = 64 * 1024;
 
 /// The lock a dead process's record names, when it exists, lies inside the repository's
 /// refs and was made around the record's time.
