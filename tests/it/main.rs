@@ -22,6 +22,7 @@ mod landing;
 mod landing_machine;
 mod landing_recovery;
 mod landing_soak;
+mod layout;
 mod merge_example;
 mod merge_git;
 mod merge_queue;
