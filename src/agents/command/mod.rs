@@ -2089,7 +2089,7 @@ sandbox = "bwrap"
         let examples = prompt_examples(prompt);
         assert_eq!(examples.len(), 1, "{examples:?}");
         assert_eq!(examples[0].summary, "what you did");
-        let built_in = prompt_examples(include_str!("../../prompts/worker.md"));
+        let built_in = prompt_examples(include_str!("../../../prompts/worker.md"));
         assert_eq!(built_in.len(), 1);
         assert_eq!(built_in[0].summary, "what you did, for the planner");
     }
