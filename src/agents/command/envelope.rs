@@ -9,8 +9,15 @@ use std::path::Path;
 use flotilla_actors::llm_output::parse_json_answer;
 
 use super::config::ResultVia;
-use super::{PROMPT_FILE, RESULT_FILE, RESULT_FILE_VAR};
 use crate::agents::tools::FinishArgs;
+
+/// The prompt file, in the worktree's root, for `prompt = "file"`.
+pub const PROMPT_FILE: &str = "FLOTILLA_TASK.md";
+/// The result file, in the worktree's root, for `result = "file"`: inside the worktree
+/// because it is the one place a sandboxed CLI may write.
+pub const RESULT_FILE: &str = "FLOTILLA_RESULT.json";
+/// The variable that gives the CLI the result file's absolute path.
+pub const RESULT_FILE_VAR: &str = "FLOTILLA_RESULT_FILE";
 
 /// Why a call's result file holds no envelope: each message says what was wrong with the
 /// file, never what it held.

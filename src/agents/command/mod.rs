@@ -37,10 +37,10 @@
 //! bounded) or the stream's final event (Claude's `result`, Codex's completed turn); a
 //! non-zero exit or an echoed example is a failure.
 //!
-//! The files: [`config`] (`[agents.NAME]` and the presets), [`session`] (running the CLI),
-//! [`envelope`] (the handoff it writes), [`stream`] (its output read line by line) over
-//! the typed events of [`claude`] and [`codex`], and [`text`] (cutting its words down).
-//! The module's API is what is re-exported here; the files are private to it.
+//! The files: `config` (`[agents.NAME]` and the presets), `session` (running the CLI),
+//! `envelope` (the handoff it writes), `stream` (its output read line by line) over the
+//! typed events of `claude` and `codex`, and `text` (cutting its words down). The module's
+//! API is what is re-exported here; the files are private to it, and none imports this one.
 
 mod claude;
 mod codex;
@@ -54,12 +54,5 @@ pub use config::{
     AIDER_ARGS, CommandAgentConfig, CommandAgentConfigError, OutputFormat, Preset, PromptVia,
     ResolvedCommand, ResultVia,
 };
+pub use envelope::{PROMPT_FILE, RESULT_FILE, RESULT_FILE_VAR};
 pub use session::CommandAgent;
-
-/// The prompt file, in the worktree's root, for `prompt = "file"`.
-pub const PROMPT_FILE: &str = "FLOTILLA_TASK.md";
-/// The result file, in the worktree's root, for `result = "file"`: inside the worktree
-/// because it is the one place a sandboxed CLI may write.
-pub const RESULT_FILE: &str = "FLOTILLA_RESULT.json";
-/// The variable that gives the CLI the result file's absolute path.
-pub const RESULT_FILE_VAR: &str = "FLOTILLA_RESULT_FILE";

@@ -21,12 +21,11 @@ use super::config::{
     ResolvedCommand, ResultVia,
 };
 use super::envelope::{
-    EnvelopeError, MAX_ENVELOPE_BYTES, ResultFileError, envelope_in, envelope_instructions,
-    prompt_examples, read_result_file,
+    EnvelopeError, MAX_ENVELOPE_BYTES, PROMPT_FILE, RESULT_FILE, RESULT_FILE_VAR, ResultFileError,
+    envelope_in, envelope_instructions, prompt_examples, read_result_file,
 };
 use super::stream::{EventStream, StreamEnd};
 use super::text::{DETAIL_CHARS, last_output, one_line};
-use super::{PROMPT_FILE, RESULT_FILE, RESULT_FILE_VAR};
 use crate::agents::tools::FinishArgs;
 use crate::agents::{synthesis_text, task_text};
 
