@@ -468,7 +468,7 @@ impl Cli {
                 ));
             }
             let token_file = paths::token_path(&state_dir);
-            let token = crate::config::read(&token_file).map_err(|e| CliError {
+            let token = crate::text_file::read(&token_file).map_err(|e| CliError {
                 message: format!("the daemon's token: {e}"),
                 hint: Some("use the same --state-dir as the daemon started with --listen".into()),
                 exit: Exit::Usage,

@@ -4,6 +4,7 @@
 //! - [`journal`]: the SQLite journal (the `Journal` port).
 //! - [`scripted`]: the scripted LLM provider and agent that replay a scenario file.
 //! - [`config`]: `flotilla.toml` and the per-run configuration.
+//! - [`text_file`]: reading the text files others write, and where their TOML is wrong.
 //! - [`client`]: the HTTP client the CLI uses (Unix socket or loopback TCP).
 //! - [`cli`]: the commands and how they print.
 //! - [`paths`]: the state directory and the files in it.
@@ -31,6 +32,7 @@ pub mod render;
 pub mod sandbox;
 pub mod scripted;
 pub mod sse;
+pub mod text_file;
 pub mod worktrees;
 
 pub use flotilla_actors as actors;

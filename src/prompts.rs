@@ -8,7 +8,6 @@
 //! an unknown one is refused when the prompt is loaded, never sent to a model unfilled.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use flotilla_actors::config::Limits;
 use flotilla_actors::protocol::Role;
@@ -155,30 +154,6 @@ pub fn for_role(role: Role, overrides: &PromptOverrides, limits: &Limits) -> Str
     render(overrides.get(file).map_or(built_in, String::as_str), limits)
 }
 
-/// Reads the overrides in `dir`: each built-in prompt's file name that exists there. Files
-/// are read as configs are (regular files only, size-capped) and checked.
-pub fn load_overrides(dir: &Path) -> Result<PromptOverrides, crate::config::ConfigError> {
-    let mut overrides = PromptOverrides::new();
-    if !dir.is_dir() {
-        return Err(crate::config::ConfigError::NotAFile { path: dir.into() });
-    }
-    for (_, file, _) in BUILT_IN {
-        let path = dir.join(file);
-        if !path.exists() {
-            continue;
-        }
-        let text = crate::config::read(&path)?;
-        check(&text, &path.display().to_string()).map_err(|source| {
-            crate::config::ConfigError::Prompt {
-                path: path.clone(),
-                source,
-            }
-        })?;
-        overrides.insert(file.to_string(), text);
-    }
-    Ok(overrides)
-}
-
 /// Checks stored overrides (a config that came in a request's body).
 pub fn check_overrides(overrides: &PromptOverrides) -> Result<(), PromptError> {
     for (file, text) in overrides {
@@ -251,12 +226,5 @@ mod tests {
             "Plan with 3 levels"
         );
         assert!(for_role(Role::Subplanner, &overrides, &limits).starts_with("# Subplanner"));
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("worker.md"), "{{nope}}").unwrap();
-        let err = load_overrides(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("nope") && err.contains("worker.md"), "{err}");
-        std::fs::write(dir.path().join("worker.md"), "Work.").unwrap();
-        let loaded = load_overrides(dir.path()).unwrap();
-        assert_eq!(loaded.keys().collect::<Vec<_>>(), ["worker.md"]);
     }
 }

@@ -30,8 +30,8 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TomlProblem;
 use crate::confine::{Access, confine, open_confined};
+use crate::text_file::TomlProblem;
 
 /// A whole scenario: what the planner answers, and what each task's agent does.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

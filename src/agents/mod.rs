@@ -1,7 +1,7 @@
 //! The agents a worker profile can run (ADR-009): the built-in tool-using agent over any
 //! provider ([`builtin`]), with its tools ([`tools`]), and external agent CLIs
 //! ([`command`]); what they tell an agent about its task is here, the same for all. The
-//! scripted agent lives with the scripted provider (`crate::scripted`).
+//! scripted agent lives with the scripted provider (the crate's `scripted` module).
 
 pub mod builtin;
 pub mod command;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use flotilla_actors::ports::AgentReport;
 use flotilla_actors::ports::{
-    CommandLimits, CommandSpec, ProcessRunner, Sandbox, ToolCall, ToolSpec,
+    CommandLimits, CommandSpec, ProcessError, ProcessRunner, Sandbox, ToolCall, ToolSpec,
 };
 use flotilla_actors::protocol::{
     DecompositionReason, Handoff, HandoffMetrics, HandoffStatus, ProposedSubplan, StopCondition,
@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::confine::{Access, confine, open_confined};
+use crate::confine::{Access, PathRefused, confine, open_confined};
 
 /// What the tools may do, and how much of it.
 #[derive(Debug, Clone)]
@@ -261,7 +261,77 @@ struct CommandArgs {
     command: String,
 }
 
-fn parse<'a, T: Deserialize<'a>>(call: &'a ToolCall) -> Result<T, String> {
+/// Why a tool call did nothing: the model reads it as the call's output (`error: …`), so
+/// every message says what to do differently.
+#[derive(Debug, thiserror::Error)]
+enum ToolError {
+    #[error("the arguments of {tool} are not valid: {source}")]
+    BadArguments {
+        tool: String,
+        source: serde_json::Error,
+    },
+    #[error(
+        "there is no tool {0:?}; the tools are read_file, write_file, edit_file, list_dir, search, run_command and finish"
+    )]
+    NoSuchTool(String),
+    #[error(transparent)]
+    Refused(#[from] PathRefused),
+    #[error("the path could not be checked: {0}")]
+    PathCheck(tokio::task::JoinError),
+    #[error("the file could not be opened: {0}")]
+    Open(tokio::task::JoinError),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot read {path}: {source}")]
+    ReadStopped {
+        path: String,
+        source: tokio::task::JoinError,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{bytes} bytes is more than the {limit} a file may have")]
+    TooLarge { bytes: usize, limit: usize },
+    #[error("old_text is empty: say which text to replace")]
+    EmptyOldText,
+    #[error("{path} is {len} bytes, more than the {limit} a file edited here may have")]
+    TooLargeToEdit {
+        path: String,
+        len: u64,
+        limit: usize,
+    },
+    #[error("old_text does not occur in {path}: read the file and copy the text exactly")]
+    OldTextMissing { path: String },
+    #[error("the edited file would be {bytes} bytes, more than the {limit} a file may have")]
+    EditedTooLarge { bytes: usize, limit: usize },
+    #[error(
+        "old_text occurs {count} times in {path}: include more of the text around it so it occurs once"
+    )]
+    OldTextAmbiguous { path: String, count: usize },
+    /// The worktree's root itself could not be resolved.
+    #[error(transparent)]
+    Root(std::io::Error),
+    #[error("cannot list {path}: {source}")]
+    List {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("not a regular expression: {0}")]
+    BadPattern(#[from] regex::Error),
+    #[error("the search failed: {0}")]
+    Search(tokio::task::JoinError),
+    #[error("the command is empty")]
+    EmptyCommand,
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+}
+
+fn parse<'a, T: Deserialize<'a>>(call: &'a ToolCall) -> Result<T, ToolError> {
     // An empty argument string is an empty object (some models send nothing for no
     // arguments).
     let text = if call.arguments.trim().is_empty() {
@@ -269,8 +339,10 @@ fn parse<'a, T: Deserialize<'a>>(call: &'a ToolCall) -> Result<T, String> {
     } else {
         call.arguments.as_str()
     };
-    serde_json::from_str(text)
-        .map_err(|e| format!("the arguments of {} are not valid: {e}", call.name))
+    serde_json::from_str(text).map_err(|source| ToolError::BadArguments {
+        tool: call.name.clone(),
+        source,
+    })
 }
 
 /// Runs one tool call. Errors are the model's to read (`Output("error: …")`).
@@ -304,10 +376,7 @@ pub async fn execute(call: &ToolCall, ctx: &ToolContext) -> ToolOutcome {
             Ok(args) => return ToolOutcome::Finish(Box::new(args)),
             Err(e) => Err(e),
         },
-        other => Err(format!(
-            "there is no tool {:?}; the tools are read_file, write_file, edit_file, list_dir, search, run_command and finish",
-            other.chars().take(100).collect::<String>()
-        )),
+        other => Err(ToolError::NoSuchTool(other.chars().take(100).collect())),
     };
     ToolOutcome::Output(result.unwrap_or_else(|e| format!("error: {e}")))
 }
@@ -327,11 +396,11 @@ pub fn describe(call: &ToolCall) -> String {
 
 /// `path` confined to the worktree, resolved on a blocking thread (it follows links on the
 /// file system, which the actor's thread must not wait for).
-async fn place(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
+async fn place(ctx: &ToolContext, path: &str) -> Result<PathBuf, ToolError> {
     let (root, path) = (ctx.root.clone(), path.to_string());
-    tokio::task::spawn_blocking(move || confine(&root, &path).map_err(|e| e.to_string()))
+    Ok(tokio::task::spawn_blocking(move || confine(&root, &path))
         .await
-        .map_err(|e| format!("the path could not be checked: {e}"))?
+        .map_err(ToolError::PathCheck)??)
 }
 
 /// `text` cut to `max` bytes on a character boundary.
@@ -349,39 +418,46 @@ fn cut(text: &str, max: usize) -> &str {
 /// Opens the file `path` names in the worktree for `access`, on a blocking thread: confined,
 /// walked without following links, and checked by its descriptor (a regular file, not a
 /// FIFO that would hold a thread forever, not a device, not a hard link: ADR-016).
-async fn open(ctx: &ToolContext, path: &str, access: Access) -> Result<std::fs::File, String> {
+async fn open(ctx: &ToolContext, path: &str, access: Access) -> Result<std::fs::File, ToolError> {
     let (root, path) = (ctx.root.clone(), path.to_string());
-    tokio::task::spawn_blocking(move || {
-        open_confined(&root, &path, access).map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| format!("the file could not be opened: {e}"))?
+    Ok(
+        tokio::task::spawn_blocking(move || open_confined(&root, &path, access))
+            .await
+            .map_err(ToolError::Open)??,
+    )
 }
 
 /// Opens a regular file of the worktree for reading, and says how long it is.
-async fn open_regular(ctx: &ToolContext, path: &str) -> Result<(tokio::fs::File, u64), String> {
+async fn open_regular(ctx: &ToolContext, path: &str) -> Result<(tokio::fs::File, u64), ToolError> {
     let file = tokio::fs::File::from_std(open(ctx, path, Access::Read).await?);
     let len = file
         .metadata()
         .await
-        .map_err(|e| format!("cannot read {path}: {e}"))?
+        .map_err(|source| read_failed(path, source))?
         .len();
     Ok((file, len))
 }
 
-async fn read_file(ctx: &ToolContext, path: &str, offset: u64) -> Result<String, String> {
+fn read_failed(path: &str, source: std::io::Error) -> ToolError {
+    ToolError::Read {
+        path: path.to_string(),
+        source,
+    }
+}
+
+async fn read_file(ctx: &ToolContext, path: &str, offset: u64) -> Result<String, ToolError> {
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
     let (mut file, len) = open_regular(ctx, path).await?;
     let start = offset.min(len);
     file.seek(std::io::SeekFrom::Start(start))
         .await
-        .map_err(|e| format!("cannot read {path}: {e}"))?;
+        .map_err(|source| read_failed(path, source))?;
     // Only the part shown is read (a few bytes more, to end on a whole character).
     let mut bytes = Vec::new();
     file.take(ctx.limits.read_bytes as u64 + 3)
         .read_to_end(&mut bytes)
         .await
-        .map_err(|e| format!("cannot read {path}: {e}"))?;
+        .map_err(|source| read_failed(path, source))?;
     let text = String::from_utf8_lossy(&bytes);
     let part = cut(&text, ctx.limits.read_bytes);
     // Where the part ends in the file (exact for UTF-8 text; near enough for anything
@@ -397,10 +473,13 @@ async fn read_file(ctx: &ToolContext, path: &str, offset: u64) -> Result<String,
 }
 
 /// Replaces the whole content of `file` (opened and checked by [`open`]) with `content`.
-async fn rewrite(file: std::fs::File, path: &str, content: String) -> Result<(), String> {
+async fn rewrite(file: std::fs::File, path: &str, content: String) -> Result<(), ToolError> {
     use tokio::io::{AsyncSeekExt, AsyncWriteExt};
     let mut file = tokio::fs::File::from_std(file);
-    let failed = |e: std::io::Error| format!("cannot write {path}: {e}");
+    let failed = |source: std::io::Error| ToolError::Write {
+        path: path.to_string(),
+        source,
+    };
     file.set_len(0).await.map_err(failed)?;
     file.seek(std::io::SeekFrom::Start(0))
         .await
@@ -409,13 +488,12 @@ async fn rewrite(file: std::fs::File, path: &str, content: String) -> Result<(),
     file.flush().await.map_err(failed)
 }
 
-async fn write_file(ctx: &ToolContext, path: &str, content: &str) -> Result<String, String> {
+async fn write_file(ctx: &ToolContext, path: &str, content: &str) -> Result<String, ToolError> {
     if content.len() > ctx.limits.write_bytes {
-        return Err(format!(
-            "{} bytes is more than the {} a file may have",
-            content.len(),
-            ctx.limits.write_bytes
-        ));
+        return Err(ToolError::TooLarge {
+            bytes: content.len(),
+            limit: ctx.limits.write_bytes,
+        });
     }
     // Opened (directories made) and checked before anything is cut: a hard link to a file
     // outside is refused with its content intact.
@@ -424,10 +502,15 @@ async fn write_file(ctx: &ToolContext, path: &str, content: &str) -> Result<Stri
     Ok(format!("wrote {path} ({} bytes)", content.len()))
 }
 
-async fn edit_file(ctx: &ToolContext, path: &str, old: &str, new: &str) -> Result<String, String> {
+async fn edit_file(
+    ctx: &ToolContext,
+    path: &str,
+    old: &str,
+    new: &str,
+) -> Result<String, ToolError> {
     use std::io::Read;
     if old.is_empty() {
-        return Err("old_text is empty: say which text to replace".into());
+        return Err(ToolError::EmptyOldText);
     }
     let mut file = open(ctx, path, Access::Edit).await?;
     let limit = ctx.limits.write_bytes;
@@ -441,43 +524,52 @@ async fn edit_file(ctx: &ToolContext, path: &str, old: &str, new: &str) -> Resul
         Ok::<_, std::io::Error>((file, (len, text)))
     })
     .await
-    .map_err(|e| format!("cannot read {path}: {e}"))?
-    .map_err(|e| format!("cannot read {path}: {e}"))?;
+    .map_err(|source| ToolError::ReadStopped {
+        path: path.to_string(),
+        source,
+    })?
+    .map_err(|source| read_failed(path, source))?;
     let (len, text) = text;
     if len > limit as u64 {
-        return Err(format!(
-            "{path} is {len} bytes, more than the {limit} a file edited here may have"
-        ));
+        return Err(ToolError::TooLargeToEdit {
+            path: path.to_string(),
+            len,
+            limit,
+        });
     }
     match text.matches(old).count() {
-        0 => Err(format!(
-            "old_text does not occur in {path}: read the file and copy the text exactly"
-        )),
+        0 => Err(ToolError::OldTextMissing {
+            path: path.to_string(),
+        }),
         1 => {
             let edited = text.replacen(old, new, 1);
             if edited.len() > limit {
-                return Err(format!(
-                    "the edited file would be {} bytes, more than the {limit} a file may have",
-                    edited.len(),
-                ));
+                return Err(ToolError::EditedTooLarge {
+                    bytes: edited.len(),
+                    limit,
+                });
             }
             rewrite(file, path, edited).await?;
             Ok(format!("edited {path}"))
         }
-        n => Err(format!(
-            "old_text occurs {n} times in {path}: include more of the text around it so it occurs once"
-        )),
+        count => Err(ToolError::OldTextAmbiguous {
+            path: path.to_string(),
+            count,
+        }),
     }
 }
 
-async fn list_dir(ctx: &ToolContext, path: Option<&str>) -> Result<String, String> {
+async fn list_dir(ctx: &ToolContext, path: Option<&str>) -> Result<String, ToolError> {
     let dir = match path {
         Some(p) if !p.trim().is_empty() && p.trim() != "." => place(ctx, p).await?,
-        _ => std::fs::canonicalize(&ctx.root).map_err(|e| e.to_string())?,
+        _ => std::fs::canonicalize(&ctx.root).map_err(ToolError::Root)?,
     };
     let mut entries = tokio::fs::read_dir(&dir)
         .await
-        .map_err(|e| format!("cannot list {}: {e}", path.unwrap_or(".")))?;
+        .map_err(|source| ToolError::List {
+            path: path.unwrap_or(".").to_string(),
+            source,
+        })?;
     let mut names = Vec::new();
     while let Ok(Some(entry)) = entries.next_entry().await {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -500,12 +592,11 @@ async fn list_dir(ctx: &ToolContext, path: Option<&str>) -> Result<String, Strin
     Ok(out)
 }
 
-async fn search(ctx: &ToolContext, pattern: &str, path: Option<&str>) -> Result<String, String> {
+async fn search(ctx: &ToolContext, pattern: &str, path: Option<&str>) -> Result<String, ToolError> {
     let regex = regex::RegexBuilder::new(pattern)
         .size_limit(1 << 20)
-        .build()
-        .map_err(|e| format!("not a regular expression: {e}"))?;
-    let root = std::fs::canonicalize(&ctx.root).map_err(|e| e.to_string())?;
+        .build()?;
+    let root = std::fs::canonicalize(&ctx.root).map_err(ToolError::Root)?;
     let start = match path {
         Some(p) if !p.trim().is_empty() && p.trim() != "." => place(ctx, p).await?,
         _ => root.clone(),
@@ -513,7 +604,7 @@ async fn search(ctx: &ToolContext, pattern: &str, path: Option<&str>) -> Result<
     let limits = ctx.limits.clone();
     tokio::task::spawn_blocking(move || search_blocking(&root, &start, &regex, &limits))
         .await
-        .map_err(|e| format!("the search failed: {e}"))
+        .map_err(ToolError::Search)
 }
 
 fn search_blocking(root: &Path, start: &Path, regex: &regex::Regex, limits: &ToolLimits) -> String {
@@ -571,9 +662,9 @@ fn search_blocking(root: &Path, start: &Path, regex: &regex::Regex, limits: &Too
     out
 }
 
-async fn run_command(ctx: &ToolContext, command: &str) -> Result<String, String> {
+async fn run_command(ctx: &ToolContext, command: &str) -> Result<String, ToolError> {
     if command.trim().is_empty() {
-        return Err("the command is empty".into());
+        return Err(ToolError::EmptyCommand);
     }
     let spec = CommandSpec {
         program: "sh".into(),
@@ -584,11 +675,7 @@ async fn run_command(ctx: &ToolContext, command: &str) -> Result<String, String>
         limits: ctx.limits.command,
         sandbox: ctx.limits.sandbox,
     };
-    let output = ctx
-        .runner
-        .run(spec, ctx.cancel.clone(), None)
-        .await
-        .map_err(|e| e.to_string())?;
+    let output = ctx.runner.run(spec, ctx.cancel.clone(), None).await?;
     let mut out = format!("{}\n", output.exit);
     if !output.stdout.text.is_empty() {
         out.push_str(&format!("stdout:\n{}\n", output.stdout.text));

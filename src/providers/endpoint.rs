@@ -159,6 +159,16 @@ impl EndpointState {
     }
 }
 
+/// An endpoint's key, as the daemon's credentials had it when the endpoint was built.
+enum EndpointKey {
+    /// The provider names no key variable: requests go without one.
+    None,
+    Held(Secret),
+    /// The variable the config names, which the daemon's environment did not have: each
+    /// call fails with `MissingKey`, sending nothing.
+    Missing(String),
+}
+
 /// One configured endpoint, as a run sees it: its settings, and the state it shares with
 /// every other run that uses the same server.
 pub struct Endpoint {
@@ -167,9 +177,8 @@ pub struct Endpoint {
     format: WireFormat,
     base_url: String,
     /// The key sent with every request, taken from the daemon's credentials when the
-    /// endpoint was built; `Err` names the variable the config asked for and the daemon's
-    /// environment did not have (each call then fails with `MissingKey`, sending nothing).
-    key: Result<Option<Secret>, String>,
+    /// endpoint was built.
+    key: EndpointKey,
     spec: ProviderSpec,
     http: reqwest::Client,
     shared: std::sync::Arc<EndpointState>,
@@ -222,8 +231,11 @@ impl Endpoint {
                 .trim_end_matches('/')
                 .to_string(),
             key: match &spec.api_key_env {
-                Some(env) => keys.get(env).cloned().map(Some).ok_or_else(|| env.clone()),
-                None => Ok(None),
+                Some(env) => keys
+                    .get(env)
+                    .cloned()
+                    .map_or_else(|| EndpointKey::Missing(env.clone()), EndpointKey::Held),
+                None => EndpointKey::None,
             },
             spec: spec.clone(),
             http,
@@ -352,8 +364,11 @@ impl Endpoint {
     ) -> Result<Parsed, Failure> {
         // The key goes into the request's header and nowhere else.
         let key = match &self.key {
-            Ok(key) => key.as_ref().map(Secret::expose),
-            Err(env) => return Err(LlmError::MissingKey { env: env.clone() }.into()),
+            EndpointKey::Held(key) => Some(key.expose()),
+            EndpointKey::None => None,
+            EndpointKey::Missing(env) => {
+                return Err(LlmError::MissingKey { env: env.clone() }.into());
+            }
         };
         let json_mode = if request.format == AnswerFormat::JsonObject && self.spec.json_mode {
             let level = JsonMode::from_u8(self.shared.json_mode.load(Ordering::SeqCst));

@@ -205,7 +205,10 @@ impl Price {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderSettingsError {
     #[error("providers.{name}: {problem}")]
-    Provider { name: String, problem: String },
+    Provider {
+        name: String,
+        problem: ProviderSpecError,
+    },
     #[error("roles.{role}: {problem}")]
     Role { role: Role, problem: String },
     #[error("prices.\"{model}\": {problem}")]
@@ -284,32 +287,61 @@ pub fn split_model(full: &str) -> Option<(&str, &str)> {
     (!provider.is_empty()).then_some((provider, model))
 }
 
-fn validate_provider(name: &str, spec: &ProviderSpec) -> Result<(), String> {
+/// What is wrong with one `[providers.NAME]` table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderSpecError {
+    #[error("a provider's name must be non-empty and hold no '/'")]
+    BadName,
+    #[error("base_url is required")]
+    NoBaseUrl,
+    #[error("base_url is not a URL: {0}")]
+    BadUrl(#[from] url::ParseError),
+    #[error("base_url must be http:// or https://")]
+    NotHttp,
+    #[error("base_url must not hold credentials; use api_key_env")]
+    CredentialsInUrl,
+    #[error(
+        "api_key_env = {0:?}: name an environment variable that holds a key \
+         (capital letters, digits and '_', ending in _KEY or _TOKEN)"
+    )]
+    NotAKeyVariable(String),
+    #[error("a key is never sent over plain http to another machine: use https")]
+    KeyInClear,
+    #[error("{0} = 0: it must be at least 1")]
+    Zero(&'static str),
+    #[error("max_concurrency must be at most 1024")]
+    TooConcurrent,
+    #[error("max_retries must be at most 20")]
+    TooManyRetries,
+    #[error("timeouts must be at most a day (86400 s)")]
+    TimeoutOverADay,
+    #[error("backoff_min_ms must be at most backoff_max_ms, itself at most a day")]
+    BadBackoff,
+}
+
+fn validate_provider(name: &str, spec: &ProviderSpec) -> Result<(), ProviderSpecError> {
     if name.is_empty() || name.contains('/') {
-        return Err("a provider's name must be non-empty and hold no '/'".into());
+        return Err(ProviderSpecError::BadName);
     }
     if spec.kind == ProviderKind::Scripted {
         return Ok(());
     }
     let Some(base) = &spec.base_url else {
-        return Err("base_url is required".into());
+        return Err(ProviderSpecError::NoBaseUrl);
     };
-    let url = reqwest::Url::parse(base).map_err(|e| format!("base_url is not a URL: {e}"))?;
+    let url = reqwest::Url::parse(base)?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err("base_url must be http:// or https://".into());
+        return Err(ProviderSpecError::NotHttp);
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err("base_url must not hold credentials; use api_key_env".into());
+        return Err(ProviderSpecError::CredentialsInUrl);
     }
     if let Some(env) = &spec.api_key_env {
         if !is_key_variable(env) {
-            return Err(format!(
-                "api_key_env = {env:?}: name an environment variable that holds a key \
-                 (capital letters, digits and '_', ending in _KEY or _TOKEN)"
-            ));
+            return Err(ProviderSpecError::NotAKeyVariable(env.clone()));
         }
         if url.scheme() == "http" && !is_loopback(&url) {
-            return Err("a key is never sent over plain http to another machine: use https".into());
+            return Err(ProviderSpecError::KeyInClear);
         }
     }
     let numbers: [(&str, u64); 5] = [
@@ -320,21 +352,21 @@ fn validate_provider(name: &str, spec: &ProviderSpec) -> Result<(), String> {
         ("backoff_max_ms", spec.backoff_max_ms),
     ];
     if let Some((field, _)) = numbers.iter().find(|(_, v)| *v == 0) {
-        return Err(format!("{field} = 0: it must be at least 1"));
+        return Err(ProviderSpecError::Zero(field));
     }
     if spec.max_concurrency > 1024 {
-        return Err("max_concurrency must be at most 1024".into());
+        return Err(ProviderSpecError::TooConcurrent);
     }
     if spec.max_retries > 20 {
-        return Err("max_retries must be at most 20".into());
+        return Err(ProviderSpecError::TooManyRetries);
     }
     // A day: anything longer is a mistake, and Duration arithmetic stays far from overflow.
     const DAY: u64 = 24 * 60 * 60;
     if spec.request_timeout_secs > DAY || spec.stall_timeout_secs > DAY {
-        return Err("timeouts must be at most a day (86400 s)".into());
+        return Err(ProviderSpecError::TimeoutOverADay);
     }
     if spec.backoff_max_ms > DAY * 1000 || spec.backoff_min_ms > spec.backoff_max_ms {
-        return Err("backoff_min_ms must be at most backoff_max_ms, itself at most a day".into());
+        return Err(ProviderSpecError::BadBackoff);
     }
     Ok(())
 }
