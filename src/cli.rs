@@ -24,6 +24,7 @@ use crate::journal::JournalSync;
 use crate::paths;
 use crate::providers::ProviderRegistry;
 use crate::render::{self, Style, Tally};
+use crate::text_safety;
 
 /// flotilla orchestrates many LLM coding agents on one git repository.
 ///
@@ -532,7 +533,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                 ))
                 .await?;
             if *json {
-                emit(&format!("{}\n", render::json_pretty(&story)))?;
+                emit(&format!("{}\n", text_safety::json_pretty(&story)))?;
             } else {
                 emit(&render::task_story_text(&story, &Style::detect()))?;
             }
@@ -546,7 +547,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
         } => {
             let status: RunStatus = client.get(&format!("/v1/runs/{}", segment(run))).await?;
             if *json {
-                emit(&format!("{}\n", render::json_pretty(&status)))?;
+                emit(&format!("{}\n", text_safety::json_pretty(&status)))?;
             } else {
                 emit(&render::status_text(&status, &Style::detect()))?;
             }
@@ -566,7 +567,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                     .collect();
                 emit(&format!(
                     "{}\n",
-                    render::json_pretty(&serde_json::json!({
+                    text_safety::json_pretty(&serde_json::json!({
                         "daemon": client.endpoint_label(), "runs": runs.len(), "running": running,
                         "needs_attention": attention,
                     }))
@@ -589,9 +590,9 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                 )
                 .await?;
             match format {
-                GraphFormat::Json => emit(&render::json_safe(&text))?,
+                GraphFormat::Json => emit(&text_safety::json_safe(&text))?,
                 GraphFormat::Mermaid | GraphFormat::Dot => {
-                    emit(&render::terminal_safe_lines(&text))?
+                    emit(&text_safety::terminal_safe_lines(&text))?
                 }
             }
             Ok(Exit::Ok)
@@ -605,7 +606,10 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                 )
                 .await?;
             let id = answer["id"].as_str().unwrap_or(run);
-            emit(&format!("cancelling run {}\n", render::terminal_safe(id)))?;
+            emit(&format!(
+                "cancelling run {}\n",
+                text_safety::terminal_safe(id)
+            ))?;
             Ok(Exit::Ok)
         }
         Command::Gc { dry_run, json, .. } => {
@@ -618,7 +622,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             if *json {
                 emit(&format!(
                     "{}\n",
-                    render::json_safe(&serde_json::to_string(&report).unwrap_or_default())
+                    text_safety::json_safe(&serde_json::to_string(&report).unwrap_or_default())
                 ))?;
                 return Ok(Exit::Ok);
             }
@@ -648,13 +652,13 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                     .chain(&report.locks)
                     .chain(&report.unknown)
                 {
-                    emit(&format!("  {}\n", render::terminal_safe(line)))?;
+                    emit(&format!("  {}\n", text_safety::terminal_safe(line)))?;
                 }
             }
             for error in &report.errors {
                 emit(&format!(
                     "could not collect: {}\n",
-                    render::terminal_safe(error)
+                    text_safety::terminal_safe(error)
                 ))?;
             }
             Ok(if report.errors.is_empty() {
@@ -677,7 +681,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             emit(&format!(
                 "decided: landing goes on on main as it is ({}); `tail` names the tasks whose \
                  landed work main no longer holds\n",
-                render::terminal_safe(actual.get(..12).unwrap_or(actual))
+                text_safety::terminal_safe(actual.get(..12).unwrap_or(actual))
             ))?;
             Ok(Exit::Ok)
         }
@@ -692,7 +696,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             let id = answer["id"].as_str().unwrap_or(run);
             emit(&format!(
                 "decided: run {} is cancelled\n",
-                render::terminal_safe(id)
+                text_safety::terminal_safe(id)
             ))?;
             Ok(Exit::Ok)
         }
@@ -736,14 +740,17 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                     Some(&decision),
                 )
                 .await?;
-            emit(&format!("decided: {}\n", render::terminal_safe(&words)))?;
+            emit(&format!(
+                "decided: {}\n",
+                text_safety::terminal_safe(&words)
+            ))?;
             Ok(Exit::Ok)
         }
         Command::Providers { .. } => unreachable!("answered above, without the daemon"),
         Command::Runs { json, .. } => {
             let runs: Vec<RunSummary> = client.get("/v1/runs").await?;
             if *json {
-                emit(&format!("{}\n", render::json_pretty(&runs)))?;
+                emit(&format!("{}\n", text_safety::json_pretty(&runs)))?;
             } else if runs.is_empty() {
                 emit("no runs yet; start one with `flotilla submit \"<request>\" --repo .`\n")?;
             } else {
@@ -788,7 +795,7 @@ async fn check_providers(
         .await;
     if json {
         for result in &results {
-            emit(&format!("{}\n", render::json_line(result)))?;
+            emit(&format!("{}\n", text_safety::json_line(result)))?;
         }
     } else {
         emit(&render::provider_checks_text(&results))?;
@@ -855,14 +862,14 @@ async fn submit(
     let landing = created
         .branch
         .as_deref()
-        .map(|b| format!(", landing on {}", render::terminal_safe(b)))
+        .map(|b| format!(", landing on {}", text_safety::terminal_safe(b)))
         .unwrap_or_default();
     if detach {
-        emit(&format!("{}\n", render::terminal_safe(&created.id)))?;
+        emit(&format!("{}\n", text_safety::terminal_safe(&created.id)))?;
         if !json && !landing.is_empty() {
             note(&format!(
                 "run {} submitted{landing}",
-                render::terminal_safe(&created.id)
+                text_safety::terminal_safe(&created.id)
             ));
         }
         return Ok(Exit::Ok);
@@ -870,7 +877,7 @@ async fn submit(
     if !json {
         note(&format!(
             "run {} submitted{landing}; following it (Ctrl-C stops following, not the run)",
-            render::terminal_safe(&created.id)
+            text_safety::terminal_safe(&created.id)
         ));
     }
     let outcome = follow(client, &created.id, None, json).await?;
@@ -914,8 +921,8 @@ pub async fn follow(
             note(&format!(
                 "stopped following; run {} goes on in the daemon. Follow it again with \
                  `flotilla tail {}{since}`",
-                render::terminal_safe(run),
-                render::terminal_safe(run)
+                text_safety::terminal_safe(run),
+                text_safety::terminal_safe(run)
             ));
             Err(CliError {
                 message: String::new(),
@@ -986,7 +993,7 @@ async fn follow_from(
                 last.set(Some(event.seq));
             }
             if json {
-                emit(&format!("{}\n", render::json_line(&event)))?;
+                emit(&format!("{}\n", text_safety::json_line(&event)))?;
             } else {
                 tally.observe(&event);
                 let mut text = String::new();
@@ -1114,7 +1121,7 @@ fn parse_sizes(text: &str) -> Result<Vec<usize>, String> {
                 Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
                 _ => Err(format!(
                     "--scaling: {:?} is not a number of tasks from 1 to 1000000",
-                    render::terminal_safe(part)
+                    text_safety::terminal_safe(part)
                 )),
             }
         })

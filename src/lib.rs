@@ -31,6 +31,7 @@ pub mod render;
 pub mod sandbox;
 pub mod scripted;
 pub mod sse;
+pub mod text_safety;
 pub mod worktrees;
 
 pub use flotilla_actors as actors;

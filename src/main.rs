@@ -94,7 +94,7 @@ fn run_daemon(
             // A typo must not silence the daemon: say so, and log as by default.
             eprintln!(
                 "warning: FLOTILLA_LOG={:?} is not a log filter ({e}); logging at info",
-                flotilla::render::terminal_safe(&spec)
+                flotilla::text_safety::terminal_safe(&spec)
             );
             EnvFilter::new("info")
         }),

@@ -4,13 +4,12 @@
 //!
 //! Everything shown here that flotilla did not write itself (a request, a model's
 //! descriptions and summaries, file names, failure texts, the daemon's error messages) goes
-//! through [`terminal_safe`] first (or [`json_safe`] for `--json`), so that no text can move
+//! through [`terminal_safe`] first (or `text_safety::json_safe` for `--json`), so that no text can move
 //! the cursor, retitle or clear the terminal, write to the clipboard or reorder a line.
 //!
 //! The live line counts spending as the budgets do (`SpendCharged` and planner usage).
-//! `terminal_safe` escapes control, C1, bidi and zero-width characters.
+//! `terminal_safe` (in `text_safety`) escapes control, C1, bidi and zero-width characters.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -22,6 +21,7 @@ use flotilla_actors::protocol::{
 
 use crate::daemon::api::RunSummary;
 use crate::daemon::report::{RunStatus, task_state_words};
+use crate::text_safety::terminal_safe;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Style {
@@ -70,108 +70,6 @@ impl Style {
     pub fn bold(&self, text: &str) -> String {
         self.paint("1", text)
     }
-}
-
-/// Whether `c` may change what a terminal does or how a line reads: C0 controls (escape,
-/// carriage return, backspace, newline, …), DEL, C1 controls (an 8-bit CSI or OSC), and the
-/// invisible characters that reorder or hide text (bidirectional marks, overrides and
-/// isolates, zero-width characters and joiners, line and paragraph separators, the
-/// byte-order mark, the soft hyphen, the Hangul fillers, Khmer and Mongolian invisible
-/// vowels and separators, the interlinear annotation marks, and the Unicode tag characters
-/// that can carry a hidden ASCII message).
-fn is_unsafe_for_terminal(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{00AD}'
-                | '\u{034F}'
-                | '\u{061C}'
-                | '\u{115F}'
-                | '\u{1160}'
-                | '\u{17B4}'
-                | '\u{17B5}'
-                | '\u{180B}'..='\u{180F}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{206F}'
-                | '\u{3164}'
-                | '\u{FEFF}'
-                | '\u{FFA0}'
-                | '\u{FFF9}'..='\u{FFFB}'
-                | '\u{1D173}'..='\u{1D17A}'
-                | '\u{E0000}'..='\u{E007F}'
-        )
-}
-
-/// Text someone else wrote, made safe to print on a terminal: every character that could
-/// act on the terminal or reorder the line is shown as a visible escape instead (`\x1b`,
-/// `\x0d`, `\u{9b}`, `\u{202e}`); everything else is unchanged. The result is one line.
-pub fn terminal_safe(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_unsafe_for_terminal) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if !is_unsafe_for_terminal(c) {
-            out.push(c);
-        } else if c.is_ascii() {
-            let _ = write!(out, "\\x{:02x}", c as u32);
-        } else {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// [`terminal_safe`] for each line of a multi-line text (graph exports): the line breaks
-/// stay, nothing else that could act on the terminal does.
-pub fn terminal_safe_lines(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for line in text.split_inclusive('\n') {
-        let (body, end) = match line.strip_suffix('\n') {
-            Some(body) => (body, "\n"),
-            None => (line, ""),
-        };
-        out.push_str(&terminal_safe(body));
-        out.push_str(end);
-    }
-    out
-}
-
-/// JSON text made safe for a terminal and still the same JSON: serde already escapes C0
-/// controls inside strings; this also escapes DEL, C1 controls and the invisible formatting
-/// characters as `\uXXXX`. Those characters only occur inside JSON strings, where a
-/// `\uXXXX` escape means the same character.
-pub fn json_safe(json: &str) -> Cow<'_, str> {
-    // Raw C0 characters in serde's output are its own line breaks and indentation: inside
-    // strings serde has escaped them already.
-    let unsafe_in_json = |c: char| c as u32 >= 0x7f && is_unsafe_for_terminal(c);
-    if !json.chars().any(unsafe_in_json) {
-        return Cow::Borrowed(json);
-    }
-    let mut out = String::with_capacity(json.len() + 16);
-    for c in json.chars() {
-        if unsafe_in_json(c) {
-            // Beyond the Basic Multilingual Plane (the tag characters), JSON's `\u` escape
-            // is a UTF-16 surrogate pair.
-            for unit in c.encode_utf16(&mut [0; 2]) {
-                let _ = write!(out, "\\u{:04x}", unit);
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// A value as pretty JSON, safe for a terminal (see [`json_safe`]).
-pub fn json_pretty(value: &impl serde::Serialize) -> String {
-    json_safe(&serde_json::to_string_pretty(value).unwrap_or_default()).into_owned()
-}
-
-/// A value as one line of JSON, safe for a terminal (see [`json_safe`]).
-pub fn json_line(value: &impl serde::Serialize) -> String {
-    json_safe(&serde_json::to_string(value).unwrap_or_default()).into_owned()
 }
 
 /// `HH:MM:SS` (UTC) of a Unix-millisecond timestamp.
@@ -1424,6 +1322,7 @@ mod tests {
 
     use super::*;
     use crate::daemon::report::Counts;
+    use crate::text_safety::{is_unsafe_for_terminal, json_line};
 
     #[test]
     fn a_charge_names_only_what_was_spent() {
@@ -1556,57 +1455,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn terminal_safe_escapes_every_control_visibly_and_nothing_else() {
-        assert_eq!(
-            terminal_safe("plain text: é, 日本, ✓"),
-            "plain text: é, 日本, ✓"
-        );
-        assert_eq!(
-            terminal_safe("a\x1b[31mb\rc\u{9b}d\u{202e}e\x7f\u{200b}\n"),
-            "a\\x1b[31mb\\x0dc\\u{9b}d\\u{202e}e\\x7f\\u{200b}\\x0a"
-        );
-        assert_safe(&terminal_safe(HOSTILE), false);
-        assert_eq!(terminal_safe_lines("a\x1b\nb\n"), "a\\x1b\nb\n");
-    }
-
-    /// Issue 20: tag characters (a hidden ASCII message), soft hyphens and Hangul fillers
-    /// passed the escaping; so would the other invisible characters.
-    #[test]
-    fn invisible_characters_are_shown_as_escapes() {
-        let hidden: String = "ignore previous"
-            .chars()
-            .map(|c| char::from_u32(0xE0000 + c as u32).unwrap())
-            .collect();
-        let text = format!("a{hidden}b\u{ad}c\u{115f}\u{1160}\u{3164}\u{ffa0}d\u{e0001}\u{e007f}");
-        let safe = terminal_safe(&text);
-        assert!(
-            safe.starts_with("a\\u{e0069}\\u{e0067}\\u{e006e}"),
-            "{safe}"
-        );
-        assert!(
-            safe.ends_with("b\\u{ad}c\\u{115f}\\u{1160}\\u{3164}\\u{ffa0}d\\u{e0001}\\u{e007f}"),
-            "{safe}"
-        );
-        for c in [
-            '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}', '\u{202e}', '\u{2066}', '\u{2067}',
-            '\u{2068}', '\u{2069}', '\u{200b}', '\u{200c}', '\u{200d}', '\u{200e}', '\u{200f}',
-            '\u{2060}', '\u{2061}', '\u{2062}', '\u{2063}', '\u{2064}', '\u{feff}', '\u{85}',
-            '\u{9b}', '\u{9d}', '\x00', '\x07', '\x1b',
-        ] {
-            assert!(is_unsafe_for_terminal(c), "{c:?}");
-            assert!(!terminal_safe(&c.to_string()).contains(c), "{c:?}");
-        }
-        // JSON escapes beyond the Basic Multilingual Plane are surrogate pairs.
-        let value = serde_json::json!({ "text": text });
-        let json = json_line(&value);
-        assert!(json.contains("\\udb40\\udc69"), "{json}");
-        assert_eq!(
-            serde_json::from_str::<serde_json::Value>(&json).unwrap(),
-            value
-        );
-    }
-
     /// Issue 20: the live line printed an agent's activity raw (OSC retitle, clear screen,
     /// U+202E reached the terminal). The bytes it writes hold no ESC, C1 or bidi control
     /// but flotilla's own colour codes.
@@ -1681,19 +1529,6 @@ mod tests {
         );
         assert_eq!(fit_columns("日本語", 6), "日本…");
         assert_eq!(fit_columns("日本語", 7), "日本語");
-    }
-
-    #[test]
-    fn json_stays_json_and_escapes_what_serde_leaves_raw() {
-        let value = serde_json::json!({ "text": HOSTILE });
-        for json in [json_line(&value), json_pretty(&value)] {
-            let back: serde_json::Value = serde_json::from_str(&json).unwrap();
-            assert_eq!(back, value, "the same JSON");
-            assert!(
-                !json.chars().any(|c| is_unsafe_for_terminal(c) && c != '\n'),
-                "{json:?}"
-            );
-        }
     }
 
     fn hostile_events() -> Vec<EventKind> {

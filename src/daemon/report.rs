@@ -15,7 +15,7 @@ use flotilla_actors::protocol::{Event, EventKind, GraphSnapshot, RunOutcome, Tas
 use serde::{Deserialize, Serialize};
 
 use crate::journal::RunRecord;
-use crate::render::terminal_safe;
+use crate::text_safety::terminal_safe;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunStatus {
