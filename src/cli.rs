@@ -15,11 +15,11 @@ use flotilla_actors::protocol::{EventKind, RunOutcome, TaskId, UserDecision};
 use futures::StreamExt;
 use hyper::Method;
 
+use crate::api::gc::GcReport;
+use crate::api::runs::{CreateRun, RunSummary};
+use crate::api::status::{RunStatus, TaskStory};
 use crate::client::{Client, ClientError, Endpoint, segment};
 use crate::config::RunConfig;
-use crate::daemon::api::RunSummary;
-use crate::daemon::report::RunStatus;
-use crate::daemon::supervisor::GcReport;
 use crate::journal::JournalSync;
 use crate::paths;
 use crate::providers::ProviderRegistry;
@@ -525,7 +525,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             json,
             ..
         } => {
-            let story: crate::daemon::story::TaskStory = client
+            let story: TaskStory = client
                 .get(&format!(
                     "/v1/runs/{}/tasks/{}",
                     segment(run),
@@ -856,7 +856,11 @@ async fn submit(
         .unwrap_or_else(|| repo.join("flotilla.toml"));
     let run_config = RunConfig::load(&config_path)
         .map_err(|e| CliError::usage(e.to_string(), Some(e.hint())))?;
-    let body = serde_json::json!({ "request": request, "repo": repo, "config": run_config });
+    let body = CreateRun {
+        request: request.to_string(),
+        repo,
+        config: Some(run_config),
+    };
     let created = client.submit(&body).await?;
     // The branch the run lands on (ADR-022), said where the user reads.
     let landing = created

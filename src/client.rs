@@ -22,12 +22,14 @@ use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::daemon::api::Created;
+use crate::api::IDEMPOTENCY_KEY;
+use crate::api::runs::Created;
+use crate::api::sse::{EventFrame, LAST_EVENT_ID, MAX_EVENT_BYTES};
 
 /// How long a request may take, from connecting to the end of the answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an event stream may stay silent before the daemon counts as gone. The daemon
-/// sends a keep-alive every [`crate::daemon::api::SSE_KEEP_ALIVE`], far more often.
+/// sends a keep-alive every [`crate::api::sse::KEEP_ALIVE`], far more often.
 pub const STREAM_SILENCE: Duration = Duration::from_secs(60);
 /// How many times `submit` sends the same run (with the same idempotency key) when the
 /// answer is lost.
@@ -40,8 +42,6 @@ pub const BUSY_ATTEMPTS: u32 = 5;
 pub const BUSY_WAIT_MAX: Duration = Duration::from_secs(3);
 /// The wait when a 503 names none.
 const BUSY_WAIT_DEFAULT: Duration = Duration::from_secs(1);
-/// The header carrying a submission's idempotency key.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// `text` as one URL path segment: everything but unreserved characters percent-encoded, so
 /// that whatever a user typed as a run id reaches the daemon as typed (and is refused there
@@ -445,7 +445,7 @@ impl Client {
         since: Option<u64>,
     ) -> Result<impl Stream<Item = Result<Event, ClientError>> + use<>, ClientError> {
         let headers: Vec<(&str, String)> = since
-            .map(|s| ("last-event-id", s.to_string()))
+            .map(|s| (LAST_EVENT_ID, s.to_string()))
             .into_iter()
             .collect();
         let path = format!("/v1/runs/{}/events", segment(run));
@@ -488,10 +488,6 @@ impl Client {
     }
 }
 
-/// The most bytes one event from the daemon may hold (its JSON), beyond which the stream is
-/// broken off: the daemon's largest events (a plan, a handoff) are far smaller.
-pub const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
-
 /// Parses a `text/event-stream` body, however it is split into chunks, into the run's
 /// events. `chunks` are the body's bytes as they arrive, or a transport error (which ends
 /// the parsed stream with [`ClientError::Transport`]); every SSE event's `data` must be one
@@ -505,9 +501,7 @@ where
     E: std::fmt::Display + Send,
 {
     crate::sse::frames(chunks, MAX_EVENT_BYTES).map(|item| match item {
-        Ok(sse) => {
-            serde_json::from_str::<Event>(&sse.data).map_err(|e| ClientError::Decode(e.to_string()))
-        }
+        Ok(sse) => EventFrame::parse(&sse.data).map_err(|e| ClientError::Decode(e.to_string())),
         Err(e) => Err(ClientError::Transport(e.to_string())),
     })
 }

@@ -10,6 +10,7 @@
 //! - [`keys`]: the daemon's credentials, taken out of its environment at start.
 
 pub mod agents;
+pub mod api;
 pub mod bench;
 pub mod checkout;
 pub mod cli;

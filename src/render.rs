@@ -19,8 +19,8 @@ use flotilla_actors::protocol::{
     TaskId, TaskState, Usd,
 };
 
-use crate::daemon::api::RunSummary;
-use crate::daemon::report::{RunStatus, task_state_words};
+use crate::api::runs::RunSummary;
+use crate::api::status::{RunStatus, TaskStory, task_state_words};
 use crate::text_safety::terminal_safe;
 
 #[derive(Debug, Clone, Copy)]
@@ -782,7 +782,7 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
 /// A task's whole story (`flotilla status RUN TASK`): each event about it as the tail
 /// prints it, and under it in full what the tail line shortens: why an attempt failed,
 /// what its handoff said and what flotilla found in its branch.
-pub fn task_story_text(story: &crate::daemon::story::TaskStory, style: &Style) -> String {
+pub fn task_story_text(story: &TaskStory, style: &Style) -> String {
     let safe = |text: &str| terminal_safe(text).into_owned();
     let mut out = String::new();
     let _ = writeln!(
@@ -1321,7 +1321,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::daemon::report::Counts;
+    use crate::api::status::Counts;
     use crate::text_safety::{is_unsafe_for_terminal, json_line};
 
     #[test]
@@ -1386,7 +1386,12 @@ mod tests {
                 },
             },
         });
-        let story = crate::daemon::story::story(run.to_string(), task, events);
+        let story = TaskStory {
+            run: run.to_string(),
+            task,
+            events,
+            omitted: 0,
+        };
         let text = task_story_text(&story, &Style::plain());
         let spend: Vec<&str> = text.lines().filter(|l| l.contains(" spent ")).collect();
         assert_eq!(spend.len(), 2, "{text}");
@@ -1684,11 +1689,11 @@ mod tests {
             counts: Counts::default(),
             last_seq: 1,
             awaiting_decision: vec![],
-            main_diverged: Some(crate::daemon::report::MainDivergence {
+            main_diverged: Some(crate::api::status::MainDivergence {
                 expected: HOSTILE.into(),
                 actual: HOSTILE.into(),
             }),
-            provider_pauses: vec![crate::daemon::report::ProviderPause {
+            provider_pauses: vec![crate::api::status::ProviderPause {
                 provider: HOSTILE.into(),
                 role: Role::Worker,
                 task: Some(TaskId::root(1)),

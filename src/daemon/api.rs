@@ -48,16 +48,20 @@ use axum::{Json, Router};
 use flotilla_actors::ports::{Journal, JournalError};
 use flotilla_actors::protocol::{Event, EventKind, RunId, TaskId, TaskState, UserDecision};
 use futures::{Stream, StreamExt};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::report;
 use super::supervisor::{
-    AdoptMain, CancelAnswer, CancelRun, CollectGarbage, DecideTask, GcReport, RunProblem,
-    RunProblems, StartRun, Supervisor,
+    AdoptMain, CancelAnswer, CancelRun, CollectGarbage, DecideTask, RunProblem, RunProblems,
+    StartRun, Supervisor,
 };
-use crate::client::IDEMPOTENCY_KEY;
+use crate::api::IDEMPOTENCY_KEY;
+use crate::api::gc::GcReport;
+use crate::api::runs::{CreateRun, Created, RunDecision, RunSummary, state_name};
+use crate::api::sse::EventFrame;
+use crate::api::status::{RunStatus, TaskStory, task_state_words};
 use crate::config::RunConfig;
 use crate::journal::{RunRecord, SqliteJournal, SubmitKey, SubmitOutcome};
 
@@ -72,9 +76,6 @@ pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 pub const MAX_URI_BYTES: usize = 8 * 1024;
 /// Longest idempotency key accepted.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
-/// How often an event stream sends a keep-alive comment, so that clients can tell a quiet
-/// run from a dead daemon.
-pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Limits on the connections the server holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -556,23 +557,6 @@ fn run_config(record: &RunRecord) -> Result<RunConfig, ApiError> {
     })
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateRun {
-    pub request: String,
-    pub repo: PathBuf,
-    #[serde(default)]
-    pub config: Option<RunConfig>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Created {
-    pub id: String,
-    /// The branch the run lands on (ADR-022); absent from a daemon before it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub branch: Option<String>,
-}
-
 fn unprocessable(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
 }
@@ -751,19 +735,6 @@ async fn create_run(
         .into_response())
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RunSummary {
-    pub id: String,
-    pub request: String,
-    pub repo: String,
-    pub created_ms: u64,
-    /// `running`, `damaged`, or the outcome.
-    pub state: String,
-    /// What is wrong with the run right now (damaged, paused on the journal, restarting).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-}
-
 /// The supervisor's view of what is wrong with each run (damaged, paused, restarting).
 async fn problems(state: &AppState) -> HashMap<RunId, RunProblem> {
     state.supervisor.send(RunProblems).await.unwrap_or_default()
@@ -785,7 +756,7 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
                     state: if damaged {
                         "damaged".into()
                     } else {
-                        report::state_name(r.outcome).into()
+                        state_name(r.outcome).into()
                     },
                     problem: problem.map(|p| p.to_string()),
                 }
@@ -794,7 +765,7 @@ async fn list_runs(State(state): State<AppState>) -> Result<Json<Vec<RunSummary>
     ))
 }
 
-async fn run_status(state: &AppState, id: &str) -> Result<report::RunStatus, ApiError> {
+async fn run_status(state: &AppState, id: &str) -> Result<RunStatus, ApiError> {
     let record = resolve(state, id).await?;
     let problem = problems(state).await.remove(&record.id);
     // A running run's replay continues from the last status call: only newer events are
@@ -865,7 +836,7 @@ async fn unfinished(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> 
             format!(
                 "run {} already finished ({})",
                 record.id,
-                report::state_name(Some(outcome))
+                state_name(Some(outcome))
             ),
         )),
         None => Ok(record),
@@ -874,10 +845,7 @@ async fn unfinished(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> 
 
 /// A run's status, replayed from its events on a blocking thread. A journal that does not
 /// replay still gives one (state `damaged`); so does a damaged run's unreadable config.
-async fn replay_status(
-    record: RunRecord,
-    events: Arc<Vec<Event>>,
-) -> Result<report::RunStatus, ApiError> {
+async fn replay_status(record: RunRecord, events: Arc<Vec<Event>>) -> Result<RunStatus, ApiError> {
     let limits = run_config(&record).map(|c| c.limits).unwrap_or_default();
     tokio::task::spawn_blocking(move || report::status(&record, limits, &events))
         .await
@@ -887,7 +855,7 @@ async fn replay_status(
 async fn show_run(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<report::RunStatus>, ApiError> {
+) -> Result<Json<RunStatus>, ApiError> {
     Ok(Json(run_status(&state, &id).await?))
 }
 
@@ -962,7 +930,7 @@ async fn cancel_run(
 async fn task_story(
     State(state): State<AppState>,
     Path((id, task)): Path<(String, String)>,
-) -> Result<Json<super::story::TaskStory>, ApiError> {
+) -> Result<Json<TaskStory>, ApiError> {
     let task: TaskId = task.parse().map_err(|_| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -1014,7 +982,7 @@ async fn decide(
             StatusCode::CONFLICT,
             format!(
                 "task {task} is not waiting for a decision (it is {})",
-                report::task_state_words(waiting.state)
+                task_state_words(waiting.state)
             ),
         ));
     }
@@ -1071,15 +1039,6 @@ async fn decide(
         })),
     )
         .into_response())
-}
-
-/// A decision about a whole run (`POST /v1/runs/{id}/decision`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "decision", rename_all = "snake_case")]
-pub enum RunDecision {
-    /// Landing paused because main no longer holds what the run landed: main as it is now
-    /// becomes the base the merge queue lands on; what it dropped is reported, not replayed.
-    AdoptMain,
 }
 
 /// `flotilla decide RUN --adopt-main`: checked against the journal (the run is running and
@@ -1216,7 +1175,7 @@ async fn events(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let record = resolve(&state, &id).await?;
-    let last_event_id = match headers.get("last-event-id") {
+    let last_event_id = match headers.get(crate::api::sse::LAST_EVENT_ID) {
         Some(v) => Some(
             v.to_str()
                 .ok()
@@ -1245,18 +1204,16 @@ async fn events(
     };
     let stream = futures::stream::unfold(tail, Tail::next)
         .map(|e| {
-            let data = serde_json::to_string(&e).unwrap_or_else(|_| "{}".into());
-            let sse = SseEvent::default().event(e.kind.name()).data(data);
-            // Notices carry no id, so that `Last-Event-ID` only ever names journal seqs.
-            Ok(if e.seq > 0 {
-                sse.id(e.seq.to_string())
-            } else {
-                sse
+            let frame = EventFrame::of(&e);
+            let sse = SseEvent::default().event(frame.event).data(frame.data);
+            Ok(match frame.id {
+                Some(id) => sse.id(id),
+                None => sse,
             })
         })
         // End streams promptly at shutdown, or graceful shutdown would wait on them.
         .take_until(state.shutdown.clone().cancelled_owned());
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)))
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(crate::api::sse::KEEP_ALIVE)))
 }
 
 #[cfg(test)]

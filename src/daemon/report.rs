@@ -11,121 +11,12 @@ use std::fmt::Write as _;
 
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::{GraphError, RunGraph};
-use flotilla_actors::protocol::{Event, EventKind, GraphSnapshot, RunOutcome, TaskId, TaskState};
-use serde::{Deserialize, Serialize};
+use flotilla_actors::protocol::{Event, EventKind, GraphSnapshot, TaskId, TaskState};
 
+use crate::api::runs::state_name;
+use crate::api::status::{Counts, MainDivergence, ProviderPause, RunStatus, task_state_words};
 use crate::journal::RunRecord;
 use crate::text_safety::terminal_safe;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunStatus {
-    pub id: String,
-    pub request: String,
-    pub repo: String,
-    pub created_ms: u64,
-    /// `running`, or the outcome.
-    pub state: String,
-    pub counts: Counts,
-    pub last_seq: u64,
-    /// What the run spent (`graph.run_spent`: every charge, the planner's calls included,
-    /// as the budgets count it) and may spend (`graph.run_budget`) are in the graph.
-    pub graph: GraphSnapshot,
-    /// Tasks that wait for the user's decision (`flotilla decide`): they announced it after
-    /// their latest decomposition and still wait for their subtasks.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub awaiting_decision: Vec<TaskId>,
-    /// What is wrong with the run, if anything: damaged (its journal does not replay; the
-    /// graph then shows what replayed), or paused because the journal cannot be written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-    /// The sandbox the run's commands are in (ADR-015), from its `RunStarted`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<String>,
-    /// Landing is paused because main no longer holds what the run landed (`MainDiverged`,
-    /// until main moves again or the user adopts it: ADR-024).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub main_diverged: Option<MainDivergence>,
-    /// Providers whose rate limit holds calls back right now (`ProviderPauseStarted`
-    /// without its `ProviderResumed`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub provider_pauses: Vec<ProviderPause>,
-    /// The branch the run lands on (ADR-022), from its journaled config; absent for runs
-    /// from before it (which landed on `main`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub branch: Option<String>,
-    /// `problem` is a damage (the first one found is kept).
-    #[serde(skip)]
-    pub(crate) damage_noted: bool,
-}
-
-/// Where landing paused: main holds `actual`, which lacks `expected` (the tip flotilla last
-/// wrote).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MainDivergence {
-    pub expected: String,
-    pub actual: String,
-}
-
-/// A provider's ongoing rate-limit pause, as journaled.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProviderPause {
-    pub provider: String,
-    pub role: flotilla_actors::protocol::Role,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<TaskId>,
-    /// Milliseconds since the Unix epoch.
-    pub until_ms: u64,
-    pub why: String,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Counts {
-    pub total: usize,
-    pub pending: usize,
-    pub running: usize,
-    pub waiting: usize,
-    /// Done, waiting in the merge queue (M6).
-    #[serde(default)]
-    pub landing: usize,
-    pub completed: usize,
-    pub failed: usize,
-    pub cancelled: usize,
-}
-
-impl RunStatus {
-    /// Neither finished nor damaged.
-    pub fn outcome_is_open(&self) -> bool {
-        self.state == "running"
-    }
-
-    /// Marks a run that has not finished as damaged (its journal or config cannot be read),
-    /// keeping the first reason found.
-    pub fn mark_damaged(&mut self, problem: String) {
-        if self.graph.outcome.is_none() {
-            self.state = "damaged".into();
-        }
-        if !self.damage_noted {
-            self.problem = Some(problem);
-            self.damage_noted = true;
-        }
-    }
-}
-
-/// A task's state in words, for people (`waiting for subtasks`, not `waiting_for_subtasks`).
-pub fn task_state_words(state: TaskState) -> &'static str {
-    match state {
-        TaskState::Pending => "pending",
-        TaskState::Ready => "ready",
-        TaskState::Dispatched => "dispatched",
-        TaskState::Running => "running",
-        TaskState::WaitingForSubtasks => "waiting for subtasks",
-        TaskState::Synthesizing => "synthesizing",
-        TaskState::Landing => "landing",
-        TaskState::Completed => "completed",
-        TaskState::Failed => "failed",
-        TaskState::Cancelled => "cancelled",
-    }
-}
 
 /// The tasks whose latest word, after their latest decomposition, is that they wait for
 /// the user's decision, and that still wait (as `decide` checks them).
@@ -142,15 +33,6 @@ fn awaiting_decision(asked: &BTreeMap<TaskId, bool>, graph: &GraphSnapshot) -> V
         })
         .map(|t| t.id.clone())
         .collect()
-}
-
-pub fn state_name(outcome: Option<RunOutcome>) -> &'static str {
-    match outcome {
-        None => "running",
-        Some(RunOutcome::Completed) => "completed",
-        Some(RunOutcome::Failed) => "failed",
-        Some(RunOutcome::Cancelled) => "cancelled",
-    }
 }
 
 /// The run's status from its journal. A journal that does not replay still gives a status:

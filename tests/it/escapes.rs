@@ -407,7 +407,7 @@ async fn the_first_event_says_which_sandbox_is_in_force() {
         ),
         other => panic!("{other:?}"),
     }
-    let status: flotilla::daemon::report::RunStatus =
+    let status: flotilla::api::status::RunStatus =
         daemon.client.get(&format!("/v1/runs/{run}")).await.unwrap();
     let said = flotilla::render::status_text(&status, &flotilla::render::Style::plain());
     assert!(said.contains("sandbox: bubblewrap"), "{said}");
