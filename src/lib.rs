@@ -19,6 +19,7 @@ pub mod config;
 pub mod confine;
 pub mod daemon;
 pub mod git_repo;
+pub mod graph_export;
 pub mod journal;
 pub mod keys;
 pub mod logging;

@@ -125,3 +125,21 @@ pub struct TaskStory {
     /// Older events of the task left out past the daemon's bound.
     pub omitted: usize,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_state_has_words() {
+        for (from, to) in TaskState::TRANSITIONS {
+            for words in [task_state_words(*from), task_state_words(*to)] {
+                assert!(!words.contains('_'), "{words}");
+            }
+        }
+        assert_eq!(
+            task_state_words(TaskState::WaitingForSubtasks),
+            "waiting for subtasks"
+        );
+    }
+}

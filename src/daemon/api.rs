@@ -1100,12 +1100,12 @@ async fn graph(
         "json" => Json(status.graph).into_response(),
         "dot" => (
             [(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")],
-            report::dot(&status.graph),
+            crate::graph_export::dot(&status.graph),
         )
             .into_response(),
         "mermaid" => (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            report::mermaid(&status.graph),
+            crate::graph_export::mermaid(&status.graph),
         )
             .into_response(),
         other => {
