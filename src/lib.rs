@@ -4,8 +4,8 @@
 //! - [`journal`]: the SQLite journal (the `Journal` port).
 //! - [`scripted`]: the scripted LLM provider and agent that replay a scenario file.
 //! - [`config`]: `flotilla.toml` and the per-run configuration.
-//! - [`client`]: the HTTP client the CLI uses (Unix socket or loopback TCP).
-//! - [`cli`]: the commands and how they print.
+//! - [`api`]: the HTTP wire types, shared by the daemon and the CLI.
+//! - [`cli`]: the commands, the HTTP client they use, and how they print.
 //! - [`paths`]: the state directory and the files in it.
 //! - [`keys`]: the daemon's credentials, taken out of its environment at start.
 
@@ -14,7 +14,6 @@ pub mod api;
 pub mod bench;
 pub mod checkout;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod confine;
 pub mod daemon;
@@ -29,7 +28,6 @@ pub mod process;
 pub mod prompts;
 pub mod providers;
 pub mod ref_lock;
-pub mod render;
 pub mod sandbox;
 pub mod scripted;
 pub mod sse;

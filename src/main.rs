@@ -43,7 +43,7 @@ fn main() -> ExitCode {
         Err(e) => {
             if !e.is_quiet() {
                 use std::io::Write;
-                let text = flotilla::render::error_text(&e.message, e.hint.as_deref());
+                let text = flotilla::cli::render::error_text(&e.message, e.hint.as_deref());
                 let _ = std::io::stderr().lock().write_all(text.as_bytes());
             }
             ExitCode::from(e.exit as u8)

@@ -823,7 +823,7 @@ fn a_busy_daemon_is_asked_again_as_it_says_then_given_up_on_with_a_hint() {
     );
     assert_eq!(
         seen.load(std::sync::atomic::Ordering::SeqCst),
-        flotilla::client::BUSY_ATTEMPTS as usize
+        flotilla::cli::client::BUSY_ATTEMPTS as usize
     );
 }
 

@@ -6,6 +6,9 @@
 //! run stops following (exit 130) and says how to resume (`tail RUN --since SEQ`); API errors
 //! get hints.
 
+pub mod client;
+pub mod render;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,13 +21,13 @@ use hyper::Method;
 use crate::api::gc::GcReport;
 use crate::api::runs::{CreateRun, RunSummary};
 use crate::api::status::{RunStatus, TaskStory};
-use crate::client::{Client, ClientError, Endpoint, segment};
 use crate::config::RunConfig;
 use crate::journal::JournalSync;
 use crate::paths;
 use crate::providers::ProviderRegistry;
-use crate::render::{self, Style, Tally};
 use crate::text_safety;
+use client::{Client, ClientError, Endpoint, segment};
+use render::{Style, Tally};
 
 /// flotilla orchestrates many LLM coding agents on one git repository.
 ///
