@@ -27,7 +27,8 @@ use crate::paths;
 use crate::providers::ProviderRegistry;
 use crate::text_safety;
 use client::{Client, ClientError, Endpoint, segment};
-use render::{Style, Tally};
+use render::live::Tally;
+use render::style::{CLEAR_LINE, Style};
 
 /// flotilla orchestrates many LLM coding agents on one git repository.
 ///
@@ -538,7 +539,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             if *json {
                 emit(&format!("{}\n", text_safety::json_pretty(&story)))?;
             } else {
-                emit(&render::task_story_text(&story, &Style::detect()))?;
+                emit(&render::status::task_story_text(&story, &Style::detect()))?;
             }
             Ok(Exit::Ok)
         }
@@ -552,7 +553,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             if *json {
                 emit(&format!("{}\n", text_safety::json_pretty(&status)))?;
             } else {
-                emit(&render::status_text(&status, &Style::detect()))?;
+                emit(&render::status::status_text(&status, &Style::detect()))?;
             }
             Ok(Exit::Ok)
         }
@@ -566,7 +567,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                 // Damaged and paused runs need the user's attention as much as running ones.
                 let attention: Vec<&RunSummary> = runs
                     .iter()
-                    .filter(|r| r.state != "running" && render::needs_listing(r))
+                    .filter(|r| r.state != "running" && render::lists::needs_listing(r))
                     .collect();
                 emit(&format!(
                     "{}\n",
@@ -576,7 +577,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                     }))
                 ))?;
             } else {
-                emit(&render::daemon_text(&client.endpoint_label(), &runs))?;
+                emit(&render::lists::daemon_text(&client.endpoint_label(), &runs))?;
             }
             Ok(Exit::Ok)
         }
@@ -757,7 +758,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             } else if runs.is_empty() {
                 emit("no runs yet; start one with `flotilla submit \"<request>\" --repo .`\n")?;
             } else {
-                emit(&render::runs_text(&runs))?;
+                emit(&render::lists::runs_text(&runs))?;
             }
             Ok(Exit::Ok)
         }
@@ -801,7 +802,7 @@ async fn check_providers(
             emit(&format!("{}\n", text_safety::json_line(result)))?;
         }
     } else {
-        emit(&render::provider_checks_text(&results))?;
+        emit(&render::lists::provider_checks_text(&results))?;
     }
     Ok(if results.iter().all(|r| r.reachable) {
         Exit::Ok
@@ -951,7 +952,7 @@ async fn follow_from(
     let live = style.live && !json;
     let whole_run = last.get().is_none();
     let mut tally = Tally::default();
-    let mut spend = render::SpendFold::default();
+    let mut spend = render::events::SpendFold::default();
     if live {
         // The live line shows spending against the run's budget; without it, spending alone.
         if let Ok(status) = client
@@ -985,8 +986,8 @@ async fn follow_from(
                 item = stream.next() => item,
                 _ = ticker.tick(), if live && tally.started() => {
                     emit(&format!(
-                        "\r\x1b[2K{}",
-                        style.dim(&tally.live_line(now_ms(), render::terminal_columns()))
+                        "{CLEAR_LINE}{}",
+                        style.dim(&tally.live_line(now_ms(), render::live::terminal_columns()))
                     ))?;
                     continue;
                 }
@@ -1005,7 +1006,7 @@ async fn follow_from(
                 tally.observe(&event);
                 let mut text = String::new();
                 if live {
-                    text.push_str("\r\x1b[2K");
+                    text.push_str(CLEAR_LINE);
                 }
                 // A streaming call's progress and an agent's activity update the live line
                 // only; without one (a pipe, a log) they are left out: what they led to
@@ -1021,17 +1022,17 @@ async fn follow_from(
                         continue;
                     }
                 } else {
-                    text.push_str(&render::event_line(&event, &style));
+                    text.push_str(&render::events::event_line(&event, &style));
                     text.push('\n');
                     for line in spend.ended(&event.kind) {
-                        text.push_str(&render::folded_line(&line, event.at_ms, &style));
+                        text.push_str(&render::events::folded_line(&line, event.at_ms, &style));
                         text.push('\n');
                     }
                 }
                 if live {
                     // As of this event: a replayed backlog shows the time it happened at.
                     text.push_str(
-                        &style.dim(&tally.live_line(event.at_ms, render::terminal_columns())),
+                        &style.dim(&tally.live_line(event.at_ms, render::live::terminal_columns())),
                     );
                 }
                 emit(&text)?;

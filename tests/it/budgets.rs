@@ -603,7 +603,7 @@ fn huge_reported_token_counts_do_not_crash_status_or_the_live_line() {
             kind,
         })
         .collect();
-    let mut tally = flotilla::cli::render::Tally::default();
+    let mut tally = flotilla::cli::render::live::Tally::default();
     for e in &events {
         tally.observe(e);
     }
