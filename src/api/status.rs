@@ -79,6 +79,29 @@ pub struct Counts {
     pub cancelled: usize,
 }
 
+impl Counts {
+    /// Tasks counted by state, as `status` shows them and the live line under `tail` too.
+    pub fn of(states: impl IntoIterator<Item = TaskState>) -> Counts {
+        let mut counts = Counts::default();
+        for state in states {
+            counts.total += 1;
+            let count = match state {
+                TaskState::Pending | TaskState::Ready => &mut counts.pending,
+                TaskState::Dispatched | TaskState::Running | TaskState::Synthesizing => {
+                    &mut counts.running
+                }
+                TaskState::WaitingForSubtasks => &mut counts.waiting,
+                TaskState::Landing => &mut counts.landing,
+                TaskState::Completed => &mut counts.completed,
+                TaskState::Failed => &mut counts.failed,
+                TaskState::Cancelled => &mut counts.cancelled,
+            };
+            *count += 1;
+        }
+        counts
+    }
+}
+
 impl RunStatus {
     /// Neither finished nor damaged.
     pub fn outcome_is_open(&self) -> bool {

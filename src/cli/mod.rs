@@ -27,7 +27,7 @@ use crate::paths;
 use crate::providers::ProviderRegistry;
 use crate::text_safety;
 use client::{Client, ClientError, Endpoint, segment};
-use render::live::Tally;
+use render::live::LiveLine;
 use render::style::{CLEAR_LINE, Style};
 
 /// flotilla orchestrates many LLM coding agents on one git repository.
@@ -951,7 +951,15 @@ async fn follow_from(
 ) -> Result<Option<RunOutcome>, CliError> {
     let live = style.live && !json;
     let whole_run = last.get().is_none();
-    let mut tally = Tally::default();
+    // Events up to here were printed before (`tail --since`): on a terminal they are still
+    // read, from the run's start, and folded into the live line (whose counts are the
+    // run's graph), but not printed again.
+    let printed_before = last.get().unwrap_or(0);
+    // The seq of the last event folded into the live line.
+    let mut folded: Option<u64> = None;
+    // Whether a live line is on the screen (it ends with a line break when following ends).
+    let mut drawn = false;
+    let mut status_line = LiveLine::default();
     let mut spend = render::events::SpendFold::default();
     if live {
         // The live line shows spending against the run's budget; without it, spending alone.
@@ -959,14 +967,15 @@ async fn follow_from(
             .get::<RunStatus>(&format!("/v1/runs/{}", segment(run)))
             .await
         {
-            tally.set_budget(status.graph.run_budget);
-            tally.set_created(status.created_ms);
+            status_line.set_budget(status.graph.run_budget);
+            status_line.set_created(status.created_ms);
         }
     }
     // When the daemon goes away mid-run, keep trying for a minute: it resumes the run.
     let mut lost_at: Option<std::time::Instant> = None;
     loop {
-        let mut stream = match client.events(run, last.get()).await {
+        let from = if live { folded } else { last.get() };
+        let mut stream = match client.events(run, from).await {
             Ok(stream) => {
                 lost_at = None;
                 stream
@@ -984,10 +993,11 @@ async fn follow_from(
         loop {
             let item = tokio::select! {
                 item = stream.next() => item,
-                _ = ticker.tick(), if live && tally.started() => {
+                _ = ticker.tick(), if live && status_line.started() => {
+                    drawn = true;
                     emit(&format!(
                         "{CLEAR_LINE}{}",
-                        style.dim(&tally.live_line(now_ms(), render::live::terminal_columns()))
+                        style.dim(&status_line.live_line(now_ms(), render::live::terminal_columns()))
                     ))?;
                     continue;
                 }
@@ -996,6 +1006,13 @@ async fn follow_from(
                 Some(Ok(event)) => event,
                 _ => break,
             };
+            if live && event.seq > 0 {
+                folded = Some(event.seq);
+                if event.seq <= printed_before {
+                    status_line.observe(&event);
+                    continue;
+                }
+            }
             // Notices (seq 0) are not in the journal: resuming from them would replay all.
             if event.seq > 0 {
                 last.set(Some(event.seq));
@@ -1003,7 +1020,7 @@ async fn follow_from(
             if json {
                 emit(&format!("{}\n", text_safety::json_line(&event)))?;
             } else {
-                tally.observe(&event);
+                status_line.observe(&event);
                 let mut text = String::new();
                 if live {
                     text.push_str(CLEAR_LINE);
@@ -1030,10 +1047,11 @@ async fn follow_from(
                     }
                 }
                 if live {
+                    drawn = true;
                     // As of this event: a replayed backlog shows the time it happened at.
-                    text.push_str(
-                        &style.dim(&tally.live_line(event.at_ms, render::live::terminal_columns())),
-                    );
+                    text.push_str(&style.dim(
+                        &status_line.live_line(event.at_ms, render::live::terminal_columns()),
+                    ));
                 }
                 emit(&text)?;
             }
@@ -1045,9 +1063,9 @@ async fn follow_from(
                 // the totals are the line just ended.)
                 if !json && whole_run {
                     if !live {
-                        emit(&format!("{}\n", tally.summary(event.at_ms)))?;
+                        emit(&format!("{}\n", status_line.summary(event.at_ms)))?;
                     }
-                    if let Some(landing) = tally.landing_summary() {
+                    if let Some(landing) = status_line.landing_summary() {
                         emit(&format!("{}\n", style.dim(&landing)))?;
                     }
                 }
@@ -1057,7 +1075,7 @@ async fn follow_from(
         // The stream ended before `run_finished`. Either there was nothing after `since` in a
         // run that had already finished (its outcome says so), or the daemon went away.
         if let Ok(Some(outcome)) = finished_outcome(client, run).await {
-            if live && tally.started() {
+            if live && drawn {
                 emit("\n")?;
             }
             return Ok(Some(outcome));

@@ -148,23 +148,7 @@ impl StatusReplay {
 
     pub fn status(&self, record: &RunRecord) -> RunStatus {
         let snapshot = self.graph.snapshot();
-        let mut counts = Counts {
-            total: snapshot.tasks.len(),
-            ..Counts::default()
-        };
-        for t in &snapshot.tasks {
-            match t.state {
-                TaskState::Pending | TaskState::Ready => counts.pending += 1,
-                TaskState::Dispatched | TaskState::Running | TaskState::Synthesizing => {
-                    counts.running += 1
-                }
-                TaskState::WaitingForSubtasks => counts.waiting += 1,
-                TaskState::Landing => counts.landing += 1,
-                TaskState::Completed => counts.completed += 1,
-                TaskState::Failed => counts.failed += 1,
-                TaskState::Cancelled => counts.cancelled += 1,
-            }
-        }
+        let counts = Counts::of(snapshot.tasks.iter().map(|t| t.state));
         let state = match (&self.damage, self.graph.outcome()) {
             (_, Some(outcome)) => state_name(Some(outcome)),
             (Some(_), None) => "damaged",

@@ -1,19 +1,29 @@
 //! The live summary line a terminal shows under `tail`: tasks done, running and pending,
 //! spending against the run's budget, elapsed time and what is streaming now, redrawn in
-//! place and cut to the terminal's width.
+//! place and cut to the terminal's width; and the line on what reached main that ends a
+//! run followed from its start.
+//!
+//! The counts and the spending come from the run's events folded into a `RunGraph`, the
+//! same fold that `status` replays (`RunGraph::apply`), counted the same way
+//! (`api::status::Counts`): the live line cannot disagree with `status`. Only what the
+//! graph does not hold (what is streaming now, main's moves and the sweeps) is folded here.
 
-use std::collections::HashMap;
-
-use flotilla_actors::protocol::{Budget, Event, EventKind, FixOf, TaskId, TaskState};
+use flotilla_actors::config::Limits;
+use flotilla_actors::graph::RunGraph;
+use flotilla_actors::protocol::{Budget, Event, EventKind, FixOf};
 
 use super::{clock, duration, short_commit, shorten, spending};
+use crate::api::status::Counts;
 use crate::text_safety::terminal_safe;
 
-/// Running totals for the live summary line.
-#[derive(Debug, Default)]
-pub struct Tally {
-    states: HashMap<TaskId, TaskState>,
-    spent: Budget,
+/// What the live summary line shows, as a run's events tell it.
+#[derive(Debug)]
+pub struct LiveLine {
+    /// The run's graph, folded from its journaled events as `status` replays them.
+    graph: RunGraph,
+    /// An event did not apply (a damaged journal): the graph stays as it was before it,
+    /// as `status` shows a damaged run.
+    damaged: bool,
     /// The run's budget, when known (the tail asks for it once).
     budget: Option<Budget>,
     started_ms: Option<u64>,
@@ -38,7 +48,23 @@ struct LandingTally {
     last_sweep_green: Option<bool>,
 }
 
-impl Tally {
+impl Default for LiveLine {
+    fn default() -> Self {
+        LiveLine {
+            // The fold reads no limits: they bind the commands that emit events.
+            graph: RunGraph::new(Limits::default()),
+            damaged: false,
+            budget: None,
+            started_ms: None,
+            last_ms: 0,
+            finished_ms: None,
+            streaming: None,
+            landing: LandingTally::default(),
+        }
+    }
+}
+
+impl LiveLine {
     /// Shows spending against `budget` from now on.
     pub fn set_budget(&mut self, budget: Budget) {
         self.budget = Some(budget);
@@ -53,36 +79,11 @@ impl Tally {
     pub fn observe(&mut self, e: &Event) {
         self.started_ms.get_or_insert(e.at_ms);
         self.last_ms = e.at_ms;
-        let mut set = |task: &TaskId, state| {
-            self.states.insert(task.clone(), state);
-        };
+        // Journaled events only (notices, seq 0, are not in the journal status replays).
+        if e.seq > 0 && !self.damaged && self.graph.apply(&e.kind).is_err() {
+            self.damaged = true;
+        }
         match &e.kind {
-            EventKind::TaskAdded { task, .. } | EventKind::FixTaskAdded { task, .. } => {
-                set(task, TaskState::Pending)
-            }
-            EventKind::TaskLanding { task, .. } => set(task, TaskState::Landing),
-            EventKind::TaskLanded { task, .. } => {
-                set(task, TaskState::Completed);
-                self.landing.landed = self.landing.landed.saturating_add(1);
-            }
-            EventKind::TaskDispatched { task, .. } | EventKind::TaskStarted { task, .. } => {
-                set(task, TaskState::Running)
-            }
-            EventKind::TaskRetried { task, .. } | EventKind::TaskInterrupted { task, .. } => {
-                set(task, TaskState::Ready)
-            }
-            EventKind::TaskCompleted { task, .. } => set(task, TaskState::Completed),
-            EventKind::TaskFailed { task, .. } => set(task, TaskState::Failed),
-            EventKind::TaskCancelled { task, .. } => set(task, TaskState::Cancelled),
-            EventKind::DecompositionAccepted { parent, .. } => {
-                set(parent, TaskState::WaitingForSubtasks)
-            }
-            // What the budgets count: each charge to a task (a handoff's spend is charged
-            // only beyond what was already reported, so handoffs are not counted again)
-            // and the planner's calls.
-            EventKind::SpendCharged { spent, .. } => {
-                self.spent = self.spent.saturating_add(*spent);
-            }
             EventKind::LlmProgress {
                 role,
                 task,
@@ -115,11 +116,9 @@ impl Tally {
                 ));
             }
             EventKind::ProviderResumed { .. } => self.streaming = None,
-            // The planner's and the Subplanner's calls, as the graph charges them.
-            EventKind::PlannerResponded { usage, .. }
-            | EventKind::SubplannerResponded { usage, .. } => {
+            // The call streaming is over: its answer came.
+            EventKind::PlannerResponded { .. } | EventKind::SubplannerResponded { .. } => {
                 self.streaming = None;
-                self.spent = self.spent.saturating_add(usage.spent());
             }
             // The clock stops with the run.
             EventKind::RunFinished { .. } => self.finished_ms = Some(e.at_ms),
@@ -127,6 +126,7 @@ impl Tally {
         }
         let landing = &mut self.landing;
         match &e.kind {
+            EventKind::TaskLanded { .. } => landing.landed = landing.landed.saturating_add(1),
             EventKind::MainMoved { from, to, .. } => {
                 landing.moves = landing.moves.saturating_add(1);
                 let first = landing.main.take().map_or_else(|| from.clone(), |(f, _)| f);
@@ -189,30 +189,27 @@ impl Tally {
     }
 
     pub fn summary(&self, now_ms: u64) -> String {
-        let count = |f: fn(&TaskState) -> bool| self.states.values().filter(|s| f(s)).count();
-        let done = count(|s| *s == TaskState::Completed);
-        let running = count(|s| {
-            matches!(
-                s,
-                TaskState::Running | TaskState::WaitingForSubtasks | TaskState::Synthesizing
-            )
-        });
-        let pending = count(|s| matches!(s, TaskState::Pending | TaskState::Ready));
-        let landing = count(|s| *s == TaskState::Landing);
-        let failed = count(|s| matches!(s, TaskState::Failed | TaskState::Cancelled));
+        let c = Counts::of(self.graph.tasks().map(|t| t.state));
+        let done = c.completed;
+        let running = c.running + c.waiting;
+        let pending = c.pending;
+        let landing = c.landing;
+        let failed = c.failed + c.cancelled;
+        // What the budgets count, as `status` says it: every charge and the planner's calls.
+        let spent = self.graph.run_spent();
         let end = self.finished_ms.unwrap_or(now_ms.max(self.last_ms));
         let elapsed = end.saturating_sub(self.started_ms.unwrap_or(end));
         let spent = match &self.budget {
             Some(b) => format!(
                 "{}/{} tokens · {}/{} · {}/{} agent time",
-                self.spent.tokens,
+                spent.tokens,
                 b.tokens,
-                self.spent.cost_usd,
+                spent.cost_usd,
                 b.cost_usd,
-                duration(self.spent.wall_time_ms),
+                duration(spent.wall_time_ms),
                 duration(b.wall_time_ms)
             ),
-            None => spending(&self.spent),
+            None => spending(&spent),
         };
         let streaming = match (&self.streaming, self.finished_ms) {
             (Some(call), None) => format!(" · {call}"),
@@ -231,7 +228,7 @@ impl Tally {
         terminal_safe(&line).into_owned()
     }
 
-    /// The live line as a terminal `columns` wide shows it: [`Tally::summary`], cut to
+    /// The live line as a terminal `columns` wide shows it: [`LiveLine::summary`], cut to
     /// fit in one row (a line that wraps is not redrawn in place, and each redraw would
     /// scroll). `None`: the width is unknown, and the line is not cut.
     pub fn live_line(&self, now_ms: u64, columns: Option<usize>) -> String {

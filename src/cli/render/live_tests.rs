@@ -1,6 +1,10 @@
 use flotilla_actors::protocol::{
-    Budget, CheckoutSync, EventKind, FixOf, Handoff, Role, RunOutcome, TaskId, TaskSpec, Usage, Usd,
+    Budget, CheckoutSync, EventKind, FixOf, Handoff, Role, Route, RunOutcome, TaskId, TaskSpec,
+    Usage, Usd,
 };
+
+use flotilla_actors::config::Limits;
+use flotilla_actors::graph::RunGraph;
 
 use super::*;
 use crate::cli::render::events::event_line;
@@ -12,8 +16,8 @@ use crate::cli::render::test_support::*;
 /// but flotilla's own colour codes.
 #[test]
 fn the_live_line_escapes_agent_activity() {
-    let mut tally = Tally::default();
-    tally.observe(&event(
+    let mut live = LiveLine::default();
+    live.observe(&event(
         3,
         1_000,
         EventKind::AgentActivity {
@@ -23,7 +27,7 @@ fn the_live_line_escapes_agent_activity() {
         },
     ));
     for columns in [None, Some(400)] {
-        let line = tally.live_line(1_000, columns);
+        let line = live.live_line(1_000, columns);
         assert_safe(&line, false);
         let painted = Style {
             color: true,
@@ -49,13 +53,13 @@ fn the_live_line_escapes_agent_activity() {
 /// terminal it fits in one row, counting wide characters as two columns.
 #[test]
 fn the_live_line_fits_the_terminals_width() {
-    let mut tally = Tally::default();
-    tally.set_budget(Budget::new(
+    let mut live = LiveLine::default();
+    live.set_budget(Budget::new(
         2_000_000,
         Usd::from_micros(5_000_000),
         3_600_000,
     ));
-    tally.observe(&event(
+    live.observe(&event(
         1,
         1_000,
         EventKind::AgentActivity {
@@ -64,10 +68,10 @@ fn the_live_line_fits_the_terminals_width() {
             activity: "editing 日本語のファイル src/some/long/path/name.rs".into(),
         },
     ));
-    let whole = tally.live_line(1_000, None);
+    let whole = live.live_line(1_000, None);
     assert!(whole.chars().count() > 100, "{whole}");
     for columns in [0, 1, 2, 10, 40, 80, 120] {
-        let line = tally.live_line(1_000, Some(columns));
+        let line = live.live_line(1_000, Some(columns));
         let width = unicode_width::UnicodeWidthStr::width(line.as_str());
         assert!(width < columns.max(1), "{columns}: {width} columns: {line}");
         if columns > 2 {
@@ -75,7 +79,7 @@ fn the_live_line_fits_the_terminals_width() {
         }
     }
     assert_eq!(
-        tally.live_line(1_000, Some(1_000)),
+        live.live_line(1_000, Some(1_000)),
         whole,
         "room enough: whole"
     );
@@ -85,7 +89,7 @@ fn the_live_line_fits_the_terminals_width() {
 
 #[test]
 fn the_live_line_shows_a_streaming_call_until_its_answer_and_no_tail_line_is_printed_for_it() {
-    let mut tally = Tally::default();
+    let mut live = LiveLine::default();
     let progress = event(
         0,
         1_000,
@@ -95,15 +99,14 @@ fn the_live_line_shows_a_streaming_call_until_its_answer_and_no_tail_line_is_pri
             tokens_out: 340,
         },
     );
-    tally.observe(&progress);
+    live.observe(&progress);
     assert!(
-        tally
-            .summary(1_000)
+        live.summary(1_000)
             .ends_with(" · planner: 340 tokens streaming"),
         "{}",
-        tally.summary(1_000)
+        live.summary(1_000)
     );
-    tally.observe(&event(
+    live.observe(&event(
         1,
         1_100,
         EventKind::PlannerResponded {
@@ -114,7 +117,7 @@ fn the_live_line_shows_a_streaming_call_until_its_answer_and_no_tail_line_is_pri
             error: None,
         },
     ));
-    assert!(!tally.summary(1_100).contains("streaming"));
+    assert!(!live.summary(1_100).contains("streaming"));
     let line = event_line(&progress, &Style::plain());
     assert!(
         line.contains("#-     planner call streaming: 340 tokens so far"),
@@ -122,39 +125,59 @@ fn the_live_line_shows_a_streaming_call_until_its_answer_and_no_tail_line_is_pri
     );
 }
 
+/// `count` tasks added and planning finished, with `running` dispatched to a worker and
+/// started: the events a run's graph journals for that, as a live line folds them.
+fn running_tasks(count: u32, running: &TaskId) -> Vec<EventKind> {
+    let mut graph = RunGraph::new(Limits::default());
+    let specs = (1..=count)
+        .map(|n| TaskSpec::new(&format!("task {n}"), &[&format!("src/{n}")]))
+        .collect();
+    let mut kinds = graph.submit(specs).unwrap();
+    kinds.extend(graph.planning_finished().unwrap());
+    kinds.extend(graph.dispatched(running, 1, "w", Route::Worker).unwrap());
+    kinds.extend(graph.started(running, 1).unwrap());
+    kinds
+}
+
 #[test]
 fn the_subplanners_calls_count_in_what_the_run_spent_as_status_counts_them() {
-    let mut tally = Tally::default();
-    tally.observe(&event(
-        1,
-        1_000,
-        EventKind::SubplannerResponded {
-            task: TaskId::root(4),
-            attempt: 1,
-            call: 0,
-            prompt: String::new(),
-            content: String::new(),
-            usage: Usage {
-                tokens_in: 1_000,
-                tokens_out: 332,
-                cost_usd: Usd::from_micros(3_000),
-            },
-            reported: Vec::new(),
-            error: None,
+    let mut live = LiveLine::default();
+    let mut kinds = running_tasks(4, &TaskId::root(4));
+    kinds.push(EventKind::SubplannerResponded {
+        task: TaskId::root(4),
+        attempt: 1,
+        call: 0,
+        prompt: String::new(),
+        content: String::new(),
+        usage: Usage {
+            tokens_in: 1_000,
+            tokens_out: 332,
+            cost_usd: Usd::from_micros(3_000),
         },
-    ));
+        reported: Vec::new(),
+        error: None,
+    });
+    for (seq, kind) in (1..).zip(kinds) {
+        live.observe(&event(seq, 1_000, kind));
+    }
     assert!(
-        tally.summary(1_000).contains("1332 tokens · $0.0030"),
+        live.summary(1_000).contains("1332 tokens · $0.0030"),
         "{}",
-        tally.summary(1_000)
+        live.summary(1_000)
+    );
+    assert!(
+        live.summary(1_000)
+            .starts_with("0 done · 1 running · 3 pending · 0 failed/cancelled"),
+        "{}",
+        live.summary(1_000)
     );
 }
 
 #[test]
 fn the_last_line_says_what_reached_main_the_fixes_and_the_sweeps() {
-    let mut tally = Tally::default();
+    let mut live = LiveLine::default();
     assert_eq!(
-        tally.landing_summary(),
+        live.landing_summary(),
         None,
         "nothing landed, nothing to say"
     );
@@ -214,10 +237,10 @@ fn the_last_line_says_what_reached_main_the_fixes_and_the_sweeps() {
     .into_iter()
     .enumerate()
     {
-        tally.observe(&event(seq as u64 + 1, 1_000, kind));
+        live.observe(&event(seq as u64 + 1, 1_000, kind));
     }
     assert_eq!(
-        tally.landing_summary().as_deref(),
+        live.landing_summary().as_deref(),
         Some(
             "main aaaaaaa → ccccccc in 2 moves · 2 tasks landed · fix tasks: 1 for \
              conflicts, 1 for a red main · 2 sweeps, the last green"
@@ -230,8 +253,8 @@ fn the_live_line_counts_every_charge_once_and_stops_its_clock_with_the_run() {
     let t1 = TaskId::root(1);
     let mut handoff = Handoff::complete("done");
     handoff.metrics.tokens_in = 700;
-    let mut tally = Tally::default();
-    for e in [
+    let mut live = LiveLine::default();
+    let mut events = vec![
         event(
             1,
             1_000,
@@ -255,8 +278,16 @@ fn the_live_line_counts_every_charge_once_and_stops_its_clock_with_the_run() {
                 error: None,
             },
         ),
+    ];
+    // t1 added, ready, dispatched and started: the events the graph journals for that.
+    for kind in running_tasks(1, &t1) {
+        let seq = events.len() as u64 + 1;
+        events.push(event(seq, 1_020, kind));
+    }
+    let next = events.len() as u64;
+    events.extend([
         event(
-            3,
+            next + 1,
             1_050,
             EventKind::SpendCharged {
                 task: t1.clone(),
@@ -266,7 +297,7 @@ fn the_live_line_counts_every_charge_once_and_stops_its_clock_with_the_run() {
         ),
         // Its handoff's spend was charged above: not counted again.
         event(
-            4,
+            next + 2,
             1_060,
             EventKind::TaskCompleted {
                 task: t1,
@@ -276,26 +307,31 @@ fn the_live_line_counts_every_charge_once_and_stops_its_clock_with_the_run() {
             },
         ),
         event(
-            5,
+            next + 3,
             1_100,
             EventKind::RunFinished {
                 outcome: RunOutcome::Completed,
                 reason: None,
             },
         ),
-    ] {
-        tally.observe(&e);
+    ]);
+    for e in &events {
+        live.observe(e);
     }
     // Minutes later, the run still took 0.1 s.
-    let line = tally.summary(450_000);
+    let line = live.summary(450_000);
+    assert!(
+        line.starts_with("1 done · 0 running · 0 pending · 0 failed/cancelled"),
+        "{line}"
+    );
     assert!(
         line.ends_with("600 tokens · $0.0030 · 0.0s agent time · 0.1s elapsed"),
         "{line}"
     );
-    tally.set_budget(Budget::new(10_000, Usd::from_micros(1_000_000), 60_000));
+    live.set_budget(Budget::new(10_000, Usd::from_micros(1_000_000), 60_000));
     // Created before the first event this tail saw: counted from its creation.
-    tally.set_created(500);
-    let line = tally.summary(450_000);
+    live.set_created(500);
+    let line = live.summary(450_000);
     assert!(
         line.ends_with("600/10000 tokens · $0.0030/$1.0000 · 0.0s/1m00s agent time · 0.6s elapsed"),
         "{line}"
