@@ -16,11 +16,7 @@ pub mod live;
 pub mod status;
 pub mod style;
 
-use std::fmt::Write as _;
-
 use flotilla_actors::protocol::{Budget, RunOutcome, TaskId};
-
-use crate::text_safety::terminal_safe;
 
 /// `HH:MM:SS` (UTC) of a Unix-millisecond timestamp.
 pub fn clock(at_ms: u64) -> String {
@@ -69,15 +65,6 @@ pub fn duration(ms: u64) -> String {
     }
 }
 
-/// The CLI's error report: `error: …` and, when there is one, `hint: …`, each one line.
-pub fn error_text(message: &str, hint: Option<&str>) -> String {
-    let mut out = format!("error: {}\n", terminal_safe(message));
-    if let Some(hint) = hint {
-        let _ = writeln!(out, "hint: {}", terminal_safe(hint));
-    }
-    out
-}
-
 pub fn outcome_name(outcome: RunOutcome) -> &'static str {
     match outcome {
         RunOutcome::Completed => "completed",
@@ -123,19 +110,5 @@ pub(crate) mod test_support {
             at_ms,
             kind,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::test_support::*;
-    use super::*;
-
-    #[test]
-    fn error_lines_escape_the_daemons_message_and_stay_two_lines() {
-        let text = error_text(&format!("{HOSTILE}\nhint: forged"), Some(HOSTILE));
-        assert_safe(&text, true);
-        assert_eq!(text.lines().count(), 2, "{text}");
-        assert!(text.starts_with("error: ok"));
     }
 }
