@@ -35,3 +35,6 @@ pub mod text_safety;
 pub mod worktrees;
 
 pub use flotilla_actors as actors;
+
+#[cfg(test)]
+mod layout_tests;
