@@ -6,6 +6,8 @@
 //! - [`config`]: `flotilla.toml` and the per-run configuration.
 //! - [`api`]: the HTTP wire types, shared by the daemon and the CLI.
 //! - [`cli`]: the commands, the HTTP client they use, and how they print.
+//! - [`text_safety`]: escaping for the terminal and JSON (a leaf); [`graph_export`]: DOT
+//!   and Mermaid.
 //! - [`paths`]: the state directory and the files in it.
 //! - [`keys`]: the daemon's credentials, taken out of its environment at start.
 
