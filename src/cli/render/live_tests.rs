@@ -130,7 +130,7 @@ fn the_live_line_shows_a_streaming_call_until_its_answer_and_no_tail_line_is_pri
 fn running_tasks(count: u32, running: &TaskId) -> Vec<EventKind> {
     let mut graph = RunGraph::new(Limits::default());
     let specs = (1..=count)
-        .map(|n| TaskSpec::new(&format!("task {n}"), &[&format!("src/{n}")]))
+        .map(|n| TaskSpec::new(format!("task {n}"), &[&format!("src/{n}")]))
         .collect();
     let mut kinds = graph.submit(specs).unwrap();
     kinds.extend(graph.planning_finished().unwrap());
