@@ -8,7 +8,8 @@ use flotilla_actors::protocol::{
 };
 
 use super::style::Style;
-use super::{clock, duration, list, outcome_name, short_commit, shorten};
+use super::{clock, duration, list, short_commit, shorten};
+use crate::api::runs::state_name;
 use crate::text_safety::terminal_safe;
 
 /// The most scope paths an event line shows, and the longest path it shows whole: a model
@@ -591,7 +592,7 @@ fn describe(kind: &EventKind) -> (String, Tone) {
                 .as_ref()
                 .map(|r| format!(" ({})", shorten(r, 120)))
                 .unwrap_or_default();
-            let text = format!("run finished: {}{why}", outcome_name(*outcome));
+            let text = format!("run finished: {}{why}", state_name(Some(*outcome)));
             if *outcome == RunOutcome::Completed {
                 (text, Tone::Good)
             } else {

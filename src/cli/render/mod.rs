@@ -16,7 +16,7 @@ pub mod live;
 pub mod status;
 pub mod style;
 
-use flotilla_actors::protocol::{Budget, RunOutcome, TaskId};
+use flotilla_actors::protocol::{Budget, TaskId};
 
 /// `HH:MM:SS` (UTC) of a Unix-millisecond timestamp.
 pub fn clock(at_ms: u64) -> String {
@@ -62,14 +62,6 @@ pub fn duration(ms: u64) -> String {
         format!("{}m{:02}s", secs / 60, secs % 60)
     } else {
         format!("{}h{:02}m", secs / 3600, secs / 60 % 60)
-    }
-}
-
-pub fn outcome_name(outcome: RunOutcome) -> &'static str {
-    match outcome {
-        RunOutcome::Completed => "completed",
-        RunOutcome::Failed => "failed",
-        RunOutcome::Cancelled => "cancelled",
     }
 }
 
