@@ -1,7 +1,7 @@
 //! The HTTP API's wire types: what the daemon answers and the CLI reads (and sends), with
 //! serde and nothing else. Both sides depend on this module; it knows neither: no axum,
 //! hyper or reqwest here, no actor, no rendering. The routes are listed in
-//! `daemon/api.rs`.
+//! `daemon/api/mod.rs`.
 //!
 //! - [`runs`]: creating a run, the run list, a decision about a whole run.
 //! - [`status`]: a run's status (counts, graph, problems) and a task's story.

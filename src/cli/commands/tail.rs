@@ -11,7 +11,7 @@ use crate::api::status::RunStatus;
 use crate::cli::client::{Client, ClientError, segment};
 use crate::cli::error::{CliError, Exit};
 use crate::cli::render::events;
-use crate::cli::render::live::{self, LiveLine};
+use crate::cli::render::live::{LiveLine, terminal_columns};
 use crate::cli::render::style::{CLEAR_LINE, Style};
 use crate::cli::{emit, note};
 use crate::text_safety;
@@ -126,7 +126,7 @@ async fn follow_from(
                     drawn = true;
                     emit(&format!(
                         "{CLEAR_LINE}{}",
-                        style.dim(&status_line.live_line(now_ms(), live::terminal_columns()))
+                        style.dim(&status_line.live_line(now_ms(), terminal_columns()))
                     ))?;
                     continue;
                 }
@@ -179,7 +179,7 @@ async fn follow_from(
                     drawn = true;
                     // As of this event: a replayed backlog shows the time it happened at.
                     text.push_str(
-                        &style.dim(&status_line.live_line(event.at_ms, live::terminal_columns())),
+                        &style.dim(&status_line.live_line(event.at_ms, terminal_columns())),
                     );
                 }
                 emit(&text)?;
