@@ -5,20 +5,23 @@
 //! - [`scripted`]: the scripted LLM provider and agent that replay a scenario file.
 //! - [`config`]: `flotilla.toml` and the per-run configuration.
 //! - [`text_file`]: reading the text files others write, and where their TOML is wrong.
-//! - [`client`]: the HTTP client the CLI uses (Unix socket or loopback TCP).
-//! - [`cli`]: the commands and how they print.
+//! - [`api`]: the HTTP wire types, shared by the daemon and the CLI.
+//! - [`cli`]: the commands, the HTTP client they use, and how they print.
+//! - [`text_safety`]: escaping for the terminal and JSON (a leaf); [`graph_export`]: DOT
+//!   and Mermaid.
 //! - [`paths`]: the state directory and the files in it.
 //! - [`keys`]: the daemon's credentials, taken out of its environment at start.
 
 pub mod agents;
+pub mod api;
 pub mod bench;
 pub mod checkout;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod confine;
 pub mod daemon;
 pub mod git_repo;
+pub mod graph_export;
 pub mod journal;
 pub mod keys;
 pub mod logging;
@@ -28,11 +31,14 @@ pub mod process;
 pub mod prompts;
 pub mod providers;
 pub mod ref_lock;
-pub mod render;
 pub mod sandbox;
 pub mod scripted;
 pub mod sse;
 pub mod text_file;
+pub mod text_safety;
 pub mod worktrees;
 
 pub use flotilla_actors as actors;
+
+#[cfg(test)]
+mod layout_tests;

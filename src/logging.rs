@@ -22,7 +22,7 @@ use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FormatFields, MakeWriter};
 
-use crate::render::{json_safe, terminal_safe};
+use crate::text_safety::{json_safe, terminal_safe};
 
 /// Formats an event's or a span's fields as tracing's default does (`message`, then
 /// `name=value` pairs separated by spaces), each value escaped with [`terminal_safe`].

@@ -1,10 +1,10 @@
-//! The client's event-stream parser (`flotilla::client::parse_events`) on any bytes, split
+//! The client's event-stream parser (`flotilla::cli::client::parse_events`) on any bytes, split
 //! into chunks anywhere (the first byte chooses the chunking). It must not panic, and how a
 //! body is split must not change the events parsed from it.
 
 #![no_main]
 
-use flotilla::client::parse_events;
+use flotilla::cli::client::parse_events;
 use flotilla_actors::protocol::Event;
 use futures::StreamExt;
 use libfuzzer_sys::fuzz_target;

@@ -1,131 +1,21 @@
-//! Read models derived from a run's journal: the status summary and graph exports. They
-//! replay the journal rather than ask the live actor, so finished and running runs share
-//! one code path, and what the API shows is exactly what a restart would rebuild.
+//! Read models derived from a run's journal: the status summary (the wire type is
+//! `api::status::RunStatus`). They replay the journal rather than ask the live actor, so
+//! finished and running runs share one code path, and what the API shows is exactly what a
+//! restart would rebuild (the graph exports are in `graph_export`).
 //!
-//! Exports: dot and mermaid. A journal that does not replay still gives a status (`damaged`).
+//! A journal that does not replay still gives a status (`damaged`).
 //! `StatusReplay` carries a running run's replay between status calls (the API keeps at most
 //! 16, never a finished run's), so a poll applies only the new events (ADR-014).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::{GraphError, RunGraph};
-use flotilla_actors::protocol::{Event, EventKind, GraphSnapshot, RunOutcome, TaskId, TaskState};
-use serde::{Deserialize, Serialize};
+use flotilla_actors::protocol::{Event, EventKind, GraphSnapshot, TaskId, TaskState};
 
+use crate::api::runs::state_name;
+use crate::api::status::{Counts, MainDivergence, ProviderPause, RunStatus};
 use crate::journal::RunRecord;
-use crate::render::terminal_safe;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunStatus {
-    pub id: String,
-    pub request: String,
-    pub repo: String,
-    pub created_ms: u64,
-    /// `running`, or the outcome.
-    pub state: String,
-    pub counts: Counts,
-    pub last_seq: u64,
-    /// What the run spent (`graph.run_spent`: every charge, the planner's calls included,
-    /// as the budgets count it) and may spend (`graph.run_budget`) are in the graph.
-    pub graph: GraphSnapshot,
-    /// Tasks that wait for the user's decision (`flotilla decide`): they announced it after
-    /// their latest decomposition and still wait for their subtasks.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub awaiting_decision: Vec<TaskId>,
-    /// What is wrong with the run, if anything: damaged (its journal does not replay; the
-    /// graph then shows what replayed), or paused because the journal cannot be written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-    /// The sandbox the run's commands are in (ADR-015), from its `RunStarted`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<String>,
-    /// Landing is paused because main no longer holds what the run landed (`MainDiverged`,
-    /// until main moves again or the user adopts it: ADR-024).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub main_diverged: Option<MainDivergence>,
-    /// Providers whose rate limit holds calls back right now (`ProviderPauseStarted`
-    /// without its `ProviderResumed`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub provider_pauses: Vec<ProviderPause>,
-    /// The branch the run lands on (ADR-022), from its journaled config; absent for runs
-    /// from before it (which landed on `main`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub branch: Option<String>,
-    /// `problem` is a damage (the first one found is kept).
-    #[serde(skip)]
-    pub(crate) damage_noted: bool,
-}
-
-/// Where landing paused: main holds `actual`, which lacks `expected` (the tip flotilla last
-/// wrote).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MainDivergence {
-    pub expected: String,
-    pub actual: String,
-}
-
-/// A provider's ongoing rate-limit pause, as journaled.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProviderPause {
-    pub provider: String,
-    pub role: flotilla_actors::protocol::Role,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<TaskId>,
-    /// Milliseconds since the Unix epoch.
-    pub until_ms: u64,
-    pub why: String,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Counts {
-    pub total: usize,
-    pub pending: usize,
-    pub running: usize,
-    pub waiting: usize,
-    /// Done, waiting in the merge queue (M6).
-    #[serde(default)]
-    pub landing: usize,
-    pub completed: usize,
-    pub failed: usize,
-    pub cancelled: usize,
-}
-
-impl RunStatus {
-    /// Neither finished nor damaged.
-    pub fn outcome_is_open(&self) -> bool {
-        self.state == "running"
-    }
-
-    /// Marks a run that has not finished as damaged (its journal or config cannot be read),
-    /// keeping the first reason found.
-    pub fn mark_damaged(&mut self, problem: String) {
-        if self.graph.outcome.is_none() {
-            self.state = "damaged".into();
-        }
-        if !self.damage_noted {
-            self.problem = Some(problem);
-            self.damage_noted = true;
-        }
-    }
-}
-
-/// A task's state in words, for people (`waiting for subtasks`, not `waiting_for_subtasks`).
-pub fn task_state_words(state: TaskState) -> &'static str {
-    match state {
-        TaskState::Pending => "pending",
-        TaskState::Ready => "ready",
-        TaskState::Dispatched => "dispatched",
-        TaskState::Running => "running",
-        TaskState::WaitingForSubtasks => "waiting for subtasks",
-        TaskState::Synthesizing => "synthesizing",
-        TaskState::Landing => "landing",
-        TaskState::Completed => "completed",
-        TaskState::Failed => "failed",
-        TaskState::Cancelled => "cancelled",
-    }
-}
 
 /// The tasks whose latest word, after their latest decomposition, is that they wait for
 /// the user's decision, and that still wait (as `decide` checks them).
@@ -142,15 +32,6 @@ fn awaiting_decision(asked: &BTreeMap<TaskId, bool>, graph: &GraphSnapshot) -> V
         })
         .map(|t| t.id.clone())
         .collect()
-}
-
-pub fn state_name(outcome: Option<RunOutcome>) -> &'static str {
-    match outcome {
-        None => "running",
-        Some(RunOutcome::Completed) => "completed",
-        Some(RunOutcome::Failed) => "failed",
-        Some(RunOutcome::Cancelled) => "cancelled",
-    }
 }
 
 /// The run's status from its journal. A journal that does not replay still gives a status:
@@ -267,23 +148,7 @@ impl StatusReplay {
 
     pub fn status(&self, record: &RunRecord) -> RunStatus {
         let snapshot = self.graph.snapshot();
-        let mut counts = Counts {
-            total: snapshot.tasks.len(),
-            ..Counts::default()
-        };
-        for t in &snapshot.tasks {
-            match t.state {
-                TaskState::Pending | TaskState::Ready => counts.pending += 1,
-                TaskState::Dispatched | TaskState::Running | TaskState::Synthesizing => {
-                    counts.running += 1
-                }
-                TaskState::WaitingForSubtasks => counts.waiting += 1,
-                TaskState::Landing => counts.landing += 1,
-                TaskState::Completed => counts.completed += 1,
-                TaskState::Failed => counts.failed += 1,
-                TaskState::Cancelled => counts.cancelled += 1,
-            }
-        }
+        let counts = Counts::of(snapshot.tasks.iter().map(|t| t.state));
         let state = match (&self.damage, self.graph.outcome()) {
             (_, Some(outcome)) => state_name(Some(outcome)),
             (Some(_), None) => "damaged",
@@ -315,93 +180,6 @@ impl StatusReplay {
     }
 }
 
-/// A task description cut to a label's length, on one line, with control characters
-/// shown as escapes ([`terminal_safe`]): the start of every label in either export.
-fn label_text(description: &str) -> String {
-    let one_line = description.split_whitespace().collect::<Vec<_>>().join(" ");
-    let short: String = one_line.chars().take(60).collect();
-    terminal_safe(&short).into_owned()
-}
-
-/// A label inside a DOT double-quoted string: backslashes and quotes escaped, so that the
-/// text (including the backslashes of [`terminal_safe`]'s escapes) shows as written.
-fn dot_label(description: &str) -> String {
-    label_text(description)
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-}
-
-/// A label inside a Mermaid `["..."]` node: the characters Mermaid treats specially there
-/// become its `#code;` entities.
-fn mermaid_label(description: &str) -> String {
-    let mut out = String::new();
-    for c in label_text(description).chars() {
-        match c {
-            '"' | '#' | '&' | '<' | '>' | '`' | ';' => {
-                let _ = write!(out, "#{};", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Graphviz: dependency edges solid, subtask edges dashed.
-pub fn dot(graph: &GraphSnapshot) -> String {
-    let mut out = String::from("digraph flotilla {\n  rankdir=LR;\n  node [shape=box];\n");
-    for t in &graph.tasks {
-        let _ = writeln!(
-            out,
-            "  \"{}\" [label=\"{} [{}]\\n{}\"];",
-            t.id,
-            t.id,
-            task_state_words(t.state),
-            dot_label(&t.description)
-        );
-    }
-    for t in &graph.tasks {
-        for d in &t.depends_on {
-            let _ = writeln!(out, "  \"{d}\" -> \"{}\";", t.id);
-        }
-        if let Some(p) = &t.parent {
-            let _ = writeln!(
-                out,
-                "  \"{}\" -> \"{p}\" [style=dashed, label=\"subtask of\"];",
-                t.id
-            );
-        }
-    }
-    out.push_str("}\n");
-    out
-}
-
-/// Mermaid flowchart: dependency edges solid, subtask edges dotted.
-pub fn mermaid(graph: &GraphSnapshot) -> String {
-    let node = |id: &str| id.replace('.', "_");
-    let mut out = String::from("flowchart LR\n");
-    for t in &graph.tasks {
-        let id = t.id.to_string();
-        let _ = writeln!(
-            out,
-            "  {}[\"{} ({}): {}\"]",
-            node(&id),
-            id,
-            task_state_words(t.state),
-            mermaid_label(&t.description)
-        );
-    }
-    for t in &graph.tasks {
-        let id = t.id.to_string();
-        for d in &t.depends_on {
-            let _ = writeln!(out, "  {} --> {}", node(&d.to_string()), node(&id));
-        }
-        if let Some(p) = &t.parent {
-            let _ = writeln!(out, "  {} -.-> {}", node(&id), node(&p.to_string()));
-        }
-    }
-    out
-}
-
 /// `kinds` as a run's journal would hold them: seqs from 1, in order.
 #[cfg(test)]
 pub(crate) fn journaled(
@@ -422,93 +200,7 @@ pub(crate) fn journaled(
 
 #[cfg(test)]
 mod tests {
-    use flotilla_actors::protocol::{Budget, Priority, TaskView};
-
     use super::*;
-
-    fn graph(description: &str) -> GraphSnapshot {
-        let view = |id: TaskId, depends_on| TaskView {
-            id,
-            state: TaskState::Running,
-            attempt: 1,
-            description: description.into(),
-            scope: vec![],
-            priority: Priority::default(),
-            parent: None,
-            depends_on,
-            budget: Budget::default(),
-            spent: Budget::default(),
-            summary: None,
-            failure: None,
-        };
-        GraphSnapshot {
-            tasks: vec![
-                view(TaskId::root(1), vec![]),
-                view(TaskId::root(2), vec![TaskId::root(1)]),
-            ],
-            planning_finished: false,
-            outcome: None,
-            run_spent: Budget::default(),
-            run_budget: Budget::default(),
-            finish_reason: None,
-        }
-    }
-
-    #[test]
-    fn every_task_state_has_words() {
-        for (from, to) in TaskState::TRANSITIONS {
-            for words in [task_state_words(*from), task_state_words(*to)] {
-                assert!(!words.contains('_'), "{words}");
-            }
-        }
-        assert_eq!(
-            task_state_words(TaskState::WaitingForSubtasks),
-            "waiting for subtasks"
-        );
-    }
-
-    const HOSTILE: &str = "x\x1b]52;c;ZXZpbA==\x07\u{202e}\"];\n  evil -> t1 [\\\"<b>#&`";
-
-    #[test]
-    fn dot_labels_cannot_break_out_of_their_string_or_reach_the_terminal() {
-        let dot = dot(&graph(HOSTILE));
-        assert!(!dot.chars().any(|c| c.is_control() && c != '\n'), "{dot:?}");
-        assert!(!dot.contains('\u{202e}'), "{dot}");
-        // Two nodes, one edge: the description added no statement.
-        assert_eq!(
-            dot.lines().filter(|l| l.contains("[label=")).count(),
-            2,
-            "{dot}"
-        );
-        let edges = dot
-            .lines()
-            .filter(|l| l.trim_start().starts_with("\"t1\" ->"));
-        assert_eq!(edges.count(), 1, "{dot}");
-        let label = dot.lines().find(|l| l.contains("\"t1\" [label=")).unwrap();
-        assert!(
-            label.contains(r#"x\\x1b]52;c;ZXZpbA==\\x07\\u{202e}\"];"#),
-            "{label}"
-        );
-        assert!(label.ends_with("\"];"), "{label}");
-    }
-
-    #[test]
-    fn mermaid_labels_cannot_break_out_of_their_node_or_reach_the_terminal() {
-        let text = mermaid(&graph(HOSTILE));
-        assert!(
-            !text.chars().any(|c| c.is_control() && c != '\n'),
-            "{text:?}"
-        );
-        assert!(!text.contains('\u{202e}'), "{text}");
-        assert_eq!(text.lines().count(), 4, "{text}");
-        let node = text
-            .lines()
-            .find(|l| l.trim_start().starts_with("t1["))
-            .unwrap();
-        assert_eq!(node.matches('"').count(), 2, "{node}");
-        assert!(node.contains("#34;]#59; evil -#62; t1"), "{node}");
-        assert!(node.contains("\\x1b]52"), "{node}");
-    }
 
     /// A replay carried across status calls says exactly what one replay of the whole
     /// journal says, at every point; once the run ends it is no longer open.

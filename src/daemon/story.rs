@@ -6,22 +6,12 @@
 //! new event kinds are covered; bounded to the newest 2,000.
 
 use flotilla_actors::protocol::{Event, EventKind, TaskId};
-use serde::{Deserialize, Serialize};
+
+use crate::api::status::TaskStory;
 
 /// The most events one story carries (the newest are kept): a task retried and re-landed
 /// many times still answers in bounded time and size.
 pub const MAX_STORY_EVENTS: usize = 2_000;
-
-/// `GET /v1/runs/{id}/tasks/{task}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TaskStory {
-    pub run: String,
-    pub task: TaskId,
-    /// In journal order.
-    pub events: Vec<Event>,
-    /// Older events of the task left out past [`MAX_STORY_EVENTS`].
-    pub omitted: usize,
-}
 
 /// The events of `events` that are about `task`, the newest [`MAX_STORY_EVENTS`] of them.
 pub fn story(run: String, task: TaskId, events: Vec<Event>) -> TaskStory {

@@ -50,6 +50,7 @@ use tracing::{error, info, warn};
 
 use crate::agents::builtin::BuiltinAgent;
 use crate::agents::command::CommandAgent;
+use crate::api::gc::GcReport;
 use crate::config::RunConfig;
 use crate::git_repo::{GitRepo, TargetBranch};
 use crate::journal::SqliteJournal;
@@ -1451,24 +1452,6 @@ impl Handler<AdoptMain> for Supervisor {
 pub struct CollectGarbage {
     pub dry_run: bool,
     pub progress: bool,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct GcReport {
-    /// Worktrees removed (or, in a dry run, that would be): attempt worktrees and the
-    /// other directories of finished runs (their scratch checkouts).
-    pub worktrees: Vec<String>,
-    /// Task branches of finished runs deleted.
-    pub branches: Vec<String>,
-    /// Stale ref locks (`.git/refs/heads/flotilla/<run>/….lock`) removed.
-    #[serde(default)]
-    pub locks: Vec<String>,
-    /// Directories of runs the journal does not know (or whose repository is gone),
-    /// removed whole.
-    pub unknown: Vec<String>,
-    /// Runs whose leftovers could not be removed, and why (the rest were).
-    pub errors: Vec<String>,
-    pub dry_run: bool,
 }
 
 /// A directory under the worktrees root that no run of the journal accounts for is only

@@ -720,7 +720,7 @@ pub fn error_message(body: &str) -> String {
     }
     // The provider's text goes on into events, the journal and the daemon's log: nothing
     // in it may act on a terminal that shows any of them.
-    crate::render::terminal_safe(&bounded).into_owned()
+    crate::text_safety::terminal_safe(&bounded).into_owned()
 }
 
 /// `retry-after-ms` (OpenAI), else `retry-after` in seconds (fractions allowed). The

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use flotilla::client::{Client, ClientError, Endpoint};
+use flotilla::cli::client::{Client, ClientError, Endpoint};
 use flotilla::daemon::api::ServerLimits;
 use flotilla::daemon::{self, Bound, DaemonOptions, Listen};
 use hyper::{Method, StatusCode};
@@ -583,7 +583,7 @@ async fn submit_retries_a_lost_answer_with_the_same_key_a_bounded_number_of_time
     daemon.abort();
     assert_eq!(
         seen.lock().unwrap().len(),
-        flotilla::client::SUBMIT_ATTEMPTS as usize
+        flotilla::cli::client::SUBMIT_ATTEMPTS as usize
     );
 }
 

@@ -45,7 +45,7 @@ fn config(marker: &std::path::Path) -> serde_json::Value {
 }
 
 async fn decide(
-    c: &flotilla::client::Client,
+    c: &flotilla::cli::client::Client,
     run: &str,
     task: &str,
     body: serde_json::Value,
@@ -76,7 +76,9 @@ fn main_file(repo: &std::path::Path, path: &str) -> Option<String> {
 
 /// Waits for `AwaitingUserDecision` for `task` on the stream.
 async fn asked(
-    stream: &mut (impl futures::Stream<Item = Result<Event, flotilla::client::ClientError>> + Unpin),
+    stream: &mut (
+             impl futures::Stream<Item = Result<Event, flotilla::cli::client::ClientError>> + Unpin
+         ),
 ) -> TaskId {
     tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(e) = stream.next().await {

@@ -603,11 +603,11 @@ fn huge_reported_token_counts_do_not_crash_status_or_the_live_line() {
             kind,
         })
         .collect();
-    let mut tally = flotilla::render::Tally::default();
+    let mut live = flotilla::cli::render::live::LiveLine::default();
     for e in &events {
-        tally.observe(e);
+        live.observe(e);
     }
-    let line = tally.summary(0);
+    let line = live.summary(0);
     assert!(line.contains(&format!("{} tokens", u64::MAX)), "{line}");
     let record = flotilla::journal::RunRecord {
         id: run,

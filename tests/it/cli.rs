@@ -823,7 +823,7 @@ fn a_busy_daemon_is_asked_again_as_it_says_then_given_up_on_with_a_hint() {
     );
     assert_eq!(
         seen.load(std::sync::atomic::Ordering::SeqCst),
-        flotilla::client::BUSY_ATTEMPTS as usize
+        flotilla::cli::client::BUSY_ATTEMPTS as usize
     );
 }
 
@@ -1214,4 +1214,127 @@ fn the_live_line_on_a_terminal_shows_agent_activity_escaped() {
 /// `text` as a TOML basic string.
 fn toml_string(text: &str) -> String {
     serde_json::to_string(text).unwrap()
+}
+
+/// Issue 21 item 6: an error keeps its causes to the end: `error:` says what failed, a
+/// `Caused by:` line each why (a cause its error already says is not repeated), `hint:`
+/// what to do, with the kind's exit code (a user's or a config's mistake: 2).
+#[test]
+fn an_error_says_what_failed_then_each_cause_then_the_hint() {
+    let state = tempfile::tempdir().unwrap();
+    let missing = state.path().join("no-such-repo");
+    let out = flotilla(state.path())
+        .args(["submit", "x", "--repo"])
+        .arg(&missing)
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    assert_eq!(lines[0], format!("error: repository {}", missing.display()));
+    assert!(
+        lines[1].starts_with("Caused by: ") && lines[1].contains("No such file"),
+        "{stderr}"
+    );
+    assert_eq!(lines[2], "hint: pass --repo PATH");
+
+    // The token of a daemon on TCP: its reading error says the file and the cause once.
+    let out = flotilla(state.path())
+        .args(["status", "--connect", "127.0.0.1:9"])
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    assert_eq!(lines[0], "error: the daemon's token");
+    assert!(
+        lines[1].starts_with("Caused by: ") && lines[1].contains("token"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("No such file").count(), 1, "{stderr}");
+    assert!(
+        lines[2].starts_with("hint: use the same --state-dir"),
+        "{stderr}"
+    );
+}
+
+/// Issue 21 item 1: the live line under `tail` counts tasks with the same fold and the
+/// same counting as `status`, so the two cannot disagree (the CLI used to fold task states
+/// by hand). A run with a done task, a failed attempt, a running one and pending ones.
+#[test]
+fn the_live_line_counts_what_status_counts() {
+    use flotilla_actors::config::Limits;
+    use flotilla_actors::graph::RunGraph;
+    use flotilla_actors::protocol::{
+        AttemptFailure, Event, Handoff, Route, RunId, TaskCompleted, TaskId, TaskSpec,
+    };
+
+    let mut g = RunGraph::new(Limits::default());
+    let specs = (1..=5)
+        .map(|n| TaskSpec::new(format!("task {n}"), &[&format!("src/{n}.rs")]))
+        .collect();
+    let mut kinds = g.submit(specs).unwrap();
+    kinds.extend(g.planning_finished().unwrap());
+    let t = |n: u32| TaskId::root(n);
+    for n in 1..=3 {
+        kinds.extend(g.dispatched(&t(n), 1, "w", Route::Worker).unwrap());
+        kinds.extend(g.started(&t(n), 1).unwrap());
+    }
+    kinds.extend(
+        g.complete(TaskCompleted {
+            task: t(1),
+            attempt: 1,
+            handoff: Some(Handoff::complete("done")),
+            artifacts: Vec::new(),
+            subplan: None,
+        })
+        .unwrap(),
+    );
+    // Retried or failed, as the limits say: both sides count what the graph says.
+    kinds.extend(
+        g.failed(
+            &t(2),
+            1,
+            AttemptFailure::Crashed {
+                detail: "gave up".into(),
+            },
+        )
+        .unwrap(),
+    );
+    let run = RunId::generate();
+    let events: Vec<Event> = kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, kind)| Event {
+            seq: i as u64 + 1,
+            run,
+            at_ms: 1_000,
+            kind,
+        })
+        .collect();
+    let record = flotilla::journal::RunRecord {
+        id: run,
+        request: "r".into(),
+        repo: "/tmp".into(),
+        config: serde_json::Value::Null,
+        created_ms: 1_000,
+        outcome: None,
+    };
+    let status = flotilla::daemon::report::status(&record, Limits::default(), &events);
+    let c = &status.counts;
+    let mut live = flotilla::cli::render::live::LiveLine::default();
+    for e in &events {
+        live.observe(e);
+    }
+    let line = live.summary(1_000);
+    let expected = format!(
+        "{} done · {} running · {} pending · {} failed/cancelled",
+        c.completed,
+        c.running + c.waiting,
+        c.pending,
+        c.failed + c.cancelled
+    );
+    assert!(line.starts_with(&expected), "{line} / status: {c:?}");
+    assert_eq!(c.completed, 1, "{c:?}");
+    assert_eq!(c.total, 5, "{c:?}");
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use flotilla::client::{Client, Endpoint};
+use flotilla::cli::client::{Client, Endpoint};
 use flotilla::config::RunConfig;
 use flotilla::daemon::{self, Bound, DaemonOptions, Listen};
 use flotilla::scripted::Scenario;

@@ -407,9 +407,12 @@ async fn the_first_event_says_which_sandbox_is_in_force() {
         ),
         other => panic!("{other:?}"),
     }
-    let status: flotilla::daemon::report::RunStatus =
+    let status: flotilla::api::status::RunStatus =
         daemon.client.get(&format!("/v1/runs/{run}")).await.unwrap();
-    let said = flotilla::render::status_text(&status, &flotilla::render::Style::plain());
+    let said = flotilla::cli::render::status::status_text(
+        &status,
+        &flotilla::cli::render::style::Style::plain(),
+    );
     assert!(said.contains("sandbox: bubblewrap"), "{said}");
     let mut config = run_config(&attacker(""), 1);
     config["sandbox"] = serde_json::json!({ "mode": "none" });

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use flotilla::client::{ClientError, parse_events};
+use flotilla::cli::client::{ClientError, parse_events};
 use flotilla::journal::{RunRecord, SqliteJournal};
 use flotilla_actors::config::{Limits, LimitsError};
 use flotilla_actors::graph::scope::ScopePath;

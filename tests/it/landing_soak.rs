@@ -125,7 +125,7 @@ const FAIL_POINTS: [&str; 4] = [
 ];
 
 /// Waits until the run's journal has grown by `events` past `from`, or the run finished.
-async fn journal_grows(client: &flotilla::client::Client, run: &str, from: u64, events: u64) {
+async fn journal_grows(client: &flotilla::cli::client::Client, run: &str, from: u64, events: u64) {
     let Ok(mut stream) = client.events(run, Some(from)).await else {
         return;
     };

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla::client::Client;
+use flotilla::cli::client::Client;
 use flotilla::daemon::supervisor::{
     GetRunMembers, Member, RunThreadCount, RunThreads, StartRun, Supervisor,
 };
@@ -1209,7 +1209,10 @@ async fn a_provider_pause_is_journaled_once_shown_by_status_and_cleared_when_it_
     let during = upto(started.seq);
     assert_eq!(during.provider_pauses.len(), 1, "{during:?}");
     assert_eq!(during.provider_pauses[0].until_ms, at_ms + 400);
-    let text = flotilla::render::status_text(&during, &flotilla::render::Style::plain());
+    let text = flotilla::cli::render::status::status_text(
+        &during,
+        &flotilla::cli::render::style::Style::plain(),
+    );
     assert!(text.contains("provider paused: p until"), "{text}");
     assert!(upto(seen[2].seq).provider_pauses.is_empty());
 }

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use assert_cmd::Command;
-use flotilla::client::ClientError;
+use flotilla::cli::client::ClientError;
 use flotilla::git_repo::{GitRepo, TargetBranch};
 use flotilla_actors::ports::{MainRef, MainRefError};
 use flotilla_actors::protocol::{EventKind, RunOutcome};

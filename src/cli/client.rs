@@ -22,12 +22,14 @@ use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::daemon::api::Created;
+use crate::api::IDEMPOTENCY_KEY;
+use crate::api::runs::Created;
+use crate::api::sse::{EventFrame, LAST_EVENT_ID, MAX_EVENT_BYTES};
 
 /// How long a request may take, from connecting to the end of the answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an event stream may stay silent before the daemon counts as gone. The daemon
-/// sends a keep-alive every [`crate::daemon::api::SSE_KEEP_ALIVE`], far more often.
+/// sends a keep-alive every [`crate::api::sse::KEEP_ALIVE`], far more often.
 pub const STREAM_SILENCE: Duration = Duration::from_secs(60);
 /// How many times `submit` sends the same run (with the same idempotency key) when the
 /// answer is lost.
@@ -40,8 +42,6 @@ pub const BUSY_ATTEMPTS: u32 = 5;
 pub const BUSY_WAIT_MAX: Duration = Duration::from_secs(3);
 /// The wait when a 503 names none.
 const BUSY_WAIT_DEFAULT: Duration = Duration::from_secs(1);
-/// The header carrying a submission's idempotency key.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// `text` as one URL path segment: everything but unreserved characters percent-encoded, so
 /// that whatever a user typed as a run id reaches the daemon as typed (and is refused there
@@ -64,16 +64,31 @@ pub enum Endpoint {
     Tcp { addr: SocketAddr, token: String },
 }
 
+/// Why a request failed underneath: the transport's or the decoder's own error, or for what
+/// flotilla itself refused or noticed (a silent stream), its words.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Connecting to the daemon failed for another reason than nothing listening.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to {endpoint}")]
+pub struct ConnectError {
+    endpoint: String,
+    #[source]
+    source: std::io::Error,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("the flotilla daemon is not running (nothing answers on {endpoint})")]
     DaemonNotRunning { endpoint: String },
     #[error("{message}")]
     Api { status: StatusCode, message: String },
-    #[error("talking to the daemon failed: {0}")]
-    Transport(String),
-    #[error("the daemon answered something unexpected: {0}")]
-    Decode(String),
+    /// Connecting, sending or reading failed: the cause says which and why.
+    #[error("talking to the daemon failed")]
+    Transport(#[source] Cause),
+    /// The answer is not what the API says it is (not JSON, not the type, not UTF-8).
+    #[error("the daemon answered something unexpected")]
+    Decode(#[source] Cause),
     #[error("the daemon at {endpoint} did not answer within {} s", after.as_secs_f32())]
     TimedOut { endpoint: String, after: Duration },
 }
@@ -100,7 +115,7 @@ async fn exchange<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let transport = |e: hyper::Error| ClientError::Transport(e.to_string());
+    let transport = |e: hyper::Error| ClientError::Transport(e.into());
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(transport)?;
@@ -248,17 +263,24 @@ impl Client {
                     endpoint: self.endpoint_label(),
                 }
             }
-            _ => {
-                ClientError::Transport(format!("cannot connect to {}: {e}", self.endpoint_label()))
-            }
+            _ => ClientError::Transport(
+                ConnectError {
+                    endpoint: self.endpoint_label(),
+                    source: e,
+                }
+                .into(),
+            ),
         };
         if let Endpoint::Tcp { addr, .. } = &self.endpoint
             && !addr.ip().is_loopback()
         {
             // The token goes in cleartext; the daemon only ever listens on loopback.
-            return Err(ClientError::Transport(format!(
-                "refusing to send the bearer token to {addr}, which is not a loopback address"
-            )));
+            return Err(ClientError::Transport(
+                format!(
+                    "refusing to send the bearer token to {addr}, which is not a loopback address"
+                )
+                .into(),
+            ));
         }
         let mut builder = Request::builder()
             .method(method)
@@ -276,7 +298,7 @@ impl Client {
         }
         let request = builder
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
+            .map_err(|e| ClientError::Transport(e.into()))?;
         match &self.endpoint {
             Endpoint::Unix(path) => {
                 let stream = tokio::net::UnixStream::connect(path)
@@ -299,7 +321,7 @@ impl Client {
             .into_body()
             .collect()
             .await
-            .map_err(|e| ClientError::Transport(e.to_string()))?
+            .map_err(|e| ClientError::Transport(e.into()))?
             .to_bytes();
         Ok((status, body))
     }
@@ -369,7 +391,7 @@ impl Client {
         if !status.is_success() {
             return Err(Self::api_error(status, &body));
         }
-        String::from_utf8(body.to_vec()).map_err(|e| ClientError::Decode(e.to_string()))
+        String::from_utf8(body.to_vec()).map_err(|e| ClientError::Decode(e.into()))
     }
 
     pub async fn json<T: DeserializeOwned>(
@@ -381,7 +403,7 @@ impl Client {
         let body = body
             .map(|b| serde_json::to_vec(b))
             .transpose()
-            .map_err(|e| ClientError::Decode(e.to_string()))?;
+            .map_err(|e| ClientError::Decode(e.into()))?;
         // Only a GET is safe to repeat: a POST's first attempt may have been acted on.
         let (status, bytes) = if method == Method::GET {
             self.request_patiently(method, path, body, &[]).await?
@@ -391,7 +413,7 @@ impl Client {
         if !status.is_success() {
             return Err(Self::api_error(status, &bytes));
         }
-        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.into()))
     }
 
     /// Creates a run (`POST /v1/runs`) exactly once, however often the answer is lost: the
@@ -409,7 +431,7 @@ impl Client {
         body: &impl Serialize,
         key: &str,
     ) -> Result<Created, ClientError> {
-        let body = serde_json::to_vec(body).map_err(|e| ClientError::Decode(e.to_string()))?;
+        let body = serde_json::to_vec(body).map_err(|e| ClientError::Decode(e.into()))?;
         let headers = [(IDEMPOTENCY_KEY, key.to_string())];
         let mut attempt = 1;
         loop {
@@ -419,7 +441,7 @@ impl Client {
             {
                 Ok((status, bytes)) if status.is_success() => {
                     return serde_json::from_slice(&bytes)
-                        .map_err(|e| ClientError::Decode(e.to_string()));
+                        .map_err(|e| ClientError::Decode(e.into()));
                 }
                 Ok((status, bytes)) => Self::api_error(status, &bytes),
                 Err(e) => e,
@@ -445,7 +467,7 @@ impl Client {
         since: Option<u64>,
     ) -> Result<impl Stream<Item = Result<Event, ClientError>> + use<>, ClientError> {
         let headers: Vec<(&str, String)> = since
-            .map(|s| ("last-event-id", s.to_string()))
+            .map(|s| (LAST_EVENT_ID, s.to_string()))
             .into_iter()
             .collect();
         let path = format!("/v1/runs/{}/events", segment(run));
@@ -488,10 +510,6 @@ impl Client {
     }
 }
 
-/// The most bytes one event from the daemon may hold (its JSON), beyond which the stream is
-/// broken off: the daemon's largest events (a plan, a handoff) are far smaller.
-pub const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
-
 /// Parses a `text/event-stream` body, however it is split into chunks, into the run's
 /// events. `chunks` are the body's bytes as they arrive, or a transport error (which ends
 /// the parsed stream with [`ClientError::Transport`]); every SSE event's `data` must be one
@@ -505,9 +523,7 @@ where
     E: std::fmt::Display + Send,
 {
     crate::sse::frames(chunks, MAX_EVENT_BYTES).map(|item| match item {
-        Ok(sse) => {
-            serde_json::from_str::<Event>(&sse.data).map_err(|e| ClientError::Decode(e.to_string()))
-        }
-        Err(e) => Err(ClientError::Transport(e.to_string())),
+        Ok(sse) => EventFrame::parse(&sse.data).map_err(|e| ClientError::Decode(e.into())),
+        Err(e) => Err(ClientError::Transport(e.to_string().into())),
     })
 }

@@ -1,0 +1,67 @@
+//! `flotilla bench`: measures flotilla here, without a daemon.
+
+use crate::cli::args::Command;
+use crate::cli::error::{CliError, ErrorKind, Exit};
+use crate::text_safety;
+
+/// `flotilla bench`: runs on the calling thread, outside any async runtime (each run has
+/// an actix system of its own).
+pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
+    let Command::Bench {
+        tasks,
+        chain,
+        scaling,
+        workers,
+        no_makespan,
+        memory_runs,
+        json,
+    } = command
+    else {
+        unreachable!("run_bench is called for `flotilla bench` only");
+    };
+    let scaling = parse_sizes(scaling).map_err(|e| {
+        CliError::wrap(ErrorKind::User, e)
+            .hint("e.g. --scaling 1000,10000,50000, or --scaling none")
+    })?;
+    let options = crate::bench::BenchOptions {
+        tasks: *tasks as usize,
+        chain: *chain as usize,
+        scaling,
+        workers: *workers as usize,
+        makespan: !no_makespan,
+        memory_runs: *memory_runs as usize,
+        json: *json,
+    };
+    let mut out = std::io::stdout().lock();
+    // The bench says what failed in words (its own error type is a string).
+    crate::bench::run(&options, &mut out)
+        .map_err(|message| CliError::internal(format!("the bench failed: {message}")))?;
+    Ok(Exit::Ok)
+}
+
+/// A `--scaling` size that is no number of tasks.
+#[derive(Debug, thiserror::Error)]
+#[error("--scaling: {part:?} is not a number of tasks from 1 to 1000000")]
+pub struct BadSize {
+    /// The part as typed, escaped.
+    part: String,
+}
+
+/// "1000,10000" → [1000, 10000]; "none" or "" → [].
+fn parse_sizes(text: &str) -> Result<Vec<usize>, BadSize> {
+    let text = text.trim();
+    if text.is_empty() || text == "none" {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|part| {
+            let part = part.trim();
+            match part.parse::<usize>() {
+                Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
+                _ => Err(BadSize {
+                    part: text_safety::terminal_safe(part).into_owned(),
+                }),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,94 @@
+//! One file per command; [`run_client`] picks the one the command line names. `daemon` and
+//! `bench` run outside the client's runtime and are called by `main` directly.
+
+pub mod bench;
+pub mod cancel;
+pub mod daemon;
+pub mod decide;
+pub mod gc;
+pub mod graph;
+pub mod providers;
+pub mod runs;
+pub mod status;
+pub mod submit;
+pub mod tail;
+
+use super::args::{Cli, Command, ProvidersAction};
+use super::client::Client;
+use super::error::{CliError, Exit};
+
+/// Runs a client command (everything but `daemon` and `bench`).
+pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
+    // Checking providers needs no daemon.
+    if let Command::Providers {
+        action:
+            ProvidersAction::Check {
+                config,
+                repo,
+                timeout,
+                json,
+            },
+    } = &cli.command
+    {
+        return providers::check(config.as_deref(), repo, *timeout, *json).await;
+    }
+    let client = Client::new(cli.endpoint()?);
+    match &cli.command {
+        Command::Daemon { .. } => unreachable!("the daemon is started by main"),
+        Command::Bench { .. } => unreachable!("the bench is run by main, outside any runtime"),
+        Command::Providers { .. } => unreachable!("answered above, without the daemon"),
+        Command::Submit {
+            request,
+            repo,
+            config,
+            detach,
+            json,
+            ..
+        } => submit::submit(&client, request, repo, config.as_deref(), *detach, *json).await,
+        Command::Tail {
+            run, json, since, ..
+        } => {
+            let outcome = tail::follow(&client, run, *since, *json).await?;
+            Ok(tail::exit_for(outcome))
+        }
+        Command::Status {
+            run: Some(run),
+            task: Some(task),
+            json,
+            ..
+        } => status::task(&client, run, task, *json).await,
+        Command::Status {
+            run: Some(run),
+            task: None,
+            json,
+            ..
+        } => status::run(&client, run, *json).await,
+        Command::Status {
+            run: None, json, ..
+        } => status::daemon(&client, *json).await,
+        Command::Graph { run, format, .. } => graph::run(&client, run, *format).await,
+        Command::Cancel { run, .. } => cancel::run(&client, run).await,
+        Command::Gc { dry_run, json, .. } => gc::run(&client, *dry_run, *json).await,
+        Command::Decide {
+            run, adopt_main, ..
+        } if *adopt_main => decide::adopt_main(&client, run).await,
+        Command::Decide { run, cancel, .. } if *cancel => decide::cancel(&client, run).await,
+        Command::Decide {
+            run,
+            task,
+            accept,
+            complete: _,
+            fail,
+            land,
+            ..
+        } => {
+            let decision = decide::TaskDecision {
+                accept: accept.as_deref(),
+                fail: *fail,
+                land: *land,
+            };
+            decide::task(&client, run, task.as_deref(), decision).await
+        }
+        Command::Runs { json, .. } => runs::run(&client, *json).await,
+    }
+}

@@ -1,0 +1,64 @@
+//! `flotilla submit`: starts a run, then follows it (or with `--detach` prints its id).
+
+use std::path::Path;
+
+use crate::api::runs::CreateRun;
+use crate::cli::client::Client;
+use crate::cli::error::{CliError, ErrorKind, Exit};
+use crate::cli::{emit, note};
+use crate::config::RunConfig;
+use crate::text_safety;
+
+use super::tail::{exit_for, follow};
+
+pub async fn submit(
+    client: &Client,
+    request: &str,
+    repo: &Path,
+    config: Option<&Path>,
+    detach: bool,
+    json: bool,
+) -> Result<Exit, CliError> {
+    let repo = std::fs::canonicalize(repo).map_err(|e| {
+        CliError::user(format!("repository {}", repo.display()))
+            .because(e)
+            .hint("pass --repo PATH")
+    })?;
+    let config_path = config
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| repo.join("flotilla.toml"));
+    let run_config = RunConfig::load(&config_path).map_err(|e| {
+        let hint = e.hint();
+        CliError::wrap(ErrorKind::Config, e).hint(hint)
+    })?;
+    let body = CreateRun {
+        request: request.to_string(),
+        repo,
+        config: Some(run_config),
+    };
+    let created = client.submit(&body).await?;
+    // The branch the run lands on (ADR-022), said where the user reads.
+    let landing = created
+        .branch
+        .as_deref()
+        .map(|b| format!(", landing on {}", text_safety::terminal_safe(b)))
+        .unwrap_or_default();
+    if detach {
+        emit(&format!("{}\n", text_safety::terminal_safe(&created.id)))?;
+        if !json && !landing.is_empty() {
+            note(&format!(
+                "run {} submitted{landing}",
+                text_safety::terminal_safe(&created.id)
+            ));
+        }
+        return Ok(Exit::Ok);
+    }
+    if !json {
+        note(&format!(
+            "run {} submitted{landing}; following it (Ctrl-C stops following, not the run)",
+            text_safety::terminal_safe(&created.id)
+        ));
+    }
+    let outcome = follow(client, &created.id, None, json).await?;
+    Ok(exit_for(outcome))
+}
