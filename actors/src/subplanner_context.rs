@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::graph::scope::ScopePath;
+use crate::protocol::ScopePath;
 use crate::protocol::{
     DependencyRef, FailureReason, Handoff, HandoffMetrics, HandoffStatus, Priority,
     SubtaskProposal, SubtaskResult, TaskId, TaskSpec, TaskState,

@@ -46,7 +46,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::graph::scope::ScopePath;
+use crate::protocol::ScopePath;
 
 use describe::*;
 use group::*;

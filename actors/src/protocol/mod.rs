@@ -9,19 +9,24 @@
 //!   planner answers, root handoffs.
 //! - [`messages`]: each actor's inbox enum; the only module here that knows actix.
 //! - [`event`]: the run-level `Event` that the journal stores and `flotilla tail` prints.
+//! - [`failure`]: why a task or an attempt failed (`FailureReason`, `AttemptFailure`).
 //! - [`view`]: read-only snapshots of a run's graph.
+//! - [`scope`]: `ScopePath`, the normalized repo-relative path every scope is made of.
 
 pub mod event;
+pub mod failure;
 pub mod handoff;
 pub mod ids;
 pub mod merge;
 pub mod messages;
+pub mod scope;
 pub mod subplan;
 pub mod task;
 pub mod view;
 pub mod work;
 
-pub use event::{AttemptFailure, Event, EventKind, FailureReason, RunOutcome};
+pub use event::{Event, EventKind, RunOutcome};
+pub use failure::{AttemptFailure, FailureReason};
 pub use handoff::{
     ArtifactKind, ArtifactRef, BranchWork, ChangeKind, FileChange, Finding, Handoff,
     HandoffMetrics, HandoffStatus, Usage,
@@ -35,6 +40,7 @@ pub use messages::{
     FromMerging, GetSnapshot, IntendLanding, Published, ToAgent, ToDispatch, ToMergeQueue,
     ToPlanner, ToReconciler, ToTaskGraph,
 };
+pub use scope::ScopePath;
 pub use subplan::{
     DecompositionReason, OpenDecomposition, PathProblem, ProposedSubplan, RejectionReason,
     StopCondition, SubtaskEnded, SubtaskProposal, SubtaskResult, SubtasksCompleted,
@@ -54,7 +60,9 @@ mod tests {
     fn only_the_inboxes_know_actix() {
         let wire = [
             ("event.rs", include_str!("event.rs")),
+            ("failure.rs", include_str!("failure.rs")),
             ("handoff.rs", include_str!("handoff.rs")),
+            ("scope.rs", include_str!("scope.rs")),
             ("ids.rs", include_str!("ids.rs")),
             ("merge.rs", include_str!("merge.rs")),
             ("subplan.rs", include_str!("subplan.rs")),

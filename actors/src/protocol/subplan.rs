@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::event::FailureReason;
+use super::failure::FailureReason;
 use super::handoff::{ArtifactKind, Handoff};
 use super::ids::TaskId;
 use super::task::{Budget, Priority, TaskSpec, TaskState};
