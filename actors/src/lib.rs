@@ -23,7 +23,6 @@ pub mod failures;
 pub mod graph;
 pub mod llm_output;
 pub mod llm_progress;
-pub mod planner_context;
 pub mod ports;
 pub mod protocol;
 pub mod scratch_commands;

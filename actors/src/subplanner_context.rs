@@ -22,7 +22,7 @@ const MAX_PATH_SHOWN: usize = 200;
 const MAX_FILES_LISTED: usize = 10;
 
 /// The first message about a task: the parent task, then the repository as `repo` describes
-/// it (the same text the root planner gets, from [`crate::planner_context::RepoContext`]).
+/// it (the same text the root planner gets, from [`crate::actors::planner::context::RepoContext`]).
 pub fn initial_message(task: &TaskId, spec: &TaskSpec, repo: &str) -> String {
     let mut msg = String::from("## Parent task\n");
     msg.push_str(&format!("- ID: {task}\n"));

@@ -37,11 +37,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::planner::Exchange;
+use crate::actors::planner::context::RepoContext;
 use crate::backoff;
 use crate::config::Limits;
 use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm_progress::with_progress_notices;
-use crate::planner_context::RepoContext;
 use crate::ports::{
     ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError,
     RepoReader, RepoSnapshot, Role,
