@@ -26,6 +26,5 @@ pub mod llm_progress;
 pub mod ports;
 pub mod protocol;
 pub mod scratch_commands;
-pub mod subplanner_context;
 pub mod supervision;
 pub mod work_check;

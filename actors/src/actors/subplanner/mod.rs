@@ -27,6 +27,8 @@
 //! conversation comes back from the journal (`resuming`), so nothing recorded is asked
 //! again.
 
+pub mod context;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,10 +52,8 @@ use crate::protocol::{
     Assignment, EventKind, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
     TaskCompleted, TaskId, TaskSpec, ToAgent, ToTaskGraph,
 };
-use crate::subplanner_context::{
-    FollowUp, aggregate, follow_up_message, initial_message, proposals_from,
-};
 use crate::supervision::{Lifeline, StopCause, StopMember};
+use context::{FollowUp, aggregate, follow_up_message, initial_message, proposals_from};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
