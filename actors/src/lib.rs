@@ -27,4 +27,3 @@ pub mod ports;
 pub mod protocol;
 pub mod scratch_commands;
 pub mod supervision;
-pub mod work_check;

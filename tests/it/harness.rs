@@ -379,7 +379,7 @@ pub fn scratch_kit(
         agents: flotilla_actors::actors::AgentSet::one(agent),
         worktrees: Arc::new(flotilla_actors::ports::ScratchWorktrees::new(dir)),
         runner: Arc::new(flotilla::process::TokioProcessRunner),
-        checks: Arc::new(flotilla_actors::work_check::Checks::default()),
+        checks: Arc::new(flotilla_actors::actors::worker::check::Checks::default()),
         notices: None,
         keep_failed: false,
     }
