@@ -17,12 +17,10 @@
 //! See ARCHITECTURE.md for the map and the invariants.
 
 pub mod actors;
-pub mod backoff;
 pub mod config;
 pub mod failures;
 pub mod graph;
-pub mod llm_output;
-pub mod llm_progress;
+pub mod llm;
 pub mod ports;
 pub mod protocol;
 pub mod scratch_commands;

@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flotilla_actors::llm_output::parse_json_answer;
+use flotilla_actors::llm::output::parse_json_answer;
 use flotilla_actors::ports::{
     Agent, AgentError, AgentReport, AgentSession, AttemptContext, CommandLimits, CommandOutput,
     CommandSpec, EnvPolicy, Exit, LineSink, ProcessError, ProcessRunner, Sandbox, Stream,

@@ -48,9 +48,9 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::backoff;
-use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema};
-use crate::llm_progress::with_progress_notices;
+use crate::llm::backoff;
+use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
+use crate::llm::progress::with_progress_notices;
 use crate::ports::{
     ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError,
     RepoReader, RepoSnapshot, Role,

@@ -40,10 +40,10 @@ use tracing::{debug, info, warn};
 
 use super::planner::Exchange;
 use crate::actors::planner::context::RepoContext;
-use crate::backoff;
 use crate::config::Limits;
-use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema};
-use crate::llm_progress::with_progress_notices;
+use crate::llm::backoff;
+use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
+use crate::llm::progress::with_progress_notices;
 use crate::ports::{
     ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError,
     RepoReader, RepoSnapshot, Role,
