@@ -23,5 +23,4 @@ pub mod graph;
 pub mod llm;
 pub mod ports;
 pub mod protocol;
-pub mod scratch_commands;
 pub mod supervision;

@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::scratch_commands::{NamedCommand, ScratchRun};
 use crate::ports::{
     BuildOutcome, Clock, LandItem, LandMode, MainRef, MainRefError, MergeGit, ProcessRunner,
     RepoError, RepoReader, SystemClock,
@@ -50,7 +51,6 @@ use crate::protocol::{
     LandRequest, LandingFailure, MergeHealth, Published, RunId, TaskId, ToMergeQueue, ToPlanner,
     ToReconciler,
 };
-use crate::scratch_commands::{NamedCommand, ScratchRun};
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
 /// `[merge]` in flotilla.toml.
