@@ -750,7 +750,7 @@ fn scripted_pool(
     let agent = Arc::new(ScriptedAgent::new(Scenario::from_toml(scenario).unwrap()));
     flotilla_actors::actors::WorkerPool::new(
         RunId::generate(),
-        crate::harness::scratch_kit(agent, workspaces),
+        crate::scratch_kit::scratch_kit(agent, workspaces),
         h.graph.clone().recipient(),
         Duration::from_secs(60),
     )
