@@ -3,6 +3,7 @@
 //! `flotilla-actors`: no git, SQLite, HTTP or daemon, so these tests build without them. Tests
 //! that need the daemon's pieces are the top crate's (`tests/it`), which shares this harness.
 
+mod budgets;
 mod dispatch;
 mod harness;
 mod landing;
