@@ -13,8 +13,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::failure::FailureReason;
-use super::handoff::{ArtifactKind, Handoff};
+use super::handoff::Handoff;
 use super::ids::TaskId;
+use super::task::ArtifactKind;
 use super::task::{Budget, Priority, TaskSpec, TaskState};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
