@@ -7,7 +7,7 @@
 //!
 //!     cargo bench -p flotilla-actors --bench planner_messages
 
-use flotilla_actors::planner_context::RepoContext;
+use flotilla_actors::actors::planner::context::RepoContext;
 use flotilla_actors::ports::RepoSnapshot;
 
 fn snapshot(call: usize) -> RepoSnapshot {

@@ -1,32 +1,27 @@
 //! flotilla-actors: the protocol, the task graph and the actors of flotilla.
 //!
-//! - [`protocol`]: every id, payload, message and event, in one place.
+//! - [`protocol`]: every id, payload, message and event, in one place; a leaf that imports
+//!   nothing else of this crate.
 //! - [`config`]: the run's limits with their defaults.
-//! - [`graph`]: the task graph as plain data (a fold of events) and subplan validation.
-//! - [`llm_output`]: parsing untrusted LLM answers into typed structs; [`llm_progress`]: live
-//!   progress notices of streaming calls.
-//! - [`planner_context`], [`subplanner_context`]: what the planners tell their models, and
-//!   the Subplanner's aggregation of handoffs (pure functions).
+//! - [`graph`]: the task graph as plain data (a fold of events), subplan validation and
+//!   Dispatch's scope locks.
+//! - [`llm`]: what every model-calling actor shares: parsing untrusted answers, live progress
+//!   notices of streaming calls, the wait after a failed call.
+//! - [`failures`]: the Reconciler's parsing and grouping of sweep output (pure).
 //! - [`ports`]: traits for side effects (journal, LLM, agent, repo, clock) and in-memory fakes.
-//! - [`actors`]: TaskGraph, Dispatch, Planner, Subplanner, WorkerPool and Worker, one actor
-//!   per file.
-//! - [`work_check`]: handoffs from git truth: what a branch changed, checked against the
-//!   task's scope and the run's `[checks]` (pure).
+//! - [`actors`]: TaskGraph, Dispatch, Planner, Subplanner, WorkerPool, Worker, MergeQueue and
+//!   Reconciler, one per file or folder, with their pure helpers beside them (what the
+//!   planners tell their models, the Worker's checks of a branch) and the scratch commands
+//!   the MergeQueue and the Reconciler run.
 //! - [`supervision`]: how actors report that they ended (`Lifeline`), and `StopMember`.
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
 
 pub mod actors;
-pub mod backoff;
 pub mod config;
 pub mod failures;
 pub mod graph;
-pub mod llm_output;
-pub mod llm_progress;
-pub mod planner_context;
+pub mod llm;
 pub mod ports;
 pub mod protocol;
-pub mod scratch_commands;
-pub mod subplanner_context;
 pub mod supervision;
-pub mod work_check;

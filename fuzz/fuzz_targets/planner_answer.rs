@@ -6,7 +6,7 @@
 
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
-use flotilla_actors::llm_output::{PlannerOutput, parse_json_answer};
+use flotilla_actors::llm::output::{PlannerOutput, parse_json_answer};
 use flotilla_actors::protocol::{PlannerAnswer, Usage};
 use flotilla_fuzz::Watch;
 use libfuzzer_sys::fuzz_target;

@@ -9,7 +9,7 @@ use flotilla::config::RunConfig;
 use flotilla::scripted::{PlannerFault, Scenario};
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
-use flotilla_actors::llm_output::{PlannerOutput, parse_json_answer};
+use flotilla_actors::llm::output::{PlannerOutput, parse_json_answer};
 use flotilla_actors::protocol::{PlannerAnswer, Usage};
 use flotilla_fuzz::Watch;
 use libfuzzer_sys::fuzz_target;

@@ -170,7 +170,7 @@ impl Watch {
             );
             // Stored scopes are normalized: they parse to themselves.
             for p in &t.scope {
-                let again = flotilla_actors::graph::scope::ScopePath::parse(p.as_str(), usize::MAX);
+                let again = flotilla_actors::protocol::ScopePath::parse(p.as_str(), usize::MAX);
                 assert_eq!(
                     again.as_ref(),
                     Ok(p),

@@ -15,7 +15,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use flotilla_actors::llm_output::parse_json_answer;
+use flotilla_actors::llm::output::parse_json_answer;
 use flotilla_actors::ports::{
     Agent, AgentError, AgentReport, AgentSession, AttemptContext, ChatMessage, ChatRole, EnvPolicy,
     Llm, LlmCall, LlmError, LlmRequest, ProcessRunner, Role, Sandbox, Workspace, scrubbed_env,

@@ -24,6 +24,7 @@ use actix::prelude::*;
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
+use flotilla_actors::actors::worker::check::ChecksConfig;
 use flotilla_actors::actors::{AgentSet, Dispatch, TaskGraph, WorkerKit, WorkerPool};
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
@@ -35,7 +36,6 @@ use flotilla_actors::protocol::{
     BranchWork, Budget, DependencyRef, EventKind, Published, RunId, RunOutcome, TaskId, TaskSpec,
     ToAgent, ToTaskGraph, Usd,
 };
-use flotilla_actors::work_check::ChecksConfig;
 
 use crate::journal::{JournalSync, RunRecord, SqliteJournal};
 use crate::process::TokioProcessRunner;

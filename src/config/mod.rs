@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use flotilla_actors::actors::worker::check::{ChecksConfig, ChecksConfigError};
 use flotilla_actors::actors::{
     MergeConfig, MergeConfigError, PlannerConfig, PlannerConfigError, ReconcilerConfig,
     ReconcilerConfigError, SubplannerConfig, SubplannerConfigError, WorkerProfile,
 };
 use flotilla_actors::config::{Limits, LimitsError};
-use flotilla_actors::work_check::{ChecksConfig, ChecksConfigError};
 
 use crate::agents::builtin::{BuiltinConfig, BuiltinConfigError};
 use crate::agents::command::{CommandAgentConfig, CommandAgentConfigError};
@@ -423,7 +423,9 @@ impl RunConfig {
             commands.extend(agent.args.iter().flatten().cloned());
         }
         for command in &commands {
-            paths.extend(flotilla_actors::work_check::command_files(command));
+            paths.extend(flotilla_actors::actors::worker::check::command_files(
+                command,
+            ));
         }
         paths.sort();
         paths.dedup();

@@ -11,10 +11,10 @@ use flotilla::agents::builtin::{BuiltinAgent, BuiltinConfig};
 use flotilla::process::TokioProcessRunner;
 use flotilla::scripted::{Scenario, ScriptedLlm};
 use flotilla::worktrees::GitWorktrees;
+use flotilla_actors::actors::worker::check::Checks;
 use flotilla_actors::actors::{AgentSet, WorkerKit, WorkerPool};
 use flotilla_actors::ports::{ChatRole, LlmRequest};
 use flotilla_actors::protocol::*;
-use flotilla_actors::work_check::Checks;
 
 use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::harness::*;

@@ -17,10 +17,10 @@ use flotilla::agents::command::{
     CommandAgent, CommandAgentConfig, OutputFormat, Preset, PromptVia, ResultVia,
 };
 use flotilla::worktrees::GitWorktrees;
+use flotilla_actors::actors::worker::check::Checks;
 use flotilla_actors::actors::{AgentSet, WorkerKit, WorkerPool};
 use flotilla_actors::ports::{Agent, AgentError, AgentReport, AttemptContext, Workspace};
 use flotilla_actors::protocol::*;
-use flotilla_actors::work_check::Checks;
 
 use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::harness::*;

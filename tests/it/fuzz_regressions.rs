@@ -11,9 +11,9 @@ use std::sync::Arc;
 use flotilla::cli::client::{ClientError, parse_events};
 use flotilla::journal::{RunRecord, SqliteJournal};
 use flotilla_actors::config::{Limits, LimitsError};
-use flotilla_actors::graph::scope::ScopePath;
-use flotilla_actors::llm_output::{PlannerOutput, parse_json_answer};
+use flotilla_actors::llm::output::{PlannerOutput, parse_json_answer};
 use flotilla_actors::ports::{Journal, SystemClock};
+use flotilla_actors::protocol::ScopePath;
 use flotilla_actors::protocol::{Event, EventKind, MAX_TASK_DEPTH, PathProblem, RunId, TaskId};
 use futures::StreamExt;
 

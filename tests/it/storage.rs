@@ -17,6 +17,7 @@ use flotilla_actors::protocol::*;
 use futures::future::BoxFuture;
 
 use crate::harness::*;
+use crate::scratch_kit::scratch_kit;
 
 /// Worktrees whose storage refuses the first `failures` writes, as a full disk or a
 /// read-only state directory would.

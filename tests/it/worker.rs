@@ -16,6 +16,7 @@ use flotilla_actors::protocol::*;
 use futures::future::BoxFuture;
 
 use crate::harness::*;
+use crate::scratch_kit::scratch_kit;
 
 struct Pool {
     addr: Addr<WorkerPool>,

@@ -22,7 +22,8 @@ use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Limits;
-use crate::graph::scope::{ScopeLocks, ScopePath};
+use crate::graph::scope::ScopeLocks;
+use crate::protocol::ScopePath;
 use crate::protocol::{
     Assignment, Priority, ReadyTask, Route, RunId, TaskId, ToAgent, ToDispatch, ToTaskGraph,
     branch_name,

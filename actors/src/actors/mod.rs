@@ -1,10 +1,13 @@
-//! The actors, one per file. Each owns its state and accepts one inbox enum from
-//! [`crate::protocol::messages`].
+//! The actors, one per file or folder (an actor's pure helpers sit beside it: `planner/context`,
+//! `subplanner/context`, `worker/check`). Each owns its state and accepts one inbox enum from
+//! [`crate::protocol::messages`]. `scratch_commands` is no actor: it runs the configured commands
+//! of the two actors that check a commit (MergeQueue, Reconciler).
 
 pub mod dispatch;
 pub mod merge_queue;
 pub mod planner;
 pub mod reconciler;
+pub mod scratch_commands;
 pub mod subplanner;
 pub mod task_graph;
 pub mod worker;

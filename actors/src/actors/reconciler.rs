@@ -20,10 +20,10 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::scratch_commands::{NamedCommand, ScratchRun};
 use crate::failures::{self, CommandKind, Failure};
 use crate::ports::{MergeGit, ProcessRunner, RepoReader};
 use crate::protocol::{FromMerging, RunId, SweepFix, SweepReport, ToReconciler};
-use crate::scratch_commands::{NamedCommand, ScratchRun};
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
 /// `[reconciler]` in flotilla.toml.

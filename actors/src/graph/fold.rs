@@ -7,9 +7,9 @@ use std::sync::Arc;
 use petgraph::Direction;
 use petgraph::graph::NodeIndex;
 
-use super::scope::ScopePath;
 use super::{Emitted, GraphError, RunGraph, TaskNode, fingerprint, is_open};
 use crate::config::Limits;
+use crate::protocol::ScopePath;
 use crate::protocol::{Budget, EventKind, FixOf, StopCondition, TaskId, TaskSpec, TaskState};
 
 /// Intended commits kept per `Landing` task (each rebuild of its batch journals one).

@@ -11,8 +11,8 @@
 
 use std::collections::VecDeque;
 
-use super::scope::ScopePath;
 use super::{Emitted, GraphError, RunGraph};
+use crate::protocol::ScopePath;
 use crate::protocol::{
     AttemptFailure, Budget, CheckoutSync, EventKind, FailureReason, FixOf, Handoff,
     IntendedLanding, LandRequest, LandingFailure, Priority, RunOutcome, SweepReport, TaskId,

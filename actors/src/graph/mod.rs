@@ -22,7 +22,7 @@
 //! - `subplanning`: the Subplanner's answers and its open decompositions (ADR-008);
 //! - `budget`: spend charged as reported, task and run budgets;
 //! - `queries`: read-only views;
-//! - `validate`: the rules LLM-proposed work must pass; `scope`: scope paths.
+//! - `validate`: the rules LLM-proposed work must pass; `scope`: the scope locks (the paths are `protocol::ScopePath`).
 //!
 //! `RunGraph` is a petgraph `DiGraph`: an edge `a → b` means b depends on a; parent/child
 //! links live in the nodes (`TaskNode`). Errors are `GraphError`.
@@ -45,11 +45,11 @@ use std::sync::Arc;
 use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::config::Limits;
+use crate::protocol::ScopePath;
 use crate::protocol::{
     ArtifactRef, Budget, EventKind, FailureReason, FixOf, Handoff, RunOutcome, StopCondition,
     TaskId, TaskSpec, TaskState,
 };
-use scope::ScopePath;
 pub use validate::{Fingerprint, fingerprint};
 
 /// One task in the graph.

@@ -16,9 +16,9 @@ use std::hash::{Hash, Hasher};
 
 use petgraph::graph::NodeIndex;
 
-use super::scope::ScopePath;
 use super::{RunGraph, TaskState, ValidBatch, ValidItem};
 use crate::config::Limits;
+use crate::protocol::ScopePath;
 use crate::protocol::{
     Budget, DependencyRef, MAX_TASK_DEPTH, ProposedSubplan, RejectionReason, TaskSpec, Usd,
 };

@@ -9,7 +9,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::task::{Budget, Usd};
+use super::task::{ArtifactKind, Budget, Usd};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -274,13 +274,4 @@ impl Usage {
 pub struct ArtifactRef {
     pub kind: ArtifactKind,
     pub locator: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ArtifactKind {
-    Commit,
-    File,
-    Report,
-    TestResult,
 }

@@ -10,7 +10,8 @@ use std::fmt;
 
 use actix::{Message, Recipient};
 
-use super::event::{AttemptFailure, Event, EventKind};
+use super::event::{Event, EventKind};
+use super::failure::AttemptFailure;
 use super::ids::TaskId;
 use super::merge::{
     CheckoutSync, IntendedLanding, LandRequest, LandingFailure, MergeHealth, SweepReport,

@@ -9,22 +9,27 @@
 //!   planner answers, root handoffs.
 //! - [`messages`]: each actor's inbox enum; the only module here that knows actix.
 //! - [`event`]: the run-level `Event` that the journal stores and `flotilla tail` prints.
+//! - [`failure`]: why a task or an attempt failed (`FailureReason`, `AttemptFailure`).
 //! - [`view`]: read-only snapshots of a run's graph.
+//! - [`scope`]: `ScopePath`, the normalized repo-relative path every scope is made of.
 
 pub mod event;
+pub mod failure;
 pub mod handoff;
 pub mod ids;
 pub mod merge;
 pub mod messages;
+pub mod scope;
 pub mod subplan;
 pub mod task;
 pub mod view;
 pub mod work;
 
-pub use event::{AttemptFailure, Event, EventKind, FailureReason, RunOutcome};
+pub use event::{Event, EventKind, RunOutcome};
+pub use failure::{AttemptFailure, FailureReason};
 pub use handoff::{
-    ArtifactKind, ArtifactRef, BranchWork, ChangeKind, FileChange, Finding, Handoff,
-    HandoffMetrics, HandoffStatus, Usage,
+    ArtifactRef, BranchWork, ChangeKind, FileChange, Finding, Handoff, HandoffMetrics,
+    HandoffStatus, Usage,
 };
 pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name, branch_prefix};
 pub use merge::{
@@ -35,12 +40,15 @@ pub use messages::{
     FromMerging, GetSnapshot, IntendLanding, Published, ToAgent, ToDispatch, ToMergeQueue,
     ToPlanner, ToReconciler, ToTaskGraph,
 };
+pub use scope::ScopePath;
 pub use subplan::{
     DecompositionReason, OpenDecomposition, PathProblem, ProposedSubplan, RejectionReason,
     StopCondition, SubtaskEnded, SubtaskProposal, SubtaskResult, SubtasksCompleted,
     TaskDecompositionAccepted, TaskDecompositionRejected, UserDecision,
 };
-pub use task::{Budget, DependencyRef, IllegalTransition, Priority, TaskSpec, TaskState, Usd};
+pub use task::{
+    ArtifactKind, Budget, DependencyRef, IllegalTransition, Priority, TaskSpec, TaskState, Usd,
+};
 pub use view::{GraphSnapshot, TaskView};
 pub use work::{
     Assignment, PlannerAnswer, ReadyTask, Role, RootHandoff, Route, SubplannerAnswer, TaskCompleted,
@@ -54,9 +62,11 @@ mod tests {
     fn only_the_inboxes_know_actix() {
         let wire = [
             ("event.rs", include_str!("event.rs")),
+            ("failure.rs", include_str!("failure.rs")),
             ("handoff.rs", include_str!("handoff.rs")),
             ("ids.rs", include_str!("ids.rs")),
             ("merge.rs", include_str!("merge.rs")),
+            ("scope.rs", include_str!("scope.rs")),
             ("subplan.rs", include_str!("subplan.rs")),
             ("task.rs", include_str!("task.rs")),
             ("view.rs", include_str!("view.rs")),
@@ -66,6 +76,45 @@ mod tests {
             assert!(
                 !text.contains("actix::") && !text.contains("use actix"),
                 "protocol/{file} uses actix; keep it to messages.rs"
+            );
+        }
+    }
+
+    /// The protocol is the crate's leaf: the graph, the ports, the failure parsers and the
+    /// actors all depend on it, so it may name none of them (issue 21: ScopePath and the
+    /// failure reasons moved in to keep it so).
+    #[test]
+    fn the_protocol_imports_nothing_else_of_the_crate() {
+        let files = [
+            ("mod.rs", include_str!("mod.rs")),
+            ("event.rs", include_str!("event.rs")),
+            ("failure.rs", include_str!("failure.rs")),
+            ("handoff.rs", include_str!("handoff.rs")),
+            ("ids.rs", include_str!("ids.rs")),
+            ("merge.rs", include_str!("merge.rs")),
+            ("messages.rs", include_str!("messages.rs")),
+            ("scope.rs", include_str!("scope.rs")),
+            ("subplan.rs", include_str!("subplan.rs")),
+            ("task.rs", include_str!("task.rs")),
+            ("view.rs", include_str!("view.rs")),
+            ("work.rs", include_str!("work.rs")),
+        ];
+        for (file, text) in files {
+            // The code, not its tests (nor this test's own strings).
+            let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+            let outside: Vec<&str> = code
+                .match_indices("crate::")
+                .map(|(i, _)| &code[i..])
+                .filter(|rest| !rest.starts_with("crate::protocol"))
+                .map(|rest| {
+                    rest.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                        .next()
+                        .unwrap_or(rest)
+                })
+                .collect();
+            assert!(
+                outside.is_empty(),
+                "protocol/{file} names {outside:?}: keep the protocol a leaf"
             );
         }
     }

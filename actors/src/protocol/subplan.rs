@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::event::FailureReason;
-use super::handoff::{ArtifactKind, Handoff};
+use super::failure::FailureReason;
+use super::handoff::Handoff;
 use super::ids::TaskId;
+use super::task::ArtifactKind;
 use super::task::{Budget, Priority, TaskSpec, TaskState};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

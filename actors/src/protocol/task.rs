@@ -9,8 +9,18 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::handoff::ArtifactKind;
 use super::ids::TaskId;
+
+/// The kind of a typed output (ADR-008): what a task is expected to produce and what an
+/// `ArtifactRef` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactKind {
+    Commit,
+    File,
+    Report,
+    TestResult,
+}
 
 /// What a task must achieve. Root tasks come from the planner; subtasks come from an accepted
 /// [`ProposedSubplan`](super::subplan::ProposedSubplan). Either way the spec is LLM output, so

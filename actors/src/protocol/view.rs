@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::event::{FailureReason, RunOutcome};
+use super::event::RunOutcome;
+use super::failure::FailureReason;
 use super::ids::TaskId;
 use super::task::{Budget, Priority, TaskState};
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::event::FailureReason;
+use super::failure::FailureReason;
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
 use super::subplan::{ProposedSubplan, SubtaskProposal};

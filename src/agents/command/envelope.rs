@@ -6,7 +6,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use flotilla_actors::llm_output::parse_json_answer;
+use flotilla_actors::llm::output::parse_json_answer;
 
 use super::config::ResultVia;
 use crate::agents::tools::FinishArgs;

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use flotilla_actors::llm_output::parse_json_answer;
+use flotilla_actors::llm::output::parse_json_answer;
 use flotilla_actors::ports::{
     Agent, AgentError, AgentReport, AgentSession, AttemptContext, CommandOutput, CommandSpec, Exit,
     LineSink, ProcessError, ProcessRunner, Stream, Workspace, scrubbed_env,

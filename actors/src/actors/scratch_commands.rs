@@ -4,6 +4,11 @@
 //! work tree.
 //!
 //! [`ScratchRun`] is the entry point.
+//!
+//! It sits among the actors because only two of them use it, the MergeQueue (the merge gate)
+//! and the Reconciler (the sweeps), and both run it the same way. It is no port: it is a
+//! procedure over two ports (`MergeGit` for the scratch checkout, `ProcessRunner` for the
+//! commands) with nothing to fake of its own, and it knows no actor, message or event.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -15,7 +15,7 @@
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 
-use crate::graph::scope::ScopePath;
+use crate::protocol::ScopePath;
 use crate::protocol::{BranchWork, ChangeKind, Finding, Handoff, HandoffStatus};
 
 /// What becomes of work that changes files outside its task's scope.

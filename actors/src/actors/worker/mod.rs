@@ -33,6 +33,8 @@
 //! before its outcome. [`WorkerKit`] is what a run's Workers share (agent, worktrees, process
 //! runner, checks).
 
+pub mod check;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +55,7 @@ use crate::protocol::{
     RunId, SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph, commit_subject,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
-use crate::work_check::{Checks, check_work};
+use check::{Checks, check_work};
 
 /// How long an agent that was called off (cancel, timeout) gets to stop what it started
 /// before the Worker stops waiting for it.

@@ -27,6 +27,8 @@
 //! conversation comes back from the journal (`resuming`), so nothing recorded is asked
 //! again.
 
+pub mod context;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,11 +39,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::planner::Exchange;
-use crate::backoff;
+use crate::actors::planner::context::RepoContext;
 use crate::config::Limits;
-use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema};
-use crate::llm_progress::with_progress_notices;
-use crate::planner_context::RepoContext;
+use crate::llm::backoff;
+use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
+use crate::llm::progress::with_progress_notices;
 use crate::ports::{
     ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError,
     RepoReader, RepoSnapshot, Role,
@@ -50,10 +52,8 @@ use crate::protocol::{
     Assignment, EventKind, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
     TaskCompleted, TaskId, TaskSpec, ToAgent, ToTaskGraph,
 };
-use crate::subplanner_context::{
-    FollowUp, aggregate, follow_up_message, initial_message, proposals_from,
-};
 use crate::supervision::{Lifeline, StopCause, StopMember};
+use context::{FollowUp, aggregate, follow_up_message, initial_message, proposals_from};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

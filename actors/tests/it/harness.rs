@@ -367,20 +367,3 @@ impl PipelineHarness {
             })));
     }
 }
-
-/// What a WorkerPool needs, without git: plain directories under `dir` for worktrees, the
-/// real process runner, the default checks.
-pub fn scratch_kit(
-    agent: std::sync::Arc<dyn flotilla_actors::ports::Agent>,
-    dir: &std::path::Path,
-) -> flotilla_actors::actors::WorkerKit {
-    use std::sync::Arc;
-    flotilla_actors::actors::WorkerKit {
-        agents: flotilla_actors::actors::AgentSet::one(agent),
-        worktrees: Arc::new(flotilla_actors::ports::ScratchWorktrees::new(dir)),
-        runner: Arc::new(flotilla::process::TokioProcessRunner),
-        checks: Arc::new(flotilla_actors::work_check::Checks::default()),
-        notices: None,
-        keep_failed: false,
-    }
-}

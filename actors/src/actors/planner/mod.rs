@@ -38,6 +38,8 @@
 //! restart the tree is sent whole once), plus, from `GetSnapshot`, the active tasks and the
 //! paths running tasks hold.
 
+pub mod context;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,10 +48,9 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::backoff;
-use crate::llm_output::{PlannerOutput, parse_json_answer, planner_answer_schema};
-use crate::llm_progress::with_progress_notices;
-use crate::planner_context::RepoContext;
+use crate::llm::backoff;
+use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
+use crate::llm::progress::with_progress_notices;
 use crate::ports::{
     ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError,
     RepoReader, RepoSnapshot, Role,
@@ -59,6 +60,7 @@ use crate::protocol::{
     RejectionReason, RootHandoff, RunId, TaskState, TaskView, ToPlanner, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
+use context::RepoContext;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -1,0 +1,581 @@
+//! The MergeQueue actor (M6, ADR-011): the only code that moves main.
+//!
+//! Branches of `Landing` tasks wait in priority order: fix tasks first, then by age, a
+//! retried task a little later for each retry (a fixed penalty, so nothing starves). One
+//! landing cycle runs at a time, off the actor's thread:
+//! 1. main is searched first for the commits the journal named for a task ahead of an
+//!    earlier compare-and-swap (ADR-018): work a crash left on main without its
+//!    `TaskLanded` is reported, never landed twice. Trailer text is never evidence.
+//! 2. Up to `batch_max` branches are built on main's tip in memory ([`MergeGit::build`]).
+//!    A conflict on a main that moved since the branch left it gets one more try later in
+//!    the queue; a second conflict (or one on an unmoved main) goes to the TaskGraph, which
+//!    makes a conflict fix or fails the task.
+//! 3. The gate runs on the candidate in a scratch checkout. A failing batch is tested once
+//!    more (a flaky gate blames nobody), then bisected: halves that pass land, a single
+//!    branch that fails is the culprit and gets the gate's output.
+//! 4. The TaskGraph journals the landing's intent (`LandingIntended`: each task's commit);
+//!    then main moves by compare-and-swap from the tip the candidate was built on; a main that
+//!    moved meanwhile (someone else wrote it) means building again, a bounded number of
+//!    times. Nothing ungated ever reaches main.
+//! 5. The TaskGraph hears `MainMoved` with each task's commit; landed branches are deleted;
+//!    the Reconciler hears that main moved; the user's checkout is kept consistent.
+//!
+//! Four fail points (`merge::after-build`, `merge::after-gate`, `merge::after-cas`,
+//! `merge::before-event`) let the crash tests kill the daemon between these steps, the way
+//! `kill -9` would; see [`crash_here`] and ADR-011, "Crash points and how they are tested".
+//!
+//! Also: `MergeHealth` goes to the planner after each cycle. ADR-018: it pauses with
+//! `MainDiverged` when main no longer holds the tip it last wrote, waits out a locked main
+//! (`MainRefError::Busy`) with bounded backoff, and fails only the entry whose branch is gone
+//! (`BuildOutcome::Unusable`). ADR-024: `AdoptMain` reads which landed commits main dropped and
+//! answers `MainAdopted`; it lands on the adopted tip only after `Adopted`; a branch holding
+//! dropped work fails `StaleBase`; a gate scratch refused by storage sends the batch back and
+//! says `StorageUnavailable`.
+//!
+//! This file is the actor (its queue, its messages, the health it reports); the cycle itself is
+//! `cycle.rs`.
+
+mod cycle;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::actors::scratch_commands::{NamedCommand, ScratchRun};
+use crate::ports::{
+    BuildOutcome, Clock, LandItem, LandMode, MainRef, MainRefError, MergeGit, ProcessRunner,
+    RepoError, RepoReader, SystemClock,
+};
+use crate::protocol::{
+    CheckoutSync, Event, EventKind, FixOf, FromMerging, IntendLanding, IntendedLanding,
+    LandRequest, LandingFailure, MergeHealth, Published, RunId, TaskId, ToMergeQueue, ToPlanner,
+    ToReconciler,
+};
+use crate::supervision::{Lifeline, StopCause, StopMember};
+use cycle::Cycle;
+
+/// `[merge]` in flotilla.toml.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MergeConfig {
+    /// How a branch becomes commits on main.
+    pub mode: LandMode,
+    /// Commands a candidate must pass before main moves to it (build, test), run in order
+    /// in a scratch checkout of the candidate. Empty: no gate.
+    pub gate: Vec<String>,
+    /// Wall-time limit of each gate command.
+    pub gate_timeout_secs: u64,
+    /// Branches tested together at most.
+    pub batch_max: usize,
+    /// The branch work lands on ("main" in the actors' words; ADR-022). Left out, submit
+    /// fills in the branch the repository's HEAD names, so that the journaled config says
+    /// which one and a restart lands on the same. Checked against git's rules by the daemon.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+impl Default for MergeConfig {
+    fn default() -> Self {
+        MergeConfig {
+            mode: LandMode::Rebase,
+            gate: Vec::new(),
+            gate_timeout_secs: 600,
+            batch_max: 4,
+            branch: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MergeConfigError {
+    #[error("merge.batch_max = 0: at least one branch must fit in a batch")]
+    ZeroBatch,
+    #[error("merge.batch_max = {0}: at most 64 branches are tested together")]
+    BatchTooLarge(usize),
+    #[error("merge.gate_timeout_secs = 0: the gate needs some time")]
+    ZeroTimeout,
+    #[error("merge.gate has an empty command: leave it out")]
+    EmptyCommand,
+}
+
+impl MergeConfig {
+    /// The target branch's name, for people: `main` for a run from before ADR-022.
+    pub fn branch_name(&self) -> &str {
+        self.branch.as_deref().unwrap_or("main")
+    }
+
+    pub fn validate(&self) -> Result<(), MergeConfigError> {
+        if self.batch_max == 0 {
+            return Err(MergeConfigError::ZeroBatch);
+        }
+        if self.batch_max > 64 {
+            return Err(MergeConfigError::BatchTooLarge(self.batch_max));
+        }
+        if self.gate_timeout_secs == 0 {
+            return Err(MergeConfigError::ZeroTimeout);
+        }
+        if self.gate.iter().any(|c| c.trim().is_empty()) {
+            return Err(MergeConfigError::EmptyCommand);
+        }
+        Ok(())
+    }
+}
+
+/// How far back in the queue each retry puts a task (in enqueue positions).
+const RETRY_PENALTY: u64 = 4;
+/// Landings the median wait is taken over.
+const WAITS_KEPT: usize = 64;
+
+/// What the queue needs of the world.
+#[derive(Clone)]
+pub struct MergeKit {
+    pub git: Arc<dyn MergeGit>,
+    pub main: Arc<dyn MainRef>,
+    pub reader: Arc<dyn RepoReader>,
+    pub runner: Arc<dyn ProcessRunner>,
+    pub config: MergeConfig,
+}
+
+/// A branch waiting, with what the queue keeps about it.
+#[derive(Debug, Clone)]
+struct Queued {
+    request: LandRequest,
+    enqueued: Instant,
+    /// Already had its one retry after a conflict on a main that moved.
+    conflict_retried: bool,
+}
+
+/// Fix tasks first (0), then the rest (1); within each, enqueue position plus the retry
+/// penalty.
+type QueueKey = (u8, u64);
+
+pub struct MergeQueue {
+    run: RunId,
+    kit: MergeKit,
+    graph: Recipient<FromMerging>,
+    /// Where a landing's intent is journaled before main moves (the TaskGraph).
+    intents: Recipient<IntendLanding>,
+    reconciler: Option<Recipient<ToReconciler>>,
+    planner: Option<Recipient<ToPlanner>>,
+    waiting: BTreeMap<QueueKey, Queued>,
+    next_position: u64,
+    /// A landing cycle is in flight.
+    busy: bool,
+    /// The user's checkout is being brought to main's tip at the queue's start; cycles wait.
+    catching_up: bool,
+    /// The tip this queue (or the run's earlier life, from the journal) last moved main to:
+    /// main must still contain it before each landing (ADR-018).
+    written: Option<String>,
+    /// main no longer contains `written` (it was reset): landing is paused; this is the tip
+    /// found, said once. A new branch (or a restart) looks again.
+    diverged: Option<String>,
+    /// Commits of landed work an adopted main dropped: a branch holding one does not land.
+    dropped: Arc<Vec<String>>,
+    landed: u64,
+    failed: u64,
+    waits_ms: Vec<u64>,
+    cancel: CancellationToken,
+    lifeline: Option<Lifeline>,
+    /// Where notices go (the supervisor): storage that refused a write pauses the run.
+    notices: Option<Recipient<Published>>,
+    /// Waiting for storage that refused a scratch checkout: cycles wait.
+    storage_wait: bool,
+    /// Scratch checkouts refused in a row (the backoff's exponent).
+    storage_refusals: u32,
+}
+
+/// What one cycle did, for the actor to count and requeue.
+struct CycleEnd {
+    requeue: Vec<Queued>,
+    landed: Vec<Duration>,
+    failed: u64,
+    /// The tip the cycle last moved main to.
+    written: Option<String>,
+    /// main no longer contains what flotilla wrote: this is where it is.
+    diverged: Option<String>,
+    /// flotilla's storage refused a scratch checkout: the batch waits (ADR-024).
+    storage: Option<String>,
+}
+
+impl MergeQueue {
+    pub fn new(
+        run: RunId,
+        kit: MergeKit,
+        graph: Recipient<FromMerging>,
+        intents: Recipient<IntendLanding>,
+    ) -> Self {
+        MergeQueue {
+            run,
+            kit,
+            graph,
+            intents,
+            reconciler: None,
+            planner: None,
+            waiting: BTreeMap::new(),
+            next_position: 0,
+            busy: false,
+            catching_up: false,
+            written: None,
+            diverged: None,
+            dropped: Arc::default(),
+            landed: 0,
+            failed: 0,
+            waits_ms: Vec::new(),
+            cancel: CancellationToken::new(),
+            lifeline: None,
+            notices: None,
+            storage_wait: false,
+            storage_refusals: 0,
+        }
+    }
+
+    /// Where to say that flotilla's storage refused a write (the supervisor, which pauses
+    /// the run).
+    pub fn with_notices(mut self, notices: Recipient<Published>) -> Self {
+        self.notices = Some(notices);
+        self
+    }
+
+    /// The tip the run last moved main to, from its journal (a restarted run).
+    pub fn with_written(mut self, tip: Option<String>) -> Self {
+        self.written = tip;
+        self
+    }
+
+    /// The commits of landed work an adopted main dropped, from the journal (ADR-024).
+    pub fn with_dropped(mut self, dropped: Vec<String>) -> Self {
+        self.dropped = Arc::new(dropped);
+        self
+    }
+
+    pub fn with_reconciler(mut self, reconciler: Recipient<ToReconciler>) -> Self {
+        self.reconciler = Some(reconciler);
+        self
+    }
+
+    pub fn with_planner(mut self, planner: Recipient<ToPlanner>) -> Self {
+        self.planner = Some(planner);
+        self
+    }
+
+    pub fn watched(mut self, lifeline: Lifeline) -> Self {
+        self.lifeline = Some(lifeline);
+        self
+    }
+
+    fn key(&mut self, request: &LandRequest) -> QueueKey {
+        let class = u8::from(request.fix.is_none());
+        let position = self.next_position;
+        self.next_position += 1;
+        let penalty = RETRY_PENALTY.saturating_mul(u64::from(request.retries));
+        (class, position.saturating_add(penalty))
+    }
+
+    fn health(&self) -> MergeHealth {
+        let mut waits = self.waits_ms.clone();
+        waits.sort_unstable();
+        MergeHealth {
+            queued: self.waiting.len() + usize::from(self.busy),
+            landed: self.landed,
+            failed: self.failed,
+            median_wait_ms: waits.get(waits.len() / 2).copied().unwrap_or(0),
+        }
+    }
+
+    /// Starts a landing cycle when none is in flight and a branch waits.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.busy || self.catching_up || self.storage_wait || self.waiting.is_empty() {
+            return;
+        }
+        let mut batch = Vec::new();
+        while batch.len() < self.kit.config.batch_max {
+            let Some((_, queued)) = self.waiting.pop_first() else {
+                break;
+            };
+            batch.push(queued);
+        }
+        self.busy = true;
+        let cycle = Cycle {
+            written: self.written.clone(),
+            dropped: self.dropped.clone(),
+            kit: self.kit.clone(),
+            graph: self.graph.clone(),
+            intents: self.intents.clone(),
+            reconciler: self.reconciler.clone(),
+            cancel: self.cancel.clone(),
+            run: self.run,
+        };
+        ctx.spawn(
+            async move { cycle.land(batch).await }
+                .into_actor(self)
+                .map(|end, act, ctx| {
+                    act.busy = false;
+                    if let Some(tip) = end.written.clone() {
+                        act.written = Some(tip);
+                    }
+                    let diverged = end.diverged.clone();
+                    let first_task = end.requeue.first().map(|q| q.request.task.clone());
+                    let landed_some = !end.landed.is_empty();
+                    for queued in end.requeue {
+                        let key = if queued.conflict_retried {
+                            // Its second try goes behind what waits now.
+                            act.key(&queued.request)
+                        } else {
+                            (u8::from(queued.request.fix.is_none()), 0)
+                        };
+                        act.insert(key, queued);
+                    }
+                    act.landed += end.landed.len() as u64;
+                    act.failed += end.failed;
+                    for wait in end.landed {
+                        act.waits_ms.push(wait.as_millis() as u64);
+                    }
+                    let excess = act.waits_ms.len().saturating_sub(WAITS_KEPT);
+                    act.waits_ms.drain(..excess);
+                    if let Some(planner) = &act.planner {
+                        planner.do_send(ToPlanner::MergeHealth(act.health()));
+                    }
+                    if let Some(actual) = diverged {
+                        // Paused: said once per tip found; the next branch looks again.
+                        if act.diverged.as_ref() != Some(&actual) {
+                            act.graph.do_send(FromMerging::Note(Box::new(
+                                EventKind::MainDiverged {
+                                    expected: act.written.clone().unwrap_or_default(),
+                                    actual: actual.clone(),
+                                },
+                            )));
+                        }
+                        act.diverged = Some(actual);
+                        return;
+                    }
+                    act.diverged = None;
+                    if let Some(error) = end.storage {
+                        act.wait_for_storage(first_task, error, ctx);
+                        return;
+                    }
+                    if landed_some {
+                        act.storage_refusals = 0;
+                    }
+                    act.pump(ctx);
+                }),
+        );
+    }
+
+    /// The user adopts main as it is (ADR-024): reads main's tip and which of `landed`'s
+    /// commits it no longer contains, and tells the graph, which journals `MainAdopted`;
+    /// landing resumes only when it hears back (`Adopted`). Nothing is replayed.
+    fn adopt(&mut self, expected: String, landed: Vec<(TaskId, String)>, ctx: &mut Context<Self>) {
+        let (reader, git, graph, run) = (
+            self.kit.reader.clone(),
+            self.kit.git.clone(),
+            self.graph.clone(),
+            self.run,
+        );
+        ctx.spawn(
+            async move {
+                let tip = match reader.main_tip().await {
+                    Ok(tip) => tip,
+                    Err(e) => {
+                        warn!(%run, error = %e, "reading main's tip to adopt it; decide again");
+                        return;
+                    }
+                };
+                let mut dropped = Vec::new();
+                for (task, commit) in landed {
+                    match git.contains(tip.clone(), commit.clone()).await {
+                        Ok(true) => {}
+                        Ok(false) => dropped.push(task),
+                        // A commit git cannot find is not on main either.
+                        Err(e) => {
+                            warn!(%run, %task, %commit, error = %e, "looking for a landed commit on main");
+                            dropped.push(task);
+                        }
+                    }
+                }
+                graph.do_send(FromMerging::MainAdopted {
+                    expected,
+                    tip,
+                    dropped,
+                });
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// flotilla's storage refused a scratch checkout: says so (the supervisor pauses the
+    /// run) and tries again after a backoff. Nothing is charged to the batch.
+    fn wait_for_storage(&mut self, task: Option<TaskId>, error: String, ctx: &mut Context<Self>) {
+        let wait = STORAGE_WAIT_FIRST
+            .saturating_mul(1u32 << self.storage_refusals.min(16))
+            .min(STORAGE_WAIT_MAX);
+        self.storage_refusals = self.storage_refusals.saturating_add(1);
+        warn!(run = %self.run, %error, retry_in_ms = wait.as_millis() as u64,
+            "flotilla's storage refused the gate's scratch checkout: the batch waits");
+        if let (Some(notices), Some(task)) = (&self.notices, task) {
+            notices.do_send(Published(Event {
+                seq: 0,
+                run: self.run,
+                at_ms: SystemClock.now_ms(),
+                kind: EventKind::StorageUnavailable { task, error },
+            }));
+        }
+        self.storage_wait = true;
+        ctx.run_later(wait, |act, ctx| {
+            act.storage_wait = false;
+            act.pump(ctx);
+        });
+    }
+
+    /// Inserts at `key`, or just after it when taken (requeued items keep their order).
+    fn insert(&mut self, mut key: QueueKey, queued: Queued) {
+        while self.waiting.contains_key(&key) {
+            key.1 = key.1.saturating_add(1);
+        }
+        self.waiting.insert(key, queued);
+    }
+}
+
+/// How long the queue first waits for storage that refused a scratch checkout, and at most
+/// (doubling in between); the supervisor pauses the run meanwhile when it hears of it.
+const STORAGE_WAIT_FIRST: Duration = Duration::from_secs(1);
+const STORAGE_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// The line every commit landed for a task carries, for people reading main's history.
+/// flotilla never reads it back (ADR-018): agents can write such lines too, and those are
+/// stripped from every message flotilla writes to main.
+pub fn trailer(run: RunId, request: &LandRequest) -> String {
+    format!("Flotilla-Task: {}/{}", run, request.task)
+}
+
+/// What an armed fail point of the landing cycle does (`FAILPOINTS="merge::after-gate=return"`,
+/// set by the crash tests only): the daemon dies at once, as with `kill -9`. No destructor,
+/// no flush, no journal write: SIGKILL on itself (abort, should that ever return).
+fn crash_here(point: &str) -> ! {
+    tracing::error!(
+        point,
+        "fail point reached: the daemon kills itself (SIGKILL)"
+    );
+    // SAFETY: getpid and kill have no preconditions; SIGKILL cannot be caught.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::process::abort()
+}
+
+impl Actor for MergeQueue {
+    type Context = Context<Self>;
+
+    /// Brings the user's checkout to main's tip before any landing: a crash after main
+    /// moved and before the checkout followed left it on an older commit of main, where
+    /// `git status` would show the landed work reversed.
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.catching_up = true;
+        let (reader, git, run) = (self.kit.reader.clone(), self.kit.git.clone(), self.run);
+        ctx.spawn(
+            async move {
+                let tip = reader.main_tip().await.map_err(|e| e.to_string())?;
+                git.sync_checkout(tip.clone(), tip)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            .into_actor(self)
+            .map(move |synced, act, ctx| {
+                match synced {
+                    Ok(CheckoutSync::Behind { at, paths }) => warn!(
+                        %run, %at, ?paths,
+                        "the checkout of main is behind main with changes of its own in files main changed: left as it is"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => warn!(%run, error = %e, "bringing the user's checkout to main"),
+                }
+                act.catching_up = false;
+                act.pump(ctx);
+            }),
+        );
+    }
+
+    fn stopping(&mut self, _: &mut Context<Self>) -> Running {
+        self.cancel.cancel();
+        Running::Stop
+    }
+}
+
+impl Handler<ToMergeQueue> for MergeQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: ToMergeQueue, ctx: &mut Context<Self>) {
+        match msg {
+            ToMergeQueue::Enqueue(request) => {
+                if self
+                    .waiting
+                    .values()
+                    .any(|q| q.request.task == request.task)
+                {
+                    return;
+                }
+                let key = self.key(&request);
+                self.insert(
+                    key,
+                    Queued {
+                        request: *request,
+                        enqueued: Instant::now(),
+                        conflict_retried: false,
+                    },
+                );
+                if let Some(planner) = &self.planner {
+                    planner.do_send(ToPlanner::MergeHealth(self.health()));
+                }
+                // Not at once: branches already in the mailbox join this batch.
+                ctx.notify(Pump);
+            }
+            ToMergeQueue::Withdraw { task } => {
+                self.waiting.retain(|_, q| q.request.task != task);
+            }
+            ToMergeQueue::AdoptMain { expected, landed } => self.adopt(expected, landed, ctx),
+            ToMergeQueue::Adopted {
+                expected,
+                tip,
+                dropped,
+            } => {
+                self.dropped = Arc::new(dropped);
+                // A landing since (main was put back meanwhile) wrote a newer tip: that
+                // one stands, and the graph ignores the adoption.
+                if self.written.as_deref() == Some(expected.as_str()) {
+                    self.written = Some(tip);
+                    self.diverged = None;
+                    self.pump(ctx);
+                }
+            }
+        }
+    }
+}
+
+/// Start a landing cycle if none runs (sent to itself, so that it comes after the
+/// enqueues already waiting in the mailbox).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Pump;
+
+impl Handler<Pump> for MergeQueue {
+    type Result = ();
+
+    fn handle(&mut self, _: Pump, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
+}
+
+impl Handler<StopMember> for MergeQueue {
+    type Result = ();
+
+    fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        if let Some(lifeline) = &mut self.lifeline {
+            lifeline.set_cause(StopCause::Finished);
+        }
+        ctx.stop();
+    }
+}
