@@ -3,6 +3,7 @@
 //! - [`daemon`]: the long-running process: journal, run supervisor, HTTP API.
 //! - [`journal`]: the SQLite journal (the `Journal` port).
 //! - [`scripted`]: the scripted LLM provider and agent that replay a scenario file.
+//! - [`git`]: everything flotilla does to a git repository (reader, worktrees, merge, checkout).
 //! - [`config`]: `flotilla.toml` and the per-run configuration.
 //! - [`client`]: the HTTP client the CLI uses (Unix socket or loopback TCP).
 //! - [`cli`]: the commands and how they print.
@@ -11,26 +12,22 @@
 
 pub mod agents;
 pub mod bench;
-pub mod checkout;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod confine;
 pub mod daemon;
-pub mod git_repo;
+pub mod git;
 pub mod journal;
 pub mod keys;
 pub mod logging;
-pub mod merge_git;
 pub mod paths;
 pub mod process;
 pub mod prompts;
 pub mod providers;
-pub mod ref_lock;
 pub mod render;
 pub mod sandbox;
 pub mod scripted;
 pub mod sse;
-pub mod worktrees;
 
 pub use flotilla_actors as actors;

@@ -665,7 +665,7 @@ async fn create_run(
             // The branch work lands on, picked once (ADR-022): every task branch starts
             // from its tip, so it must have one. Journaled with the config, so a restart
             // lands on the same branch whatever HEAD names by then.
-            let target = crate::git_repo::resolve_target(&opened, config.merge.branch.as_deref())
+            let target = crate::git::reader::resolve_target(&opened, config.merge.branch.as_deref())
                 .map_err(|e| unprocessable(format!("{}: {e}", root.display())))?;
             config.merge.branch = Some(target.name().to_string());
             // The daemon's PATH is the one its agents' commands are found on.

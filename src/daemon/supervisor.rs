@@ -51,15 +51,15 @@ use tracing::{error, info, warn};
 use crate::agents::builtin::BuiltinAgent;
 use crate::agents::command::CommandAgent;
 use crate::config::RunConfig;
-use crate::git_repo::{GitRepo, TargetBranch};
+use crate::git::reader::{GitRepo, TargetBranch};
 use crate::journal::SqliteJournal;
-use crate::merge_git::GitMerge;
+use crate::git::merge::GitMerge;
 use crate::process::ConfinedRunner;
 use crate::prompts;
 use crate::providers::ProviderRegistry;
 use crate::sandbox::SandboxPolicy;
 use crate::scripted::{ScriptedAgent, ScriptedLlm};
-use crate::worktrees::GitWorktrees;
+use crate::git::worktrees::GitWorktrees;
 
 /// First wait before retrying a run whose journal could not be written; doubles up to
 /// [`JOURNAL_RETRY_MAX`].
@@ -457,7 +457,7 @@ impl Supervisor {
             entry_repo_for_merge.clone(),
             self.worktrees
                 .join(run.to_string())
-                .join(crate::worktrees::SCRATCH_DIR),
+                .join(crate::git::worktrees::SCRATCH_DIR),
             target,
         ));
         let reconciler = Reconciler::new(
@@ -1030,7 +1030,7 @@ fn clean_up_after(
         // when the run ends, not left for a queue that will not start again (ADR-021).
         let healed = match target {
             Some(target) => {
-                crate::checkout::heal_repository(worktrees.repository().to_path_buf(), target).await
+                crate::git::checkout::heal_repository(worktrees.repository().to_path_buf(), target).await
             }
             None => Ok(None),
         };
@@ -1548,11 +1548,11 @@ async fn collect_garbage(
         let over = over.clone();
         let (path, root_dir, dry_run) = (repo.clone(), root.clone(), msg.dry_run);
         let found = tokio::task::spawn_blocking(move || {
-            let found = crate::worktrees::leftovers(&path, &root_dir, &over)?;
+            let found = crate::git::worktrees::leftovers(&path, &root_dir, &over)?;
             if dry_run {
                 Ok(found)
             } else {
-                crate::worktrees::remove_leftovers(&path, &found)
+                crate::git::worktrees::remove_leftovers(&path, &found)
             }
         })
         .await
@@ -1571,7 +1571,7 @@ async fn collect_garbage(
         };
         if !msg.dry_run {
             for target in targets.get(repo.as_path()).into_iter().flatten() {
-                match crate::checkout::heal_repository(repo.clone(), target.clone()).await {
+                match crate::git::checkout::heal_repository(repo.clone(), target.clone()).await {
                     Ok(Some(CheckoutSync::Behind { at, paths })) => warn!(
                         repo = %repo.display(), %target, %at, ?paths,
                         "the checkout of the target branch is behind it with changes of its own: left as it is"

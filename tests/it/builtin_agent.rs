@@ -10,7 +10,7 @@ use actix::prelude::*;
 use flotilla::agents::builtin::{BuiltinAgent, BuiltinConfig};
 use flotilla::process::TokioProcessRunner;
 use flotilla::scripted::{Scenario, ScriptedLlm};
-use flotilla::worktrees::GitWorktrees;
+use flotilla::git::worktrees::GitWorktrees;
 use flotilla_actors::actors::{AgentSet, WorkerKit, WorkerPool};
 use flotilla_actors::ports::{ChatRole, LlmRequest};
 use flotilla_actors::protocol::*;

@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use flotilla::merge_git::GitMerge;
-use flotilla::worktrees::{FLOTILLA_EMAIL, FLOTILLA_NAME, GitWorktrees};
+use flotilla::git::merge::GitMerge;
+use flotilla::git::worktrees::{FLOTILLA_EMAIL, FLOTILLA_NAME, GitWorktrees};
 use flotilla_actors::ports::{
     BranchFate, BuildOutcome, CheckoutSync, LandItem, LandMode, MarkerHit, MergeGit, ScratchTree,
     WorktreeRequest, WorktreeStart, Worktrees,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use assert_cmd::Command;
 use flotilla::client::ClientError;
-use flotilla::git_repo::{GitRepo, TargetBranch};
+use flotilla::git::reader::{GitRepo, TargetBranch};
 use flotilla_actors::ports::{MainRef, MainRefError};
 use flotilla_actors::protocol::{EventKind, RunOutcome};
 

@@ -1,5 +1,5 @@
 //! The `MergeGit` port on git2 (M6, ADR-011): what the MergeQueue and the Reconciler do in
-//! git besides moving main (`MainRef`, in `git_repo.rs`).
+//! git besides moving main (`MainRef`, in `reader.rs`).
 //!
 //! - Candidates are built in memory: commits are replayed (`cherrypick_commit`), squashed or
 //!   merged (`merge_trees`) into in-memory indexes; objects are written, no reference moves,
@@ -10,7 +10,7 @@
 //!   removing a directory, and a crash leaves nothing in the repository. Commands run there
 //!   cannot use git on the checkout.
 //! - The user's own checkout is touched by [`MergeGit::sync_checkout`] and by the move of
-//!   main itself (`crate::checkout`, ADR-021): under git's index lock, only files the user
+//!   main itself (`super::checkout`, ADR-021): under git's index lock, only files the user
 //!   has not changed, HEAD never detached.
 //!
 //! Every call runs on a blocking thread and opens the repository there. What writes refs
@@ -31,8 +31,8 @@ use flotilla_actors::ports::{
 };
 use futures::future::BoxFuture;
 
-use crate::git_repo::TargetBranch;
-use crate::worktrees::{repo_lock, signature};
+use crate::git::reader::TargetBranch;
+use crate::git::worktrees::{repo_lock, signature};
 
 /// The prefix of every branch flotilla names (`branch_name`): the only branches
 /// [`MergeGit::delete_branch`] deletes.
@@ -711,7 +711,7 @@ fn delete_branch(
              ({TASK_BRANCH_PREFIX}…) are deleted"
         )));
     }
-    crate::worktrees::delete_branch(repo, branch).map(|_| ())
+    crate::git::worktrees::delete_branch(repo, branch).map(|_| ())
 }
 
 /// The user's checkout of main brought to main's tip (`checkout::sync`, ADR-021); `old` and
@@ -723,7 +723,7 @@ fn sync_checkout(
     _old: &str,
     _new: &str,
 ) -> Result<CheckoutSync, RepoError> {
-    crate::checkout::sync(repo, target)
+    crate::git::checkout::sync(repo, target)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use flotilla_actors::ports::{MainRef, MainRefError, RepoError, RepoReader, RepoSnapshot};
 use futures::future::BoxFuture;
 
-use crate::merge_git::TASK_BRANCH_PREFIX;
+use crate::git::merge::TASK_BRANCH_PREFIX;
 
 /// The branch a run lands its work on (ADR-022): a local branch name git accepts
 /// (`refs/heads/NAME` is a valid ref name), not `HEAD`, not starting with `-`, and outside
@@ -432,14 +432,14 @@ impl MainRef for GitRepo {
                 let name = target.refname();
                 // A checked-out target moves only with its index and work tree (ADR-021),
                 // and what writes the user's checkout is serialized with the rest of `.git`.
-                let lock = crate::worktrees::repo_lock(&path);
+                let lock = crate::git::worktrees::repo_lock(&path);
                 let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 let (from_text, to_text) = (expected.clone(), new.clone());
-                crate::checkout::move_main(&repo, &target, &from_text, &to_text, || {
+                crate::git::checkout::move_main(&repo, &target, &from_text, &to_text, || {
                     // git2 checks the ref's value and moves it under git's own ref lock.
                     // A kill inside it leaves `<ref>.lock`: the record lets a later heal
                     // remove it (ref_lock).
-                    let moved = crate::ref_lock::guarded(&repo, &name, || {
+                    let moved = crate::git::ref_lock::guarded(&repo, &name, || {
                         repo.reference_matching(&name, to, true, from, "flotilla: land")
                     })?;
                     match moved {

@@ -23,8 +23,8 @@ use flotilla_actors::protocol::{
 };
 use futures::future::BoxFuture;
 
-use crate::git_repo::{TargetBranch, main_commit};
-use crate::merge_git::merge_marking_conflicts;
+use crate::git::reader::{TargetBranch, main_commit};
+use crate::git::merge::merge_marking_conflicts;
 
 /// Who flotilla's own commits are by: never a person (CI machines have no git identity, and
 /// an agent's work must not look like the user's).
@@ -497,7 +497,7 @@ fn commit_leftovers(
     // Only this branch moves, and only from the tip just read.
     // A kill inside it leaves `<ref>.lock` on the attempt's branch: recorded for the heal
     // (ref_lock).
-    crate::ref_lock::guarded(repo, &reference, || {
+    crate::git::ref_lock::guarded(repo, &reference, || {
         repo.reference_matching(
             &reference,
             commit,
@@ -922,7 +922,7 @@ pub fn remove_leftovers(repo: &Path, leftovers: &Leftovers) -> Result<Leftovers,
     }
     // Crash point (the gc tests): locks and worktrees gone, branches still there.
     fail::fail_point!("gc::after-worktrees", |_| {
-        crate::checkout::crash_here("gc::after-worktrees");
+        crate::git::checkout::crash_here("gc::after-worktrees");
         Ok(Leftovers::default())
     });
     for branch in &leftovers.branches {

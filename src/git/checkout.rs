@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use flotilla_actors::ports::{CheckoutSync, MainRefError, RepoError};
 use serde::{Deserialize, Serialize};
 
-use crate::git_repo::TargetBranch;
+use crate::git::reader::TargetBranch;
 
 /// The record of a move in progress, in the checkout's git directory.
 pub const RECORD_FILE: &str = "flotilla-checkout";
@@ -596,7 +596,7 @@ fn undo(checkout: &git2::Repository, index: &mut git2::Index, written: &[&Change
 pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
     // A ref lock a killed landing left would keep every landing (and the user's own git)
     // out of the branch for good.
-    crate::ref_lock::heal(repo.commondir());
+    crate::git::ref_lock::heal(repo.commondir());
     let mut healed = Vec::new();
     for checkout in checkouts(repo) {
         let gitdir = checkout.path().to_path_buf();
@@ -850,7 +850,7 @@ pub async fn heal_repository(
     target: TargetBranch,
 ) -> Result<Option<CheckoutSync>, RepoError> {
     tokio::task::spawn_blocking(move || {
-        let lock = crate::worktrees::repo_lock(&path);
+        let lock = crate::git::worktrees::repo_lock(&path);
         let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Ok(repo) = git2::Repository::open(&path) else {
             return Ok(None);
