@@ -20,7 +20,7 @@ use flotilla_actors::work_check::{ChecksConfig, ChecksConfigError};
 
 use crate::agents::builtin::{BuiltinConfig, BuiltinConfigError};
 use crate::agents::command::{CommandAgentConfig, CommandAgentConfigError};
-use crate::git::reader::{TargetBranch, TargetBranchError};
+use crate::git::target::{TargetBranch, TargetBranchError};
 use serde::{Deserialize, Serialize};
 
 use crate::prompts::{PromptError, PromptOverrides, check_overrides, load_overrides};

@@ -51,15 +51,16 @@ use tracing::{error, info, warn};
 use crate::agents::builtin::BuiltinAgent;
 use crate::agents::command::CommandAgent;
 use crate::config::RunConfig;
-use crate::git::reader::{GitRepo, TargetBranch};
-use crate::journal::SqliteJournal;
 use crate::git::merge::GitMerge;
+use crate::git::reader::GitRepo;
+use crate::git::target::TargetBranch;
+use crate::git::worktrees::GitWorktrees;
+use crate::journal::SqliteJournal;
 use crate::process::ConfinedRunner;
 use crate::prompts;
 use crate::providers::ProviderRegistry;
 use crate::sandbox::SandboxPolicy;
 use crate::scripted::{ScriptedAgent, ScriptedLlm};
-use crate::git::worktrees::GitWorktrees;
 
 /// First wait before retrying a run whose journal could not be written; doubles up to
 /// [`JOURNAL_RETRY_MAX`].
@@ -1030,7 +1031,8 @@ fn clean_up_after(
         // when the run ends, not left for a queue that will not start again (ADR-021).
         let healed = match target {
             Some(target) => {
-                crate::git::checkout::heal_repository(worktrees.repository().to_path_buf(), target).await
+                crate::git::checkout::heal_repository(worktrees.repository().to_path_buf(), target)
+                    .await
             }
             None => Ok(None),
         };

@@ -29,7 +29,8 @@ use std::path::{Path, PathBuf};
 use flotilla_actors::ports::{CheckoutSync, MainRefError, RepoError};
 use serde::{Deserialize, Serialize};
 
-use crate::git::reader::TargetBranch;
+use super::target::TargetBranch;
+use super::{git, io, repo_lock};
 
 /// The record of a move in progress, in the checkout's git directory.
 pub const RECORD_FILE: &str = "flotilla-checkout";
@@ -44,14 +45,6 @@ const STAGED_LOCK_FILE: &str = "flotilla-index-lock";
 const BASE_WALK: usize = 64;
 /// At most this many of the user's clashing paths are named.
 const MAX_NAMED: usize = 20;
-
-fn git(e: git2::Error) -> RepoError {
-    RepoError::Git(e.message().to_string())
-}
-
-fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
-    RepoError::Git(format!("{what} {}: {e}", path.display()))
-}
 
 /// What an armed fail point inside the checkout sync or gc does (the crash tests): SIGKILL.
 pub(crate) fn crash_here(point: &str) {
@@ -596,7 +589,7 @@ fn undo(checkout: &git2::Repository, index: &mut git2::Index, written: &[&Change
 pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
     // A ref lock a killed landing left would keep every landing (and the user's own git)
     // out of the branch for good.
-    crate::git::ref_lock::heal(repo.commondir());
+    super::ref_lock::heal(repo.commondir());
     let mut healed = Vec::new();
     for checkout in checkouts(repo) {
         let gitdir = checkout.path().to_path_buf();
@@ -850,7 +843,7 @@ pub async fn heal_repository(
     target: TargetBranch,
 ) -> Result<Option<CheckoutSync>, RepoError> {
     tokio::task::spawn_blocking(move || {
-        let lock = crate::git::worktrees::repo_lock(&path);
+        let lock = repo_lock(&path);
         let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Ok(repo) = git2::Repository::open(&path) else {
             return Ok(None);

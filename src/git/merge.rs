@@ -31,12 +31,8 @@ use flotilla_actors::ports::{
 };
 use futures::future::BoxFuture;
 
-use crate::git::reader::TargetBranch;
-use crate::git::worktrees::{repo_lock, signature};
-
-/// The prefix of every branch flotilla names (`branch_name`): the only branches
-/// [`MergeGit::delete_branch`] deletes.
-pub const TASK_BRANCH_PREFIX: &str = "flotilla/";
+use super::target::{TASK_BRANCH_PREFIX, TargetBranch};
+use super::{git, io, repo_lock, signature};
 
 /// Files over this size are not searched for conflict markers.
 pub const MAX_MARKER_FILE_BYTES: usize = 1024 * 1024;
@@ -96,14 +92,6 @@ impl GitMerge {
             .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
         })
     }
-}
-
-fn git(e: git2::Error) -> RepoError {
-    RepoError::Git(e.message().to_string())
-}
-
-fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
-    RepoError::Git(format!("{what} {}: {e}", path.display()))
 }
 
 fn oid(s: &str) -> Result<git2::Oid, RepoError> {
@@ -711,7 +699,7 @@ fn delete_branch(
              ({TASK_BRANCH_PREFIX}…) are deleted"
         )));
     }
-    crate::git::worktrees::delete_branch(repo, branch).map(|_| ())
+    super::delete_branch(repo, branch).map(|_| ())
 }
 
 /// The user's checkout of main brought to main's tip (`checkout::sync`, ADR-021); `old` and
@@ -723,7 +711,7 @@ fn sync_checkout(
     _old: &str,
     _new: &str,
 ) -> Result<CheckoutSync, RepoError> {
-    crate::git::checkout::sync(repo, target)
+    super::checkout::sync(repo, target)
 }
 
 // ---------------------------------------------------------------------------------------

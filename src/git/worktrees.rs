@@ -11,9 +11,9 @@
 //! Sealing commits what the agent left (the safety-net commit, as flotilla); `branch_work` is
 //! the diff against the base, renames detected; then release and sweep.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use flotilla_actors::ports::{
     BranchFate, RepoError, SweepKeep, Swept, Workspace, WorktreeRequest, WorktreeStart, Worktrees,
@@ -23,13 +23,9 @@ use flotilla_actors::protocol::{
 };
 use futures::future::BoxFuture;
 
-use crate::git::reader::{TargetBranch, main_commit};
-use crate::git::merge::merge_marking_conflicts;
-
-/// Who flotilla's own commits are by: never a person (CI machines have no git identity, and
-/// an agent's work must not look like the user's).
-pub const FLOTILLA_NAME: &str = "flotilla";
-pub const FLOTILLA_EMAIL: &str = "flotilla@localhost";
+use super::merge::merge_marking_conflicts;
+use super::target::TargetBranch;
+use super::{delete_branch, git, io, main_commit, repo_lock, signature};
 
 /// The largest file the safety-net commit takes: anything bigger stays out of the branch
 /// (and out of git's object store) and is named in the commit message.
@@ -98,18 +94,6 @@ impl GitWorktrees {
     }
 }
 
-/// One lock per repository, for the whole daemon (the merge side, `merge_git.rs`, takes it
-/// too).
-pub(crate) fn repo_lock(repo: &Path) -> Arc<Mutex<()>> {
-    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
-    let key = std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf());
-    let mut locks = LOCKS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    locks.entry(key).or_default().clone()
-}
-
 /// What a blocking call needs to know.
 struct Place {
     repo: PathBuf,
@@ -131,18 +115,6 @@ impl Place {
     fn name_prefix(&self) -> String {
         self.worktree_name("")
     }
-}
-
-fn git(e: git2::Error) -> RepoError {
-    RepoError::Git(e.message().to_string())
-}
-
-fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
-    RepoError::Git(format!("{what} {}: {e}", path.display()))
-}
-
-pub(crate) fn signature() -> Result<git2::Signature<'static>, RepoError> {
-    git2::Signature::now(FLOTILLA_NAME, FLOTILLA_EMAIL).map_err(git)
 }
 
 /// Runs whose worktrees were swept for good (the run ended): no worktree is made for them
@@ -223,15 +195,6 @@ fn recorded_worktrees(repo: &git2::Repository, prefix: &str) -> Result<Vec<Strin
         }
     }
     Ok(names)
-}
-
-/// Deletes a local branch; `false` when there was none.
-pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
-    match repo.find_branch(branch, git2::BranchType::Local) {
-        Ok(mut b) => b.delete().map(|_| true).map_err(git),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
-        Err(e) => Err(git(e)),
-    }
 }
 
 /// The worktree git registered as `name`, opened through the repository's own records
@@ -497,7 +460,7 @@ fn commit_leftovers(
     // Only this branch moves, and only from the tip just read.
     // A kill inside it leaves `<ref>.lock` on the attempt's branch: recorded for the heal
     // (ref_lock).
-    crate::git::ref_lock::guarded(repo, &reference, || {
+    super::ref_lock::guarded(repo, &reference, || {
         repo.reference_matching(
             &reference,
             commit,
@@ -922,7 +885,7 @@ pub fn remove_leftovers(repo: &Path, leftovers: &Leftovers) -> Result<Leftovers,
     }
     // Crash point (the gc tests): locks and worktrees gone, branches still there.
     fail::fail_point!("gc::after-worktrees", |_| {
-        crate::git::checkout::crash_here("gc::after-worktrees");
+        super::checkout::crash_here("gc::after-worktrees");
         Ok(Leftovers::default())
     });
     for branch in &leftovers.branches {

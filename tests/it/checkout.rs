@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use flotilla::git::reader::GitRepo;
 use flotilla::git::merge::GitMerge;
+use flotilla::git::reader::GitRepo;
 use flotilla_actors::ports::{CheckoutSync, MainRef, MainRefError, MergeGit};
 use flotilla_actors::protocol::{EventKind, RunOutcome};
 

@@ -7,7 +7,8 @@
 use std::path::Path;
 
 use flotilla::git::merge::GitMerge;
-use flotilla::git::worktrees::{FLOTILLA_EMAIL, FLOTILLA_NAME, GitWorktrees};
+use flotilla::git::worktrees::GitWorktrees;
+use flotilla::git::{FLOTILLA_EMAIL, FLOTILLA_NAME};
 use flotilla_actors::ports::{
     BranchFate, BuildOutcome, CheckoutSync, LandItem, LandMode, MarkerHit, MergeGit, ScratchTree,
     WorktreeRequest, WorktreeStart, Worktrees,
