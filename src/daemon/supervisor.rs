@@ -1550,11 +1550,11 @@ async fn collect_garbage(
         let over = over.clone();
         let (path, root_dir, dry_run) = (repo.clone(), root.clone(), msg.dry_run);
         let found = tokio::task::spawn_blocking(move || {
-            let found = crate::git::worktrees::leftovers(&path, &root_dir, &over)?;
+            let found = crate::git::leftovers::leftovers(&path, &root_dir, &over)?;
             if dry_run {
                 Ok(found)
             } else {
-                crate::git::worktrees::remove_leftovers(&path, &found)
+                crate::git::leftovers::remove_leftovers(&path, &found)
             }
         })
         .await

@@ -9,6 +9,9 @@
 //! journal or the CLI.
 
 pub mod checkout;
+pub mod conflict_fix;
+pub mod index_lock;
+pub mod leftovers;
 pub mod merge;
 pub mod reader;
 pub mod ref_lock;
@@ -76,4 +79,17 @@ pub(crate) fn git(e: git2::Error) -> RepoError {
 /// A failed file operation on `path` as the ports say it.
 pub(crate) fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
     RepoError::Git(format!("{what} {}: {e}", path.display()))
+}
+
+/// What an armed fail point inside the checkout sync or gc does (the crash tests): SIGKILL.
+pub(crate) fn crash_here(point: &str) {
+    tracing::error!(
+        point,
+        "fail point reached: the daemon kills itself (SIGKILL)"
+    );
+    // SAFETY: getpid and kill have no preconditions; SIGKILL cannot be caught.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::process::abort()
 }
