@@ -12,6 +12,7 @@
 //!   per file.
 //! - [`work_check`]: handoffs from git truth: what a branch changed, checked against the
 //!   task's scope and the run's `[checks]` (pure).
+//! - [`recovery`]: what a run's journal says its actors pick up again at a (re)start (pure).
 //! - [`supervision`]: how actors report that they ended (`Lifeline`), and `StopMember`.
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
@@ -26,6 +27,7 @@ pub mod llm_progress;
 pub mod planner_context;
 pub mod ports;
 pub mod protocol;
+pub mod recovery;
 pub mod scratch_commands;
 pub mod subplanner_context;
 pub mod supervision;
