@@ -187,7 +187,7 @@ impl Supervisor {
                 .map(move |result, act, ctx| match result {
                     Ok(events) => {
                         for event in events {
-                            act.publish(event);
+                            act.publish(event, ctx);
                         }
                         then(act, ctx);
                     }
@@ -199,11 +199,11 @@ impl Supervisor {
     }
 
     /// A journaled event on its way to the streams; a finished run's actors are stopped.
-    fn publish(&mut self, event: Event) {
+    fn publish(&mut self, event: Event, ctx: &mut Context<Self>) {
         if let EventKind::RunFinished { outcome, .. } = &event.kind {
             info!(run = %event.run, ?outcome, "run finished");
             if let Some(entry) = self.runs.remove(&event.run) {
-                self.retire(event.run, entry);
+                self.retire(event.run, entry, ctx);
             }
         } else if event.seq > 0
             && let Some(entry) = self.runs.get_mut(&event.run)
@@ -294,6 +294,9 @@ impl Handler<MemberStopped> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, msg: MemberStopped, ctx: &mut Context<Self>) {
+        if self.member_of_retiring_stopped(&msg) {
+            return; // its run is over
+        }
         let run = msg.run;
         let max_restarts = {
             let Some(entry) = self.runs.get_mut(&run) else {
@@ -378,10 +381,10 @@ impl Handler<CancelRun> for Supervisor {
                 Box::pin(
                     append
                         .into_actor(self)
-                        .map(move |result, act, _| match result {
+                        .map(move |result, act, ctx| match result {
                             Ok(events) => {
                                 for event in events {
-                                    act.publish(event);
+                                    act.publish(event, ctx);
                                 }
                                 CancelAnswer::Journaled
                             }
@@ -431,7 +434,7 @@ impl Handler<Published> for Supervisor {
         if let (0, EventKind::StorageUnavailable { error, .. }) = (event.seq, &event.kind) {
             self.storage_pause(event.run, error.clone(), ctx);
         }
-        self.publish(event);
+        self.publish(event, ctx);
     }
 }
 

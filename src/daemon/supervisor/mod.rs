@@ -54,6 +54,7 @@ use flotilla_actors::supervision::{Lifeline, StopCause, StopMember};
 use tokio::sync::broadcast;
 
 use crate::config::RunConfig;
+use crate::git::target::TargetBranch;
 use crate::journal::SqliteJournal;
 use crate::providers::ProviderRegistry;
 
@@ -164,16 +165,23 @@ pub struct Supervisor {
     /// every attempt's worktree), the socket wherever it is.
     daemon_paths: Vec<PathBuf>,
     runs: HashMap<RunId, RunEntry>,
-    /// Threads of runs that ended, until their actors have stopped (then the thread is
-    /// stopped; after [`RETIRE_LIMIT`] it is stopped anyway).
-    retiring: Vec<Retiring>,
+    /// Runs that ended, until their actors have stopped (then their thread is stopped; after
+    /// a deadline it is stopped anyway).
+    retiring: HashMap<RunId, Retiring>,
 }
 
-/// A finished run's thread, waiting for its actors to stop.
+/// A finished run, waiting for its actors to stop before its thread retires.
 struct Retiring {
-    members: RunMembers,
-    thread: Arbiter,
-    since: std::time::Instant,
+    /// The life whose members are awaited (notices of earlier lives are not theirs).
+    generation: u64,
+    /// Its members that have not stopped yet.
+    awaited: Vec<Member>,
+    thread: Option<Arbiter>,
+    /// What its sweep needs: the repository, whether failed attempts' worktrees stay, and
+    /// the branch whose checkout is healed.
+    repo: PathBuf,
+    keep_failed: bool,
+    target: Option<TargetBranch>,
 }
 
 impl Supervisor {
@@ -194,7 +202,7 @@ impl Supervisor {
             worktrees,
             providers,
             runs: HashMap::new(),
-            retiring: Vec::new(),
+            retiring: HashMap::new(),
         }
     }
 
@@ -232,6 +240,10 @@ impl Supervisor {
             kind,
         });
     }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
 }
 
 /// Start a run's actors. `journal` holds its events so far (at least `RunStarted`); when it

@@ -1,7 +1,9 @@
-//! A finished run's thread (ADR-014) and what the run left: the thread is stopped once the
-//! run's actors have stopped (or after [`RETIRE_LIMIT`]), and the run's worktrees are swept
-//! and the checkout of its target healed (ADR-021). At the daemon's stop every run's thread
-//! is stopped and joined.
+//! A finished run's thread (ADR-014) and what the run left. When a run ends its actors are
+//! asked to stop; each one's lifeline says when it has (`MemberStopped`), and on the last
+//! of them the run's thread retires: it is stopped, the run's worktrees are swept, the
+//! checkout of its target is healed (ADR-021) and memory is given back. Nothing waits on a
+//! timer but the [`RETIRE_LIMIT`] deadline for actors that never stop. At the daemon's stop
+//! every run's thread is stopped and joined.
 
 use std::time::Duration;
 
@@ -12,35 +14,107 @@ use flotilla_actors::recovery::failed_attempts;
 use tracing::{info, warn};
 
 use super::memory::give_memory_back;
-use super::{Life, Retiring, RunEntry, RunThreadCount, RunThreads, Supervisor};
+use super::{
+    Life, Member, MemberStopped, Retiring, RunEntry, RunThreadCount, RunThreads, Supervisor,
+};
 use crate::git::target::TargetBranch;
 use crate::git::worktrees::GitWorktrees;
 
 /// How long a finished run's actors get to stop before their thread is stopped under them.
 const RETIRE_LIMIT: Duration = Duration::from_secs(30);
 
-impl Actor for Supervisor {
-    type Context = Context<Self>;
+/// Every member of a run: what a run that ended live waits for.
+const MEMBERS: [Member; 7] = [
+    Member::TaskGraph,
+    Member::Dispatch,
+    Member::Planner,
+    Member::Subplanner,
+    Member::Workers,
+    Member::MergeQueue,
+    Member::Reconciler,
+];
 
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(Duration::from_millis(500), |act, _| act.reap_threads());
+impl Supervisor {
+    /// A run ended (its `RunFinished` is journaled): its actors are asked to stop and its
+    /// thread retires once the last of them has (at once when none was live).
+    pub(super) fn retire(&mut self, run: RunId, mut entry: RunEntry, ctx: &mut Context<Self>) {
+        let awaited = match std::mem::replace(&mut entry.life, Life::Restarting) {
+            Life::Live(members) => {
+                members.stop_all();
+                MEMBERS.to_vec()
+            }
+            Life::Restarting | Life::Damaged => Vec::new(),
+        };
+        let retiring = Retiring {
+            generation: entry.generation,
+            awaited,
+            thread: entry.thread.take(),
+            repo: entry.repo,
+            keep_failed: entry.config.worktrees.keep_failed,
+            // A config whose branch does not pass never started: nothing of it to heal.
+            target: entry.config.target_branch().ok(),
+        };
+        if retiring.awaited.is_empty() {
+            self.retired(run, retiring);
+            return;
+        }
+        let generation = retiring.generation;
+        self.retiring.insert(run, retiring);
+        ctx.run_later(RETIRE_LIMIT, move |act, _| {
+            if act.retiring.get(&run).map(|r| r.generation) == Some(generation)
+                && let Some(retiring) = act.retiring.remove(&run)
+            {
+                warn!(%run, still = ?retiring.awaited, "a finished run's actors did not stop: their thread is stopped under them");
+                act.retired(run, retiring);
+            }
+        });
+    }
+
+    /// A member of a finished run stopped: on the last one, the run's thread retires.
+    /// Whether `stopped` was of a retiring run.
+    pub(super) fn member_of_retiring_stopped(&mut self, stopped: &MemberStopped) -> bool {
+        let Some(retiring) = self.retiring.get_mut(&stopped.run) else {
+            return false;
+        };
+        if retiring.generation == stopped.generation {
+            retiring.awaited.retain(|m| *m != stopped.member);
+        }
+        if retiring.awaited.is_empty()
+            && let Some(retiring) = self.retiring.remove(&stopped.run)
+        {
+            self.retired(stopped.run, retiring);
+        }
+        true
+    }
+
+    /// The run's actors have all stopped: its thread is stopped, and what it left is swept.
+    fn retired(&mut self, run: RunId, retiring: Retiring) {
+        if let Some(thread) = retiring.thread {
+            thread.stop();
+        }
+        // With keep_failed, the failed attempts' worktrees outlive the run.
+        let journal = retiring.keep_failed.then(|| self.journal.read(run, 0));
+        clean_up_after(
+            GitWorktrees::new(
+                retiring.repo,
+                run,
+                self.worktrees.join(run.to_string()),
+                retiring.target.clone().unwrap_or_else(TargetBranch::legacy),
+            ),
+            retiring.target,
+            run,
+            journal,
+        );
     }
 }
 
-impl Supervisor {
-    /// Stops the threads of finished runs whose actors have all stopped (or that had
-    /// [`RETIRE_LIMIT`] to do so).
-    fn reap_threads(&mut self) {
-        let before = self.retiring.len();
-        self.retiring.retain(|r| {
-            let keep = r.members.any_alive() && r.since.elapsed() < RETIRE_LIMIT;
-            if !keep {
-                r.thread.stop();
-            }
-            keep
-        });
-        if self.retiring.len() < before {
-            give_memory_back();
+impl Handler<RunThreads> for Supervisor {
+    type Result = RunThreadCount;
+
+    fn handle(&mut self, _: RunThreads, _: &mut Context<Self>) -> Self::Result {
+        RunThreadCount {
+            live: self.runs.values().filter(|e| e.thread.is_some()).count(),
+            retiring: self.retiring.len(),
         }
     }
 }
@@ -64,7 +138,7 @@ impl Drop for Supervisor {
             .runs
             .values_mut()
             .filter_map(|e| e.thread.take())
-            .chain(self.retiring.drain(..).map(|r| r.thread));
+            .chain(self.retiring.drain().filter_map(|(_, r)| r.thread));
         for thread in threads.collect::<Vec<_>>() {
             thread.stop();
             if thread.join().is_err() {
@@ -74,19 +148,16 @@ impl Drop for Supervisor {
     }
 }
 
-/// After a run ended: removes its worktrees (and the branches of attempts that never
-/// delivered; delivered work stays on its branch), and asks glibc to return the run's freed
-/// memory to the system, so that a long-lived daemon's footprint follows its live runs.
-pub(super) fn clean_up_after(
+/// After a run's thread retired: removes its worktrees (and the branches of attempts that
+/// never delivered; delivered work stays on its branch), heals the checkout of its target,
+/// and gives the run's freed memory back to the system.
+fn clean_up_after(
     worktrees: GitWorktrees,
     target: Option<TargetBranch>,
     run: RunId,
     journal: Option<futures::future::BoxFuture<'static, Result<Vec<Event>, JournalError>>>,
 ) {
     actix::spawn(async move {
-        // Let the run's actors finish stopping first: their memory is what is given back,
-        // and their Workers release their own worktrees as they stop.
-        tokio::time::sleep(Duration::from_millis(200)).await;
         let kept_failed = match journal {
             Some(read) => match read.await {
                 Ok(events) => failed_attempts(run, events.iter().map(|e| &e.kind)),
@@ -122,66 +193,6 @@ pub(super) fn clean_up_after(
             Err(e) => warn!(%run, error = %e, "cannot heal the checkout of the target branch"),
         }
         info!(%run, "cleaned up after the run");
-        let _ = tokio::task::spawn_blocking(|| {
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
-            unsafe {
-                libc::malloc_trim(0);
-            }
-        })
-        .await;
+        let _ = tokio::task::spawn_blocking(give_memory_back).await;
     });
-}
-
-impl Handler<RunThreads> for Supervisor {
-    type Result = RunThreadCount;
-
-    fn handle(&mut self, _: RunThreads, _: &mut Context<Self>) -> Self::Result {
-        RunThreadCount {
-            live: self.runs.values().filter(|e| e.thread.is_some()).count(),
-            retiring: self.retiring.len(),
-        }
-    }
-}
-
-impl Supervisor {
-    /// A run ended (its `RunFinished` is journaled): its actors are asked to stop, its thread
-    /// retires once they have, and what it left is swept.
-    pub(super) fn retire(&mut self, run: RunId, mut entry: RunEntry) {
-        let thread = entry.thread.take();
-        match (std::mem::replace(&mut entry.life, Life::Restarting), thread) {
-            (Life::Live(members), Some(thread)) => {
-                members.stop_all();
-                self.retiring.push(Retiring {
-                    members,
-                    thread,
-                    since: std::time::Instant::now(),
-                });
-            }
-            (Life::Live(members), None) => members.stop_all(),
-            (_, Some(thread)) => {
-                thread.stop();
-            }
-            (_, None) => {}
-        }
-        // With keep_failed, the failed attempts' worktrees outlive the run.
-        let journal = entry
-            .config
-            .worktrees
-            .keep_failed
-            .then(|| self.journal.read(run, 0));
-        // A config whose branch does not pass never started: nothing of it to heal.
-        let target = entry.config.target_branch().ok();
-        clean_up_after(
-            GitWorktrees::new(
-                entry.repo.clone(),
-                run,
-                self.worktrees.join(run.to_string()),
-                target.clone().unwrap_or_else(TargetBranch::legacy),
-            ),
-            target,
-            run,
-            journal,
-        );
-    }
 }
