@@ -168,6 +168,10 @@ pub struct Supervisor {
     /// Runs that ended, until their actors have stopped (then their thread is stopped; after
     /// a deadline it is stopped anyway).
     retiring: HashMap<RunId, Retiring>,
+    /// Threads of retired runs, stopped and being joined (each by a joiner of its own, so the
+    /// Supervisor never blocks): joined at the Supervisor's drop, so that none outlives the
+    /// daemon; finished ones are let go at the next retirement.
+    joining: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// A finished run, waiting for its actors to stop before its thread retires.
@@ -203,6 +207,7 @@ impl Supervisor {
             providers,
             runs: HashMap::new(),
             retiring: HashMap::new(),
+            joining: Vec::new(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! of them the run's thread retires: it is stopped, the run's worktrees are swept, the
 //! checkout of its target is healed (ADR-021) and memory is given back. Nothing waits on a
 //! timer but the [`RETIRE_LIMIT`] deadline for actors that never stop. At the daemon's stop
-//! every run's thread is stopped and joined.
+//! every run's thread is stopped and joined, retired ones included.
 
 use std::time::Duration;
 
@@ -87,10 +87,24 @@ impl Supervisor {
         true
     }
 
-    /// The run's actors have all stopped: its thread is stopped, and what it left is swept.
+    /// The run's actors have all stopped: its thread is stopped (and joined off the
+    /// Supervisor's thread, then memory is given back), and what it left is swept.
     fn retired(&mut self, run: RunId, retiring: Retiring) {
         if let Some(thread) = retiring.thread {
             thread.stop();
+            self.joining.retain(|joiner| !joiner.is_finished());
+            let joiner = std::thread::Builder::new()
+                .name(format!("flotilla-retire-{run}"))
+                .spawn(move || {
+                    if thread.join().is_err() {
+                        warn!(%run, "a run's thread did not end cleanly");
+                    }
+                    give_memory_back();
+                });
+            match joiner {
+                Ok(joiner) => self.joining.push(joiner),
+                Err(e) => warn!(%run, error = %e, "cannot wait for a run's thread to end"),
+            }
         }
         // With keep_failed, the failed attempts' worktrees outlive the run.
         let journal = retiring.keep_failed.then(|| self.journal.read(run, 0));
@@ -144,6 +158,9 @@ impl Drop for Supervisor {
             if thread.join().is_err() {
                 warn!("a run's thread did not end cleanly");
             }
+        }
+        for joiner in self.joining.drain(..) {
+            let _ = joiner.join();
         }
     }
 }
