@@ -28,6 +28,7 @@
 //! - `retire.rs`: a finished run's thread and the sweep of what it left (ADR-014, ADR-021);
 //! - `memory.rs`: memory given back to the system once a run's thread is gone (ADR-013);
 //! - `gc.rs`: `flotilla gc`, what finished runs left in every repository (ADR-021).
+//!
 //! What a run's journal says its actors resume from is pure code in the actors crate
 //! (`flotilla_actors::recovery`).
 //!
