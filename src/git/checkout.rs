@@ -19,7 +19,8 @@
 //!   crash of an older flotilla, or main moved by another tool) up to main's tip when the
 //!   user changed nothing the move changes; otherwise it leaves everything as it is.
 //!
-//! All of it runs on blocking threads, under the per-repository lock (`repo_lock`).
+//! All of it runs on blocking threads, under the per-repository lock (`repo_lock`). It must
+//! not know runs, worktrees or the merge queue.
 
 use std::fs;
 use std::path::{Path, PathBuf};

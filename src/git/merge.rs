@@ -18,7 +18,7 @@
 //! ([`repo_lock`]).
 //!
 //! Every candidate commit carries its `Flotilla-Task:` trailer. A conflict fix's start is
-//! built in `conflict_fix.rs`.
+//! built in `conflict_fix.rs`. It must not know attempt worktrees or the actors' state.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

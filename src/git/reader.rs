@@ -2,7 +2,8 @@
 //! actors' words: `[merge] branch`, ADR-022), its tip's tree, blobs and history, never the
 //! work tree or index; and the `MainRef` port, the compare-and-swap of that branch's ref
 //! that only the MergeQueue is given. Every call opens the repository on a blocking thread
-//! (`git2::Repository` is not `Sync`, and git work blocks).
+//! (`git2::Repository` is not `Sync`, and git work blocks). It must not know worktrees or
+//! the merge queue's candidates.
 
 use std::path::PathBuf;
 

@@ -9,7 +9,8 @@
 //! never race on a ref or on `.git/worktrees`.
 //!
 //! Sealing commits what the agent left (the safety-net commit, as flotilla); `branch_work` is
-//! the diff against the base, renames detected; then release and sweep.
+//! the diff against the base, renames detected; then release and sweep. It must not know
+//! merging beyond a conflict fix's start, or the daemon's journal.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,8 @@
 //! the daemon's start), its restart when a member died, its pause while the journal refuses
 //! writes, its failure, and its end; and the handlers that drive them (start, damage,
 //! member stopped, cancel, decisions, live notices). How the actors are built is
-//! `wiring.rs`'s; what becomes of a finished run's thread is `retire.rs`'s.
+//! `wiring.rs`'s; what becomes of a finished run's thread is `retire.rs`'s. It must not
+//! decide task states (the replayed `RunGraph` does) or block its thread.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,7 +1,8 @@
 //! Runs paused for reasons outside them (ADR-024): flotilla's own storage refusing a write
 //! (the run's actors stop until a test write goes through, then it restarts from the
 //! journal), and a provider's long rate-limit pause (journaled while it lasts, so `status`
-//! shows it, and its end journaled when due).
+//! shows it, and its end journaled when due). Backoff and deadlines are timers, never loops;
+//! it must not know the providers' wire formats.
 
 use std::collections::HashMap;
 use std::time::Duration;

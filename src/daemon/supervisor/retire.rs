@@ -3,7 +3,7 @@
 //! of them the run's thread retires: it is stopped, the run's worktrees are swept, the
 //! checkout of its target is healed (ADR-021) and memory is given back. Nothing waits on a
 //! timer but the [`RETIRE_LIMIT`] deadline for actors that never stop. At the daemon's stop
-//! every run's thread is stopped and joined, retired ones included.
+//! every run's thread is stopped and joined, retired ones included. It must not poll.
 
 use std::time::Duration;
 
