@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group};
-use flotilla::git_repo::TargetBranch;
+use flotilla::git::target::TargetBranch;
+use flotilla::git::worktrees::GitWorktrees;
 use flotilla::process::ConfinedRunner;
 use flotilla::sandbox::{SandboxConfig, SandboxMode, SandboxPolicy};
-use flotilla::worktrees::GitWorktrees;
 use flotilla_actors::ports::{
     BranchFate, CommandSpec, ProcessRunner, Sandbox, WorktreeRequest, WorktreeStart, Worktrees,
 };

@@ -13,6 +13,7 @@
 //!   Reconciler, one per file or folder, with their pure helpers beside them (what the
 //!   planners tell their models, the Worker's checks of a branch) and the scratch commands
 //!   the MergeQueue and the Reconciler run.
+//! - [`recovery`]: what a run's journal says its actors pick up again at a (re)start (pure).
 //! - [`supervision`]: how actors report that they ended (`Lifeline`), and `StopMember`.
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
@@ -24,4 +25,5 @@ pub mod graph;
 pub mod llm;
 pub mod ports;
 pub mod protocol;
+pub mod recovery;
 pub mod supervision;

@@ -19,7 +19,7 @@ use flotilla_actors::config::{Limits, LimitsError};
 
 use crate::agents::builtin::{BuiltinConfig, BuiltinConfigError};
 use crate::agents::command::{CommandAgentConfig, CommandAgentConfigError};
-use crate::git_repo::{TargetBranch, TargetBranchError};
+use crate::git::target::{TargetBranch, TargetBranchError};
 use serde::{Deserialize, Serialize};
 
 use crate::prompts::{PromptError, PromptOverrides, check_overrides};

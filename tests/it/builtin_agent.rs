@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use flotilla::agents::builtin::{BuiltinAgent, BuiltinConfig};
+use flotilla::git::worktrees::GitWorktrees;
 use flotilla::process::TokioProcessRunner;
 use flotilla::scripted::{Scenario, ScriptedLlm};
-use flotilla::worktrees::GitWorktrees;
 use flotilla_actors::actors::worker::check::Checks;
 use flotilla_actors::actors::{AgentSet, WorkerKit, WorkerPool};
 use flotilla_actors::ports::{ChatRole, LlmRequest};

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use flotilla::git_repo::GitRepo;
-use flotilla::merge_git::GitMerge;
+use flotilla::git::merge::GitMerge;
+use flotilla::git::reader::GitRepo;
 use flotilla_actors::ports::{CheckoutSync, MainRef, MainRefError, MergeGit};
 use flotilla_actors::protocol::{EventKind, RunOutcome};
 
@@ -478,7 +478,7 @@ async fn a_cancel_then_a_kill_inside_the_checkout_sync_leaves_the_checkout_whole
         state.path(),
         &[
             ("FAILPOINTS", "checkout::after-ref=sleep(600000)"),
-            ("FLOTILLA_LOG", "info,flotilla::checkout=debug"),
+            ("FLOTILLA_LOG", "info,flotilla::git::checkout=debug"),
         ],
     );
     let client = DaemonProcess::client(state.path());
@@ -738,14 +738,14 @@ async fn a_ref_lock_a_killed_daemon_left_inside_the_ref_update_is_removed() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i128;
-    let record = flotilla::ref_lock::Record {
+    let record = flotilla::git::ref_lock::Record {
         lock: "refs/heads/main.lock".into(),
         pid,
         start_time: 1,
         at_ms,
     };
     std::fs::write(
-        gitdir.join(format!("{}{pid}.0", flotilla::ref_lock::RECORD_PREFIX)),
+        gitdir.join(format!("{}{pid}.0", flotilla::git::ref_lock::RECORD_PREFIX)),
         serde_json::to_vec(&record).unwrap(),
     )
     .unwrap();

@@ -1055,7 +1055,7 @@ worker = "gone/other"
 /// run owns), keeps delivered branches, and says what it did; `--dry-run` only says.
 #[tokio::test]
 async fn gc_removes_what_finished_runs_left_and_keeps_delivered_work() {
-    use flotilla::worktrees::GitWorktrees;
+    use flotilla::git::worktrees::GitWorktrees;
     use flotilla_actors::ports::{WorktreeRequest, Worktrees};
     use flotilla_actors::protocol::{RunId, TaskId, branch_name};
 

@@ -16,7 +16,7 @@ use actix::prelude::*;
 use flotilla::agents::command::{
     CommandAgent, CommandAgentConfig, OutputFormat, Preset, PromptVia, ResultVia,
 };
-use flotilla::worktrees::GitWorktrees;
+use flotilla::git::worktrees::GitWorktrees;
 use flotilla_actors::actors::worker::check::Checks;
 use flotilla_actors::actors::{AgentSet, WorkerKit, WorkerPool};
 use flotilla_actors::ports::{Agent, AgentError, AgentReport, AttemptContext, Workspace};

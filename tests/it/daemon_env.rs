@@ -65,8 +65,8 @@ pub fn commit_files(repo: &git2::Repository, files: &[(&str, &str)], message: &s
 }
 
 /// The branch the test repositories ([`init_repo`]) land on.
-pub fn main_branch() -> flotilla::git_repo::TargetBranch {
-    flotilla::git_repo::TargetBranch::new("main").unwrap()
+pub fn main_branch() -> flotilla::git::target::TargetBranch {
+    flotilla::git::target::TargetBranch::new("main").unwrap()
 }
 
 /// A run config (as the API takes it) around a scenario written in TOML.

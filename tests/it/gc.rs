@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use flotilla::worktrees::GitWorktrees;
+use flotilla::git::worktrees::GitWorktrees;
 use flotilla_actors::ports::{WorktreeRequest, WorktreeStart, Worktrees};
 use flotilla_actors::protocol::{RunId, TaskId, branch_name};
 

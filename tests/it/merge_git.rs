@@ -6,8 +6,9 @@
 
 use std::path::Path;
 
-use flotilla::merge_git::GitMerge;
-use flotilla::worktrees::{FLOTILLA_EMAIL, FLOTILLA_NAME, GitWorktrees};
+use flotilla::git::merge::GitMerge;
+use flotilla::git::worktrees::GitWorktrees;
+use flotilla::git::{FLOTILLA_EMAIL, FLOTILLA_NAME};
 use flotilla_actors::ports::{
     BranchFate, BuildOutcome, CheckoutSync, LandItem, LandMode, MarkerHit, MergeGit, ScratchTree,
     WorktreeRequest, WorktreeStart, Worktrees,

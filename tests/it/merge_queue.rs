@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use actix::{Actor, Context, Handler};
-use flotilla::git_repo::GitRepo;
-use flotilla::merge_git::GitMerge;
+use flotilla::git::merge::GitMerge;
+use flotilla::git::reader::GitRepo;
 use flotilla::process::TokioProcessRunner;
 use flotilla_actors::actors::{MergeConfig, MergeKit, MergeQueue};
 use flotilla_actors::ports::{

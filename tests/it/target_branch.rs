@@ -7,7 +7,8 @@ use std::path::Path;
 
 use assert_cmd::Command;
 use flotilla::cli::client::ClientError;
-use flotilla::git_repo::{GitRepo, TargetBranch};
+use flotilla::git::reader::GitRepo;
+use flotilla::git::target::TargetBranch;
 use flotilla_actors::ports::{MainRef, MainRefError};
 use flotilla_actors::protocol::{EventKind, RunOutcome};
 

@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use flotilla::worktrees::{FLOTILLA_EMAIL, GitWorktrees, MAX_COMMITTED_FILE_BYTES};
+use flotilla::git::FLOTILLA_EMAIL;
+use flotilla::git::worktrees::{GitWorktrees, MAX_COMMITTED_FILE_BYTES};
 use flotilla_actors::ports::{
     BranchFate, SweepKeep, Workspace, WorktreeRequest, WorktreeStart, Worktrees,
 };

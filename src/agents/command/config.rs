@@ -243,9 +243,9 @@ const AIDER_ENV: &[(&str, &str)] = &[
     ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
     ("GIT_CONFIG_COUNT", "2"),
     ("GIT_CONFIG_KEY_0", "user.name"),
-    ("GIT_CONFIG_VALUE_0", crate::worktrees::FLOTILLA_NAME),
+    ("GIT_CONFIG_VALUE_0", crate::git::FLOTILLA_NAME),
     ("GIT_CONFIG_KEY_1", "user.email"),
-    ("GIT_CONFIG_VALUE_1", crate::worktrees::FLOTILLA_EMAIL),
+    ("GIT_CONFIG_VALUE_1", crate::git::FLOTILLA_EMAIL),
 ];
 
 impl Preset {

@@ -119,8 +119,9 @@ pub(super) async fn create_run(
             // The branch work lands on, picked once (ADR-022): every task branch starts
             // from its tip, so it must have one. Journaled with the config, so a restart
             // lands on the same branch whatever HEAD names by then.
-            let target = crate::git_repo::resolve_target(&opened, config.merge.branch.as_deref())
-                .map_err(|e| unprocessable(format!("{}: {e}", root.display())))?;
+            let target =
+                crate::git::target::resolve_target(&opened, config.merge.branch.as_deref())
+                    .map_err(|e| unprocessable(format!("{}: {e}", root.display())))?;
             config.merge.branch = Some(target.name().to_string());
             // The daemon's PATH is the one its agents' commands are found on.
             let path = std::env::var_os("PATH");

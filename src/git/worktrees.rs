@@ -9,11 +9,12 @@
 //! never race on a ref or on `.git/worktrees`.
 //!
 //! Sealing commits what the agent left (the safety-net commit, as flotilla); `branch_work` is
-//! the diff against the base, renames detected; then release and sweep.
+//! the diff against the base, renames detected; then release and sweep. It must not know
+//! merging beyond a conflict fix's start, or the daemon's journal.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use flotilla_actors::ports::{
     BranchFate, RepoError, SweepKeep, Swept, Workspace, WorktreeRequest, WorktreeStart, Worktrees,
@@ -23,13 +24,10 @@ use flotilla_actors::protocol::{
 };
 use futures::future::BoxFuture;
 
-use crate::git_repo::{TargetBranch, main_commit};
-use crate::merge_git::merge_marking_conflicts;
-
-/// Who flotilla's own commits are by: never a person (CI machines have no git identity, and
-/// an agent's work must not look like the user's).
-pub const FLOTILLA_NAME: &str = "flotilla";
-pub const FLOTILLA_EMAIL: &str = "flotilla@localhost";
+use super::conflict_fix::{conflict_fix_base, conflict_fix_commit};
+use super::leftovers::{prune, recorded_worktrees, run_ref_locks};
+use super::target::TargetBranch;
+use super::{delete_branch, git, io, main_commit, repo_lock, signature};
 
 /// The largest file the safety-net commit takes: anything bigger stays out of the branch
 /// (and out of git's object store) and is named in the commit message.
@@ -98,18 +96,6 @@ impl GitWorktrees {
     }
 }
 
-/// One lock per repository, for the whole daemon (the merge side, `merge_git.rs`, takes it
-/// too).
-pub(crate) fn repo_lock(repo: &Path) -> Arc<Mutex<()>> {
-    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
-    let key = std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf());
-    let mut locks = LOCKS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    locks.entry(key).or_default().clone()
-}
-
 /// What a blocking call needs to know.
 struct Place {
     repo: PathBuf,
@@ -133,18 +119,6 @@ impl Place {
     }
 }
 
-fn git(e: git2::Error) -> RepoError {
-    RepoError::Git(e.message().to_string())
-}
-
-fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
-    RepoError::Git(format!("{what} {}: {e}", path.display()))
-}
-
-pub(crate) fn signature() -> Result<git2::Signature<'static>, RepoError> {
-    git2::Signature::now(FLOTILLA_NAME, FLOTILLA_EMAIL).map_err(git)
-}
-
 /// Runs whose worktrees were swept for good (the run ended): no worktree is made for them
 /// again. Checked and set under the repository's lock, so a `prepare` queued behind the
 /// final sweep is refused, never leaked.
@@ -164,74 +138,6 @@ fn run_closed(run: RunId) -> bool {
 fn attempt_of(dir_name: &str) -> Option<(TaskId, u32)> {
     let (task, attempt) = dir_name.rsplit_once("-a")?;
     Some((task.parse().ok()?, attempt.parse().ok()?))
-}
-
-/// Removes a worktree git knows by `name`: its directory and `.git/worktrees/<name>`.
-fn prune(repo: &git2::Repository, name: &str, path: &Path) -> Result<(), RepoError> {
-    if let Ok(worktree) = repo.find_worktree(name) {
-        let _ = worktree.unlock();
-        worktree
-            .prune(Some(
-                git2::WorktreePruneOptions::new()
-                    .valid(true)
-                    .locked(true)
-                    .working_tree(true),
-            ))
-            .map_err(git)?;
-    }
-    // A crash in the middle of making a worktree can leave git's record of it half written
-    // (a HEAD naming the branch, no gitdir): git cannot open it to prune it, yet it keeps
-    // the branch "checked out" and so undeletable. It is flotilla's (the name says so): it
-    // goes by hand.
-    let record = admin_dir(repo, name);
-    match std::fs::remove_dir_all(&record) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(io("cannot remove the worktree's record", &record, e));
-        }
-        _ => {}
-    }
-    match std::fs::remove_dir_all(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(io("cannot remove the worktree", path, e))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Where git keeps its record of the worktree `name` (`.git/worktrees/<name>`).
-fn admin_dir(repo: &git2::Repository, name: &str) -> PathBuf {
-    repo.commondir().join("worktrees").join(name)
-}
-
-/// The names of this run's worktrees as git records them, whole or half written.
-fn recorded_worktrees(repo: &git2::Repository, prefix: &str) -> Result<Vec<String>, RepoError> {
-    let mut names: Vec<String> = repo
-        .worktrees()
-        .map_err(git)?
-        .iter()
-        .flatten()
-        .flatten()
-        .filter(|name| name.starts_with(prefix))
-        .map(String::from)
-        .collect();
-    if let Ok(entries) = std::fs::read_dir(repo.commondir().join("worktrees")) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(prefix) && !names.contains(&name) {
-                names.push(name);
-            }
-        }
-    }
-    Ok(names)
-}
-
-/// Deletes a local branch; `false` when there was none.
-pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
-    match repo.find_branch(branch, git2::BranchType::Local) {
-        Ok(mut b) => b.delete().map(|_| true).map_err(git),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
-        Err(e) => Err(git(e)),
-    }
 }
 
 /// The worktree git registered as `name`, opened through the repository's own records
@@ -333,91 +239,6 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
     })
 }
 
-/// The most conflicted paths a conflict fix's commit message names.
-const MAX_NAMED_CONFLICTS: usize = 50;
-
-/// The first commit of a conflict fix (`WorktreeStart::ConflictFix`): `main` plus the work
-/// of the task branch `branch` (merged from where the two last agreed), every conflict
-/// written out with its markers (`<<<<<<< main` … `>>>>>>> <branch>`), committed by
-/// flotilla with `main` its only parent.
-fn conflict_fix_commit(
-    repo: &git2::Repository,
-    target: &TargetBranch,
-    main: &git2::Commit<'_>,
-    branch: &str,
-) -> Result<git2::Oid, RepoError> {
-    let task = match repo.find_branch(branch, git2::BranchType::Local) {
-        Ok(b) => b.get().peel_to_commit().map_err(git)?,
-        Err(e) if e.code() == git2::ErrorCode::NotFound => {
-            return Err(RepoError::Git(format!(
-                "the branch {branch} whose conflicts are to be fixed does not exist"
-            )));
-        }
-        Err(e) => return Err(git(e)),
-    };
-    let ancestor = repo.merge_base(main.id(), task.id()).map_err(|e| {
-        RepoError::Git(format!(
-            "branch {branch} shares no history with {target}: {}",
-            e.message()
-        ))
-    })?;
-    let ancestor = repo
-        .find_commit(ancestor)
-        .map_err(git)?
-        .tree()
-        .map_err(git)?;
-    let merged = merge_marking_conflicts(
-        repo,
-        &ancestor,
-        &main.tree().map_err(git)?,
-        &task.tree().map_err(git)?,
-        target.name(),
-        branch,
-    )?;
-    let mut message = format!("flotilla: {branch} merged onto {target}");
-    if merged.conflicted.is_empty() {
-        message.push_str(" (no conflicts)");
-    } else {
-        let named = merged.conflicted.len().min(MAX_NAMED_CONFLICTS);
-        message.push_str("; conflicts marked in: ");
-        message.push_str(&merged.conflicted[..named].join(", "));
-        if merged.conflicted.len() > named {
-            message.push_str(&format!(" and {} more", merged.conflicted.len() - named));
-        }
-    }
-    let tree = repo.find_tree(merged.tree).map_err(git)?;
-    let sig = signature()?;
-    repo.commit(None, &sig, &sig, &message, &tree, &[main])
-        .map_err(git)
-}
-
-/// A conflict-fix branch's base after a restart: the first commit of its first-parent
-/// history past main's (flotilla's merge commit), however main moved since and whatever the
-/// fix merged in. The merge base with main if there is none.
-fn conflict_fix_base(
-    repo: &git2::Repository,
-    main: git2::Oid,
-    tip: git2::Oid,
-) -> Result<git2::Oid, RepoError> {
-    let on_main = |id: git2::Oid| -> Result<bool, RepoError> {
-        Ok(id == main || repo.graph_descendant_of(main, id).map_err(git)?)
-    };
-    let mut first = None;
-    let mut current = Some(repo.find_commit(tip).map_err(git)?);
-    for _ in 0..flotilla_actors::ports::MAX_LANDED_WALK {
-        let Some(commit) = current else { break };
-        if on_main(commit.id())? {
-            if let Some(first) = first {
-                return Ok(first);
-            }
-            break;
-        }
-        first = Some(commit.id());
-        current = commit.parent(0).ok();
-    }
-    repo.merge_base(main, tip).map_err(git)
-}
-
 /// Commits what is in the worktree on top of the branch's tip (as flotilla), whatever the
 /// worktree's HEAD and index say: an agent that switched branches or staged half its work
 /// still gets all of it on the branch flotilla named. Files over
@@ -497,7 +318,7 @@ fn commit_leftovers(
     // Only this branch moves, and only from the tip just read.
     // A kill inside it leaves `<ref>.lock` on the attempt's branch: recorded for the heal
     // (ref_lock).
-    crate::ref_lock::guarded(repo, &reference, || {
+    super::ref_lock::guarded(repo, &reference, || {
         repo.reference_matching(
             &reference,
             commit,
@@ -777,160 +598,6 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
         let _ = std::fs::remove_dir(&place.root);
     }
     Ok(swept)
-}
-
-// ---------------------------------------------------------------------------------------
-// gc: what runs that are over left in a repository
-
-/// What runs that are over left in one repository: found by name, never through a run's
-/// directory, so that a gc killed half way leaves nothing the next one cannot find.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Leftovers {
-    /// Stale ref locks under `.git/refs/heads/flotilla/<run>/` (a process killed while it
-    /// moved a task branch): they go first, or the branch could not be deleted.
-    pub locks: Vec<PathBuf>,
-    /// git's records of attempt worktrees (`flotilla-<run>-<dir>`), with the directory each
-    /// stands for.
-    pub worktrees: Vec<(String, PathBuf)>,
-    /// Task branches (`flotilla/<run>/…`).
-    pub branches: Vec<String>,
-}
-
-impl Leftovers {
-    pub fn is_empty(&self) -> bool {
-        self.locks.is_empty() && self.worktrees.is_empty() && self.branches.is_empty()
-    }
-}
-
-/// The run a name made by flotilla embeds (a run id's 32 hex digits).
-fn run_in_name(simple: &str) -> Option<RunId> {
-    (simple.len() == 32)
-        .then(|| uuid::Uuid::try_parse(simple).ok().map(RunId::from_uuid))
-        .flatten()
-}
-
-/// The `*.lock` files under `dir`, recursively.
-fn lock_files(dir: &Path, found: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        match entry.file_type() {
-            Ok(kind) if kind.is_dir() => lock_files(&path, found),
-            Ok(_) if path.extension().is_some_and(|e| e == "lock") => found.push(path),
-            _ => {}
-        }
-    }
-}
-
-/// The stale ref locks of `run` under `.git/refs/heads/flotilla/<run>/`.
-fn run_ref_locks(repo: &git2::Repository, run: RunId) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    lock_files(
-        &repo
-            .commondir()
-            .join("refs/heads")
-            .join(branch_prefix(run).trim_end_matches('/')),
-        &mut found,
-    );
-    found.sort();
-    found
-}
-
-/// What the runs in `over` left in the repository at `repo`; `root` is the state
-/// directory's `worktrees`, where each run's attempt directories are.
-pub fn leftovers(repo: &Path, root: &Path, over: &HashSet<RunId>) -> Result<Leftovers, RepoError> {
-    let lock = repo_lock(repo);
-    let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let git = git2::Repository::open(repo).map_err(|_| RepoError::NotARepository(repo.into()))?;
-    find_leftovers(&git, root, over)
-}
-
-fn find_leftovers(
-    repo: &git2::Repository,
-    root: &Path,
-    over: &HashSet<RunId>,
-) -> Result<Leftovers, RepoError> {
-    let mut found = Leftovers::default();
-    let mut runs = BTreeSet::new();
-    for name in recorded_worktrees(repo, "flotilla-")? {
-        let Some((run, dir)) = name
-            .strip_prefix("flotilla-")
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(run, dir)| Some((run_in_name(run)?, dir.to_string())))
-        else {
-            continue;
-        };
-        if over.contains(&run) {
-            let path = root.join(run.to_string()).join(dir);
-            found.worktrees.push((name, path));
-        }
-    }
-    for branch in repo.branches(Some(git2::BranchType::Local)).map_err(git)? {
-        let (branch, _) = branch.map_err(git)?;
-        let Some(name) = branch.name().ok().flatten() else {
-            continue;
-        };
-        let run = name
-            .strip_prefix("flotilla/")
-            .and_then(|rest| rest.split_once('/'))
-            .and_then(|(run, _)| run_in_name(run));
-        if let Some(run) = run
-            && over.contains(&run)
-        {
-            found.branches.push(name.to_string());
-            runs.insert(run);
-        }
-    }
-    // Locks are found per run directory of refs, whether or not a branch is left there.
-    if let Ok(entries) = std::fs::read_dir(repo.commondir().join("refs/heads/flotilla")) {
-        for entry in entries.flatten() {
-            if let Some(run) = run_in_name(&entry.file_name().to_string_lossy())
-                && over.contains(&run)
-            {
-                runs.insert(run);
-            }
-        }
-    }
-    for run in runs {
-        found.locks.extend(run_ref_locks(repo, run));
-    }
-    found.worktrees.sort();
-    found.branches.sort();
-    Ok(found)
-}
-
-/// Removes `leftovers` (as [`leftovers`] found them) and says what was removed: locks
-/// first, then worktrees, then branches, each step idempotent, so that a kill anywhere
-/// leaves what the next gc finds again.
-pub fn remove_leftovers(repo: &Path, leftovers: &Leftovers) -> Result<Leftovers, RepoError> {
-    let lock = repo_lock(repo);
-    let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let git = git2::Repository::open(repo).map_err(|_| RepoError::NotARepository(repo.into()))?;
-    let mut removed = Leftovers::default();
-    for path in &leftovers.locks {
-        match std::fs::remove_file(path) {
-            Ok(()) => removed.locks.push(path.clone()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io("cannot remove the stale lock", path, e)),
-        }
-    }
-    for (name, path) in &leftovers.worktrees {
-        prune(&git, name, path)?;
-        removed.worktrees.push((name.clone(), path.clone()));
-    }
-    // Crash point (the gc tests): locks and worktrees gone, branches still there.
-    fail::fail_point!("gc::after-worktrees", |_| {
-        crate::checkout::crash_here("gc::after-worktrees");
-        Ok(Leftovers::default())
-    });
-    for branch in &leftovers.branches {
-        if delete_branch(&git, branch)? {
-            removed.branches.push(branch.clone());
-        }
-    }
-    Ok(removed)
 }
 
 impl Worktrees for GitWorktrees {

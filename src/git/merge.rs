@@ -1,5 +1,5 @@
 //! The `MergeGit` port on git2 (M6, ADR-011): what the MergeQueue and the Reconciler do in
-//! git besides moving main (`MainRef`, in `git_repo.rs`).
+//! git besides moving main (`MainRef`, in `reader.rs`).
 //!
 //! - Candidates are built in memory: commits are replayed (`cherrypick_commit`), squashed or
 //!   merged (`merge_trees`) into in-memory indexes; objects are written, no reference moves,
@@ -10,16 +10,15 @@
 //!   removing a directory, and a crash leaves nothing in the repository. Commands run there
 //!   cannot use git on the checkout.
 //! - The user's own checkout is touched by [`MergeGit::sync_checkout`] and by the move of
-//!   main itself (`crate::checkout`, ADR-021): under git's index lock, only files the user
+//!   main itself (`super::checkout`, ADR-021): under git's index lock, only files the user
 //!   has not changed, HEAD never detached.
 //!
 //! Every call runs on a blocking thread and opens the repository there. What writes refs
 //! (deleting a branch, the user's HEAD) takes the per-repository lock the worktrees take
 //! ([`repo_lock`]).
 //!
-//! `worktrees.rs` builds a conflict fix's start (main plus the branch merged in, markers
-//! left) for `WorktreeStart::ConflictFix`; every candidate commit carries its `Flotilla-Task:`
-//! trailer.
+//! Every candidate commit carries its `Flotilla-Task:` trailer. A conflict fix's start is
+//! built in `conflict_fix.rs`. It must not know attempt worktrees or the actors' state.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -31,12 +30,8 @@ use flotilla_actors::ports::{
 };
 use futures::future::BoxFuture;
 
-use crate::git_repo::TargetBranch;
-use crate::worktrees::{repo_lock, signature};
-
-/// The prefix of every branch flotilla names (`branch_name`): the only branches
-/// [`MergeGit::delete_branch`] deletes.
-pub const TASK_BRANCH_PREFIX: &str = "flotilla/";
+use super::target::{TASK_BRANCH_PREFIX, TargetBranch};
+use super::{git, io, repo_lock, signature};
 
 /// Files over this size are not searched for conflict markers.
 pub const MAX_MARKER_FILE_BYTES: usize = 1024 * 1024;
@@ -96,14 +91,6 @@ impl GitMerge {
             .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
         })
     }
-}
-
-fn git(e: git2::Error) -> RepoError {
-    RepoError::Git(e.message().to_string())
-}
-
-fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
-    RepoError::Git(format!("{what} {}: {e}", path.display()))
 }
 
 fn oid(s: &str) -> Result<git2::Oid, RepoError> {
@@ -711,7 +698,7 @@ fn delete_branch(
              ({TASK_BRANCH_PREFIX}…) are deleted"
         )));
     }
-    crate::worktrees::delete_branch(repo, branch).map(|_| ())
+    super::delete_branch(repo, branch).map(|_| ())
 }
 
 /// The user's checkout of main brought to main's tip (`checkout::sync`, ADR-021); `old` and
@@ -723,139 +710,7 @@ fn sync_checkout(
     _old: &str,
     _new: &str,
 ) -> Result<CheckoutSync, RepoError> {
-    crate::checkout::sync(repo, target)
-}
-
-// ---------------------------------------------------------------------------------------
-// conflict fixes (the `Worktrees` side, `WorktreeStart::ConflictFix`)
-
-/// A merge of three trees where every conflict is resolved by writing it out: both sides
-/// with markers in a text file, and otherwise the side that still has the file (a
-/// modify/delete) or `ours` (binary files, links, submodules).
-pub(crate) struct MarkedMerge {
-    pub tree: git2::Oid,
-    /// The conflicted paths, sorted.
-    pub conflicted: Vec<String>,
-}
-
-fn bytes_path(path: &[u8]) -> &Path {
-    use std::os::unix::ffi::OsStrExt;
-    Path::new(std::ffi::OsStr::from_bytes(path))
-}
-
-fn merge_input<'a>(content: &'a [u8], path: &Path) -> git2::MergeFileInput<'a> {
-    let mut input = git2::MergeFileInput::new();
-    input.content(content).path(path);
-    input
-}
-
-fn index_entry(path: &[u8], mode: u32, id: git2::Oid, size: usize) -> git2::IndexEntry {
-    git2::IndexEntry {
-        ctime: git2::IndexTime::new(0, 0),
-        mtime: git2::IndexTime::new(0, 0),
-        dev: 0,
-        ino: 0,
-        mode,
-        uid: 0,
-        gid: 0,
-        file_size: size as u32,
-        id,
-        flags: 0,
-        flags_extended: 0,
-        path: path.to_vec(),
-    }
-}
-
-/// `entry` at stage 0.
-fn resolved(entry: &git2::IndexEntry) -> git2::IndexEntry {
-    index_entry(&entry.path, entry.mode, entry.id, entry.file_size as usize)
-}
-
-pub(crate) fn merge_marking_conflicts(
-    repo: &git2::Repository,
-    ancestor: &git2::Tree<'_>,
-    ours: &git2::Tree<'_>,
-    theirs: &git2::Tree<'_>,
-    our_label: &str,
-    their_label: &str,
-) -> Result<MarkedMerge, RepoError> {
-    let mut index = repo
-        .merge_trees(ancestor, ours, theirs, None)
-        .map_err(git)?;
-    let conflicts = index
-        .conflicts()
-        .map_err(git)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(git)?;
-    let mut conflicted = BTreeSet::new();
-    let mut entries = Vec::new();
-    let text_blob = |entry: &git2::IndexEntry| -> Result<Option<Vec<u8>>, RepoError> {
-        if entry.mode != u32::from(git2::FileMode::Blob)
-            && entry.mode != u32::from(git2::FileMode::BlobExecutable)
-        {
-            return Ok(None);
-        }
-        let blob = repo.find_blob(entry.id).map_err(git)?;
-        Ok((!blob.is_binary()).then(|| blob.content().to_vec()))
-    };
-    for conflict in &conflicts {
-        for entry in [&conflict.ancestor, &conflict.our, &conflict.their]
-            .into_iter()
-            .flatten()
-        {
-            conflicted.insert(entry.path.clone());
-        }
-        match (&conflict.our, &conflict.their) {
-            (Some(our), Some(their)) if our.path == their.path => {
-                let base = match &conflict.ancestor {
-                    Some(a) => text_blob(a)?,
-                    None => Some(Vec::new()),
-                };
-                match (base, text_blob(our)?, text_blob(their)?) {
-                    (Some(base), Some(our_text), Some(their_text)) => {
-                        let path = bytes_path(&our.path);
-                        let mut options = git2::MergeFileOptions::new();
-                        options.our_label(our_label).their_label(their_label);
-                        let merged = git2::merge_file(
-                            &merge_input(&base, path),
-                            &merge_input(&our_text, path),
-                            &merge_input(&their_text, path),
-                            Some(&mut options),
-                        )
-                        .map_err(git)?;
-                        let id = repo.blob(merged.content()).map_err(git)?;
-                        // The executable bit as main has it, unless only the branch changed it.
-                        let mode = match &conflict.ancestor {
-                            Some(a) if a.mode == our.mode => their.mode,
-                            _ => our.mode,
-                        };
-                        entries.push(index_entry(&our.path, mode, id, merged.content().len()));
-                    }
-                    _ => entries.push(resolved(our)),
-                }
-            }
-            (our, their) => entries.extend(our.iter().chain(their.iter()).map(resolved)),
-        }
-    }
-    for path in &conflicted {
-        match index.conflict_remove(bytes_path(path)) {
-            Err(e) if e.code() != git2::ErrorCode::NotFound => return Err(git(e)),
-            _ => {}
-        }
-    }
-    for entry in &entries {
-        // A side that cannot sit beside what is there already (a file where the other side
-        // has a directory) stays out; the path is named as conflicted all the same.
-        let _ = index.add(entry);
-    }
-    let tree = index.write_tree_to(repo).map_err(git)?;
-    Ok(MarkedMerge {
-        tree,
-        conflicted: conflicted
-            .iter()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect(),
-    })
+    super::checkout::sync(repo, target)
 }
 
 impl MergeGit for GitMerge {

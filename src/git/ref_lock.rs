@@ -15,7 +15,8 @@
 //! process is gone, removes the lock it names when the lock's modification time lies within
 //! [`WINDOW_BEFORE_MS`]..[`WINDOW_AFTER_MS`] of the record's time (git2 creates the lock
 //! right after the record is written; a lock the user's git took later falls outside and is
-//! left alone), then removes the record. A lock no record names is never touched.
+//! left alone), then removes the record. A lock no record names is never touched. It must
+//! not know branches' meaning, runs or the checkout.
 
 use std::fs;
 use std::io::Write;

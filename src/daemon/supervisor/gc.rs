@@ -1,0 +1,218 @@
+//! `flotilla gc` (and the daemon's start-up collection): what finished runs left in every
+//! repository the journal knows and under the state directory, found by name, removed or,
+//! in a dry run, listed (ADR-021). It must not know live runs beyond their ids.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+use actix::prelude::*;
+use flotilla_actors::ports::RepoError;
+use flotilla_actors::protocol::{CheckoutSync, RunId};
+use tracing::{info, warn};
+
+use super::{CollectGarbage, GcReport, Supervisor};
+use crate::git::target::TargetBranch;
+
+/// A directory under the worktrees root that no run of the journal accounts for is only
+/// removed once its run id (a UUIDv7, a timestamp first) is this old: a run being
+/// submitted right now has an id, and soon a directory, before the journal lists it.
+const UNKNOWN_RUN_MIN_AGE_MS: u64 = 10 * 60 * 1000;
+
+/// Not atomic: the collection works on a snapshot (the runs live and the runs finished
+/// when it started) and runs off the Supervisor, so runs start and end meanwhile. A run
+/// that finishes meanwhile is swept by its own end.
+impl Handler<CollectGarbage> for Supervisor {
+    type Result = ResponseFuture<Result<GcReport, String>>;
+
+    fn handle(&mut self, msg: CollectGarbage, _: &mut Context<Self>) -> Self::Result {
+        let live: HashSet<RunId> = self.runs.keys().copied().collect();
+        let records = self.journal.runs();
+        let root = self.worktrees.clone();
+        Box::pin(async move {
+            let records = records
+                .await
+                .map_err(|e| format!("cannot read the runs: {e}"))?;
+            collect_garbage(live, records, root, msg).await
+        })
+    }
+}
+
+async fn collect_garbage(
+    live: HashSet<RunId>,
+    records: Vec<crate::journal::RunRecord>,
+    root: PathBuf,
+    msg: CollectGarbage,
+) -> Result<GcReport, String> {
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let known: HashMap<RunId, &crate::journal::RunRecord> =
+        records.iter().map(|r| (r.id, r)).collect();
+    let over: HashSet<RunId> = records
+        .iter()
+        .filter(|r| r.outcome.is_some() && !live.contains(&r.id))
+        .map(|r| r.id)
+        .collect();
+    let mut repos: Vec<PathBuf> = records.iter().map(|r| r.repo.clone()).collect();
+    repos.sort();
+    repos.dedup();
+    // The branches each repository's runs land on (ADR-022): their checkouts are healed.
+    let mut targets: HashMap<&std::path::Path, std::collections::BTreeSet<TargetBranch>> =
+        HashMap::new();
+    for record in &records {
+        let branch = record
+            .config
+            .pointer("/merge/branch")
+            .and_then(|b| b.as_str());
+        if let Ok(target) = TargetBranch::of_run(branch) {
+            targets.entry(&record.repo).or_default().insert(target);
+        }
+    }
+    let mut report = GcReport {
+        dry_run: msg.dry_run,
+        ..GcReport::default()
+    };
+    if msg.progress {
+        info!(
+            finished_runs = over.len(),
+            repositories = repos.len(),
+            "collecting what finished runs left behind"
+        );
+    }
+    // Repository by repository: locks, worktrees, branches of the finished runs.
+    let mut gone: HashSet<PathBuf> = HashSet::new();
+    // Repositories whose leftovers could not be read or removed: their runs' directories
+    // stay until a collection succeeds (a worktree's directory goes with its record).
+    let mut failed: HashSet<PathBuf> = HashSet::new();
+    let mut planned_dirs: HashSet<PathBuf> = HashSet::new();
+    for (done, repo) in repos.iter().enumerate() {
+        let over = over.clone();
+        let (path, root_dir, dry_run) = (repo.clone(), root.clone(), msg.dry_run);
+        let found = tokio::task::spawn_blocking(move || {
+            let found = crate::git::leftovers::leftovers(&path, &root_dir, &over)?;
+            if dry_run {
+                Ok(found)
+            } else {
+                crate::git::leftovers::remove_leftovers(&path, &found)
+            }
+        })
+        .await
+        .map_err(|e| format!("the git thread failed: {e}"))?;
+        let found = match found {
+            Ok(found) => found,
+            Err(RepoError::NotARepository(_)) => {
+                gone.insert(repo.clone());
+                continue;
+            }
+            Err(e) => {
+                report.errors.push(format!("{}: {e}", repo.display()));
+                failed.insert(repo.clone());
+                continue;
+            }
+        };
+        if !msg.dry_run {
+            for target in targets.get(repo.as_path()).into_iter().flatten() {
+                match crate::git::checkout::heal_repository(repo.clone(), target.clone()).await {
+                    Ok(Some(CheckoutSync::Behind { at, paths })) => warn!(
+                        repo = %repo.display(), %target, %at, ?paths,
+                        "the checkout of the target branch is behind it with changes of its own: left as it is"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => report.errors.push(format!(
+                        "{}: healing the checkout of {target}: {e}",
+                        repo.display()
+                    )),
+                }
+            }
+        }
+        if msg.progress && !found.is_empty() {
+            info!(
+                repo = %repo.display(),
+                done = done + 1,
+                of = repos.len(),
+                worktrees = found.worktrees.len(),
+                branches = found.branches.len(),
+                locks = found.locks.len(),
+                "collected a repository's leftovers"
+            );
+        }
+        for (_, path) in found.worktrees {
+            planned_dirs.insert(path.clone());
+            report.worktrees.push(path.display().to_string());
+        }
+        report.branches.extend(found.branches);
+        report
+            .locks
+            .extend(found.locks.iter().map(|p| p.display().to_string()));
+    }
+    // The state directory: finished runs' directories (what is left in them), and
+    // directories no run accounts for.
+    let Ok(mut entries) = tokio::fs::read_dir(&root).await else {
+        return Ok(report); // nothing was ever made
+    };
+    let mut doomed: Vec<PathBuf> = Vec::new();
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let dir = entry.path();
+        let uuid = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<uuid::Uuid>().ok());
+        let run = uuid.map(RunId::from_uuid);
+        match run.and_then(|run| known.get(&run)) {
+            Some(record) if failed.contains(&record.repo) => {}
+            Some(record) if over.contains(&record.id) && !gone.contains(&record.repo) => {
+                if let Ok(mut inside) = tokio::fs::read_dir(&dir).await {
+                    while let Ok(Some(item)) = inside.next_entry().await {
+                        if !planned_dirs.contains(&item.path()) {
+                            report.worktrees.push(item.path().display().to_string());
+                        }
+                    }
+                }
+                doomed.push(dir);
+            }
+            Some(record) if over.contains(&record.id) => {
+                report.unknown.push(dir.display().to_string());
+                doomed.push(dir);
+            }
+            Some(_) => {} // live, unfinished, or its repository failed
+            None => {
+                let created_ms = uuid
+                    .and_then(|u| u.get_timestamp())
+                    .map(|t| {
+                        let (secs, nanos) = t.to_unix();
+                        secs * 1000 + u64::from(nanos) / 1_000_000
+                    })
+                    .unwrap_or(0);
+                if started_ms.saturating_sub(created_ms) >= UNKNOWN_RUN_MIN_AGE_MS {
+                    report.unknown.push(dir.display().to_string());
+                    doomed.push(dir);
+                }
+            }
+        }
+    }
+    if !msg.dry_run {
+        for dir in doomed {
+            match tokio::fs::remove_dir_all(&dir).await {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    report.errors.push(format!("{}: {e}", dir.display()))
+                }
+                _ => {}
+            }
+        }
+    }
+    report.worktrees.sort();
+    report.worktrees.dedup();
+    report.unknown.sort();
+    if msg.progress {
+        info!(
+            worktrees = report.worktrees.len(),
+            branches = report.branches.len(),
+            locks = report.locks.len(),
+            unknown = report.unknown.len(),
+            errors = report.errors.len(),
+            "collection done"
+        );
+    }
+    Ok(report)
+}

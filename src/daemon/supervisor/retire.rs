@@ -1,0 +1,215 @@
+//! A finished run's thread (ADR-014) and what the run left. When a run ends its actors are
+//! asked to stop; each one's lifeline says when it has (`MemberStopped`), and on the last
+//! of them the run's thread retires: it is stopped, the run's worktrees are swept, the
+//! checkout of its target is healed (ADR-021) and memory is given back. Nothing waits on a
+//! timer but the [`RETIRE_LIMIT`] deadline for actors that never stop. At the daemon's stop
+//! every run's thread is stopped and joined, retired ones included. It must not poll.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use flotilla_actors::ports::{Journal, JournalError, SweepKeep, Worktrees};
+use flotilla_actors::protocol::{CheckoutSync, Event, RunId};
+use flotilla_actors::recovery::failed_attempts;
+use tracing::{info, warn};
+
+use super::memory::give_memory_back;
+use super::{
+    Life, Member, MemberStopped, Retiring, RunEntry, RunThreadCount, RunThreads, Supervisor,
+};
+use crate::git::target::TargetBranch;
+use crate::git::worktrees::GitWorktrees;
+
+/// How long a finished run's actors get to stop before their thread is stopped under them.
+const RETIRE_LIMIT: Duration = Duration::from_secs(30);
+
+/// Every member of a run: what a run that ended live waits for.
+const MEMBERS: [Member; 7] = [
+    Member::TaskGraph,
+    Member::Dispatch,
+    Member::Planner,
+    Member::Subplanner,
+    Member::Workers,
+    Member::MergeQueue,
+    Member::Reconciler,
+];
+
+impl Supervisor {
+    /// A run ended (its `RunFinished` is journaled): its actors are asked to stop and its
+    /// thread retires once the last of them has (at once when none was live).
+    pub(super) fn retire(&mut self, run: RunId, mut entry: RunEntry, ctx: &mut Context<Self>) {
+        let awaited = match std::mem::replace(&mut entry.life, Life::Restarting) {
+            Life::Live(members) => {
+                members.stop_all();
+                MEMBERS.to_vec()
+            }
+            Life::Restarting | Life::Damaged => Vec::new(),
+        };
+        let retiring = Retiring {
+            generation: entry.generation,
+            awaited,
+            thread: entry.thread.take(),
+            repo: entry.repo,
+            keep_failed: entry.config.worktrees.keep_failed,
+            // A config whose branch does not pass never started: nothing of it to heal.
+            target: entry.config.target_branch().ok(),
+        };
+        if retiring.awaited.is_empty() {
+            self.retired(run, retiring);
+            return;
+        }
+        let generation = retiring.generation;
+        self.retiring.insert(run, retiring);
+        ctx.run_later(RETIRE_LIMIT, move |act, _| {
+            if act.retiring.get(&run).map(|r| r.generation) == Some(generation)
+                && let Some(retiring) = act.retiring.remove(&run)
+            {
+                warn!(%run, still = ?retiring.awaited, "a finished run's actors did not stop: their thread is stopped under them");
+                act.retired(run, retiring);
+            }
+        });
+    }
+
+    /// A member of a finished run stopped: on the last one, the run's thread retires.
+    /// Whether `stopped` was of a retiring run.
+    pub(super) fn member_of_retiring_stopped(&mut self, stopped: &MemberStopped) -> bool {
+        let Some(retiring) = self.retiring.get_mut(&stopped.run) else {
+            return false;
+        };
+        if retiring.generation == stopped.generation {
+            retiring.awaited.retain(|m| *m != stopped.member);
+        }
+        if retiring.awaited.is_empty()
+            && let Some(retiring) = self.retiring.remove(&stopped.run)
+        {
+            self.retired(stopped.run, retiring);
+        }
+        true
+    }
+
+    /// The run's actors have all stopped: its thread is stopped (and joined off the
+    /// Supervisor's thread, then memory is given back), and what it left is swept.
+    fn retired(&mut self, run: RunId, retiring: Retiring) {
+        if let Some(thread) = retiring.thread {
+            thread.stop();
+            self.joining.retain(|joiner| !joiner.is_finished());
+            let joiner = std::thread::Builder::new()
+                .name(format!("flotilla-retire-{run}"))
+                .spawn(move || {
+                    if thread.join().is_err() {
+                        warn!(%run, "a run's thread did not end cleanly");
+                    }
+                    give_memory_back();
+                });
+            match joiner {
+                Ok(joiner) => self.joining.push(joiner),
+                Err(e) => warn!(%run, error = %e, "cannot wait for a run's thread to end"),
+            }
+        }
+        // With keep_failed, the failed attempts' worktrees outlive the run.
+        let journal = retiring.keep_failed.then(|| self.journal.read(run, 0));
+        clean_up_after(
+            GitWorktrees::new(
+                retiring.repo,
+                run,
+                self.worktrees.join(run.to_string()),
+                retiring.target.clone().unwrap_or_else(TargetBranch::legacy),
+            ),
+            retiring.target,
+            run,
+            journal,
+        );
+    }
+}
+
+impl Handler<RunThreads> for Supervisor {
+    type Result = RunThreadCount;
+
+    fn handle(&mut self, _: RunThreads, _: &mut Context<Self>) -> Self::Result {
+        RunThreadCount {
+            live: self.runs.values().filter(|e| e.thread.is_some()).count(),
+            retiring: self.retiring.len(),
+        }
+    }
+}
+
+/// At the daemon's stop the supervisor's thread ends and the Supervisor is dropped: every
+/// run's thread is stopped and joined, so none outlives the daemon (and its state lock).
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        let live = self
+            .runs
+            .values()
+            .filter(|e| matches!(e.life, Life::Live(_)))
+            .count();
+        if live > 0 {
+            info!(
+                runs = live,
+                "supervisor stopped with live runs; they resume at the next start"
+            );
+        }
+        let threads = self
+            .runs
+            .values_mut()
+            .filter_map(|e| e.thread.take())
+            .chain(self.retiring.drain().filter_map(|(_, r)| r.thread));
+        for thread in threads.collect::<Vec<_>>() {
+            thread.stop();
+            if thread.join().is_err() {
+                warn!("a run's thread did not end cleanly");
+            }
+        }
+        for joiner in self.joining.drain(..) {
+            let _ = joiner.join();
+        }
+    }
+}
+
+/// After a run's thread retired: removes its worktrees (and the branches of attempts that
+/// never delivered; delivered work stays on its branch), heals the checkout of its target,
+/// and gives the run's freed memory back to the system.
+fn clean_up_after(
+    worktrees: GitWorktrees,
+    target: Option<TargetBranch>,
+    run: RunId,
+    journal: Option<futures::future::BoxFuture<'static, Result<Vec<Event>, JournalError>>>,
+) {
+    actix::spawn(async move {
+        let kept_failed = match journal {
+            Some(read) => match read.await {
+                Ok(events) => failed_attempts(run, events.iter().map(|e| &e.kind)),
+                Err(e) => {
+                    warn!(%run, error = %e, "cannot read which attempts failed; their worktrees stay for gc");
+                    return;
+                }
+            },
+            None => Vec::new(),
+        };
+        let run_over = SweepKeep {
+            worktrees: kept_failed,
+            closing: true,
+            ..SweepKeep::default()
+        };
+        if let Err(e) = worktrees.sweep(run_over).await {
+            warn!(error = %e, "cannot remove a finished run's worktrees");
+        }
+        // A landing interrupted in the user's checkout (a kill, then a cancel) is healed
+        // when the run ends, not left for a queue that will not start again (ADR-021).
+        let healed = match target {
+            Some(target) => {
+                crate::git::checkout::heal_repository(worktrees.repository().to_path_buf(), target)
+                    .await
+            }
+            None => Ok(None),
+        };
+        match healed {
+            Ok(Some(CheckoutSync::Behind { at, paths })) => {
+                warn!(%run, %at, ?paths, "the checkout of the target branch is behind it with changes of its own: left as it is")
+            }
+            Ok(_) => {}
+            Err(e) => warn!(%run, error = %e, "cannot heal the checkout of the target branch"),
+        }
+        info!(%run, "cleaned up after the run");
+        let _ = tokio::task::spawn_blocking(give_memory_back).await;
+    });
+}

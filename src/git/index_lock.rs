@@ -1,0 +1,157 @@
+//! git's lock on a checkout's index (`index.lock`, taken as git takes it) and flotilla's
+//! record of a move of main in progress beside it (`<gitdir>/flotilla-checkout`): what a
+//! crash in the middle of a landing leaves, so that `checkout::heal` can put the checkout
+//! right. It must not know what a move changes or how it is healed.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use flotilla_actors::ports::RepoError;
+use serde::{Deserialize, Serialize};
+
+use super::target::TargetBranch;
+use super::{git, io};
+
+/// The record of a move in progress, in the checkout's git directory.
+pub const RECORD_FILE: &str = "flotilla-checkout";
+/// The new index while it is being written, in the checkout's git directory.
+pub(super) const NEW_INDEX_FILE: &str = "flotilla-index";
+/// Git's lock on a checkout's index.
+pub const INDEX_LOCK: &str = "index.lock";
+/// The lock file before it becomes [`INDEX_LOCK`], in the checkout's git directory: made
+/// under this name first so that the record can name it before `index.lock` exists.
+pub(super) const STAGED_LOCK_FILE: &str = "flotilla-index-lock";
+
+/// `index.lock`, created by us (exclusively, as git does).
+pub(super) struct IndexLock {
+    path: PathBuf,
+    /// Released (removed) when dropped unless committed or kept for
+    /// `checkout::heal`.
+    pub(super) held: bool,
+}
+
+impl IndexLock {
+    /// The lock, with `record` (naming it) written before it exists; `None` when another
+    /// process holds it (the record stays written: the caller decides what becomes of it).
+    ///
+    /// The file is made under [`STAGED_LOCK_FILE`], named in the record, then hard-linked to
+    /// `index.lock` (exclusive, as git's `O_EXCL` create). Taken the other way round, a kill
+    /// between the lock and the record left an `index.lock` that no record named: `checkout::heal`
+    /// took it for another git command's, and every later landing was busy for ever.
+    pub(super) fn take_recorded(
+        gitdir: &Path,
+        record: &mut Record,
+    ) -> Result<Option<IndexLock>, RepoError> {
+        let path = gitdir.join(INDEX_LOCK);
+        let staged = gitdir.join(STAGED_LOCK_FILE);
+        // A kill between the link and the removal below leaves it; it holds nothing.
+        let _ = fs::remove_file(&staged);
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&staged)
+            .map_err(|e| io("cannot take git's index lock", &staged, e))?;
+        let meta = file.metadata().map_err(|e| io("cannot read", &staged, e))?;
+        drop(file);
+        record.lock_dev = meta.dev();
+        record.lock_ino = meta.ino();
+        let linked =
+            write_record(gitdir, record).and_then(|()| match fs::hard_link(&staged, &path) {
+                Ok(()) => Ok(Some(IndexLock {
+                    path: path.clone(),
+                    held: true,
+                })),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+                Err(e) => Err(io("cannot take git's index lock", &path, e)),
+            });
+        let _ = fs::remove_file(&staged);
+        if matches!(linked, Ok(Some(_))) {
+            fail::fail_point!("checkout::lock-taken", |_| {
+                super::crash_here("checkout::lock-taken");
+                Ok(None)
+            });
+        }
+        linked
+    }
+
+    /// The lock a crashed move left, when the file there is still the one it made.
+    pub(super) fn left_by(record: &Record, gitdir: &Path) -> Option<IndexLock> {
+        let path = gitdir.join(INDEX_LOCK);
+        let meta = fs::symlink_metadata(&path).ok()?;
+        (meta.dev() == record.lock_dev && meta.ino() == record.lock_ino)
+            .then_some(IndexLock { path, held: true })
+    }
+
+    /// Puts `new_index` in place as git does: into the lock, then the lock onto `index`.
+    pub(super) fn commit(&mut self, new_index: &Path) -> Result<(), RepoError> {
+        fs::rename(new_index, &self.path).map_err(|e| io("cannot write", &self.path, e))?;
+        let index = self.path.with_file_name("index");
+        fs::rename(&self.path, &index).map_err(|e| io("cannot write", &index, e))?;
+        self.held = false;
+        Ok(())
+    }
+}
+
+impl Drop for IndexLock {
+    fn drop(&mut self) {
+        if self.held {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A move in progress: written once the lock is held, removed once it is released.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Record {
+    pub(super) from: String,
+    pub(super) to: String,
+    pub(super) lock_dev: u64,
+    pub(super) lock_ino: u64,
+    /// The branch that moved (ADR-022): `checkout::heal` needs no run to know it. A record of a
+    /// flotilla before ADR-022 names none: `main`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) branch: Option<String>,
+}
+
+impl Record {
+    /// The branch the record's move was of; `None` when the name is not one a target can
+    /// have (a record written by hand): nothing is healed on its word.
+    pub(super) fn target(&self) -> Option<TargetBranch> {
+        TargetBranch::of_run(self.branch.as_deref()).ok()
+    }
+}
+
+pub(super) fn write_record(gitdir: &Path, record: &Record) -> Result<(), RepoError> {
+    let path = gitdir.join(RECORD_FILE);
+    let temporary = gitdir.join(format!("{RECORD_FILE}.new"));
+    let text = serde_json::to_vec(record).map_err(|e| RepoError::Git(e.to_string()))?;
+    let mut file = fs::File::create(&temporary).map_err(|e| io("cannot write", &temporary, e))?;
+    file.write_all(&text)
+        .and_then(|_| file.sync_all())
+        .map_err(|e| io("cannot write", &temporary, e))?;
+    fs::rename(&temporary, &path).map_err(|e| io("cannot write", &path, e))
+}
+
+pub(super) fn remove_record(gitdir: &Path) {
+    let _ = fs::remove_file(gitdir.join(RECORD_FILE));
+}
+
+/// A copy of the checkout's index, made the repository's index in memory, that writes to
+/// [`NEW_INDEX_FILE`] (never to `index`, whose lock we hold).
+pub(super) fn index_copy(checkout: &git2::Repository) -> Result<(git2::Index, PathBuf), RepoError> {
+    let gitdir = checkout.path();
+    let copy = gitdir.join(NEW_INDEX_FILE);
+    let index = gitdir.join("index");
+    match fs::copy(&index, &copy) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let _ = fs::remove_file(&copy);
+        }
+        Err(e) => return Err(io("cannot copy", &index, e)),
+    }
+    let mut opened = git2::Index::open(&copy).map_err(git)?;
+    checkout.set_index(&mut opened).map_err(git)?;
+    Ok((opened, copy))
+}

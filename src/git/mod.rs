@@ -1,0 +1,95 @@
+//! Everything flotilla does to a git repository, on git2: reading the target branch
+//! ([`reader`]), attempt worktrees ([`worktrees`]), merging and the merge gate's scratch
+//! checkouts ([`merge`]), moving main and keeping the user's checkout whole ([`checkout`]),
+//! the records that let a killed daemon's ref locks be healed ([`ref_lock`]), and the
+//! branch names ([`target`]). Here: what they all share (the repository lock, flotilla's
+//! signature, branch deletion, the target's commit, git errors as [`RepoError`]).
+//!
+//! It implements the actors' git ports; it must not know the actors, the daemon, the
+//! journal or the CLI.
+
+pub mod checkout;
+pub mod conflict_fix;
+pub mod index_lock;
+pub mod leftovers;
+pub mod merge;
+pub mod reader;
+pub mod ref_lock;
+pub mod target;
+pub mod worktrees;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use flotilla_actors::ports::RepoError;
+
+use self::target::TargetBranch;
+
+/// Who flotilla's own commits are by: never a person (CI machines have no git identity, and
+/// an agent's work must not look like the user's).
+pub const FLOTILLA_NAME: &str = "flotilla";
+pub const FLOTILLA_EMAIL: &str = "flotilla@localhost";
+
+/// One lock per repository, for the whole daemon: what changes a repository's `.git`
+/// (branches, worktree entries, main's ref, the checkout) is serialized per repository, so
+/// two runs on it never race on a ref or on `.git/worktrees`.
+pub(crate) fn repo_lock(repo: &Path) -> Arc<Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
+    let key = std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf());
+    let mut locks = LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    locks.entry(key).or_default().clone()
+}
+
+pub(crate) fn signature() -> Result<git2::Signature<'static>, RepoError> {
+    git2::Signature::now(FLOTILLA_NAME, FLOTILLA_EMAIL).map_err(git)
+}
+
+/// Deletes a local branch; `false` when there was none.
+pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
+    match repo.find_branch(branch, git2::BranchType::Local) {
+        Ok(mut b) => b.delete().map(|_| true).map_err(git),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
+        Err(e) => Err(git(e)),
+    }
+}
+
+/// The target branch's commit; none when the branch does not exist (an unborn branch:
+/// `git init` and nothing committed yet). Never another branch's: the run lands on this
+/// one, and reading HEAD instead would build on what the compare-and-swap then refuses.
+pub(crate) fn main_commit<'r>(
+    repo: &'r git2::Repository,
+    target: &TargetBranch,
+) -> Result<Option<git2::Commit<'r>>, RepoError> {
+    match repo.find_reference(&target.refname()) {
+        Ok(reference) => reference.peel_to_commit().map(Some).map_err(git),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(git(e)),
+    }
+}
+
+/// A git2 error as the ports say it.
+pub(crate) fn git(e: git2::Error) -> RepoError {
+    RepoError::Git(e.message().to_string())
+}
+
+/// A failed file operation on `path` as the ports say it.
+pub(crate) fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
+    RepoError::Git(format!("{what} {}: {e}", path.display()))
+}
+
+/// What an armed fail point inside the checkout sync or gc does (the crash tests): SIGKILL.
+pub(crate) fn crash_here(point: &str) {
+    tracing::error!(
+        point,
+        "fail point reached: the daemon kills itself (SIGKILL)"
+    );
+    // SAFETY: getpid and kill have no preconditions; SIGKILL cannot be caught.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::process::abort()
+}
