@@ -7,8 +7,9 @@
 
 #![no_main]
 
-use flotilla::providers::endpoint::{WireFormat, parse_stream_chunks, parse_whole_body};
-use flotilla::providers::openai::MAX_TOOL_CALLS;
+use flotilla::providers::endpoint::{parse_stream_chunks, parse_whole_body};
+use flotilla::providers::wire::WireFormat;
+use flotilla::providers::wire::MAX_TOOL_CALLS;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

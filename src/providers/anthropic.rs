@@ -9,8 +9,7 @@ use flotilla_actors::ports::{ChatRole, FinishReason, LlmError, ToolCall};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::endpoint::{Outgoing, error_message};
-use super::openai::MAX_TOOL_CALLS;
+use super::wire::{MAX_TOOL_CALLS, Outgoing, error_message};
 use super::{Parsed, parse_lenient};
 use crate::sse::SseFrame;
 

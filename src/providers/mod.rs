@@ -21,6 +21,7 @@ pub mod anthropic;
 pub mod endpoint;
 pub mod openai;
 pub mod settings;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -9,7 +9,7 @@ use flotilla_actors::ports::{ChatRole, FinishReason, LlmError, ToolCall};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::endpoint::{JsonMode, Outgoing, error_message};
+use super::wire::{JsonMode, MAX_TOOL_CALLS, Outgoing, error_message};
 use super::{Parsed, parse_lenient};
 use crate::sse::SseFrame;
 
@@ -239,9 +239,6 @@ pub fn parse_body(body: &str) -> Result<Parsed, LlmError> {
             .map_or(FinishReason::Other, finish_reason),
     })
 }
-
-/// The most tool calls one answer may ask for.
-pub const MAX_TOOL_CALLS: usize = 128;
 
 /// A tool call being streamed in fragments.
 #[derive(Debug, Default)]

@@ -312,7 +312,8 @@ fn scope_paths_normalize_once_and_the_stored_form_parses_to_itself() {
 /// the whole-body seeds parse.
 #[test]
 fn provider_stream_seeds_assemble_the_same_however_they_are_split() {
-    use flotilla::providers::endpoint::{WireFormat, parse_stream_chunks, parse_whole_body};
+    use flotilla::providers::endpoint::{parse_stream_chunks, parse_whole_body};
+    use flotilla::providers::wire::WireFormat;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/provider_stream");
     let mut streams = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -344,7 +345,8 @@ fn provider_stream_seeds_assemble_the_same_however_they_are_split() {
 /// calls). It is a malformed answer (fuzz/seeds/provider_stream/openai-index-max).
 #[test]
 fn a_tool_call_after_one_at_the_largest_index_is_a_malformed_answer_not_a_panic() {
-    use flotilla::providers::endpoint::{WireFormat, parse_stream_chunks};
+    use flotilla::providers::endpoint::parse_stream_chunks;
+    use flotilla::providers::wire::WireFormat;
     use flotilla_actors::ports::LlmError;
     let seed = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz/seeds/provider_stream/openai-index-max");
