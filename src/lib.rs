@@ -36,6 +36,3 @@ pub mod text_file;
 pub mod text_safety;
 
 pub use flotilla_actors as actors;
-
-#[cfg(test)]
-mod layout_tests;
