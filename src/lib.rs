@@ -1,17 +1,35 @@
-//! flotilla: the daemon and CLI around [`flotilla_actors`].
+//! flotilla: the daemon and CLI around [`flotilla_actors`] (the protocol, the task graph and
+//! the seven actors). This crate is the edge: it implements the actors' ports and serves them.
+//! Every module, by what it is (ARCHITECTURE.md has the rules between them; `tests/it/layout.rs`
+//! checks that no two import each other in a circle):
 //!
-//! - [`daemon`]: the long-running process: journal, run supervisor, HTTP API.
-//! - [`journal`]: the SQLite journal (the `Journal` port).
-//! - [`scripted`]: the scripted LLM provider and agent that replay a scenario file.
-//! - [`git`]: everything flotilla does to a git repository (reader, worktrees, merge, checkout).
-//! - [`config`]: `flotilla.toml` and the per-run configuration.
-//! - [`text_file`]: reading the text files others write, and where their TOML is wrong.
-//! - [`api`]: the HTTP wire types, shared by the daemon and the CLI.
+//! The two programs
+//! - [`daemon`]: the long-running process: state lock, HTTP API, the run `Supervisor`.
 //! - [`cli`]: the commands, the HTTP client they use, and how they print.
-//! - [`text_safety`]: escaping for the terminal and JSON (a leaf); [`graph_export`]: DOT
-//!   and Mermaid.
-//! - [`paths`]: the state directory and the files in it.
-//! - [`keys`]: the daemon's credentials, taken out of its environment at start.
+//! - [`api`]: the HTTP wire types both sides share (serde only).
+//!
+//! Ports, implemented
+//! - [`journal`]: the SQLite journal (the `Journal` port).
+//! - [`git`]: everything flotilla does to a git repository (reader, worktrees, merge, checkout).
+//! - [`process`]: commands in their own process group, output bounded; [`sandbox`]: the
+//!   bwrap and Landlock policy they run under; [`confine`]: paths an agent names, kept in its
+//!   worktree.
+//! - [`providers`]: LLMs over HTTP (OpenAI, Anthropic), one retry layer per endpoint;
+//!   [`sse`]: the server-sent-events parser both they and the CLI use.
+//! - [`agents`]: the built-in tool-using agent and external agent CLIs.
+//! - [`scripted`]: the scripted LLM provider and agent that replay a scenario file (the demo,
+//!   the tests).
+//!
+//! Configuration and state
+//! - [`config`]: `flotilla.toml` and the per-run configuration; [`prompts`]: each role's
+//!   system prompt; [`paths`]: the state directory; [`keys`]: the daemon's credentials, taken
+//!   out of its environment at start.
+//!
+//! Leaves anything may use
+//! - [`text_file`]: reading the text files others write, and where their TOML is wrong.
+//! - [`text_safety`]: escaping for the terminal and JSON; [`logging`]: the daemon's log,
+//!   escaped; [`graph_export`]: DOT and Mermaid.
+//! - [`bench`]: `flotilla bench`.
 
 pub mod agents;
 pub mod api;
