@@ -13,6 +13,7 @@
 //! - [`work_check`]: handoffs from git truth: what a branch changed, checked against the
 //!   task's scope and the run's `[checks]` (pure).
 //! - [`supervision`]: how actors report that they ended (`Lifeline`), and `StopMember`.
+//! - `testing` (feature `testing`, tests only): `eventually`, the one wait helper.
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
 
@@ -29,4 +30,6 @@ pub mod protocol;
 pub mod scratch_commands;
 pub mod subplanner_context;
 pub mod supervision;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod work_check;
