@@ -340,8 +340,8 @@ fn load_or_create_token(path: &Path) -> anyhow::Result<String> {
         }
     }
     let mut bytes = [0u8; 32];
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("the OS gave no random bytes for the token: {e}"))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
