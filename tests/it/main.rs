@@ -1,5 +1,8 @@
 //! flotilla's integration tests: one binary, one shared harness.
 
+// Test code: a failed unwrap is a failed test (the lint policy, ADR-027).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod api_limits;
 mod bench;
 mod big_run;
@@ -8,6 +11,7 @@ mod budgets;
 mod builtin_agent;
 mod checkout;
 mod cli;
+mod cli_snapshots;
 mod codex_real;
 mod command_agent;
 mod crash;
@@ -18,6 +22,7 @@ mod escapes;
 mod fuzz_regressions;
 mod gc;
 mod harness;
+mod journal_fixture;
 mod landing;
 mod landing_machine;
 mod landing_recovery;
