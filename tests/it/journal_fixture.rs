@@ -3,9 +3,11 @@
 //! pinned in `tests/it/snapshots/` — a change to the event encoding, the schema or the
 //! replay that breaks old journals fails here.
 //!
-//! The fixture holds two runs: a real one (a daemon on the scripted provider: three tasks, a
-//! landing, a blocked task) and one holding `EventKind::samples` of every stored kind (the
-//! awkward values: largest numbers, text to escape). A kind added later without a new
+//! The fixture holds two runs: a real one (a daemon on the scripted provider: three tasks,
+//! one of them blocked) and one holding `EventKind::samples` of every stored kind (the
+//! awkward values: largest numbers, text to escape). Every row of both must decode; the
+//! samples are no coherent run, so that run's status is `damaged` at its first event the
+//! graph refuses, and is pinned as such. A kind added later without a new
 //! fixture fails `the_fixture_holds_every_stored_event_kind`: regenerate with
 //! `cargo test --test it journal_fixture::write_the_journal_fixture -- --ignored`, review the
 //! snapshots, and commit the new file beside the old one's replacement.
