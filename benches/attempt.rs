@@ -15,6 +15,9 @@
 //! `cargo bench --bench attempt` (an interleaved comparison first, then criterion's cases;
 //! times per attempt).
 
+// Test code: a failed unwrap is a failed test (the lint policy, ADR-027).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -4,6 +4,9 @@
 //!
 //! `cargo bench --bench journal` (criterion; throughput is in events per second).
 
+// Test code: a failed unwrap is a failed test (the lint policy, ADR-027).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

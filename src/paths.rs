@@ -1,18 +1,21 @@
 //! Where flotilla keeps its state: `$FLOTILLA_STATE_DIR`, else `$XDG_STATE_HOME/flotilla`,
-//! else `~/.local/state/flotilla`. The directory is private (0700): it holds the journal,
-//! the daemon's socket and its bearer token, the lock that makes one daemon its only owner,
-//! and the marker that says a journal existed here.
+//! else `~/.local/state/flotilla` (the XDG part through `etcetera`). The directory is private
+//! (0700): it holds the journal, the daemon's socket and its bearer token, the lock that makes
+//! one daemon its only owner, and the marker that says a journal existed here.
 
 use std::path::{Path, PathBuf};
 
+use etcetera::base_strategy::{BaseStrategy, Xdg};
+
+/// The state directory when `--state-dir`/`$FLOTILLA_STATE_DIR` names none: XDG's state home
+/// (`$XDG_STATE_HOME` when absolute, else `~/.local/state`) on every platform, so that a
+/// state directory never moves with the OS's conventions; `./.local/state` without a home.
 pub fn default_state_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("flotilla");
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".local/state/flotilla")
+    Xdg::new()
+        .ok()
+        .and_then(|xdg| xdg.state_dir())
+        .unwrap_or_else(|| PathBuf::from(".local/state"))
+        .join("flotilla")
 }
 
 pub fn journal_path(state_dir: &Path) -> PathBuf {

@@ -5,6 +5,9 @@
 //!
 //! Run with `cargo bench -p flotilla-actors --bench dispatch`.
 
+// Test code: a failed unwrap is a failed test (the lint policy, ADR-027).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -7,6 +7,9 @@
 //!
 //!     cargo bench -p flotilla-actors --bench planner_messages
 
+// Test code: a failed unwrap is a failed test (the lint policy, ADR-027).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use flotilla_actors::actors::planner::context::RepoContext;
 use flotilla_actors::ports::RepoSnapshot;
 

@@ -6,6 +6,9 @@
 //! on a copy of a prebuilt graph that is refreshed (untimed) before it has grown by 10%, so
 //! the graph size stays within 10% of the nominal one.
 
+// Test code: a failed unwrap is a failed test (the lint policy, ADR-027).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -15,6 +15,7 @@
 //!   the MergeQueue and the Reconciler run.
 //! - [`recovery`]: what a run's journal says its actors pick up again at a (re)start (pure).
 //! - [`supervision`]: how actors report that they ended (`Lifeline`), and `StopMember`.
+//! - `testing` (feature `testing`, tests only): `eventually`, the one wait helper.
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
 
@@ -27,3 +28,5 @@ pub mod ports;
 pub mod protocol;
 pub mod recovery;
 pub mod supervision;
+#[cfg(feature = "testing")]
+pub mod testing;

@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 use actix::Actor;
 use anyhow::Context as _;
-use flotilla_actors::ports::{Clock, FailingJournal, Journal, JournalFaults, SystemClock};
+use flotilla_actors::ports::{Clock, Journal, SystemClock};
+#[cfg(feature = "testing")]
+use flotilla_actors::ports::{FailingJournal, JournalFaults};
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -47,8 +49,9 @@ pub enum Listen {
 pub struct DaemonOptions {
     pub state_dir: PathBuf,
     pub listen: Listen,
-    /// A fault switch between the run actors and the journal, for tests and drills; `None`
-    /// in production.
+    /// A fault switch between the run actors and the journal, for tests and drills; only in
+    /// builds with the `testing` feature (ADR-027).
+    #[cfg(feature = "testing")]
     pub journal_faults: Option<JournalFaults>,
     /// Connection cap and timeouts of the API server.
     pub server: api::ServerLimits,
@@ -84,6 +87,7 @@ pub async fn serve(
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let journal = open_journal(&options.state_dir, clock.clone(), options.journal_sync)?;
     let (hub, _) = broadcast::channel(4096);
+    #[cfg(feature = "testing")]
     let journal_port: Arc<dyn Journal> = match &options.journal_faults {
         Some(faults) => Arc::new(FailingJournal::new(
             Arc::new(journal.clone()),
@@ -91,6 +95,8 @@ pub async fn serve(
         )),
         None => Arc::new(journal.clone()),
     };
+    #[cfg(not(feature = "testing"))]
+    let journal_port: Arc<dyn Journal> = Arc::new(journal.clone());
     // Bind before resuming: a daemon that cannot serve (address refused or taken) must exit
     // having changed nothing.
     let (listener, bound, token) = bind(&options).await?;
@@ -334,8 +340,8 @@ fn load_or_create_token(path: &Path) -> anyhow::Result<String> {
         }
     }
     let mut bytes = [0u8; 32];
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("the OS gave no random bytes for the token: {e}"))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;

@@ -82,6 +82,8 @@ pub(crate) fn io(what: &str, path: &Path, e: std::io::Error) -> RepoError {
 }
 
 /// What an armed fail point inside the checkout sync or gc does (the crash tests): SIGKILL.
+/// Only with the `failpoints` feature (ADR-027).
+#[cfg(feature = "failpoints")]
 pub(crate) fn crash_here(point: &str) {
     tracing::error!(
         point,

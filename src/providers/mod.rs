@@ -122,6 +122,10 @@ impl ProviderRegistry {
 
     /// A registry whose endpoints take their keys from `keys`.
     pub fn with_keys(keys: Arc<Keys>) -> Result<Self, reqwest::Error> {
+        // reqwest is built without a TLS crypto provider of its own (ring, not aws-lc:
+        // ADR-027); the process-wide default must be in place before a client is built. An
+        // error only says one is installed already (another registry, a test): kept.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             // A redirect could carry the request (and its key) somewhere unconfigured.

@@ -10,6 +10,7 @@ use flotilla::git::merge::GitMerge;
 use flotilla::git::reader::GitRepo;
 use flotilla_actors::ports::{CheckoutSync, MainRef, MainRefError, MergeGit};
 use flotilla_actors::protocol::{EventKind, RunOutcome};
+use flotilla_actors::testing::eventually_blocking;
 
 use crate::daemon_env::*;
 
@@ -572,7 +573,7 @@ async fn a_users_commit_during_a_run_is_kept_and_the_run_lands_on_top_of_it() {
 /// main) holds the index lock, as a user would.
 fn commit_by_hand(path: &Path) -> git2::Oid {
     std::fs::write(path.join("mine.txt"), "my commit\n").unwrap();
-    for _ in 0..200 {
+    eventually_blocking("the user's commit to get the index lock", || {
         let g = git(path);
         let attempt = (|| -> Result<git2::Oid, git2::Error> {
             let mut index = g.index()?;
@@ -583,12 +584,8 @@ fn commit_by_hand(path: &Path) -> git2::Oid {
             let sig = git2::Signature::now("user", "user@example.com")?;
             g.commit(Some("HEAD"), &sig, &sig, "the user's", &tree, &[&parent])
         })();
-        match attempt {
-            Ok(id) => return id,
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-    panic!("the user's commit never got the index lock");
+        attempt.ok()
+    })
 }
 
 /// A user's hard reset of main during a run: landing pauses with `MainDiverged` (status
@@ -709,15 +706,11 @@ where
 /// `git reset --hard <commit>` on main, as a user runs it: retried while flotilla's move of
 /// main holds the index lock.
 fn reset_by_hand(path: &Path, to: git2::Oid) {
-    for _ in 0..200 {
+    eventually_blocking("the user's reset to get the index lock", || {
         let g = git(path);
         let target = g.find_object(to, None).unwrap();
-        match g.reset(&target, git2::ResetType::Hard, None) {
-            Ok(()) => return,
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-    panic!("the user's reset never got the index lock");
+        g.reset(&target, git2::ResetType::Hard, None).ok()
+    })
 }
 
 /// A daemon killed inside git2's move of main's ref (no fail point can stop it there) left

@@ -1338,3 +1338,57 @@ fn the_live_line_counts_what_status_counts() {
     assert_eq!(c.completed, 1, "{c:?}");
     assert_eq!(c.total, 5, "{c:?}");
 }
+
+/// The state directory (here: where the CLI looks for the daemon's socket) is
+/// `$FLOTILLA_STATE_DIR`, else `$XDG_STATE_HOME/flotilla`, else `~/.local/state/flotilla`;
+/// an empty `$XDG_STATE_HOME` counts as unset.
+#[test]
+fn the_state_directory_is_flotilla_state_dir_else_xdg_state_home_else_home() {
+    let explicit = tempfile::tempdir().unwrap();
+    let xdg = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let looked_in = |env: &[(&str, &std::path::Path)]| -> String {
+        let mut cmd = Command::cargo_bin("flotilla").unwrap();
+        cmd.env("NO_COLOR", "1")
+            .env_remove("FLOTILLA_SOCKET")
+            .env_remove("FLOTILLA_STATE_DIR")
+            .env_remove("XDG_STATE_HOME");
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        let out = cmd.arg("runs").assert().code(3);
+        String::from_utf8(out.get_output().stderr.clone()).unwrap()
+    };
+    let socket = |dir: std::path::PathBuf| dir.join("daemon.sock").display().to_string();
+    let cases = [
+        (
+            looked_in(&[
+                ("FLOTILLA_STATE_DIR", explicit.path()),
+                ("XDG_STATE_HOME", xdg.path()),
+                ("HOME", home.path()),
+            ]),
+            socket(explicit.path().to_path_buf()),
+        ),
+        (
+            looked_in(&[("XDG_STATE_HOME", xdg.path()), ("HOME", home.path())]),
+            socket(xdg.path().join("flotilla")),
+        ),
+        (
+            looked_in(&[("HOME", home.path())]),
+            socket(home.path().join(".local/state/flotilla")),
+        ),
+        (
+            looked_in(&[
+                ("XDG_STATE_HOME", std::path::Path::new("")),
+                ("HOME", home.path()),
+            ]),
+            socket(home.path().join(".local/state/flotilla")),
+        ),
+    ];
+    for (stderr, expected) in cases {
+        assert!(
+            stderr.contains(&expected),
+            "expected {expected} in: {stderr}"
+        );
+    }
+}

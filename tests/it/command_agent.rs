@@ -22,6 +22,8 @@ use flotilla_actors::actors::{AgentSet, WorkerKit, WorkerPool};
 use flotilla_actors::ports::{Agent, AgentError, AgentReport, AttemptContext, Workspace};
 use flotilla_actors::protocol::*;
 
+use flotilla_actors::testing::{eventually, within};
+
 use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::harness::*;
 
@@ -217,24 +219,15 @@ fn no_flotilla_files(paths: &[String]) {
 
 /// The pids a `hang` fake wrote to `file` (itself and its child), once it has.
 async fn pids_in(file: &Path) -> Vec<i32> {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(file) {
-            let pids: Vec<i32> = text
-                .split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect();
-            if pids.len() == 2 {
-                return pids;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no pids in {}",
-            file.display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(format!("two pids in {}", file.display()), || async {
+        let pids: Vec<i32> = std::fs::read_to_string(file)
+            .ok()?
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        (pids.len() == 2).then_some(pids)
+    })
+    .await
 }
 
 /// Whether the process is gone (a zombie counts: an orphan is reaped by pid 1, which in
@@ -254,14 +247,10 @@ fn gone(pid: i32) -> bool {
 }
 
 async fn all_gone(pids: &[i32]) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !pids.iter().all(|&pid| gone(pid)) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still alive: {pids:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(format!("{pids:?} to be gone"), || async {
+        pids.iter().all(|&pid| gone(pid)).then_some(())
+    })
+    .await
 }
 
 #[actix::test]
@@ -672,20 +661,13 @@ async fn calling_the_attempt_off_kills_the_cli_and_leaves_no_worktree() {
         reason: "the user cancelled it".into(),
     });
     all_gone(&running).await;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let left: Vec<_> = std::fs::read_dir(s.worktrees())
+    let left = || -> Vec<_> {
+        std::fs::read_dir(s.worktrees())
             .map(|dir| dir.filter_map(Result::ok).map(|e| e.path()).collect())
-            .unwrap_or_default();
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "worktrees left: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            .unwrap_or_default()
+    };
+    within(PATIENCE, || async { left().is_empty().then_some(()) }).await;
+    assert!(left().is_empty(), "worktrees left: {:?}", left());
 }
 
 // The session on its own, outside a Worker.

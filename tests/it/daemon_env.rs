@@ -18,6 +18,7 @@ use flotilla::daemon::{self, Bound, DaemonOptions, Listen};
 use flotilla::scripted::Scenario;
 use flotilla_actors::ports::JournalFaults;
 use flotilla_actors::protocol::{Event, EventKind, RunOutcome};
+use flotilla_actors::testing::within;
 use futures::StreamExt;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
@@ -387,31 +388,23 @@ impl DaemonProcess {
     /// Waits, at most `limit`, for the daemon to exit by itself (a fail point that kills
     /// it): its exit status, or `None` if it still runs.
     pub async fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        within(limit, || std::future::ready(self.exited())).await
+    }
+
+    /// Its exit status if it has exited, now (no wait).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
     }
 
     /// Waits, at most `limit`, for a line of the log containing `needle` (stderr is read on
     /// a thread of its own, so the last lines of a dead daemon may come a little later).
     pub async fn logged_within(&self, needle: &str, limit: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        within(limit, || async {
+            let log = self.log.lock().unwrap();
+            log.iter().any(|l| l.contains(needle)).then_some(())
+        })
+        .await
+        .is_some()
     }
 }
 

@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use flotilla_actors::protocol::{Event, EventKind, RunOutcome};
+use flotilla_actors::testing::{PATIENCE, within};
 
 use crate::daemon_env::*;
 use crate::process::none_runs;
@@ -301,20 +301,17 @@ writes = {{ "out/done.txt" = "done\n" }}
     let client = DaemonProcess::client(&state);
     let run = submit(&client, &repo, run_config(&scenario, 1)).await;
     // Once the background processes run (their worktree says so), the daemon is killed.
-    let mut started = false;
-    for _ in 0..600 {
+    let started = within(PATIENCE, || async {
         let pattern = state.join("worktrees").join(&run);
-        started = std::fs::read_dir(&pattern)
+        std::fs::read_dir(&pattern)
             .into_iter()
             .flatten()
             .flatten()
-            .any(|attempt| attempt.path().join("out/started").exists());
-        if started {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(started, "the first attempt never ran its command");
+            .any(|attempt| attempt.path().join("out/started").exists())
+            .then_some(())
+    })
+    .await;
+    assert!(started.is_some(), "the first attempt never ran its command");
     assert!(!none_runs_now(&token), "the lingering processes run");
     daemon.kill();
     assert!(

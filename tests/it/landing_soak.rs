@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use flotilla_actors::protocol::{EventKind, RunOutcome};
+use flotilla_actors::testing::{PATIENCE, within};
 use futures::StreamExt;
 
 use crate::daemon_env::*;
@@ -173,9 +174,6 @@ fn lock_files(dir: &Path) -> Vec<String> {
     found
 }
 
-/// How often the user tries their commit while git's locks are taken.
-const USER_TRIES: u32 = 100;
-
 /// The user's `git commit` on main, with git itself: it takes `index.lock` and main's ref
 /// lock as any git command does, so it fails while a landing moves main under the checkout
 /// (flotilla holds the same locks for the move). The user tries again, as a person would,
@@ -192,7 +190,7 @@ async fn commit_by_hand(repo: &Path) -> git2::Oid {
             .unwrap()
     };
     let mut refused = Vec::new();
-    for _ in 0..USER_TRIES {
+    let committed = within(PATIENCE, || {
         let add = git(&["add", "USER.md"]);
         let out = if add.status.success() {
             git(&["commit", "-q", "-m", "the user's own commit"])
@@ -202,7 +200,7 @@ async fn commit_by_hand(repo: &Path) -> git2::Oid {
         if out.status.success() {
             let head = git(&["rev-parse", "HEAD"]);
             let id = String::from_utf8_lossy(&head.stdout).trim().to_string();
-            return git2::Oid::from_str(&id).unwrap();
+            return std::future::ready(Some(git2::Oid::from_str(&id).unwrap()));
         }
         let why = String::from_utf8_lossy(&out.stderr).into_owned();
         // Only git's locks (the index's, a ref's) are a reason to try again.
@@ -211,9 +209,15 @@ async fn commit_by_hand(repo: &Path) -> git2::Oid {
             "the user's commit failed: {why}"
         );
         refused.push(why);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the user's commit found git's locks taken {USER_TRIES} times: {refused:#?}");
+        std::future::ready(None)
+    })
+    .await;
+    committed.unwrap_or_else(|| {
+        panic!(
+            "the user's commit found git's locks taken {} times: {refused:#?}",
+            refused.len()
+        )
+    })
 }
 
 async fn soak(soak: Soak) {
@@ -253,21 +257,15 @@ async fn soak(soak: Soak) {
             let mut armed =
                 DaemonProcess::start_with_env(state.path(), &[("FAILPOINTS", failpoints.as_str())]);
             // It dies by its own hand at the point, or the run ends first.
-            let mut died = false;
-            for _ in 0..120 {
-                if armed
-                    .exited_within(Duration::from_millis(500))
-                    .await
-                    .is_some()
-                {
-                    died = true;
-                    break;
-                }
-                if finished(&read_kinds(state.path(), &run)) {
-                    break;
-                }
-            }
-            if !died {
+            let died = within(PATIENCE, || {
+                std::future::ready(match armed.exited() {
+                    Some(_) => Some(true),
+                    None if finished(&read_kinds(state.path(), &run)) => Some(false),
+                    None => None,
+                })
+            })
+            .await;
+            if died != Some(true) {
                 armed.kill();
             }
         }

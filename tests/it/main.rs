@@ -1,6 +1,9 @@
 //! flotilla's integration tests: one binary, one shared harness. Tests that need only
 //! `flotilla-actors` (no daemon, git, SQLite or HTTP) are that crate's: `actors/tests/it`.
 
+// Test code: a failed unwrap is a failed test (the lint policy, ADR-027).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod api_limits;
 mod bench;
 mod big_run;
@@ -9,6 +12,7 @@ mod budgets;
 mod builtin_agent;
 mod checkout;
 mod cli;
+mod cli_snapshots;
 mod codex_real;
 mod command_agent;
 mod crash;
@@ -22,6 +26,7 @@ mod gc;
 #[allow(dead_code)]
 #[path = "../../actors/tests/it/harness.rs"]
 mod harness;
+mod journal_fixture;
 mod landing_soak;
 mod layout;
 mod merge_example;

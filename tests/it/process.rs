@@ -11,6 +11,7 @@ use flotilla_actors::ports::{
     CommandLimits, CommandSpec, EnvPolicy, Exit, LineSink, ProcessError, ProcessRunner, Sandbox,
     Stream, scrubbed_env,
 };
+use flotilla_actors::testing::{PATIENCE, eventually, within};
 use tokio_util::sync::CancellationToken;
 
 fn sh(line: &str, dir: &std::path::Path) -> CommandSpec {
@@ -46,11 +47,10 @@ async fn run_unsandboxed(spec: CommandSpec) -> flotilla_actors::ports::CommandOu
         .unwrap()
 }
 
-/// Whether no process on the host runs `sleep <token>` (a bounded wait, 10 s, for them to
-/// go). Also used by the escape tests.
+/// Whether no process on the host runs `sleep <token>` (a bounded wait for them to go). Also used by the escape tests.
 pub(crate) async fn none_runs(token: &str) -> bool {
     let needle = format!("sleep\0{token}\0");
-    for _ in 0..200 {
+    within(PATIENCE, || async {
         let mut alive = false;
         for entry in std::fs::read_dir("/proc").unwrap().flatten() {
             let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
@@ -64,18 +64,16 @@ pub(crate) async fn none_runs(token: &str) -> bool {
                 alive = true;
             }
         }
-        if !alive {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
+        (!alive).then_some(())
+    })
+    .await
+    .is_some()
 }
 
 /// Whether the process with this pid is dead (a bounded wait for it to go). A zombie counts
 /// as dead: an orphan is reaped by pid 1, which in some containers never reaps.
 async fn gone(pid: i32) -> bool {
-    for _ in 0..100 {
+    within(PATIENCE, || async {
         // SAFETY: signal 0 only checks for existence.
         let exists = unsafe { libc::kill(pid, 0) } == 0
             || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
@@ -86,24 +84,17 @@ async fn gone(pid: i32) -> bool {
                     .map(|(_, rest)| rest.trim_start().starts_with('Z'))
             })
             .unwrap_or(false);
-        if !exists || zombie {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+        (!exists || zombie).then_some(())
+    })
+    .await
+    .is_some()
 }
 
 async fn pid_in(file: &std::path::Path) -> i32 {
-    for _ in 0..100 {
-        if let Ok(text) = std::fs::read_to_string(file)
-            && let Ok(pid) = text.trim().parse()
-        {
-            return pid;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("no pid in {}", file.display());
+    eventually(format!("a pid in {}", file.display()), || async {
+        std::fs::read_to_string(file).ok()?.trim().parse().ok()
+    })
+    .await
 }
 
 #[tokio::test]
@@ -436,13 +427,10 @@ async fn a_sandboxed_command_leaves_nothing_behind() {
 
 /// Waits (bounded) for a file to be written.
 async fn written(file: &std::path::Path) {
-    for _ in 0..200 {
-        if tokio::fs::metadata(file).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{} was never written", file.display());
+    eventually(format!("{} to be written", file.display()), || async {
+        tokio::fs::metadata(file).await.ok().map(drop)
+    })
+    .await
 }
 
 #[tokio::test]

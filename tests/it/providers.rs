@@ -1477,15 +1477,11 @@ async fn a_429_pauses_the_endpoint_for_every_run() {
     );
 
     let a = tokio::spawn(run_a.complete(hi(), LlmCall::default()));
-    // Until the client has seen the 429 and paused the endpoint (at most 5 s).
-    let mut paused = None;
-    for _ in 0..500 {
-        paused = registry.endpoint("p", &spec).paused_until();
-        if paused.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Until the client has seen the 429 and paused the endpoint.
+    let paused = flotilla_actors::testing::within(flotilla_actors::testing::PATIENCE, || async {
+        registry.endpoint("p", &spec).paused_until()
+    })
+    .await;
     let paused_until = paused.expect("the 429 paused the endpoint");
     let b_started = Instant::now();
     assert!(

@@ -18,6 +18,7 @@ use flotilla_actors::protocol::{
     AttemptFailure, Event, EventKind, FailureReason, RunId, RunOutcome, TaskId,
 };
 use flotilla_actors::supervision::StopMember;
+use flotilla_actors::testing::{PATIENCE, blocking_within, within};
 use futures::StreamExt;
 
 use crate::daemon_env::*;
@@ -113,14 +114,7 @@ async fn a_second_daemon_on_the_same_state_dir_exits_at_once_naming_the_first_an
             .stderr(stderr_file.reopen().unwrap())
             .spawn()
             .unwrap();
-        let mut status = None;
-        for _ in 0..300 {
-            status = second.try_wait().unwrap();
-            if status.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let status = within(PATIENCE, || std::future::ready(second.try_wait().unwrap())).await;
         let Some(status) = status else {
             let _ = second.kill();
             let _ = second.wait();
@@ -263,13 +257,11 @@ fn serve_error(state_dir: &Path) -> Option<String> {
 
 fn serve_error_on(state_dir: &Path, listen: flotilla::daemon::Listen) -> Option<String> {
     let me = format!("PID {})", std::process::id());
-    for _ in 0..20 {
-        match serve_once(state_dir, listen.clone()) {
-            Some(e) if e.contains(&me) => std::thread::sleep(Duration::from_millis(50)),
-            other => return other,
-        }
-    }
-    Some("the state lock stayed held".into())
+    blocking_within(PATIENCE, || match serve_once(state_dir, listen.clone()) {
+        Some(e) if e.contains(&me) => None,
+        other => Some(other),
+    })
+    .unwrap_or_else(|| Some("the state lock stayed held".into()))
 }
 
 fn serve_once(state_dir: &Path, listen: flotilla::daemon::Listen) -> Option<String> {
@@ -548,26 +540,22 @@ async fn when_a_run_ends_every_one_of_its_actors_stops() {
     })
     .await
     .expect("the run finished");
-    for _ in 0..200 {
-        if !members.any_alive() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    within(PATIENCE, || async { (!members.any_alive()).then_some(()) }).await;
     assert!(
         !members.any_alive(),
         "a finished run's actors are all stopped"
     );
     assert!(supervisor.send(GetRunMembers(run)).await.unwrap().is_none());
     // ...which is stopped once they have all stopped (the supervisor looks twice a second).
-    let mut threads = supervisor.send(RunThreads).await.unwrap();
-    for _ in 0..100 {
-        if threads.retiring == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        threads = supervisor.send(RunThreads).await.unwrap();
-    }
+    let retired = within(PATIENCE, || async {
+        let threads = supervisor.send(RunThreads).await.unwrap();
+        (threads.retiring == 0).then_some(threads)
+    })
+    .await;
+    let threads = match retired {
+        Some(threads) => threads,
+        None => supervisor.send(RunThreads).await.unwrap(),
+    };
     assert_eq!(
         threads,
         RunThreadCount {
@@ -642,12 +630,12 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
     })
     .await;
     let run_workspaces = state.path().join("worktrees").join(&run);
-    for _ in 0..100 {
-        if std::fs::read_dir(&run_workspaces).is_ok_and(|mut d| d.next().is_some()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    within(PATIENCE, || async {
+        std::fs::read_dir(&run_workspaces)
+            .is_ok_and(|mut d| d.next().is_some())
+            .then_some(())
+    })
+    .await;
     daemon.kill(); // the attempts in flight leave their workspaces behind
     let interrupted: Vec<std::path::PathBuf> = std::fs::read_dir(&run_workspaces)
         .unwrap()
@@ -674,12 +662,10 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));
     // The sweep runs after the run's actors stopped, on a blocking thread: on a loaded
     // machine that can take a while (bounded).
-    for _ in 0..500 {
-        if !run_workspaces.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    within(PATIENCE, || async {
+        (!run_workspaces.exists()).then_some(())
+    })
+    .await;
     let left: Vec<_> = std::fs::read_dir(&run_workspaces)
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
@@ -918,19 +904,18 @@ async fn a_cancel_the_journal_cannot_take_is_not_acknowledged_and_one_it_can_tak
 
     faults.set(JournalFault::None);
     // The run resumes once its supervisor retries (backing off): until then it answers 503.
-    let mut acknowledged = false;
-    for _ in 0..150 {
+    let acknowledged = within(PATIENCE, || async {
         let status = cancel(&daemon.client, &run).await;
         if status == hyper::StatusCode::ACCEPTED {
-            acknowledged = true;
-            break;
+            return Some(());
         }
         assert_eq!(status, hyper::StatusCode::SERVICE_UNAVAILABLE);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        None
+    })
+    .await;
     assert!(
-        acknowledged,
-        "no cancel acknowledged within 30 s of the journal's return"
+        acknowledged.is_some(),
+        "no cancel acknowledged after the journal's return"
     );
     // Read right after the 202, from the file.
     let kinds = journal_kinds(daemon.state_dir(), &run);
@@ -1082,12 +1067,7 @@ async fn a_planner_dispatch_or_worker_pool_that_dies_mid_run_is_restarted_and_th
             "{name}: {finished:?}"
         );
         // The earlier life's actors were all stopped, not left running beside the new ones.
-        for _ in 0..200 {
-            if !before.any_alive() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        within(PATIENCE, || async { (!before.any_alive()).then_some(()) }).await;
         assert!(!before.any_alive(), "{name}: the old members still run");
         let kinds: Vec<EventKind> = journal
             .read(run, 0)

@@ -12,6 +12,8 @@ use flotilla_actors::ports::{
 };
 use flotilla_actors::protocol::{ChangeKind, RunId, TaskId, branch_name};
 
+use flotilla_actors::testing::{PATIENCE, within};
+
 use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::supervision::assert_checkout_untouched;
 
@@ -553,12 +555,7 @@ run = "test -f src/lib.rs && test ! -e tests/lib.rs"
     assert_ne!(git.refname_to_id("refs/heads/main").unwrap(), main);
     assert_checkout_untouched(repo.path());
     let run_dir = daemon.state_dir().join("worktrees").join(&run);
-    for _ in 0..100 {
-        if !run_dir.exists() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    within(PATIENCE, || async { (!run_dir.exists()).then_some(()) }).await;
     assert!(!run_dir.exists(), "the run's worktrees are gone");
 }
 
@@ -668,17 +665,12 @@ run = "sleep 300 & echo $! > {}; wait"
     let run = submit(&daemon.client, repo.path(), config).await;
     let mut children = Vec::new();
     for task in ["t1", "t2"] {
-        let mut found = None;
-        for _ in 0..500 {
-            if let Some(p) = std::fs::read_to_string(pid(task))
+        let found = within(PATIENCE, || async {
+            std::fs::read_to_string(pid(task))
                 .ok()
                 .and_then(|t| t.trim().parse::<i32>().ok())
-            {
-                found = Some(p);
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        })
+        .await;
         children.push(found.unwrap_or_else(|| panic!("{task}'s command never started")));
     }
     let (status, body) = daemon
@@ -696,32 +688,27 @@ run = "sleep 300 & echo $! > {}; wait"
     );
 
     for child in children {
-        let mut dead = false;
-        for _ in 0..300 {
+        let dead = within(PATIENCE, || async {
             // SAFETY: signal 0 only checks whether the process exists.
-            if unsafe { libc::kill(child, 0) } != 0 {
-                dead = true;
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        assert!(dead, "process {child} survived the cancelled run");
+            (unsafe { libc::kill(child, 0) } != 0).then_some(())
+        })
+        .await;
+        assert!(dead.is_some(), "process {child} survived the cancelled run");
     }
     let run_dir = daemon.state_dir().join("worktrees").join(&run);
     let git = git2::Repository::open(repo.path()).unwrap();
-    let mut leftovers = Vec::new();
-    for _ in 0..300 {
-        leftovers = git
-            .branches(Some(git2::BranchType::Local))
+    let flotilla_branches = || -> Vec<String> {
+        git.branches(Some(git2::BranchType::Local))
             .unwrap()
             .map(|b| b.unwrap().0.name().unwrap().unwrap().to_string())
             .filter(|n| n.starts_with("flotilla/"))
-            .collect();
-        if leftovers.is_empty() && !run_dir.exists() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+            .collect()
+    };
+    within(PATIENCE, || async {
+        (flotilla_branches().is_empty() && !run_dir.exists()).then_some(())
+    })
+    .await;
+    let leftovers = flotilla_branches();
     assert!(leftovers.is_empty(), "branches left: {leftovers:?}");
     assert!(!run_dir.exists(), "worktrees left in {}", run_dir.display());
     assert_checkout_untouched(repo.path());

@@ -7,9 +7,11 @@
 //! move the work onto a blocking thread inside that future; an actor awaiting a port never
 //! blocks its own thread (ARCHITECTURE.md, invariant 5).
 //!
-//! Fakes: `MemoryJournal`, `ManualClock`, and `FailingJournal` whose `JournalFaults` switch
-//! makes appends fail or panic on demand.
+//! Fakes: `MemoryJournal` (also `flotilla bench`'s journal); behind the `testing` feature
+//! (ADR-027), `ManualClock` and `FailingJournal` whose `JournalFaults` switch makes appends
+//! fail or panic on demand.
 
+#[cfg(feature = "testing")]
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -47,15 +49,18 @@ impl Clock for SystemClock {
 }
 
 /// A clock tests set by hand.
+#[cfg(feature = "testing")]
 #[derive(Debug, Default)]
 pub struct ManualClock(AtomicU64);
 
+#[cfg(feature = "testing")]
 impl ManualClock {
     pub fn set(&self, ms: u64) {
         self.0.store(ms, Ordering::SeqCst)
     }
 }
 
+#[cfg(feature = "testing")]
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
@@ -144,6 +149,7 @@ impl Journal for MemoryJournal {
 }
 
 /// Which fault a [`FailingJournal`] injects.
+#[cfg(feature = "testing")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum JournalFault {
@@ -159,9 +165,11 @@ pub enum JournalFault {
 
 /// A switch shared between a [`FailingJournal`] and whoever drives the fault (a test, a
 /// drill): flipping it takes effect on the next append.
+#[cfg(feature = "testing")]
 #[derive(Debug, Clone, Default)]
 pub struct JournalFaults(Arc<AtomicU8>);
 
+#[cfg(feature = "testing")]
 impl JournalFaults {
     pub fn set(&self, fault: JournalFault) {
         self.0.store(fault as u8, Ordering::SeqCst)
@@ -191,17 +199,20 @@ impl JournalFaults {
 
 /// A `Journal` decorator whose appends fail (or panic) on demand; reads always go through.
 /// Ports that are never made to fail leave recovery code untested.
+#[cfg(feature = "testing")]
 pub struct FailingJournal {
     inner: Arc<dyn Journal>,
     faults: JournalFaults,
 }
 
+#[cfg(feature = "testing")]
 impl FailingJournal {
     pub fn new(inner: Arc<dyn Journal>, faults: JournalFaults) -> Self {
         FailingJournal { inner, faults }
     }
 }
 
+#[cfg(feature = "testing")]
 impl Journal for FailingJournal {
     fn append(
         &self,

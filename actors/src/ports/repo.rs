@@ -11,7 +11,8 @@
 //!
 //! `Worktrees` can `prepare` an attempt's worktree from main's tip, `seal` it into a
 //! `BranchWork`, `release` it keeping or deleting its branch, and `sweep` what interrupted
-//! attempts left. `ScratchWorktrees` (plain directories) is the fake for actor tests.
+//! attempts left. `ScratchWorktrees` (plain directories, the `testing` feature) is the fake for
+//! actor tests.
 
 use std::path::PathBuf;
 
@@ -217,11 +218,14 @@ pub trait MainRef: Send + Sync + 'static {
 
 /// Worktrees without git, for actor tests: each attempt gets a plain directory under
 /// `root`, and sealing reports every file in it as added (with its lines counted), at an
-/// empty base. Removing it removes the directory; there are no branches to keep.
+/// empty base. Removing it removes the directory; there are no branches to keep. A test seam
+/// (the `testing` feature, ADR-027).
+#[cfg(feature = "testing")]
 pub struct ScratchWorktrees {
     root: PathBuf,
 }
 
+#[cfg(feature = "testing")]
 impl ScratchWorktrees {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         ScratchWorktrees { root: root.into() }
@@ -233,10 +237,12 @@ impl ScratchWorktrees {
     }
 }
 
+#[cfg(feature = "testing")]
 fn io(e: std::io::Error) -> RepoError {
     RepoError::Git(format!("scratch workspace: {e}"))
 }
 
+#[cfg(feature = "testing")]
 fn scratch_files(root: &std::path::Path) -> Result<Vec<crate::protocol::FileChange>, RepoError> {
     let mut files = Vec::new();
     let mut dirs = vec![root.to_path_buf()];
@@ -269,6 +275,7 @@ fn scratch_files(root: &std::path::Path) -> Result<Vec<crate::protocol::FileChan
     Ok(files)
 }
 
+#[cfg(feature = "testing")]
 impl Worktrees for ScratchWorktrees {
     fn prepare(
         &self,

@@ -633,12 +633,12 @@ impl EventKind {
                 error: "disk full".into(),
             },
             EventKind::StorageUnavailable {
-                task: "t1".parse().unwrap(),
+                task: TaskId::root(1),
                 error: "Read-only file system".into(),
             },
             EventKind::LlmProgress {
                 role: Role::Subplanner,
-                task: Some("t1.2".parse().unwrap()),
+                task: Some(TaskId::root(1).child(2)),
                 tokens_out: u64::MAX,
             },
             EventKind::ProviderPaused {

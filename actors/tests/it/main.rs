@@ -3,6 +3,9 @@
 //! `flotilla-actors`: no git, SQLite, HTTP or daemon, so these tests build without them. Tests
 //! that need the daemon's pieces are the top crate's (`tests/it`), which shares this harness.
 
+// Test code: a failed unwrap is a failed test (the lint policy, ADR-027).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod budgets;
 mod dispatch;
 mod harness;

@@ -45,7 +45,9 @@ pub fn run(
     // The names only: which credentials the providers and command agents can be given.
     tracing::info!(keys = ?held, "credentials taken out of the environment");
     // Fail points (the crash tests): armed from FAILPOINTS for the daemon's lifetime. An
-    // armed point of the merge queue kills the daemon on purpose, so say so loudly.
+    // armed point of the merge queue kills the daemon on purpose, so say so loudly. Only in
+    // builds with the `failpoints` feature (the tests' build, ADR-027).
+    #[cfg(feature = "failpoints")]
     let _failpoints = std::env::var_os("FAILPOINTS").map(|spec| {
         tracing::warn!(
             failpoints = %spec.to_string_lossy(),
@@ -65,6 +67,7 @@ pub fn run(
     let options = DaemonOptions {
         state_dir: state_dir.clone(),
         listen,
+        #[cfg(feature = "testing")]
         journal_faults: None,
         server: Default::default(),
         journal_sync,
