@@ -32,7 +32,7 @@ use super::index_lock::{
     remove_record, write_record,
 };
 use super::target::TargetBranch;
-use super::{crash_here, git, io, repo_lock};
+use super::{git, io, repo_lock};
 
 /// How far back main's first-parent history [`sync`] looks for the commit the index holds.
 const BASE_WALK: usize = 64;
@@ -345,7 +345,7 @@ fn move_locked(
     cas: impl FnOnce() -> Result<(), MainRefError>,
 ) -> Result<(), MainRefError> {
     fail::fail_point!("checkout::locked", |_| {
-        crash_here("checkout::locked");
+        super::crash_here("checkout::locked");
         Ok(())
     });
     let actual = checkout
@@ -400,7 +400,7 @@ fn move_locked(
         return Err(e.into());
     }
     fail::fail_point!("checkout::after-worktree", |_| {
-        crash_here("checkout::after-worktree");
+        super::crash_here("checkout::after-worktree");
         Ok(())
     });
     if let Err(e) = cas() {
@@ -409,7 +409,7 @@ fn move_locked(
     }
     tracing::debug!(from, to, "{target} moved; its checkout's index follows");
     fail::fail_point!("checkout::after-ref", |_| {
-        crash_here("checkout::after-ref");
+        super::crash_here("checkout::after-ref");
         Ok(())
     });
     lock.commit(&new_index)?;
