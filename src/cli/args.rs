@@ -243,6 +243,25 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script to stdout.
+    ///
+    /// Examples: `flotilla completions bash > ~/.local/share/bash-completion/completions/flotilla`,
+    /// `flotilla completions zsh > ~/.zfunc/_flotilla`,
+    /// `flotilla completions fish > ~/.config/fish/completions/flotilla.fish`.
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to stdout, or write one page per command to a directory.
+    ///
+    /// Examples: `flotilla man | man -l -`, `flotilla man --out ~/.local/share/man/man1`.
+    Man {
+        /// Write flotilla.1 and flotilla-COMMAND.1 for every command into this directory
+        /// instead.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -295,7 +314,11 @@ impl Command {
             | Command::Gc { address, .. }
             | Command::Decide { address, .. }
             | Command::Runs { address, .. } => Some(address),
-            Command::Daemon { .. } | Command::Providers { .. } | Command::Bench { .. } => None,
+            Command::Daemon { .. }
+            | Command::Providers { .. }
+            | Command::Bench { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. } => None,
         }
     }
 

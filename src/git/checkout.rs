@@ -27,12 +27,14 @@ use std::path::{Path, PathBuf};
 
 use flotilla_actors::ports::{CheckoutSync, MainRefError, RepoError};
 
+#[cfg(feature = "failpoints")]
+use super::crash_here;
 use super::index_lock::{
     INDEX_LOCK, IndexLock, NEW_INDEX_FILE, RECORD_FILE, Record, STAGED_LOCK_FILE, index_copy,
     remove_record, write_record,
 };
 use super::target::TargetBranch;
-use super::{crash_here, git, io, repo_lock};
+use super::{git, io, repo_lock};
 
 /// How far back main's first-parent history [`sync`] looks for the commit the index holds.
 const BASE_WALK: usize = 64;

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cancel;
+pub mod completions;
 pub mod daemon;
 pub mod decide;
 pub mod gc;
@@ -19,7 +20,12 @@ use super::error::{CliError, Exit};
 
 /// Runs a client command (everything but `daemon` and `bench`).
 pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
-    // Checking providers needs no daemon.
+    // These need no daemon.
+    match &cli.command {
+        Command::Completions { shell } => return completions::completions(*shell),
+        Command::Man { out } => return completions::man(out.as_deref()),
+        _ => {}
+    }
     if let Command::Providers {
         action:
             ProvidersAction::Check {
@@ -36,7 +42,9 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
     match &cli.command {
         Command::Daemon { .. } => unreachable!("the daemon is started by main"),
         Command::Bench { .. } => unreachable!("the bench is run by main, outside any runtime"),
-        Command::Providers { .. } => unreachable!("answered above, without the daemon"),
+        Command::Providers { .. } | Command::Completions { .. } | Command::Man { .. } => {
+            unreachable!("answered above, without the daemon")
+        }
         Command::Submit {
             request,
             repo,
