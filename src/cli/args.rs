@@ -262,6 +262,36 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// Write a commented flotilla.toml for a repository: the gate and the Reconciler's
+    /// sweeps from its project type (Cargo.toml, package.json, pyproject.toml, go.mod),
+    /// commented provider and agent blocks, limits and budgets.
+    Init {
+        /// The repository.
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// Replace an existing flotilla.toml.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Check a configuration file.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Load a config as `submit` would (the file, its scenario, its prompts, every check)
+    /// and say whether it is accepted; an error names its key and line. Exits 0 on a good
+    /// file, 2 otherwise.
+    Check {
+        /// The config file. Default: <repo>/flotilla.toml.
+        file: Option<PathBuf>,
+        /// The repository whose flotilla.toml to check.
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -318,7 +348,9 @@ impl Command {
             | Command::Providers { .. }
             | Command::Bench { .. }
             | Command::Completions { .. }
-            | Command::Man { .. } => None,
+            | Command::Man { .. }
+            | Command::Init { .. }
+            | Command::Config { .. } => None,
         }
     }
 

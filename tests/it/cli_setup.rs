@@ -121,3 +121,185 @@ fn man_out_writes_one_page_per_command() {
     // Nested commands get theirs too.
     assert!(out.join("flotilla-providers-check.1").is_file());
 }
+
+/// A repository holding `marker` (empty: no project type).
+fn project(marker: &str, contents: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    if !marker.is_empty() {
+        std::fs::write(dir.path().join(marker), contents).unwrap();
+    }
+    dir
+}
+
+fn init(repo: &std::path::Path) -> String {
+    let out = flotilla()
+        .arg("init")
+        .arg("--repo")
+        .arg(repo)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn init_fills_the_gate_and_sweeps_from_the_project_type_and_the_file_loads() {
+    let cases: [(&str, &str, &[&str], Option<&str>); 5] = [
+        (
+            "Cargo.toml",
+            "[package]\nname = \"x\"\n",
+            &["cargo build", "cargo test"],
+            Some("cargo test"),
+        ),
+        (
+            "package.json",
+            "{}",
+            &["npm ci", "npm test"],
+            Some("npm test"),
+        ),
+        ("pyproject.toml", "", &["pytest"], Some("pytest")),
+        (
+            "go.mod",
+            "module x\n",
+            &["go build ./...", "go test ./..."],
+            Some("go test ./..."),
+        ),
+        ("", "", &[], None),
+    ];
+    for (marker, contents, gate, test) in cases {
+        let repo = project(marker, contents);
+        let said = init(repo.path());
+        let path = repo.path().join("flotilla.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(said.contains("wrote"), "{said}");
+        // flotilla's own loader takes it, as submit would.
+        let config = flotilla::config::RunConfig::load(&path)
+            .unwrap_or_else(|e| panic!("{marker}: {e}\n{text}"));
+        let expected: Vec<String> = gate.iter().map(|g| g.to_string()).collect();
+        assert_eq!(config.merge.gate, expected, "{marker}");
+        assert_eq!(config.reconciler.test.as_deref(), test, "{marker}");
+        // And so does `config check`, through the binary.
+        let checked = flotilla()
+            .args(["config", "check"])
+            .arg(&path)
+            .assert()
+            .success()
+            .get_output()
+            .clone();
+        assert!(
+            String::from_utf8_lossy(&checked.stdout).contains(": ok"),
+            "{checked:?}"
+        );
+        // The commented blocks are there.
+        for block in [
+            "# [providers.openai]",
+            "# [providers.anthropic]",
+            "# [providers.ollama]",
+            "# [providers.llamacpp]",
+            "# [agents.claude]",
+            "# [agents.codex]",
+            "# [agents.aider]",
+            "run_budget = ",
+        ] {
+            assert!(text.contains(block), "{marker}: no {block}");
+        }
+    }
+}
+
+#[test]
+fn every_commented_block_of_init_is_valid_when_uncommented() {
+    let repo = project("Cargo.toml", "");
+    init(repo.path());
+    let path = repo.path().join("flotilla.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let uncommented: String = text
+        .lines()
+        .map(|l| l.strip_prefix("# ").unwrap_or(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(uncommented, text);
+    let all = repo.path().join("all.toml");
+    std::fs::write(&all, &uncommented).unwrap();
+    let config = flotilla::config::RunConfig::load(&all).unwrap_or_else(|e| panic!("{e}"));
+    for name in ["openai", "anthropic", "ollama", "llamacpp"] {
+        assert!(config.models.providers.contains_key(name), "{name}");
+    }
+    for name in ["claude", "codex", "aider"] {
+        assert!(config.agents.contains_key(name), "{name}");
+    }
+    assert!(config.models.roles.worker.is_some());
+    assert_eq!(config.workers.len(), 2);
+}
+
+#[test]
+fn init_refuses_to_overwrite_without_force() {
+    let repo = project("go.mod", "module x\n");
+    let path = repo.path().join("flotilla.toml");
+    std::fs::write(&path, "# mine\n").unwrap();
+    flotilla()
+        .arg("init")
+        .arg("--repo")
+        .arg(repo.path())
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("already exists"))
+        .stderr(predicates::str::contains("--force"));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "# mine\n");
+    flotilla()
+        .args(["init", "--force", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .success();
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("\"go test ./...\"")
+    );
+}
+
+#[test]
+fn config_check_names_the_key_and_line_of_an_error() {
+    let repo = project("", "");
+    std::fs::write(repo.path().join("s.toml"), "").unwrap();
+    let path = repo.path().join("flotilla.toml");
+    std::fs::write(
+        &path,
+        "[provider]\nscenario = \"s.toml\"\n\n[limits]\nmax_workers = \"four\"\n",
+    )
+    .unwrap();
+    let out = flotilla()
+        .args(["config", "check", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("key `limits.max_workers`, line 5"),
+        "{stderr}"
+    );
+    // An unknown key too, and the value is never quoted back.
+    std::fs::write(
+        &path,
+        "[provider]\nscenario = \"s.toml\"\n[merge]\ngaet = [\"make\"]\n",
+    )
+    .unwrap();
+    let out = flotilla()
+        .args(["config", "check"])
+        .arg(&path)
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("key `merge.gaet`, line 4"), "{stderr}");
+    assert!(stderr.contains("unknown field"), "{stderr}");
+    // A missing file is an error too, not a pass.
+    flotilla()
+        .args(["config", "check"])
+        .arg(repo.path().join("nope.toml"))
+        .assert()
+        .code(2);
+}

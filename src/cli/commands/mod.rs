@@ -4,17 +4,19 @@
 pub mod bench;
 pub mod cancel;
 pub mod completions;
+pub mod config_check;
 pub mod daemon;
 pub mod decide;
 pub mod gc;
 pub mod graph;
+pub mod init;
 pub mod providers;
 pub mod runs;
 pub mod status;
 pub mod submit;
 pub mod tail;
 
-use super::args::{Cli, Command, ProvidersAction};
+use super::args::{Cli, Command, ConfigAction, ProvidersAction};
 use super::client::Client;
 use super::error::{CliError, Exit};
 
@@ -24,6 +26,10 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
     match &cli.command {
         Command::Completions { shell } => return completions::completions(*shell),
         Command::Man { out } => return completions::man(out.as_deref()),
+        Command::Init { repo, force } => return init::run(repo, *force),
+        Command::Config {
+            action: ConfigAction::Check { file, repo },
+        } => return config_check::run(file.as_deref(), repo),
         _ => {}
     }
     if let Command::Providers {
@@ -42,7 +48,11 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
     match &cli.command {
         Command::Daemon { .. } => unreachable!("the daemon is started by main"),
         Command::Bench { .. } => unreachable!("the bench is run by main, outside any runtime"),
-        Command::Providers { .. } | Command::Completions { .. } | Command::Man { .. } => {
+        Command::Providers { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. }
+        | Command::Init { .. }
+        | Command::Config { .. } => {
             unreachable!("answered above, without the daemon")
         }
         Command::Submit {
