@@ -278,6 +278,22 @@ pub enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// Check this machine and repository, one line each: the sandbox (bwrap), git, the
+    /// state directory, the config, every configured model (called once) and every agent
+    /// CLI (on PATH). Exits 0 only if nothing failed.
+    Doctor {
+        #[command(flatten)]
+        address: DaemonAddress,
+        /// The repository whose flotilla.toml to read.
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// The config file. Default: <repo>/flotilla.toml.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Seconds each model call may take.
+        #[arg(long, default_value_t = 60, value_name = "SECS")]
+        timeout: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -350,13 +366,14 @@ impl Command {
             | Command::Completions { .. }
             | Command::Man { .. }
             | Command::Init { .. }
-            | Command::Config { .. } => None,
+            | Command::Config { .. }
+            | Command::Doctor { .. } => None,
         }
     }
 
     fn daemon_address(&self) -> Option<&DaemonAddress> {
         match self {
-            Command::Daemon { address, .. } => Some(address),
+            Command::Daemon { address, .. } | Command::Doctor { address, .. } => Some(address),
             other => other.client_address().map(|a| &a.daemon),
         }
     }

@@ -303,3 +303,110 @@ fn config_check_names_the_key_and_line_of_an_error() {
         .assert()
         .code(2);
 }
+
+fn doctor(state_dir: &std::path::Path, repo: &std::path::Path) -> (Option<i32>, String) {
+    let out = flotilla()
+        .arg("--state-dir")
+        .arg(state_dir)
+        .args(["doctor", "--timeout", "5", "--repo"])
+        .arg(repo)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8(out.stdout).unwrap())
+}
+
+fn line<'a>(report: &'a str, what: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| l.get(5..).is_some_and(|rest| rest.starts_with(what)))
+        .unwrap_or_else(|| panic!("no `{what}` line:\n{report}"))
+}
+
+#[test]
+fn doctor_checks_each_thing_on_one_line_and_fails_on_what_is_missing() {
+    let repo = project("", "");
+    std::fs::write(repo.path().join("s.toml"), "").unwrap();
+    // A provider on a port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // One agent CLI that is on PATH, one that is not.
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("fake-agent");
+    std::fs::write(&fake, "#!/bin/sh\nexit 0\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        repo.path().join("flotilla.toml"),
+        format!(
+            "[provider]\nscenario = \"s.toml\"\n\
+             [providers.dead]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\n\
+             max_retries = 0\n\
+             [roles]\nplanner = \"dead/m\"\n\
+             [agents.here]\nprogram = \"fake-agent\"\n\
+             [agents.gone]\nprogram = \"no-such-agent-cli\"\n"
+        ),
+    )
+    .unwrap();
+    // A state directory that cannot be made: its parent is a file.
+    let blocker = repo.path().join("not-a-dir");
+    std::fs::write(&blocker, "").unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = flotilla()
+        .env("PATH", path)
+        .arg("--state-dir")
+        .arg(blocker.join("state"))
+        .args(["doctor", "--timeout", "5", "--repo"])
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    let report = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(4), "{report}");
+    line(&report, "sandbox");
+    assert!(line(&report, "git").starts_with("ok"), "{report}");
+    assert!(
+        line(&report, "state directory").starts_with("FAIL"),
+        "{report}"
+    );
+    assert!(line(&report, "config").starts_with("ok"), "{report}");
+    let provider = line(&report, "provider planner");
+    assert!(provider.starts_with("FAIL"), "{report}");
+    assert!(provider.contains("dead/m unreachable"), "{report}");
+    let here = line(&report, "agent here");
+    assert!(
+        here.starts_with("ok") && here.contains("fake-agent"),
+        "{report}"
+    );
+    let gone = line(&report, "agent gone");
+    assert!(
+        gone.starts_with("FAIL") && gone.contains("no-such-agent-cli is not on PATH"),
+        "{report}"
+    );
+}
+
+#[test]
+fn doctor_without_a_config_says_so_and_checks_the_machine() {
+    let repo = project("", "");
+    let state = tempfile::tempdir().unwrap();
+    let (code, report) = doctor(&state.path().join("state"), repo.path());
+    assert!(
+        line(&report, "state directory").starts_with("ok"),
+        "{report}"
+    );
+    assert!(state.path().join("state").is_dir());
+    let config = line(&report, "config");
+    assert!(
+        config.starts_with('-') && config.contains("flotilla init"),
+        "{report}"
+    );
+    // The machine's own lines decide the exit: 0 exactly when none of them failed.
+    let failed = report.lines().any(|l| l.starts_with("FAIL"));
+    assert_eq!(code, Some(if failed { 4 } else { 0 }), "{report}");
+    assert!(!report.contains("provider "), "{report}");
+}

@@ -7,6 +7,7 @@ pub mod completions;
 pub mod config_check;
 pub mod daemon;
 pub mod decide;
+pub mod doctor;
 pub mod gc;
 pub mod graph;
 pub mod init;
@@ -30,6 +31,12 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
         Command::Config {
             action: ConfigAction::Check { file, repo },
         } => return config_check::run(file.as_deref(), repo),
+        Command::Doctor {
+            repo,
+            config,
+            timeout,
+            ..
+        } => return doctor::run(&cli.state_dir(), repo, config.as_deref(), *timeout).await,
         _ => {}
     }
     if let Command::Providers {
@@ -52,7 +59,8 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
         | Command::Completions { .. }
         | Command::Man { .. }
         | Command::Init { .. }
-        | Command::Config { .. } => {
+        | Command::Config { .. }
+        | Command::Doctor { .. } => {
             unreachable!("answered above, without the daemon")
         }
         Command::Submit {
