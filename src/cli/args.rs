@@ -243,6 +243,71 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script to stdout.
+    ///
+    /// Examples: `flotilla completions bash > ~/.local/share/bash-completion/completions/flotilla`,
+    /// `flotilla completions zsh > ~/.zfunc/_flotilla`,
+    /// `flotilla completions fish > ~/.config/fish/completions/flotilla.fish`.
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to stdout, or write one page per command to a directory.
+    ///
+    /// Examples: `flotilla man | man -l -`, `flotilla man --out ~/.local/share/man/man1`.
+    Man {
+        /// Write flotilla.1 and flotilla-COMMAND.1 for every command into this directory
+        /// instead.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Write a commented flotilla.toml for a repository: the gate and the Reconciler's
+    /// sweeps from its project type (Cargo.toml, package.json, pyproject.toml, go.mod),
+    /// commented provider and agent blocks, limits and budgets.
+    Init {
+        /// The repository.
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// Replace an existing flotilla.toml.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Check a configuration file.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// Check this machine and repository, one line each: the sandbox (bwrap), git, the
+    /// state directory, the config, every configured model (called once) and every agent
+    /// CLI (on PATH). Exits 0 only if nothing failed.
+    Doctor {
+        #[command(flatten)]
+        address: DaemonAddress,
+        /// The repository whose flotilla.toml to read.
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// The config file. Default: <repo>/flotilla.toml.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Seconds each model call may take.
+        #[arg(long, default_value_t = 60, value_name = "SECS")]
+        timeout: u64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Load a config as `submit` would (the file, its scenario, its prompts, every check)
+    /// and say whether it is accepted; an error names its key and line. Exits 0 on a good
+    /// file, 2 otherwise.
+    Check {
+        /// The config file. Default: <repo>/flotilla.toml.
+        file: Option<PathBuf>,
+        /// The repository whose flotilla.toml to check.
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -295,13 +360,20 @@ impl Command {
             | Command::Gc { address, .. }
             | Command::Decide { address, .. }
             | Command::Runs { address, .. } => Some(address),
-            Command::Daemon { .. } | Command::Providers { .. } | Command::Bench { .. } => None,
+            Command::Daemon { .. }
+            | Command::Providers { .. }
+            | Command::Bench { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. }
+            | Command::Init { .. }
+            | Command::Config { .. }
+            | Command::Doctor { .. } => None,
         }
     }
 
     fn daemon_address(&self) -> Option<&DaemonAddress> {
         match self {
-            Command::Daemon { address, .. } => Some(address),
+            Command::Daemon { address, .. } | Command::Doctor { address, .. } => Some(address),
             other => other.client_address().map(|a| &a.daemon),
         }
     }

@@ -12,6 +12,7 @@ mod budgets;
 mod builtin_agent;
 mod checkout;
 mod cli;
+mod cli_setup;
 mod cli_snapshots;
 mod codex_real;
 mod command_agent;

@@ -3,23 +3,42 @@
 
 pub mod bench;
 pub mod cancel;
+pub mod completions;
+pub mod config_check;
 pub mod daemon;
 pub mod decide;
+pub mod doctor;
 pub mod gc;
 pub mod graph;
+pub mod init;
 pub mod providers;
 pub mod runs;
 pub mod status;
 pub mod submit;
 pub mod tail;
 
-use super::args::{Cli, Command, ProvidersAction};
+use super::args::{Cli, Command, ConfigAction, ProvidersAction};
 use super::client::Client;
 use super::error::{CliError, Exit};
 
 /// Runs a client command (everything but `daemon` and `bench`).
 pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
-    // Checking providers needs no daemon.
+    // These need no daemon.
+    match &cli.command {
+        Command::Completions { shell } => return completions::completions(*shell),
+        Command::Man { out } => return completions::man(out.as_deref()),
+        Command::Init { repo, force } => return init::run(repo, *force),
+        Command::Config {
+            action: ConfigAction::Check { file, repo },
+        } => return config_check::run(file.as_deref(), repo),
+        Command::Doctor {
+            repo,
+            config,
+            timeout,
+            ..
+        } => return doctor::run(&cli.state_dir(), repo, config.as_deref(), *timeout).await,
+        _ => {}
+    }
     if let Command::Providers {
         action:
             ProvidersAction::Check {
@@ -36,7 +55,14 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
     match &cli.command {
         Command::Daemon { .. } => unreachable!("the daemon is started by main"),
         Command::Bench { .. } => unreachable!("the bench is run by main, outside any runtime"),
-        Command::Providers { .. } => unreachable!("answered above, without the daemon"),
+        Command::Providers { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. }
+        | Command::Init { .. }
+        | Command::Config { .. }
+        | Command::Doctor { .. } => {
+            unreachable!("answered above, without the daemon")
+        }
         Command::Submit {
             request,
             repo,
