@@ -8,6 +8,7 @@ pub mod decide;
 pub mod gc;
 pub mod graph;
 pub mod providers;
+pub mod report;
 pub mod runs;
 pub mod status;
 pub mod submit;
@@ -67,6 +68,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             run: None, json, ..
         } => status::daemon(&client, *json).await,
         Command::Graph { run, format, .. } => graph::run(&client, run, *format).await,
+        Command::Report { run, json, .. } => report::run(&client, run, *json).await,
         Command::Cancel { run, .. } => cancel::run(&client, run).await,
         Command::Gc { dry_run, json, .. } => gc::run(&client, *dry_run, *json).await,
         Command::Decide {
