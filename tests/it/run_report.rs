@@ -1,4 +1,4 @@
-//! `flotilla report RUN` through the built binary, on a finished run of a real daemon on the
+//! `flotilla report RUN` (and the summary `submit` ends with) through the built binary, on a finished run of a real daemon on the
 //! scripted provider: one task lands first try, one after a retry, one delivers an empty
 //! diff and one is blocked, with text that needs escaping. The `--json` fields say exactly
 //! that, and the text says it to a person without letting the agent's text act on the
@@ -65,17 +65,26 @@ fn report_counts_first_tries_retries_empty_diffs_landings_and_what_is_left() {
     .unwrap();
     std::fs::write(repo.path().join("scenario.toml"), SCENARIO).unwrap();
     let _daemon = DaemonProcess::start(state.path());
+    // Followed to its end (the blocked task fails the run: exit code 1), `submit` ends with
+    // the run's report.
     let submitted = flotilla(state.path())
-        .args(["submit", "build a parser", "--detach", "--repo"])
+        .args(["submit", "build a parser", "--repo"])
         .arg(repo.path())
+        .timeout(std::time::Duration::from_secs(120))
         .assert()
-        .success();
-    let run = String::from_utf8(submitted.get_output().stdout.clone())
-        .unwrap()
-        .trim()
-        .to_string();
-    // Followed to its end: the blocked task fails the run (exit code 1).
-    output(state.path(), &["tail", &run], 1);
+        .code(1);
+    let stderr = String::from_utf8(submitted.get_output().stderr.clone()).unwrap();
+    let run = stderr.split_whitespace().nth(1).unwrap().to_string();
+    let followed = String::from_utf8(submitted.get_output().stdout.clone()).unwrap();
+    let summary = followed
+        .split_once("\nRun ")
+        .map(|(_, report)| format!("Run {report}"))
+        .unwrap_or_else(|| panic!("no report at the end of:\n{followed}"));
+    assert!(
+        summary.starts_with(&format!("Run {run} failed")),
+        "{summary}"
+    );
+    assert!(summary.contains("Left for you:"), "{summary}");
 
     let json = output(state.path(), &["report", &run, "--json"], 0);
     let r: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -120,6 +129,7 @@ fn report_counts_first_tries_retries_empty_diffs_landings_and_what_is_left() {
     assert!(left["failed"].as_array().unwrap().is_empty(), "{json}");
 
     let text = output(state.path(), &["report", &run], 0);
+    assert_eq!(text, summary, "submit's summary is the report");
     assert!(
         text.contains(&format!("Run {run} failed: build a parser")),
         "{text}"
