@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 /// guess: a task's time runs from its first `task_started` to the event that completed it
 /// (`task_landed`, or `task_completed` for work with nothing to land), for tasks that did
 /// their work themselves (a decomposed parent's time is its subtree's).
-pub const TASK_TIME_MEASURE: &str = "from first start to landed, or to completed when nothing lands";
+pub const TASK_TIME_MEASURE: &str =
+    "from first start to landed, or to completed when nothing lands";
 /// How the makespan's lower bound is computed.
 pub const LOWER_BOUND_MEASURE: &str =
     "total worker-attempt time / worker slots, at least the longest attempt";
