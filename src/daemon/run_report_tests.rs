@@ -38,7 +38,7 @@ fn report(slots: usize, script: Vec<(u64, EventKind)>) -> RunReport {
 fn added(id: &str) -> EventKind {
     EventKind::TaskAdded {
         task: t(id),
-        spec: TaskSpec::new(&format!("do {id}"), &["src"]),
+        spec: TaskSpec::new(format!("do {id}"), &["src"]),
         budget: Budget::default(),
         depends_on: Vec::new(),
     }
