@@ -169,3 +169,46 @@ fn report_counts_first_tries_retries_empty_diffs_landings_and_what_is_left() {
     let err = String::from_utf8(missing.get_output().stderr.clone()).unwrap();
     assert!(err.contains("ffffffff"), "{err}");
 }
+
+/// The report route is behind the bearer token like every other, and the typed client reads
+/// it; its worker slots are the run's own `max_workers`.
+#[tokio::test]
+async fn the_report_route_needs_the_token_and_the_client_reads_it() {
+    let daemon = InProcessDaemon::start(true);
+    let flotilla::daemon::Bound::Tcp { addr, .. } = daemon.bound.clone() else {
+        panic!("expected TCP")
+    };
+    let repo = git_repo();
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "write the lexer", scope = ["src/lex.rs"] }]
+[tasks.t1]
+summary = "wrote the lexer"
+writes = { "src/lex.rs" = "pub fn lex() {}\n" }
+"#;
+    let run = submit(&daemon.client, repo.path(), run_config(scenario, 3)).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(
+        outcome(&events),
+        Some(flotilla_actors::protocol::RunOutcome::Completed)
+    );
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request =
+        format!("GET /v1/runs/{run}/report HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 401"), "{response}");
+
+    let report = daemon.client.report(&run[..8]).await.unwrap();
+    assert_eq!(report.id, run);
+    assert_eq!(report.state, "completed");
+    assert_eq!(report.tasks.total, 1);
+    assert_eq!(report.tasks.completed_first_try, 1);
+    assert_eq!(report.merges.landed, 1);
+    assert_eq!(report.makespan.worker_slots, 3);
+    assert!(report.left_for_user.is_empty(), "{report:?}");
+    daemon.stop();
+}
