@@ -5,10 +5,12 @@
 //!
 //! - [`runs`]: creating a run, the run list, a decision about a whole run.
 //! - [`status`]: a run's status (counts, graph, problems) and a task's story.
+//! - [`report`]: a run's report (what happened, cost, time, what is left).
 //! - [`gc`]: what `POST /v1/gc` removed.
 //! - [`sse`]: how a run's events travel as server-sent events.
 
 pub mod gc;
+pub mod report;
 pub mod runs;
 pub mod sse;
 pub mod status;

@@ -131,6 +131,21 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
         format: GraphFormat,
     },
+    /// Summarize a run from its journal: tasks landed first try, retries, conflicts and
+    /// their fixes, empty diffs, gate failures and sweeps, the merge success rate, tokens and
+    /// cost, time per task (p50/p90) and per top-level task, the makespan against a lower
+    /// bound, and what is left for you.
+    ///
+    /// Example: `flotilla report 01a2`.
+    Report {
+        #[command(flatten)]
+        address: ClientAddress,
+        /// Run id or unique prefix.
+        run: String,
+        /// Print the report as JSON (the API's answer) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Cancel a run.
     Cancel {
         #[command(flatten)]
@@ -356,6 +371,7 @@ impl Command {
             | Command::Tail { address, .. }
             | Command::Status { address, .. }
             | Command::Graph { address, .. }
+            | Command::Report { address, .. }
             | Command::Cancel { address, .. }
             | Command::Gc { address, .. }
             | Command::Decide { address, .. }

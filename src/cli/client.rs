@@ -460,6 +460,11 @@ impl Client {
         self.json(Method::GET, path, None::<&()>).await
     }
 
+    /// The run's report (`GET /v1/runs/{id}/report`).
+    pub async fn report(&self, run: &str) -> Result<crate::api::report::RunReport, ClientError> {
+        self.get(&format!("/v1/runs/{}/report", segment(run))).await
+    }
+
     /// The run's events after `since`, as a stream that ends after `run_finished`.
     pub async fn events(
         &self,

@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod report;
+pub mod run_report;
 pub mod state_lock;
 pub mod story;
 pub mod supervisor;

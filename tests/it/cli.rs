@@ -525,6 +525,8 @@ fn what_models_wrote_reaches_the_terminal_escaped_in_every_command() {
         vec!["graph", run.as_str()],
         vec!["graph", run.as_str(), "--format", "dot"],
         vec!["graph", run.as_str(), "--format", "json"],
+        vec!["report", run.as_str()],
+        vec!["report", run.as_str(), "--json"],
     ] {
         let out = flotilla(state.path()).args(&args).assert();
         let out = out.get_output();

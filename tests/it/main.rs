@@ -36,6 +36,7 @@ mod merge_queue;
 mod planner;
 mod process;
 mod providers;
+mod run_report;
 mod scratch_kit;
 mod storage;
 mod subplanner;

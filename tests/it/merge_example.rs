@@ -95,8 +95,26 @@ async fn the_merge_example_lands_twenty_tasks_and_heals_two_conflicts_and_a_buil
         .expect("submit names the run")
         .to_string();
 
-    // The tail's last line says what reached main.
-    let last = tail.lines().last().unwrap_or_default();
+    // `submit` ends with the run's report; before it, the tail's last line says what
+    // reached main.
+    let (followed, report) = tail
+        .split_once("\n\nRun ")
+        .unwrap_or_else(|| panic!("no report at the end of:\n{tail}"));
+    // The report counts what the tail showed: twenty tasks and three fixes landed, two of
+    // the tasks through their conflict fixes, one red sweep that made the third fix.
+    for said in [
+        "Tasks: 23 (3 fix tasks) · 23 completed, 21 first try",
+        "Merges: 23 queued, 21 landed, 2 through a conflict fix (100% of queued branches landed)",
+        "2 conflict fixes (2 completed)",
+        "(1 red, 1 sweep fix)",
+        "Left for you: nothing.",
+    ] {
+        assert!(
+            report.contains(said),
+            "{said:?} not in the report:\nRun {report}"
+        );
+    }
+    let last = followed.lines().last().unwrap_or_default();
     assert!(
         last.starts_with(&format!("main {} → ", &start[..7]))
             && last

@@ -12,6 +12,7 @@ pub mod gc;
 pub mod graph;
 pub mod init;
 pub mod providers;
+pub mod report;
 pub mod runs;
 pub mod status;
 pub mod submit;
@@ -93,6 +94,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             run: None, json, ..
         } => status::daemon(&client, *json).await,
         Command::Graph { run, format, .. } => graph::run(&client, run, *format).await,
+        Command::Report { run, json, .. } => report::run(&client, run, *json).await,
         Command::Cancel { run, .. } => cancel::run(&client, run).await,
         Command::Gc { dry_run, json, .. } => gc::run(&client, *dry_run, *json).await,
         Command::Decide {

@@ -1,10 +1,12 @@
-//! `flotilla submit`: starts a run, then follows it (or with `--detach` prints its id).
+//! `flotilla submit`: starts a run, then follows it to its end and prints its report (or
+//! with `--detach` prints its id).
 
 use std::path::Path;
 
 use crate::api::runs::CreateRun;
 use crate::cli::client::Client;
 use crate::cli::error::{CliError, ErrorKind, Exit};
+use crate::cli::render::report;
 use crate::cli::{emit, note};
 use crate::config::RunConfig;
 use crate::text_safety;
@@ -60,5 +62,18 @@ pub async fn submit(
         ));
     }
     let outcome = follow(client, &created.id, None, json).await?;
+    // Followed to its end: the run's report closes what was printed (not with `--json`,
+    // whose output is one event a line; `flotilla report RUN --json` gives it).
+    if outcome.is_some() && !json {
+        match client.report(&created.id).await {
+            Ok(report) => emit(&format!("\n{}", report::report_text(&report)))?,
+            // The run's outcome stands; only its summary is missing.
+            Err(e) => note(&format!(
+                "no report for run {}: {}",
+                text_safety::terminal_safe(&created.id),
+                text_safety::terminal_safe(&e.to_string())
+            )),
+        }
+    }
     Ok(exit_for(outcome))
 }

@@ -13,6 +13,7 @@
 pub mod events;
 pub mod lists;
 pub mod live;
+pub mod report;
 pub mod status;
 pub mod style;
 

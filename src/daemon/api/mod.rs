@@ -8,6 +8,7 @@
 //!   `Last-Event-ID` or `?since=SEQ`; the stream ends after `run_finished`
 //! - `POST /v1/runs/{id}/cancel` → 202
 //! - `GET  /v1/runs/{id}/graph?format=json|dot|mermaid`
+//! - `GET  /v1/runs/{id}/report` → the run's report (`run_report.rs`)
 //! - `POST /v1/runs/{id}/tasks/{task}/decision` `{"decision": "accept", "subtask": "t4.2"}`
 //!   (or `complete`, `fail`) → 202: a human's answer for a task whose subplan stops on
 //!   `user_decision`
@@ -34,6 +35,7 @@
 //! it evicts the oldest connection that never authenticated.
 
 mod events;
+mod run_report;
 mod runs;
 mod tasks;
 
@@ -157,6 +159,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
         .route("/v1/runs/{id}/decision", post(tasks::decide_run))
         .route("/v1/runs/{id}/graph", get(tasks::graph))
+        .route("/v1/runs/{id}/report", get(run_report::show_report))
         .route("/v1/runs/{id}/tasks/{task}", get(tasks::task_story))
         .route("/v1/runs/{id}/tasks/{task}/decision", post(tasks::decide))
         .route("/v1/gc", post(runs::collect_garbage))
