@@ -27,8 +27,6 @@ use std::path::{Path, PathBuf};
 
 use flotilla_actors::ports::{CheckoutSync, MainRefError, RepoError};
 
-#[cfg(feature = "failpoints")]
-use super::crash_here;
 use super::index_lock::{
     INDEX_LOCK, IndexLock, NEW_INDEX_FILE, RECORD_FILE, Record, STAGED_LOCK_FILE, index_copy,
     remove_record, write_record,
