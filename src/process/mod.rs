@@ -106,9 +106,7 @@ impl ProcessRunner for ConfinedRunner {
 pub async fn probe(policy: &SandboxPolicy) -> Result<String, ProcessError> {
     // A port allow-list Landlock cannot enforce is refused, as a missing bwrap is: never a
     // command let through to every port.
-    policy
-        .tcp_ruleset()
-        .map_err(ProcessError::SandboxUnavailable)?;
+    policy.tcp_ruleset()?;
     if policy.mode == SandboxMode::None {
         return Ok(policy.describe());
     }
@@ -206,9 +204,7 @@ async fn run(
     // A command with the host's network gets the port allow-list, if there is one: a
     // Landlock domain it enters before exec, so bwrap and everything inside inherit it.
     let tcp_ruleset = if policy.gives_network(spec.sandbox == Sandbox::Network) {
-        policy
-            .tcp_ruleset()
-            .map_err(ProcessError::SandboxUnavailable)?
+        policy.tcp_ruleset()?
     } else {
         None
     };
