@@ -33,9 +33,8 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
         json: *json,
     };
     let mut out = std::io::stdout().lock();
-    // The bench says what failed in words (its own error type is a string).
     crate::bench::run(&options, &mut out)
-        .map_err(|message| CliError::internal(format!("the bench failed: {message}")))?;
+        .map_err(|e| CliError::internal("the bench failed").because(e))?;
     Ok(Exit::Ok)
 }
 
