@@ -110,7 +110,8 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<String, ProcessError> {
     if policy.mode == SandboxMode::None {
         return Ok(policy.describe());
     }
-    static PROBED: tokio::sync::OnceCell<Result<String, String>> =
+    // The answer kept: the version, or the port's error (its text says what to install).
+    static PROBED: tokio::sync::OnceCell<Result<String, ProcessError>> =
         tokio::sync::OnceCell::const_new();
     let probed = PROBED
         .get_or_init(|| async {
@@ -131,9 +132,7 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<String, ProcessError> {
                 },
                 sandbox: Sandbox::Bwrap,
             };
-            let (program, args) = invocation(&spec, &SandboxPolicy::default())
-                .await
-                .map_err(|e| e.to_string())?;
+            let (program, args) = invocation(&spec, &SandboxPolicy::default()).await?;
             let out = Command::new(&program)
                 .args(&args)
                 .env_clear()
@@ -158,11 +157,12 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<String, ProcessError> {
                 Ok(Err(e)) => Err(format!("bwrap cannot start ({e}); {INSTALL_HINT}")),
                 Err(_) => Err(format!("bwrap did not answer; {INSTALL_HINT}")),
             }
+            .map_err(ProcessError::SandboxUnavailable)
         })
         .await;
     match probed {
         Ok(version) => Ok(format!("{version} — {}", policy.describe())),
-        Err(why) => Err(ProcessError::SandboxUnavailable(why.clone())),
+        Err(e) => Err(e.clone()),
     }
 }
 
