@@ -386,7 +386,7 @@ impl SandboxPolicy {
     /// if the policy has an allow-list: created here, in the daemon, and put in force by
     /// the child between fork and exec ([`restrict_self`]), where nothing may allocate.
     /// `Err` says why Landlock cannot do it here.
-    pub(crate) fn tcp_ruleset(&self) -> Result<Option<OwnedFd>, String> {
+    pub(crate) fn tcp_ruleset(&self) -> Result<Option<OwnedFd>, TcpRulesetError> {
         let Some(ports) = &self.allow_tcp_ports else {
             return Ok(None);
         };
@@ -397,10 +397,28 @@ impl SandboxPolicy {
 /// What to do where Landlock cannot filter TCP connections.
 pub const LANDLOCK_HINT: &str = "sandbox.allow_tcp_ports needs Landlock's TCP rules      (Linux 6.7 or later, with Landlock among the kernel's LSMs: see `lsm=` on the kernel's      command line); on this machine, remove allow_tcp_ports to give agents that ask for the      network all of it (docs/security.md)";
 
+/// Why Landlock cannot restrict a command's TCP connections to the allowed ports here: such
+/// a command is refused (each says what to do about it).
+#[derive(Debug, thiserror::Error)]
+pub enum TcpRulesetError {
+    #[error("Landlock cannot filter TCP connections here ({0}); {hint}", hint = LANDLOCK_HINT)]
+    Refused(#[source] landlock::RulesetError),
+    #[error("Landlock is not supported by this kernel; {hint}", hint = LANDLOCK_HINT)]
+    Unsupported,
+}
+
+/// The process port's error is the actors crate's, which knows no Landlock: its text is what
+/// it carries, into the task's failure reason and the journal.
+impl From<TcpRulesetError> for flotilla_actors::ports::ProcessError {
+    fn from(e: TcpRulesetError) -> Self {
+        flotilla_actors::ports::ProcessError::SandboxUnavailable(e.to_string())
+    }
+}
+
 /// A Landlock ruleset that handles TCP connect and allows it to `ports` only. Hard
 /// requirement: a kernel that cannot enforce it is an error, never a ruleset that lets
 /// everything through.
-fn tcp_ruleset(ports: &[u16]) -> Result<OwnedFd, String> {
+fn tcp_ruleset(ports: &[u16]) -> Result<OwnedFd, TcpRulesetError> {
     use landlock::{
         AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr,
     };
@@ -415,11 +433,8 @@ fn tcp_ruleset(ports: &[u16]) -> Result<OwnedFd, String> {
                     .map(|&port| Ok(NetPort::new(port, AccessNet::ConnectTcp))),
             )
         })
-        .map_err(|e| {
-            format!("Landlock cannot filter TCP connections here ({e}); {LANDLOCK_HINT}")
-        })?;
-    Option::<OwnedFd>::from(ruleset)
-        .ok_or_else(|| format!("Landlock is not supported by this kernel; {LANDLOCK_HINT}"))
+        .map_err(TcpRulesetError::Refused)?;
+    Option::<OwnedFd>::from(ruleset).ok_or(TcpRulesetError::Unsupported)
 }
 
 /// Puts the ruleset `fd` in force for the calling process and everything it starts.

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use flotilla_actors::actors::{DispatchOrder, dispatch_order};
 use flotilla_actors::config::Limits;
-use flotilla_actors::graph::RunGraph;
+use flotilla_actors::graph::{GraphError, RunGraph};
 use flotilla_actors::protocol::{
-    Budget, DependencyRef, EventKind, Route, TaskCompleted, TaskId, TaskSpec, Usd,
+    Budget, DependencyRef, EventKind, RejectionReason, Route, TaskCompleted, TaskId, TaskSpec, Usd,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -135,7 +135,7 @@ pub struct MakespanRow {
 }
 
 /// Simulates `workload` under each policy, on the same DAG and durations.
-pub fn run(workload: &Workload) -> Result<Vec<MakespanRow>, String> {
+pub fn run(workload: &Workload) -> Result<Vec<MakespanRow>, MakespanError> {
     let dag = Dag::generate(workload)?;
     let critical_path = dag.critical_path_ms();
     let total_work: u64 = dag.durations_ms.iter().sum();
@@ -144,8 +144,14 @@ pub fn run(workload: &Workload) -> Result<Vec<MakespanRow>, String> {
         .into_iter()
         .map(|policy| {
             let start = Instant::now();
-            let outcome = simulate(&dag, workload.workers, Order::Policy(policy))
-                .map_err(|e| format!("{} ({}): {e}", workload.name, policy.as_str()))?;
+            let outcome =
+                simulate(&dag, workload.workers, Order::Policy(policy)).map_err(|source| {
+                    MakespanError::Simulation {
+                        workload: workload.name.clone(),
+                        policy: policy.as_str(),
+                        source,
+                    }
+                })?;
             Ok(MakespanRow {
                 workload: workload.name.clone(),
                 tasks: workload.tasks,
@@ -161,6 +167,55 @@ pub fn run(workload: &Workload) -> Result<Vec<MakespanRow>, String> {
             })
         })
         .collect()
+}
+
+/// Why a workload could not be simulated.
+#[derive(Debug, thiserror::Error)]
+pub enum MakespanError {
+    #[error("{workload}: tasks, workers, layers and reach must be positive")]
+    NotPositive { workload: String },
+    #[error("{workload}: durations: {source}")]
+    Durations {
+        workload: String,
+        #[source]
+        source: rand_distr::NormalError,
+    },
+    #[error("{workload} ({policy}): {source}")]
+    Simulation {
+        workload: String,
+        policy: &'static str,
+        #[source]
+        source: SimulationError,
+    },
+}
+
+/// Where a simulation went wrong: the graph refused what a run would do, or did not do
+/// what it must (each a bug of the graph or the simulation, said with the task).
+#[derive(Debug, thiserror::Error)]
+pub enum SimulationError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error("the graph refused the tasks: {0:?}")]
+    Refused(RejectionReason),
+    #[error("task {0} is missing")]
+    Missing(TaskId),
+    #[error("task {task} is not the batch's task {index}")]
+    NotInBatchOrder { task: TaskId, index: usize },
+    #[error("ready task {0} is missing")]
+    ReadyMissing(TaskId),
+    #[error("unknown task {0} became ready")]
+    UnknownReady(TaskId),
+    #[error("task {task} did not complete: {events:?}")]
+    NotCompleted {
+        task: TaskId,
+        events: Vec<EventKind>,
+    },
+    #[error("{completed} of {tasks} tasks completed; {queued} still queued")]
+    Unfinished {
+        completed: usize,
+        tasks: usize,
+        queued: usize,
+    },
 }
 
 fn secs(ms: u64) -> f64 {
@@ -180,15 +235,18 @@ struct Dag {
 }
 
 impl Dag {
-    fn generate(w: &Workload) -> Result<Dag, String> {
+    fn generate(w: &Workload) -> Result<Dag, MakespanError> {
         if w.tasks == 0 || w.workers == 0 || w.layers == 0 || w.reach == 0 {
-            return Err(format!(
-                "{}: tasks, workers, layers and reach must be positive",
-                w.name
-            ));
+            return Err(MakespanError::NotPositive {
+                workload: w.name.clone(),
+            });
         }
-        let lognormal = LogNormal::new(w.median_secs.ln(), w.sigma)
-            .map_err(|e| format!("{}: durations: {e}", w.name))?;
+        let lognormal = LogNormal::new(w.median_secs.ln(), w.sigma).map_err(|source| {
+            MakespanError::Durations {
+                workload: w.name.clone(),
+                source,
+            }
+        })?;
         let mut rng = ChaCha8Rng::seed_from_u64(w.seed);
         let layers = w.layers.min(w.tasks);
         // Layer `l` holds tasks `start(l)..start(l + 1)`.
@@ -258,7 +316,7 @@ struct Outcome {
 }
 
 /// Submits `dag` to a fresh [`RunGraph`] and runs it to the end on `workers` workers.
-fn simulate(dag: &Dag, workers: usize, order: Order) -> Result<Outcome, String> {
+fn simulate(dag: &Dag, workers: usize, order: Order) -> Result<Outcome, SimulationError> {
     let n = dag.deps.len();
     let unbounded = Budget::new(u64::MAX / 4, Usd::from_micros(u64::MAX / 4), u64::MAX / 4);
     let mut graph = RunGraph::new(Limits {
@@ -277,12 +335,12 @@ fn simulate(dag: &Dag, workers: usize, order: Order) -> Result<Outcome, String> 
             spec
         })
         .collect();
-    let submitted = graph.submit(specs).map_err(|e| e.to_string())?;
+    let submitted = graph.submit(specs)?;
     if let Some(EventKind::TasksRejected { reason }) = submitted
         .iter()
         .find(|e| matches!(e, EventKind::TasksRejected { .. }))
     {
-        return Err(format!("the graph refused the tasks: {reason:?}"));
+        return Err(SimulationError::Refused(reason.clone()));
     }
     // The batch's i-th task is `t<i+1>` in a fresh graph.
     let ids: Vec<TaskId> = (0..n).map(|i| TaskId::root(i as u32 + 1)).collect();
@@ -290,9 +348,12 @@ fn simulate(dag: &Dag, workers: usize, order: Order) -> Result<Outcome, String> 
     for (i, id) in ids.iter().enumerate() {
         let node = graph
             .task(id)
-            .ok_or_else(|| format!("task {id} is missing"))?;
+            .ok_or_else(|| SimulationError::Missing(id.clone()))?;
         if node.spec.description != format!("simulated task {i}") {
-            return Err(format!("task {id} is not the batch's task {i}"));
+            return Err(SimulationError::NotInBatchOrder {
+                task: id.clone(),
+                index: i,
+            });
         }
     }
     let remaining = match order {
@@ -305,17 +366,17 @@ fn simulate(dag: &Dag, workers: usize, order: Order) -> Result<Outcome, String> 
                    graph: &RunGraph,
                    events: &[EventKind],
                    now: u64|
-     -> Result<(), String> {
+     -> Result<(), SimulationError> {
         for event in events {
             let EventKind::TaskReady { task } = event else {
                 continue;
             };
             let ready = graph
                 .ready_task(task)
-                .ok_or_else(|| format!("ready task {task} is missing"))?;
+                .ok_or_else(|| SimulationError::ReadyMissing(task.clone()))?;
             let i = *index
                 .get(task)
-                .ok_or_else(|| format!("unknown task {task} became ready"))?;
+                .ok_or_else(|| SimulationError::UnknownReady(task.clone()))?;
             let key = match order {
                 Order::Policy(Policy::CriticalPath) => QueueKey::Dispatch(dispatch_order(&ready)),
                 Order::Policy(Policy::Fifo) => QueueKey::Fifo {
@@ -345,10 +406,8 @@ fn simulate(dag: &Dag, workers: usize, order: Order) -> Result<Outcome, String> 
                 break;
             };
             let id = &ids[i];
-            graph
-                .dispatched(id, 1, "general", Route::Worker)
-                .map_err(|e| e.to_string())?;
-            graph.started(id, 1).map_err(|e| e.to_string())?;
+            graph.dispatched(id, 1, "general", Route::Worker)?;
+            graph.started(id, 1)?;
             started_ms[i] = now;
             runs[i] += 1;
             running.push(Reverse((now + dag.durations_ms[i], i)));
@@ -363,30 +422,32 @@ fn simulate(dag: &Dag, workers: usize, order: Order) -> Result<Outcome, String> 
                 break;
             }
             running.pop();
-            let events = graph
-                .complete(TaskCompleted {
-                    task: ids[i].clone(),
-                    attempt: 1,
-                    handoff: None,
-                    artifacts: Vec::new(),
-                    subplan: None,
-                })
-                .map_err(|e| e.to_string())?;
+            let events = graph.complete(TaskCompleted {
+                task: ids[i].clone(),
+                attempt: 1,
+                handoff: None,
+                artifacts: Vec::new(),
+                subplan: None,
+            })?;
             if !events
                 .iter()
                 .any(|e| matches!(e, EventKind::TaskCompleted { task, .. } if *task == ids[i]))
             {
-                return Err(format!("task {} did not complete: {events:?}", ids[i]));
+                return Err(SimulationError::NotCompleted {
+                    task: ids[i].clone(),
+                    events,
+                });
             }
             completed += 1;
             enqueue(&mut queue, &graph, &events, now)?;
         }
     }
     if completed != n {
-        return Err(format!(
-            "{completed} of {n} tasks completed; {} still queued",
-            queue.len()
-        ));
+        return Err(SimulationError::Unfinished {
+            completed,
+            tasks: n,
+            queued: queue.len(),
+        });
     }
     Ok(Outcome {
         makespan_ms: now,

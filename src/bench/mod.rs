@@ -12,7 +12,8 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use throughput::{JournalKind, Shape, Throughput, ThroughputResult};
+use makespan::MakespanError;
+use throughput::{JournalKind, Shape, Throughput, ThroughputError, ThroughputResult};
 
 /// What `flotilla bench` measures (see `flotilla bench --help`).
 #[derive(Debug, Clone)]
@@ -93,10 +94,43 @@ fn round(x: f64, digits: i32) -> f64 {
     (x * scale).round() / scale
 }
 
+/// Why the bench stopped: the run that failed, or the output that could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("the warm-up run: {0}")]
+    WarmUp(#[source] ThroughputError),
+    #[error("{shape} run of {tasks} tasks: {source}")]
+    Throughput {
+        shape: &'static str,
+        tasks: usize,
+        #[source]
+        source: ThroughputError,
+    },
+    #[error("scaling run of {tasks} tasks: {source}")]
+    Scaling {
+        tasks: usize,
+        #[source]
+        source: ThroughputError,
+    },
+    #[error("memory run {run} of {tasks} tasks: {source}")]
+    Memory {
+        run: usize,
+        tasks: usize,
+        #[source]
+        source: ThroughputError,
+    },
+    #[error(transparent)]
+    Makespan(#[from] MakespanError),
+    #[error("writing the results: {0}")]
+    Write(#[source] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
 /// Runs every measurement `options` asks for, printing each as it finishes. Each
 /// throughput run has an actix system of its own on this thread: call it outside any
 /// async runtime.
-pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measurement>, String> {
+pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measurement>, BenchError> {
     // What the memory rows compare with: the process after a tiny run, so that what any
     // run sets up once (SQLite, the runtimes' statics) counts as idle, as in a daemon that
     // has served one run; then every later run must give back what it took.
@@ -107,7 +141,7 @@ pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measuremen
             journal: JournalKind::Sqlite,
             workers: options.workers,
         })
-        .map_err(|e| format!("the warm-up run: {e}"))?;
+        .map_err(BenchError::WarmUp)?;
         collected_rss()
     } else {
         None
@@ -133,8 +167,11 @@ pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measuremen
                 journal,
                 workers: options.workers,
             };
-            let result = throughput::run(&config)
-                .map_err(|e| format!("{} run of {tasks} tasks: {e}", shape.as_str()))?;
+            let result = throughput::run(&config).map_err(|source| BenchError::Throughput {
+                shape: shape.as_str(),
+                tasks,
+                source,
+            })?;
             let m = Measurement::of_throughput(
                 format!("throughput/{}", shape.as_str()),
                 options.workers,
@@ -154,7 +191,7 @@ pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measuremen
             workers: options.workers,
         };
         let result =
-            throughput::run(&config).map_err(|e| format!("scaling run of {tasks} tasks: {e}"))?;
+            throughput::run(&config).map_err(|source| BenchError::Scaling { tasks, source })?;
         let m = Measurement::of_throughput(
             format!("scaling/{tasks}"),
             options.workers,
@@ -193,8 +230,11 @@ pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measuremen
                 journal: JournalKind::Sqlite,
                 workers: options.workers,
             };
-            let result = throughput::run(&config)
-                .map_err(|e| format!("memory run {n} of {} tasks: {e}", options.tasks))?;
+            let result = throughput::run(&config).map_err(|source| BenchError::Memory {
+                run: n,
+                tasks: options.tasks,
+                source,
+            })?;
             let rss = collected_rss();
             let mut m = Measurement::of_throughput(
                 format!("memory/after-run-{n}"),
@@ -230,20 +270,20 @@ struct Printer<'a> {
 }
 
 impl Printer<'_> {
-    fn emit(&mut self, text: &str) -> Result<(), String> {
+    fn emit(&mut self, text: &str) -> Result<(), BenchError> {
         self.out
             .write_all(text.as_bytes())
             .and_then(|()| self.out.flush())
-            .map_err(|e| format!("writing the results: {e}"))
+            .map_err(BenchError::Write)
     }
 
-    fn json_line(&mut self, m: &Measurement) -> Result<(), String> {
-        let line = serde_json::to_string(m).map_err(|e| e.to_string())?;
+    fn json_line(&mut self, m: &Measurement) -> Result<(), BenchError> {
+        let line = serde_json::to_string(m)?;
         self.emit(&format!("{line}\n"))
     }
 
     /// The heading of `section`, once, before its first row.
-    fn heading(&mut self, section: &'static str, text: &str) -> Result<(), String> {
+    fn heading(&mut self, section: &'static str, text: &str) -> Result<(), BenchError> {
         if self.section == Some(section) {
             return Ok(());
         }
@@ -252,7 +292,7 @@ impl Printer<'_> {
         self.emit(&format!("{blank}{text}\n"))
     }
 
-    fn throughput(&mut self, m: &Measurement) -> Result<(), String> {
+    fn throughput(&mut self, m: &Measurement) -> Result<(), BenchError> {
         if self.json {
             return self.json_line(m);
         }
@@ -289,7 +329,7 @@ impl Printer<'_> {
         self.emit(&line)
     }
 
-    fn scaling(&mut self, m: &Measurement, first: Option<&Measurement>) -> Result<(), String> {
+    fn scaling(&mut self, m: &Measurement, first: Option<&Measurement>) -> Result<(), BenchError> {
         if self.json {
             return self.json_line(m);
         }
@@ -316,7 +356,7 @@ impl Printer<'_> {
         self.emit(&line)
     }
 
-    fn memory(&mut self, m: &Measurement, idle: Option<u64>) -> Result<(), String> {
+    fn memory(&mut self, m: &Measurement, idle: Option<u64>) -> Result<(), BenchError> {
         if self.json {
             return self.json_line(m);
         }
@@ -346,7 +386,7 @@ impl Printer<'_> {
         self.emit(&line)
     }
 
-    fn makespan(&mut self, m: &Measurement) -> Result<(), String> {
+    fn makespan(&mut self, m: &Measurement) -> Result<(), BenchError> {
         if self.json {
             return self.json_line(m);
         }

@@ -24,13 +24,13 @@ use actix::prelude::*;
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use flotilla_actors::actors::worker::check::ChecksConfig;
+use flotilla_actors::actors::worker::check::{ChecksConfig, ChecksConfigError};
 use flotilla_actors::actors::{AgentSet, Dispatch, TaskGraph, WorkerKit, WorkerPool};
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{
-    BranchFate, Journal, MemoryJournal, RepoError, SweepKeep, Swept, SystemClock, Workspace,
-    WorktreeRequest, Worktrees,
+    BranchFate, Journal, JournalError, MemoryJournal, RepoError, SweepKeep, Swept, SystemClock,
+    Workspace, WorktreeRequest, Worktrees,
 };
 use flotilla_actors::protocol::{
     BranchWork, Budget, DependencyRef, EventKind, Published, RunId, RunOutcome, TaskId, TaskSpec,
@@ -126,15 +126,32 @@ pub fn quantile_us(sorted: &[Duration], q: f64) -> f64 {
     sorted[rank - 1].as_secs_f64() * 1e6
 }
 
+/// Why a throughput run measured nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ThroughputError {
+    #[error("a temporary state directory: {0}")]
+    StateDir(#[source] std::io::Error),
+    #[error("the journal: {0}")]
+    Open(#[source] crate::journal::OpenError),
+    #[error("the journal: {0}")]
+    Journal(#[source] JournalError),
+    #[error("checks: {0}")]
+    Checks(#[source] ChecksConfigError),
+    #[error("the run's observer stopped before the run finished")]
+    ObserverGone,
+    #[error("the run ended {outcome:?}, not completed: {reason}")]
+    NotCompleted { outcome: RunOutcome, reason: String },
+}
+
 /// Runs one measurement on a fresh actix system of its own, on the calling thread.
-pub fn run(config: &Throughput) -> Result<ThroughputResult, String> {
+pub fn run(config: &Throughput) -> Result<ThroughputResult, ThroughputError> {
     let config = config.clone();
     let system = actix::System::new();
     system.block_on(async move { measure(config).await })
 }
 
-async fn measure(config: Throughput) -> Result<ThroughputResult, String> {
-    let state = tempfile::tempdir().map_err(|e| format!("a temporary state directory: {e}"))?;
+async fn measure(config: Throughput) -> Result<ThroughputResult, ThroughputError> {
+    let state = tempfile::tempdir().map_err(ThroughputError::StateDir)?;
     let run = RunId::generate();
     let journal: Arc<dyn Journal> = match config.journal {
         JournalKind::Memory => Arc::new(MemoryJournal::new(Arc::new(SystemClock))),
@@ -145,7 +162,7 @@ async fn measure(config: Throughput) -> Result<ThroughputResult, String> {
                 false,
                 JournalSync::Normal,
             )
-            .map_err(|e| format!("the journal: {e}"))?;
+            .map_err(ThroughputError::Open)?;
             journal
                 .create_run(RunRecord {
                     id: run,
@@ -156,7 +173,7 @@ async fn measure(config: Throughput) -> Result<ThroughputResult, String> {
                     outcome: None,
                 })
                 .await
-                .map_err(|e| format!("the journal: {e}"))?;
+                .map_err(ThroughputError::Journal)?;
             Arc::new(journal)
         }
     };
@@ -169,7 +186,7 @@ async fn measure(config: Throughput) -> Result<ThroughputResult, String> {
     let graph = graph_ctx.address();
     let checks = ChecksConfig::default()
         .compile()
-        .map_err(|e| format!("checks: {e}"))?;
+        .map_err(ThroughputError::Checks)?;
     let kit = WorkerKit {
         agents: AgentSet::one(Arc::new(ScriptedAgent::new(instant_scenario()))),
         worktrees: Arc::new(NameOnlyWorktrees {
@@ -224,16 +241,16 @@ async fn measure(config: Throughput) -> Result<ThroughputResult, String> {
     graph.do_send(ToTaskGraph::PlanningFinished);
     let seen = finished_rx
         .await
-        .map_err(|_| "the run's observer stopped before the run finished".to_string())?;
+        .map_err(|_| ThroughputError::ObserverGone)?;
     let elapsed = seen.finished_at.duration_since(started);
     let peak_rss_bytes = peak_rss();
     match seen.outcome {
         RunOutcome::Completed => {}
         other => {
-            return Err(format!(
-                "the run ended {other:?}, not completed: {}",
-                seen.reason.unwrap_or_default()
-            ));
+            return Err(ThroughputError::NotCompleted {
+                outcome: other,
+                reason: seen.reason.unwrap_or_default(),
+            });
         }
     }
     let mut latencies = seen.latencies;

@@ -106,13 +106,12 @@ impl ProcessRunner for ConfinedRunner {
 pub async fn probe(policy: &SandboxPolicy) -> Result<String, ProcessError> {
     // A port allow-list Landlock cannot enforce is refused, as a missing bwrap is: never a
     // command let through to every port.
-    policy
-        .tcp_ruleset()
-        .map_err(ProcessError::SandboxUnavailable)?;
+    policy.tcp_ruleset()?;
     if policy.mode == SandboxMode::None {
         return Ok(policy.describe());
     }
-    static PROBED: tokio::sync::OnceCell<Result<String, String>> =
+    // The answer kept: the version, or the port's error (its text says what to install).
+    static PROBED: tokio::sync::OnceCell<Result<String, ProcessError>> =
         tokio::sync::OnceCell::const_new();
     let probed = PROBED
         .get_or_init(|| async {
@@ -133,9 +132,7 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<String, ProcessError> {
                 },
                 sandbox: Sandbox::Bwrap,
             };
-            let (program, args) = invocation(&spec, &SandboxPolicy::default())
-                .await
-                .map_err(|e| e.to_string())?;
+            let (program, args) = invocation(&spec, &SandboxPolicy::default()).await?;
             let out = Command::new(&program)
                 .args(&args)
                 .env_clear()
@@ -160,11 +157,12 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<String, ProcessError> {
                 Ok(Err(e)) => Err(format!("bwrap cannot start ({e}); {INSTALL_HINT}")),
                 Err(_) => Err(format!("bwrap did not answer; {INSTALL_HINT}")),
             }
+            .map_err(ProcessError::SandboxUnavailable)
         })
         .await;
     match probed {
         Ok(version) => Ok(format!("{version} — {}", policy.describe())),
-        Err(why) => Err(ProcessError::SandboxUnavailable(why.clone())),
+        Err(e) => Err(e.clone()),
     }
 }
 
@@ -206,9 +204,7 @@ async fn run(
     // A command with the host's network gets the port allow-list, if there is one: a
     // Landlock domain it enters before exec, so bwrap and everything inside inherit it.
     let tcp_ruleset = if policy.gives_network(spec.sandbox == Sandbox::Network) {
-        policy
-            .tcp_ruleset()
-            .map_err(ProcessError::SandboxUnavailable)?
+        policy.tcp_ruleset()?
     } else {
         None
     };

@@ -40,7 +40,7 @@ impl Actor for Ledger {
 }
 
 impl Handler<IntendLanding> for Ledger {
-    type Result = Result<(), String>;
+    type Result = Result<(), IntentNotJournaled>;
 
     fn handle(&mut self, msg: IntendLanding, _: &mut Context<Self>) -> Self::Result {
         self.0.lock().unwrap().push((msg.from, msg.to, msg.landed));

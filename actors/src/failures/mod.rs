@@ -466,7 +466,7 @@ pub fn fix_scope(
     group_scope: &[String],
     max_paths: usize,
     max_path_bytes: usize,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, FixScopeError> {
     let mut left_out = 0usize;
     let mut scope: Vec<String> = group_scope
         .iter()
@@ -482,30 +482,60 @@ pub fn fix_scope(
     scope.dedup();
     if scope.is_empty() {
         return Err(if group_scope.is_empty() {
-            "the failures name no file, and a fix task with an empty scope could change any \
-             file without holding a lock"
-                .to_string()
+            FixScopeError::NoFile
         } else {
-            format!(
-                "none of the {} files the failures name may be in a task's scope (absolute, \
-                 outside the repository or inside .git)",
-                group_scope.len()
-            )
+            FixScopeError::NoneAllowed {
+                named: group_scope.len(),
+            }
         });
     }
     if scope.len() > max_paths {
-        return Err(format!(
-            "the failures name {} files, more than a task's scope may hold ({max_paths}, \
-             limits.max_scope_paths){}",
-            scope.len(),
-            if left_out > 0 {
-                format!("; {left_out} more were not paths a task may have")
-            } else {
-                String::new()
-            }
-        ));
+        return Err(FixScopeError::TooMany {
+            files: scope.len(),
+            max_paths,
+            left_out: LeftOut(left_out),
+        });
     }
     Ok(scope)
+}
+
+/// Why no fix task can be made for a group of failures ([`fix_scope`]). Its text becomes
+/// the reason an ignored sweep fix is journaled with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FixScopeError {
+    #[error(
+        "the failures name no file, and a fix task with an empty scope could change any \
+         file without holding a lock"
+    )]
+    NoFile,
+    #[error(
+        "none of the {named} files the failures name may be in a task's scope (absolute, \
+         outside the repository or inside .git)"
+    )]
+    NoneAllowed { named: usize },
+    #[error(
+        "the failures name {files} files, more than a task's scope may hold ({max_paths}, \
+         limits.max_scope_paths){left_out}"
+    )]
+    TooMany {
+        files: usize,
+        max_paths: usize,
+        left_out: LeftOut,
+    },
+}
+
+/// How many of the named files were not paths a task may have: said after a
+/// [`FixScopeError::TooMany`] when there are any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeftOut(pub usize);
+
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 => Ok(()),
+            n => write!(f, "; {n} more were not paths a task may have"),
+        }
+    }
 }
 
 #[cfg(test)]

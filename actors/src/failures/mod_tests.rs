@@ -37,12 +37,14 @@ fn a_fix_scope_follows_the_rules_of_any_tasks_scope() {
         ),
         Ok(paths(&["b.rs", "src/a.rs"]))
     );
-    let why = fix_scope(&[], 64, 1024).unwrap_err();
+    let why = fix_scope(&[], 64, 1024).unwrap_err().to_string();
     assert!(why.contains("empty scope"), "{why}");
-    let why = fix_scope(&paths(&[".gIt/config", "/etc/x"]), 64, 1024).unwrap_err();
+    let why = fix_scope(&paths(&[".gIt/config", "/etc/x"]), 64, 1024)
+        .unwrap_err()
+        .to_string();
     assert!(why.contains("none of the 2 files"), "{why}");
     let many: Vec<String> = (0..65).map(|i| format!("f{i}")).collect();
-    let why = fix_scope(&many, 64, 1024).unwrap_err();
+    let why = fix_scope(&many, 64, 1024).unwrap_err().to_string();
     assert!(why.contains("65 files") && why.contains("(64"), "{why}");
     assert_eq!(fix_scope(&many[..64], 64, 1024).map(|s| s.len()), Ok(64));
 }

@@ -236,7 +236,10 @@ impl RunGraph {
             Ok(scope) => scope,
             Err(why) => {
                 let files = files.iter().take(CLASHING_SHOWN).cloned().collect();
-                let why = LandingFailure::ConflictUnfixable { files, why };
+                let why = LandingFailure::ConflictUnfixable {
+                    files,
+                    why: why.to_string(),
+                };
                 self.fail_and_settle(&mut out, ix, FailureReason::NotLanded { why })?;
                 return Ok(out);
             }
@@ -641,29 +644,45 @@ fn conflict_fix_scope(
     files: &[String],
     max_paths: usize,
     max_path_bytes: usize,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, ConflictScopeError> {
     let scope = valid_scope(files, max_path_bytes);
     if scope.is_empty() {
         return Err(if files.is_empty() {
-            "git named no conflicting file, and a fix task with an empty scope could change \
-             any file without holding a lock"
-                .to_string()
+            ConflictScopeError::NoFile
         } else {
-            format!(
-                "none of the {} conflicting files may be in a task's scope (absolute, outside \
-                 the repository or inside .git)",
-                files.len()
-            )
+            ConflictScopeError::NoneAllowed {
+                conflicting: files.len(),
+            }
         });
     }
     if scope.len() > max_paths {
-        return Err(format!(
-            "{} files conflict, more than a task's scope may hold ({max_paths}, \
-             limits.max_scope_paths)",
-            scope.len()
-        ));
+        return Err(ConflictScopeError::TooMany {
+            files: scope.len(),
+            max_paths,
+        });
     }
     Ok(scope)
+}
+
+/// Why no conflict fix can be made ([`conflict_fix_scope`]). Its text is the `why` of the
+/// journaled [`LandingFailure::ConflictUnfixable`] (the journal's format: a string).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ConflictScopeError {
+    #[error(
+        "git named no conflicting file, and a fix task with an empty scope could change \
+         any file without holding a lock"
+    )]
+    NoFile,
+    #[error(
+        "none of the {conflicting} conflicting files may be in a task's scope (absolute, \
+         outside the repository or inside .git)"
+    )]
+    NoneAllowed { conflicting: usize },
+    #[error(
+        "{files} files conflict, more than a task's scope may hold ({max_paths}, \
+         limits.max_scope_paths)"
+    )]
+    TooMany { files: usize, max_paths: usize },
 }
 
 /// `text` cut to at most `max` bytes on a character boundary.

@@ -65,12 +65,12 @@ pub fn planner_answer_schema() -> serde_json::Value {
 pub fn parse_json_answer<T: DeserializeOwned>(
     content: &str,
     max_bytes: usize,
-) -> Result<T, String> {
+) -> Result<T, AnswerError> {
     if content.len() > max_bytes {
-        return Err(format!(
-            "the answer is {} bytes; at most {max_bytes} are accepted",
-            content.len()
-        ));
+        return Err(AnswerError::TooLong {
+            bytes: content.len(),
+            max_bytes,
+        });
     }
     let trimmed = content.trim();
     if let Ok(whole) = serde_json::from_str(trimmed) {
@@ -79,9 +79,21 @@ pub fn parse_json_answer<T: DeserializeOwned>(
     let candidate = fenced(trimmed).unwrap_or(trimmed);
     let candidate = match (candidate.find('{'), candidate.rfind('}')) {
         (Some(start), Some(end)) if start < end => &candidate[start..=end],
-        _ => return Err("the answer contains no JSON object".into()),
+        _ => return Err(AnswerError::NoObject),
     };
-    serde_json::from_str(candidate).map_err(|e| format!("the answer is not valid: {e}"))
+    serde_json::from_str(candidate).map_err(AnswerError::Invalid)
+}
+
+/// Why an LLM's answer gives no object of the expected shape. Its text is what the model is
+/// told (the planners carry it as a string in their answers and journal it).
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("the answer is {bytes} bytes; at most {max_bytes} are accepted")]
+    TooLong { bytes: usize, max_bytes: usize },
+    #[error("the answer contains no JSON object")]
+    NoObject,
+    #[error("the answer is not valid: {0}")]
+    Invalid(#[source] serde_json::Error),
 }
 
 fn fenced(text: &str) -> Option<&str> {
@@ -153,12 +165,14 @@ mod tests {
         assert!(
             parse_json_answer::<PlannerOutput>("I think we should", 1000)
                 .unwrap_err()
+                .to_string()
                 .contains("no JSON object")
         );
         assert!(parse_json_answer::<PlannerOutput>("{\"tasks\": [", 1000).is_err());
         assert!(
             parse_json_answer::<PlannerOutput>(&"x".repeat(2000), 1000)
                 .unwrap_err()
+                .to_string()
                 .contains("2000 bytes")
         );
         let ignored: PlannerOutput = parse_json_answer(
@@ -171,7 +185,8 @@ mod tests {
             r#"{"tasks": [{"description": "d", "scope": ["a"], "priority": 0}]}"#,
             1000,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("priority"), "{err}");
     }
 }

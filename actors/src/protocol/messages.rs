@@ -169,11 +169,26 @@ pub enum FromMerging {
 /// move from `from` to `to` with these commits holding these tasks' work. Answered once the
 /// `LandingIntended` event is committed; the queue moves main only after an `Ok`.
 #[derive(Debug, Message)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<(), IntentNotJournaled>")]
 pub struct IntendLanding {
     pub from: String,
     pub to: String,
     pub landed: Vec<IntendedLanding>,
+}
+
+/// Why a landing's intent is not in the journal: main must not move. The causes are the
+/// journal's and the graph's errors (boxed: the protocol knows neither module).
+#[derive(Debug, thiserror::Error)]
+pub enum IntentNotJournaled {
+    #[error("the landing's intent was not journaled: {0}")]
+    Refused(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("the run's task graph stopped before the landing's intent was journaled")]
+    GraphStopped,
+    /// The intent broke the graph's rules: the task graph stops.
+    #[error("the run's task graph stopped: {0}")]
+    Broken(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("the task graph is gone: {0}")]
+    Gone(#[source] actix::MailboxError),
 }
 
 /// The MergeQueue's inbox.

@@ -37,8 +37,8 @@ pub use merge::{
     SweepReport, commit_subject,
 };
 pub use messages::{
-    FromMerging, GetSnapshot, IntendLanding, Published, ToAgent, ToDispatch, ToMergeQueue,
-    ToPlanner, ToReconciler, ToTaskGraph,
+    FromMerging, GetSnapshot, IntendLanding, IntentNotJournaled, Published, ToAgent, ToDispatch,
+    ToMergeQueue, ToPlanner, ToReconciler, ToTaskGraph,
 };
 pub use scope::ScopePath;
 pub use subplan::{
@@ -47,7 +47,8 @@ pub use subplan::{
     TaskDecompositionAccepted, TaskDecompositionRejected, UserDecision,
 };
 pub use task::{
-    ArtifactKind, Budget, DependencyRef, IllegalTransition, Priority, TaskSpec, TaskState, Usd,
+    ArtifactKind, Budget, CostOutOfRange, DependencyRef, IllegalTransition, Priority,
+    PriorityOutOfRange, TaskSpec, TaskState, Usd,
 };
 pub use view::{GraphSnapshot, TaskView};
 pub use work::{

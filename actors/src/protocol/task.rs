@@ -83,13 +83,11 @@ impl Priority {
     pub const MOST_URGENT: Priority = Priority(1);
     pub const LEAST_URGENT: Priority = Priority(10);
 
-    pub fn new(value: u8) -> Result<Self, String> {
+    pub fn new(value: u8) -> Result<Self, PriorityOutOfRange> {
         if (1..=10).contains(&value) {
             Ok(Priority(value))
         } else {
-            Err(format!(
-                "priority must be 1 (most urgent) to 10, got {value}"
-            ))
+            Err(PriorityOutOfRange(value.into()))
         }
     }
 
@@ -108,11 +106,16 @@ impl<'de> Deserialize<'de> for Priority {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = i64::deserialize(d)?;
         u8::try_from(v)
-            .map_err(|_| format!("priority must be 1 (most urgent) to 10, got {v}"))
+            .map_err(|_| PriorityOutOfRange(v))
             .and_then(Priority::new)
             .map_err(serde::de::Error::custom)
     }
 }
+
+/// A priority outside 1 to 10 (as given: a model may send any integer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("priority must be 1 (most urgent) to 10, got {0}")]
+pub struct PriorityOutOfRange(pub i64);
 
 /// US dollars, held as whole micro-dollars so that budget sums are exact. Serialized as a
 /// decimal number of dollars.
@@ -143,11 +146,9 @@ impl Usd {
         self.0
     }
 
-    pub fn from_dollars(dollars: f64) -> Result<Self, String> {
+    pub fn from_dollars(dollars: f64) -> Result<Self, CostOutOfRange> {
         if !dollars.is_finite() || !(0.0..=1e9).contains(&dollars) {
-            return Err(format!(
-                "cost must be a finite amount between 0 and 1e9 USD, got {dollars}"
-            ));
+            return Err(CostOutOfRange(dollars));
         }
         Ok(Usd((dollars * 1e6).round() as u64))
     }
@@ -156,6 +157,11 @@ impl Usd {
         self.0 as f64 / 1e6
     }
 }
+
+/// A cost that is not a finite amount of dollars between 0 and 1e9 (as given).
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("cost must be a finite amount between 0 and 1e9 USD, got {0}")]
+pub struct CostOutOfRange(pub f64);
 
 impl fmt::Display for Usd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

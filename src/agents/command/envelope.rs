@@ -40,8 +40,8 @@ pub(super) enum ResultFileError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
     /// What the answer parser says of the text (it quotes none of it).
-    #[error("{0}")]
-    NotAnEnvelope(String),
+    #[error(transparent)]
+    NotAnEnvelope(flotilla_actors::llm::output::AnswerError),
 }
 
 /// Why a call handed back no envelope (the agent's name and its last output are added).

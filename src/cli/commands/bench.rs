@@ -33,9 +33,8 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
         json: *json,
     };
     let mut out = std::io::stdout().lock();
-    // The bench says what failed in words (its own error type is a string).
     crate::bench::run(&options, &mut out)
-        .map_err(|message| CliError::internal(format!("the bench failed: {message}")))?;
+        .map_err(|e| CliError::internal("the bench failed").because(e))?;
     Ok(Exit::Ok)
 }
 
@@ -64,4 +63,40 @@ fn parse_sizes(text: &str) -> Result<Vec<usize>, BadSize> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::BenchError;
+    use crate::bench::makespan::{self, Workload};
+
+    /// Issue 21 item 6: a bench failure reaches the CLI typed, as the `Caused by` line under
+    /// "the bench failed" (its own cause, the distribution's error, is in that line's text
+    /// and not said twice), exit 4.
+    #[test]
+    fn a_failed_bench_says_each_cause_on_its_line() {
+        let bad = Workload {
+            name: "bad".into(),
+            tasks: 4,
+            workers: 2,
+            seed: 1,
+            layers: 2,
+            max_deps: 1,
+            reach: 1,
+            median_secs: 1.0,
+            sigma: f64::NAN,
+        };
+        let e = BenchError::from(makespan::run(&bad).map(|_| ()).unwrap_err());
+        let error = CliError::internal("the bench failed").because(e);
+        assert_eq!(error.exit(), Exit::Failure);
+        let report = error.report();
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(lines[0], "error: the bench failed", "{report}");
+        assert!(
+            lines[1].starts_with("Caused by: bad: durations: "),
+            "{report}"
+        );
+        assert_eq!(lines.len(), 2, "{report}");
+    }
 }

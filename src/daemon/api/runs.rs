@@ -195,7 +195,8 @@ pub(super) async fn create_run(
                 format!("the daemon is shutting down: {e}"),
             )
         })?
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        // The wire format: the answer's `error` field is the error's text.
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok((
         StatusCode::CREATED,
         Json(Created {
@@ -358,7 +359,8 @@ pub(super) async fn collect_garbage(
         })
         .await
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        // The wire format: the answer's `error` field is the error's text.
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok(Json(report))
 }
 

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use actix::prelude::*;
-use flotilla_actors::ports::RepoError;
+use flotilla_actors::ports::{JournalError, RepoError};
 use flotilla_actors::protocol::{CheckoutSync, RunId};
 use tracing::{info, warn};
 
@@ -18,20 +18,28 @@ use crate::git::target::TargetBranch;
 /// submitted right now has an id, and soon a directory, before the journal lists it.
 const UNKNOWN_RUN_MIN_AGE_MS: u64 = 10 * 60 * 1000;
 
+/// Why a collection stopped before it began removing (what it could not remove in one
+/// repository is in the report's `errors`, and the others are still collected).
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error("cannot read the runs: {0}")]
+    ReadRuns(#[source] JournalError),
+    #[error("the git thread failed: {0}")]
+    GitThread(#[from] tokio::task::JoinError),
+}
+
 /// Not atomic: the collection works on a snapshot (the runs live and the runs finished
 /// when it started) and runs off the Supervisor, so runs start and end meanwhile. A run
 /// that finishes meanwhile is swept by its own end.
 impl Handler<CollectGarbage> for Supervisor {
-    type Result = ResponseFuture<Result<GcReport, String>>;
+    type Result = ResponseFuture<Result<GcReport, GcError>>;
 
     fn handle(&mut self, msg: CollectGarbage, _: &mut Context<Self>) -> Self::Result {
         let live: HashSet<RunId> = self.runs.keys().copied().collect();
         let records = self.journal.runs();
         let root = self.worktrees.clone();
         Box::pin(async move {
-            let records = records
-                .await
-                .map_err(|e| format!("cannot read the runs: {e}"))?;
+            let records = records.await.map_err(GcError::ReadRuns)?;
             collect_garbage(live, records, root, msg).await
         })
     }
@@ -42,7 +50,7 @@ async fn collect_garbage(
     records: Vec<crate::journal::RunRecord>,
     root: PathBuf,
     msg: CollectGarbage,
-) -> Result<GcReport, String> {
+) -> Result<GcReport, GcError> {
     let started_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -97,8 +105,7 @@ async fn collect_garbage(
                 crate::git::leftovers::remove_leftovers(&path, &found)
             }
         })
-        .await
-        .map_err(|e| format!("the git thread failed: {e}"))?;
+        .await?;
         let found = match found {
             Ok(found) => found,
             Err(RepoError::NotARepository(_)) => {

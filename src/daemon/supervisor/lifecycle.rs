@@ -21,7 +21,7 @@ use tracing::{error, info, warn};
 use super::wiring;
 use super::{
     AdoptMain, CancelAnswer, CancelRun, DecideTask, GetRunMembers, Life, MemberStopped, RunDamaged,
-    RunEntry, RunMembers, RunProblem, RunProblems, StartRun, Supervisor,
+    RunEntry, RunMembers, RunProblem, RunProblems, StartError, StartRun, Supervisor,
 };
 use crate::config::RunConfig;
 
@@ -40,19 +40,19 @@ impl Supervisor {
         run: RunId,
         journal: &[Event],
         ctx: &mut Context<Self>,
-    ) -> Result<(), String> {
+    ) -> Result<(), StartError> {
         let Some(entry) = self.runs.get_mut(&run) else {
-            return Err(format!("run {run} is not known to the supervisor"));
+            return Err(StartError::Unknown(run));
         };
         let config = entry.config.clone();
         let impossible = config
             .validate()
             .and_then(|()| Ok(config.target_branch()?))
-            .map_err(|e| format!("its configuration cannot run: {e}"));
+            .map_err(StartError::Config);
         let target = match impossible {
             Ok(target) => target,
             Err(reason) => {
-                entry.problem = Some(RunProblem::Damaged(reason.clone()));
+                entry.problem = Some(RunProblem::Damaged(reason.to_string()));
                 entry.life = Life::Damaged;
                 if let Some(thread) = entry.thread.take() {
                     thread.stop();
@@ -66,9 +66,9 @@ impl Supervisor {
         {
             Ok(graph) => graph,
             Err(e) => {
-                let reason = format!("the journal does not replay: {e}");
+                let reason = StartError::Replay(e);
                 error!(%run, %reason, "run damaged");
-                entry.problem = Some(RunProblem::Damaged(reason.clone()));
+                entry.problem = Some(RunProblem::Damaged(reason.to_string()));
                 entry.life = Life::Damaged;
                 if let Some(thread) = entry.thread.take() {
                     thread.stop();
@@ -232,7 +232,7 @@ impl Supervisor {
 }
 
 impl Handler<StartRun> for Supervisor {
-    type Result = Result<(), String>;
+    type Result = Result<(), StartError>;
 
     fn handle(&mut self, msg: StartRun, ctx: &mut Context<Self>) -> Self::Result {
         let StartRun {
@@ -243,7 +243,7 @@ impl Handler<StartRun> for Supervisor {
             journal,
         } = msg;
         if let Some(Life::Live(_)) = self.runs.get(&run).map(|e| &e.life) {
-            return Err(format!("run {run} is already live"));
+            return Err(StartError::AlreadyLive(run));
         }
         self.runs.insert(
             run,

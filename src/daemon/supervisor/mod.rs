@@ -46,16 +46,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use actix::prelude::*;
+use flotilla_actors::actors::worker::check::ChecksConfigError;
 use flotilla_actors::actors::{
     Dispatch, MergeQueue, Planner, Reconciler, Subplanner, TaskGraph, WorkerPool,
 };
+use flotilla_actors::graph::GraphError;
 use flotilla_actors::ports::{Clock, Journal};
 use flotilla_actors::protocol::{Event, EventKind, RunId, TaskId, UserDecision};
 use flotilla_actors::supervision::{Lifeline, StopCause, StopMember};
 use tokio::sync::broadcast;
 
+pub use self::gc::GcError;
 pub use crate::api::gc::GcReport;
-use crate::config::RunConfig;
+use crate::config::{RunConfig, RunConfigError};
 use crate::git::target::TargetBranch;
 use crate::journal::SqliteJournal;
 use crate::providers::ProviderRegistry;
@@ -256,13 +259,31 @@ impl Actor for Supervisor {
 /// Start a run's actors. `journal` holds its events so far (at least `RunStarted`); when it
 /// holds more, the run is resumed from them.
 #[derive(Message)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<(), StartError>")]
 pub struct StartRun {
     pub run: RunId,
     pub request: String,
     pub repo: PathBuf,
     pub config: RunConfig,
     pub journal: Vec<Event>,
+}
+
+/// Why a run's actors were not started. A run whose configuration cannot run or whose
+/// journal does not replay is also marked damaged, with this error's text as the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("run {0} is not known to the supervisor")]
+    Unknown(RunId),
+    #[error("run {0} is already live")]
+    AlreadyLive(RunId),
+    /// Its stored configuration does not validate (or names an impossible target branch).
+    #[error("its configuration cannot run: {0}")]
+    Config(#[source] RunConfigError),
+    /// Its checks' globs do not compile.
+    #[error("its configuration cannot run: {0}")]
+    Checks(#[source] ChecksConfigError),
+    #[error("the journal does not replay: {0}")]
+    Replay(#[source] GraphError),
 }
 
 /// A run the daemon could not even load (its stored config or events are unreadable):
@@ -372,7 +393,7 @@ pub struct AdoptMain {
 /// Also heals the checkouts of main of every repository the journal knows (not in a dry
 /// run). `progress`: log each repository as it is done (the daemon's start-up collection).
 #[derive(Debug, Message)]
-#[rtype(result = "Result<GcReport, String>")]
+#[rtype(result = "Result<GcReport, GcError>")]
 pub struct CollectGarbage {
     pub dry_run: bool,
     pub progress: bool,

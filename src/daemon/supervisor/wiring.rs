@@ -21,7 +21,7 @@ use flotilla_actors::recovery::RunRecovery;
 use flotilla_actors::supervision::Lifeline;
 use tracing::warn;
 
-use super::{Member, RunMembers};
+use super::{Member, RunMembers, StartError};
 use crate::agents::builtin::BuiltinAgent;
 use crate::agents::command::CommandAgent;
 use crate::config::RunConfig;
@@ -75,7 +75,7 @@ pub(super) fn start_run(
     run: Run<'_>,
     thread: &ArbiterHandle,
     lifeline: impl Fn(Member) -> Lifeline,
-) -> Result<RunMembers, String> {
+) -> Result<RunMembers, StartError> {
     let Run {
         run,
         request,
@@ -98,7 +98,7 @@ pub(super) fn start_run(
     let checks = config
         .checks
         .compile()
-        .map_err(|e| format!("its configuration cannot run: {e}"))?
+        .map_err(StartError::Checks)?
         .protecting(config.protected_paths(entry_repo));
     let run_dir = daemon.worktrees.join(run.to_string());
     let kit = WorkerKit {

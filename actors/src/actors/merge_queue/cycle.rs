@@ -310,7 +310,7 @@ impl Cycle {
             };
             let journaled = match self.intents.send(intent).await {
                 Ok(result) => result,
-                Err(e) => Err(format!("the task graph is gone: {e}")),
+                Err(e) => Err(IntentNotJournaled::Gone(e)),
             };
             if let Err(e) = journaled {
                 // Nobody is to blame: main stays, the batch waits for the restart that a

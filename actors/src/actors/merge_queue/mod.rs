@@ -53,8 +53,8 @@ use crate::ports::{
 };
 use crate::protocol::{
     CheckoutSync, Event, EventKind, FixOf, FromMerging, IntendLanding, IntendedLanding,
-    LandRequest, LandingFailure, MergeHealth, Published, RunId, TaskId, ToMergeQueue, ToPlanner,
-    ToReconciler,
+    IntentNotJournaled, LandRequest, LandingFailure, MergeHealth, Published, RunId, TaskId,
+    ToMergeQueue, ToPlanner, ToReconciler,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use cycle::Cycle;

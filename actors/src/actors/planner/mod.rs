@@ -293,7 +293,7 @@ impl Planner {
         self.remind_empty = self
             .conversation
             .last()
-            .is_some_and(|ex| tasks_in(&ex.answer) == Ok(0))
+            .is_some_and(|ex| matches!(tasks_in(&ex.answer), Ok(0)))
             && self.reminder_due();
         self
     }
@@ -489,7 +489,7 @@ impl Planner {
                         "the answer was cut off at the output-token limit ({error}); \
                          answer with fewer and shorter tasks"
                     ),
-                    _ => error,
+                    _ => error.to_string(),
                 });
                 self.conversation.push(Exchange {
                     prompt: prompt.clone(),

@@ -469,7 +469,7 @@ impl Subplanner {
                 FinishReason::Length => format!(
                     "the answer was cut off at the output-token limit ({error}); answer with fewer and shorter subtasks"
                 ),
-                _ => error,
+                _ => error.to_string(),
             });
         let subtasks = parsed.and_then(|out| {
             let proposed = out.tasks.len();

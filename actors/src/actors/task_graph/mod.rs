@@ -37,8 +37,8 @@ use tracing::{error, warn};
 use crate::graph::{GraphError, RunGraph};
 use crate::ports::{Journal, JournalError};
 use crate::protocol::{
-    Event, EventKind, FailureReason, FromMerging, GetSnapshot, IntendLanding, Published,
-    RootHandoff, RunId, SubtaskEnded, SubtasksCompleted, TaskDecompositionAccepted,
+    Event, EventKind, FailureReason, FromMerging, GetSnapshot, IntendLanding, IntentNotJournaled,
+    Published, RootHandoff, RunId, SubtaskEnded, SubtasksCompleted, TaskDecompositionAccepted,
     TaskDecompositionRejected, TaskId, TaskState, ToAgent, ToDispatch, ToMergeQueue, ToPlanner,
     ToReconciler, ToTaskGraph,
 };
@@ -555,7 +555,7 @@ impl Handler<CancelRun> for TaskGraph {
 }
 
 impl Handler<IntendLanding> for TaskGraph {
-    type Result = ResponseFuture<Result<(), String>>;
+    type Result = ResponseFuture<Result<(), IntentNotJournaled>>;
 
     /// Answered once `LandingIntended` is committed: the merge queue moves main only then
     /// (ADR-018, write-ahead of the compare-and-swap).
@@ -568,17 +568,14 @@ impl Handler<IntendLanding> for TaskGraph {
                 Box::pin(async move {
                     match rx.await {
                         Ok(Ok(())) => Ok(()),
-                        Ok(Err(e)) => Err(format!("the landing's intent was not journaled: {e}")),
-                        Err(_) => Err("the run's task graph stopped before the landing's \
-                                       intent was journaled"
-                            .into()),
+                        Ok(Err(e)) => Err(IntentNotJournaled::Refused(Box::new(e))),
+                        Err(_) => Err(IntentNotJournaled::GraphStopped),
                     }
                 })
             }
             Err(e) => {
-                let detail = e.to_string();
-                self.stop_because(StopCause::InvariantBroken(detail.clone()), ctx);
-                Box::pin(async move { Err(format!("the run's task graph stopped: {detail}")) })
+                self.stop_because(StopCause::InvariantBroken(e.to_string()), ctx);
+                Box::pin(async move { Err(IntentNotJournaled::Broken(Box::new(e))) })
             }
         }
     }
