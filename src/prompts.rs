@@ -172,6 +172,13 @@ pub fn check_overrides(overrides: &PromptOverrides) -> Result<(), PromptError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agents::tools::FinishArgs;
+    use flotilla_actors::actors::planner::PlannerConfig;
+    use flotilla_actors::actors::subplanner::SubplannerConfig;
+    use flotilla_actors::actors::subplanner::context::proposals_from;
+    use flotilla_actors::graph::RunGraph;
+    use flotilla_actors::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
+    use flotilla_actors::protocol::{EventKind, TaskSpec};
 
     #[test]
     fn every_placeholder_of_every_built_in_prompt_is_filled() {
@@ -226,5 +233,139 @@ mod tests {
             "Plan with 3 levels"
         );
         assert!(for_role(Role::Subplanner, &overrides, &limits).starts_with("# Subplanner"));
+    }
+
+    /// The parent scope the subplanner prompt's examples are written for (their heading
+    /// names it).
+    const SUBPLANNER_EXAMPLE_PARENT: [&str; 4] = [
+        "src/world/constants.rs",
+        "src/world/chunk.rs",
+        "src/world/noise.rs",
+        "src/world/mesher.rs",
+    ];
+
+    /// The fenced ```json blocks of a prompt: its example answers.
+    fn json_examples(text: &str) -> Vec<&str> {
+        text.split("```json")
+            .skip(1)
+            .filter_map(|after| after.split("```").next())
+            .map(str::trim)
+            .collect()
+    }
+
+    /// A planner answer parsed as the actors parse it, held to the schema they send with
+    /// it (a scratchpad; every task with a description, a scope and acceptance).
+    fn planner_answer(file: &str, example: &str, max_bytes: usize) -> Vec<TaskSpec> {
+        let out: PlannerOutput = parse_json_answer(example, max_bytes)
+            .unwrap_or_else(|e| panic!("{file}: an example answer does not parse: {e}\n{example}"));
+        let schema = planner_answer_schema();
+        assert_eq!(schema["required"], serde_json::json!(["scratchpad", "tasks"]));
+        assert!(
+            out.scratchpad.is_some_and(|s| !s.trim().is_empty()),
+            "{file}: an example answer has no scratchpad"
+        );
+        for task in &out.tasks {
+            assert!(
+                !task.description.trim().is_empty()
+                    && !task.scope.is_empty()
+                    && !task.acceptance.trim().is_empty(),
+                "{file}: an example task lacks what the schema requires: {task:?}"
+            );
+        }
+        out.tasks
+    }
+
+    /// Submits `tasks` as a root batch: the graph's own validation (sizes, path hygiene,
+    /// dependency indexes and ids, cycles, duplicates) must accept them.
+    fn accepted(graph: &mut RunGraph, file: &str, tasks: Vec<TaskSpec>) {
+        let events = graph.submit(tasks).unwrap();
+        for event in &events {
+            assert!(
+                !matches!(event, EventKind::TasksRejected { .. }),
+                "{file}: an example batch is refused: {event:?}"
+            );
+        }
+    }
+
+    /// Every example answer in a built-in prompt is one flotilla accepts, read by the parser
+    /// the role's actor uses: a prompt and the code cannot drift apart.
+    #[test]
+    fn every_example_answer_in_a_prompt_is_accepted_by_flotilla() {
+        let limits = Limits::default();
+        // The planner's examples are successive sprints of one run: later ones name tasks
+        // the earlier ones created (t1, t2, …).
+        let mut planner_run = RunGraph::new(limits.clone());
+        for (role, file, _) in BUILT_IN {
+            let text = for_role(role, &PromptOverrides::new(), &limits);
+            let examples = json_examples(&text);
+            assert!(!examples.is_empty(), "{file} shows no example answer");
+            for example in examples {
+                match role {
+                    Role::Planner => {
+                        let max = PlannerConfig::default().max_answer_bytes;
+                        let tasks = planner_answer(file, example, max);
+                        accepted(&mut planner_run, file, tasks);
+                    }
+                    Role::Reconciler => {
+                        let max = PlannerConfig::default().max_answer_bytes;
+                        let tasks = planner_answer(file, example, max);
+                        accepted(&mut RunGraph::new(limits.clone()), file, tasks);
+                    }
+                    Role::Subplanner => {
+                        let max = SubplannerConfig::default().max_answer_bytes;
+                        let tasks = planner_answer(file, example, max);
+                        let parent = SUBPLANNER_EXAMPLE_PARENT.map(String::from);
+                        for path in &parent {
+                            assert!(text.contains(path.as_str()), "{file} never names {path}");
+                        }
+                        let (kept, notes) =
+                            proposals_from(tasks.clone(), &parent, limits.max_path_bytes);
+                        assert!(notes.is_empty(), "{file}: an example loses tasks: {notes:?}");
+                        assert_eq!(kept.len(), tasks.len());
+                        assert!(kept.len() <= limits.max_subtasks as usize);
+                        accepted(&mut RunGraph::new(limits.clone()), file, tasks);
+                    }
+                    Role::Worker => {
+                        let handoff: FinishArgs = parse_json_answer(example, 256 * 1024)
+                            .unwrap_or_else(|e| panic!("{file}: the example handoff: {e}"));
+                        assert!(!handoff.summary.trim().is_empty());
+                    }
+                }
+            }
+        }
+        // The run holds the first sprint's three tasks and the third sprint's two.
+        assert_eq!(planner_run.len(), 5);
+    }
+
+    /// What the prompts say flotilla does or does not check is what it does.
+    #[test]
+    fn the_prompts_promise_only_what_the_code_does() {
+        let limits = Limits::default();
+        let prompt = |role| for_role(role, &PromptOverrides::new(), &limits);
+        // The subplanner prompt says an empty `acceptance` is not refused: the graph takes it.
+        assert!(prompt(Role::Subplanner).contains("flotilla accepts a subtask without them"));
+        let mut graph = RunGraph::new(limits.clone());
+        let events = graph
+            .submit(vec![TaskSpec::new("no acceptance", &["src/a.rs"])])
+            .unwrap();
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, EventKind::TasksRejected { .. })),
+            "empty acceptance is refused now: say so in prompts/subplanner.md"
+        );
+        // "No network" only as the default: the default sandbox is bubblewrap, which gives
+        // none, and a run may configure the network in.
+        let worker = prompt(Role::Worker);
+        assert!(worker.contains("by default without network access"));
+        assert!(!worker.contains("no network"), "an unconditional promise");
+        assert_eq!(
+            crate::sandbox::SandboxConfig::default().mode,
+            crate::sandbox::SandboxMode::Bwrap
+        );
+        assert_eq!(
+            crate::agents::builtin::BuiltinConfig::default().sandbox,
+            flotilla_actors::ports::Sandbox::Bwrap
+        );
     }
 }
