@@ -359,6 +359,16 @@ mod tests {
         let worker = prompt(Role::Worker);
         assert!(worker.contains("by default without network access"));
         assert!(!worker.contains("no network"), "an unconditional promise");
+        let run_command = crate::agents::tools::specs()
+            .into_iter()
+            .find(|spec| spec.name == "run_command")
+            .unwrap();
+        assert!(
+            run_command.description.contains("by default without network access")
+                && !run_command.description.contains("No network"),
+            "{}",
+            run_command.description
+        );
         assert_eq!(
             crate::sandbox::SandboxConfig::default().mode,
             crate::sandbox::SandboxMode::Bwrap
