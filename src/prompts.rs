@@ -259,7 +259,10 @@ mod tests {
         let out: PlannerOutput = parse_json_answer(example, max_bytes)
             .unwrap_or_else(|e| panic!("{file}: an example answer does not parse: {e}\n{example}"));
         let schema = planner_answer_schema();
-        assert_eq!(schema["required"], serde_json::json!(["scratchpad", "tasks"]));
+        assert_eq!(
+            schema["required"],
+            serde_json::json!(["scratchpad", "tasks"])
+        );
         assert!(
             out.scratchpad.is_some_and(|s| !s.trim().is_empty()),
             "{file}: an example answer has no scratchpad"
@@ -320,7 +323,10 @@ mod tests {
                         }
                         let (kept, notes) =
                             proposals_from(tasks.clone(), &parent, limits.max_path_bytes);
-                        assert!(notes.is_empty(), "{file}: an example loses tasks: {notes:?}");
+                        assert!(
+                            notes.is_empty(),
+                            "{file}: an example loses tasks: {notes:?}"
+                        );
                         assert_eq!(kept.len(), tasks.len());
                         assert!(kept.len() <= limits.max_subtasks as usize);
                         accepted(&mut RunGraph::new(limits.clone()), file, tasks);
@@ -364,7 +370,9 @@ mod tests {
             .find(|spec| spec.name == "run_command")
             .unwrap();
         assert!(
-            run_command.description.contains("by default without network access")
+            run_command
+                .description
+                .contains("by default without network access")
                 && !run_command.description.contains("No network"),
             "{}",
             run_command.description
