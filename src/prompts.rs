@@ -328,7 +328,7 @@ mod tests {
                             "{file}: an example loses tasks: {notes:?}"
                         );
                         assert_eq!(kept.len(), tasks.len());
-                        assert!(kept.len() <= limits.max_subtasks as usize);
+                        assert!(kept.len() <= limits.max_subtasks);
                         accepted(&mut RunGraph::new(limits.clone()), file, tasks);
                     }
                     Role::Worker => {
