@@ -22,6 +22,7 @@ mod daemon_env;
 mod escapes;
 mod fuzz_regressions;
 mod gc;
+mod guides;
 // The actor-only harness lives with the actor tests (actors/tests/it) and is shared from there;
 // this binary uses only part of it, so what only the actor tests use may go unused here.
 #[allow(dead_code)]
