@@ -32,16 +32,22 @@ impl RunConfig {
                 path: path.into(),
                 source,
             })?;
-        let scenario_path = match &file.provider.scenario {
-            Some(rel) => path.parent().unwrap_or(Path::new(".")).join(rel),
-            None => return Err(ConfigError::NoScenario { path: path.into() }),
+        // A scenario is needed only when something is scripted: a planning role without a
+        // model, or a worker profile whose agent is the scripted one (checked below).
+        let scenario_path = file
+            .provider
+            .scenario
+            .as_ref()
+            .map(|rel| path.parent().unwrap_or(Path::new(".")).join(rel));
+        let scenario = match &scenario_path {
+            Some(scenario_path) => Scenario::from_toml(&read(scenario_path)?).map_err(|source| {
+                ConfigError::Scenario {
+                    path: scenario_path.clone(),
+                    source,
+                }
+            })?,
+            None => Scenario::default(),
         };
-        let scenario = Scenario::from_toml(&read(&scenario_path)?).map_err(|source| {
-            ConfigError::Scenario {
-                path: scenario_path.clone(),
-                source,
-            }
-        })?;
         let models = file.models();
         let prompts = match &file.prompts_dir {
             Some(dir) => load_overrides(&path.parent().unwrap_or(Path::new(".")).join(dir))?,
@@ -49,7 +55,7 @@ impl RunConfig {
         };
         let base = path.parent().unwrap_or(Path::new("."));
         let sources = std::iter::once(path.to_path_buf())
-            .chain(Some(scenario_path.clone()))
+            .chain(scenario_path.clone())
             .chain(file.prompts_dir.as_ref().map(|dir| base.join(dir)))
             .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
             .collect();
@@ -70,6 +76,14 @@ impl RunConfig {
             prompts,
             sandbox: file.sandbox,
         };
+        if scenario_path.is_none()
+            && let Some(scripted) = config.scripted_part()
+        {
+            return Err(ConfigError::NoScenario {
+                path: path.into(),
+                scripted,
+            });
+        }
         // What the file-level checks above do not cover (the profiles' agents, …).
         config.validate().map_err(|source| ConfigError::Run {
             path: path.into(),

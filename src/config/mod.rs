@@ -246,9 +246,10 @@ pub enum ConfigError {
         source: ScenarioError,
     },
     #[error(
-        "{path} names no scenario: the scripted provider needs `[provider] scenario = \"FILE\"`"
+        "{path} names no scenario, and {scripted} is scripted: give it a model in [roles] (or \
+         an agent in [[workers]]), or name a scenario with `[provider] scenario = \"FILE\"`"
     )]
-    NoScenario { path: PathBuf },
+    NoScenario { path: PathBuf, scripted: String },
 }
 
 impl ConfigError {
@@ -430,6 +431,26 @@ impl RunConfig {
         paths.sort();
         paths.dedup();
         paths
+    }
+
+    /// The first part of the run the scripted provider would play, in words: a planning
+    /// role with no model, or a worker profile whose agent is (or defaults to) the scripted
+    /// one. `None`: everything has a model or an agent, and no scenario is needed.
+    pub fn scripted_part(&self) -> Option<String> {
+        let roles = &self.models.roles;
+        if roles.planner.is_none() {
+            return Some("the planner role".into());
+        }
+        if roles.subplanner.is_none() {
+            return Some("the subplanner role".into());
+        }
+        self.profiles().into_iter().find_map(|profile| {
+            let scripted = match profile.agent.as_deref() {
+                Some(agent) => agent == "scripted",
+                None => roles.worker.is_none(),
+            };
+            scripted.then(|| format!("worker profile {:?}", profile.name))
+        })
     }
 
     /// The worker profiles to dispatch to: the configured ones, or one general profile.

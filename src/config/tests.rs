@@ -33,6 +33,43 @@ fn unknown_keys_and_missing_scenarios_are_clear_errors() {
     ));
 }
 
+/// A config whose every part has a model or an agent needs no scenario; one that leaves a
+/// part to the scripted provider says which part.
+#[test]
+fn a_scenario_is_needed_only_for_what_is_scripted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flotilla.toml");
+    let models = "[providers.local]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:8080/v1\"\n";
+    let load = |rest: &str| {
+        std::fs::write(&path, format!("{models}{rest}")).unwrap();
+        RunConfig::load(&path)
+    };
+    let all = "[roles]\nplanner = \"local/m\"\nsubplanner = \"local/m\"\nworker = \"local/m\"\n";
+    let config = load(all).unwrap();
+    assert_eq!(config.scripted_part(), None);
+    assert_eq!(config.scenario, Scenario::default());
+    assert_eq!(config.sources.len(), 1, "no scenario file: {:?}", config.sources);
+
+    let scripted_worker = format!("{all}[[workers]]\nname = \"replay\"\nagent = \"scripted\"\n");
+    let err = load(&scripted_worker).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::NoScenario { scripted, .. } if scripted == "worker profile \"replay\""),
+        "{err}"
+    );
+    let err = load("[roles]\nplanner = \"local/m\"\nworker = \"local/m\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the subplanner role is scripted"), "{err}");
+    let err = load("[roles]\nsubplanner = \"local/m\"\nworker = \"local/m\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the planner role is scripted"), "{err}");
+    let err = load("[roles]\nplanner = \"local/m\"\nsubplanner = \"local/m\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("worker profile \"general\" is scripted"), "{err}");
+}
+
 #[test]
 fn worker_profiles_name_agents_that_exist_and_agent_tables_are_checked() {
     let dir = tempfile::tempdir().unwrap();
