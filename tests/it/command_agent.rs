@@ -28,7 +28,7 @@ use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::harness::*;
 
 const FAKE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake-agent.sh");
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The worker's real system prompt, with its example handoff.
 fn worker_prompt() -> String {
@@ -70,7 +70,7 @@ fn agent(config: CommandAgentConfig) -> CommandAgent {
     .unwrap()
 }
 
-struct Session {
+pub(crate) struct Session {
     graph: Inbox<ToTaskGraph>,
     repo: tempfile::TempDir,
     state: tempfile::TempDir,
@@ -78,7 +78,7 @@ struct Session {
     run: RunId,
 }
 
-fn start(config: CommandAgentConfig) -> Session {
+pub(crate) fn start(config: CommandAgentConfig) -> Session {
     start_telling(config, None)
 }
 
@@ -128,7 +128,7 @@ fn start_with(
 }
 
 impl Session {
-    fn assign(&self, id: &str, scope: &[&str]) -> String {
+    pub(crate) fn assign(&self, id: &str, scope: &[&str]) -> String {
         let mut task = ready(id, spec("work", scope), 1, 1);
         task.budget = Budget::new(10_000_000, Usd::from_dollars(100.0).unwrap(), 600_000);
         let branch = branch_name(self.run, &task.task, 1);
@@ -144,7 +144,7 @@ impl Session {
 
     /// The attempt's last word, and the tokens and money it reported before it (the
     /// Worker's wall time aside).
-    async fn outcome(&mut self) -> (Result<Box<TaskCompleted>, AttemptFailure>, Budget) {
+    pub(crate) async fn outcome(&mut self) -> (Result<Box<TaskCompleted>, AttemptFailure>, Budget) {
         let mut spent = Budget::default();
         let outcome = self
             .graph
@@ -163,7 +163,7 @@ impl Session {
     }
 
     /// Every path in the tree of `branch`'s tip.
-    fn paths_on(&self, branch: &str) -> Vec<String> {
+    pub(crate) fn paths_on(&self, branch: &str) -> Vec<String> {
         let git = git2::Repository::open(self.repo.path()).unwrap();
         let tree = git
             .find_branch(branch, git2::BranchType::Local)
@@ -206,11 +206,11 @@ impl Session {
     }
 }
 
-fn completed(outcome: Result<Box<TaskCompleted>, AttemptFailure>) -> Box<TaskCompleted> {
+pub(crate) fn completed(outcome: Result<Box<TaskCompleted>, AttemptFailure>) -> Box<TaskCompleted> {
     outcome.unwrap_or_else(|failure| panic!("expected a completion, got {failure:?}"))
 }
 
-fn no_flotilla_files(paths: &[String]) {
+pub(crate) fn no_flotilla_files(paths: &[String]) {
     assert!(
         !paths.iter().any(|p| p.contains("FLOTILLA_")),
         "flotilla's files for the CLI reached the branch: {paths:?}"

@@ -32,7 +32,7 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 /// The two wire formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
+pub(crate) enum Format {
     OpenAi,
     Anthropic,
 }
@@ -54,7 +54,7 @@ impl Format {
     }
 
     /// The path the client posts to.
-    fn path(self) -> &'static str {
+    pub(crate) fn path(self) -> &'static str {
         match self {
             Format::OpenAi => "/v1/chat/completions",
             Format::Anthropic => "/v1/messages",
@@ -227,7 +227,7 @@ fn an_message_delta(stop_reason: &str, tokens_out: Option<u64>) -> Value {
 }
 
 /// A plain streamed answer: `pieces` of text, then usage `(in, out)` if any.
-fn streamed_text(format: Format, pieces: &[&str], usage: Option<(u64, u64)>) -> String {
+pub(crate) fn streamed_text(format: Format, pieces: &[&str], usage: Option<(u64, u64)>) -> String {
     match format {
         Format::OpenAi => {
             let mut chunks = vec![oa_chunk(
@@ -309,7 +309,7 @@ fn error_body(format: Format, kind: &str, message: &str) -> Value {
 }
 
 /// A 200 `text/event-stream` answer.
-fn sse(body: impl Into<String>) -> ResponseTemplate {
+pub(crate) fn sse(body: impl Into<String>) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_raw(body.into().into_bytes(), "text/event-stream")
 }
 
