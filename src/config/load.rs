@@ -40,12 +40,14 @@ impl RunConfig {
             .as_ref()
             .map(|rel| path.parent().unwrap_or(Path::new(".")).join(rel));
         let scenario = match &scenario_path {
-            Some(scenario_path) => Scenario::from_toml(&read(scenario_path)?).map_err(|source| {
-                ConfigError::Scenario {
-                    path: scenario_path.clone(),
-                    source,
-                }
-            })?,
+            Some(scenario_path) => {
+                Scenario::from_toml(&read(scenario_path)?).map_err(|source| {
+                    ConfigError::Scenario {
+                        path: scenario_path.clone(),
+                        source,
+                    }
+                })?
+            }
             None => Scenario::default(),
         };
         let models = file.models();

@@ -48,7 +48,12 @@ fn a_scenario_is_needed_only_for_what_is_scripted() {
     let config = load(all).unwrap();
     assert_eq!(config.scripted_part(), None);
     assert_eq!(config.scenario, Scenario::default());
-    assert_eq!(config.sources.len(), 1, "no scenario file: {:?}", config.sources);
+    assert_eq!(
+        config.sources.len(),
+        1,
+        "no scenario file: {:?}",
+        config.sources
+    );
 
     let scripted_worker = format!("{all}[[workers]]\nname = \"replay\"\nagent = \"scripted\"\n");
     let err = load(&scripted_worker).unwrap_err();
@@ -67,7 +72,10 @@ fn a_scenario_is_needed_only_for_what_is_scripted() {
     let err = load("[roles]\nplanner = \"local/m\"\nsubplanner = \"local/m\"\n")
         .unwrap_err()
         .to_string();
-    assert!(err.contains("worker profile \"general\" is scripted"), "{err}");
+    assert!(
+        err.contains("worker profile \"general\" is scripted"),
+        "{err}"
+    );
 }
 
 #[test]
