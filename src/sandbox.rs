@@ -43,6 +43,11 @@ pub struct SandboxConfig {
     /// Host paths shown writable inside (absolute, or `~/…`). Everything listed here is
     /// within reach of every agent: list as little as possible.
     pub writable: Vec<String>,
+    /// Host paths hidden inside behind an empty directory (absolute, or `~/…`), besides
+    /// the ones always hidden: what no command of the run may read, say an evaluation's
+    /// acceptance tests or a directory of secrets outside the home directory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<String>,
     /// The most processes a command may have at once (`RLIMIT_NPROC`, counted inside the
     /// sandbox's own user namespace).
     pub max_processes: u64,
@@ -67,6 +72,7 @@ impl Default for SandboxConfig {
             mode: SandboxMode::Bwrap,
             read_only: Vec::new(),
             writable: Vec::new(),
+            hidden: Vec::new(),
             max_processes: 2048,
             max_memory_mb: 16 * 1024,
             max_file_mb: 16 * 1024,
@@ -83,6 +89,7 @@ struct SandboxTable {
     mode: SandboxMode,
     read_only: Vec<String>,
     writable: Vec<String>,
+    hidden: Vec<String>,
     max_processes: u64,
     max_memory_mb: u64,
     max_file_mb: u64,
@@ -97,6 +104,7 @@ impl Default for SandboxTable {
             mode: d.mode,
             read_only: d.read_only,
             writable: d.writable,
+            hidden: d.hidden,
             max_processes: d.max_processes,
             max_memory_mb: d.max_memory_mb,
             max_file_mb: d.max_file_mb,
@@ -134,6 +142,7 @@ impl<'de> Deserialize<'de> for SandboxConfig {
                     mode: t.mode,
                     read_only: t.read_only,
                     writable: t.writable,
+                    hidden: t.hidden,
                     max_processes: t.max_processes,
                     max_memory_mb: t.max_memory_mb,
                     max_file_mb: t.max_file_mb,
@@ -183,7 +192,11 @@ impl SandboxConfig {
         if self.allow_tcp_ports.iter().flatten().any(|&port| port == 0) {
             return Err(SandboxConfigError::PortZero);
         }
-        for (field, paths) in [("read_only", &self.read_only), ("writable", &self.writable)] {
+        for (field, paths) in [
+            ("read_only", &self.read_only),
+            ("writable", &self.writable),
+            ("hidden", &self.hidden),
+        ] {
             for path in paths {
                 if !(path.starts_with('/') || path.starts_with("~/")) {
                     return Err(SandboxConfigError::RelativePath {
@@ -315,14 +328,15 @@ impl SandboxPolicy {
             hide.push(repo.to_path_buf());
             read_only.push(repo.join(".git"));
         }
-        hide.retain(|p| p.is_absolute() && p != Path::new("/"));
-        hide.sort_by_key(|p| p.components().count());
-        hide.dedup();
         let expand = |p: &String| match (p.strip_prefix("~/"), &home) {
             (Some(rest), Some(home)) => Some(home.join(rest)),
             (Some(_), None) => None,
             (None, _) => Some(PathBuf::from(p)),
         };
+        hide.extend(config.hidden.iter().filter_map(expand));
+        hide.retain(|p| p.is_absolute() && p != Path::new("/"));
+        hide.sort_by_key(|p| p.components().count());
+        hide.dedup();
         read_only.extend(config.read_only.iter().filter_map(expand));
         let writable = config.writable.iter().filter_map(expand).collect();
         SandboxPolicy {

@@ -514,3 +514,48 @@ async fn a_port_allow_list_lets_a_command_connect_to_its_ports_only() {
         }
     }
 }
+
+/// `[sandbox] hidden`: a path a run's commands must not read (an evaluation's acceptance
+/// tests) is an empty directory inside the sandbox, while the rest of the file system
+/// stays readable.
+#[tokio::test]
+async fn a_hidden_path_is_empty_inside_the_sandbox() {
+    // Not under /tmp, which the sandbox always hides.
+    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let secret = outside.path().join("acceptance");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("test.sh"), "expected answer\n").unwrap();
+    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let read = |hidden: Vec<String>| {
+        let runner = ConfinedRunner::new(SandboxPolicy::for_run(
+            &SandboxConfig {
+                hidden,
+                ..SandboxConfig::default()
+            },
+            &[],
+            std::path::Path::new("/nonexistent"),
+        ));
+        let line = format!(
+            "cat {}/test.sh; ls -A {}",
+            secret.display(),
+            secret.display()
+        );
+        let spec = sh(&line, work.path());
+        async move {
+            runner
+                .run(spec, CancellationToken::new(), None)
+                .await
+                .unwrap()
+        }
+    };
+    let shown = read(Vec::new()).await;
+    assert_eq!(shown.exit, Exit::Code { code: 0 }, "{shown:?}");
+    assert!(shown.stdout.text.contains("expected answer"), "{shown:?}");
+    let hidden = read(vec![secret.display().to_string()]).await;
+    // `cat` finds no file, and `ls -A` an empty directory.
+    assert_eq!(hidden.stdout.text, "", "{hidden:?}");
+    assert!(
+        hidden.stderr.text.contains("No such file or directory"),
+        "{hidden:?}"
+    );
+}
