@@ -592,13 +592,37 @@ fn toolchain_dirs(home: &Path) -> Vec<PathBuf> {
         cargo.join("git"),
     ];
     if let Some(path) = std::env::var_os("PATH") {
-        dirs.extend(
-            std::env::split_paths(&path).filter(|d| d.is_absolute() && d.starts_with(home)),
-        );
+        dirs.extend(shown_path_dirs(home, &path));
     }
     dirs.retain(|d| d != home);
+    dirs.sort();
+    dirs.dedup();
     dirs
 }
+
+/// The directories of `path` (a `PATH` value) under `home` that a command must see to run
+/// what they hold.
+fn shown_path_dirs(home: &Path, path: &std::ffi::OsStr) -> Vec<PathBuf> {
+    std::env::split_paths(path)
+        .filter(|d| d.is_absolute() && d.starts_with(home))
+        .map(|dir| {
+            // A version manager's shim (`~/.pyenv/shims/python3`) runs the manager, which
+            // finds the real tool elsewhere under its root: show the whole root, or the
+            // shim fails inside (exit 127) where the system's tool would have worked.
+            VERSION_MANAGERS
+                .iter()
+                .map(|root| home.join(root))
+                .find(|root| dir.starts_with(root))
+                .unwrap_or(dir)
+        })
+        .collect()
+}
+
+/// Version managers whose commands on `PATH` need their whole root: toolchains, no
+/// credentials.
+const VERSION_MANAGERS: &[&str] = &[
+    ".pyenv", ".rbenv", ".nodenv", ".goenv", ".asdf", ".nvm", ".volta", ".sdkman",
+];
 
 async fn existing(path: &Path) -> Option<PathBuf> {
     tokio::fs::canonicalize(path).await.ok()
@@ -716,6 +740,23 @@ mod tests {
             Ok(Sandbox::Network)
         );
         assert_eq!(Sandbox::default(), Sandbox::Bwrap);
+    }
+
+    #[test]
+    fn a_version_managers_shims_on_path_show_its_whole_root() {
+        let home = Path::new("/home/u");
+        let path = std::ffi::OsString::from(
+            "/home/u/.pyenv/shims:/home/u/.pyenv/bin:/usr/bin:/home/u/bin:/home/u/.nvm/versions/node/v20/bin",
+        );
+        assert_eq!(
+            shown_path_dirs(home, &path),
+            [
+                PathBuf::from("/home/u/.pyenv"),
+                PathBuf::from("/home/u/.pyenv"),
+                PathBuf::from("/home/u/bin"),
+                PathBuf::from("/home/u/.nvm"),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -309,6 +309,36 @@ pub enum Command {
         #[arg(long, default_value_t = 60, value_name = "SECS")]
         timeout: u64,
     },
+    /// Run flotilla on each project of an evaluation folder (evals/ in flotilla's
+    /// repository) through the daemon, then its acceptance tests (which the agents never
+    /// see) on what landed on main, and print a table per project and in total: tests
+    /// passed, tasks landed first try, retries, fix tasks, tokens, wall time, the largest
+    /// planner prompt. Exits 0 when every project ran (whatever its tests say).
+    ///
+    /// Examples: `flotilla eval evals --models my-models.toml`, `flotilla eval evals
+    /// --scripted` (each project's scripted solution: the harness's own check).
+    Eval {
+        #[command(flatten)]
+        address: ClientAddress,
+        /// The folder of projects (each a folder with an eval.toml).
+        #[arg(default_value = "evals")]
+        dir: PathBuf,
+        /// Only this project (repeatable).
+        #[arg(long, value_name = "NAME")]
+        project: Vec<String>,
+        /// A file whose [providers], [roles] and [prices] replace each project's.
+        #[arg(long, value_name = "FILE", conflicts_with = "scripted")]
+        models: Option<PathBuf>,
+        /// Play every role from each project's scripted.toml (offline).
+        #[arg(long)]
+        scripted: bool,
+        /// Where the runs' repositories go (kept). Default: a new temporary directory.
+        #[arg(long, value_name = "DIR")]
+        work: Option<PathBuf>,
+        /// One JSON object per project.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -375,6 +405,7 @@ impl Command {
             | Command::Cancel { address, .. }
             | Command::Gc { address, .. }
             | Command::Decide { address, .. }
+            | Command::Eval { address, .. }
             | Command::Runs { address, .. } => Some(address),
             Command::Daemon { .. }
             | Command::Providers { .. }

@@ -20,6 +20,7 @@ mod crash;
 mod daemon;
 mod daemon_env;
 mod escapes;
+mod eval;
 mod fuzz_regressions;
 mod gc;
 mod guides;

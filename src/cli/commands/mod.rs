@@ -8,6 +8,7 @@ pub mod config_check;
 pub mod daemon;
 pub mod decide;
 pub mod doctor;
+pub mod eval;
 pub mod gc;
 pub mod graph;
 pub mod init;
@@ -95,6 +96,22 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
         } => status::daemon(&client, *json).await,
         Command::Graph { run, format, .. } => graph::run(&client, run, *format).await,
         Command::Report { run, json, .. } => report::run(&client, run, *json).await,
+        Command::Eval {
+            dir,
+            project,
+            models,
+            scripted,
+            work,
+            json,
+            ..
+        } => {
+            let models = match (models, scripted) {
+                (Some(file), _) => eval::Models::From(file),
+                (None, true) => eval::Models::Scripted,
+                (None, false) => eval::Models::Project,
+            };
+            eval::run(&client, dir, project, models, work.as_deref(), *json).await
+        }
         Command::Cancel { run, .. } => cancel::run(&client, run).await,
         Command::Gc { dry_run, json, .. } => gc::run(&client, *dry_run, *json).await,
         Command::Decide {

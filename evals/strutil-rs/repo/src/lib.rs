@@ -1,0 +1,1 @@
+//! String utilities: see SPEC.md.
