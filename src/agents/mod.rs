@@ -7,10 +7,13 @@ pub mod builtin;
 pub mod command;
 pub mod tools;
 
-use flotilla_actors::protocol::{Assignment, SubtaskResult, TaskId};
+use flotilla_actors::protocol::{
+    Assignment, CommandTail, PathList, PreviousAttempt, SubtaskResult, TaskId,
+};
 
 /// The task as every agent reads it: what to do, the scope it may change, when it is done,
-/// and the branch it works on.
+/// the branch it works on, and, on a retry, why the attempt before failed
+/// ([`previous_attempt_text`]).
 pub fn task_text(assignment: &Assignment) -> String {
     let spec = &assignment.task.spec;
     let mut text = format!(
@@ -26,6 +29,92 @@ pub fn task_text(assignment: &Assignment) -> String {
         "branch: {} (the worktree is your current directory)\n",
         assignment.branch
     ));
+    if let Some(previous) = &assignment.task.previous {
+        text.push('\n');
+        text.push_str(&previous_attempt_text(previous));
+    }
+    text
+}
+
+/// The heading a retry's task message starts its previous attempt's section with (the
+/// worker prompt tells the agent about it).
+pub const PREVIOUS_ATTEMPT_HEADING: &str = "## Previous attempt";
+
+/// Why the previous attempt failed, as a retry's agent reads it (ADR-031): the reason, then
+/// one section per thing that failed: the merge gate's output, the verification's, the
+/// files changed outside the scope, links outside the repository, other findings, a
+/// reviewer's comments. The text is already bounded and escaped ([`PreviousAttempt`]);
+/// output goes in a fence longer than any run of backticks in it, so no output can close
+/// the fence and pass for flotilla's own words.
+pub fn previous_attempt_text(previous: &PreviousAttempt) -> String {
+    let mut text = format!(
+        "{PREVIOUS_ATTEMPT_HEADING} ({}) failed\nThis is a retry: the work starts again from main. Do not redo the task wholesale; fix what made the previous attempt fail.\n\n{}\n",
+        previous.attempt(),
+        quoted(previous.reason())
+    );
+    if let Some(gate) = previous.gate() {
+        text.push_str(&command_section("The merge gate failed", gate));
+    }
+    if let Some(verification) = previous.verification() {
+        text.push_str(&command_section("The verification failed", verification));
+    }
+    text.push_str(&path_section(
+        "Files it changed outside your scope (that failed it: change only files in scope)",
+        previous.out_of_scope(),
+    ));
+    text.push_str(&path_section(
+        "Links it added that point outside the repository (or hard links)",
+        previous.links_outside(),
+    ));
+    if !previous.findings().is_empty() {
+        text.push_str("\n### What flotilla found in its work\n");
+        for finding in previous.findings() {
+            text.push_str(&format!("- {finding}\n"));
+        }
+    }
+    if let Some(review) = previous.review() {
+        text.push_str(&format!(
+            "\n### The reviewer's comments\n{}\n",
+            quoted(review)
+        ));
+    }
+    text
+}
+
+/// Each line as a Markdown quote: text someone else wrote never reads as a heading of ours.
+fn quoted(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("> {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn command_section(title: &str, failed: &CommandTail) -> String {
+    let exit = if failed.exit().is_empty() {
+        String::new()
+    } else {
+        format!(", {}", failed.exit())
+    };
+    let output = failed.output_tail().trim_end();
+    let longest_ticks = output.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest_ticks.max(2) + 1);
+    format!(
+        "\n### {title}: `{}`{exit}\nThe end of its output:\n{fence}text\n{output}\n{fence}\n",
+        failed.command().replace('`', "'")
+    )
+}
+
+fn path_section(title: &str, paths: &PathList) -> String {
+    if paths.is_empty() {
+        return String::new();
+    }
+    let mut text = format!("\n### {title}\n");
+    for path in paths.paths() {
+        text.push_str(&format!("- {path}\n"));
+    }
+    if paths.more() > 0 {
+        text.push_str(&format!("- and {} more\n", paths.more()));
+    }
     text
 }
 
