@@ -36,6 +36,7 @@ mod merge_queue;
 mod planner;
 mod process;
 mod providers;
+mod retries;
 mod run_report;
 mod scratch_kit;
 mod storage;
