@@ -155,3 +155,145 @@ async fn after_a_sigkill_the_next_attempt_is_still_told_of_the_failure_before() 
     assert!(landed_on(&events, 3), "attempt 3 was told why and landed");
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));
 }
+
+// Each kind of agent reads the section in the message that starts its task.
+
+/// Attempt 2 of t1, told that attempt 1 failed the gate and wrote outside its scope.
+fn retry_assignment() -> Assignment {
+    let failure = AttemptFailure::GateFailed {
+        command: "make test".into(),
+        output_tail: "FAIL: parse_empty\u{1b}[0m\n".into(),
+    };
+    let findings = [Finding::OutOfScope {
+        paths: vec!["Makefile".into()],
+    }];
+    let mut task = crate::harness::ready(
+        "t1",
+        crate::harness::spec("Write the parser", &["src"]),
+        1,
+        1,
+    );
+    task.attempt = 2;
+    task.previous = Some(std::sync::Arc::new(PreviousAttempt::new(
+        1, &failure, &findings,
+    )));
+    let run = RunId::generate();
+    Assignment {
+        run,
+        branch: branch_name(run, &task.task, 2),
+        task,
+        profile: "general".into(),
+        route: Route::Worker,
+    }
+}
+
+fn assert_told(message: &str) {
+    for part in [
+        "Write the parser",
+        "## Previous attempt (1) failed",
+        "### The merge gate failed: `make test`",
+        "FAIL: parse_empty\n",
+        "- Makefile\n",
+    ] {
+        assert!(
+            message.contains(part),
+            "{part:?} is missing from:\n{message}"
+        );
+    }
+    assert!(!message.contains('\u{1b}'), "escapes never reach an agent");
+}
+
+#[actix::test]
+async fn the_builtin_agents_first_message_tells_the_retry_why() {
+    use flotilla::agents::builtin::{BuiltinAgent, BuiltinConfig};
+    use flotilla::scripted::{Scenario, ScriptedLlm};
+    use flotilla_actors::ports::{Agent, AttemptContext, ChatRole, Workspace};
+
+    let scenario = "[[worker.t1.answers]]\ntool_calls = [{ name = \"finish\", arguments = { status = \"complete\", summary = \"s\" } }]\n";
+    let llm = std::sync::Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
+    let agent = BuiltinAgent::new(
+        llm.clone(),
+        std::sync::Arc::new(crate::process::unsandboxed()),
+        "You are a worker.".into(),
+        BuiltinConfig::default(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = agent.open(
+        Workspace::scratch(dir.path().into()),
+        AttemptContext::detached(),
+    );
+    session.run(retry_assignment()).await.unwrap();
+    let first = llm.requests().remove(0);
+    let task = first
+        .messages
+        .iter()
+        .find(|m| m.role == ChatRole::User)
+        .expect("a task message");
+    assert_told(&task.content);
+}
+
+#[actix::test]
+async fn a_command_agents_prompt_tells_the_retry_why() {
+    use flotilla::agents::command::{CommandAgent, CommandAgentConfig};
+    use flotilla_actors::ports::{Agent, AttemptContext, Workspace};
+
+    const FAKE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake-agent.sh");
+    let prompts = tempfile::tempdir().unwrap();
+    let prompt_file = prompts.path().join("prompt");
+    let config = CommandAgentConfig {
+        program: Some("sh".into()),
+        args: Some(vec![
+            FAKE.into(),
+            "prompt".into(),
+            prompt_file.to_string_lossy().into_owned(),
+        ]),
+        ..CommandAgentConfig::default()
+    };
+    // The fake reports its prompt through a file outside the worktree: unsandboxed.
+    let agent = CommandAgent::new(
+        "fake".into(),
+        config,
+        std::sync::Arc::new(crate::process::unsandboxed()),
+        "You are a worker.".into(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = agent.open(
+        Workspace::scratch(dir.path().into()),
+        AttemptContext::detached(),
+    );
+    tokio::time::timeout(Duration::from_secs(60), session.run(retry_assignment()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_told(&std::fs::read_to_string(&prompt_file).unwrap());
+}
+
+#[actix::test]
+async fn the_scripted_agent_records_what_the_retry_was_told() {
+    use flotilla::scripted::{AgentCall, Scenario, ScriptedAgent};
+    use flotilla_actors::ports::{Agent, AttemptContext, Workspace};
+
+    let agent = ScriptedAgent::new(Scenario::from_toml("[tasks.t1]\nsummary = \"ok\"\n").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = agent.open(
+        Workspace::scratch(dir.path().into()),
+        AttemptContext::detached(),
+    );
+    let assignment = retry_assignment();
+    session.run(assignment.clone()).await.unwrap();
+    let [
+        AgentCall::Run {
+            attempt,
+            previous,
+            task_text,
+            ..
+        },
+    ] = &agent.calls()[..]
+    else {
+        panic!("{:?}", agent.calls());
+    };
+    assert_eq!(*attempt, 2);
+    assert_eq!(previous, &assignment.task.previous);
+    assert_told(task_text);
+}
