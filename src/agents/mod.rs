@@ -234,6 +234,47 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_retry_message_stays_bounded_whatever_the_failure_printed() {
+        // 10 MB of colours and bells.
+        let huge = "\u{1b}[31mE\u{7}".repeat(10 * 1024 * 1024 / 8);
+        let failure = AttemptFailure::GateFailed {
+            command: huge.clone(),
+            output_tail: huge.clone(),
+        };
+        let findings: Vec<Finding> = [Finding::VerificationFailed {
+            command: "check".into(),
+            exit: huge.clone(),
+            output_tail: huge.clone(),
+        }]
+        .into_iter()
+        .chain((0..1_000).map(|i| Finding::DeletedTests {
+            paths: vec![format!("tests/{i}.rs")],
+        }))
+        .chain([Finding::OutOfScope {
+            paths: (0..100_000).map(|i| format!("src/{i}.rs")).collect(),
+        }])
+        .collect();
+        let previous = PreviousAttempt::new(1, &failure, &findings).with_review(&huge);
+        let first = task_text(&assignment(None)).len();
+        let text = task_text(&assignment(Some(previous)));
+        let headings = 2 * 1024;
+        assert!(
+            text.len()
+                <= first + flotilla_actors::protocol::retry::MAX_PREVIOUS_ATTEMPT_BYTES + headings,
+            "{} bytes",
+            text.len()
+        );
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "escaped"
+        );
+        assert!(
+            text.contains("- and 99980 more\n"),
+            "the rest of the paths counted"
+        );
+    }
+
     /// The worker prompt describes the section a retry's message has.
     #[test]
     fn the_worker_prompt_names_the_previous_attempt_section() {
