@@ -62,9 +62,9 @@ impl From<UncheckedTail> for CommandTail {
 impl CommandTail {
     pub fn new(command: &str, exit: &str, output: &str) -> Self {
         CommandTail {
-            command: head(&clean(command, false), MAX_COMMAND_BYTES),
-            exit: head(&clean(exit, false), MAX_REASON_BYTES),
-            output_tail: tail(&clean(tail_raw(output), true), MAX_TAIL_BYTES),
+            command: clean_head(command, false, MAX_COMMAND_BYTES),
+            exit: clean_head(exit, false, MAX_REASON_BYTES),
+            output_tail: clean_tail(output, MAX_TAIL_BYTES),
         }
     }
 
@@ -110,7 +110,7 @@ impl PathList {
             paths: paths
                 .iter()
                 .take(MAX_PATHS)
-                .map(|p| head(&clean(p, false), MAX_PATH_BYTES))
+                .map(|p| clean_head(p, false, MAX_PATH_BYTES))
                 .collect(),
             more: paths.len().saturating_sub(MAX_PATHS),
         }
@@ -133,7 +133,7 @@ impl PathList {
     fn extend(&mut self, others: &[String]) {
         for p in others {
             if self.paths.len() < MAX_PATHS {
-                self.paths.push(head(&clean(p, false), MAX_PATH_BYTES));
+                self.paths.push(clean_head(p, false, MAX_PATH_BYTES));
             } else {
                 self.more = self.more.saturating_add(1);
             }
@@ -188,13 +188,13 @@ impl From<UncheckedPrevious> for PreviousAttempt {
     fn from(raw: UncheckedPrevious) -> Self {
         PreviousAttempt {
             attempt: raw.attempt,
-            reason: head(&clean(&raw.reason, true), MAX_REASON_BYTES),
+            reason: clean_head(&raw.reason, true, MAX_REASON_BYTES),
             gate: raw.gate,
             verification: raw.verification,
             out_of_scope: raw.out_of_scope,
             links_outside: raw.links_outside,
             findings: bounded_findings(raw.findings.iter().map(String::as_str)),
-            review: raw.review.map(|r| head(&clean(&r, true), MAX_REVIEW_BYTES)),
+            review: raw.review.map(|r| clean_head(&r, true, MAX_REVIEW_BYTES)),
         }
     }
 }
@@ -202,7 +202,7 @@ impl From<UncheckedPrevious> for PreviousAttempt {
 fn bounded_findings<'a>(findings: impl Iterator<Item = &'a str>) -> Vec<String> {
     findings
         .take(MAX_FINDINGS)
-        .map(|f| head(&clean(f, false), MAX_REASON_BYTES))
+        .map(|f| clean_head(f, false, MAX_REASON_BYTES))
         .collect()
 }
 
@@ -240,7 +240,7 @@ impl PreviousAttempt {
             }
             other => other.to_string(),
         };
-        previous.reason = head(&clean(&reason, true), MAX_REASON_BYTES);
+        previous.reason = clean_head(&reason, true, MAX_REASON_BYTES);
         let mut others = Vec::new();
         for finding in findings {
             match finding {
@@ -262,7 +262,7 @@ impl PreviousAttempt {
 
     /// The same, with a reviewer's comments (the reviewer of issue 22, item 5, fills it).
     pub fn with_review(mut self, comments: &str) -> Self {
-        self.review = Some(head(&clean(comments, true), MAX_REVIEW_BYTES));
+        self.review = Some(clean_head(comments, true, MAX_REVIEW_BYTES));
         self
     }
 
@@ -400,6 +400,47 @@ fn clean(raw: &str, keep_newlines: bool) -> String {
     out
 }
 
+/// At most the first `4 × max` bytes of `raw`, before cleaning (see [`tail_raw`]).
+fn head_raw(raw: &str, max: usize) -> &str {
+    let mut cut = max.saturating_mul(4).min(raw.len());
+    while !raw.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &raw[..cut]
+}
+
+/// `raw` cleaned ([`clean`]) and cut to its first `max` bytes, `…` marking a cut (also
+/// one made before cleaning, whose text cleaning then shrank).
+fn clean_head(raw: &str, keep_newlines: bool, max: usize) -> String {
+    let part = head_raw(raw, max);
+    let cleaned = clean(part, keep_newlines);
+    let out = head(&cleaned, max);
+    if part.len() == raw.len() || out.ends_with('…') {
+        return out;
+    }
+    let mut out = head(&cleaned, max.saturating_sub('…'.len_utf8()));
+    if !out.ends_with('…') {
+        out.push('…');
+    }
+    out
+}
+
+/// `raw` cleaned and cut to its last `max` bytes, `…` marking a cut (see [`clean_head`]).
+fn clean_tail(raw: &str, max: usize) -> String {
+    let part = tail_raw(raw);
+    let cleaned = clean(part, true);
+    let out = tail(&cleaned, max);
+    if part.len() == raw.len() || out.starts_with('…') {
+        return out;
+    }
+    let out = tail(&cleaned, max.saturating_sub('…'.len_utf8()));
+    if out.starts_with('…') {
+        out
+    } else {
+        format!("…{out}")
+    }
+}
+
 /// The first `max` bytes (at a character boundary), with `…` when cut.
 fn head(text: &str, max: usize) -> String {
     if text.len() <= max {
@@ -525,6 +566,27 @@ mod tests {
         assert!(p.verification().unwrap().output_tail().len() <= MAX_TAIL_BYTES);
         assert!(p.review().unwrap().len() <= MAX_REVIEW_BYTES);
         assert!(serde_json::to_string(&p).unwrap().len() < 2 * MAX_PREVIOUS_ATTEMPT_BYTES);
+    }
+
+    #[test]
+    fn a_cut_is_marked_even_when_cleaning_shrank_what_was_kept() {
+        // Mostly colour codes: what survives cleaning is short, yet the text was cut.
+        let colours = "\u{1b}[31m\u{1b}[0m".repeat(100_000);
+        let failure = AttemptFailure::GateFailed {
+            command: format!("{colours}end"),
+            output_tail: format!("start{colours}"),
+        };
+        let p = PreviousAttempt::new(1, &failure, &[]);
+        let gate = p.gate().unwrap();
+        assert_eq!(gate.command(), "…");
+        assert_eq!(gate.output_tail(), "…");
+        let crash = AttemptFailure::Crashed {
+            detail: format!("boom{colours}"),
+        };
+        assert_eq!(
+            PreviousAttempt::new(1, &crash, &[]).reason(),
+            "the agent crashed: boom…"
+        );
     }
 
     #[test]
