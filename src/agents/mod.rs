@@ -48,7 +48,7 @@ pub const PREVIOUS_ATTEMPT_HEADING: &str = "## Previous attempt";
 /// the fence and pass for flotilla's own words.
 pub fn previous_attempt_text(previous: &PreviousAttempt) -> String {
     let mut text = format!(
-        "{PREVIOUS_ATTEMPT_HEADING} ({}) failed\nThis is a retry: the work starts again from main. Do not redo the task wholesale; fix what made the previous attempt fail.\n\n{}\n",
+        "{PREVIOUS_ATTEMPT_HEADING} ({}) failed\nThis is a retry, on a fresh branch without that attempt's work. Do not redo the task the same way; fix what made it fail.\n\n{}\n",
         previous.attempt(),
         quoted(previous.reason())
     );
