@@ -59,7 +59,14 @@ fn a_gate_failure_reaches_the_retry_and_a_replay_of_the_journal_rebuilds_it() {
         None,
         "a first attempt has nothing before it"
     );
-    journal.extend(deliver(&mut g, "t1", with_work("t1")));
+    // Delivered with a failed verification (flagged, not failed): the retry hears of it too.
+    let mut delivered = with_work("t1");
+    delivered.findings.push(Finding::VerificationFailed {
+        command: "cargo clippy".into(),
+        exit: "exit code 101".into(),
+        output_tail: "error: unused variable".into(),
+    });
+    journal.extend(deliver(&mut g, "t1", delivered));
     let gate = LandingFailure::GateFailed {
         command: "cargo test (exit code 101)".into(),
         output_tail: "running 3 tests\ntest add ... FAILED\n".into(),
@@ -71,6 +78,8 @@ fn a_gate_failure_reaches_the_retry_and_a_replay_of_the_journal_rebuilds_it() {
     let tail = told.gate().unwrap();
     assert_eq!(tail.command(), "cargo test (exit code 101)");
     assert!(tail.output_tail().contains("test add ... FAILED"));
+    let verification = told.verification().unwrap();
+    assert_eq!(verification.command(), "cargo clippy");
 
     // After a restart: the graph is the journal's fold, and says the same.
     let mut replayed = RunGraph::new(limits(3))
