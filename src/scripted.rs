@@ -23,13 +23,14 @@ use flotilla_actors::ports::{
 };
 use flotilla_actors::protocol::{
     Assignment, Budget, DecompositionReason, Handoff, HandoffMetrics, HandoffStatus,
-    ProposedSubplan, RejectionReason, StopCondition, SubtaskProposal, SubtaskResult, TaskId, Usage,
-    Usd,
+    PreviousAttempt, ProposedSubplan, RejectionReason, StopCondition, SubtaskProposal,
+    SubtaskResult, TaskId, Usage, Usd,
 };
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::agents::task_text;
 use crate::confine::{Access, confine, open_confined};
 use crate::text_file::TomlProblem;
 
@@ -155,6 +156,8 @@ struct TaskScriptFile {
     #[serde(default)]
     run: Option<String>,
     #[serde(default)]
+    expect_in_task: Vec<String>,
+    #[serde(default)]
     attempts: Vec<AgentStep>,
     #[serde(default)]
     on_rejection: Option<AgentStep>,
@@ -177,6 +180,7 @@ impl From<TaskScriptFile> for TaskScript {
                 writes: file.writes,
                 deletes: file.deletes,
                 run: file.run,
+                expect_in_task: file.expect_in_task,
             },
             attempts: file.attempts,
             on_rejection: file.on_rejection,
@@ -216,6 +220,10 @@ pub struct AgentStep {
     /// exit code is the handoff's `build_exit_code`.
     #[serde(default)]
     pub run: Option<String>,
+    /// Texts the task message must contain (a retry's previous-attempt section, say); if
+    /// one is missing the step crashes, saying which, before it does anything.
+    #[serde(default)]
+    pub expect_in_task: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -437,6 +445,10 @@ pub enum AgentCall {
         attempt: u32,
         /// Where it was told to work.
         workspace: PathBuf,
+        /// Why the attempt before failed, as the assignment carried it (ADR-031).
+        previous: Option<Arc<PreviousAttempt>>,
+        /// The task message every agent reads (`agents::task_text`).
+        task_text: String,
     },
     Revise {
         task: TaskId,
@@ -667,10 +679,13 @@ impl AgentSession for ScriptedSession {
     ) -> BoxFuture<'static, Result<AgentReport, AgentError>> {
         let task = assignment.task.task.clone();
         let attempt = assignment.task.attempt;
+        let task_text = task_text(&assignment);
         self.shared.record(AgentCall::Run {
             task: task.clone(),
             attempt,
             workspace: self.workspace.path.clone(),
+            previous: assignment.task.previous.clone(),
+            task_text: task_text.clone(),
         });
         let step = self
             .shared
@@ -683,6 +698,13 @@ impl AgentSession for ScriptedSession {
                     .unwrap_or_else(|| s.step.clone())
             })
             .unwrap_or_default();
+        if let Some(missing) = step.expect_in_task.iter().find(|e| !task_text.contains(*e)) {
+            let detail = format!(
+                "scripted expectation: the task message of {task} attempt {attempt} lacks {missing:?}; it was: {}",
+                task_text.chars().take(2_000).collect::<String>()
+            );
+            return Box::pin(async move { Err(AgentError::Crashed(detail)) });
+        }
         self.play(
             &task,
             step,

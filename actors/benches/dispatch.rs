@@ -84,6 +84,7 @@ fn tasks(n: usize) -> Vec<ReadyTask> {
             budget: Budget::default(),
             atomic: false,
             fix: None,
+            previous: None,
         })
         .collect()
 }

@@ -225,6 +225,7 @@ fn failed_attempts_name_retried_and_failed_attempts_only() {
             task: task.clone(),
             attempt: 1,
             failure: AttemptFailure::TimedOut { limit_ms: 10 },
+            findings: Vec::new(),
         },
         EventKind::TaskInterrupted {
             task: task.clone(),

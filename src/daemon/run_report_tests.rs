@@ -156,6 +156,7 @@ fn a_retry_and_a_gate_failure_are_counted_and_the_task_is_not_first_try() {
                     task: t("t1"),
                     attempt: 1,
                     failure,
+                    findings: Vec::new(),
                 },
             ),
             (130, dispatched("t1", 2)),

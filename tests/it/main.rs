@@ -38,6 +38,7 @@ mod merge_queue;
 mod planner;
 mod process;
 mod providers;
+mod retries;
 mod run_report;
 mod scratch_kit;
 mod storage;

@@ -264,8 +264,13 @@ impl RunGraph {
                 )?;
             }
             HandoffStatus::Failed => {
-                let summary = report.handoff.map(|h| h.summary).unwrap_or_default();
-                self.fail_attempt(&mut out, ix, attempt, AttemptFailure::Reported { summary })?;
+                // The handoff's findings (a failed verification) go to the retry (ADR-031).
+                let (summary, findings) = report
+                    .handoff
+                    .map(|h| (h.summary, h.findings))
+                    .unwrap_or_default();
+                let failure = AttemptFailure::Reported { summary };
+                self.fail_attempt_with(&mut out, ix, attempt, failure, findings)?;
                 self.check_run_budget(&mut out)?;
                 return Ok(out);
             }
@@ -302,6 +307,19 @@ impl RunGraph {
         attempt: u32,
         failure: AttemptFailure,
     ) -> Result<(), GraphError> {
+        self.fail_attempt_with(out, ix, attempt, failure, Vec::new())
+    }
+
+    /// [`RunGraph::fail_attempt`] of an attempt whose handoff had `findings`: a retry is
+    /// told of them with its failure (ADR-031).
+    pub(super) fn fail_attempt_with(
+        &mut self,
+        out: &mut Emitted,
+        ix: NodeIndex,
+        attempt: u32,
+        failure: AttemptFailure,
+        findings: Vec<Finding>,
+    ) -> Result<(), GraphError> {
         let task = self.dag[ix].id.clone();
         let charged = attempt.saturating_sub(self.dag[ix].uncharged_attempts);
         // A parent's subtasks are spent: neither its synthesis nor its landing is retried.
@@ -323,6 +341,7 @@ impl RunGraph {
                     task,
                     attempt,
                     failure,
+                    findings,
                 },
             )
         } else {

@@ -10,7 +10,9 @@ use petgraph::graph::NodeIndex;
 use super::{Emitted, GraphError, RunGraph, TaskNode, fingerprint, is_open};
 use crate::config::Limits;
 use crate::protocol::ScopePath;
-use crate::protocol::{Budget, EventKind, FixOf, StopCondition, TaskId, TaskSpec, TaskState};
+use crate::protocol::{
+    Budget, EventKind, FixOf, PreviousAttempt, StopCondition, TaskId, TaskSpec, TaskState,
+};
 
 /// Intended commits kept per `Landing` task (each rebuild of its batch journals one).
 const MAX_INTENTS_KEPT: usize = 16;
@@ -272,9 +274,18 @@ impl RunGraph {
                 let ix = self.ix_at(task, *attempt)?;
                 self.set_state(ix, TaskState::Running)?;
             }
-            EventKind::TaskRetried { task, attempt, .. } => {
+            EventKind::TaskRetried {
+                task,
+                attempt,
+                failure,
+                findings,
+            } => {
                 let ix = self.ix_at(task, *attempt)?;
                 self.next_attempt(ix, Charged::Yes)?;
+                // Kept until the next failure: an interrupted or atomic-again attempt
+                // leaves it for the one after (ADR-031).
+                let previous = PreviousAttempt::new(*attempt, failure, findings);
+                self.dag[ix].previous = Some(Arc::new(previous));
             }
             EventKind::TaskCompleted {
                 task,
@@ -483,6 +494,7 @@ impl RunGraph {
             handoff: None,
             artifacts: Vec::new(),
             failure: None,
+            previous: None,
             fingerprint,
         };
         let ix = self.dag.add_node(node);
@@ -545,6 +557,8 @@ impl RunGraph {
         }
         if next.is_terminal() {
             self.live -= 1;
+            // Only a retry reads it (ADR-031); an ended task gives its memory back.
+            self.dag[ix].previous = None;
             if let Some(FixOf::Sweep { signature, .. }) = self.dag[ix].fix.as_deref()
                 && self.open_sweep_fixes.get(signature) == Some(&ix)
             {

@@ -300,7 +300,14 @@ impl RunGraph {
                     command,
                     output_tail,
                 };
-                self.fail_attempt(&mut out, ix, attempt, failure)?;
+                // What the delivery's checks found (a failed verification) goes to the
+                // retry with the gate's output (ADR-031).
+                let findings = self.dag[ix]
+                    .handoff
+                    .as_ref()
+                    .map(|h| h.findings.clone())
+                    .unwrap_or_default();
+                self.fail_attempt_with(&mut out, ix, attempt, failure, findings)?;
             }
             // Its work is redone from main as it is (ADR-024).
             LandingFailure::StaleBase { detail } => {

@@ -47,8 +47,8 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use crate::config::Limits;
 use crate::protocol::ScopePath;
 use crate::protocol::{
-    ArtifactRef, Budget, EventKind, FailureReason, FixOf, Handoff, RunOutcome, StopCondition,
-    TaskId, TaskSpec, TaskState,
+    ArtifactRef, Budget, EventKind, FailureReason, FixOf, Handoff, PreviousAttempt, RunOutcome,
+    StopCondition, TaskId, TaskSpec, TaskState,
 };
 pub use validate::{Fingerprint, fingerprint};
 
@@ -119,6 +119,8 @@ pub struct TaskNode {
     pub handoff: Option<Box<Handoff>>,
     pub artifacts: Vec<ArtifactRef>,
     pub failure: Option<Box<FailureReason>>,
+    /// Why the last failed attempt failed, for the next attempt's agent (ADR-031).
+    pub previous: Option<Arc<PreviousAttempt>>,
     fingerprint: Fingerprint,
 }
 

@@ -99,6 +99,7 @@ impl RunGraph {
             budget: node.budget.saturating_sub(node.spent),
             atomic: node.atomic,
             fix: node.fix.as_deref().cloned(),
+            previous: node.previous.clone(),
         })
     }
 

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::failure::{AttemptFailure, FailureReason};
-use super::handoff::{ArtifactRef, Handoff, Usage};
+use super::handoff::{ArtifactRef, Finding, Handoff, Usage};
 use super::ids::{RunId, TaskId};
 use super::merge::{CheckoutSync, FixOf, IntendedLanding, SweepReport};
 use super::subplan::{DecompositionReason, RejectionReason, StopCondition};
@@ -75,10 +75,14 @@ pub enum EventKind {
         attempt: u32,
     },
     /// The attempt failed and the task goes back to Ready as attempt `attempt + 1`.
+    /// `findings` are those of the failed handoff (a failed verification): with `failure`
+    /// they are what the retry is told (`PreviousAttempt`, ADR-031).
     TaskRetried {
         task: TaskId,
         attempt: u32,
         failure: AttemptFailure,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        findings: Vec<Finding>,
     },
     /// The daemon stopped while the attempt was in flight; the task goes back to Ready as
     /// attempt `attempt + 1` without being charged a retry.
@@ -447,6 +451,7 @@ impl EventKind {
                 task: t(),
                 attempt: 1,
                 failure: AttemptFailure::TimedOut { limit_ms: u64::MAX },
+                findings: Vec::new(),
             },
             EventKind::TaskInterrupted {
                 task: t(),

@@ -10,6 +10,7 @@
 //! - [`messages`]: each actor's inbox enum; the only module here that knows actix.
 //! - [`event`]: the run-level `Event` that the journal stores and `flotilla tail` prints.
 //! - [`failure`]: why a task or an attempt failed (`FailureReason`, `AttemptFailure`).
+//! - [`retry`]: what a retry is told of the attempt before it (`PreviousAttempt`, ADR-031).
 //! - [`view`]: read-only snapshots of a run's graph.
 //! - [`scope`]: `ScopePath`, the normalized repo-relative path every scope is made of.
 
@@ -19,6 +20,7 @@ pub mod handoff;
 pub mod ids;
 pub mod merge;
 pub mod messages;
+pub mod retry;
 pub mod scope;
 pub mod subplan;
 pub mod task;
@@ -40,6 +42,7 @@ pub use messages::{
     FromMerging, GetSnapshot, IntendLanding, IntentNotJournaled, Published, ToAgent, ToDispatch,
     ToMergeQueue, ToPlanner, ToReconciler, ToTaskGraph,
 };
+pub use retry::{CommandTail, PathList, PreviousAttempt};
 pub use scope::ScopePath;
 pub use subplan::{
     DecompositionReason, OpenDecomposition, PathProblem, ProposedSubplan, RejectionReason,
@@ -67,6 +70,7 @@ mod tests {
             ("handoff.rs", include_str!("handoff.rs")),
             ("ids.rs", include_str!("ids.rs")),
             ("merge.rs", include_str!("merge.rs")),
+            ("retry.rs", include_str!("retry.rs")),
             ("scope.rs", include_str!("scope.rs")),
             ("subplan.rs", include_str!("subplan.rs")),
             ("task.rs", include_str!("task.rs")),
@@ -94,6 +98,7 @@ mod tests {
             ("ids.rs", include_str!("ids.rs")),
             ("merge.rs", include_str!("merge.rs")),
             ("messages.rs", include_str!("messages.rs")),
+            ("retry.rs", include_str!("retry.rs")),
             ("scope.rs", include_str!("scope.rs")),
             ("subplan.rs", include_str!("subplan.rs")),
             ("task.rs", include_str!("task.rs")),

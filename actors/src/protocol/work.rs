@@ -61,6 +61,10 @@ pub struct ReadyTask {
     /// starts from main with the conflicting branch merged in (ADR-011).
     #[serde(default)]
     pub fix: Option<super::merge::FixOf>,
+    /// Why the attempt before this one failed, when this attempt is a retry (ADR-031):
+    /// the agent's task message says it, so the retry is a targeted follow-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Arc<super::retry::PreviousAttempt>>,
 }
 
 /// Dispatch → agent: run this task.

@@ -150,6 +150,7 @@ pub fn ready(id: &str, spec: TaskSpec, critical_path: u32, created: u64) -> Read
         budget: Budget::default(),
         atomic: false,
         fix: None,
+        previous: None,
     }
 }
 

@@ -14,6 +14,7 @@ mod landing_machine;
 mod landing_recovery;
 mod pipeline;
 mod reconciler;
+mod retries;
 mod subplan_rules;
 mod task_graph;
 

@@ -472,7 +472,8 @@ fn an_interrupted_attempt_is_requeued_without_charging_a_retry() {
         vec![EventKind::TaskRetried {
             task: task("t1"),
             attempt: 2,
-            failure: crashed("boom")
+            failure: crashed("boom"),
+            findings: Vec::new(),
         }]
     );
 }
@@ -629,7 +630,8 @@ fn timeouts_crashes_and_dead_runners_retry_a_cancelled_attempt_and_a_budget_stop
             vec![EventKind::TaskRetried {
                 task: task("t1"),
                 attempt: 1,
-                failure
+                failure,
+                findings: Vec::new(),
             }]
         );
     }

@@ -232,6 +232,7 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             task,
             attempt,
             failure,
+            ..
         } => plain(format!(
             "{task} attempt {attempt} failed ({}); retrying",
             shorten(&failure.to_string(), 80)

@@ -87,6 +87,7 @@ fn hostile_events() -> Vec<EventKind> {
             failure: AttemptFailure::Crashed {
                 detail: HOSTILE.into(),
             },
+            findings: Vec::new(),
         },
         EventKind::TaskCompleted {
             task: task.clone(),

@@ -41,6 +41,7 @@ fn a_task_story_folds_charges_per_attempt_and_gives_every_reason_whole() {
             failure: AttemptFailure::Crashed {
                 detail: long.clone(),
             },
+            findings: Vec::new(),
         },
     });
     events.push(charge(5, 2));
