@@ -69,6 +69,7 @@ impl RunConfig {
             models,
             prompts,
             sandbox: file.sandbox,
+            notify: file.notify,
         };
         // What the file-level checks above do not cover (the profiles' agents, …).
         config.validate().map_err(|source| ConfigError::Run {

@@ -17,6 +17,7 @@ pub mod runs;
 pub mod status;
 pub mod submit;
 pub mod tail;
+pub mod ui;
 
 use super::args::{Cli, Command, ConfigAction, ProvidersAction};
 use super::client::Client;
@@ -118,5 +119,6 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             decide::task(&client, run, task.as_deref(), decision).await
         }
         Command::Runs { json, .. } => runs::run(&client, *json).await,
+        Command::Ui { run, .. } => ui::run(&client, run.as_deref()).await,
     }
 }
