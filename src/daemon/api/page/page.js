@@ -445,6 +445,7 @@ async function showTask(task) {
   } catch (e) {
     clear(body);
     body.appendChild(el("p", `cannot read the task: ${e.message}`, "problem"));
+    rendered();
     return;
   }
   if (page.selected !== task) return;
@@ -483,6 +484,7 @@ async function showTask(task) {
   const landed = story.events.filter((e) => e.kind === "task_landed" || e.kind === "merge_conflict");
   for (const e of landed) body.appendChild(el("p", `${e.kind}: ${pretty(e.data)}`));
   if (story.omitted) body.appendChild(el("p", `${story.omitted} older events left out`));
+  rendered();
 }
 
 function section(parent, title, text) {
