@@ -189,7 +189,10 @@ async fn a_page_link_works_once_and_its_cookie_only_reads() {
     assert_eq!(rebound.status(), StatusCode::UNAUTHORIZED);
     // A second `flotilla ui` reuses the listener.
     let second = ui_link(&daemon, &run);
-    assert!(second.starts_with(&format!("{origin}/")), "{second} is not on {origin}");
+    assert!(
+        second.starts_with(&format!("{origin}/")),
+        "{second} is not on {origin}"
+    );
     daemon.stop();
 }
 

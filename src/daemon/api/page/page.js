@@ -370,7 +370,7 @@ function renderGraph(status) {
   const all = status.graph.tasks;
   const tasks = all.slice(0, MAX_NODES);
   const awaiting = new Set(status.awaiting_decision || []);
-  const W = 170, H = 46, GX = 56, GY = 12, PAD = 12;
+  const W = 210, H = 46, GX = 56, GY = 12, PAD = 12;
   const columns = layout(tasks);
   const at = new Map();
   let maxRows = 0;
@@ -412,7 +412,7 @@ function renderGraph(status) {
     label.textContent = `${t.id} · ${t.state.replaceAll("_", " ")}${t.attempt > 1 ? ` · try ${t.attempt}` : ""}`;
     g.appendChild(label);
     const desc = svg("text", { x: 8, y: 35, class: "desc" });
-    desc.textContent = cut(t.description, 26);
+    desc.textContent = cut(t.description, 32);
     g.appendChild(desc);
     g.addEventListener("click", () => select(t.id));
     g.addEventListener("keydown", (e) => {
@@ -464,7 +464,8 @@ async function showTask(task) {
   };
   for (const e of story.events) {
     const d = e.data || {};
-    if (typeof d.attempt === "number") attempt(d.attempt).push(e);
+    // A parent's decomposition events carry the parent's attempt: only this task's count.
+    if (typeof d.attempt === "number" && (d.task === task || d.parent === task)) attempt(d.attempt).push(e);
   }
   body.appendChild(el("h3", `Attempts (${attempts.size})`));
   for (const [n, events] of [...attempts.entries()].sort((a, b) => a[0] - b[0])) {
