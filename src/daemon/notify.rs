@@ -339,7 +339,7 @@ pub fn spawn(
 
 /// What the filter hands on: an event that tells something, or word that some were lost.
 enum Found {
-    Event(Event),
+    Event(Box<Event>),
     Lagged,
 }
 
@@ -356,7 +356,7 @@ async fn filter(
             _ = shutdown.cancelled() => return,
         };
         let found = match received {
-            Ok(e) if e.seq > 0 && classify(&e).is_some() => Found::Event(e),
+            Ok(e) if e.seq > 0 && classify(&e).is_some() => Found::Event(Box::new(e)),
             Ok(_) => continue,
             Err(broadcast::error::RecvError::Lagged(n)) => {
                 warn!(
@@ -392,7 +392,7 @@ async fn tell(
         };
         let events = match found {
             None => return,
-            Some(Found::Event(e)) => vec![e],
+            Some(Found::Event(e)) => vec![*e],
             Some(Found::Lagged) => missed(&journal, &told, started_ms).await,
         };
         for event in events {
