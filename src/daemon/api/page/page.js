@@ -190,6 +190,9 @@ function follow() {
     if (page.finished) {
       source.close();
       stream.textContent = "finished";
+    } else if (source.readyState === EventSource.CLOSED) {
+      // Refused (not a dropped connection, which the browser retries by itself).
+      stream.textContent = "disconnected: reload, or run `flotilla ui` for a new link";
     } else {
       stream.textContent = "reconnecting…";
     }
