@@ -1,4 +1,4 @@
-//! The live page (ADR-034): `flotilla ui` on a Unix-socket daemon opens a loopback
+//! The live page (ADR-034), through the built binary: `flotilla ui` on a Unix-socket daemon opens a loopback
 //! listener and prints a one-time link; the page, in headless Chromium (Debian's `chromium`),
 //! draws every task of a run, follows it from waiting for a decision to completed without a
 //! reload, shows a task's handoff on click, and shows model text as text. Screenshots of
@@ -21,7 +21,9 @@ use futures::StreamExt;
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::daemon_env::{InProcessDaemon, git_repo, run_config};
+use flotilla::cli::client::Client;
+
+use crate::daemon_env::{DaemonProcess, InProcessDaemon, git_repo, run_config};
 
 /// t1 lands a file; t2 splits into two designs and waits for the user to pick one. The
 /// first description and the request hold markup, which the page must show as text.
@@ -53,15 +55,14 @@ writes = { "src/two.rs" = "// two\n" }
 const REQUEST: &str = "build <script>alert(1)</script> the thing";
 
 /// Submits [`PAGE_RUN`] and returns its id once t2 waits for the decision.
-async fn run_waiting_for_a_decision(daemon: &InProcessDaemon, repo: &Path) -> String {
+async fn run_waiting_for_a_decision(client: &Client, repo: &Path) -> String {
     let body = json!({ "request": REQUEST, "repo": repo, "config": run_config(PAGE_RUN, 2) });
-    let created: Value = daemon
-        .client
+    let created: Value = client
         .json(Method::POST, "/v1/runs", Some(&body))
         .await
         .unwrap();
     let run = created["id"].as_str().unwrap().to_string();
-    let mut stream = daemon.client.events(&run, None).await.unwrap();
+    let mut stream = client.events(&run, None).await.unwrap();
     tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(e) = stream.next().await {
             if matches!(e.unwrap().kind, EventKind::AwaitingUserDecision { .. }) {
@@ -75,11 +76,11 @@ async fn run_waiting_for_a_decision(daemon: &InProcessDaemon, repo: &Path) -> St
     run
 }
 
-/// `flotilla ui RUN` against the daemon's socket: the link it prints.
-fn ui_link(daemon: &InProcessDaemon, run: &str) -> String {
+/// `flotilla ui RUN` against the daemon's socket in `state_dir`: the link it prints.
+fn ui_link(state_dir: &Path, run: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
         .arg("--state-dir")
-        .arg(daemon.state_dir())
+        .arg(state_dir)
         .args(["ui", run])
         .env("NO_COLOR", "1")
         .output()
@@ -113,8 +114,8 @@ fn http() -> reqwest::Client {
 async fn a_page_link_works_once_and_its_cookie_only_reads() {
     let daemon = InProcessDaemon::start(false);
     let repo = git_repo();
-    let run = run_waiting_for_a_decision(&daemon, repo.path()).await;
-    let link = ui_link(&daemon, &run[..8]);
+    let run = run_waiting_for_a_decision(&daemon.client, repo.path()).await;
+    let link = ui_link(daemon.state_dir(), &run[..8]);
     assert!(link.ends_with(&format!("&run={run}")), "{link}");
     let origin = origin(&link);
     let http = http();
@@ -188,7 +189,7 @@ async fn a_page_link_works_once_and_its_cookie_only_reads() {
         .unwrap();
     assert_eq!(rebound.status(), StatusCode::UNAUTHORIZED);
     // A second `flotilla ui` reuses the listener.
-    let second = ui_link(&daemon, &run);
+    let second = ui_link(daemon.state_dir(), &run);
     assert!(
         second.starts_with(&format!("{origin}/")),
         "{second} is not on {origin}"
@@ -388,8 +389,8 @@ impl Drop for Browser {
 }
 
 /// The task ids of the run, as the API's status has them.
-async fn task_ids(daemon: &InProcessDaemon, run: &str) -> Vec<String> {
-    let status: Value = daemon.client.get(&format!("/v1/runs/{run}")).await.unwrap();
+async fn task_ids(client: &Client, run: &str) -> Vec<String> {
+    let status: Value = client.get(&format!("/v1/runs/{run}")).await.unwrap();
     let mut ids: Vec<String> = status["graph"]["tasks"]
         .as_array()
         .unwrap()
@@ -415,17 +416,20 @@ async fn the_live_page_draws_every_task_and_follows_the_run_to_its_end_in_chromi
         );
         return;
     };
-    let daemon = InProcessDaemon::start(false);
+    // The real binary, as a user runs it.
+    let state = tempfile::tempdir().unwrap();
+    let daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
     let repo = git_repo();
-    let run = run_waiting_for_a_decision(&daemon, repo.path()).await;
-    let link = ui_link(&daemon, &run);
+    let run = run_waiting_for_a_decision(&client, repo.path()).await;
+    let link = ui_link(state.path(), &run);
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("page-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
 
     let mut browser = Browser::start(&program);
     browser.open(&link);
     // In progress: t2 waits for the decision; every task is drawn.
-    let waiting = task_ids(&daemon, &run).await;
+    let waiting = task_ids(&client, &run).await;
     assert_eq!(waiting, ["t1", "t2", "t2.1", "t2.2"]);
     let drawn = browser.eval(&format!(
         "flotilla.until(() => document.body.dataset.runState === 'running' \
@@ -465,8 +469,7 @@ async fn the_live_page_draws_every_task_and_follows_the_run_to_its_end_in_chromi
     browser.screenshot(&shots.join("run-in-progress.png"));
 
     // The user decides; the same page follows the run to its end without a reload.
-    let decided = daemon
-        .client
+    let decided = client
         .raw(
             Method::POST,
             &format!("/v1/runs/{run}/tasks/t2/decision"),
@@ -480,7 +483,7 @@ async fn the_live_page_draws_every_task_and_follows_the_run_to_its_end_in_chromi
          .then(() => [flotilla.tasksShown(), document.getElementById('main-health').textContent, \
                       document.getElementById('stream').textContent])",
     );
-    let all = task_ids(&daemon, &run).await;
+    let all = task_ids(&client, &run).await;
     assert_eq!(
         shown(finished[0].clone()),
         all,
@@ -497,5 +500,6 @@ async fn the_live_page_draws_every_task_and_follows_the_run_to_its_end_in_chromi
         "{finished}"
     );
     browser.screenshot(&shots.join("run-finished.png"));
-    daemon.stop();
+    drop(browser);
+    drop(daemon);
 }
