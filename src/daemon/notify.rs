@@ -487,3 +487,77 @@ async fn missed(
     }
     found
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind) -> Event {
+        Event {
+            seq: 3,
+            run: RunId::generate(),
+            at_ms: 5,
+            kind,
+        }
+    }
+
+    #[test]
+    fn only_decisions_and_completed_or_failed_runs_tell_something() {
+        let t1: TaskId = "t1".parse().unwrap();
+        let asked = classify(&event(EventKind::AwaitingUserDecision {
+            parent: t1.clone(),
+        }));
+        assert_eq!(
+            asked.map(|(what, task, _)| (what, task)),
+            Some((NotifyOn::NeedsDecision, Some(t1.clone())))
+        );
+        let diverged = event(EventKind::MainDiverged {
+            expected: "a".into(),
+            actual: "b".into(),
+        });
+        assert_eq!(
+            classify(&diverged).map(|c| c.0),
+            Some(NotifyOn::NeedsDecision)
+        );
+        let finished = |outcome| {
+            classify(&event(EventKind::RunFinished {
+                outcome,
+                reason: Some("budget exhausted".into()),
+            }))
+        };
+        assert_eq!(
+            finished(RunOutcome::Completed).map(|c| c.0),
+            Some(NotifyOn::RunCompleted)
+        );
+        let failed = finished(RunOutcome::Failed).unwrap();
+        assert_eq!(failed.0, NotifyOn::RunFailed);
+        assert!(failed.2.contains("budget exhausted"), "{}", failed.2);
+        assert_eq!(
+            finished(RunOutcome::Cancelled),
+            None,
+            "the user cancelled it"
+        );
+        assert_eq!(classify(&event(EventKind::TaskReady { task: t1 })), None);
+    }
+
+    #[test]
+    fn notification_text_is_short_and_inert() {
+        assert_eq!(plain("a\u{1b}[2J\nb", 100), "a [2J b");
+        let long = "x".repeat(MAX_TEXT_CHARS + 10);
+        let cut = plain(&long, MAX_TEXT_CHARS);
+        assert_eq!(cut.chars().count(), MAX_TEXT_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        let note = Notification::new(
+            &event(EventKind::PlanningFinished),
+            NotifyOn::RunFailed,
+            None,
+            "m",
+            &long,
+        );
+        assert!(note.title.starts_with("flotilla: run ") && note.title.ends_with(" failed"));
+        assert_eq!(note.request, cut);
+        let json = serde_json::to_value(&note).unwrap();
+        assert_eq!(json["event"], "run_failed");
+        assert!(json.get("task").is_none());
+    }
+}

@@ -197,6 +197,37 @@ async fn a_page_link_works_once_and_its_cookie_only_reads() {
     daemon.stop();
 }
 
+#[tokio::test]
+async fn a_daemon_on_loopback_tcp_serves_the_page_on_its_own_port() {
+    let daemon = InProcessDaemon::start(true);
+    let flotilla::daemon::Bound::Tcp { addr, .. } = daemon.bound.clone() else {
+        panic!("a TCP daemon");
+    };
+    let link: Value = daemon
+        .client
+        .json(Method::POST, "/v1/ui", Some(&json!({})))
+        .await
+        .unwrap();
+    let url = link["url"].as_str().unwrap();
+    assert!(
+        url.starts_with(&format!("http://{addr}/ui/login?code=")),
+        "{url}"
+    );
+    assert_eq!(link["expires_in_secs"], 300);
+    let login = http().get(url).send().await.unwrap();
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    assert_eq!(login.headers()["location"], "/ui/");
+    // Without the token, no link: the page is as private as the API.
+    let anonymous = http()
+        .post(format!("http://{addr}/v1/ui"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    daemon.stop();
+}
+
 /// Chromium, if installed: Debian's `chromium`, or `chromium-browser`.
 fn chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
