@@ -530,6 +530,8 @@ async fn the_live_page_draws_every_task_and_follows_the_run_to_its_end_in_chromi
         finished[1].as_str().unwrap().starts_with("green"),
         "{finished}"
     );
+    let picked = browser.eval("document.getElementById('runs').selectedOptions[0].textContent");
+    assert!(picked.as_str().unwrap().contains(" completed "), "{picked}");
     browser.screenshot(&shots.join("run-finished.png"));
     drop(browser);
     drop(daemon);

@@ -280,6 +280,8 @@ function render() {
   badge.textContent = status.state;
   badge.className = `badge ${status.state}`;
   document.getElementById("request").textContent = status.request;
+  const option = Array.from(document.getElementById("runs").options).find((o) => o.value === status.id);
+  if (option) option.textContent = `${status.id.slice(0, 8)} ${status.state} ${cut(status.request, 50)}`;
   const c = status.counts || {};
   document.getElementById("counts").textContent =
     `${c.total || 0} tasks: ${c.completed || 0} completed, ${c.running || 0} running, ${c.pending || 0} pending, ` +
