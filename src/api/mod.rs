@@ -8,12 +8,14 @@
 //! - [`report`]: a run's report (what happened, cost, time, what is left).
 //! - [`gc`]: what `POST /v1/gc` removed.
 //! - [`sse`]: how a run's events travel as server-sent events.
+//! - [`ui`]: the link to the live page (`flotilla ui`).
 
 pub mod gc;
 pub mod report;
 pub mod runs;
 pub mod sse;
 pub mod status;
+pub mod ui;
 
 /// The header carrying a submission's idempotency key (`POST /v1/runs`).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";

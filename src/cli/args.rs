@@ -217,6 +217,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a link to the live page: a run's task graph as it changes, its tasks' handoffs,
+    /// findings and attempts, the merge queue, main's health and the spend. The link holds a
+    /// one-time code; open it in a browser on this machine.
+    Ui {
+        #[command(flatten)]
+        address: ClientAddress,
+        /// Run id or unique prefix; default: the latest running run.
+        run: Option<String>,
+    },
     /// The LLM providers configured in flotilla.toml ([providers], [roles]).
     Providers {
         #[command(subcommand)]
@@ -406,7 +415,8 @@ impl Command {
             | Command::Gc { address, .. }
             | Command::Decide { address, .. }
             | Command::Eval { address, .. }
-            | Command::Runs { address, .. } => Some(address),
+            | Command::Runs { address, .. }
+            | Command::Ui { address, .. } => Some(address),
             Command::Daemon { .. }
             | Command::Providers { .. }
             | Command::Bench { .. }

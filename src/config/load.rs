@@ -77,6 +77,7 @@ impl RunConfig {
             models,
             prompts,
             sandbox: file.sandbox,
+            notify: file.notify,
         };
         if scenario_path.is_none()
             && let Some(scripted) = config.scripted_part()

@@ -82,6 +82,9 @@ pub struct FileConfig {
     /// `worker.md` or `reconciler.md` replace the built-in prompts.
     #[serde(default)]
     pub prompts_dir: Option<PathBuf>,
+    /// Who hears when a run needs the user, completed or failed (`[notify]`).
+    #[serde(default)]
+    pub notify: NotifyConfig,
 }
 
 /// `[provider]`: the scripted provider's scenario, which serves every role `[roles]` leaves
@@ -139,6 +142,9 @@ pub struct RunConfig {
     /// The sandbox of every command the run starts (ADR-015).
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// Desktop and webhook notifications (`daemon::notify`).
+    #[serde(default)]
+    pub notify: NotifyConfig,
     /// Where this config was read from: the config file, its scenario and its
     /// `prompts_dir`. Those inside the run's repository count as flotilla's configuration
     /// there: a task's change to them waits for the user (ADR-016).
@@ -202,6 +208,8 @@ pub enum RunConfigError {
     Prompt(#[from] PromptError),
     #[error("impossible sandbox settings: {0}")]
     Sandbox(#[from] SandboxConfigError),
+    #[error("{0}")]
+    Notify(#[from] NotifyConfigError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -316,6 +324,7 @@ impl RunConfig {
         }
         self.reconciler.validate()?;
         self.sandbox.validate()?;
+        self.notify.validate()?;
         for (name, agent) in &self.agents {
             if AGENT_KINDS.contains(&name.as_str()) {
                 return Err(RunConfigError::ReservedAgentName(name.clone()));
@@ -501,6 +510,9 @@ fn is_executable(path: &Path) -> bool {
 }
 
 mod load;
+pub mod notify;
+
+pub use notify::{NotifyConfig, NotifyConfigError, NotifyOn};
 
 #[cfg(test)]
 mod tests;

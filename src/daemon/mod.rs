@@ -12,6 +12,7 @@
 //! another, where all its actors live (ADR-014).
 
 pub mod api;
+pub mod notify;
 pub mod report;
 pub mod run_report;
 pub mod state_lock;
@@ -121,6 +122,21 @@ pub async fn serve(
     });
     let supervisor = Supervisor::start_in_arbiter(&runs_thread.handle(), move |_| supervisor);
     resume_unfinished(&journal, &supervisor).await;
+    // Notifications ([notify]) on tasks of their own, off every actor's thread.
+    match notify::Delivery::new(notify::find_notify_send(
+        std::env::var_os("PATH").as_deref(),
+    )) {
+        Ok(delivery) => {
+            notify::spawn(&hub, journal.clone(), delivery, shutdown.clone());
+        }
+        Err(e) => warn!(error = %e, "cannot set up notifications; none will be sent"),
+    }
+    let page = match &bound {
+        Bound::Tcp { addr, .. } => api::page::PageState::tcp(*addr),
+        Bound::Unix(_) => {
+            api::page::PageState::on_demand(options.state_dir.clone(), options.server.clone())
+        }
+    };
     let state = api::AppState {
         journal,
         supervisor,
@@ -128,6 +144,7 @@ pub async fn serve(
         shutdown: shutdown.clone(),
         token,
         status_replays: api::StatusReplays::default(),
+        page: page.clone(),
     };
     // What runs that ended while no daemon watched (a crash, a kill) left behind, and a
     // checkout of main a landing was interrupted in: collected in the background once the
@@ -157,6 +174,9 @@ pub async fn serve(
     match listener {
         Listener::Unix(l) => api::serve(l, app, options.server.clone(), shutdown).await,
         Listener::Tcp(l) => api::serve(l, app, options.server.clone(), shutdown).await,
+    }
+    if let Some(page_server) = page.take_server() {
+        let _ = page_server.await;
     }
     if let Bound::Unix(path) = &bound {
         let _ = std::fs::remove_file(path);
@@ -333,7 +353,7 @@ async fn bind(options: &DaemonOptions) -> anyhow::Result<(Listener, Bound, Optio
 }
 
 /// The bearer token for TCP clients: 32 random bytes, hex, in a 0600 file.
-fn load_or_create_token(path: &Path) -> anyhow::Result<String> {
+pub(crate) fn load_or_create_token(path: &Path) -> anyhow::Result<String> {
     if let Ok(existing) = std::fs::read_to_string(path) {
         let existing = existing.trim().to_string();
         if existing.len() >= 32 {

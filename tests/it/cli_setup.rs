@@ -230,6 +230,7 @@ fn every_commented_block_of_init_is_valid_when_uncommented() {
     }
     assert!(config.models.roles.worker.is_some());
     assert_eq!(config.workers.len(), 2);
+    assert!(config.notify.desktop && config.notify.webhook.is_some());
 }
 
 #[test]

@@ -35,6 +35,8 @@ mod layout;
 mod merge_example;
 mod merge_git;
 mod merge_queue;
+mod notify;
+mod page;
 mod planner;
 mod process;
 mod providers;

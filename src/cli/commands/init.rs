@@ -316,4 +316,9 @@ run_budget = { tokens = 10000000, cost_usd = 100.0, wall_time_ms = 172800000 }
 # name = "builtin"
 # agent = "builtin"
 # cost = 1
+
+## Notifications when a run needs you, completes or fails (`flotilla ui` shows it live).
+# [notify]
+# desktop = true
+# webhook = "https://hooks.example.com/flotilla"
 "#;

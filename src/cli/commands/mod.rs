@@ -18,6 +18,7 @@ pub mod runs;
 pub mod status;
 pub mod submit;
 pub mod tail;
+pub mod ui;
 
 use super::args::{Cli, Command, ConfigAction, ProvidersAction};
 use super::client::Client;
@@ -135,5 +136,6 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             decide::task(&client, run, task.as_deref(), decision).await
         }
         Command::Runs { json, .. } => runs::run(&client, *json).await,
+        Command::Ui { run, .. } => ui::run(&client, run.as_deref()).await,
     }
 }

@@ -14,6 +14,7 @@
 //!   `user_decision`
 //! - `POST /v1/runs/{id}/decision` `{"decision": "adopt_main"}` → 202: landing paused
 //!   because main diverged; main as it is becomes the base (ADR-024)
+//! - `POST /v1/ui` → a one-time link to the live page, `GET /ui/…` the page (`page.rs`)
 //!
 //! `{id}` may be any unique prefix of a run id; an ambiguous prefix is a 409 that lists the
 //! runs it matches.
@@ -35,6 +36,7 @@
 //! it evicts the oldest connection that never authenticated.
 
 mod events;
+pub mod page;
 mod run_report;
 mod runs;
 mod tasks;
@@ -110,6 +112,8 @@ pub struct AppState {
     pub token: Option<Arc<String>>,
     /// Status replays of running runs, carried from one status call to the next.
     pub status_replays: StatusReplays,
+    /// The live page's one-time codes and listener (`page.rs`).
+    pub page: page::PageState,
 }
 
 /// The status replays of running runs, kept between status calls so that polling a run
@@ -163,6 +167,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/tasks/{task}", get(tasks::task_story))
         .route("/v1/runs/{id}/tasks/{task}/decision", post(tasks::decide))
         .route("/v1/gc", post(runs::collect_garbage))
+        .merge(page::routes())
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -469,19 +474,25 @@ async fn drain(body: axum::body::Body) {
 }
 
 async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(expected) = &state.token {
-        let presented = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
-            return ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
-                .into_response();
+    let proven = match &state.token {
+        None => true,
+        Some(expected) => {
+            let presented = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("");
+            // Or the live page's session cookie, for reads only.
+            constant_time_eq(presented.as_bytes(), expected.as_bytes())
+                || page::admits(&req, expected)
         }
+    };
+    if !proven && !page::is_open(&req) {
+        return ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
+            .into_response();
     }
-    if let Some(proof) = req.extensions().get::<ConnectionProof>() {
+    if let Some(proof) = req.extensions().get::<ConnectionProof>().filter(|_| proven) {
         proof.prove();
     }
     next.run(req).await
