@@ -333,6 +333,18 @@ impl DaemonProcess {
 
     /// Starts the binary with extra environment variables.
     pub fn start_with_env(state_dir: &Path, env: &[(&str, &str)]) -> Self {
+        Self::spawn(state_dir, env, false)
+    }
+
+    /// Starts the binary armed to die by its own hand (a fail point in `env`): it returns
+    /// once the daemon listens or has already died. A run it resumes can reach the fail
+    /// point before the daemon binds its socket (it resumes runs first), above all on a
+    /// loaded machine.
+    pub fn start_armed(state_dir: &Path, env: &[(&str, &str)]) -> Self {
+        Self::spawn(state_dir, env, true)
+    }
+
+    fn spawn(state_dir: &Path, env: &[(&str, &str)], may_die: bool) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
             .arg("--state-dir")
             .arg(state_dir)
@@ -356,8 +368,18 @@ impl DaemonProcess {
                     let _ = ready_tx.send(());
                 }
             }
+            // Its standard error closed: the daemon has ended.
+            let _ = ready_tx.send(());
         });
-        if ready_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+        let listening = |log: &Mutex<Vec<String>>| {
+            log.lock()
+                .unwrap()
+                .iter()
+                .any(|line| line.contains("listening on"))
+        };
+        if ready_rx.recv_timeout(Duration::from_secs(30)).is_err()
+            || !(may_die || listening(&log))
+        {
             let _ = child.kill();
             panic!(
                 "the daemon did not start; it logged:\n{}",

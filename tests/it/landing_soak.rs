@@ -255,7 +255,7 @@ async fn soak(soak: Soak) {
             let point = FAIL_POINTS[(k / 2) % FAIL_POINTS.len()];
             let failpoints = format!("{point}=return");
             let mut armed =
-                DaemonProcess::start_with_env(state.path(), &[("FAILPOINTS", failpoints.as_str())]);
+                DaemonProcess::start_armed(state.path(), &[("FAILPOINTS", failpoints.as_str())]);
             // It dies by its own hand at the point, or the run ends first.
             let died = within(PATIENCE, || {
                 std::future::ready(match armed.exited() {
