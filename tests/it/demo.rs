@@ -321,3 +321,67 @@ fn the_demo_ends_with_the_graph_the_report_and_the_repository() {
     assert!(repo.join(".git").is_dir(), "{}", repo.display());
     assert!(repo.starts_with(tmp.path()), "{}", repo.display());
 }
+
+/// `--keep`: after the run the demo's daemon keeps serving, the demo says how to reach it,
+/// other commands see the run there, and Ctrl-C (SIGINT) stops it cleanly.
+#[test]
+fn with_keep_the_demos_daemon_serves_until_ctrl_c() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["demo", "--keep"])
+        .env("TMPDIR", tmp.path())
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said = String::new();
+    // Read until the demo names the state directory and the commands to try.
+    let state_dir = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("the demo ended without saying how to reach it:\n{said}"))
+            .unwrap();
+        said.push_str(&line);
+        said.push('\n');
+        if let Some(dir) = line.trim().strip_prefix("export FLOTILLA_STATE_DIR=") {
+            break PathBuf::from(dir);
+        }
+    };
+    let status_line = lines.next().unwrap().unwrap();
+    let run = status_line
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or_else(|| panic!("{status_line}"))
+        .to_string();
+    assert!(
+        status_line.trim().ends_with(&format!(" status {run}")),
+        "{status_line}"
+    );
+    assert!(state_dir.starts_with(tmp.path()), "{}", state_dir.display());
+
+    // Another command, as the user would run it, reaches the demo's daemon.
+    let report = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["report", &run])
+        .env("FLOTILLA_STATE_DIR", &state_dir)
+        .env_remove("FLOTILLA_SOCKET")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success(), "{text}");
+    assert!(
+        text.contains(" completed: Add the commands in the backlog to wordtool"),
+        "{text}"
+    );
+
+    // Ctrl-C stops it; the run completed, so the demo exits 0.
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: a signal to the child this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    drop(lines);
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+}

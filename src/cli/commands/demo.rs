@@ -194,6 +194,7 @@ async fn demo_run(
         .map(|p| shown(&p))
         .unwrap_or_else(|_| "flotilla".into());
     if keep {
+        let stop = StopSignals::new()?;
         say(&format!(
             "The demo's daemon keeps serving on {} until Ctrl-C. In another terminal:\n  \
              export FLOTILLA_STATE_DIR={}\n  \
@@ -203,7 +204,7 @@ async fn demo_run(
             shown(&dir.state()),
             run = terminal_safe(&run),
         ))?;
-        wait_for_stop().await;
+        stop.wait().await;
         note("stopping the demo's daemon");
     } else {
         say(&format!(
@@ -214,18 +215,29 @@ async fn demo_run(
     Ok(tail::exit_for(outcome))
 }
 
-/// Until Ctrl-C or SIGTERM.
-async fn wait_for_stop() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
+/// Ctrl-C (SIGINT) and SIGTERM, listened for from creation on: made before the demo says
+/// how to stop it, so that a signal sent as soon as that is read is not missed.
+struct StopSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn new() -> Result<Self, CliError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind| {
+            signal(kind).map_err(|e| CliError::internal("cannot listen for Ctrl-C").because(e))
+        };
+        Ok(StopSignals {
+            int: listen(SignalKind::interrupt())?,
+            term: listen(SignalKind::terminate())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
         }
     }
 }
