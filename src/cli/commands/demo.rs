@@ -200,7 +200,7 @@ async fn demo_run(
              export FLOTILLA_STATE_DIR={}\n  \
              {exe} status {run}\n  {exe} tail {run}\n  {exe} report {run}\n  \
              {exe} graph {run} --format mermaid",
-            shown(&socket),
+            shown(socket),
             shown(&dir.state()),
             run = terminal_safe(&run),
         ))?;
