@@ -559,7 +559,7 @@ run = "test -f src/lib.rs && test ! -e tests/lib.rs"
     assert!(!run_dir.exists(), "the run's worktrees are gone");
 }
 
-/// The README's demo, as a new user runs it (the example files copied into a fresh
+/// The calculator walkthrough (docs/features.md), as a new user runs it (the example files copied into a fresh
 /// repository with one commit): it completes, and every worker's work is a commit on its
 /// own branch.
 #[tokio::test]
