@@ -158,6 +158,10 @@ async fn demo_run(
     say: &dyn Fn(&str) -> Result<(), CliError>,
 ) -> Result<Exit, CliError> {
     let repo = dir.repo();
+    // How the user reaches this binary again (`cargo run` puts it in target/).
+    let exe = std::env::current_exe()
+        .map(|p| shown(&p))
+        .unwrap_or_else(|_| "flotilla".into());
     let created = submit::start(client, REQUEST, &repo, None).await?;
     let run = created.id.clone();
     note(&format!(
@@ -171,9 +175,8 @@ async fn demo_run(
             if e.exit() == Exit::Interrupted {
                 note(&format!(
                     "the demo's daemon stops with it; the run resumes when a daemon serves \
-                     {} again (`flotilla --state-dir {} daemon`)",
-                    shown(&dir.state()),
-                    shown(&dir.state())
+                     {state} again (`{exe} --state-dir {state} daemon`)",
+                    state = shown(&dir.state()),
                 ));
             }
             return Err(e);
@@ -190,9 +193,6 @@ async fn demo_run(
         "The demo's repository: {repo_shown}\n  main has the landed work: \
          `cd {repo_shown} && git log --oneline && sh build.sh && sh test.sh`"
     ))?;
-    let exe = std::env::current_exe()
-        .map(|p| shown(&p))
-        .unwrap_or_else(|_| "flotilla".into());
     if keep {
         let stop = StopSignals::new()?;
         say(&format!(
