@@ -348,6 +348,18 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A whole run, offline, in a new temporary repository: a tiny shell project, the
+    /// scripted provider, and a daemon of its own (its own socket and state directory).
+    /// Prints the run, its task graph and its report, and where the repository is.
+    Demo {
+        /// One JSON event per line (what `tail --json` prints); the rest goes to stderr.
+        #[arg(long)]
+        json: bool,
+        /// Keep the demo's daemon running after the run, until Ctrl-C, to try `status`,
+        /// `tail`, `report` and `graph` on it.
+        #[arg(long)]
+        keep: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -424,7 +436,8 @@ impl Command {
             | Command::Man { .. }
             | Command::Init { .. }
             | Command::Config { .. }
-            | Command::Doctor { .. } => None,
+            | Command::Doctor { .. }
+            | Command::Demo { .. } => None,
         }
     }
 

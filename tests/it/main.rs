@@ -19,6 +19,7 @@ mod command_agent;
 mod crash;
 mod daemon;
 mod daemon_env;
+mod demo;
 mod escapes;
 mod eval;
 mod fuzz_regressions;

@@ -559,9 +559,9 @@ run = "test -f src/lib.rs && test ! -e tests/lib.rs"
     assert!(!run_dir.exists(), "the run's worktrees are gone");
 }
 
-/// The README's demo, as a new user runs it (the example files copied into a fresh
-/// repository with one commit): it completes, and every worker's work is a commit on its
-/// own branch.
+/// The calculator walkthrough (docs/features.md), as a new user runs it (the example files
+/// copied into a fresh repository with one commit): it completes, and every worker's work
+/// is a commit on its own branch.
 #[tokio::test]
 async fn the_readme_demo_completes_with_a_commit_on_every_workers_branch() {
     use crate::daemon_env::{InProcessDaemon, follow_to_end, outcome, submit};

@@ -1,5 +1,5 @@
-//! One file per command; [`run_client`] picks the one the command line names. `daemon` and
-//! `bench` run outside the client's runtime and are called by `main` directly.
+//! One file per command; [`run_client`] picks the one the command line names. `daemon`,
+//! `bench` and `demo` run outside the client's runtime and are called by `main` directly.
 
 pub mod bench;
 pub mod cancel;
@@ -7,6 +7,7 @@ pub mod completions;
 pub mod config_check;
 pub mod daemon;
 pub mod decide;
+pub mod demo;
 pub mod doctor;
 pub mod eval;
 pub mod gc;
@@ -58,6 +59,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
     match &cli.command {
         Command::Daemon { .. } => unreachable!("the daemon is started by main"),
         Command::Bench { .. } => unreachable!("the bench is run by main, outside any runtime"),
+        Command::Demo { .. } => unreachable!("the demo runs its daemon: main starts it"),
         Command::Providers { .. }
         | Command::Completions { .. }
         | Command::Man { .. }

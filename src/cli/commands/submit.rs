@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::api::runs::CreateRun;
+use crate::api::runs::{CreateRun, Created};
 use crate::cli::client::Client;
 use crate::cli::error::{CliError, ErrorKind, Exit};
 use crate::cli::render::report;
@@ -21,30 +21,9 @@ pub async fn submit(
     detach: bool,
     json: bool,
 ) -> Result<Exit, CliError> {
-    let repo = std::fs::canonicalize(repo).map_err(|e| {
-        CliError::user(format!("repository {}", repo.display()))
-            .because(e)
-            .hint("pass --repo PATH")
-    })?;
-    let config_path = config
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| repo.join("flotilla.toml"));
-    let run_config = RunConfig::load(&config_path).map_err(|e| {
-        let hint = e.hint();
-        CliError::wrap(ErrorKind::Config, e).hint(hint)
-    })?;
-    let body = CreateRun {
-        request: request.to_string(),
-        repo,
-        config: Some(run_config),
-    };
-    let created = client.submit(&body).await?;
+    let created = start(client, request, repo, config).await?;
     // The branch the run lands on (ADR-022), said where the user reads.
-    let landing = created
-        .branch
-        .as_deref()
-        .map(|b| format!(", landing on {}", text_safety::terminal_safe(b)))
-        .unwrap_or_default();
+    let landing = landing_note(&created);
     if detach {
         emit(&format!("{}\n", text_safety::terminal_safe(&created.id)))?;
         if !json && !landing.is_empty() {
@@ -62,18 +41,59 @@ pub async fn submit(
         ));
     }
     let outcome = follow(client, &created.id, None, json).await?;
-    // Followed to its end: the run's report closes what was printed (not with `--json`,
-    // whose output is one event a line; `flotilla report RUN --json` gives it).
     if outcome.is_some() && !json {
-        match client.report(&created.id).await {
-            Ok(report) => emit(&format!("\n{}", report::report_text(&report)))?,
-            // The run's outcome stands; only its summary is missing.
-            Err(e) => note(&format!(
-                "no report for run {}: {}",
-                text_safety::terminal_safe(&created.id),
-                text_safety::terminal_safe(&e.to_string())
-            )),
-        }
+        print_report(client, &created.id).await?;
     }
     Ok(exit_for(outcome))
+}
+
+/// Loads the run's config (default: `<repo>/flotilla.toml`) and starts the run.
+pub async fn start(
+    client: &Client,
+    request: &str,
+    repo: &Path,
+    config: Option<&Path>,
+) -> Result<Created, CliError> {
+    let repo = std::fs::canonicalize(repo).map_err(|e| {
+        CliError::user(format!("repository {}", repo.display()))
+            .because(e)
+            .hint("pass --repo PATH")
+    })?;
+    let config_path = config
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| repo.join("flotilla.toml"));
+    let run_config = RunConfig::load(&config_path).map_err(|e| {
+        let hint = e.hint();
+        CliError::wrap(ErrorKind::Config, e).hint(hint)
+    })?;
+    let body = CreateRun {
+        request: request.to_string(),
+        repo,
+        config: Some(run_config),
+    };
+    Ok(client.submit(&body).await?)
+}
+
+/// `, landing on BRANCH` when the daemon said which branch the run lands on.
+pub fn landing_note(created: &Created) -> String {
+    created
+        .branch
+        .as_deref()
+        .map(|b| format!(", landing on {}", text_safety::terminal_safe(b)))
+        .unwrap_or_default()
+}
+
+/// The run's report, after its followed events (`flotilla report RUN` prints the same).
+/// Not with `--json`, whose output is one event a line; `flotilla report RUN --json` gives it.
+pub async fn print_report(client: &Client, run: &str) -> Result<(), CliError> {
+    match client.report(run).await {
+        Ok(report) => emit(&format!("\n{}", report::report_text(&report)))?,
+        // The run's outcome stands; only its summary is missing.
+        Err(e) => note(&format!(
+            "no report for run {}: {}",
+            text_safety::terminal_safe(run),
+            text_safety::terminal_safe(&e.to_string())
+        )),
+    }
+    Ok(())
 }

@@ -1,0 +1,2 @@
+# echo WORD...: prints the words.
+cmd_echo() { w_print "$@"; }
