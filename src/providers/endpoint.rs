@@ -755,16 +755,31 @@ mod tests {
             .error
         };
         let too_long = [
-            (400, r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#),
-            (400, r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}"#),
+            (
+                400,
+                r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+            ),
+            (
+                400,
+                r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}"#,
+            ),
             (500, "prompt too long"),
-            (400, r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#),
-            (413, r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+            ),
+            (
+                413,
+                r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#,
+            ),
         ];
         for (status, body) in too_long {
             let error = classify(status, body);
             assert!(error.is_context_too_long(), "{status} {body}: {error:?}");
-            assert!(!error.is_retryable(), "the same request is not retried as it is");
+            assert!(
+                !error.is_retryable(),
+                "the same request is not retried as it is"
+            );
         }
         assert!(matches!(
             classify(401, r#"{"error":{"message":"invalid api key"}}"#),

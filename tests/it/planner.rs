@@ -201,6 +201,7 @@ async fn a_resumed_planner_continues_its_recorded_conversation_without_asking_ag
     let recorded = vec![Exchange {
         prompt: "first prompt".into(),
         answer: "{\"tasks\": []}".into(),
+        unused: None,
     }];
     let planner = Planner::new(
         RunId::generate(),
@@ -649,6 +650,7 @@ async fn a_resumed_planner_still_owes_the_reminder_after_an_empty_first_sprint()
     let recorded = vec![Exchange {
         prompt: "## Request\nbuild a calculator".into(),
         answer: "{\"tasks\": []}".into(),
+        unused: None,
     }];
     let planner = Planner::new(
         RunId::generate(),

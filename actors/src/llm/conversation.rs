@@ -257,10 +257,11 @@ impl BoundedConversation {
     pub fn record(&mut self, exchange: Exchange) {
         let call = self.calls;
         if exchange.unused.is_none() {
-            let scratchpad = parse_json_answer::<PlannerOutput>(&exchange.answer, self.max_answer_bytes)
-                .ok()
-                .and_then(|out| out.scratchpad)
-                .filter(|s| !s.trim().is_empty());
+            let scratchpad =
+                parse_json_answer::<PlannerOutput>(&exchange.answer, self.max_answer_bytes)
+                    .ok()
+                    .and_then(|out| out.scratchpad)
+                    .filter(|s| !s.trim().is_empty());
             if let Some(text) = scratchpad {
                 self.carried_before = self.carried.replace(Carried { call, text });
             }
@@ -317,7 +318,10 @@ impl BoundedConversation {
         let Some(first) = &self.first else {
             let prompt = excerpt(prompt, rest).into_owned();
             return BuiltRequest {
-                messages: vec![ChatMessage::system(system), ChatMessage::user(prompt.clone())],
+                messages: vec![
+                    ChatMessage::system(system),
+                    ChatMessage::user(prompt.clone()),
+                ],
                 prompt,
                 omitted: 0,
             };
@@ -346,7 +350,9 @@ impl BoundedConversation {
             shown.push((*call, exchange));
         }
         shown.reverse();
-        let contiguous = shown.first().map_or(self.calls == 1, |(call, _)| *call == 1)
+        let contiguous = shown
+            .first()
+            .map_or(self.calls == 1, |(call, _)| *call == 1)
             && shown.len() == self.recent.len();
         let first_answer = first.shown_answer();
         let show_first = contiguous && first_answer.len() <= left + reserved;
@@ -412,7 +418,7 @@ fn message_bytes(m: &ChatMessage) -> usize {
 }
 
 /// A tool output older than the kept ones becomes this much of its head, with its size.
-const TOOL_SUMMARY_BYTES: usize = 160;
+const TOOL_SUMMARY_BYTES: usize = 100;
 /// An old message of the model's is cut to this.
 const OLD_WORDS_BYTES: usize = 1024;
 /// Tool-call arguments longer than this are replaced in old turns.
@@ -448,7 +454,11 @@ pub fn compact_turns(
         .len()
         .checked_sub(keep_recent)
         .and_then(|old| tools.get(old).copied())
-        .unwrap_or(if keep_recent == 0 { messages.len() } else { fixed });
+        .unwrap_or(if keep_recent == 0 {
+            messages.len()
+        } else {
+            fixed
+        });
     for i in fixed..cutoff {
         if total(messages) <= limit {
             return;
@@ -466,7 +476,8 @@ pub fn compact_turns(
                 for call in message.tool_calls.iter_mut() {
                     let before = call.arguments.len();
                     if before > LONG_ARGUMENTS {
-                        call.arguments = format!("{{\"compacted\":\"{before} bytes of arguments\"}}");
+                        call.arguments =
+                            format!("{{\"compacted\":\"{before} bytes of arguments\"}}");
                     }
                 }
                 if message.content.len() > OLD_WORDS_BYTES {

@@ -21,7 +21,11 @@ fn used(prompt: &str, answer: String) -> Exchange {
 }
 
 fn texts(request: &BuiltRequest) -> Vec<&str> {
-    request.messages.iter().map(|m| m.content.as_str()).collect()
+    request
+        .messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect()
 }
 
 #[test]
@@ -33,7 +37,10 @@ fn an_excerpt_keeps_head_and_tail_within_the_size_and_is_stable() {
     assert!(cut.contains("bytes omitted"), "{cut}");
     assert_eq!(excerpt(&cut, 1_000), cut, "cutting again changes nothing");
     assert_eq!(excerpt("short", 10), "short");
-    assert!(excerpt(&"é".repeat(100), 7).len() <= 7, "tiny caps cut on a character");
+    assert!(
+        excerpt(&"é".repeat(100), 7).len() <= 7,
+        "tiny caps cut on a character"
+    );
 }
 
 #[test]
@@ -73,8 +80,20 @@ fn a_request_carries_the_first_message_the_last_exchanges_and_the_latest_scratch
     assert_eq!(t[0], "SYSTEM");
     assert_eq!(t[1], "FIRST");
     assert!(t[2].contains("2 of the 4 earlier answers"), "{}", t[2]);
-    assert!(!t[2].contains("pad"), "the latest scratchpad is shown in its own answer");
-    assert_eq!(&t[3..], ["third", &answer("pad 3", 1), "fourth", &answer("pad 4", 1), "fifth"]);
+    assert!(
+        !t[2].contains("pad"),
+        "the latest scratchpad is shown in its own answer"
+    );
+    assert_eq!(
+        &t[3..],
+        [
+            "third",
+            &answer("pad 3", 1),
+            "fourth",
+            &answer("pad 4", 1),
+            "fifth"
+        ]
+    );
     assert_eq!(r.omitted, 2);
     assert_eq!(c.scratchpad(), Some("pad 4"));
 }
@@ -107,7 +126,11 @@ fn unused_answers_are_kept_as_excerpts_with_their_reason() {
     c.record(used("third", refused.clone()));
     assert_eq!(c.scratchpad(), Some("refused pad"));
     c.mark_last_unused("the batch was refused: a cycle".into());
-    assert_eq!(c.scratchpad(), Some("good pad"), "back to the last used one");
+    assert_eq!(
+        c.scratchpad(),
+        Some("good pad"),
+        "back to the last used one"
+    );
     let r = c.request("S", "fourth");
     let t = texts(&r);
     assert!(t[2].contains("good pad"), "carried: {}", t[2]);
@@ -124,7 +147,10 @@ fn a_request_stays_within_the_limit_whatever_its_parts_weigh() {
     let mut c = BoundedConversation::new(budget(limit, 4), 1_000_000);
     c.record(used(&"F".repeat(100_000), answer(&"s".repeat(100_000), 3)));
     for i in 0..10 {
-        c.record(used(&format!("p{i}{}", "y".repeat(9_000)), answer("pad", 40)));
+        c.record(used(
+            &format!("p{i}{}", "y".repeat(9_000)),
+            answer("pad", 40),
+        ));
     }
     let r = c.request(&"S".repeat(1_000), &"N".repeat(50_000));
     assert!(r.bytes() <= limit, "{}", r.bytes());
@@ -139,7 +165,10 @@ fn a_request_stays_within_the_limit_whatever_its_parts_weigh() {
 fn compaction_halves_what_the_next_request_carries() {
     let mut c = BoundedConversation::new(budget(64_000, 8), 100_000);
     for i in 0..8 {
-        c.record(used(&format!("p{i}{}", "y".repeat(4_000)), answer("pad", 10)));
+        c.record(used(
+            &format!("p{i}{}", "y".repeat(4_000)),
+            answer("pad", 10),
+        ));
     }
     let before = c.request("S", "next").bytes();
     assert!(c.compact());
@@ -184,7 +213,10 @@ fn old_tool_outputs_are_summarized_before_anything_is_dropped() {
     let mut dropped = 0;
     compact_turns(&mut m, 2, 2_500, 1, &mut dropped);
     assert_eq!(m.len(), 10, "no turn dropped");
-    assert!(m[3].content.starts_with("[compacted: 1000 bytes of tool output; it began: ooo"));
+    assert!(
+        m[3].content
+            .starts_with("[compacted: 1000 bytes of tool output; it began: ooo")
+    );
     assert_eq!(m[9].content.len(), 1_000, "the newest output stays whole");
     assert_eq!(dropped, 0);
 }
@@ -201,16 +233,28 @@ fn whole_old_turns_are_dropped_when_summaries_are_not_enough() {
     assert!(bytes <= 3_000, "{bytes}");
     assert!(dropped > 0);
     assert_eq!(m[1].content, "task");
-    assert_eq!(m[2].role, ChatRole::Assistant, "a kept turn starts the rest");
-    assert_eq!(m[3].tool_call_id, m[2].tool_calls.first().map(|c| c.id.clone()));
-    assert!(m[3].content.starts_with(&format!("[flotilla: {dropped} earlier turns")));
+    assert_eq!(
+        m[2].role,
+        ChatRole::Assistant,
+        "a kept turn starts the rest"
+    );
+    assert_eq!(
+        m[3].tool_call_id,
+        m[2].tool_calls.first().map(|c| c.id.clone())
+    );
+    assert!(
+        m[3].content
+            .starts_with(&format!("[flotilla: {dropped} earlier turns"))
+    );
     // Later compactions count on.
     let before = dropped;
     m.extend(tool_turn("x", 2_000));
     compact_turns(&mut m, 2, 3_000, 2, &mut dropped);
     assert!(dropped > before);
     assert_eq!(
-        m.iter().filter(|x| x.content.contains("earlier turns")).count(),
+        m.iter()
+            .filter(|x| x.content.contains("earlier turns"))
+            .count(),
         1
     );
 }
