@@ -18,7 +18,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use flotilla_actors::llm::conversation::{ContextBudget, MAX_COMPACTIONS, compact_turns};
+use flotilla_actors::llm::conversation::{ContextBudget, MAX_COMPACTIONS, compact_turns, halved};
 use flotilla_actors::llm::output::parse_json_answer;
 use flotilla_actors::ports::{
     Agent, AgentError, AgentReport, AgentSession, AttemptContext, ChatMessage, EnvPolicy, Llm,
@@ -161,8 +161,12 @@ struct State {
     messages: Vec<ChatMessage>,
     /// Answers so far: the next call's place in the conversation.
     turn: u32,
-    /// Context-length refusals so far: each halves the limit.
+    /// Context-length refusals so far.
     compactions: u32,
+    /// What a request may carry since the last refusal: half the refused one's size.
+    ceiling: Option<usize>,
+    /// The size of the last request sent.
+    last_request_bytes: usize,
     /// Old turns dropped from the conversation so far.
     dropped: u32,
     tool_calls: u32,
@@ -272,7 +276,8 @@ impl Turns {
                 let tools_bytes = serde_json::to_string(&tools).map_or(0, |t| t.len());
                 let limit = config
                     .context_budget()
-                    .limit(state.compactions)
+                    .limit()
+                    .min(state.ceiling.unwrap_or(usize::MAX))
                     .saturating_sub(tools_bytes);
                 let State {
                     messages, dropped, ..
@@ -283,6 +288,13 @@ impl Turns {
                     limit,
                     config.keep_recent_outputs,
                     dropped,
+                );
+                state.last_request_bytes = tools_bytes.saturating_add(
+                    state
+                        .messages
+                        .iter()
+                        .map(|m| m.content.len())
+                        .sum::<usize>(),
                 );
                 let mut request =
                     LlmRequest::chat(Role::Worker, state.messages.clone()).with_tools(tools);
@@ -314,6 +326,10 @@ impl Turns {
                         )));
                     }
                     state.compactions += 1;
+                    state.ceiling = Some(halved(
+                        state.ceiling.unwrap_or(usize::MAX),
+                        state.last_request_bytes,
+                    ));
                     continue;
                 }
                 Err(e) => return Err(AgentError::Crashed(format!("the model failed: {e}"))),

@@ -11,9 +11,9 @@
 //!
 //! An answer that was not used (unparseable, or a batch the graph refused) is kept only as
 //! a bounded excerpt with the reason ([`Exchange::new`]), in memory, in the journal and in
-//! every later request. A context-length refusal from the provider halves the limit
-//! ([`BoundedConversation::compact`]), at most [`MAX_COMPACTIONS`] times, and the caller
-//! asks again.
+//! every later request. A context-length refusal from the provider halves what the next
+//! request may carry, from the size of the one refused ([`BoundedConversation::compact`],
+//! [`halved`]), at most [`MAX_COMPACTIONS`] times, and the caller asks again.
 //!
 //! The built-in agent's tool loop is bounded by [`compact_turns`]: old tool outputs become a
 //! short summary, old words of the model an excerpt, then whole old turns are dropped.
@@ -39,7 +39,7 @@ pub struct ContextBudget {
     pub keep_recent: usize,
 }
 
-/// How many times a context-length refusal halves a conversation's limit.
+/// How many times context-length refusals halve a conversation's limit.
 pub const MAX_COMPACTIONS: u32 = 4;
 /// What the messages besides the system prompt may always use, however small the limit.
 pub const MIN_REST_BYTES: usize = 2 * 1024;
@@ -53,15 +53,18 @@ pub const MAX_CARRIED_BYTES: usize = 16 * 1024;
 const MARKER_MAX: usize = 48;
 
 impl ContextBudget {
-    /// The bytes a request may carry after `compactions` context-length refusals: the
-    /// byte cap or four bytes a token, whichever is smaller, halved per compaction.
-    pub fn limit(&self, compactions: u32) -> usize {
+    /// The bytes a request may carry: the byte cap or four bytes a token, whichever is
+    /// smaller.
+    pub fn limit(&self) -> usize {
         let from_tokens = usize::try_from(self.max_tokens.saturating_mul(4)).unwrap_or(usize::MAX);
-        self.max_bytes
-            .min(from_tokens)
-            .checked_shr(compactions)
-            .unwrap_or(0)
+        self.max_bytes.min(from_tokens)
     }
+}
+
+/// The ceiling after a context-length refusal of a request of `refused_bytes`: half of it
+/// (and never above the ceiling before), so that each try is smaller than the last.
+pub fn halved(ceiling: usize, refused_bytes: usize) -> usize {
+    ceiling.min(refused_bytes / 2)
 }
 
 /// `text` cut to at most `max_bytes`: its head and its tail around a line that says how
@@ -185,6 +188,10 @@ pub struct BoundedConversation {
     /// refused after it was recorded.
     carried_before: Option<Carried>,
     compactions: u32,
+    /// What requests may carry since the last context-length refusal ([`halved`]).
+    ceiling: usize,
+    /// The size of the last request built: what a refusal halves.
+    last_request_bytes: usize,
 }
 
 /// One request, built.
@@ -217,6 +224,8 @@ impl BoundedConversation {
             carried: None,
             carried_before: None,
             compactions: 0,
+            ceiling: usize::MAX,
+            last_request_bytes: 0,
         }
     }
 
@@ -300,20 +309,28 @@ impl BoundedConversation {
         }
     }
 
-    /// A context-length refusal: the next requests get half the room. `false` when the
-    /// limit is already as low as it goes: the caller treats the refusal as an error.
+    /// The last request was refused as too long for the model's context: the next ones
+    /// get half its size. `false` after [`MAX_COMPACTIONS`]: the caller treats the refusal
+    /// as an error.
     pub fn compact(&mut self) -> bool {
         if self.compactions >= MAX_COMPACTIONS {
             return false;
         }
         self.compactions += 1;
+        self.ceiling = halved(self.ceiling, self.last_request_bytes);
         true
     }
 
     /// The request for the next call: `system`, the fixed first message, the carried
     /// scratchpad, the newest exchanges that fit and `prompt`.
-    pub fn request(&self, system: &str, prompt: &str) -> BuiltRequest {
-        let limit = self.budget.limit(self.compactions);
+    pub fn request(&mut self, system: &str, prompt: &str) -> BuiltRequest {
+        let built = self.build(system, prompt);
+        self.last_request_bytes = built.bytes();
+        built
+    }
+
+    fn build(&self, system: &str, prompt: &str) -> BuiltRequest {
+        let limit = self.budget.limit().min(self.ceiling);
         let rest = limit.saturating_sub(system.len()).max(MIN_REST_BYTES);
         let Some(first) = &self.first else {
             let prompt = excerpt(prompt, rest).into_owned();

@@ -51,14 +51,19 @@ fn water_fill_keeps_small_parts_whole_and_shares_the_rest() {
 }
 
 #[test]
-fn the_token_budget_binds_at_four_bytes_a_token_and_compactions_halve_it() {
+fn the_token_budget_binds_at_four_bytes_a_token_and_compactions_are_bounded() {
     let b = ContextBudget {
         max_bytes: 1_000_000,
         max_tokens: 1_000,
         keep_recent: 2,
     };
-    assert_eq!(b.limit(0), 4_000);
-    assert_eq!(b.limit(2), 1_000);
+    assert_eq!(b.limit(), 4_000);
+    assert_eq!(halved(usize::MAX, 3_000), 1_500);
+    assert_eq!(
+        halved(1_000, 3_000),
+        1_000,
+        "never above the ceiling before"
+    );
     let mut c = BoundedConversation::new(b, 10_000);
     for _ in 0..MAX_COMPACTIONS {
         assert!(c.compact());
@@ -162,7 +167,7 @@ fn a_request_stays_within_the_limit_whatever_its_parts_weigh() {
 }
 
 #[test]
-fn compaction_halves_what_the_next_request_carries() {
+fn compaction_halves_what_the_next_request_carries_from_the_refused_size() {
     let mut c = BoundedConversation::new(budget(64_000, 8), 100_000);
     for i in 0..8 {
         c.record(used(
@@ -173,7 +178,7 @@ fn compaction_halves_what_the_next_request_carries() {
     let before = c.request("S", "next").bytes();
     assert!(c.compact());
     let after = c.request("S", "next").bytes();
-    assert!(after <= 32_000 && after < before, "{before} → {after}");
+    assert!(after <= before / 2, "{before} → {after}");
 }
 
 #[test]
