@@ -350,11 +350,14 @@ impl BoundedConversation {
             .as_ref()
             .map(|c| excerpt(&c.text, MAX_CARRIED_BYTES));
         let note_room = stand_in(self.calls, 0, None).len() + 64;
-        let reserve = note_room + scratch.as_ref().map_or(0, |s| s.len());
-        let caps = water_fill(&[first.prompt.len(), prompt.len(), reserve], rest);
+        let scratch_len = scratch.as_ref().map_or(0, |s| s.len());
+        let caps = water_fill(
+            &[first.prompt.len(), prompt.len(), scratch_len],
+            rest.saturating_sub(note_room),
+        );
         let first_sent = excerpt(&first.prompt, caps[0]);
         let prompt_sent = excerpt(prompt, caps[1]).into_owned();
-        let reserved = caps[2];
+        let reserved = note_room + caps[2];
         let mut left = rest.saturating_sub(first_sent.len() + prompt_sent.len() + reserved);
         // The newest exchanges, whole, as long as they fit; the window has no holes.
         let mut shown: Vec<(u32, &Exchange)> = Vec::new();

@@ -190,7 +190,7 @@ fn a_resumed_conversation_builds_the_same_request() {
     for e in exchanges.clone() {
         live.record(e);
     }
-    let resumed = BoundedConversation::resume(budget(1_000_000, 2), 100_000, exchanges);
+    let mut resumed = BoundedConversation::resume(budget(1_000_000, 2), 100_000, exchanges);
     assert_eq!(resumed.calls(), 6);
     assert_eq!(resumed.request("S", "x"), live.request("S", "x"));
 }
