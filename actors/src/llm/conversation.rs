@@ -537,8 +537,7 @@ pub fn compact_turns(
         if let Some(follower) = messages
             .iter_mut()
             .skip(fixed)
-            .skip_while(|m| m.role == ChatRole::Assistant)
-            .next()
+            .find(|m| m.role != ChatRole::Assistant)
         {
             let body = match follower.content.strip_prefix("[flotilla: ") {
                 Some(rest) if rest.contains(" earlier turns") => rest
