@@ -170,7 +170,7 @@ fn embedded_error(error: &Value) -> LlmError {
     };
     let body = json!({ "error": error }).to_string();
     let message = error_message(&body);
-    if super::endpoint::mentions_context_length(&body) {
+    if super::wire::mentions_context_length(&body) {
         return LlmError::ContextTooLong { status, message };
     }
     LlmError::Server { status, message }

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::settings::{ProviderKind, ProviderSpec};
-use super::wire::{JsonMode, Outgoing, WireFormat, error_message};
+use super::wire::{JsonMode, Outgoing, WireFormat, error_message, mentions_context_length};
 use super::{Parsed, anthropic, openai};
 use crate::keys::{Keys, Secret};
 use crate::sse::{self, SseError};
@@ -649,26 +649,6 @@ fn failure_for(
         json_mode_refused,
         stream_refused: false,
     }
-}
-
-/// The provider says the request does not fit the model's context. Each server words it
-/// its own way: OpenAI (`context_length_exceeded`, "maximum context length"; vLLM too),
-/// llama.cpp ("exceeds the available context size", `exceed_context_size_error`, older
-/// builds "prompt too long"), Anthropic ("prompt is too long", `request_too_large`).
-pub fn mentions_context_length(body: &str) -> bool {
-    let lower = body.to_ascii_lowercase();
-    [
-        "context_length_exceeded",
-        "maximum context length",
-        "context length exceeded",
-        "exceeds the available context size",
-        "exceed_context_size",
-        "prompt is too long",
-        "prompt too long",
-        "request_too_large",
-    ]
-    .iter()
-    .any(|needle| lower.contains(needle))
 }
 
 fn mentions_json_mode(body: &str) -> bool {

@@ -197,7 +197,7 @@ fn arguments_text(arguments: Option<Value>) -> String {
 fn embedded_error(error: &Value) -> LlmError {
     let body = json!({ "error": error }).to_string();
     let message = error_message(&body);
-    if super::endpoint::mentions_context_length(&body) {
+    if super::wire::mentions_context_length(&body) {
         return LlmError::ContextTooLong {
             status: 200,
             message,
