@@ -345,11 +345,18 @@ impl Llm for ScriptedLlm {
         if let Ok(mut log) = self.requests.lock() {
             log.push(request.clone());
         }
-        let call = request
-            .messages
-            .iter()
-            .filter(|m| m.role == ChatRole::Assistant)
-            .count();
+        // The caller's count when it gives one: a bounded request (ADR-030) does not carry
+        // every earlier answer.
+        let call = call_context.turn.map_or_else(
+            || {
+                request
+                    .messages
+                    .iter()
+                    .filter(|m| m.role == ChatRole::Assistant)
+                    .count()
+            },
+            |turn| turn as usize,
+        );
         let step = match request.role {
             Role::Planner => self.scenario.planner.answers.get(call).cloned(),
             Role::Subplanner => call_context

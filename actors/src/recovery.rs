@@ -44,17 +44,34 @@ pub fn run_recovery(run: RunId, graph: &RunGraph, journal: &[Event], now_ms: u64
     let restarts = kinds()
         .filter(|k| matches!(k, EventKind::RunRestarted { .. }))
         .count();
-    let conversation = kinds()
-        .filter_map(|kind| match kind {
+    // An answer not used (unusable, or its batch refused right after it) is continued as
+    // the excerpt it was when the run stopped (ADR-030).
+    let mut conversation: Vec<Exchange> = Vec::new();
+    for kind in kinds() {
+        match kind {
             EventKind::PlannerResponded {
-                prompt, content, ..
-            } => Some(Exchange {
-                prompt: prompt.clone(),
-                answer: content.clone(),
-            }),
-            _ => None,
-        })
-        .collect();
+                prompt,
+                content,
+                error,
+                ..
+            } => conversation.push(Exchange::new(
+                prompt.clone(),
+                content.clone(),
+                error.clone(),
+            )),
+            EventKind::TasksRejected { reason } => {
+                if let Some(last) = conversation.last_mut().filter(|e| e.unused.is_none()) {
+                    let kept = std::mem::take(last);
+                    *last = Exchange::new(
+                        kept.prompt,
+                        kept.answer,
+                        Some(format!("the batch was refused: {reason}")),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
     let synthesizing = graph
         .tasks()
         .filter(|n| {

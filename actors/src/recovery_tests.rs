@@ -162,6 +162,7 @@ fn a_resumed_run_gets_its_conversation_its_failed_and_delivered_branches_and_unr
         vec![Exchange {
             prompt: "plan it".into(),
             answer: "two tasks".into(),
+            unused: None,
         }]
     );
     assert_eq!(

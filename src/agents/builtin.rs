@@ -10,15 +10,19 @@
 //! - after `max_idle_answers` answers in a row that call no tool and hold no handoff;
 //! - on a final model error, or when the attempt is called off.
 //!
-//! When the conversation grows past `max_context_bytes`, the oldest tool outputs are
-//! replaced by a line saying how long they were ([`compact`]).
+//! Each request is bounded (ADR-030): past `max_context_bytes` or `max_context_tokens`,
+//! the oldest tool outputs become a line with their size and head, the model's old words an
+//! excerpt, then whole old turns are dropped ([`compact_turns`]); the system prompt and the
+//! task message are never cut. A context-length refusal halves the limit and asks again,
+//! at most `MAX_COMPACTIONS` times.
 
 use std::sync::{Arc, Mutex};
 
+use flotilla_actors::llm::conversation::{ContextBudget, MAX_COMPACTIONS, compact_turns, halved};
 use flotilla_actors::llm::output::parse_json_answer;
 use flotilla_actors::ports::{
-    Agent, AgentError, AgentReport, AgentSession, AttemptContext, ChatMessage, ChatRole, EnvPolicy,
-    Llm, LlmCall, LlmError, LlmRequest, ProcessRunner, Role, Sandbox, Workspace, scrubbed_env,
+    Agent, AgentError, AgentReport, AgentSession, AttemptContext, ChatMessage, EnvPolicy, Llm,
+    LlmCall, LlmError, LlmRequest, ProcessRunner, Role, Sandbox, Workspace, scrubbed_env,
 };
 use flotilla_actors::protocol::{
     Assignment, Budget, Handoff, HandoffMetrics, HandoffStatus, RejectionReason, SubtaskResult,
@@ -39,6 +43,9 @@ pub struct BuiltinConfig {
     pub max_idle_answers: u32,
     /// The conversation's size past which old tool outputs are compacted.
     pub max_context_bytes: usize,
+    /// The same in approximate tokens (four bytes a token at most): what the model's
+    /// context can take besides its answer.
+    pub max_context_tokens: u64,
     /// Tool outputs kept whole however large the conversation (the most recent).
     pub keep_recent_outputs: usize,
     /// The most output tokens one model call may produce.
@@ -57,6 +64,7 @@ impl Default for BuiltinConfig {
             max_tool_calls: 60,
             max_idle_answers: 3,
             max_context_bytes: 200_000,
+            max_context_tokens: 50_000,
             keep_recent_outputs: 4,
             max_output_tokens: 4_096,
             command_timeout_secs: 300,
@@ -78,6 +86,7 @@ impl BuiltinConfig {
             ("max_tool_calls", self.max_tool_calls == 0),
             ("max_idle_answers", self.max_idle_answers == 0),
             ("max_context_bytes", self.max_context_bytes == 0),
+            ("max_context_tokens", self.max_context_tokens == 0),
             ("max_output_tokens", self.max_output_tokens == 0),
             ("command_timeout_secs", self.command_timeout_secs == 0),
             ("command_output_bytes", self.command_output_bytes == 0),
@@ -85,6 +94,14 @@ impl BuiltinConfig {
         match zero.iter().find(|(_, zero)| *zero) {
             Some((name, _)) => Err(BuiltinConfigError::Zero(name)),
             None => Ok(()),
+        }
+    }
+
+    fn context_budget(&self) -> ContextBudget {
+        ContextBudget {
+            max_bytes: self.max_context_bytes,
+            max_tokens: self.max_context_tokens,
+            keep_recent: self.keep_recent_outputs,
         }
     }
 
@@ -142,6 +159,16 @@ impl Agent for BuiltinAgent {
 #[derive(Default)]
 struct State {
     messages: Vec<ChatMessage>,
+    /// Answers so far: the next call's place in the conversation.
+    turn: u32,
+    /// Context-length refusals so far.
+    compactions: u32,
+    /// What a request may carry since the last refusal: half the refused one's size.
+    ceiling: Option<usize>,
+    /// The size of the last request sent.
+    last_request_bytes: usize,
+    /// Old turns dropped from the conversation so far.
+    dropped: u32,
     tool_calls: u32,
     tokens: u64,
     tokens_in: u64,
@@ -244,20 +271,42 @@ impl Turns {
                         format!("spent its {} tokens without finishing", self.budget.tokens),
                     ));
                 }
-                compact(
-                    &mut state.messages,
-                    config.max_context_bytes,
+                let tools = tools::specs();
+                // The tool definitions go with every request: they take their room first.
+                let tools_bytes = serde_json::to_string(&tools).map_or(0, |t| t.len());
+                let limit = config
+                    .context_budget()
+                    .limit()
+                    .min(state.ceiling.unwrap_or(usize::MAX))
+                    .saturating_sub(tools_bytes);
+                let State {
+                    messages, dropped, ..
+                } = &mut *state;
+                compact_turns(
+                    messages,
+                    FIXED_MESSAGES,
+                    limit,
                     config.keep_recent_outputs,
+                    dropped,
                 );
-                let mut request = LlmRequest::chat(Role::Worker, state.messages.clone())
-                    .with_tools(tools::specs());
+                state.last_request_bytes = tools_bytes.saturating_add(
+                    state
+                        .messages
+                        .iter()
+                        .map(|m| m.content.len())
+                        .sum::<usize>(),
+                );
+                let mut request =
+                    LlmRequest::chat(Role::Worker, state.messages.clone()).with_tools(tools);
                 request.max_output_tokens = Some(config.max_output_tokens);
-                request
+                (request, state.turn)
             };
+            let (request, turn) = request;
             // A long rate-limit pause shows on the live line as the agent's activity.
             let activity = self.attempt.activity.clone();
             let call = LlmCall::new(self.attempt.cancel.clone())
                 .for_task(self.task.clone())
+                .in_turn(turn)
                 .on_pause(move |pause| {
                     activity.report(&format!(
                         "waiting {} s: provider {} is rate limiting",
@@ -265,18 +314,30 @@ impl Turns {
                         pause.provider
                     ))
                 });
-            let response = self
-                .shared
-                .llm
-                .complete(request, call)
-                .await
-                .map_err(|e| match e {
-                    LlmError::Cancelled => AgentError::Cancelled,
-                    e => AgentError::Crashed(format!("the model failed: {e}")),
-                })?;
+            let response = match self.shared.llm.complete(request, call).await {
+                Ok(response) => response,
+                Err(LlmError::Cancelled) => return Err(AgentError::Cancelled),
+                // Too long for the model's context: compacted harder and asked again.
+                Err(e) if e.is_context_too_long() => {
+                    let mut state = lock(&self.state);
+                    if state.compactions >= MAX_COMPACTIONS {
+                        return Err(AgentError::Crashed(format!(
+                            "the model's context is too small even after compacting the conversation {MAX_COMPACTIONS} times: {e}"
+                        )));
+                    }
+                    state.compactions += 1;
+                    state.ceiling = Some(halved(
+                        state.ceiling.unwrap_or(usize::MAX),
+                        state.last_request_bytes,
+                    ));
+                    continue;
+                }
+                Err(e) => return Err(AgentError::Crashed(format!("the model failed: {e}"))),
+            };
             self.attempt.spend.report(response.usage.spent());
             {
                 let mut state = lock(&self.state);
+                state.turn = state.turn.saturating_add(1);
                 let usage = &response.usage;
                 state.tokens = state
                     .tokens
@@ -370,60 +431,15 @@ fn finish_from_text(text: &str) -> Option<FinishArgs> {
     parse_json_answer(text, 256 * 1024).ok()
 }
 
-/// Shrinks the conversation below `max_bytes`, oldest first: tool outputs become a line
-/// that says how long they were, and long tool-call arguments (a `write_file`'s content)
-/// become a small JSON object that says the same. Only what comes before the oldest of the
-/// `keep_recent` newest tool outputs is compacted; the system prompt, the task and the
-/// model's words are never cut.
-pub fn compact(messages: &mut [ChatMessage], max_bytes: usize, keep_recent: usize) {
-    const LONG_ARGUMENTS: usize = 200;
-    let size = |m: &ChatMessage| {
-        m.content.len()
-            + m.tool_calls
-                .iter()
-                .map(|c| c.arguments.len() + c.name.len())
-                .sum::<usize>()
-    };
-    let mut total: usize = messages.iter().map(size).sum();
-    if total <= max_bytes {
-        return;
-    }
-    let tools: Vec<usize> = messages
-        .iter()
-        .enumerate()
-        .filter(|(_, m)| m.role == ChatRole::Tool)
-        .map(|(i, _)| i)
-        .collect();
-    // Everything before the oldest of the outputs kept whole may be compacted.
-    let cutoff = tools
-        .len()
-        .checked_sub(keep_recent)
-        .and_then(|old| tools.get(old).copied())
-        .unwrap_or(if keep_recent == 0 { messages.len() } else { 0 });
-    for message in messages[..cutoff].iter_mut() {
-        if total <= max_bytes {
-            break;
-        }
-        match message.role {
-            ChatRole::Tool if !message.content.starts_with("[compacted:") => {
-                let before = message.content.len();
-                let note = format!("[compacted: {before} bytes of tool output, no longer shown]");
-                total = total - before + note.len();
-                message.content = note;
-            }
-            ChatRole::Assistant => {
-                for call in message.tool_calls.iter_mut() {
-                    let before = call.arguments.len();
-                    if before > LONG_ARGUMENTS {
-                        let note = format!("{{\"compacted\":\"{before} bytes of arguments\"}}");
-                        total = total - before + note.len();
-                        call.arguments = note;
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
+/// The system prompt and the task message: never cut.
+const FIXED_MESSAGES: usize = 2;
+
+/// Shrinks the conversation below `max_bytes`, oldest first, without dropping turns that
+/// fit: tool outputs before the `keep_recent` newest become a line that says how long they
+/// were (and how they began), and long tool-call arguments a small JSON object that says
+/// the same ([`compact_turns`]). The system prompt and the task are never cut.
+pub fn compact(messages: &mut Vec<ChatMessage>, max_bytes: usize, keep_recent: usize) {
+    compact_turns(messages, FIXED_MESSAGES, max_bytes, keep_recent, &mut 0);
 }
 
 impl AgentSession for BuiltinSession {

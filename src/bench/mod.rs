@@ -1,11 +1,13 @@
 //! `flotilla bench`: throughput, dispatch latency, memory and scaling of the actor pipeline
-//! (`throughput`), and the makespan of dispatch policies on virtual time (`makespan`).
+//! (`throughput`), the makespan of dispatch policies on virtual time (`makespan`), and the
+//! largest request the root planner sends (`requests`, ADR-030).
 //!
 //! Each measurement prints as it finishes: a table for people, or with `--json` one JSON
 //! object per line. Numbers on a busy machine vary: compare medians of several runs, and
 //! ratios (memory/SQLite, 50k/1k) rather than single values.
 
 pub mod makespan;
+pub mod requests;
 pub mod throughput;
 
 use std::io::Write;
@@ -13,6 +15,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use makespan::MakespanError;
+use requests::RequestsError;
 use throughput::{JournalKind, Shape, Throughput, ThroughputError, ThroughputResult};
 
 /// What `flotilla bench` measures (see `flotilla bench --help`).
@@ -28,6 +31,8 @@ pub struct BenchOptions {
     pub workers: usize,
     /// Also the makespan simulations.
     pub makespan: bool,
+    /// Also the planner's largest requests.
+    pub requests: bool,
     /// Runs of `tasks` tasks (SQLite) one after another, with the resident set measured
     /// after each, against the idle one; 0 leaves them out.
     pub memory_runs: usize,
@@ -60,6 +65,9 @@ pub struct Measurement {
     pub makespan_secs: Option<f64>,
     pub lower_bound_secs: Option<f64>,
     pub seed: Option<u64>,
+    /// The requests rows: how many the planner sent, the largest (bytes of its JSON).
+    pub requests: Option<usize>,
+    pub largest_request_bytes: Option<usize>,
 }
 
 impl Measurement {
@@ -121,6 +129,8 @@ pub enum BenchError {
     },
     #[error(transparent)]
     Makespan(#[from] MakespanError),
+    #[error("the requests measurement: {0}")]
+    Requests(#[from] RequestsError),
     #[error("writing the results: {0}")]
     Write(#[source] std::io::Error),
     #[error(transparent)]
@@ -220,6 +230,37 @@ pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measuremen
                 printer.makespan(&m)?;
                 all.push(m);
             }
+        }
+    }
+    if options.requests {
+        let rows = [
+            (
+                "requests/planner-run",
+                "memory",
+                requests::planner_run(options.workers)?,
+            ),
+            (
+                "requests/hostile-planner",
+                "none",
+                requests::hostile_planner()?,
+            ),
+        ];
+        for (name, journal, sizes) in rows {
+            let m = Measurement {
+                name: name.into(),
+                tasks: if journal == "none" {
+                    0
+                } else {
+                    requests::SPRINTS * requests::TASKS_PER_SPRINT
+                },
+                journal,
+                workers: options.workers,
+                requests: Some(sizes.requests),
+                largest_request_bytes: Some(sizes.largest_bytes),
+                ..Measurement::default()
+            };
+            printer.requests(&m)?;
+            all.push(m);
         }
     }
     if options.memory_runs > 0 {
@@ -382,6 +423,31 @@ impl Printer<'_> {
             m.name.trim_start_matches("memory/"),
             mebibytes(m.rss_bytes),
             above
+        );
+        self.emit(&line)
+    }
+
+    fn requests(&mut self, m: &Measurement) -> Result<(), BenchError> {
+        if self.json {
+            return self.json_line(m);
+        }
+        self.heading(
+            "requests",
+            &format!(
+                "Requests: the root planner's largest request (bytes of its JSON), default budget\n\
+                 {:<28} {:>7} {:>9} {:>16}",
+                "run", "tasks", "requests", "largest request"
+            ),
+        )?;
+        let line = format!(
+            "{:<28} {:>7} {:>9} {:>16}\n",
+            m.name.trim_start_matches("requests/"),
+            m.tasks,
+            m.requests.unwrap_or_default(),
+            format!(
+                "{:.1} KiB",
+                m.largest_request_bytes.unwrap_or_default() as f64 / 1024.0
+            )
         );
         self.emit(&line)
     }

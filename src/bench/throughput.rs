@@ -306,8 +306,8 @@ fn instant_scenario() -> Scenario {
 
 /// Worktrees that are names only: no directory, no git. `seal` reports no change, so a
 /// task completes without landing.
-struct NameOnlyWorktrees {
-    root: PathBuf,
+pub(super) struct NameOnlyWorktrees {
+    pub(super) root: PathBuf,
 }
 
 impl Worktrees for NameOnlyWorktrees {
@@ -359,7 +359,7 @@ impl Worktrees for NameOnlyWorktrees {
 }
 
 /// Dispatch routes wide tasks to a Subplanner; the bench's tasks are never wide.
-struct NoSubplanner;
+pub(super) struct NoSubplanner;
 
 impl Actor for NoSubplanner {
     type Context = Context<Self>;

@@ -259,6 +259,9 @@ pub enum Command {
         /// Leave out the makespan simulations.
         #[arg(long)]
         no_makespan: bool,
+        /// Leave out the planner's largest-request measurements.
+        #[arg(long)]
+        no_requests: bool,
         /// Runs of --tasks tasks one after another, with the resident set after each
         /// (after a collection point) against the idle one; 0 leaves them out.
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1_000))]

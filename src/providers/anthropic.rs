@@ -168,10 +168,12 @@ fn embedded_error(error: &Value) -> LlmError {
         Some("rate_limit_error") => 429,
         _ => 500,
     };
-    LlmError::Server {
-        status,
-        message: error_message(&json!({ "error": error }).to_string()),
+    let body = json!({ "error": error }).to_string();
+    let message = error_message(&body);
+    if super::wire::mentions_context_length(&body) {
+        return LlmError::ContextTooLong { status, message };
     }
+    LlmError::Server { status, message }
 }
 
 /// A whole (non-streamed) answer.

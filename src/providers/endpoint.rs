@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::settings::{ProviderKind, ProviderSpec};
-use super::wire::{JsonMode, Outgoing, WireFormat, error_message};
+use super::wire::{JsonMode, Outgoing, WireFormat, error_message, mentions_context_length};
 use super::{Parsed, anthropic, openai};
 use crate::keys::{Keys, Secret};
 use crate::sse::{self, SseError};
@@ -618,6 +618,16 @@ fn failure_for(
         && mentions_json_mode(body))
     .then_some(json_mode);
     let error = match status {
+        // Before the status classes: llama.cpp has answered a prompt past its context
+        // with a 500 as well as a 400, and a 413 is a body too large for the server.
+        s if s != StatusCode::TOO_MANY_REQUESTS
+            && (s == StatusCode::PAYLOAD_TOO_LARGE || mentions_context_length(body)) =>
+        {
+            LlmError::ContextTooLong {
+                status: code,
+                message,
+            }
+        }
         StatusCode::TOO_MANY_REQUESTS => LlmError::RateLimited {
             retry_after_ms: retry_after
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
@@ -709,6 +719,60 @@ mod tests {
         assert!(!with("text/event-stream; charset=utf-8"));
         assert!(!with("text/plain"));
         assert!(!declares_json(&HeaderMap::new()));
+    }
+
+    /// ADR-030: each server's way of saying a prompt is past the model's context is a typed
+    /// `ContextTooLong`, whatever the status; other refusals stay `Refused`.
+    #[test]
+    fn context_length_refusals_are_told_from_other_refusals() {
+        let classify = |status: u16, body: &str| {
+            failure_for(
+                StatusCode::from_u16(status).unwrap(),
+                &HeaderMap::new(),
+                body,
+                JsonMode::Off,
+            )
+            .error
+        };
+        let too_long = [
+            (
+                400,
+                r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+            ),
+            (
+                400,
+                r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}"#,
+            ),
+            (500, "prompt too long"),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+            ),
+            (
+                413,
+                r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#,
+            ),
+        ];
+        for (status, body) in too_long {
+            let error = classify(status, body);
+            assert!(error.is_context_too_long(), "{status} {body}: {error:?}");
+            assert!(
+                !error.is_retryable(),
+                "the same request is not retried as it is"
+            );
+        }
+        assert!(matches!(
+            classify(401, r#"{"error":{"message":"invalid api key"}}"#),
+            LlmError::Refused { status: 401, .. }
+        ));
+        assert!(matches!(
+            classify(429, "prompt too long for your rate limit"),
+            LlmError::RateLimited { .. }
+        ));
+        assert!(matches!(
+            classify(500, "internal error"),
+            LlmError::Server { status: 500, .. }
+        ));
     }
 
     #[test]

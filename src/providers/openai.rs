@@ -195,9 +195,17 @@ fn arguments_text(arguments: Option<Value>) -> String {
 
 /// An error the server put in a 200 answer or in a stream.
 fn embedded_error(error: &Value) -> LlmError {
+    let body = json!({ "error": error }).to_string();
+    let message = error_message(&body);
+    if super::wire::mentions_context_length(&body) {
+        return LlmError::ContextTooLong {
+            status: 200,
+            message,
+        };
+    }
     LlmError::Server {
         status: 200,
-        message: error_message(&json!({ "error": error }).to_string()),
+        message,
     }
 }
 

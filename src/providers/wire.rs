@@ -84,6 +84,26 @@ pub fn error_message(body: &str) -> String {
     crate::text_safety::terminal_safe(&bounded).into_owned()
 }
 
+/// The provider says the request does not fit the model's context. Each server words it
+/// its own way: OpenAI (`context_length_exceeded`, "maximum context length"; vLLM too),
+/// llama.cpp ("exceeds the available context size", `exceed_context_size_error`, older
+/// builds "prompt too long"), Anthropic ("prompt is too long", `request_too_large`).
+pub fn mentions_context_length(body: &str) -> bool {
+    let lower = body.to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "maximum context length",
+        "context length exceeded",
+        "exceeds the available context size",
+        "exceed_context_size",
+        "prompt is too long",
+        "prompt too long",
+        "request_too_large",
+    ]
+    .iter()
+    .any(|needle| lower.contains(needle))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,6 +65,7 @@ fn bench_with_500_tasks_runs_and_reports_sane_numbers_as_json() {
     let names: BTreeSet<(String, String)> = rows
         .iter()
         .filter(|m| !m["name"].as_str().unwrap().starts_with("makespan/"))
+        .filter(|m| !m["name"].as_str().unwrap().starts_with("requests/"))
         .map(|m| {
             (
                 m["name"].as_str().unwrap().to_string(),
@@ -90,6 +91,7 @@ fn bench_with_500_tasks_runs_and_reports_sane_numbers_as_json() {
     for m in rows
         .iter()
         .filter(|m| !m["name"].as_str().unwrap().starts_with("makespan/"))
+        .filter(|m| !m["name"].as_str().unwrap().starts_with("requests/"))
     {
         let tasks = m["tasks"].as_u64().unwrap();
         let want = match m["name"].as_str().unwrap() {
@@ -126,6 +128,31 @@ fn bench_with_500_tasks_runs_and_reports_sane_numbers_as_json() {
         let above = m["rss_above_idle_bytes"].as_i64().unwrap();
         assert!(above.unsigned_abs() < rss, "{m}");
     }
+
+    // ADR-030: the planner's largest request, on by default. The 1,000-task run sends
+    // every sprint within the default budget (128,000 bytes of messages: 32,000 tokens);
+    // junk answers of 5 MiB each never reach the next request whole.
+    let requests: Vec<(&str, u64, u64)> = rows
+        .iter()
+        .filter(|m| m["name"].as_str().unwrap().starts_with("requests/"))
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap(),
+                m["requests"].as_u64().unwrap(),
+                m["largest_request_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        requests.iter().map(|r| r.0).collect::<Vec<_>>(),
+        ["requests/planner-run", "requests/hostile-planner"]
+    );
+    let (_, calls, largest) = requests[0];
+    assert!(calls > 20, "one call per sprint at least: {calls}");
+    assert!((10_000..=140_000).contains(&largest), "{largest}");
+    let (_, calls, largest) = requests[1];
+    assert_eq!(calls, 10, "it gives up after 10 errors in a row");
+    assert!(largest <= 64 * 1024, "{largest}");
 
     let makespan: Vec<&Value> = rows
         .iter()

@@ -42,13 +42,19 @@ async fn a_thousand_task_run_with_default_settings_completes() {
     let mut completions: HashMap<String, usize> = HashMap::new();
     let mut added = 0;
     let mut planner_calls = 0;
+    let mut largest_tokens_in = 0;
     for event in &events {
         match &event.kind {
             EventKind::TaskAdded { .. } => added += 1,
             EventKind::TaskCompleted { task, .. } => {
                 *completions.entry(task.to_string()).or_default() += 1
             }
-            EventKind::PlannerResponded { .. } => planner_calls += 1,
+            EventKind::PlannerResponded { usage, .. } => {
+                planner_calls += 1;
+                // The scripted provider counts a quarter of the request's text as its
+                // input tokens: the request's size.
+                largest_tokens_in = largest_tokens_in.max(usage.tokens_in);
+            }
             EventKind::PlannerGaveUp { error } => panic!("the planner gave up: {error}"),
             _ => {}
         }
@@ -67,6 +73,14 @@ async fn a_thousand_task_run_with_default_settings_completes() {
     eprintln!(
         "planner calls: {planner_calls} for {total} handoffs; every 3 handoffs would be {}",
         total / 3
+    );
+    // ADR-030: every planner request stays within the role's budget however long the run
+    // (it reached ~80k tokens by call 22 when every earlier answer was sent again).
+    eprintln!("largest planner request: ~{largest_tokens_in} tokens");
+    let budget = PlannerConfig::default().max_context_tokens;
+    assert!(
+        largest_tokens_in > 0 && largest_tokens_in <= budget,
+        "{largest_tokens_in} tokens in one request; the budget is {budget}"
     );
     let limit = PlannerConfig::default().max_iterations;
     assert!(

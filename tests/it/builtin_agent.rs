@@ -13,7 +13,7 @@ use flotilla::process::TokioProcessRunner;
 use flotilla::scripted::{Scenario, ScriptedLlm};
 use flotilla_actors::actors::worker::check::Checks;
 use flotilla_actors::actors::{AgentSet, WorkerKit, WorkerPool};
-use flotilla_actors::ports::{ChatRole, LlmRequest};
+use flotilla_actors::ports::{ChatRole, Llm, LlmCall, LlmError, LlmRequest, LlmResponse};
 use flotilla_actors::protocol::*;
 
 use crate::daemon_env::{commit_files, init_repo, main_branch};
@@ -37,7 +37,13 @@ fn start_telling(
     config: BuiltinConfig,
     notices: Option<Recipient<Published>>,
 ) -> Session {
-    start_with(scenario, config, notices, Arc::new(TokioProcessRunner))
+    start_with(
+        scenario,
+        config,
+        notices,
+        Arc::new(TokioProcessRunner),
+        |llm| llm,
+    )
 }
 
 /// With the sandbox off: for the file tools' own defences, which must hold even when a
@@ -48,6 +54,7 @@ fn start_unsandboxed(scenario: &str, config: BuiltinConfig) -> Session {
         config,
         None,
         Arc::new(crate::process::unsandboxed()),
+        |llm| llm,
     )
 }
 
@@ -56,6 +63,7 @@ fn start_with(
     config: BuiltinConfig,
     notices: Option<Recipient<Published>>,
     runner: Arc<dyn flotilla_actors::ports::ProcessRunner>,
+    model: impl FnOnce(Arc<ScriptedLlm>) -> Arc<dyn Llm>,
 ) -> Session {
     let repo = tempfile::tempdir().unwrap();
     init_repo(repo.path());
@@ -65,7 +73,7 @@ fn start_with(
     let run = RunId::generate();
     let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
     let agent = BuiltinAgent::new(
-        llm.clone(),
+        model(llm.clone()),
         runner.clone(),
         "You are a worker.".into(),
         config,
@@ -570,4 +578,89 @@ tool_calls = [{{ name = "finish", arguments = {{ status = "complete", summary = 
         true
     })
     .unwrap();
+}
+
+/// A model whose context holds `limit` bytes (messages and tool definitions): a larger
+/// request is refused as llama.cpp refuses it; the others go to the scripted model.
+struct SmallContext {
+    inner: Arc<ScriptedLlm>,
+    limit: usize,
+    refused: std::sync::Mutex<Vec<usize>>,
+    answered: std::sync::Mutex<Vec<usize>>,
+}
+
+impl Llm for SmallContext {
+    fn complete(
+        &self,
+        request: LlmRequest,
+        call: LlmCall,
+    ) -> futures::future::BoxFuture<'static, Result<LlmResponse, LlmError>> {
+        let bytes = request
+            .messages
+            .iter()
+            .map(|m| m.content.len())
+            .sum::<usize>()
+            + serde_json::to_string(&request.tools).unwrap().len();
+        if bytes > self.limit {
+            self.refused.lock().unwrap().push(bytes);
+            return Box::pin(async move {
+                Err(LlmError::ContextTooLong {
+                    status: 400,
+                    message: "the request exceeds the available context size".into(),
+                })
+            });
+        }
+        self.answered.lock().unwrap().push(bytes);
+        self.inner.complete(request, call)
+    }
+}
+
+/// ADR-030: a context-length refusal does not crash the attempt: the agent compacts its
+/// conversation below half the refused request and asks again; the task completes.
+#[actix::test]
+async fn a_context_length_refusal_compacts_the_agents_conversation_and_it_goes_on() {
+    let big = "x".repeat(3_000);
+    let mut scenario = format!(
+        "[[worker.t1.answers]]\ntool_calls = [{{ name = \"write_file\", arguments = {{ path = \"src/big.txt\", content = \"{big}\" }} }}]\n"
+    );
+    for _ in 0..4 {
+        scenario.push_str(
+            "[[worker.t1.answers]]\ntool_calls = [{ name = \"read_file\", arguments = { path = \"src/big.txt\" } }]\n",
+        );
+    }
+    scenario.push_str(
+        "[[worker.t1.answers]]\ntool_calls = [{ name = \"finish\", arguments = { status = \"complete\", summary = \"s\" } }]\n",
+    );
+    let tools = serde_json::to_string(&flotilla::agents::tools::specs())
+        .unwrap()
+        .len();
+    let limit = tools + 12_000;
+    let small = std::sync::Mutex::new(None::<Arc<SmallContext>>);
+    let mut s = start_with(
+        &scenario,
+        BuiltinConfig::default(),
+        None,
+        Arc::new(TokioProcessRunner),
+        |inner| {
+            let model = Arc::new(SmallContext {
+                inner,
+                limit,
+                refused: Default::default(),
+                answered: Default::default(),
+            });
+            *small.lock().unwrap() = Some(model.clone());
+            model
+        },
+    );
+    s.assign("t1", &["src"]);
+    completed(s.outcome().await);
+    let model = small.lock().unwrap().clone().unwrap();
+    let refused = model.refused.lock().unwrap().clone();
+    let answered = model.answered.lock().unwrap().clone();
+    assert!(
+        !refused.is_empty(),
+        "the context was too small at some point"
+    );
+    assert_eq!(answered.len(), 6, "every scripted answer was given once");
+    assert!(answered.iter().all(|&b| b <= limit), "{answered:?}");
 }

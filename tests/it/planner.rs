@@ -201,6 +201,7 @@ async fn a_resumed_planner_continues_its_recorded_conversation_without_asking_ag
     let recorded = vec![Exchange {
         prompt: "first prompt".into(),
         answer: "{\"tasks\": []}".into(),
+        unused: None,
     }];
     let planner = Planner::new(
         RunId::generate(),
@@ -217,6 +218,71 @@ async fn a_resumed_planner_continues_its_recorded_conversation_without_asking_ag
     assert_eq!(answer.call, 1, "call 0 was recorded; it is not asked again");
     assert_eq!(answer.tasks.unwrap()[0].description, "parser");
     assert_eq!(llm.requests().len(), 1);
+}
+
+/// ADR-030: a resumed planner's first request is bounded like any other: the fixed first
+/// message, the scratchpad of the latest used answer (read back from the journaled
+/// answers, though that answer is no longer shown), and the last exchange, whose unusable
+/// answer is an excerpt with its reason. The call count goes on from the journal: nothing
+/// recorded is asked again.
+#[actix::test]
+async fn a_resumed_planner_carries_its_latest_scratchpad_and_only_the_last_exchanges() {
+    virtual_time();
+    let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(TWO_SPRINTS).unwrap()));
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let answer = |i: usize| {
+        format!(
+            "{{\"scratchpad\": \"pad {i}\", \"tasks\": [{{\"description\": \"t{i}\", \"scope\": [\"m{i}.rs\"]}}]}}"
+        )
+    };
+    let mut recorded: Vec<Exchange> = (0..6)
+        .map(|i| Exchange::new(format!("prompt {i}"), answer(i), None))
+        .collect();
+    recorded.push(Exchange::new(
+        "prompt 6".into(),
+        "junk ".repeat(100_000),
+        Some("the answer contains no JSON object".into()),
+    ));
+    let config = PlannerConfig {
+        keep_exchanges: 1,
+        ..PlannerConfig::default()
+    };
+    let planner = Planner::new(
+        RunId::generate(),
+        "r".into(),
+        "S".into(),
+        llm.clone(),
+        graph,
+        config,
+    )
+    .resuming(recorded)
+    .start();
+    planner.do_send(ToPlanner::Quiescent);
+    let answered = expect_answer(&mut inbox).await;
+    assert_eq!(answered.call, 7, "calls 0 to 6 were recorded");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 1, "nothing recorded is asked again");
+    let texts: Vec<&str> = requests[0]
+        .messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(texts.len(), 6, "{texts:#?}");
+    assert_eq!(texts[1], "prompt 0", "the fixed first message");
+    assert!(
+        texts[2].contains("6 of the 7 earlier answers") && texts[2].contains("pad 5"),
+        "the carried scratchpad: {}",
+        texts[2]
+    );
+    assert_eq!(texts[3], "prompt 6");
+    assert!(
+        texts[4].starts_with(
+            "[flotilla: this answer was not used: the answer contains no JSON object]"
+        ) && texts[4].len() < 4 * 1024,
+        "{}",
+        &texts[4][..200]
+    );
+    assert!(!texts.iter().any(|t| t.contains("pad 4")));
 }
 
 /// A real TaskGraph (in-memory journal) and the Planner, wired to each other; probes stand
@@ -649,6 +715,7 @@ async fn a_resumed_planner_still_owes_the_reminder_after_an_empty_first_sprint()
     let recorded = vec![Exchange {
         prompt: "## Request\nbuild a calculator".into(),
         answer: "{\"tasks\": []}".into(),
+        unused: None,
     }];
     let planner = Planner::new(
         RunId::generate(),

@@ -2014,6 +2014,155 @@ async fn the_planner_survives_what_a_real_model_answers() {
     );
 }
 
+/// A planner wired to `llm` and a probe graph, with fast backoff; returns the probe's inbox.
+fn planner_on(
+    llm: Arc<dyn flotilla_actors::ports::Llm>,
+    request: String,
+    config: flotilla_actors::actors::PlannerConfig,
+) -> (
+    actix::Addr<flotilla_actors::actors::Planner>,
+    crate::harness::Inbox<flotilla_actors::protocol::ToTaskGraph>,
+) {
+    use actix::Actor;
+    use flotilla_actors::actors::Planner;
+    use flotilla_actors::protocol::{RunId, ToPlanner, ToTaskGraph};
+    let (graph, inbox) = crate::harness::probe::<ToTaskGraph>("task graph");
+    let planner = Planner::new(RunId::generate(), request, "S".into(), llm, graph, config).start();
+    planner.do_send(ToPlanner::Start);
+    (planner, inbox)
+}
+
+/// ADR-030, the hostile case of issue 22: a provider whose every answer is 5 MiB of junk
+/// drove each request past the sum of all earlier answers (88 MB by the tenth call), since
+/// unusable answers were kept and sent again whole. Now each is an excerpt with its reason,
+/// in the request and in what the journal records, and the largest request stays under a
+/// fixed size however many answers came before.
+#[actix::test]
+async fn hostile_answers_do_not_grow_the_planners_requests() {
+    use flotilla_actors::actors::PlannerConfig;
+    use flotilla_actors::protocol::ToTaskGraph;
+
+    let junk = "x".repeat(5 * 1024 * 1024);
+    let server = server(
+        Format::OpenAi,
+        PlannerAnswers(std::sync::Mutex::new([junk].into())),
+    )
+    .await;
+    let settings = settings(Format::OpenAi, &server.uri(), |s| {
+        s.stream = false;
+        s.max_retries = 0;
+    });
+    let llm = Arc::new(ProviderRegistry::new().unwrap().llm_for(&settings, None));
+    let config = PlannerConfig {
+        backoff_base_ms: 1,
+        backoff_max_ms: 2,
+        max_consecutive_errors: 10,
+        ..PlannerConfig::default()
+    };
+    let (_planner, mut inbox) = planner_on(llm, "r".into(), config);
+    let mut recorded = Vec::new();
+    let gave_up = loop {
+        match inbox.expect().await {
+            ToTaskGraph::PlannerAnswered(answer) => recorded.push(answer.content.len()),
+            ToTaskGraph::PlannerGaveUp { error } => break error,
+            _ => {}
+        }
+    };
+    assert!(
+        gave_up.contains("10 consecutive planner errors"),
+        "{gave_up}"
+    );
+    assert_eq!(recorded.len(), 10);
+    assert!(
+        recorded.iter().all(|&n| n <= 2 * 1024),
+        "the journal records excerpts: {recorded:?}"
+    );
+    let sizes: Vec<usize> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.body.len())
+        .collect();
+    let largest = *sizes.iter().max().unwrap();
+    eprintln!("request sizes against 5 MiB junk answers: {sizes:?}");
+    assert_eq!(sizes.len(), 10);
+    assert!(largest <= 32 * 1024, "largest request {largest} bytes");
+}
+
+/// Answers like llama.cpp's server with a context of `limit` bytes: a request body larger
+/// than that is refused with its 400 `exceed_context_size_error`; others get one task.
+struct SmallContext {
+    limit: usize,
+}
+
+impl Respond for SmallContext {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        if request.body.len() > self.limit {
+            return ResponseTemplate::new(400).set_body_json(json!({
+                "error": {
+                    "code": 400,
+                    "message": "the request exceeds the available context size, try increasing it",
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": request.body.len() / 4,
+                    "n_ctx": self.limit / 4,
+                }
+            }));
+        }
+        let answer = "{\"scratchpad\": \"s\", \"tasks\": [{\"description\": \"d\", \"scope\": [\"a.rs\"], \"acceptance\": \"x\"}]}";
+        ResponseTemplate::new(200).set_body_json(whole_text(Format::OpenAi, answer, (10, 10)))
+    }
+}
+
+/// ADR-030: "prompt too long" used to end planning at once. Now the planner compacts (halves
+/// what a request may carry, cutting its largest parts to excerpts) and asks again at once,
+/// until the request fits: the run goes on, and nothing counts as an error.
+#[actix::test]
+async fn a_context_length_refusal_compacts_the_request_and_asks_again() {
+    use flotilla_actors::actors::PlannerConfig;
+    use flotilla_actors::protocol::ToTaskGraph;
+
+    let server = server(Format::OpenAi, SmallContext { limit: 30_000 }).await;
+    let settings = settings(Format::OpenAi, &server.uri(), |s| {
+        s.stream = false;
+        s.max_retries = 0;
+    });
+    let llm = Arc::new(ProviderRegistry::new().unwrap().llm_for(&settings, None));
+    // The request alone (a long specification) is larger than the server's context.
+    let request = format!("build this: {}", "spec ".repeat(12_000));
+    let (_planner, mut inbox) = planner_on(llm, request, PlannerConfig::default());
+    let answer = loop {
+        match inbox.expect().await {
+            ToTaskGraph::PlannerAnswered(answer) => break answer,
+            ToTaskGraph::PlannerGaveUp { error } => panic!("gave up: {error}"),
+            _ => {}
+        }
+    };
+    assert_eq!(answer.call, 0);
+    assert_eq!(answer.tasks.as_ref().map(Vec::len), Ok(1));
+    assert!(
+        answer.prompt.contains("bytes omitted"),
+        "the prompt as sent (and journaled) was cut"
+    );
+    let sizes: Vec<usize> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.body.len())
+        .collect();
+    assert!(sizes.len() >= 2, "{sizes:?}");
+    assert!(
+        sizes[..sizes.len() - 1].iter().all(|&n| n > 30_000),
+        "{sizes:?}"
+    );
+    assert!(*sizes.last().unwrap() <= 30_000, "{sizes:?}");
+    assert!(
+        sizes.windows(2).all(|w| w[1] < w[0]),
+        "each try is smaller: {sizes:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hostile and half-broken servers (issue 20, M8c)
 // ---------------------------------------------------------------------------------------------

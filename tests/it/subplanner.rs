@@ -831,3 +831,55 @@ async fn after_a_restart_an_open_decomposition_resumes_its_conversation_without_
         .await;
     assert_eq!(recorded, (1, vec![task("t1.1")]));
 }
+
+/// ADR-030, the hostile case of issue 22: a 259 KB answer of tiny subtasks, all outside the
+/// parent's scope, became a 2.18 MB next prompt (8.4 times the answer: two notes per task,
+/// each under its own heading, then all of them again in the error) plus the answer itself
+/// sent again whole. Now the notes about one answer are at most `MAX_NOTES`, the reason
+/// only counts them, and the answer goes back as an excerpt: the next request is smaller
+/// than the answer it follows.
+#[actix::test]
+async fn a_hostile_answer_is_not_amplified_into_the_next_prompt() {
+    virtual_time();
+    let one = r#"{"description":"d","scope":["elsewhere/x"]}"#;
+    let tasks = vec![one; 259_000 / (one.len() + 1)].join(",");
+    let answer = format!(r#"{{"scratchpad":"s","tasks":[{tasks}]}}"#);
+    let scenario = format!(
+        "[[subplanner.t1.answers]]\ncontent = '''{answer}'''\n[[subplanner.t1.answers]]\nfault = \"malformed\"\n"
+    );
+    let config = SubplannerConfig {
+        max_consecutive_errors: 2,
+        ..fast()
+    };
+    let mut h = SubplannerRun::start(Limits::default(), config, &scenario);
+    h.submit(vec![wide("the language front end", &LANG)]);
+    let a = h.expect_assign().await;
+    assert_eq!(a.route, Route::Worker, "the Subplanner stopped");
+    let asked = h.asked();
+    assert_eq!(asked.len(), 2);
+    let bytes = |r: &LlmRequest| r.messages.iter().map(|m| m.content.len()).sum::<usize>();
+    let (first, second) = (bytes(&asked[0]), bytes(&asked[1]));
+    eprintln!(
+        "answer {} bytes; requests {first} then {second} bytes",
+        answer.len()
+    );
+    assert!(
+        second < answer.len() / 4,
+        "{second} bytes after a {} byte answer",
+        answer.len()
+    );
+    assert!(second < first + 16 * 1024, "{first} → {second}");
+    let prompt = prompt_of(&asked[1]);
+    assert!(prompt.contains("more notes like these"), "{prompt}");
+    assert!(prompt.matches("## About your last answer").count() <= 20);
+    // The journal keeps the excerpt, not the 259 KB.
+    let recorded: Vec<usize> = h
+        .journaled()
+        .iter()
+        .filter_map(|k| match k {
+            EventKind::SubplannerResponded { content, .. } => Some(content.len()),
+            _ => None,
+        })
+        .collect();
+    assert!(recorded.iter().all(|&n| n <= 2 * 1024), "{recorded:?}");
+}

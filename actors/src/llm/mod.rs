@@ -1,7 +1,8 @@
 //! What every actor that calls a model shares: parsing its untrusted answers ([`output`]),
-//! live progress notices of streaming calls ([`progress`]) and the wait after a failed call
-//! ([`backoff`]). No actor lives here, and nothing here knows which actor calls it.
+//! live progress notices of streaming calls ([`progress`]), the wait after a failed call
+//! ([`backoff`]) and what one request may carry ([`conversation`], ADR-030). No actor lives here, and nothing here knows which actor calls it.
 
 pub mod backoff;
+pub mod conversation;
 pub mod output;
 pub mod progress;

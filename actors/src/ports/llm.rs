@@ -225,6 +225,10 @@ pub struct LlmCall {
     pub cancel: CancellationToken,
     /// The task the call works for, if any (for progress lines and accounting).
     pub task: Option<TaskId>,
+    /// The call's place in its conversation (0 for the first call), when the caller counts
+    /// them: a bounded request does not carry every earlier answer (ADR-030), so the
+    /// scripted provider cannot count them in the messages.
+    pub turn: Option<u32>,
     progress: Option<Arc<dyn Fn(LlmProgress) + Send + Sync>>,
     pause: Option<Arc<dyn Fn(LlmPause) + Send + Sync>>,
 }
@@ -234,6 +238,7 @@ impl LlmCall {
         LlmCall {
             cancel,
             task: None,
+            turn: None,
             progress: None,
             pause: None,
         }
@@ -256,6 +261,12 @@ impl LlmCall {
         self
     }
 
+    /// The call is the `turn`-th of its conversation (0 for the first).
+    pub fn in_turn(mut self, turn: u32) -> Self {
+        self.turn = Some(turn);
+        self
+    }
+
     pub fn on_progress(mut self, report: impl Fn(LlmProgress) + Send + Sync + 'static) -> Self {
         self.progress = Some(Arc::new(report));
         self
@@ -273,6 +284,7 @@ impl fmt::Debug for LlmCall {
         f.debug_struct("LlmCall")
             .field("cancelled", &self.cancel.is_cancelled())
             .field("task", &self.task)
+            .field("turn", &self.turn)
             .finish_non_exhaustive()
     }
 }
@@ -289,10 +301,16 @@ pub enum LlmError {
     /// The provider failed on its side (5xx), or answered an empty body.
     #[error("the provider failed (HTTP {status}): {message}")]
     Server { status: u16, message: String },
-    /// The request itself is refused (bad key, unknown model, prompt too long): asking again
-    /// the same way cannot help.
+    /// The request itself is refused (bad key, unknown model): asking again the same way
+    /// cannot help.
     #[error("the provider refused the request (HTTP {status}): {message}")]
     Refused { status: u16, message: String },
+    /// The request does not fit the model's context (OpenAI's `context_length_exceeded`,
+    /// llama.cpp's "exceeds the available context size", Anthropic's "prompt is too long"):
+    /// the same request will be refused again, a shorter one may not. Callers compact their
+    /// conversation and ask again (ADR-030); it is never final by itself.
+    #[error("the request is too long for the model's context (HTTP {status}): {message}")]
+    ContextTooLong { status: u16, message: String },
     /// The answer did not follow the wire format.
     #[error("the provider answered with something unusable: {0}")]
     Malformed(String),
@@ -314,8 +332,15 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// The request did not fit the model's context: compact and ask again.
+    pub fn is_context_too_long(&self) -> bool {
+        matches!(self, LlmError::ContextTooLong { .. })
+    }
+
     /// Whether asking again later could help. Refusals, cancellations and missing
-    /// configuration are final; an unusable answer may differ on the next try.
+    /// configuration are final; an unusable answer may differ on the next try. A request
+    /// too long for the context is not retried as it is, but a shorter one may be answered:
+    /// see [`LlmError::is_context_too_long`].
     pub fn is_retryable(&self) -> bool {
         match self {
             LlmError::Transport(_)
@@ -325,6 +350,7 @@ impl LlmError {
             | LlmError::Timeout
             | LlmError::Stalled { .. } => true,
             LlmError::Refused { .. }
+            | LlmError::ContextTooLong { .. }
             | LlmError::Cancelled
             | LlmError::NotConfigured(_)
             | LlmError::MissingKey { .. } => false,

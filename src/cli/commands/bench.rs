@@ -13,6 +13,7 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
         scaling,
         workers,
         no_makespan,
+        no_requests,
         memory_runs,
         json,
     } = command
@@ -29,6 +30,7 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
         scaling,
         workers: *workers as usize,
         makespan: !no_makespan,
+        requests: !no_requests,
         memory_runs: *memory_runs as usize,
         json: *json,
     };

@@ -32,6 +32,14 @@
 //!
 //! Nothing polls: every step is a message or a timer.
 //!
+//! The conversation is bounded (ADR-030, [`BoundedConversation`]): each request carries the
+//! first message, the scratchpad of the latest used answer (read back from the journaled
+//! answers after a restart), the newest exchanges that fit `max_context_bytes` and
+//! `max_context_tokens`, and the new prompt. Unusable answers and refused batches are kept
+//! as excerpts with their reason. A context-length refusal compacts the conversation and
+//! asks again at once (not an error, at most `MAX_COMPACTIONS` times in the conversation's
+//! life); past that it is an error like any other.
+//!
 //! Before each call it reads main's tip (`RepoReader::snapshot`): the first prompt carries
 //! SPEC.md, FEATURES.json, AGENTS.md, DECISIONS.md, the file tree and the last 40 commits;
 //! follow-ups only files added and removed and the documents whose text changed (after a
@@ -49,11 +57,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::llm::backoff;
+use crate::llm::conversation::{BoundedConversation, ContextBudget};
 use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm::progress::with_progress_notices;
 use crate::ports::{
-    ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError,
-    RepoReader, RepoSnapshot, Role,
+    FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError, RepoReader,
+    RepoSnapshot, Role,
 };
 use crate::protocol::{
     GetSnapshot, GraphSnapshot, HandoffStatus, MergeHealth, PlannerAnswer, Published,
@@ -73,6 +82,12 @@ pub struct PlannerConfig {
     pub backoff_max_ms: u64,
     /// Characters of each handoff summary shown to the planner.
     pub max_summary_chars: usize,
+    /// Bytes one request may carry, the system prompt included (ADR-030).
+    pub max_context_bytes: usize,
+    /// Approximate tokens one request may carry (four bytes a token at most).
+    pub max_context_tokens: u64,
+    /// Earlier exchanges a request carries whole, the newest, if they fit.
+    pub keep_exchanges: usize,
 }
 
 impl Default for PlannerConfig {
@@ -85,6 +100,9 @@ impl Default for PlannerConfig {
             backoff_base_ms: 1_000,
             backoff_max_ms: 60_000,
             max_summary_chars: 2_000,
+            max_context_bytes: 256 * 1024,
+            max_context_tokens: 32_000,
+            keep_exchanges: 4,
         }
     }
 }
@@ -108,7 +126,7 @@ impl PlannerConfig {
     /// without a single planner call; with `max_consecutive_errors = 0` the first error
     /// would fail it; answers too small to hold a batch are always refused.
     pub fn validate(&self) -> Result<(), PlannerConfigError> {
-        let at_least_one: [(&'static str, u64); 4] = [
+        let at_least_one: [(&'static str, u64); 6] = [
             ("max_iterations", self.max_iterations.into()),
             ("max_consecutive_errors", self.max_consecutive_errors.into()),
             (
@@ -116,6 +134,8 @@ impl PlannerConfig {
                 self.min_handoffs_for_replan as u64,
             ),
             ("max_summary_chars", self.max_summary_chars as u64),
+            ("max_context_bytes", self.max_context_bytes as u64),
+            ("max_context_tokens", self.max_context_tokens),
         ];
         if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
             return Err(PlannerConfigError::Zero { field });
@@ -135,11 +155,17 @@ impl PlannerConfig {
     }
 }
 
-/// One recorded exchange of the conversation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Exchange {
-    pub prompt: String,
-    pub answer: String,
+pub use crate::llm::conversation::Exchange;
+
+impl PlannerConfig {
+    /// What one request may carry.
+    pub fn context_budget(&self) -> ContextBudget {
+        ContextBudget {
+            max_bytes: self.max_context_bytes,
+            max_tokens: self.max_context_tokens,
+            keep_recent: self.keep_exchanges,
+        }
+    }
 }
 
 /// Where the planner is in its cycle of asking, being judged and waiting.
@@ -167,8 +193,8 @@ pub struct Planner {
     llm: Arc<dyn Llm>,
     graph: Recipient<ToTaskGraph>,
     config: PlannerConfig,
-    /// Every recorded exchange; rebuilt from the journal after a restart.
-    conversation: Vec<Exchange>,
+    /// The conversation, bounded; rebuilt from the journal after a restart.
+    conversation: BoundedConversation,
     unread: Vec<RootHandoff>,
     rejections: Vec<RejectionReason>,
     /// The last answer was unusable; say why in the next prompt.
@@ -222,6 +248,8 @@ impl Planner {
         graph: Recipient<ToTaskGraph>,
         config: PlannerConfig,
     ) -> Self {
+        let conversation =
+            BoundedConversation::new(config.context_budget(), config.max_answer_bytes);
         Planner {
             run,
             request,
@@ -229,7 +257,7 @@ impl Planner {
             llm,
             graph,
             config,
-            conversation: Vec::new(),
+            conversation,
             unread: Vec::new(),
             rejections: Vec::new(),
             last_error: None,
@@ -288,13 +316,16 @@ impl Planner {
         self.reminded = conversation
             .iter()
             .any(|ex| ex.prompt.contains(REMINDER_HEADER));
-        self.conversation = conversation;
         // Stopped between an empty first sprint and the reminder: the reminder is still due.
-        self.remind_empty = self
-            .conversation
+        self.remind_empty = conversation
             .last()
             .is_some_and(|ex| matches!(tasks_in(&ex.answer), Ok(0)))
             && self.reminder_due();
+        self.conversation = BoundedConversation::resume(
+            self.config.context_budget(),
+            self.config.max_answer_bytes,
+            conversation,
+        );
         self
     }
 
@@ -402,7 +433,7 @@ impl Planner {
         if self.phase != Phase::Idle {
             return;
         }
-        let call = u32::try_from(self.conversation.len()).unwrap_or(u32::MAX);
+        let call = self.conversation.calls();
         if call >= self.config.max_iterations {
             self.finish(format!(
                 "the planner reached its limit of {} calls; the tasks already planned run to the end",
@@ -444,20 +475,23 @@ impl Planner {
         ctx: &mut Context<Self>,
     ) {
         let prompt = self.prompt(repo, graph);
-        let mut messages = vec![ChatMessage::system(self.system_prompt.clone())];
-        for ex in &self.conversation {
-            messages.push(ChatMessage::user(ex.prompt.clone()));
-            messages.push(ChatMessage::assistant(ex.answer.clone()));
-        }
-        messages.push(ChatMessage::user(prompt.clone()));
+        self.send(call, prompt, ctx);
+    }
+
+    /// Asks the model `prompt` as call `call`, within the conversation's budget. Asked
+    /// again, smaller, after a context-length refusal.
+    fn send(&mut self, call: u32, prompt: String, ctx: &mut Context<Self>) {
+        self.phase = Phase::Asking;
+        let built = self.conversation.request(&self.system_prompt, &prompt);
+        let sent = built.prompt;
         let request = self.llm.complete(
-            LlmRequest::chat(Role::Planner, messages).json_schema(planner_answer_schema()),
-            self.call(),
+            LlmRequest::chat(Role::Planner, built.messages).json_schema(planner_answer_schema()),
+            self.call().in_turn(call),
         );
         ctx.spawn(
             request
                 .into_actor(self)
-                .map(move |result, act, ctx| act.answered(call, prompt, result, ctx)),
+                .map(move |result, act, ctx| act.answered(call, prompt, sent, result, ctx)),
         );
     }
 
@@ -472,6 +506,7 @@ impl Planner {
         &mut self,
         call: u32,
         prompt: String,
+        sent: String,
         result: Result<LlmResponse, LlmError>,
         ctx: &mut Context<Self>,
     ) {
@@ -491,10 +526,6 @@ impl Planner {
                     ),
                     _ => error.to_string(),
                 });
-                self.conversation.push(Exchange {
-                    prompt: prompt.clone(),
-                    answer: response.content.clone(),
-                });
                 let planned = tasks.as_ref().map_or(0, Vec::len);
                 self.planned_anything |= planned > 0;
                 // An empty first sprint is more likely a lazy answer than a finished request:
@@ -505,11 +536,15 @@ impl Planner {
                     tasks = Err(EMPTY_FIRST_SPRINT.to_string());
                 }
                 let failed = tasks.as_ref().err().cloned();
+                // What the conversation keeps is what the journal records: an answer that
+                // was not used only as an excerpt.
+                let exchange = Exchange::new(sent, response.content, failed.clone());
+                self.conversation.record(exchange.clone());
                 self.graph
                     .do_send(ToTaskGraph::PlannerAnswered(Box::new(PlannerAnswer {
                         call,
-                        prompt,
-                        content: response.content,
+                        prompt: exchange.prompt,
+                        content: exchange.answer,
                         usage: response.usage,
                         tasks,
                     })));
@@ -532,9 +567,19 @@ impl Planner {
                     }
                 }
             }
-            // A refusal (bad key, unknown model, prompt too long) or a missing model will be
-            // the same on every try: the run fails now, with the provider's reason, instead
-            // of after max_consecutive_errors backoffs.
+            // Too long for the model's context: asked again at once, with less.
+            Err(error) if error.is_context_too_long() && self.conversation.compact() => {
+                info!(run = %self.run, call, %error, compactions = self.conversation.compactions(), "the planner's request was too long; compacting");
+                self.send(call, prompt, ctx);
+            }
+            // Still too long at the smallest size: an error like an unusable answer.
+            Err(error) if error.is_context_too_long() => {
+                warn!(run = %self.run, call, %error, "the planner's request is too long even compacted");
+                self.back_off(error.to_string(), ctx);
+            }
+            // A refusal (bad key, unknown model) or a missing model will be the same on
+            // every try: the run fails now, with the provider's reason, instead of after
+            // max_consecutive_errors backoffs.
             Err(error) if !error.is_retryable() => {
                 warn!(run = %self.run, call, %error, "the planner's LLM call failed for good");
                 self.give_up(format!("the planner's model cannot be used: {error}"));
@@ -708,6 +753,7 @@ impl Handler<ToPlanner> for Planner {
             // cannot drive a tight loop of calls.
             ToPlanner::BatchRejected { reason } => {
                 let error = format!("the batch was refused: {reason}");
+                self.conversation.mark_last_unused(error.clone());
                 self.rejections.push(reason);
                 if self.phase == Phase::AwaitingVerdict {
                     self.phase = Phase::Idle;

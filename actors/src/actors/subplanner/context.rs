@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::llm::conversation::excerpt;
 use crate::protocol::ScopePath;
 use crate::protocol::{
     DependencyRef, FailureReason, Handoff, HandoffMetrics, HandoffStatus, Priority,
@@ -20,6 +21,36 @@ const MAX_DESCRIPTION_CHARS: usize = 120;
 const MAX_PATH_SHOWN: usize = 200;
 /// Files of one handoff listed in a follow-up.
 const MAX_FILES_LISTED: usize = 10;
+
+/// Notes about one answer a prompt carries at most; the rest are counted (a hostile answer
+/// of many tiny tasks outside the scope made a prompt 8.4 times its size).
+pub const MAX_NOTES: usize = 20;
+/// Bytes of one note at most.
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// Adds `new` to `notes`, bounded: at most [`MAX_NOTES`], each cut to [`MAX_NOTE_BYTES`],
+/// and one line counting those left out.
+pub fn push_notes(notes: &mut Vec<String>, new: impl IntoIterator<Item = String>) {
+    const MORE: &str = "… and ";
+    let mut more: usize = notes
+        .last()
+        .filter(|n| n.starts_with(MORE))
+        .and_then(|n| n[MORE.len()..].split(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    if more > 0 {
+        notes.pop();
+    }
+    for note in new {
+        if notes.len() < MAX_NOTES - 1 {
+            notes.push(excerpt(&note, MAX_NOTE_BYTES).into_owned());
+        } else {
+            more = more.saturating_add(1);
+        }
+    }
+    if more > 0 {
+        notes.push(format!("{MORE}{more} more notes like these, not shown."));
+    }
+}
 
 /// The first message about a task: the parent task, then the repository as `repo` describes
 /// it (the same text the root planner gets, from [`crate::actors::planner::context::RepoContext`]).

@@ -26,15 +26,22 @@
 //! After a restart the TaskGraph sends `Resume` for every open decomposition; the
 //! conversation comes back from the journal (`resuming`), so nothing recorded is asked
 //! again.
+//!
+//! Each conversation is bounded like the Planner's (ADR-030, [`BoundedConversation`]):
+//! the first message, the carried scratchpad, the newest exchanges that fit the budget;
+//! unusable answers and refused batches as excerpts; notes about one answer at most
+//! [`context::MAX_NOTES`]; a context-length refusal compacts and asks again.
 
+mod config;
 pub mod context;
+
+pub use config::{SubplannerConfig, SubplannerConfigError};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -42,73 +49,21 @@ use super::planner::Exchange;
 use crate::actors::planner::context::RepoContext;
 use crate::config::Limits;
 use crate::llm::backoff;
+use crate::llm::conversation::{BoundedConversation, excerpt};
 use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm::progress::with_progress_notices;
 use crate::ports::{
-    ChatMessage, FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError,
-    RepoReader, RepoSnapshot, Role,
+    FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError, RepoReader,
+    RepoSnapshot, Role,
 };
 use crate::protocol::{
     Assignment, EventKind, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
     TaskCompleted, TaskId, TaskSpec, ToAgent, ToTaskGraph,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
-use context::{FollowUp, aggregate, follow_up_message, initial_message, proposals_from};
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SubplannerConfig {
-    /// Unusable answers, refused batches and failed calls in a row before the Subplanner
-    /// stops planning a task (the seed's 5).
-    pub max_consecutive_errors: u32,
-    pub max_answer_bytes: usize,
-    pub backoff_base_ms: u64,
-    pub backoff_max_ms: u64,
-}
-
-impl Default for SubplannerConfig {
-    fn default() -> Self {
-        SubplannerConfig {
-            max_consecutive_errors: 5,
-            max_answer_bytes: 256 * 1024,
-            backoff_base_ms: 1_000,
-            backoff_max_ms: 60_000,
-        }
-    }
-}
-
-/// A `SubplannerConfig` that cannot plan, naming the field at fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SubplannerConfigError {
-    #[error("subplanner.max_consecutive_errors = 0: it must be at least 1")]
-    NoErrorsAllowed,
-    #[error("subplanner.max_answer_bytes = {value}: it must be at least {min}")]
-    AnswerTooSmall { value: usize, min: usize },
-    #[error("subplanner.backoff_base_ms ({base}) is larger than subplanner.backoff_max_ms ({max})")]
-    BackoffBaseAboveMax { base: u64, max: u64 },
-}
-
-impl SubplannerConfig {
-    pub fn validate(&self) -> Result<(), SubplannerConfigError> {
-        if self.max_consecutive_errors == 0 {
-            return Err(SubplannerConfigError::NoErrorsAllowed);
-        }
-        let min = super::planner::MIN_ANSWER_BYTES;
-        if self.max_answer_bytes < min {
-            return Err(SubplannerConfigError::AnswerTooSmall {
-                value: self.max_answer_bytes,
-                min,
-            });
-        }
-        if self.backoff_base_ms > self.backoff_max_ms {
-            return Err(SubplannerConfigError::BackoffBaseAboveMax {
-                base: self.backoff_base_ms,
-                max: self.backoff_max_ms,
-            });
-        }
-        Ok(())
-    }
-}
+use context::{
+    FollowUp, aggregate, follow_up_message, initial_message, proposals_from, push_notes,
+};
 
 /// A recorded Subplanner exchange, as the journal holds it.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,28 +75,55 @@ pub struct RecordedExchange {
 
 impl RecordedExchange {
     /// Every Subplanner exchange a run's journal holds, in order: what `resuming` needs.
+    /// An answer not used (unusable, or its batch refused) comes back as the excerpt it was.
     pub fn from_journal<'a>(events: impl IntoIterator<Item = &'a EventKind>) -> Vec<Self> {
-        events
-            .into_iter()
-            .filter_map(|kind| match kind {
+        let mut recorded: Vec<RecordedExchange> = Vec::new();
+        for kind in events {
+            match kind {
                 EventKind::SubplannerResponded {
                     task,
                     attempt,
                     prompt,
                     content,
+                    error,
                     ..
-                } => Some(RecordedExchange {
+                } => recorded.push(RecordedExchange {
                     task: task.clone(),
                     attempt: *attempt,
-                    exchange: Exchange {
-                        prompt: prompt.clone(),
-                        answer: content.clone(),
-                    },
+                    exchange: Exchange::new(prompt.clone(), content.clone(), error.clone()),
                 }),
-                _ => None,
-            })
-            .collect()
+                EventKind::DecompositionRejected {
+                    parent,
+                    attempt,
+                    reason,
+                } => {
+                    let last = recorded
+                        .iter_mut()
+                        .rev()
+                        .find(|r| r.task == *parent && r.attempt == *attempt)
+                        .filter(|r| r.exchange.unused.is_none());
+                    if let Some(last) = last {
+                        let kept = std::mem::take(&mut last.exchange);
+                        last.exchange = Exchange::new(
+                            kept.prompt,
+                            kept.answer,
+                            Some(format!("the batch was refused: {reason}")),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+        recorded
     }
+}
+
+/// What a call in flight asked: the prompt as built (asked again after a context-length
+/// refusal), as sent, and the subtask results it reports.
+struct Asked {
+    prompt: String,
+    sent: String,
+    reported: Vec<TaskId>,
 }
 
 /// Where one conversation is.
@@ -163,7 +145,7 @@ enum Phase {
 struct Conversation {
     attempt: u32,
     spec: Arc<TaskSpec>,
-    exchanges: Vec<Exchange>,
+    history: BoundedConversation,
     repo_context: RepoContext,
     /// The task's first batch was accepted: later answers are further batches.
     decomposed: bool,
@@ -183,11 +165,16 @@ struct Conversation {
 }
 
 impl Conversation {
-    fn new(attempt: u32, spec: Arc<TaskSpec>, cancel: CancellationToken) -> Self {
+    fn new(
+        attempt: u32,
+        spec: Arc<TaskSpec>,
+        cancel: CancellationToken,
+        history: BoundedConversation,
+    ) -> Self {
         Conversation {
             attempt,
             spec,
-            exchanges: Vec::new(),
+            history,
             repo_context: RepoContext::default(),
             decomposed: false,
             ended: Vec::new(),
@@ -283,6 +270,7 @@ impl Subplanner {
             attempt,
             assignment.task.spec.clone(),
             self.cancel.child_token(),
+            self.history(Vec::new()),
         );
         self.conversations.insert(task.clone(), conversation);
         self.graph.do_send(ToTaskGraph::TaskStarted {
@@ -297,14 +285,18 @@ impl Subplanner {
         if let Some(old) = self.conversations.remove(&task) {
             old.cancel.cancel();
         }
-        let mut conversation =
-            Conversation::new(open.attempt, open.spec.clone(), self.cancel.child_token());
-        conversation.exchanges = self
+        let recorded: Vec<Exchange> = self
             .recorded
             .iter()
             .filter(|r| r.task == task && r.attempt == open.attempt)
             .map(|r| r.exchange.clone())
             .collect();
+        let mut conversation = Conversation::new(
+            open.attempt,
+            open.spec.clone(),
+            self.cancel.child_token(),
+            self.history(recorded),
+        );
         conversation.decomposed = true;
         conversation.active = open.active.into_iter().collect();
         conversation.ended = open.unheard;
@@ -317,6 +309,15 @@ impl Subplanner {
         }
     }
 
+    /// A conversation's bounded history, continuing `recorded`.
+    fn history(&self, recorded: Vec<Exchange>) -> BoundedConversation {
+        BoundedConversation::resume(
+            self.config.context_budget(),
+            self.config.max_answer_bytes,
+            recorded,
+        )
+    }
+
     /// Starts the next call about `task`: reads the repository (off this thread), then
     /// builds the prompt and asks.
     fn ask(&mut self, task: TaskId, ctx: &mut Context<Self>) {
@@ -327,7 +328,7 @@ impl Subplanner {
         if !matches!(conv.phase, Phase::Idle) {
             return;
         }
-        if conv.exchanges.len() >= cap as usize {
+        if conv.history.calls() >= cap {
             // The TaskGraph closes at the cap when it records the last answer; this only
             // guards a resumed conversation.
             conv.phase = Phase::Done;
@@ -368,9 +369,9 @@ impl Subplanner {
         else {
             return;
         };
-        let call = u32::try_from(conv.exchanges.len()).unwrap_or(u32::MAX);
+        let call = conv.history.calls();
         let mut reported = Vec::new();
-        let prompt = if conv.exchanges.is_empty() {
+        let prompt = if conv.history.is_empty() {
             let repo_text = repo
                 .map(|r| conv.repo_context.initial(r))
                 .unwrap_or_default();
@@ -399,39 +400,69 @@ impl Subplanner {
             conv.in_flight = (ended, notes);
             msg
         };
-        let mut messages = vec![ChatMessage::system(self.system_prompt.clone())];
-        for ex in &conv.exchanges {
-            messages.push(ChatMessage::user(ex.prompt.clone()));
-            messages.push(ChatMessage::assistant(ex.answer.clone()));
-        }
-        messages.push(ChatMessage::user(prompt.clone()));
-        let llm_call = with_progress_notices(
-            LlmCall::new(conv.cancel.child_token()).for_task(task.clone()),
-            self.notices.as_ref(),
-            self.run,
-            Role::Subplanner,
-            Some(task.clone()),
-        );
-        let request = self.llm.complete(
-            LlmRequest::chat(Role::Subplanner, messages).json_schema(planner_answer_schema()),
-            llm_call,
-        );
-        ctx.spawn(request.into_actor(self).map(move |result, act, ctx| {
-            act.answered(task, attempt, call, prompt, reported, result, ctx)
-        }));
+        self.send(task, attempt, call, prompt, reported, ctx);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn answered(
+    /// Asks the model `prompt` as call `call` about `task`, within the conversation's
+    /// budget. Asked again, smaller, after a context-length refusal.
+    fn send(
         &mut self,
         task: TaskId,
         attempt: u32,
         call: u32,
         prompt: String,
         reported: Vec<TaskId>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(conv) = self.conversations.get_mut(&task) else {
+            return;
+        };
+        conv.phase = Phase::Asking;
+        let built = conv.history.request(&self.system_prompt, &prompt);
+        let sent = built.prompt;
+        let llm_call = with_progress_notices(
+            LlmCall::new(conv.cancel.child_token())
+                .for_task(task.clone())
+                .in_turn(call),
+            self.notices.as_ref(),
+            self.run,
+            Role::Subplanner,
+            Some(task.clone()),
+        );
+        let request = self.llm.complete(
+            LlmRequest::chat(Role::Subplanner, built.messages).json_schema(planner_answer_schema()),
+            llm_call,
+        );
+        ctx.spawn(request.into_actor(self).map(move |result, act, ctx| {
+            act.answered(
+                task,
+                attempt,
+                call,
+                Asked {
+                    prompt,
+                    sent,
+                    reported,
+                },
+                result,
+                ctx,
+            )
+        }));
+    }
+
+    fn answered(
+        &mut self,
+        task: TaskId,
+        attempt: u32,
+        call: u32,
+        asked: Asked,
         result: Result<LlmResponse, LlmError>,
         ctx: &mut Context<Self>,
     ) {
+        let Asked {
+            prompt,
+            sent,
+            reported,
+        } = asked;
         let max_bytes = self.config.max_answer_bytes;
         let max_path_bytes = self.limits.max_path_bytes;
         let Some(conv) = self
@@ -444,11 +475,18 @@ impl Subplanner {
         };
         let response = match result {
             Ok(response) => response,
+            // Too long for the model's context: asked again at once, with less.
+            Err(error) if error.is_context_too_long() && conv.history.compact() => {
+                info!(run = %self.run, %task, call, %error, "a Subplanner request was too long; compacting");
+                self.send(task, attempt, call, prompt, reported, ctx);
+                return;
+            }
             Err(error) => {
                 // What the prompt carried was not read: it goes into the next one.
                 warn!(run = %self.run, %task, call, %error, "a Subplanner call failed");
                 conv.phase = Phase::Idle;
-                if !error.is_retryable() {
+                // Still too long at the smallest size: an error like an unusable answer.
+                if !error.is_retryable() && !error.is_context_too_long() {
                     self.stop(&task, format!("its model cannot be used: {error}"));
                     return;
                 }
@@ -474,21 +512,24 @@ impl Subplanner {
         let subtasks = parsed.and_then(|out| {
             let proposed = out.tasks.len();
             let (proposals, notes) = proposals_from(out.tasks, &conv.spec.scope, max_path_bytes);
-            conv.notes.extend(notes.iter().cloned());
+            let first_note = notes.first().map(|n| excerpt(n, 300).into_owned());
+            let count = notes.len();
+            push_notes(&mut conv.notes, notes);
             if proposed > 0 && proposals.is_empty() {
+                // The notes themselves are in the next prompt: the reason only counts them.
                 Err(format!(
-                    "every proposed subtask was dropped: {}",
-                    notes.join(" ")
+                    "every proposed subtask was dropped ({count} notes; the first: {})",
+                    first_note.unwrap_or_default()
                 ))
             } else {
                 Ok(proposals)
             }
         });
-        conv.exchanges.push(Exchange {
-            prompt: prompt.clone(),
-            answer: response.content.clone(),
-        });
         let error = subtasks.as_ref().err().cloned();
+        // What the conversation keeps is what the journal records: an answer that was not
+        // used only as an excerpt.
+        let exchange = Exchange::new(sent, response.content, error.clone());
+        conv.history.record(exchange.clone());
         let batch: Vec<String> = subtasks
             .as_ref()
             .map(|s| s.iter().map(|p| p.description.clone()).collect())
@@ -498,8 +539,8 @@ impl Subplanner {
                 task: task.clone(),
                 attempt,
                 call,
-                prompt,
-                content: response.content,
+                prompt: exchange.prompt,
+                content: exchange.answer,
                 usage: response.usage,
                 reported,
                 subtasks,
@@ -509,7 +550,7 @@ impl Subplanner {
             Some(error) => {
                 warn!(run = %self.run, %task, call, %error, "the Subplanner's answer was unusable");
                 conv.phase = Phase::Idle;
-                conv.notes.push(format!("It could not be used: {error}"));
+                push_notes(&mut conv.notes, [format!("It could not be used: {error}")]);
                 self.back_off(task, error, None, ctx);
             }
             None if batch.is_empty() && !conv.decomposed => {
@@ -628,10 +669,14 @@ impl Handler<ToAgent> for Subplanner {
                 };
                 conv.judged.clear();
                 let error = format!("the batch was refused: {}", rejected.reason);
-                conv.notes.push(format!(
-                    "Your batch was refused: {}. Nothing from it was added.",
-                    rejected.reason
-                ));
+                conv.history.mark_last_unused(error.clone());
+                push_notes(
+                    &mut conv.notes,
+                    [format!(
+                        "Your batch was refused: {}. Nothing from it was added.",
+                        rejected.reason
+                    )],
+                );
                 if conv.phase == Phase::AwaitingVerdict {
                     conv.phase = Phase::Idle;
                     self.back_off(rejected.parent, error, None, ctx);
