@@ -16,7 +16,7 @@ use crate::protocol::ScopePath;
 use crate::protocol::{
     AttemptFailure, Budget, CheckoutSync, EventKind, FailureReason, FixOf, Handoff,
     IntendedLanding, LandRequest, LandingFailure, Priority, RunOutcome, SweepReport, TaskId,
-    TaskSpec, TaskState, commit_subject,
+    TaskSpec, TaskState, Urgency, commit_subject,
 };
 
 /// How many of main's clashing commits a conflict fix's description lists.
@@ -50,6 +50,11 @@ impl RunGraph {
             subject: commit_subject(task, &node.spec.description),
             fix: node.fix.as_deref().cloned(),
             retries: node.attempt.saturating_sub(1),
+            urgency: Urgency {
+                priority: node.spec.priority,
+                critical_path: node.critical_path,
+                created: node.created,
+            },
             recovered,
             intended: self.intents.get(task).cloned().unwrap_or_default(),
         })

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ids::TaskId;
+use super::work::Urgency;
 
 /// Why flotilla made a fix task (`f<n>`) itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,10 +65,12 @@ pub struct LandRequest {
     pub subject: String,
     /// A fix task: lands before ordinary work; a conflict fix is squashed.
     pub fix: Option<FixOf>,
-    /// Attempts before this one: each one lowers the priority a little, so a task that keeps
-    /// failing does not crowd out the rest, but never below a fresh task's after waiting
-    /// (see the MergeQueue's ordering).
+    /// Attempts before this one: each one counts the task as made a little later, so a task
+    /// that keeps failing does not crowd out its equals (see the MergeQueue's ordering).
     pub retries: u32,
+    /// How urgent the task is: the MergeQueue lands in Dispatch's order (ADR-032).
+    #[serde(default)]
+    pub urgency: Urgency,
     /// Sent again after a restart: main may hold its work already (look before building).
     pub recovered: bool,
     /// The commits a journaled `LandingIntended` said would hold this attempt's work

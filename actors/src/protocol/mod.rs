@@ -52,7 +52,8 @@ pub use task::{
 };
 pub use view::{GraphSnapshot, TaskView};
 pub use work::{
-    Assignment, PlannerAnswer, ReadyTask, Role, RootHandoff, Route, SubplannerAnswer, TaskCompleted,
+    Assignment, PlannerAnswer, ReadyTask, Role, RootHandoff, Route, SubplannerAnswer,
+    TaskCompleted, Urgency, WorkOrder,
 };
 
 #[cfg(test)]
