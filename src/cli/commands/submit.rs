@@ -7,6 +7,7 @@ use crate::api::runs::CreateRun;
 use crate::cli::client::Client;
 use crate::cli::error::{CliError, ErrorKind, Exit};
 use crate::cli::render::report;
+use crate::cli::render::status::UNTESTED_MAIN;
 use crate::cli::{emit, note};
 use crate::config::RunConfig;
 use crate::text_safety;
@@ -33,6 +34,8 @@ pub async fn submit(
         let hint = e.hint();
         CliError::wrap(ErrorKind::Config, e).hint(hint)
     })?;
+    // Said once, before any event: nothing will test what lands (ADR-032).
+    let untested = run_config.main_untested();
     let body = CreateRun {
         request: request.to_string(),
         repo,
@@ -53,6 +56,9 @@ pub async fn submit(
                 text_safety::terminal_safe(&created.id)
             ));
         }
+        if !json && untested {
+            note(&format!("gate: {UNTESTED_MAIN}"));
+        }
         return Ok(Exit::Ok);
     }
     if !json {
@@ -60,6 +66,9 @@ pub async fn submit(
             "run {} submitted{landing}; following it (Ctrl-C stops following, not the run)",
             text_safety::terminal_safe(&created.id)
         ));
+        if untested {
+            note(&format!("gate: {UNTESTED_MAIN}"));
+        }
     }
     let outcome = follow(client, &created.id, None, json).await?;
     // Followed to its end: the run's report closes what was printed (not with `--json`,
