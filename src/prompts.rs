@@ -348,8 +348,10 @@ mod tests {
     fn the_prompts_promise_only_what_the_code_does() {
         let limits = Limits::default();
         let prompt = |role| for_role(role, &PromptOverrides::new(), &limits);
-        // The subplanner prompt says an empty `acceptance` is not refused: the graph takes it.
-        assert!(prompt(Role::Subplanner).contains("flotilla accepts a subtask without them"));
+        // The root planner's prompt asks for acceptance and never says flotilla refuses a
+        // task without it: the graph takes one.
+        let root = prompt(Role::Planner);
+        assert!(!root.contains("refuses a batch in which"));
         let mut graph = RunGraph::new(limits.clone());
         let events = graph
             .submit(vec![TaskSpec::new("no acceptance", &["src/a.rs"])])
@@ -358,8 +360,55 @@ mod tests {
             !events
                 .iter()
                 .any(|e| matches!(e, EventKind::TasksRejected { .. })),
-            "empty acceptance is refused now: say so in prompts/subplanner.md"
+            "empty acceptance is refused from the root planner now: say so in root-planner.md"
         );
+        // The subplanner prompt says a batch without acceptance is refused (ADR-032): the
+        // graph refuses it, by the reason the Subplanner's next call carries.
+        assert!(
+            prompt(Role::Subplanner)
+                .contains("flotilla refuses a batch in which a subtask has none")
+        );
+        let wide = ["src/a.rs", "src/b.rs", "src/c.rs", "src/d.rs"];
+        let mut graph = RunGraph::new(limits.clone());
+        graph.submit(vec![TaskSpec::new("wide", &wide)]).unwrap();
+        let t1: flotilla_actors::protocol::TaskId = "t1".parse().unwrap();
+        graph
+            .dispatched(
+                &t1,
+                1,
+                "subplanner",
+                flotilla_actors::protocol::Route::Subplanner,
+            )
+            .unwrap();
+        graph.started(&t1, 1).unwrap();
+        let mut with = flotilla_actors::protocol::SubtaskProposal::new("a", &["src/a.rs"]);
+        with.acceptance = "`cargo test a` exits 0".into();
+        let without = flotilla_actors::protocol::SubtaskProposal::new("b", &["src/b.rs"]);
+        let events = graph
+            .subplanner_answered(flotilla_actors::protocol::SubplannerAnswer {
+                task: t1,
+                attempt: 1,
+                call: 0,
+                prompt: String::new(),
+                content: String::new(),
+                usage: Default::default(),
+                reported: Vec::new(),
+                subtasks: Ok(vec![with, without]),
+            })
+            .unwrap();
+        assert!(
+            events.iter().any(|e| matches!(
+                e,
+                EventKind::DecompositionRejected {
+                    reason: flotilla_actors::protocol::RejectionReason::EmptyAcceptance {
+                        subtask: 1
+                    },
+                    ..
+                }
+            )),
+            "{events:?}"
+        );
+        assert_eq!(graph.len(), 1, "the graph is unchanged");
         // "No network" only as the default: the default sandbox is bubblewrap, which gives
         // none, and a run may configure the network in.
         let worker = prompt(Role::Worker);
