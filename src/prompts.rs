@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use flotilla_actors::config::Limits;
 use flotilla_actors::protocol::Role;
 
+use crate::sandbox::AgentSandbox;
+
 /// The built-in prompts: (role, file name, text).
 pub const BUILT_IN: [(Role, &str, &str); 4] = [
     (
@@ -36,8 +38,10 @@ pub const BUILT_IN: [(Role, &str, &str); 4] = [
     ),
 ];
 
-/// Every placeholder a prompt may use.
-pub const PLACEHOLDERS: [&str; 7] = [
+/// Every placeholder a prompt may use. `sandbox` is the worker's: what its commands get of
+/// the run's sandbox and the network ([`for_worker`]).
+pub const PLACEHOLDERS: [&str; 8] = [
+    "sandbox",
     "max_subtasks",
     "max_subplanner_iterations",
     "max_depth",
@@ -47,9 +51,16 @@ pub const PLACEHOLDERS: [&str; 7] = [
     "max_nodes",
 ];
 
-/// The value of each placeholder for a run with `limits`.
-fn values(limits: &Limits) -> [(&'static str, String); 7] {
+/// What `{{sandbox}}` says where the agent is not known: nothing it could get wrong.
+const SANDBOX_UNKNOWN: &str = "as the run's configuration sets it (network and all)";
+
+/// The value of each placeholder for a run with `limits`, for an agent in `sandbox`.
+fn values(limits: &Limits, sandbox: Option<&AgentSandbox>) -> [(&'static str, String); 8] {
     [
+        (
+            "sandbox",
+            sandbox.map_or(SANDBOX_UNKNOWN.to_string(), AgentSandbox::phrase),
+        ),
         ("max_subtasks", limits.max_subtasks.to_string()),
         (
             "max_subplanner_iterations",
@@ -119,7 +130,11 @@ pub fn check(template: &str, file: &str) -> Result<(), PromptError> {
 
 /// `template` with its placeholders filled from `limits` (checked with [`check`] first).
 pub fn render(template: &str, limits: &Limits) -> String {
-    let values = values(limits);
+    render_for(template, limits, None)
+}
+
+fn render_for(template: &str, limits: &Limits, sandbox: Option<&AgentSandbox>) -> String {
+    let values = values(limits, sandbox);
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(start) = rest.find("{{") {
@@ -146,12 +161,31 @@ pub type PromptOverrides = BTreeMap<String, String>;
 /// The prompt `role` runs with: its override if the run has one, else the built-in one,
 /// with placeholders filled.
 pub fn for_role(role: Role, overrides: &PromptOverrides, limits: &Limits) -> String {
+    role_prompt(role, overrides, limits, None)
+}
+
+/// The worker's prompt for an agent whose commands run in `sandbox` (ADR-032): it says
+/// "without network access" only when the sandbox takes the network away.
+pub fn for_worker(overrides: &PromptOverrides, limits: &Limits, sandbox: &AgentSandbox) -> String {
+    role_prompt(Role::Worker, overrides, limits, Some(sandbox))
+}
+
+fn role_prompt(
+    role: Role,
+    overrides: &PromptOverrides,
+    limits: &Limits,
+    sandbox: Option<&AgentSandbox>,
+) -> String {
     let (_, file, built_in) = BUILT_IN
         .iter()
         .find(|(r, _, _)| *r == role)
         .copied()
         .unwrap_or(BUILT_IN[0]);
-    render(overrides.get(file).map_or(built_in, String::as_str), limits)
+    render_for(
+        overrides.get(file).map_or(built_in, String::as_str),
+        limits,
+        sandbox,
+    )
 }
 
 /// Checks stored overrides (a config that came in a request's body).
@@ -198,7 +232,7 @@ mod tests {
         assert!(
             PLACEHOLDERS
                 .iter()
-                .all(|p| values(&limits).iter().any(|(n, _)| n == p)),
+                .all(|p| values(&limits, None).iter().any(|(n, _)| n == p)),
             "every placeholder has a value"
         );
     }
@@ -409,22 +443,60 @@ mod tests {
             "{events:?}"
         );
         assert_eq!(graph.len(), 1, "the graph is unchanged");
-        // "No network" only as the default: the default sandbox is bubblewrap, which gives
-        // none, and a run may configure the network in.
-        let worker = prompt(Role::Worker);
-        assert!(worker.contains("by default without network access"));
-        assert!(!worker.contains("no network"), "an unconditional promise");
+        // "Without network access" only where the sandbox takes it away (ADR-032): the
+        // worker's prompt says what the agent's commands get under the run's policy.
+        use crate::sandbox::{SandboxConfig, SandboxMode, SandboxPolicy};
+        let says = |config: &SandboxConfig, asks: bool| {
+            let policy = SandboxPolicy::for_run(config, &[], std::path::Path::new("/repo"));
+            for_worker(&PromptOverrides::new(), &limits, &policy.for_agent(asks))
+        };
+        let bwrap = SandboxConfig::default();
+        assert!(says(&bwrap, false).contains("in the run's sandbox: without network access"));
+        let no_network = |text: &str| {
+            let lower = text.to_lowercase();
+            lower.contains("without network") || lower.contains("no network")
+        };
+        assert!(
+            !no_network(&says(&bwrap, true)),
+            "an agent with sandbox = \"network\""
+        );
+        assert!(says(&bwrap, true).contains("with the host's network"));
+        let none = SandboxConfig {
+            mode: SandboxMode::None,
+            ..SandboxConfig::default()
+        };
+        assert!(
+            !no_network(&says(&none, false)),
+            "[sandbox] mode = \"none\""
+        );
+        assert!(
+            !says(&none, false).contains("read-only"),
+            "no confinement promised"
+        );
+        assert!(says(&bwrap, false).contains("everything outside your worktree read-only"));
+        let ports = SandboxConfig {
+            allow_tcp_ports: Some(vec![443]),
+            ..SandboxConfig::default()
+        };
+        assert!(says(&ports, true).contains("TCP connections only to port 443"));
+        assert!(says(&ports, false).contains("without network access"));
+        // Where the agent is unknown the prompt promises nothing about the network.
+        assert!(!no_network(&prompt(Role::Worker)));
+        // The run_command tool says nothing of the network itself: the prompt does.
         let run_command = crate::agents::tools::specs()
             .into_iter()
             .find(|spec| spec.name == "run_command")
             .unwrap();
         assert!(
-            run_command
-                .description
-                .contains("by default without network access")
-                && !run_command.description.contains("No network"),
+            !no_network(&run_command.description),
             "{}",
             run_command.description
+        );
+        assert!(
+            !run_command
+                .description
+                .to_lowercase()
+                .contains("network access")
         );
         assert_eq!(
             crate::sandbox::SandboxConfig::default().mode,

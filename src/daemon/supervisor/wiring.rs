@@ -15,7 +15,7 @@ use flotilla_actors::actors::{
     TaskGraph, WorkerKit, WorkerPool,
 };
 use flotilla_actors::graph::RunGraph;
-use flotilla_actors::ports::{Agent, Journal, Llm, ProcessRunner, SweepKeep};
+use flotilla_actors::ports::{Agent, Journal, Llm, ProcessRunner, Sandbox, SweepKeep};
 use flotilla_actors::protocol::{Published, Role, RunId, ToPlanner};
 use flotilla_actors::recovery::RunRecovery;
 use flotilla_actors::supervision::Lifeline;
@@ -93,8 +93,8 @@ pub(super) fn start_run(
     // One sandbox policy for every command of the run: agents, verification, the merge
     // gate and the Reconciler's sweeps (ADR-015).
     let policy = SandboxPolicy::for_run(&config.sandbox, daemon.daemon_paths, entry_repo);
-    let runner: Arc<dyn ProcessRunner> = Arc::new(ConfinedRunner::new(policy));
-    let agents = agent_set(config, llm.clone(), runner.clone());
+    let runner: Arc<dyn ProcessRunner> = Arc::new(ConfinedRunner::new(policy.clone()));
+    let agents = agent_set(config, llm.clone(), runner.clone(), &policy);
     let checks = config
         .checks
         .compile()
@@ -251,8 +251,18 @@ pub(super) fn start_run(
 
 /// The run's agents by worker profile: `scripted`, `builtin` (on the worker role's model),
 /// or, for a profile that names none, the built-in agent when `[roles]` gives the worker
-/// role a model and the scripted agent otherwise.
-fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunner>) -> AgentSet {
+/// role a model and the scripted agent otherwise. Each agent's worker prompt says what its
+/// commands get of the sandbox and the network under `policy` (ADR-032).
+fn agent_set(
+    config: &RunConfig,
+    llm: Arc<dyn Llm>,
+    runner: Arc<dyn ProcessRunner>,
+    policy: &SandboxPolicy,
+) -> AgentSet {
+    let worker_prompt = |asks: Sandbox| {
+        let sandbox = policy.for_agent(asks == Sandbox::Network);
+        prompts::for_worker(&config.prompts, &config.limits, &sandbox)
+    };
     let scripted: Arc<dyn Agent> = Arc::new(ScriptedAgent::with_runner(
         config.scenario.clone(),
         runner.clone(),
@@ -260,7 +270,7 @@ fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunne
     let builtin: Arc<dyn Agent> = Arc::new(BuiltinAgent::new(
         llm,
         runner.clone(),
-        prompts::for_role(Role::Worker, &config.prompts, &config.limits),
+        worker_prompt(config.builtin_agent.sandbox),
         config.builtin_agent.clone(),
     ));
     let worker_has_model = config.models.roles.get(Role::Worker).is_some();
@@ -269,7 +279,6 @@ fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunne
     } else {
         scripted.clone()
     };
-    let worker_prompt = prompts::for_role(Role::Worker, &config.prompts, &config.limits);
     let mut set = AgentSet::one(default);
     for profile in config.profiles() {
         let agent = match profile.agent.as_deref() {
@@ -280,7 +289,7 @@ fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunne
                     name.to_string(),
                     cfg.clone(),
                     runner.clone(),
-                    worker_prompt.clone(),
+                    worker_prompt(cfg.sandbox),
                 )
             }) {
                 Some(Ok(agent)) => Arc::new(agent),
