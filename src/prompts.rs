@@ -344,9 +344,11 @@ mod tests {
                         accepted(&mut planner_run, file, tasks);
                     }
                     Role::Reconciler => {
-                        let max = PlannerConfig::default().max_answer_bytes;
-                        let tasks = planner_answer(file, example, max);
-                        accepted(&mut RunGraph::new(limits.clone()), file, tasks);
+                        // Read as the Reconciler reads its model's words (ADR-032): one
+                        // wording per fix task asked for.
+                        let words = flotilla_actors::actors::reconciler::parse_answer(example, 1)
+                            .unwrap_or_else(|e| panic!("{file}: the example answer: {e}"));
+                        assert!(!words[0].acceptance.is_empty());
                     }
                     Role::Subplanner => {
                         let max = SubplannerConfig::default().max_answer_bytes;

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::handoff::Usage;
 use super::ids::TaskId;
 use super::work::Urgency;
 
@@ -159,6 +160,28 @@ pub struct SweepFix {
     pub scope: Vec<String>,
     pub signature: String,
     pub class: String,
+    /// The `reconciler` role's words for the fix task, when a model wrote them (ADR-032):
+    /// bounded, without control characters; the facts above stay flotilla's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worded: Option<FixWording>,
+}
+
+/// What the `reconciler` role's model wrote for one fix task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixWording {
+    pub description: String,
+    /// Empty: flotilla's default acceptance.
+    #[serde(default)]
+    pub acceptance: String,
+}
+
+/// The `reconciler` role's call for a sweep's fixes: what it cost, and why its words were
+/// not used, if they were not (flotilla's own wording stands then).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WordingCall {
+    pub usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 /// Reconciler → TaskGraph: what one sweep of main found.
@@ -179,6 +202,10 @@ pub struct SweepReport {
     pub duration_ms: u64,
     /// The finalization attempt this sweep answers, if it was asked for one.
     pub finalization: Option<u32>,
+    /// The `reconciler` role's model was asked to word the fixes (journaled with the
+    /// sweep, so a replay never asks again; its usage is charged to the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wording: Option<WordingCall>,
 }
 
 /// What became of the user's own checkout when main moved.

@@ -33,8 +33,8 @@ pub use handoff::{
 };
 pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name, branch_prefix};
 pub use merge::{
-    CheckoutSync, FixOf, IntendedLanding, LandRequest, LandingFailure, MergeHealth, SweepFix,
-    SweepReport, commit_subject,
+    CheckoutSync, FixOf, FixWording, IntendedLanding, LandRequest, LandingFailure, MergeHealth,
+    SweepFix, SweepReport, WordingCall, commit_subject,
 };
 pub use messages::{
     FromMerging, GetSnapshot, IntendLanding, IntentNotJournaled, Published, ToAgent, ToDispatch,

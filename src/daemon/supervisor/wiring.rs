@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use flotilla_actors::actors::{
-    AgentSet, Dispatch, MergeKit, MergeQueue, Planner, Reconciler, ReconcilerKit, Subplanner,
-    TaskGraph, WorkerKit, WorkerPool,
+    AgentSet, Dispatch, FixWriter, MergeKit, MergeQueue, Planner, Reconciler, ReconcilerKit,
+    Subplanner, TaskGraph, WorkerKit, WorkerPool,
 };
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{Agent, Journal, Llm, ProcessRunner, Sandbox, SweepKeep};
@@ -163,6 +163,17 @@ pub(super) fn start_run(
     )
     .watched(lifeline(Member::Dispatch))
     .start_on(thread);
+    // The `reconciler` role's model words fix tasks only when [roles] names one (ADR-032);
+    // otherwise flotilla's own wording stands and no scripted answer is asked for.
+    let fix_writer = config
+        .models
+        .roles
+        .get(Role::Reconciler)
+        .is_some()
+        .then(|| FixWriter {
+            llm: llm.clone(),
+            system: prompts::for_role(Role::Reconciler, &config.prompts, &config.limits),
+        });
     let planner = Planner::new(
         run,
         request,
@@ -192,7 +203,11 @@ pub(super) fn start_run(
             max_fixes: config.limits.max_fix_tasks_per_sweep as usize,
         },
         graph_addr.clone().recipient(),
-    )
+    );
+    let reconciler = match fix_writer {
+        Some(writer) => reconciler.with_writer(writer),
+        None => reconciler,
+    }
     .watched(lifeline(Member::Reconciler))
     .start_on(thread);
     let merge_queue = MergeQueue::new(
