@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::handoff::Usage;
 use super::ids::TaskId;
-use super::work::Urgency;
+use super::task::Urgency;
 
 /// Why flotilla made a fix task (`f<n>`) itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

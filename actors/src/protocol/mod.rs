@@ -48,12 +48,11 @@ pub use subplan::{
 };
 pub use task::{
     ArtifactKind, Budget, CostOutOfRange, DependencyRef, IllegalTransition, Priority,
-    PriorityOutOfRange, TaskSpec, TaskState, Usd,
+    PriorityOutOfRange, TaskSpec, TaskState, Urgency, Usd, WorkOrder,
 };
 pub use view::{GraphSnapshot, TaskView};
 pub use work::{
-    Assignment, PlannerAnswer, ReadyTask, Role, RootHandoff, Route, SubplannerAnswer,
-    TaskCompleted, Urgency, WorkOrder,
+    Assignment, PlannerAnswer, ReadyTask, Role, RootHandoff, Route, SubplannerAnswer, TaskCompleted,
 };
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 //! [`messages`](super::messages) do), so the journal, the API, tests and fuzzers use them
 //! without an actor runtime.
 
-use std::cmp::Reverse;
 use std::fmt;
 use std::sync::Arc;
 
@@ -14,37 +13,7 @@ use super::failure::FailureReason;
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
 use super::subplan::{ProposedSubplan, SubtaskProposal};
-use super::task::{Budget, Priority, TaskSpec, TaskState};
-
-/// How urgent a task's work is, for every queue that orders it: Dispatch hands ready tasks
-/// out and the MergeQueue lands branches by [`Urgency::order`] (ADR-032), so that what
-/// others wait for starts first and lands first (dependents start only once it is on main).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Urgency {
-    /// 1 (most urgent) first.
-    pub priority: Priority,
-    /// Tasks on the longest chain from this one to a sink, itself included: the longer, the
-    /// sooner (the chain is the run's critical path).
-    pub critical_path: u32,
-    /// Creation order within the run: older first among equals.
-    pub created: u64,
-}
-
-/// Where a task stands in a queue ordered by urgency: smaller goes first. Most urgent, then
-/// the longest remaining dependency chain, then oldest; the id makes keys unique.
-pub type WorkOrder = (Priority, Reverse<u32>, u64, TaskId);
-
-impl Urgency {
-    /// The one ordering Dispatch and the MergeQueue share.
-    pub fn order(&self, task: &TaskId) -> WorkOrder {
-        (
-            self.priority,
-            Reverse(self.critical_path),
-            self.created,
-            task.clone(),
-        )
-    }
-}
+use super::task::{Budget, TaskSpec, TaskState, Urgency};
 
 /// What a worker (or subplanner, or synthesizing parent) reports when it stops. It may carry
 /// artifacts only (done), a subplan only (needs decomposition), or both (partial work plus a
