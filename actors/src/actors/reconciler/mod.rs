@@ -359,19 +359,6 @@ impl Sweep {
                 }
             }
         }
-        // main moved while the commands ran: what they found may already be fixed. A
-        // pinned commit is what it is, wherever main went.
-        match self.kit.reader.main_tip().await {
-            _ if self.pinned.is_some() => {}
-            Ok(now) if now != commit => {
-                return SweepOutcome::Stale {
-                    sweep: self.number,
-                    commit,
-                };
-            }
-            Ok(_) => {}
-            Err(e) => return SweepOutcome::Unreadable(e.to_string()),
-        }
         let groups = failures::classify_and_group(&found, self.kit.max_fixes);
         let class = groups.first().map(|g| g.class.to_string());
         let mut fixes: Vec<SweepFix> = groups
@@ -404,6 +391,19 @@ impl Sweep {
             }
             _ => None,
         };
+        // main moved while the commands (or the model) ran: what they found may already be fixed. A
+        // pinned commit is what it is, wherever main went.
+        match self.kit.reader.main_tip().await {
+            _ if self.pinned.is_some() => {}
+            Ok(now) if now != commit => {
+                return SweepOutcome::Stale {
+                    sweep: self.number,
+                    commit,
+                };
+            }
+            Ok(_) => {}
+            Err(e) => return SweepOutcome::Unreadable(e.to_string()),
+        }
         SweepOutcome::Done(SweepReport {
             sweep: self.number,
             commit,
