@@ -482,6 +482,11 @@ mod tests {
         };
         assert!(says(&ports, true).contains("TCP connections only to port 443"));
         assert!(says(&ports, false).contains("without network access"));
+        // A change outside the scope fails the attempt, or only is reported where the run's
+        // `[checks] out_of_scope = "flag"`: the prompt claims no more than both do.
+        use flotilla_actors::actors::worker::check::{ChecksConfig, OutOfScopePolicy};
+        assert_eq!(ChecksConfig::default().out_of_scope, OutOfScopePolicy::Fail);
+        assert!(prompt(Role::Worker).contains("is caught, and fails the task or is reported"));
         // Where the agent is unknown the prompt promises nothing about the network.
         assert!(!no_network(&prompt(Role::Worker)));
         // The run_command tool says nothing of the network itself: the prompt does.
