@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use flotilla_actors::config::Limits;
 use flotilla_actors::protocol::Role;
 
+use crate::sandbox::AgentSandbox;
+
 /// The built-in prompts: (role, file name, text).
 pub const BUILT_IN: [(Role, &str, &str); 4] = [
     (
@@ -36,8 +38,10 @@ pub const BUILT_IN: [(Role, &str, &str); 4] = [
     ),
 ];
 
-/// Every placeholder a prompt may use.
-pub const PLACEHOLDERS: [&str; 7] = [
+/// Every placeholder a prompt may use. `sandbox` is the worker's: what its commands get of
+/// the run's sandbox and the network ([`for_worker`]).
+pub const PLACEHOLDERS: [&str; 8] = [
+    "sandbox",
     "max_subtasks",
     "max_subplanner_iterations",
     "max_depth",
@@ -47,9 +51,16 @@ pub const PLACEHOLDERS: [&str; 7] = [
     "max_nodes",
 ];
 
-/// The value of each placeholder for a run with `limits`.
-fn values(limits: &Limits) -> [(&'static str, String); 7] {
+/// What `{{sandbox}}` says where the agent is not known: nothing it could get wrong.
+const SANDBOX_UNKNOWN: &str = "as the run's configuration sets it (network and all)";
+
+/// The value of each placeholder for a run with `limits`, for an agent in `sandbox`.
+fn values(limits: &Limits, sandbox: Option<&AgentSandbox>) -> [(&'static str, String); 8] {
     [
+        (
+            "sandbox",
+            sandbox.map_or(SANDBOX_UNKNOWN.to_string(), AgentSandbox::phrase),
+        ),
         ("max_subtasks", limits.max_subtasks.to_string()),
         (
             "max_subplanner_iterations",
@@ -119,7 +130,11 @@ pub fn check(template: &str, file: &str) -> Result<(), PromptError> {
 
 /// `template` with its placeholders filled from `limits` (checked with [`check`] first).
 pub fn render(template: &str, limits: &Limits) -> String {
-    let values = values(limits);
+    render_for(template, limits, None)
+}
+
+fn render_for(template: &str, limits: &Limits, sandbox: Option<&AgentSandbox>) -> String {
+    let values = values(limits, sandbox);
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(start) = rest.find("{{") {
@@ -146,12 +161,31 @@ pub type PromptOverrides = BTreeMap<String, String>;
 /// The prompt `role` runs with: its override if the run has one, else the built-in one,
 /// with placeholders filled.
 pub fn for_role(role: Role, overrides: &PromptOverrides, limits: &Limits) -> String {
+    role_prompt(role, overrides, limits, None)
+}
+
+/// The worker's prompt for an agent whose commands run in `sandbox` (ADR-032): it says
+/// "without network access" only when the sandbox takes the network away.
+pub fn for_worker(overrides: &PromptOverrides, limits: &Limits, sandbox: &AgentSandbox) -> String {
+    role_prompt(Role::Worker, overrides, limits, Some(sandbox))
+}
+
+fn role_prompt(
+    role: Role,
+    overrides: &PromptOverrides,
+    limits: &Limits,
+    sandbox: Option<&AgentSandbox>,
+) -> String {
     let (_, file, built_in) = BUILT_IN
         .iter()
         .find(|(r, _, _)| *r == role)
         .copied()
         .unwrap_or(BUILT_IN[0]);
-    render(overrides.get(file).map_or(built_in, String::as_str), limits)
+    render_for(
+        overrides.get(file).map_or(built_in, String::as_str),
+        limits,
+        sandbox,
+    )
 }
 
 /// Checks stored overrides (a config that came in a request's body).
@@ -198,7 +232,7 @@ mod tests {
         assert!(
             PLACEHOLDERS
                 .iter()
-                .all(|p| values(&limits).iter().any(|(n, _)| n == p)),
+                .all(|p| values(&limits, None).iter().any(|(n, _)| n == p)),
             "every placeholder has a value"
         );
     }
@@ -310,9 +344,11 @@ mod tests {
                         accepted(&mut planner_run, file, tasks);
                     }
                     Role::Reconciler => {
-                        let max = PlannerConfig::default().max_answer_bytes;
-                        let tasks = planner_answer(file, example, max);
-                        accepted(&mut RunGraph::new(limits.clone()), file, tasks);
+                        // Read as the Reconciler reads its model's words (ADR-032): one
+                        // wording per fix task asked for.
+                        let words = flotilla_actors::actors::reconciler::parse_answer(example, 1)
+                            .unwrap_or_else(|e| panic!("{file}: the example answer: {e}"));
+                        assert!(!words[0].acceptance.is_empty());
                     }
                     Role::Subplanner => {
                         let max = SubplannerConfig::default().max_answer_bytes;
@@ -348,8 +384,10 @@ mod tests {
     fn the_prompts_promise_only_what_the_code_does() {
         let limits = Limits::default();
         let prompt = |role| for_role(role, &PromptOverrides::new(), &limits);
-        // The subplanner prompt says an empty `acceptance` is not refused: the graph takes it.
-        assert!(prompt(Role::Subplanner).contains("flotilla accepts a subtask without them"));
+        // The root planner's prompt asks for acceptance and never says flotilla refuses a
+        // task without it: the graph takes one.
+        let root = prompt(Role::Planner);
+        assert!(!root.contains("refuses a batch in which"));
         let mut graph = RunGraph::new(limits.clone());
         let events = graph
             .submit(vec![TaskSpec::new("no acceptance", &["src/a.rs"])])
@@ -358,24 +396,114 @@ mod tests {
             !events
                 .iter()
                 .any(|e| matches!(e, EventKind::TasksRejected { .. })),
-            "empty acceptance is refused now: say so in prompts/subplanner.md"
+            "empty acceptance is refused from the root planner now: say so in root-planner.md"
         );
-        // "No network" only as the default: the default sandbox is bubblewrap, which gives
-        // none, and a run may configure the network in.
-        let worker = prompt(Role::Worker);
-        assert!(worker.contains("by default without network access"));
-        assert!(!worker.contains("no network"), "an unconditional promise");
+        // The subplanner prompt says a batch without acceptance is refused (ADR-032): the
+        // graph refuses it, by the reason the Subplanner's next call carries.
+        assert!(
+            prompt(Role::Subplanner)
+                .contains("flotilla refuses a batch in which a subtask has none")
+        );
+        let wide = ["src/a.rs", "src/b.rs", "src/c.rs", "src/d.rs"];
+        let mut graph = RunGraph::new(limits.clone());
+        graph.submit(vec![TaskSpec::new("wide", &wide)]).unwrap();
+        let t1: flotilla_actors::protocol::TaskId = "t1".parse().unwrap();
+        graph
+            .dispatched(
+                &t1,
+                1,
+                "subplanner",
+                flotilla_actors::protocol::Route::Subplanner,
+            )
+            .unwrap();
+        graph.started(&t1, 1).unwrap();
+        let mut with = flotilla_actors::protocol::SubtaskProposal::new("a", &["src/a.rs"]);
+        with.acceptance = "`cargo test a` exits 0".into();
+        let without = flotilla_actors::protocol::SubtaskProposal::new("b", &["src/b.rs"]);
+        let events = graph
+            .subplanner_answered(flotilla_actors::protocol::SubplannerAnswer {
+                task: t1,
+                attempt: 1,
+                call: 0,
+                prompt: String::new(),
+                content: String::new(),
+                usage: Default::default(),
+                reported: Vec::new(),
+                subtasks: Ok(vec![with, without]),
+            })
+            .unwrap();
+        assert!(
+            events.iter().any(|e| matches!(
+                e,
+                EventKind::DecompositionRejected {
+                    reason: flotilla_actors::protocol::RejectionReason::EmptyAcceptance {
+                        subtask: 1
+                    },
+                    ..
+                }
+            )),
+            "{events:?}"
+        );
+        assert_eq!(graph.len(), 1, "the graph is unchanged");
+        // "Without network access" only where the sandbox takes it away (ADR-032): the
+        // worker's prompt says what the agent's commands get under the run's policy.
+        use crate::sandbox::{SandboxConfig, SandboxMode, SandboxPolicy};
+        let says = |config: &SandboxConfig, asks: bool| {
+            let policy = SandboxPolicy::for_run(config, &[], std::path::Path::new("/repo"));
+            for_worker(&PromptOverrides::new(), &limits, &policy.for_agent(asks))
+        };
+        let bwrap = SandboxConfig::default();
+        assert!(says(&bwrap, false).contains("in the run's sandbox: without network access"));
+        let no_network = |text: &str| {
+            let lower = text.to_lowercase();
+            lower.contains("without network") || lower.contains("no network")
+        };
+        assert!(
+            !no_network(&says(&bwrap, true)),
+            "an agent with sandbox = \"network\""
+        );
+        assert!(says(&bwrap, true).contains("with the host's network"));
+        let none = SandboxConfig {
+            mode: SandboxMode::None,
+            ..SandboxConfig::default()
+        };
+        assert!(
+            !no_network(&says(&none, false)),
+            "[sandbox] mode = \"none\""
+        );
+        assert!(
+            !says(&none, false).contains("read-only"),
+            "no confinement promised"
+        );
+        assert!(says(&bwrap, false).contains("everything outside your worktree read-only"));
+        let ports = SandboxConfig {
+            allow_tcp_ports: Some(vec![443]),
+            ..SandboxConfig::default()
+        };
+        assert!(says(&ports, true).contains("TCP connections only to port 443"));
+        assert!(says(&ports, false).contains("without network access"));
+        // A change outside the scope fails the attempt, or only is reported where the run's
+        // `[checks] out_of_scope = "flag"`: the prompt claims no more than both do.
+        use flotilla_actors::actors::worker::check::{ChecksConfig, OutOfScopePolicy};
+        assert_eq!(ChecksConfig::default().out_of_scope, OutOfScopePolicy::Fail);
+        assert!(prompt(Role::Worker).contains("is caught, and fails the task or is reported"));
+        // Where the agent is unknown the prompt promises nothing about the network.
+        assert!(!no_network(&prompt(Role::Worker)));
+        // The run_command tool says nothing of the network itself: the prompt does.
         let run_command = crate::agents::tools::specs()
             .into_iter()
             .find(|spec| spec.name == "run_command")
             .unwrap();
         assert!(
-            run_command
-                .description
-                .contains("by default without network access")
-                && !run_command.description.contains("No network"),
+            !no_network(&run_command.description),
             "{}",
             run_command.description
+        );
+        assert!(
+            !run_command
+                .description
+                .to_lowercase()
+                .contains("network access")
         );
         assert_eq!(
             crate::sandbox::SandboxConfig::default().mode,

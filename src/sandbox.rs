@@ -396,6 +396,20 @@ impl SandboxPolicy {
         network || self.mode == SandboxMode::None
     }
 
+    /// What an agent's commands get under this policy (`asks`: the agent's
+    /// `sandbox = "network"`), as its prompt says it (ADR-032).
+    pub fn for_agent(&self, asks: bool) -> AgentSandbox {
+        let network = match (self.gives_network(asks), &self.allow_tcp_ports) {
+            (false, _) => NetworkAccess::Off,
+            (true, Some(ports)) => NetworkAccess::Ports(ports.clone()),
+            (true, None) => NetworkAccess::On,
+        };
+        AgentSandbox {
+            confined: self.mode == SandboxMode::Bwrap,
+            network,
+        }
+    }
+
     /// The Landlock ruleset that lets a command connect over TCP only to the allowed ports,
     /// if the policy has an allow-list: created here, in the daemon, and put in force by
     /// the child between fork and exec ([`restrict_self`]), where nothing may allocate.
@@ -405,6 +419,64 @@ impl SandboxPolicy {
             return Ok(None);
         };
         tcp_ruleset(ports).map(Some)
+    }
+}
+
+/// What an agent's commands get under the run's sandbox: what the worker's prompt says of
+/// it (`{{sandbox}}`), so that it promises no confinement and no "without network access"
+/// the sandbox does not give.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSandbox {
+    /// In bubblewrap: home hidden, all but the workspace read-only.
+    pub confined: bool,
+    pub network: NetworkAccess,
+}
+
+impl AgentSandbox {
+    /// The words the worker's prompt says it in.
+    pub fn phrase(&self) -> String {
+        if self.confined {
+            format!(
+                "{}, with your home directory hidden and everything outside your worktree \
+                 read-only",
+                self.network.phrase()
+            )
+        } else {
+            format!(
+                "none ([sandbox] mode = \"none\"): commands run as the daemon's user, {}",
+                self.network.phrase()
+            )
+        }
+    }
+}
+
+/// An agent's network under the run's sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkAccess {
+    Off,
+    /// TCP connections to these ports only (Landlock).
+    Ports(Vec<u16>),
+    On,
+}
+
+impl NetworkAccess {
+    pub fn phrase(&self) -> String {
+        match self {
+            NetworkAccess::Off => "without network access".into(),
+            NetworkAccess::Ports(ports) if ports.is_empty() => {
+                "with the network, but no TCP port may be connected to".into()
+            }
+            NetworkAccess::Ports(ports) => format!(
+                "with the network, TCP connections only to port{} {}",
+                if ports.len() == 1 { "" } else { "s" },
+                ports
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            NetworkAccess::On => "with the host's network".into(),
+        }
     }
 }
 

@@ -191,7 +191,7 @@ pub fn specs() -> Vec<ToolSpec> {
         ),
         spec(
             "run_command",
-            "Run a shell command in the repository root (build, test), in the run's sandbox: by default without network access, and never with secrets in its environment. It is killed at its time limit.",
+            "Run a shell command in the repository root (build, test), in the run's sandbox (your instructions say what it allows), never with secrets in its environment. It is killed at its time limit.",
             json!({"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false}),
         ),
         spec(

@@ -40,6 +40,10 @@ pub struct RunStatus {
     /// from before it (which landed on `main`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
+    /// Nothing tests main in this run: no `[merge] gate` and no `[reconciler]` build,
+    /// typecheck or test command (ADR-032).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub main_untested: bool,
     /// `problem` is a damage (the first one found is kept).
     #[serde(skip)]
     pub(crate) damage_noted: bool,

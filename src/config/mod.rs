@@ -302,7 +302,22 @@ impl FileConfig {
     }
 }
 
+/// Whether nothing tests main in a run with these sections: no `[merge] gate` and no
+/// `[reconciler]` build, typecheck or test command, so main moves after a conflict-marker
+/// check only. `submit` and `status` say so once (ADR-032).
+pub fn main_untested(merge: &MergeConfig, reconciler: &ReconcilerConfig) -> bool {
+    merge.gate.is_empty()
+        && reconciler.build.is_none()
+        && reconciler.typecheck.is_none()
+        && reconciler.test.is_none()
+}
+
 impl RunConfig {
+    /// See [`main_untested`].
+    pub fn main_untested(&self) -> bool {
+        main_untested(&self.merge, &self.reconciler)
+    }
+
     /// The branch the run lands on: `[merge] branch`, which submit always fills in, or
     /// `main` for a run journaled before ADR-022.
     pub fn target_branch(&self) -> Result<TargetBranch, TargetBranchError> {

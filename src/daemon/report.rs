@@ -168,6 +168,7 @@ impl StatusReplay {
             sandbox: self.sandbox.clone(),
             main_diverged: self.main_diverged.clone(),
             provider_pauses: self.provider_pauses.values().cloned().collect(),
+            main_untested: untested(&record.config),
             branch: record
                 .config
                 .pointer("/merge/branch")
@@ -177,6 +178,27 @@ impl StatusReplay {
                 format!("damaged: the journal does not replay at #{seq}: {error}")
             }),
         }
+    }
+}
+
+/// Whether the run's journaled config leaves main untested ([`crate::config::main_untested`]);
+/// a config that does not read as one says nothing.
+fn untested(config: &serde_json::Value) -> bool {
+    fn section<T: serde::de::DeserializeOwned + Default>(
+        config: &serde_json::Value,
+        key: &str,
+    ) -> Option<T> {
+        match config.get(key) {
+            None => Some(T::default()),
+            Some(value) => serde_json::from_value(value.clone()).ok(),
+        }
+    }
+    if !config.is_object() {
+        return false;
+    }
+    match (section(config, "merge"), section(config, "reconciler")) {
+        (Some(merge), Some(reconciler)) => crate::config::main_untested(&merge, &reconciler),
+        _ => false,
     }
 }
 
@@ -201,6 +223,19 @@ pub(crate) fn journaled(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A journaled config with neither a gate nor a sweep command leaves main untested;
+    /// either one tests it; a config that does not read says nothing.
+    #[test]
+    fn a_run_without_gate_or_sweep_commands_is_marked_untested() {
+        use serde_json::json;
+        assert!(untested(&json!({"merge": {"branch": "main"}})));
+        assert!(untested(&json!({})));
+        assert!(!untested(&json!({"merge": {"gate": ["cargo test"]}})));
+        assert!(!untested(&json!({"reconciler": {"test": "pytest -q"}})));
+        assert!(!untested(&json!({"merge": {"gate": 3}})));
+        assert!(!untested(&serde_json::Value::Null));
+    }
 
     /// A replay carried across status calls says exactly what one replay of the whole
     /// journal says, at every point; once the run ends it is no longer open.

@@ -253,6 +253,7 @@ fn an_empty_diff_a_red_sweep_and_a_blocked_task_are_reported() {
             fixes: Vec::new(),
             duration_ms: 5,
             finalization: None,
+            wording: None,
         },
     };
     let r = report(

@@ -96,6 +96,14 @@ fn submit_follows_the_run_to_the_end_and_the_other_commands_see_it() {
     let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
     let run = stderr.split_whitespace().nth(1).unwrap().to_string();
     let prefix = &run[..8];
+    // No gate, no sweep commands: said once, with where to set a gate (ADR-032).
+    let untested: Vec<&str> = stderr.lines().filter(|l| l.contains("untested")).collect();
+    assert_eq!(untested.len(), 1, "{stderr}");
+    assert!(
+        untested[0].starts_with("gate: none: main moves untested")
+            && untested[0].contains("[merge] gate"),
+        "{stderr}"
+    );
 
     let out = flotilla(state.path())
         .args(["tail", prefix, "--json"])
@@ -122,11 +130,13 @@ fn submit_follows_the_run_to_the_end_and_the_other_commands_see_it() {
     .unwrap();
     assert_eq!(first["seq"], 4);
 
-    flotilla(state.path())
+    let status = flotilla(state.path())
         .args(["status", prefix])
         .assert()
         .success()
         .stdout(predicates::str::contains("completed"));
+    let status = String::from_utf8(status.get_output().stdout.clone()).unwrap();
+    assert_eq!(status.matches("main moves untested").count(), 1, "{status}");
     let status = flotilla(state.path())
         .args(["status", prefix, "--json"])
         .assert()
@@ -150,6 +160,18 @@ fn submit_follows_the_run_to_the_end_and_the_other_commands_see_it() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("already finished"));
+    // With a gate nothing is said.
+    std::fs::write(
+        repo.path().join("flotilla.toml"),
+        "[provider]\nscenario = \"scenario.toml\"\n[merge]\ngate = [\"true\"]\n",
+    )
+    .unwrap();
+    flotilla(state.path())
+        .args(["submit", "build a parser", "--detach", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .success()
+        .stderr(predicates::str::contains("untested").not());
 }
 
 #[test]

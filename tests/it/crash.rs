@@ -42,12 +42,12 @@ fn scenario() -> String {
 
 [[subplanner.t31.answers]]
 tasks = [
-  { description = "w part a", scope = ["src/w/a.rs", "src/w/b.rs"] },
-  { description = "w part c", scope = ["src/w/c.rs"] },
+  { description = "w part a", scope = ["src/w/a.rs", "src/w/b.rs"], acceptance = "builds" },
+  { description = "w part c", scope = ["src/w/c.rs"], acceptance = "builds" },
 ]
 [[subplanner.t31.answers]]
 tasks = [
-  { description = "w part d, on parts a and c", scope = ["src/w/d.rs"] },
+  { description = "w part d, on parts a and c", scope = ["src/w/d.rs"], acceptance = "builds" },
 ]
 "#,
     );

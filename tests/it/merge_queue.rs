@@ -106,6 +106,7 @@ impl Fixture {
             subject: format!("{id}: work"),
             fix: None,
             retries: 0,
+            urgency: Urgency::default(),
             recovered: false,
             intended: Vec::new(),
         }
@@ -153,6 +154,21 @@ impl Fixture {
         git: Arc<dyn MergeGit>,
         notices: Option<actix::Recipient<Published>>,
     ) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
+        let config = MergeConfig {
+            gate: gate.iter().map(|s| s.to_string()).collect(),
+            ..MergeConfig::default()
+        };
+        self.queue_configured(config, main, git, notices)
+    }
+
+    /// A queue with `config`, on `git`.
+    fn queue_configured(
+        &self,
+        config: MergeConfig,
+        main: Arc<dyn MainRef>,
+        git: Arc<dyn MergeGit>,
+        notices: Option<actix::Recipient<Published>>,
+    ) -> (actix::Addr<MergeQueue>, Inbox<FromMerging>) {
         let (graph, inbox) = probe::<FromMerging>("graph");
         let reader = Arc::new(GitRepo::new(self.repo_path.clone(), main_branch()));
         let kit = MergeKit {
@@ -160,10 +176,7 @@ impl Fixture {
             main,
             reader,
             runner: Arc::new(TokioProcessRunner),
-            config: MergeConfig {
-                gate: gate.iter().map(|s| s.to_string()).collect(),
-                ..MergeConfig::default()
-            },
+            config,
         };
         let ledger = Ledger(self.intents.clone()).start().recipient();
         let mut queue = MergeQueue::new(self.run, kit, graph, ledger);
@@ -260,7 +273,7 @@ async fn parallel_branches_land_in_order_on_a_linear_main_with_their_trailers() 
     assert_eq!(
         landed,
         vec![task("t1"), task("t2"), task("t3")],
-        "in enqueue order"
+        "equal urgency: oldest first, then by id"
     );
     let history = f.history();
     assert_eq!(history.len(), 3);
@@ -957,4 +970,185 @@ async fn a_gate_whose_scratch_checkout_the_storage_refuses_fails_nobody_and_land
     );
     assert_eq!(*git.refusals.lock().unwrap(), 0);
     assert_eq!(f.history().len(), 2);
+}
+
+/// git whose first build waits until the test lets it go (and says when it started), so
+/// that the queue is busy while the test scripts what arrives; everything else is the real
+/// thing.
+struct HeldFirstBuild {
+    real: Arc<GitMerge>,
+    started: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    release: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+}
+
+impl MergeGit for HeldFirstBuild {
+    fn build(
+        &self,
+        onto: String,
+        items: Vec<LandItem>,
+        mode: LandMode,
+    ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>> {
+        let started = self.started.lock().unwrap().take();
+        let release = self.release.lock().unwrap().take();
+        let real = self.real.clone();
+        Box::pin(async move {
+            if let (Some(started), Some(release)) = (started, release) {
+                let _ = started.send(());
+                let _ = release.await;
+            }
+            real.build(onto, items, mode).await
+        })
+    }
+    fn find_on_main(
+        &self,
+        tip: String,
+        candidates: Vec<Vec<String>>,
+    ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>> {
+        self.real.find_on_main(tip, candidates)
+    }
+    fn contains(
+        &self,
+        tip: String,
+        ancestor: String,
+    ) -> BoxFuture<'static, Result<bool, RepoError>> {
+        self.real.contains(tip, ancestor)
+    }
+    fn scratch(
+        &self,
+        commit: String,
+        label: String,
+    ) -> BoxFuture<'static, Result<ScratchTree, RepoError>> {
+        self.real.scratch(commit, label)
+    }
+    fn remove_scratch(&self, tree: ScratchTree) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.real.remove_scratch(tree)
+    }
+    fn conflict_markers(
+        &self,
+        commit: String,
+        paths: Option<Vec<String>>,
+    ) -> BoxFuture<'static, Result<Vec<MarkerHit>, RepoError>> {
+        self.real.conflict_markers(commit, paths)
+    }
+    fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.real.delete_branch(branch)
+    }
+    fn sync_checkout(
+        &self,
+        old: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<CheckoutSync, RepoError>> {
+        self.real.sync_checkout(old, new)
+    }
+}
+
+/// ADR-032: while a landing is in flight, branches arrive in an order that is not their
+/// urgency; the queue lands fix tasks first, then by priority, then by critical path (what
+/// a longer chain of dependents waits for first), then by age, a retry counted younger,
+/// exactly as Dispatch orders ready tasks, and a withdrawn branch never lands.
+#[actix::test]
+async fn landings_go_fix_first_then_by_priority_then_by_critical_path_as_dispatch_orders() {
+    let f = Fixture::new();
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (release, release_rx) = tokio::sync::oneshot::channel();
+    let git = Arc::new(HeldFirstBuild {
+        real: Arc::new(f.git()),
+        started: Mutex::new(Some(started_tx)),
+        release: Mutex::new(Some(release_rx)),
+    });
+    let config = MergeConfig {
+        gate: vec!["test -f README.md".into()],
+        batch_max: 1,
+        ..MergeConfig::default()
+    };
+    let main = Arc::new(GitRepo::new(f.repo_path.clone(), main_branch()));
+    let (queue, mut inbox) = f.queue_configured(config, main, git, None);
+    // (id, priority, critical path, created, retries, a sweep fix)
+    let arrivals: [(&str, u8, u32, u64, u32, bool); 7] = [
+        ("t1", 5, 1, 1, 0, false),
+        ("t2", 2, 1, 2, 0, false),
+        ("t3", 5, 4, 3, 0, false),
+        ("t4", 2, 3, 4, 0, false),
+        ("t6", 5, 1, 0, 1, false),
+        ("f1", 9, 1, 5, 0, true),
+        ("t7", 1, 9, 6, 0, false),
+    ];
+    let request = |id: &str, priority: u8, critical_path: u32, created: u64, retries, fix| {
+        let mut r = f.branch(id, &[(&format!("src/{id}.txt"), &format!("{id}\n"))]);
+        r.urgency = Urgency {
+            priority: Priority::new(priority).unwrap(),
+            critical_path,
+            created,
+        };
+        r.retries = retries;
+        if fix {
+            r.fix = Some(FixOf::Sweep {
+                signature: "build: E0412".into(),
+                class: "build".into(),
+            });
+        }
+        r
+    };
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(request(
+        "t9", 10, 1, 0, 0, false,
+    ))));
+    // t9's landing is in flight: everything else waits in the queue.
+    started.await.unwrap();
+    for (id, priority, critical_path, created, retries, fix) in arrivals {
+        queue
+            .send(ToMergeQueue::Enqueue(Box::new(request(
+                id,
+                priority,
+                critical_path,
+                created,
+                retries,
+                fix,
+            ))))
+            .await
+            .unwrap();
+    }
+    queue
+        .send(ToMergeQueue::Withdraw { task: task("t7") })
+        .await
+        .unwrap();
+    release.send(()).unwrap();
+    let landed: Vec<String> = verdicts(&mut inbox, 7)
+        .await
+        .iter()
+        .flat_map(|m| match m {
+            FromMerging::MainMoved { landed, .. } => landed
+                .iter()
+                .map(|(t, _, _)| t.to_string())
+                .collect::<Vec<_>>(),
+            other => panic!("nothing but landings expected, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        landed,
+        ["t9", "f1", "t4", "t2", "t3", "t1", "t6"],
+        "the fix first; then priority 2 by critical path; then priority 5 by critical \
+         path, then age (t6's retry counts it as made after t1)"
+    );
+    // Dispatch would hand the same tasks out in the same order: one ordering, shared.
+    let mut by_dispatch: Vec<(WorkOrder, &str)> = arrivals
+        .iter()
+        .filter(|a| !a.5 && a.0 != "t7")
+        .map(|&(id, priority, critical_path, created, retries, _)| {
+            let urgency = Urgency {
+                priority: Priority::new(priority).unwrap(),
+                critical_path,
+                created: created + 4 * u64::from(retries),
+            };
+            (urgency.order(&task(id)), id)
+        })
+        .collect();
+    by_dispatch.sort();
+    let by_dispatch: Vec<&str> = by_dispatch.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(by_dispatch, landed[2..]);
+    assert_eq!(
+        f.history().len(),
+        7,
+        "one commit a landing; t7 never landed"
+    );
+    assert_eq!(file_at(&f.repo(), f.main_tip(), "src/t7.txt"), None);
 }

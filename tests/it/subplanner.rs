@@ -478,14 +478,14 @@ async fn the_subplanner_replans_after_every_handoff_and_the_parent_is_the_aggreg
 const FILTERED_THEN_REFUSED: &str = r#"
 [[subplanner.t1.answers]]
 tasks = [
-  { description = "The lexer", scope = ["src/lang/lex.rs", "Cargo.toml"] },
-  { description = "Something elsewhere", scope = ["/etc/passwd", "../outside.rs"] },
-  { description = "The lexer's tests", scope = ["src/lang/lex.rs"] },
+  { description = "The lexer", scope = ["src/lang/lex.rs", "Cargo.toml"], acceptance = "done when it builds" },
+  { description = "Something elsewhere", scope = ["/etc/passwd", "../outside.rs"], acceptance = "done when it builds" },
+  { description = "The lexer's tests", scope = ["src/lang/lex.rs"], acceptance = "done when it builds" },
 ]
 [[subplanner.t1.answers]]
 tasks = [
-  { description = "The lexer", scope = ["src/lang/lex.rs"] },
-  { description = "The parser", scope = ["src/lang/parse.rs"] },
+  { description = "The lexer", scope = ["src/lang/lex.rs"], acceptance = "done when it builds" },
+  { description = "The parser", scope = ["src/lang/parse.rs"], acceptance = "done when it builds" },
 ]
 "#;
 
@@ -554,14 +554,73 @@ async fn paths_outside_the_parent_are_filtered_and_said_and_a_refused_batch_reac
     );
 }
 
+const WITHOUT_ACCEPTANCE_THEN_WITH: &str = r#"
+[[subplanner.t1.answers]]
+tasks = [
+  { description = "The lexer", scope = ["src/lang/lex.rs"], acceptance = "lexes the samples" },
+  { description = "The parser", scope = ["src/lang/parse.rs"], acceptance = "  " },
+]
+[[subplanner.t1.answers]]
+tasks = [
+  { description = "The lexer", scope = ["src/lang/lex.rs"], acceptance = "lexes the samples" },
+  { description = "The parser", scope = ["src/lang/parse.rs"], acceptance = "parses the samples" },
+]
+"#;
+
+/// ADR-032: prompts/subplanner.md says every subtask needs acceptance criteria and that
+/// flotilla refuses a batch without them; it does, with a typed reason that reaches the
+/// Subplanner's next call, and nothing of the batch enters the graph.
+#[actix::test]
+async fn a_subplanner_batch_without_acceptance_is_refused_with_the_reason_and_the_graph_unchanged()
+{
+    virtual_time();
+    let mut h = SubplannerRun::start(Limits::default(), fast(), WITHOUT_ACCEPTANCE_THEN_WITH);
+    h.submit(vec![wide("the language front end", &LANG)]);
+    let refused = h.events.expect_kind("decomposition_rejected").await;
+    assert_eq!(
+        refused,
+        EventKind::DecompositionRejected {
+            parent: task("t1"),
+            attempt: 1,
+            reason: RejectionReason::EmptyAcceptance { subtask: 1 }
+        }
+    );
+    let snap = h.graph.send(GetSnapshot).await.unwrap();
+    assert_eq!(
+        snap.tasks.len(),
+        1,
+        "nothing of a refused batch is inserted"
+    );
+    assert_eq!(snap.tasks[0].state, TaskState::Running);
+    let a = h.expect_assign().await;
+    let b = h.expect_assign().await;
+    assert_eq!(
+        (a.task.task.clone(), b.task.task.clone()),
+        (task("t1.1"), task("t1.2"))
+    );
+    assert_eq!(a.task.spec.acceptance, "lexes the samples");
+    let asked = h.asked();
+    let retry = prompt_of(&asked[1]);
+    assert!(
+        retry.contains("Your batch was refused: proposed task 1 has no acceptance criteria"),
+        "{retry}"
+    );
+    let prompt =
+        flotilla::prompts::for_role(Role::Subplanner, &Default::default(), &Limits::default());
+    assert!(
+        prompt.contains("flotilla refuses a batch in which a subtask has none"),
+        "the prompt says what the code does"
+    );
+}
+
 const RECURSIVE: &str = r#"
 [[subplanner.t1.answers]]
 tasks = [
-  { description = "Everything below the language directory", scope = ["src/lang/lex.rs", "src/lang/parse.rs", "src/lang/check.rs", "src/lang/mod.rs"] },
+  { description = "Everything below the language directory", scope = ["src/lang/lex.rs", "src/lang/parse.rs", "src/lang/check.rs", "src/lang/mod.rs"], acceptance = "done when it builds" },
 ]
 [[subplanner."t1.1".answers]]
 tasks = [
-  { description = "All four files at once", scope = ["src/lang/lex.rs", "src/lang/parse.rs", "src/lang/check.rs", "src/lang/mod.rs"] },
+  { description = "All four files at once", scope = ["src/lang/lex.rs", "src/lang/parse.rs", "src/lang/check.rs", "src/lang/mod.rs"], acceptance = "done when it builds" },
 ]
 "#;
 
@@ -672,11 +731,11 @@ async fn at_its_iteration_cap_the_decomposition_is_closed_whatever_the_model_wou
     virtual_time();
     let scenario = r#"
 [[subplanner.t1.answers]]
-tasks = [{ description = "The lexer", scope = ["src/lang/lex.rs"] }]
+tasks = [{ description = "The lexer", scope = ["src/lang/lex.rs"], acceptance = "done when it builds" }]
 [[subplanner.t1.answers]]
-tasks = [{ description = "The parser", scope = ["src/lang/parse.rs"] }]
+tasks = [{ description = "The parser", scope = ["src/lang/parse.rs"], acceptance = "done when it builds" }]
 [[subplanner.t1.answers]]
-tasks = [{ description = "The checker", scope = ["src/lang/check.rs"] }]
+tasks = [{ description = "The checker", scope = ["src/lang/check.rs"], acceptance = "done when it builds" }]
 "#;
     let limits = Limits {
         max_subplanner_iterations: 2,
@@ -711,11 +770,11 @@ async fn a_failed_subtask_does_not_fail_the_parent_the_subplanner_plans_around_i
     let scenario = r#"
 [[subplanner.t1.answers]]
 tasks = [
-  { description = "The lexer", scope = ["src/lang/lex.rs"] },
-  { description = "The parser", scope = ["src/lang/parse.rs"] },
+  { description = "The lexer", scope = ["src/lang/lex.rs"], acceptance = "done when it builds" },
+  { description = "The parser", scope = ["src/lang/parse.rs"], acceptance = "done when it builds" },
 ]
 [[subplanner.t1.answers]]
-tasks = [{ description = "The lexer again, smaller: only numbers", scope = ["src/lang/lex.rs"] }]
+tasks = [{ description = "The lexer again, smaller: only numbers", scope = ["src/lang/lex.rs"], acceptance = "done when it builds" }]
 "#;
     let mut h = SubplannerRun::start(Limits::default(), fast(), scenario);
     h.submit(vec![wide("the language front end", &LANG)]);

@@ -15,7 +15,6 @@
 //! A task whose scope a running task holds is parked under that task and looked at again only
 //! when it ends, so a hand-out costs O(log n) in the waiting tasks, never a walk over them (M7).
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use actix::prelude::*;
@@ -25,7 +24,7 @@ use crate::config::Limits;
 use crate::graph::scope::ScopeLocks;
 use crate::protocol::ScopePath;
 use crate::protocol::{
-    Assignment, Priority, ReadyTask, Route, RunId, TaskId, ToAgent, ToDispatch, ToTaskGraph,
+    Assignment, ReadyTask, Route, RunId, TaskId, ToAgent, ToDispatch, ToTaskGraph, WorkOrder,
     branch_name,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
@@ -77,18 +76,13 @@ pub fn best_profile<'a>(
         })
 }
 
-/// Where a ready task stands in Dispatch's queue: smaller goes first. Most urgent, then the
-/// longest remaining dependency chain (in tasks), then oldest; the id makes keys unique.
-pub type DispatchOrder = (Priority, Reverse<u32>, u64, TaskId);
+/// Where a ready task stands in Dispatch's queue: smaller goes first (the MergeQueue lands
+/// by the same order, [`Urgency::order`](crate::protocol::Urgency::order)).
+pub type DispatchOrder = WorkOrder;
 
 /// The order Dispatch hands ready tasks out in (`flotilla bench` simulates it).
 pub fn dispatch_order(task: &ReadyTask) -> DispatchOrder {
-    (
-        task.spec.priority,
-        Reverse(task.critical_path),
-        task.created,
-        task.task.clone(),
-    )
+    task.urgency().order(&task.task)
 }
 
 type QueueKey = DispatchOrder;

@@ -16,7 +16,9 @@ pub mod worker_pool;
 pub use dispatch::{Dispatch, DispatchOrder, WorkerProfile, best_profile, dispatch_order};
 pub use merge_queue::{MergeConfig, MergeConfigError, MergeKit, MergeQueue};
 pub use planner::{Exchange, Planner, PlannerConfig, PlannerConfigError};
-pub use reconciler::{Reconciler, ReconcilerConfig, ReconcilerConfigError, ReconcilerKit};
+pub use reconciler::{
+    FixWriter, Reconciler, ReconcilerConfig, ReconcilerConfigError, ReconcilerKit, WordingError,
+};
 pub use subplanner::{RecordedExchange, Subplanner, SubplannerConfig, SubplannerConfigError};
 pub use task_graph::{CancelRun, Recovery, TaskGraph};
 pub use worker::{AgentSet, Job, Worker, WorkerKit};

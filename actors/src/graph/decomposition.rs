@@ -68,7 +68,15 @@ impl RunGraph {
             Proposer::SubplannerMore => Proposal::FurtherBatch,
             _ => Proposal::Decompose,
         };
-        match validate::validate_subplan(self, ix, &plan, proposal) {
+        // The Subplanner is told that each subtask needs acceptance criteria, and flotilla
+        // refuses a batch without them; an agent's subplan is asked for less (worker.md).
+        let checked = match proposer {
+            Proposer::Agent { .. } => Ok(()),
+            Proposer::SubplannerFirst | Proposer::SubplannerMore => {
+                validate::require_acceptance(&plan)
+            }
+        };
+        match checked.and_then(|()| validate::validate_subplan(self, ix, &plan, proposal)) {
             Err(reason) => {
                 let past_cap = matches!(reason, RejectionReason::AttemptDecompositionCap { .. });
                 self.emit(

@@ -216,6 +216,10 @@ impl RunGraph {
                 self.dag[ix].fix = Some(Box::new(fix.clone()));
             }
             EventKind::SweepFinished { report } => {
+                // The `reconciler` role's call, if its model worded the fixes (ADR-032).
+                if let Some(wording) = &report.wording {
+                    self.run_spent = self.run_spent.saturating_add(wording.usage.spent());
+                }
                 if report.finalization.is_some_and(|n| n == self.finalization) {
                     self.awaiting_sweep = false;
                 }

@@ -16,7 +16,7 @@ use crate::protocol::ScopePath;
 use crate::protocol::{
     AttemptFailure, Budget, CheckoutSync, EventKind, FailureReason, FixOf, Handoff,
     IntendedLanding, LandRequest, LandingFailure, Priority, RunOutcome, SweepReport, TaskId,
-    TaskSpec, TaskState, commit_subject,
+    TaskSpec, TaskState, Urgency, commit_subject,
 };
 
 /// How many of main's clashing commits a conflict fix's description lists.
@@ -50,6 +50,11 @@ impl RunGraph {
             subject: commit_subject(task, &node.spec.description),
             fix: node.fix.as_deref().cloned(),
             retries: node.attempt.saturating_sub(1),
+            urgency: Urgency {
+                priority: node.spec.priority,
+                critical_path: node.critical_path,
+                created: node.created,
+            },
             recovered,
             intended: self.intents.get(task).cloned().unwrap_or_default(),
         })
@@ -379,15 +384,25 @@ impl RunGraph {
                         continue;
                     }
                 };
+                // The `reconciler` role's words lead when a model wrote them (ADR-032); what
+                // the sweep found stays in, as flotilla read it.
+                let (worded, acceptance) = match &fix.worded {
+                    Some(w) => (
+                        format!("{}\n\n", w.description),
+                        (!w.acceptance.trim().is_empty()).then(|| w.acceptance.clone()),
+                    ),
+                    None => (String::new(), None),
+                };
                 let description = format!(
-                    "main is red: {}\n\nThe Reconciler's sweep of main found:\n{}\n\nFix these \
-                     failures at their cause; do not disable or delete tests.",
+                    "main is red: {}\n\n{worded}The Reconciler's sweep of main found:\n{}\n\n\
+                     Fix these failures at their cause; do not disable or delete tests.",
                     fix.title, fix.description
                 );
                 let spec = TaskSpec {
                     priority: Priority::MOST_URGENT,
-                    acceptance: "The sweep's build, type check and tests pass for these files."
-                        .into(),
+                    acceptance: acceptance.unwrap_or_else(|| {
+                        "The sweep's build, type check and tests pass for these files.".into()
+                    }),
                     ..TaskSpec::new(cut(description, self.limits.max_description_bytes), &[])
                 };
                 let of = FixOf::Sweep {

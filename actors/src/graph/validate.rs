@@ -92,6 +92,19 @@ fn check_payload(
     too_large(i, "capability name", longest, limits.max_path_bytes)
 }
 
+/// Every subtask of a Subplanner batch has acceptance criteria (ADR-032); the first one
+/// without is named.
+pub(super) fn require_acceptance(plan: &ProposedSubplan) -> Result<(), RejectionReason> {
+    match plan
+        .subtasks
+        .iter()
+        .position(|s| s.acceptance.trim().is_empty())
+    {
+        Some(subtask) => Err(RejectionReason::EmptyAcceptance { subtask }),
+        None => Ok(()),
+    }
+}
+
 /// Rule (d), per item: nothing above `Limits::max_task_budget`, in any dimension.
 fn check_task_budget(limits: &Limits, i: usize, asked: Budget) -> Result<(), RejectionReason> {
     if asked.exceeds(&limits.max_task_budget) {

@@ -605,9 +605,11 @@ impl EventKind {
                         scope: vec!["src/a.rs".into()],
                         signature: "s".into(),
                         class: "compile error".into(),
+                        worded: None,
                     }],
                     duration_ms: u64::MAX,
                     finalization: Some(u32::MAX),
+                    wording: None,
                 },
             },
             EventKind::SweepStale {

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::handoff::Usage;
 use super::ids::TaskId;
+use super::task::Urgency;
 
 /// Why flotilla made a fix task (`f<n>`) itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,10 +66,12 @@ pub struct LandRequest {
     pub subject: String,
     /// A fix task: lands before ordinary work; a conflict fix is squashed.
     pub fix: Option<FixOf>,
-    /// Attempts before this one: each one lowers the priority a little, so a task that keeps
-    /// failing does not crowd out the rest, but never below a fresh task's after waiting
-    /// (see the MergeQueue's ordering).
+    /// Attempts before this one: each one counts the task as made a little later, so a task
+    /// that keeps failing does not crowd out its equals (see the MergeQueue's ordering).
     pub retries: u32,
+    /// How urgent the task is: the MergeQueue lands in Dispatch's order (ADR-032).
+    #[serde(default)]
+    pub urgency: Urgency,
     /// Sent again after a restart: main may hold its work already (look before building).
     pub recovered: bool,
     /// The commits a journaled `LandingIntended` said would hold this attempt's work
@@ -156,6 +160,28 @@ pub struct SweepFix {
     pub scope: Vec<String>,
     pub signature: String,
     pub class: String,
+    /// The `reconciler` role's words for the fix task, when a model wrote them (ADR-032):
+    /// bounded, without control characters; the facts above stay flotilla's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worded: Option<FixWording>,
+}
+
+/// What the `reconciler` role's model wrote for one fix task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixWording {
+    pub description: String,
+    /// Empty: flotilla's default acceptance.
+    #[serde(default)]
+    pub acceptance: String,
+}
+
+/// The `reconciler` role's call for a sweep's fixes: what it cost, and why its words were
+/// not used, if they were not (flotilla's own wording stands then).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WordingCall {
+    pub usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 /// Reconciler → TaskGraph: what one sweep of main found.
@@ -176,6 +202,10 @@ pub struct SweepReport {
     pub duration_ms: u64,
     /// The finalization attempt this sweep answers, if it was asked for one.
     pub finalization: Option<u32>,
+    /// The `reconciler` role's model was asked to word the fixes (journaled with the
+    /// sweep, so a replay never asks again; its usage is charged to the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wording: Option<WordingCall>,
 }
 
 /// What became of the user's own checkout when main moved.

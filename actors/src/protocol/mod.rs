@@ -35,8 +35,8 @@ pub use handoff::{
 };
 pub use ids::{IdError, MAX_TASK_DEPTH, RunId, TaskId, branch_name, branch_prefix};
 pub use merge::{
-    CheckoutSync, FixOf, IntendedLanding, LandRequest, LandingFailure, MergeHealth, SweepFix,
-    SweepReport, commit_subject,
+    CheckoutSync, FixOf, FixWording, IntendedLanding, LandRequest, LandingFailure, MergeHealth,
+    SweepFix, SweepReport, WordingCall, commit_subject,
 };
 pub use messages::{
     FromMerging, GetSnapshot, IntendLanding, IntentNotJournaled, Published, ToAgent, ToDispatch,
@@ -51,7 +51,7 @@ pub use subplan::{
 };
 pub use task::{
     ArtifactKind, Budget, CostOutOfRange, DependencyRef, IllegalTransition, Priority,
-    PriorityOutOfRange, TaskSpec, TaskState, Usd,
+    PriorityOutOfRange, TaskSpec, TaskState, Urgency, Usd, WorkOrder,
 };
 pub use view::{GraphSnapshot, TaskView};
 pub use work::{

@@ -283,6 +283,12 @@ pub enum RejectionReason {
     NoSubtasks,
     #[error("proposed task {subtask} has an empty description")]
     EmptyDescription { subtask: usize },
+    /// The Subplanner's subtasks need acceptance criteria (prompts/subplanner.md says so):
+    /// a worker without them cannot tell when it is done (ADR-032).
+    #[error(
+        "proposed task {subtask} has no acceptance criteria; say how to check it is done (the command to run and its result, the tests that must pass)"
+    )]
+    EmptyAcceptance { subtask: usize },
     #[error("proposed task {subtask}'s {field} is {size} bytes/items; the limit is {max}")]
     PayloadTooLarge {
         subtask: usize,

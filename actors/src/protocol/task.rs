@@ -4,6 +4,7 @@
 //! floats); `TaskState` with its transition table `TaskState::TRANSITIONS` (no edge out of a
 //! terminal state).
 
+use std::cmp::Reverse;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -109,6 +110,36 @@ impl<'de> Deserialize<'de> for Priority {
             .map_err(|_| PriorityOutOfRange(v))
             .and_then(Priority::new)
             .map_err(serde::de::Error::custom)
+    }
+}
+
+/// How urgent a task's work is, for every queue that orders it: Dispatch hands ready tasks
+/// out and the MergeQueue lands branches by [`Urgency::order`] (ADR-032), so that what
+/// others wait for starts first and lands first (dependents start only once it is on main).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Urgency {
+    /// 1 (most urgent) first.
+    pub priority: Priority,
+    /// Tasks on the longest chain from this one to a sink, itself included: the longer, the
+    /// sooner (the chain is the run's critical path).
+    pub critical_path: u32,
+    /// Creation order within the run: older first among equals.
+    pub created: u64,
+}
+
+/// Where a task stands in a queue ordered by urgency: smaller goes first. Most urgent, then
+/// the longest remaining dependency chain, then oldest; the id makes keys unique.
+pub type WorkOrder = (Priority, Reverse<u32>, u64, TaskId);
+
+impl Urgency {
+    /// The one ordering Dispatch and the MergeQueue share.
+    pub fn order(&self, task: &TaskId) -> WorkOrder {
+        (
+            self.priority,
+            Reverse(self.critical_path),
+            self.created,
+            task.clone(),
+        )
     }
 }
 

@@ -13,7 +13,7 @@ use super::failure::FailureReason;
 use super::handoff::{ArtifactRef, Handoff, Usage};
 use super::ids::{RunId, TaskId};
 use super::subplan::{ProposedSubplan, SubtaskProposal};
-use super::task::{Budget, TaskSpec, TaskState};
+use super::task::{Budget, TaskSpec, TaskState, Urgency};
 
 /// What a worker (or subplanner, or synthesizing parent) reports when it stops. It may carry
 /// artifacts only (done), a subplan only (needs decomposition), or both (partial work plus a
@@ -65,6 +65,16 @@ pub struct ReadyTask {
     /// the agent's task message says it, so the retry is a targeted follow-up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<Arc<super::retry::PreviousAttempt>>,
+}
+
+impl ReadyTask {
+    pub fn urgency(&self) -> Urgency {
+        Urgency {
+            priority: self.spec.priority,
+            critical_path: self.critical_path,
+            created: self.created,
+        }
+    }
 }
 
 /// Dispatch → agent: run this task.

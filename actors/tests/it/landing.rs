@@ -69,6 +69,7 @@ fn report(
         fixes,
         duration_ms: 1,
         finalization,
+        wording: None,
     }
 }
 
@@ -79,6 +80,7 @@ fn fix(signature: &str, file: &str) -> SweepFix {
         scope: vec![file.into()],
         signature: signature.into(),
         class: "compile error".into(),
+        worded: None,
     }
 }
 
@@ -703,4 +705,63 @@ fn a_conflict_no_task_scope_may_hold_fails_its_task_with_the_reason_and_makes_no
         })
         .unwrap();
     assert_eq!(scope, vec!["src/b.rs".to_string()]);
+}
+
+/// ADR-032: a fix the `reconciler` role's model worded carries its words ahead of what the
+/// sweep found (which stays), its acceptance, and the call's cost in the run's spending;
+/// the journal replays to the same graph, so a resumed run never asks the model again.
+#[test]
+fn a_worded_sweep_fix_leads_with_the_models_words_and_keeps_the_facts() {
+    let mut g = merging();
+    let mut worded = fix("sig-a", "src/a.rs");
+    worded.worded = Some(FixWording {
+        description: "Rename Config to Settings in src/a.rs.".into(),
+        acceptance: "`cargo build` exits 0.".into(),
+    });
+    let mut red = report(1, "c1", vec![worded, fix("sig-b", "src/b.rs")], None);
+    red.wording = Some(WordingCall {
+        usage: Usage {
+            tokens_in: 300,
+            tokens_out: 40,
+            cost_usd: Usd::ZERO,
+        },
+        fallback: None,
+    });
+    let before = g.snapshot().run_spent.tokens;
+    let events = g.sweep_finished(red).unwrap();
+    let specs: Vec<&TaskSpec> = events
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::FixTaskAdded { spec, .. } => Some(spec),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(specs.len(), 2, "{events:?}");
+    assert!(
+        specs[0].description.starts_with(
+            "main is red: fix src/a.rs\n\nRename Config to Settings in src/a.rs.\n\nThe \
+             Reconciler's sweep of main found:\nsrc/a.rs:1:1: error"
+        ),
+        "{}",
+        specs[0].description
+    );
+    assert_eq!(specs[0].acceptance, "`cargo build` exits 0.");
+    // Not worded: flotilla's own words.
+    assert!(
+        specs[1]
+            .description
+            .starts_with("main is red: fix src/b.rs\n\nThe Reconciler's sweep of main found:"),
+        "{}",
+        specs[1].description
+    );
+    assert_eq!(
+        specs[1].acceptance,
+        "The sweep's build, type check and tests pass for these files."
+    );
+    assert_eq!(g.snapshot().run_spent.tokens, before + 340);
+    let replayed = RunGraph::new(Limits::default())
+        .merging()
+        .replayed(events.iter())
+        .unwrap();
+    assert_eq!(replayed.snapshot(), g.snapshot());
 }

@@ -164,6 +164,7 @@ impl World {
                         scope: vec!["src/x.rs".into()],
                         signature: format!("sig{}", rng.gen_range(0..3)),
                         class: "compile error".into(),
+                        worded: None,
                     }]
                 };
                 let report = SweepReport {
@@ -175,6 +176,7 @@ impl World {
                     fixes,
                     duration_ms: 1,
                     finalization: Some(attempt),
+                    wording: None,
                 };
                 let events = self.g.sweep_finished(report).unwrap();
                 self.take(events);

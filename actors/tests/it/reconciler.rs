@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
-use flotilla_actors::actors::{Reconciler, ReconcilerConfig, ReconcilerKit};
+use flotilla_actors::actors::{FixWriter, Reconciler, ReconcilerConfig, ReconcilerKit};
 use flotilla_actors::ports::*;
 use flotilla_actors::protocol::*;
 use futures::future::BoxFuture;
@@ -254,6 +254,11 @@ struct Sweeps {
 
 impl Sweeps {
     fn start(config: ReconcilerConfig) -> Self {
+        Self::start_with(config, None)
+    }
+
+    /// With the `reconciler` role's model wording the fixes.
+    fn start_with(config: ReconcilerConfig, writer: Option<FixWriter>) -> Self {
         virtual_time();
         config.validate().unwrap();
         let main = FakeMain::default();
@@ -269,7 +274,11 @@ impl Sweeps {
             max_fixes: 5,
         };
         let t0 = Instant::now();
-        let reconciler = Reconciler::new(RunId::generate(), kit, graph_addr).start();
+        let mut reconciler = Reconciler::new(RunId::generate(), kit, graph_addr);
+        if let Some(writer) = writer {
+            reconciler = reconciler.with_writer(writer);
+        }
+        let reconciler = reconciler.start();
         Sweeps {
             t0,
             reconciler,
@@ -591,4 +600,149 @@ async fn a_finalization_sweeps_what_the_run_landed_even_while_main_moves_on() {
     let report = h.swept().await;
     assert_eq!(report.commit, "a1a1a1a", "the commit this run last landed");
     assert_eq!((report.finalization, report.green), (Some(1), true));
+}
+
+/// What the fake `reconciler` model answers, call by call.
+enum Says {
+    /// One wording per fix task the request numbers.
+    Words,
+    Garbage,
+    Fails,
+}
+
+/// The `reconciler` role's model: answers as scripted and records each request.
+#[derive(Clone, Default)]
+struct FakeModel(Arc<Mutex<(VecDeque<Says>, Vec<LlmRequest>)>>);
+
+impl Llm for FakeModel {
+    fn complete(
+        &self,
+        request: LlmRequest,
+        _: LlmCall,
+    ) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+        let fixes = request.messages[1].content.matches("## Fix task").count();
+        let says = {
+            let mut state = self.0.lock().unwrap();
+            state.1.push(request);
+            state.0.pop_front().unwrap_or(Says::Garbage)
+        };
+        let answer = match says {
+            Says::Words => {
+                let tasks: Vec<serde_json::Value> = (0..fixes)
+                    .map(|i| {
+                        serde_json::json!({
+                            "description": format!("Define foo in lib/x.sh (fix {i})\u{1b}[2J"),
+                            "acceptance": "`run-tests` exits 0",
+                            "scope": ["/etc/passwd"],
+                        })
+                    })
+                    .collect();
+                Ok(serde_json::json!({"scratchpad": "red", "tasks": tasks}).to_string())
+            }
+            Says::Garbage => Ok("Sure! Here are some ideas.".to_string()),
+            Says::Fails => Err(LlmError::Server {
+                status: 500,
+                message: "down".into(),
+            }),
+        };
+        Box::pin(async move {
+            answer.map(|content| LlmResponse {
+                content,
+                usage: Usage {
+                    tokens_in: 100,
+                    tokens_out: 20,
+                    cost_usd: Usd::ZERO,
+                },
+                ..LlmResponse::default()
+            })
+        })
+    }
+}
+
+/// ADR-032: with a `reconciler` model, a red sweep's fixes carry its words (cleaned, its
+/// scope ignored) and the call's cost; garbage or a failed call leaves flotilla's wording,
+/// with the reason; the call runs inside the sweep, never blocking the actor (the next
+/// sweeps come on time); a green sweep asks nothing.
+#[actix::test]
+async fn the_reconciler_model_words_fixes_and_garbage_or_failure_falls_back() {
+    let model = FakeModel::default();
+    model
+        .0
+        .lock()
+        .unwrap()
+        .0
+        .extend([Says::Words, Says::Garbage, Says::Fails]);
+    let writer = FixWriter {
+        llm: Arc::new(model.clone()),
+        system: "You are the reconciler.".into(),
+    };
+    let mut h = Sweeps::start_with(
+        ReconcilerConfig {
+            interval_secs: 60,
+            red_interval_secs: 60,
+            debounce_secs: 10_000,
+            ..config("run-tests")
+        },
+        Some(writer),
+    );
+    let green = h.swept_at(60).await;
+    assert!(green.green && green.wording.is_none(), "{green:?}");
+    h.runner.set_red(true);
+
+    let worded = h.swept_at(120).await;
+    assert!(!worded.green && !worded.fixes.is_empty(), "{worded:?}");
+    let call = worded.wording.clone().unwrap();
+    assert_eq!(call.fallback, None);
+    assert_eq!(call.usage.tokens_in + call.usage.tokens_out, 120);
+    for (i, fix) in worded.fixes.iter().enumerate() {
+        let words = fix.worded.as_ref().unwrap();
+        assert_eq!(
+            words.description,
+            format!("Define foo in lib/x.sh (fix {i})[2J"),
+            "control characters are gone"
+        );
+        assert_eq!(words.acceptance, "`run-tests` exits 0");
+        assert!(
+            !fix.scope.iter().any(|p| p.contains("passwd")),
+            "scope is flotilla's"
+        );
+    }
+
+    let garbage = h.swept_at(180).await;
+    assert!(garbage.fixes.iter().all(|f| f.worded.is_none()));
+    let fallback = garbage.wording.unwrap().fallback.unwrap();
+    assert!(fallback.contains("unusable"), "{fallback}");
+    assert_eq!(
+        garbage.fixes,
+        worded
+            .fixes
+            .iter()
+            .cloned()
+            .map(|mut f| {
+                f.worded = None;
+                f
+            })
+            .collect::<Vec<_>>()
+    );
+
+    let failed = h.swept_at(240).await;
+    let fallback = failed.wording.unwrap().fallback.unwrap();
+    assert!(fallback.contains("model failed"), "{fallback}");
+    assert!(failed.fixes.iter().all(|f| f.worded.is_none()));
+
+    let asked = model.0.lock().unwrap().1.clone();
+    assert_eq!(
+        asked.len(),
+        3,
+        "asked once per red sweep, never for a green one"
+    );
+    assert_eq!(asked[0].role, Role::Reconciler);
+    assert_eq!(asked[0].messages[0].content, "You are the reconciler.");
+    assert!(
+        asked[0].messages[1]
+            .content
+            .contains("undefined function foo"),
+        "{}",
+        asked[0].messages[1].content
+    );
 }

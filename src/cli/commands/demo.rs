@@ -162,7 +162,7 @@ async fn demo_run(
     let exe = std::env::current_exe()
         .map(|p| shown(&p))
         .unwrap_or_else(|_| "flotilla".into());
-    let created = submit::start(client, REQUEST, &repo, None).await?;
+    let created = submit::start(client, REQUEST, &repo, None).await?.created;
     let run = created.id.clone();
     note(&format!(
         "run {} submitted{}; following it (Ctrl-C stops the demo)",

@@ -7,6 +7,7 @@ use crate::api::runs::{CreateRun, Created};
 use crate::cli::client::Client;
 use crate::cli::error::{CliError, ErrorKind, Exit};
 use crate::cli::render::report;
+use crate::cli::render::status::UNTESTED_MAIN;
 use crate::cli::{emit, note};
 use crate::config::RunConfig;
 use crate::text_safety;
@@ -21,7 +22,7 @@ pub async fn submit(
     detach: bool,
     json: bool,
 ) -> Result<Exit, CliError> {
-    let created = start(client, request, repo, config).await?;
+    let Started { created, untested } = start(client, request, repo, config).await?;
     // The branch the run lands on (ADR-022), said where the user reads.
     let landing = landing_note(&created);
     if detach {
@@ -32,6 +33,9 @@ pub async fn submit(
                 text_safety::terminal_safe(&created.id)
             ));
         }
+        if !json && untested {
+            note(&format!("gate: {UNTESTED_MAIN}"));
+        }
         return Ok(Exit::Ok);
     }
     if !json {
@@ -39,6 +43,9 @@ pub async fn submit(
             "run {} submitted{landing}; following it (Ctrl-C stops following, not the run)",
             text_safety::terminal_safe(&created.id)
         ));
+        if untested {
+            note(&format!("gate: {UNTESTED_MAIN}"));
+        }
     }
     let outcome = follow(client, &created.id, None, json).await?;
     if outcome.is_some() && !json {
@@ -47,13 +54,21 @@ pub async fn submit(
     Ok(exit_for(outcome))
 }
 
+/// A run the daemon took.
+pub struct Started {
+    pub created: Created,
+    /// Nothing tests what lands: no `[merge] gate`, no `[reconciler]` commands (ADR-032).
+    /// Said once, before any event.
+    pub untested: bool,
+}
+
 /// Loads the run's config (default: `<repo>/flotilla.toml`) and starts the run.
 pub async fn start(
     client: &Client,
     request: &str,
     repo: &Path,
     config: Option<&Path>,
-) -> Result<Created, CliError> {
+) -> Result<Started, CliError> {
     let repo = std::fs::canonicalize(repo).map_err(|e| {
         CliError::user(format!("repository {}", repo.display()))
             .because(e)
@@ -66,12 +81,14 @@ pub async fn start(
         let hint = e.hint();
         CliError::wrap(ErrorKind::Config, e).hint(hint)
     })?;
+    let untested = run_config.main_untested();
     let body = CreateRun {
         request: request.to_string(),
         repo,
         config: Some(run_config),
     };
-    Ok(client.submit(&body).await?)
+    let created = client.submit(&body).await?;
+    Ok(Started { created, untested })
 }
 
 /// `, landing on BRANCH` when the daemon said which branch the run lands on.

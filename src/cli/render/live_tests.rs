@@ -198,6 +198,7 @@ fn the_last_line_says_what_reached_main_the_fixes_and_the_sweeps() {
             fixes: Vec::new(),
             duration_ms: 1,
             finalization: None,
+            wording: None,
         },
     };
     let landed = |task: &TaskId| EventKind::TaskLanded {

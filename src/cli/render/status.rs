@@ -11,6 +11,12 @@ use super::{clock, short_commit, shorten, spending};
 use crate::api::status::{RunStatus, TaskStory, task_state_words};
 use crate::text_safety::terminal_safe;
 
+/// Said once by `submit` and `status` for a run with no `[merge] gate` and no
+/// `[reconciler]` commands (ADR-032).
+pub const UNTESTED_MAIN: &str = "none: main moves untested (no [merge] gate, no [reconciler] \
+     build, typecheck or test; only conflict markers are checked). Set one in flotilla.toml, \
+     e.g. [merge] gate = [\"cargo test\"] (docs/configuration.md, \"Landing on main\")";
+
 /// `flotilla status RUN`: the run, its counts and spending, and its task tree; a failed
 /// task says why it failed.
 pub fn status_text(status: &RunStatus, style: &Style) -> String {
@@ -59,6 +65,9 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
     }
     if let Some(sandbox) = &status.sandbox {
         let _ = writeln!(out, "sandbox: {}", safe(&shorten(sandbox, 200)));
+    }
+    if status.main_untested {
+        let _ = writeln!(out, "gate:    {}", style.bad(UNTESTED_MAIN));
     }
     let c = &status.counts;
     let _ = writeln!(

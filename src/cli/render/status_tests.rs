@@ -145,8 +145,34 @@ fn hostile_status() -> RunStatus {
         problem: Some(HOSTILE.into()),
         sandbox: Some(HOSTILE.into()),
         branch: Some(HOSTILE.into()),
+        main_untested: true,
         damage_noted: false,
     }
+}
+
+/// ADR-032: a run nothing tests says so once, with where to set a gate; one that is tested
+/// says nothing of it.
+#[test]
+fn status_says_once_that_main_moves_untested_and_how_to_set_a_gate() {
+    let mut status = hostile_status();
+    let text = status_text(&status, &Style::plain());
+    let said: Vec<&str> = text.lines().filter(|l| l.contains("untested")).collect();
+    assert_eq!(said.len(), 1, "{text}");
+    assert!(
+        said[0].starts_with("gate:    none: main moves untested"),
+        "{text}"
+    );
+    assert!(
+        said[0].contains("[merge] gate = [\"cargo test\"]"),
+        "{text}"
+    );
+    assert!(said[0].contains("docs/configuration.md"), "{text}");
+    status.main_untested = false;
+    let text = status_text(&status, &Style::plain());
+    assert!(
+        !text.contains("untested") && !text.contains("gate:"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use flotilla_actors::actors::{
-    AgentSet, Dispatch, MergeKit, MergeQueue, Planner, Reconciler, ReconcilerKit, Subplanner,
-    TaskGraph, WorkerKit, WorkerPool,
+    AgentSet, Dispatch, FixWriter, MergeKit, MergeQueue, Planner, Reconciler, ReconcilerKit,
+    Subplanner, TaskGraph, WorkerKit, WorkerPool,
 };
 use flotilla_actors::graph::RunGraph;
-use flotilla_actors::ports::{Agent, Journal, Llm, ProcessRunner, SweepKeep};
+use flotilla_actors::ports::{Agent, Journal, Llm, ProcessRunner, Sandbox, SweepKeep};
 use flotilla_actors::protocol::{Published, Role, RunId, ToPlanner};
 use flotilla_actors::recovery::RunRecovery;
 use flotilla_actors::supervision::Lifeline;
@@ -93,8 +93,8 @@ pub(super) fn start_run(
     // One sandbox policy for every command of the run: agents, verification, the merge
     // gate and the Reconciler's sweeps (ADR-015).
     let policy = SandboxPolicy::for_run(&config.sandbox, daemon.daemon_paths, entry_repo);
-    let runner: Arc<dyn ProcessRunner> = Arc::new(ConfinedRunner::new(policy));
-    let agents = agent_set(config, llm.clone(), runner.clone());
+    let runner: Arc<dyn ProcessRunner> = Arc::new(ConfinedRunner::new(policy.clone()));
+    let agents = agent_set(config, llm.clone(), runner.clone(), &policy);
     let checks = config
         .checks
         .compile()
@@ -163,6 +163,17 @@ pub(super) fn start_run(
     )
     .watched(lifeline(Member::Dispatch))
     .start_on(thread);
+    // The `reconciler` role's model words fix tasks only when [roles] names one (ADR-032);
+    // otherwise flotilla's own wording stands and no scripted answer is asked for.
+    let fix_writer = config
+        .models
+        .roles
+        .get(Role::Reconciler)
+        .is_some()
+        .then(|| FixWriter {
+            llm: llm.clone(),
+            system: prompts::for_role(Role::Reconciler, &config.prompts, &config.limits),
+        });
     let planner = Planner::new(
         run,
         request,
@@ -192,7 +203,11 @@ pub(super) fn start_run(
             max_fixes: config.limits.max_fix_tasks_per_sweep as usize,
         },
         graph_addr.clone().recipient(),
-    )
+    );
+    let reconciler = match fix_writer {
+        Some(writer) => reconciler.with_writer(writer),
+        None => reconciler,
+    }
     .watched(lifeline(Member::Reconciler))
     .start_on(thread);
     let merge_queue = MergeQueue::new(
@@ -251,8 +266,18 @@ pub(super) fn start_run(
 
 /// The run's agents by worker profile: `scripted`, `builtin` (on the worker role's model),
 /// or, for a profile that names none, the built-in agent when `[roles]` gives the worker
-/// role a model and the scripted agent otherwise.
-fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunner>) -> AgentSet {
+/// role a model and the scripted agent otherwise. Each agent's worker prompt says what its
+/// commands get of the sandbox and the network under `policy` (ADR-032).
+fn agent_set(
+    config: &RunConfig,
+    llm: Arc<dyn Llm>,
+    runner: Arc<dyn ProcessRunner>,
+    policy: &SandboxPolicy,
+) -> AgentSet {
+    let worker_prompt = |asks: Sandbox| {
+        let sandbox = policy.for_agent(asks == Sandbox::Network);
+        prompts::for_worker(&config.prompts, &config.limits, &sandbox)
+    };
     let scripted: Arc<dyn Agent> = Arc::new(ScriptedAgent::with_runner(
         config.scenario.clone(),
         runner.clone(),
@@ -260,7 +285,7 @@ fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunne
     let builtin: Arc<dyn Agent> = Arc::new(BuiltinAgent::new(
         llm,
         runner.clone(),
-        prompts::for_role(Role::Worker, &config.prompts, &config.limits),
+        worker_prompt(config.builtin_agent.sandbox),
         config.builtin_agent.clone(),
     ));
     let worker_has_model = config.models.roles.get(Role::Worker).is_some();
@@ -269,7 +294,6 @@ fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunne
     } else {
         scripted.clone()
     };
-    let worker_prompt = prompts::for_role(Role::Worker, &config.prompts, &config.limits);
     let mut set = AgentSet::one(default);
     for profile in config.profiles() {
         let agent = match profile.agent.as_deref() {
@@ -280,7 +304,7 @@ fn agent_set(config: &RunConfig, llm: Arc<dyn Llm>, runner: Arc<dyn ProcessRunne
                     name.to_string(),
                     cfg.clone(),
                     runner.clone(),
-                    worker_prompt.clone(),
+                    worker_prompt(cfg.sandbox),
                 )
             }) {
                 Some(Ok(agent)) => Arc::new(agent),

@@ -182,7 +182,7 @@ impl Cycle {
             }
             // A branch started from main before it was reset holds the work the adoption
             // dropped: landing it would replay that work (ADR-024). Its task is tried again
-            // from main as it is; its batch-mates go back first in line.
+            // from main as it is; its batch-mates go back to their places in the queue.
             if let Some((index, detail)) = self.holds_dropped_work(items).await {
                 for (i, q) in items.iter().enumerate() {
                     if i == index {
@@ -244,7 +244,7 @@ impl Cycle {
                 }
                 Ok(BuildOutcome::Unusable { index, detail }) => {
                     // Only that branch is at fault (gone, or moved since its handoff): it
-                    // fails, and its batch-mates go back first in line.
+                    // fails, and its batch-mates go back to their places in the queue.
                     for (i, q) in items.iter().enumerate() {
                         if i == index {
                             self.fail_one(q, detail.clone(), end);
@@ -522,7 +522,7 @@ impl Cycle {
     /// A conflict at `index` (0 from `round`: a conflict further in a batch lets the
     /// branches ahead land first): one more try later when main moved since the branch
     /// left it and it has not had it; otherwise the TaskGraph decides. The others go back
-    /// first in line.
+    /// to their places in the queue.
     fn conflict(
         &self,
         items: &[Queued],

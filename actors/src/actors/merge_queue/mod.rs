@@ -1,8 +1,9 @@
 //! The MergeQueue actor (M6, ADR-011): the only code that moves main.
 //!
-//! Branches of `Landing` tasks wait in priority order: fix tasks first, then by age, a
-//! retried task a little later for each retry (a fixed penalty, so nothing starves). One
-//! landing cycle runs at a time, off the actor's thread:
+//! Branches of `Landing` tasks wait in the order Dispatch hands work out (ADR-032): fix tasks
+//! first, then by priority, then by critical path (dependents start only once a task is on
+//! main, so what a long chain waits for lands first), then by age, a retried task counted a
+//! little younger for each retry. One landing cycle runs at a time, off the actor's thread:
 //! 1. main is searched first for the commits the journal named for a task ahead of an
 //!    earlier compare-and-swap (ADR-018): work a crash left on main without its
 //!    `TaskLanded` is reported, never landed twice. Trailer text is never evidence.
@@ -54,7 +55,7 @@ use crate::ports::{
 use crate::protocol::{
     CheckoutSync, Event, EventKind, FixOf, FromMerging, IntendLanding, IntendedLanding,
     IntentNotJournaled, LandRequest, LandingFailure, MergeHealth, Published, RunId, TaskId,
-    ToMergeQueue, ToPlanner, ToReconciler,
+    ToMergeQueue, ToPlanner, ToReconciler, WorkOrder,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use cycle::Cycle;
@@ -126,7 +127,7 @@ impl MergeConfig {
     }
 }
 
-/// How far back in the queue each retry puts a task (in enqueue positions).
+/// How much younger each retry counts a task among its equals (in tasks created).
 const RETRY_PENALTY: u64 = 4;
 /// Landings the median wait is taken over.
 const WAITS_KEPT: usize = 64;
@@ -150,9 +151,10 @@ struct Queued {
     conflict_retried: bool,
 }
 
-/// Fix tasks first (0), then the rest (1); within each, enqueue position plus the retry
-/// penalty.
-type QueueKey = (u8, u64);
+/// Where a branch waits, smallest first: fix tasks (0), then the rest (1); within each, first
+/// tries before a conflict's second try, then [`Urgency::order`] (Dispatch's order, with
+/// the retry penalty added to the age); the arrival number keeps keys unique.
+type QueueKey = (u8, bool, WorkOrder, u64);
 
 pub struct MergeQueue {
     run: RunId,
@@ -268,12 +270,15 @@ impl MergeQueue {
         self
     }
 
-    fn key(&mut self, request: &LandRequest) -> QueueKey {
+    /// `second_try`: a conflict's one more try goes behind the first tries of its class.
+    fn key(&mut self, request: &LandRequest, second_try: bool) -> QueueKey {
         let class = u8::from(request.fix.is_none());
-        let position = self.next_position;
-        self.next_position += 1;
+        let arrival = self.next_position;
+        self.next_position = self.next_position.saturating_add(1);
+        let mut urgency = request.urgency;
         let penalty = RETRY_PENALTY.saturating_mul(u64::from(request.retries));
-        (class, position.saturating_add(penalty))
+        urgency.created = urgency.created.saturating_add(penalty);
+        (class, second_try, urgency.order(&request.task), arrival)
     }
 
     fn health(&self) -> MergeHealth {
@@ -322,13 +327,10 @@ impl MergeQueue {
                     let first_task = end.requeue.first().map(|q| q.request.task.clone());
                     let landed_some = !end.landed.is_empty();
                     for queued in end.requeue {
-                        let key = if queued.conflict_retried {
-                            // Its second try goes behind what waits now.
-                            act.key(&queued.request)
-                        } else {
-                            (u8::from(queued.request.fix.is_none()), 0)
-                        };
-                        act.insert(key, queued);
+                        // Back in its place by urgency; a conflict's second try goes behind
+                        // the first tries.
+                        let key = act.key(&queued.request, queued.conflict_retried);
+                        act.waiting.insert(key, queued);
                     }
                     act.landed += end.landed.len() as u64;
                     act.failed += end.failed;
@@ -430,14 +432,6 @@ impl MergeQueue {
             act.pump(ctx);
         });
     }
-
-    /// Inserts at `key`, or just after it when taken (requeued items keep their order).
-    fn insert(&mut self, mut key: QueueKey, queued: Queued) {
-        while self.waiting.contains_key(&key) {
-            key.1 = key.1.saturating_add(1);
-        }
-        self.waiting.insert(key, queued);
-    }
 }
 
 /// How long the queue first waits for storage that refused a scratch checkout, and at most
@@ -520,8 +514,8 @@ impl Handler<ToMergeQueue> for MergeQueue {
                 {
                     return;
                 }
-                let key = self.key(&request);
-                self.insert(
+                let key = self.key(&request, false);
+                self.waiting.insert(
                     key,
                     Queued {
                         request: *request,

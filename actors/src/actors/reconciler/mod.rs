@@ -8,6 +8,10 @@
 //! most `max_fix_tasks_per_sweep` of them. Sweeps never overlap; a sweep whose main moved
 //! while it ran is discarded as stale (and main is swept again).
 //!
+//! With a `reconciler` role in `[roles]`, its model words the fix tasks (`wording.rs`,
+//! ADR-032) inside the sweep's future, never on the actor's thread; flotilla's deterministic
+//! wording is kept when it fails or answers garbage, and whenever no role is configured.
+//!
 //! When: every `interval_secs` (5 min), every `red_interval_secs` (1 min) while red, back to
 //! the slow interval after `green_streak` (3) green sweeps in a row; `debounce_secs` after
 //! main moved; at once for a finalization round. Timers only, no polling.
@@ -20,10 +24,14 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+mod wording;
+
+pub use wording::{FixWriter, WordingError, parse_answer, request_text};
+
 use super::scratch_commands::{NamedCommand, ScratchRun};
 use crate::failures::{self, CommandKind, Failure};
 use crate::ports::{MergeGit, ProcessRunner, RepoReader};
-use crate::protocol::{FromMerging, RunId, SweepFix, SweepReport, ToReconciler};
+use crate::protocol::{FromMerging, RunId, SweepFix, SweepReport, ToReconciler, WordingCall};
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
 /// `[reconciler]` in flotilla.toml.
@@ -148,6 +156,8 @@ pub struct Reconciler {
     debouncing: bool,
     cancel: CancellationToken,
     lifeline: Option<Lifeline>,
+    /// The `reconciler` role's model, which words the fix tasks; none: flotilla does.
+    writer: Option<FixWriter>,
 }
 
 impl Reconciler {
@@ -167,7 +177,15 @@ impl Reconciler {
             debouncing: false,
             cancel: CancellationToken::new(),
             lifeline: None,
+            writer: None,
         }
+    }
+
+    /// Fix tasks are worded by this model (the `reconciler` role's), flotilla's wording the
+    /// fallback (ADR-032).
+    pub fn with_writer(mut self, writer: FixWriter) -> Self {
+        self.writer = Some(writer);
+        self
     }
 
     pub fn watched(mut self, lifeline: Lifeline) -> Self {
@@ -213,6 +231,7 @@ impl Reconciler {
             kit: self.kit.clone(),
             cancel: self.cancel.clone(),
             run: self.run,
+            writer: self.writer.clone(),
         };
         ctx.spawn(
             async move { sweep.run().await }
@@ -278,6 +297,7 @@ struct Sweep {
     kit: ReconcilerKit,
     cancel: CancellationToken,
     run: RunId,
+    writer: Option<FixWriter>,
 }
 
 impl Sweep {
@@ -339,7 +359,39 @@ impl Sweep {
                 }
             }
         }
-        // main moved while the commands ran: what they found may already be fixed. A
+        let groups = failures::classify_and_group(&found, self.kit.max_fixes);
+        let class = groups.first().map(|g| g.class.to_string());
+        let mut fixes: Vec<SweepFix> = groups
+            .iter()
+            .map(|g| SweepFix {
+                title: g.title.clone(),
+                description: failures::describe(g),
+                scope: g.scope.clone(),
+                signature: g.signature.clone(),
+                class: g.class.to_string(),
+                worded: None,
+            })
+            .collect();
+        let wording = match &self.writer {
+            Some(writer) if !fixes.is_empty() => {
+                let (words, usage) = writer.word(&commit, &fixes, self.cancel.clone()).await;
+                let fallback = match words {
+                    Ok(words) => {
+                        for (fix, words) in fixes.iter_mut().zip(words) {
+                            fix.worded = Some(words);
+                        }
+                        None
+                    }
+                    Err(e) => {
+                        warn!(run = %self.run, error = %e, "the fix tasks keep flotilla's wording");
+                        Some(e.to_string())
+                    }
+                };
+                Some(WordingCall { usage, fallback })
+            }
+            _ => None,
+        };
+        // main moved while the commands (or the model) ran: what they found may already be fixed. A
         // pinned commit is what it is, wherever main went.
         match self.kit.reader.main_tip().await {
             _ if self.pinned.is_some() => {}
@@ -352,18 +404,6 @@ impl Sweep {
             Ok(_) => {}
             Err(e) => return SweepOutcome::Unreadable(e.to_string()),
         }
-        let groups = failures::classify_and_group(&found, self.kit.max_fixes);
-        let class = groups.first().map(|g| g.class.to_string());
-        let fixes = groups
-            .iter()
-            .map(|g| SweepFix {
-                title: g.title.clone(),
-                description: failures::describe(g),
-                scope: g.scope.clone(),
-                signature: g.signature.clone(),
-                class: g.class.to_string(),
-            })
-            .collect();
         SweepOutcome::Done(SweepReport {
             sweep: self.number,
             commit,
@@ -373,6 +413,7 @@ impl Sweep {
             fixes,
             duration_ms: started.elapsed().as_millis() as u64,
             finalization: None,
+            wording,
         })
     }
 }
