@@ -377,8 +377,7 @@ impl DaemonProcess {
                 .iter()
                 .any(|line| line.contains("listening on"))
         };
-        if ready_rx.recv_timeout(Duration::from_secs(30)).is_err()
-            || !(may_die || listening(&log))
+        if ready_rx.recv_timeout(Duration::from_secs(30)).is_err() || !(may_die || listening(&log))
         {
             let _ = child.kill();
             panic!(
