@@ -6,15 +6,6 @@ use predicates::prelude::*;
 
 use crate::daemon_env::*;
 
-fn flotilla(state_dir: &std::path::Path) -> Command {
-    let mut cmd = Command::cargo_bin("flotilla").unwrap();
-    cmd.arg("--state-dir")
-        .arg(state_dir)
-        .env("NO_COLOR", "1")
-        .env_remove("FLOTILLA_SOCKET");
-    cmd
-}
-
 fn write_project(repo: &std::path::Path, scenario: &str) {
     std::fs::write(
         repo.join("flotilla.toml"),

@@ -7,18 +7,7 @@
 //! (`cargo insta review`, or the `.snap.new` files beside the old ones) and commit it with
 //! the change that made it. CI never writes snapshots (`INSTA_UPDATE=no` in `.ci/run`).
 
-use assert_cmd::Command;
-
 use crate::daemon_env::*;
-
-fn flotilla(state_dir: &std::path::Path) -> Command {
-    let mut cmd = Command::cargo_bin("flotilla").unwrap();
-    cmd.arg("--state-dir")
-        .arg(state_dir)
-        .env("NO_COLOR", "1")
-        .env_remove("FLOTILLA_SOCKET");
-    cmd
-}
 
 /// Two tasks, the second after the first and blocked: a dependency, a completion and a
 /// failure to show. One after the other, so that the journal's order is the same every

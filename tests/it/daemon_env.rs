@@ -436,3 +436,14 @@ impl Drop for DaemonProcess {
         let _ = self.child.wait();
     }
 }
+
+/// The built binary as a user runs it against the daemon of `state_dir`: no colour, and
+/// no socket from the test's own environment.
+pub fn flotilla(state_dir: &Path) -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::cargo_bin("flotilla").unwrap();
+    cmd.arg("--state-dir")
+        .arg(state_dir)
+        .env("NO_COLOR", "1")
+        .env_remove("FLOTILLA_SOCKET");
+    cmd
+}

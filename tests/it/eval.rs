@@ -4,18 +4,7 @@
 
 use std::path::Path;
 
-use assert_cmd::Command;
-
-use crate::daemon_env::DaemonProcess;
-
-fn flotilla(state_dir: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("flotilla").unwrap();
-    cmd.arg("--state-dir")
-        .arg(state_dir)
-        .env("NO_COLOR", "1")
-        .env_remove("FLOTILLA_SOCKET");
-    cmd
-}
+use crate::daemon_env::{DaemonProcess, flotilla};
 
 fn rows(stdout: &[u8]) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(stdout)

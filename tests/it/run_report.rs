@@ -4,18 +4,7 @@
 //! that, and the text says it to a person without letting the agent's text act on the
 //! terminal.
 
-use assert_cmd::Command;
-
 use crate::daemon_env::*;
-
-fn flotilla(state_dir: &std::path::Path) -> Command {
-    let mut cmd = Command::cargo_bin("flotilla").unwrap();
-    cmd.arg("--state-dir")
-        .arg(state_dir)
-        .env("NO_COLOR", "1")
-        .env_remove("FLOTILLA_SOCKET");
-    cmd
-}
 
 /// The command's standard output; it must exit with `code`.
 fn output(state: &std::path::Path, args: &[&str], code: i32) -> String {

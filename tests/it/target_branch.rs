@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use assert_cmd::Command;
+use crate::daemon_env::flotilla;
 use flotilla::cli::client::ClientError;
 use flotilla::git::reader::GitRepo;
 use flotilla::git::target::TargetBranch;
@@ -154,15 +154,6 @@ async fn status_of(daemon: &InProcessDaemon, run: &str) -> serde_json::Value {
         .json(hyper::Method::GET, &format!("/v1/runs/{run}"), None::<&()>)
         .await
         .unwrap()
-}
-
-fn flotilla(state_dir: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("flotilla").unwrap();
-    cmd.arg("--state-dir")
-        .arg(state_dir)
-        .env("NO_COLOR", "1")
-        .env_remove("FLOTILLA_SOCKET");
-    cmd
 }
 
 fn project_config(extra: &str) -> String {
