@@ -286,6 +286,9 @@ pub struct SandboxPolicy {
     read_only: Vec<PathBuf>,
     /// Shown back writable after that.
     writable: Vec<PathBuf>,
+    /// `[sandbox] hidden`: hidden again after everything is shown, so that what the user
+    /// hid stays hidden under a path shown read-only or writable.
+    hidden: Vec<PathBuf>,
     pub limits: ResourceLimits,
     /// The only TCP ports a command with the host's network may connect to (`None`: all).
     pub allow_tcp_ports: Option<Vec<u16>>,
@@ -333,7 +336,13 @@ impl SandboxPolicy {
             (Some(_), None) => None,
             (None, _) => Some(PathBuf::from(p)),
         };
-        hide.extend(config.hidden.iter().filter_map(expand));
+        let hidden: Vec<PathBuf> = config
+            .hidden
+            .iter()
+            .filter_map(expand)
+            .filter(|p| p.is_absolute() && p != Path::new("/"))
+            .collect();
+        hide.extend(hidden.iter().cloned());
         hide.retain(|p| p.is_absolute() && p != Path::new("/"));
         hide.sort_by_key(|p| p.components().count());
         hide.dedup();
@@ -345,6 +354,7 @@ impl SandboxPolicy {
             home,
             read_only,
             writable,
+            hidden,
             limits: ResourceLimits::of(config),
             allow_tcp_ports: config.allow_tcp_ports.clone().map(|mut ports| {
                 ports.sort_unstable();
@@ -594,6 +604,19 @@ impl SandboxPolicy {
             }
         }
         push(&["--bind".as_ref(), cwd.as_os_str(), cwd.as_os_str()]);
+        // What the user hid stays hidden even under a directory shown above (not the
+        // command's own directory, which it needs).
+        for path in &self.hidden {
+            if let Some(path) = existing(path).await
+                && !cwd.starts_with(&path)
+            {
+                if tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir()) {
+                    push(&["--tmpfs".as_ref(), path.as_os_str()]);
+                } else {
+                    push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()]);
+                }
+            }
+        }
         let home = match &self.home {
             Some(home) => existing(home).await,
             None => None,
@@ -812,6 +835,37 @@ mod tests {
             Ok(Sandbox::Network)
         );
         assert_eq!(Sandbox::default(), Sandbox::Bwrap);
+    }
+
+    #[tokio::test]
+    async fn a_hidden_path_stays_hidden_under_a_path_shown_read_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let shown = tmp.path().canonicalize().unwrap();
+        let secret = shown.join("acceptance");
+        let cwd = shown.join("work");
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::create_dir_all(&cwd).unwrap();
+        let config = SandboxConfig {
+            read_only: vec![shown.display().to_string()],
+            hidden: vec![secret.display().to_string()],
+            ..SandboxConfig::default()
+        };
+        let policy = SandboxPolicy::for_run(&config, &[], Path::new("/nonexistent"));
+        let args: Vec<String> = policy
+            .bwrap_args(&cwd, "sh", false)
+            .await
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let last = |flag: &str, path: &Path| {
+            args.windows(2)
+                .rposition(|w| w[0] == flag && w[1] == path.to_string_lossy())
+                .unwrap_or_else(|| panic!("no {flag} {}: {args:?}", path.display()))
+        };
+        assert!(
+            last("--ro-bind", &shown) < last("--tmpfs", &secret),
+            "{args:?}"
+        );
     }
 
     #[test]

@@ -520,15 +520,18 @@ async fn a_port_allow_list_lets_a_command_connect_to_its_ports_only() {
 /// stays readable.
 #[tokio::test]
 async fn a_hidden_path_is_empty_inside_the_sandbox() {
-    // Not under /tmp, which the sandbox always hides.
     let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let secret = outside.path().join("acceptance");
     std::fs::create_dir_all(&secret).unwrap();
     std::fs::write(secret.join("test.sh"), "expected answer\n").unwrap();
     let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // Shown explicitly: the clone may live under /tmp, which every sandbox hides. What
+    // is hidden stays hidden under a path shown read-only.
+    let shown_dir = outside.path().display().to_string();
     let read = |hidden: Vec<String>| {
         let runner = ConfinedRunner::new(SandboxPolicy::for_run(
             &SandboxConfig {
+                read_only: vec![shown_dir.clone()],
                 hidden,
                 ..SandboxConfig::default()
             },
