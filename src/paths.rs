@@ -46,6 +46,11 @@ pub fn worktrees_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("worktrees")
 }
 
+/// Attempts' transcripts, one directory per run (`transcripts/<run>/<task>-a<n>.jsonl`).
+pub fn transcripts_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("transcripts")
+}
+
 /// Creates the state directory with mode 0700 (and tightens an existing one).
 pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;

@@ -15,6 +15,9 @@ pub struct GcReport {
     /// Directories of runs the journal does not know (or whose repository is gone),
     /// removed whole.
     pub unknown: Vec<String>,
+    /// Transcript directories of finished runs (`<state-dir>/transcripts/<run>`) removed.
+    #[serde(default)]
+    pub transcripts: Vec<String>,
     /// Runs whose leftovers could not be removed, and why (the rest were).
     pub errors: Vec<String>,
     pub dry_run: bool,

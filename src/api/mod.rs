@@ -9,12 +9,14 @@
 //! - [`gc`]: what `POST /v1/gc` removed.
 //! - [`sse`]: how a run's events travel as server-sent events.
 //! - [`ui`]: the link to the live page (`flotilla ui`).
+//! - [`transcript`]: an attempt's transcript (`flotilla log`).
 
 pub mod gc;
 pub mod report;
 pub mod runs;
 pub mod sse;
 pub mod status;
+pub mod transcript;
 pub mod ui;
 
 /// The header carrying a submission's idempotency key (`POST /v1/runs`).

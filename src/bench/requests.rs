@@ -136,6 +136,7 @@ pub fn planner_run(workers: usize) -> Result<RequestSizes, RequestsError> {
             checks: Arc::new(Default::default()),
             notices: None,
             keep_failed: false,
+            transcripts: flotilla_actors::ports::Transcripts::none(),
         };
         let pool = WorkerPool::new(
             run,

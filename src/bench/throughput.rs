@@ -196,6 +196,7 @@ async fn measure(config: Throughput) -> Result<ThroughputResult, ThroughputError
         checks: Arc::new(checks),
         notices: None,
         keep_failed: false,
+        transcripts: flotilla_actors::ports::Transcripts::none(),
     };
     let workers = WorkerPool::new(
         run,

@@ -18,6 +18,7 @@ pub mod run_report;
 pub mod state_lock;
 pub mod story;
 pub mod supervisor;
+pub mod transcripts;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -108,6 +109,17 @@ pub async fn serve(
     // start there), the HTTP API and the event streams on this one, so a busy run cannot
     // starve the API, and answering the API cannot slow the runs (ADR-014).
     let runs_thread = actix::Arbiter::new();
+    // Attempts' transcripts, written on a thread of their own (ADR-036).
+    let transcripts = match transcripts::TranscriptStore::start(
+        paths::transcripts_dir(&options.state_dir),
+        transcripts::DEFAULT_CAP_BYTES,
+    ) {
+        Ok(store) => Some(store),
+        Err(e) => {
+            warn!(error = %e, "cannot start the transcript writer; no transcripts will be kept");
+            None
+        }
+    };
     let supervisor = Supervisor::new(
         journal.clone(),
         journal_port,
@@ -120,6 +132,10 @@ pub async fn serve(
         Listen::Unix(socket) => Some(socket.clone()),
         Listen::Tcp(_) => None,
     });
+    let supervisor = match &transcripts {
+        Some(store) => supervisor.with_transcripts(store.clone()),
+        None => supervisor,
+    };
     let supervisor = Supervisor::start_in_arbiter(&runs_thread.handle(), move |_| supervisor);
     resume_unfinished(&journal, &supervisor).await;
     // Notifications ([notify]) on tasks of their own, off every actor's thread.
@@ -145,6 +161,7 @@ pub async fn serve(
         token,
         status_replays: api::StatusReplays::default(),
         page: page.clone(),
+        transcripts,
     };
     // What runs that ended while no daemon watched (a crash, a kill) left behind, and a
     // checkout of main a landing was interrupted in: collected in the background once the

@@ -90,6 +90,7 @@ fn start_with(
         checks: Arc::new(Checks::default()),
         notices,
         keep_failed: false,
+        transcripts: flotilla_actors::ports::Transcripts::none(),
     };
     let (graph, inbox) = probe::<ToTaskGraph>("task graph");
     let pool = WorkerPool::new(run, kit, graph, Duration::from_secs(60)).start();

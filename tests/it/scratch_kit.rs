@@ -16,5 +16,6 @@ pub fn scratch_kit(
         checks: Arc::new(flotilla_actors::actors::worker::check::Checks::default()),
         notices: None,
         keep_failed: false,
+        transcripts: flotilla_actors::ports::Transcripts::none(),
     }
 }

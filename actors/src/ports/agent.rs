@@ -124,15 +124,18 @@ pub struct AttemptContext {
     pub cancel: CancellationToken,
     pub spend: SpendReporter,
     pub activity: ActivityReporter,
+    /// Where the agent writes its conversation (`flotilla log`, ADR-036).
+    pub transcript: super::TranscriptSink,
 }
 
 impl AttemptContext {
-    /// A context that is never cancelled and reports spend and activity to nobody.
+    /// A context that is never cancelled and reports spend, activity and transcript to nobody.
     pub fn detached() -> Self {
         AttemptContext {
             cancel: CancellationToken::new(),
             spend: SpendReporter::none(),
             activity: ActivityReporter::none(),
+            transcript: super::TranscriptSink::none(),
         }
     }
 }

@@ -23,11 +23,13 @@ mod llm;
 mod merge;
 mod process;
 mod repo;
+mod transcript;
 pub use agent::*;
 pub use llm::*;
 pub use merge::*;
 pub use process::*;
 pub use repo::*;
+pub use transcript::*;
 
 use crate::protocol::{Event, EventKind, RunId};
 

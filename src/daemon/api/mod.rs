@@ -14,6 +14,8 @@
 //!   `user_decision`
 //! - `POST /v1/runs/{id}/decision` `{"decision": "adopt_main"}` → 202: landing paused
 //!   because main diverged; main as it is becomes the base (ADR-024)
+//! - `GET  /v1/runs/{id}/tasks/{task}/transcript?attempt=N&from=OFFSET&wait=true` → an
+//!   attempt's transcript (`transcripts.rs`; `wait` holds an empty answer: a long poll)
 //! - `POST /v1/ui` → a one-time link to the live page, `GET /ui/…` the page (`page.rs`)
 //!
 //! `{id}` may be any unique prefix of a run id; an ambiguous prefix is a 409 that lists the
@@ -40,6 +42,7 @@ pub mod page;
 mod run_report;
 mod runs;
 mod tasks;
+mod transcripts;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -114,6 +117,8 @@ pub struct AppState {
     pub status_replays: StatusReplays,
     /// The live page's one-time codes and listener (`page.rs`).
     pub page: page::PageState,
+    /// Attempts' transcripts (`flotilla log`), when the writer could start.
+    pub transcripts: Option<crate::daemon::transcripts::TranscriptStore>,
 }
 
 /// The status replays of running runs, kept between status calls so that polling a run
@@ -166,6 +171,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/report", get(run_report::show_report))
         .route("/v1/runs/{id}/tasks/{task}", get(tasks::task_story))
         .route("/v1/runs/{id}/tasks/{task}/decision", post(tasks::decide))
+        .route(
+            "/v1/runs/{id}/tasks/{task}/transcript",
+            get(transcripts::transcript),
+        )
         .route("/v1/gc", post(runs::collect_garbage))
         .merge(page::routes())
         .fallback(|| async {

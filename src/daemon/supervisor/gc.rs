@@ -38,9 +38,20 @@ impl Handler<CollectGarbage> for Supervisor {
         let live: HashSet<RunId> = self.runs.keys().copied().collect();
         let records = self.journal.runs();
         let root = self.worktrees.clone();
+        let transcripts = self.transcripts.as_ref().map(|t| t.root().to_path_buf());
         Box::pin(async move {
             let records = records.await.map_err(GcError::ReadRuns)?;
-            collect_garbage(live, records, root, msg).await
+            let dry_run = msg.dry_run;
+            // Known runs, and whether each is over (finished and not live).
+            let runs: HashMap<RunId, bool> = records
+                .iter()
+                .map(|r| (r.id, r.outcome.is_some() && !live.contains(&r.id)))
+                .collect();
+            let mut report = collect_garbage(live, records, root, msg).await?;
+            if let Some(transcripts) = transcripts {
+                collect_transcripts(&transcripts, &runs, dry_run, &mut report).await;
+            }
+            Ok(report)
         })
     }
 }
@@ -222,4 +233,52 @@ async fn collect_garbage(
         );
     }
     Ok(report)
+}
+
+/// Removes the transcripts of runs that are over (ADR-036), and of runs the journal does not
+/// know once their id is old enough (as for worktrees).
+async fn collect_transcripts(
+    root: &std::path::Path,
+    runs: &HashMap<RunId, bool>,
+    dry_run: bool,
+    report: &mut GcReport,
+) {
+    let Ok(mut entries) = tokio::fs::read_dir(root).await else {
+        return; // none was ever written
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let dir = entry.path();
+        let uuid = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<uuid::Uuid>().ok());
+        let doomed = match uuid.map(RunId::from_uuid).and_then(|run| runs.get(&run)) {
+            Some(over) => *over,
+            None => {
+                let created_ms = uuid
+                    .and_then(|u| u.get_timestamp())
+                    .map(|t| {
+                        let (secs, nanos) = t.to_unix();
+                        secs * 1000 + u64::from(nanos) / 1_000_000
+                    })
+                    .unwrap_or(0);
+                now_ms.saturating_sub(created_ms) >= UNKNOWN_RUN_MIN_AGE_MS
+            }
+        };
+        if !doomed {
+            continue;
+        }
+        report.transcripts.push(dir.display().to_string());
+        if !dry_run
+            && let Err(e) = tokio::fs::remove_dir_all(&dir).await
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            report.errors.push(format!("{}: {e}", dir.display()));
+        }
+    }
+    report.transcripts.sort();
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use flotilla_actors::actors;
 use flotilla_actors::graph::RunGraph;
-use flotilla_actors::ports::Journal;
+use flotilla_actors::ports::{Journal, Transcripts};
 use flotilla_actors::protocol::{Event, EventKind, Published, RunId, RunOutcome, ToTaskGraph};
 use flotilla_actors::recovery::run_recovery;
 use flotilla_actors::supervision::StopCause;
@@ -97,6 +97,10 @@ impl Supervisor {
             worktrees: &self.worktrees,
             daemon_paths: &self.daemon_paths,
             notices: ctx.address().recipient(),
+            transcripts: self
+                .transcripts
+                .as_ref()
+                .map_or_else(Transcripts::none, |t| t.transcripts()),
         };
         let to_start = wiring::Run {
             run,

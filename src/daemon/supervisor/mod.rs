@@ -57,6 +57,7 @@ use flotilla_actors::supervision::{Lifeline, StopCause, StopMember};
 use tokio::sync::broadcast;
 
 pub use self::gc::GcError;
+use super::transcripts::TranscriptStore;
 pub use crate::api::gc::GcReport;
 use crate::config::{RunConfig, RunConfigError};
 use crate::git::target::TargetBranch;
@@ -177,6 +178,8 @@ pub struct Supervisor {
     /// Supervisor never blocks): joined at the Supervisor's drop, so that none outlives the
     /// daemon; finished ones are let go at the next retirement.
     joining: Vec<std::thread::JoinHandle<()>>,
+    /// Attempts' transcripts (ADR-036); `gc` removes finished runs' with them.
+    transcripts: Option<TranscriptStore>,
 }
 
 /// A finished run, waiting for its actors to stop before its thread retires.
@@ -213,7 +216,14 @@ impl Supervisor {
             runs: HashMap::new(),
             retiring: HashMap::new(),
             joining: Vec::new(),
+            transcripts: None,
         }
+    }
+
+    /// Keeps every attempt's transcript in `store`.
+    pub fn with_transcripts(mut self, store: TranscriptStore) -> Self {
+        self.transcripts = Some(store);
+        self
     }
 
     /// Also hides `paths` from every command (the daemon's socket, when it is not in the

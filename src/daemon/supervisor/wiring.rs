@@ -15,7 +15,7 @@ use flotilla_actors::actors::{
     Subplanner, TaskGraph, WorkerKit, WorkerPool,
 };
 use flotilla_actors::graph::RunGraph;
-use flotilla_actors::ports::{Agent, Journal, Llm, ProcessRunner, Sandbox, SweepKeep};
+use flotilla_actors::ports::{Agent, Journal, Llm, ProcessRunner, Sandbox, SweepKeep, Transcripts};
 use flotilla_actors::protocol::{Published, Role, RunId, ToPlanner};
 use flotilla_actors::recovery::RunRecovery;
 use flotilla_actors::supervision::Lifeline;
@@ -55,6 +55,8 @@ pub(super) struct Daemon<'a> {
     pub daemon_paths: &'a [PathBuf],
     /// Where the run's actors send live notices (the Supervisor).
     pub notices: Recipient<Published>,
+    /// Where attempts' transcripts go (ADR-036).
+    pub transcripts: Transcripts,
 }
 
 /// One run to start: what it is, what its journal replays to, and what it resumes.
@@ -113,6 +115,7 @@ pub(super) fn start_run(
         checks: Arc::new(checks),
         notices: Some(daemon.notices.clone()),
         keep_failed: config.worktrees.keep_failed,
+        transcripts: daemon.transcripts.clone(),
     };
 
     // The TaskGraph's address is needed before the actor exists (its collaborators hold

@@ -47,8 +47,8 @@ use tracing::{debug, warn};
 
 use crate::ports::{
     ActivityReporter, Agent, AgentError, AgentReport, AgentSession, AttemptContext, BranchFate,
-    Clock, CommandSpec, ProcessRunner, RepoError, SpendReporter, SystemClock, Workspace,
-    WorktreeRequest, WorktreeStart, Worktrees,
+    Clock, CommandSpec, ProcessRunner, RepoError, SpendReporter, SystemClock, TranscriptSink,
+    Transcripts, Workspace, WorktreeRequest, WorktreeStart, Worktrees,
 };
 use crate::protocol::{
     Assignment, AttemptFailure, Budget, Event, EventKind, Finding, FixOf, HandoffStatus, Published,
@@ -128,6 +128,8 @@ pub struct WorkerKit {
     /// `[worktrees] keep_failed`: a failed attempt's worktree and branch stay for
     /// inspection (the run's sweeps keep them; `flotilla gc` removes them).
     pub keep_failed: bool,
+    /// Where each attempt's transcript goes (`flotilla log`), if anywhere.
+    pub transcripts: Transcripts,
 }
 
 /// The least time between two activity notices of one attempt: an external agent may
@@ -181,6 +183,8 @@ pub struct Worker {
     /// Times in a row the worktree could not be made for want of storage.
     storage_retries: u32,
     lifeline: Option<Lifeline>,
+    /// The attempt's transcript; ended when the Worker stops.
+    transcript: TranscriptSink,
 }
 
 impl Worker {
@@ -223,7 +227,9 @@ impl Worker {
             Job::Run(a) => a.run,
             Job::Synthesize { run, .. } => *run,
         };
+        let transcript = kit.transcripts.open(run, &task, attempt);
         Worker {
+            transcript,
             kit,
             graph,
             run,
@@ -288,6 +294,7 @@ impl Worker {
         let (task, attempt) = (self.task.clone(), self.attempt);
         AttemptContext {
             activity: self.activity(),
+            transcript: self.transcript.clone(),
             cancel: self.cancel.clone(),
             spend: SpendReporter::new(move |spent| {
                 graph.do_send(ToTaskGraph::SpendReported {
@@ -689,6 +696,7 @@ impl Actor for Worker {
         self.cancel.cancel();
         self.charge_time();
         self.session = None;
+        self.transcript.end();
         let (Some(workspace), AfterAttempt::Release(fate)) = (self.workspace.take(), self.after)
         else {
             return;
