@@ -19,7 +19,7 @@ use std::time::Duration;
 use flotilla_actors::ports::{
     Agent, AgentError, AgentReport, AgentSession, AttemptContext, ChatRole, CommandSpec,
     FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, ProcessRunner, Role, ToolCall,
-    Workspace,
+    TranscriptKind, Workspace,
 };
 use flotilla_actors::protocol::{
     Assignment, Budget, DecompositionReason, Handoff, HandoffMetrics, HandoffStatus,
@@ -567,6 +567,15 @@ async fn work_in(
     Ok(output.exit.code().or(Some(-1)))
 }
 
+/// What a step does, in words, for the attempt's transcript.
+fn step_words(step: &AgentStep, outcome: Outcome, tokens: u64) -> String {
+    let writes: Vec<&String> = step.writes.keys().collect();
+    let (deletes, run) = (&step.deletes, &step.run);
+    format!(
+        "scripted step: {outcome:?}, {tokens} tokens; writes {writes:?}; deletes {deletes:?}; runs {run:?}"
+    )
+}
+
 /// One attempt's scripted session, in its workspace.
 struct ScriptedSession {
     shared: Arc<Shared>,
@@ -596,6 +605,9 @@ impl ScriptedSession {
                 .or(defaults.outcome)
                 .unwrap_or(Outcome::Complete);
             let tokens = step.tokens.or(defaults.tokens).unwrap_or(1_000);
+            attempt
+                .transcript
+                .record(TranscriptKind::Step, &step_words(&step, outcome, tokens));
             if !matches!(outcome, Outcome::Crash | Outcome::Malformed) {
                 attempt.spend.report(Budget::new(tokens, Usd::ZERO, 0));
             }
@@ -634,12 +646,16 @@ impl ScriptedSession {
                 Outcome::Blocked => HandoffStatus::Blocked,
                 Outcome::Failed => HandoffStatus::Failed,
             };
+            let summary = step
+                .summary
+                .or(defaults.summary)
+                .unwrap_or(fallback_summary);
+            attempt
+                .transcript
+                .record(TranscriptKind::Assistant, &summary);
             let handoff = Handoff {
                 status,
-                summary: step
-                    .summary
-                    .or(defaults.summary)
-                    .unwrap_or(fallback_summary),
+                summary,
                 files_changed: step.files_changed,
                 concerns: step.concerns,
                 suggestions: step.suggestions,
@@ -705,6 +721,9 @@ impl AgentSession for ScriptedSession {
                     .unwrap_or_else(|| s.step.clone())
             })
             .unwrap_or_default();
+        self.attempt
+            .transcript
+            .record(TranscriptKind::Prompt, &task_text);
         if let Some(missing) = step.expect_in_task.iter().find(|e| !task_text.contains(*e)) {
             let detail = format!(
                 "scripted expectation: the task message of {task} attempt {attempt} lacks {missing:?}; it was: {}",

@@ -22,7 +22,8 @@ use flotilla_actors::llm::conversation::{ContextBudget, MAX_COMPACTIONS, compact
 use flotilla_actors::llm::output::parse_json_answer;
 use flotilla_actors::ports::{
     Agent, AgentError, AgentReport, AgentSession, AttemptContext, ChatMessage, EnvPolicy, Llm,
-    LlmCall, LlmError, LlmRequest, ProcessRunner, Role, Sandbox, Workspace, scrubbed_env,
+    LlmCall, LlmError, LlmRequest, ProcessRunner, Role, Sandbox, TranscriptKind, Workspace,
+    scrubbed_env,
 };
 use flotilla_actors::protocol::{
     Assignment, Budget, Handoff, HandoffMetrics, HandoffStatus, RejectionReason, SubtaskResult,
@@ -201,10 +202,16 @@ impl BuiltinSession {
         {
             let mut state = lock(&self.state);
             if state.messages.is_empty() {
+                self.attempt
+                    .transcript
+                    .record(TranscriptKind::Prompt, &self.shared.system);
                 state
                     .messages
                     .push(ChatMessage::system(self.shared.system.clone()));
             }
+            self.attempt
+                .transcript
+                .record(TranscriptKind::Prompt, &user);
             state.messages.push(ChatMessage::user(user));
         }
         let ctx = ToolContext {
@@ -335,6 +342,11 @@ impl Turns {
                 Err(e) => return Err(AgentError::Crashed(format!("the model failed: {e}"))),
             };
             self.attempt.spend.report(response.usage.spent());
+            if !response.content.is_empty() {
+                self.attempt
+                    .transcript
+                    .record(TranscriptKind::Assistant, &response.content);
+            }
             {
                 let mut state = lock(&self.state);
                 state.turn = state.turn.saturating_add(1);
@@ -361,9 +373,11 @@ impl Turns {
                 state
                     .messages
                     .push(ChatMessage::assistant(response.content));
-                state.messages.push(ChatMessage::user(
-                    "Use the tools to do the task, then call finish with your handoff.",
-                ));
+                let nudge = "Use the tools to do the task, then call finish with your handoff.";
+                self.attempt
+                    .transcript
+                    .record(TranscriptKind::Prompt, nudge);
+                state.messages.push(ChatMessage::user(nudge));
                 continue;
             }
             idle = 0;
@@ -388,11 +402,19 @@ impl Turns {
                     state.tool_calls += 1;
                 }
                 self.attempt.activity.report(&tools::describe(call));
+                let transcript = &self.attempt.transcript;
+                transcript.record(
+                    TranscriptKind::ToolCall,
+                    &format!("{} {}", call.name, call.arguments),
+                );
                 match tools::execute(call, &self.ctx).await {
                     ToolOutcome::Finish(args) => return Ok(self.finished(*args)),
-                    ToolOutcome::Output(text) => lock(&self.state)
-                        .messages
-                        .push(ChatMessage::tool_result(call.id.clone(), text)),
+                    ToolOutcome::Output(text) => {
+                        transcript.record(TranscriptKind::ToolResult, &text);
+                        lock(&self.state)
+                            .messages
+                            .push(ChatMessage::tool_result(call.id.clone(), text))
+                    }
                 }
             }
         }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use flotilla_actors::llm::output::parse_json_answer;
 use flotilla_actors::ports::{
     Agent, AgentError, AgentReport, AgentSession, AttemptContext, CommandOutput, CommandSpec, Exit,
-    LineSink, ProcessError, ProcessRunner, Stream, Workspace, scrubbed_env,
+    LineSink, ProcessError, ProcessRunner, Stream, TranscriptKind, Workspace, scrubbed_env,
 };
 use flotilla_actors::protocol::{
     Assignment, HandoffMetrics, RejectionReason, SubtaskResult, TaskId,
@@ -311,6 +311,13 @@ impl Call {
             let stream = stream.clone();
             let attempt = self.attempt.clone();
             LineSink::new(move |from, line| {
+                // Every line the agent wrote is its transcript (ADR-036); only stdout
+                // carries its events.
+                let kind = match from {
+                    Stream::Stdout => TranscriptKind::Stdout,
+                    Stream::Stderr => TranscriptKind::Stderr,
+                };
+                attempt.transcript.record(kind, line);
                 if from != Stream::Stdout {
                     return;
                 }
