@@ -146,6 +146,28 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show what the agent of a task's attempt did: the model's messages, its tool calls
+    /// and their results, or a command agent's output (kept bounded under the state
+    /// directory; `gc` removes them with their run). The latest attempt unless `--attempt`.
+    ///
+    /// Example: `flotilla log 01a2 t4 --follow`.
+    Log {
+        #[command(flatten)]
+        address: ClientAddress,
+        /// Run id or unique prefix.
+        run: String,
+        /// A task of the run (e.g. t4, t4.2, f1).
+        task: String,
+        /// Which attempt (1 is the first).
+        #[arg(long, value_name = "N")]
+        attempt: Option<u32>,
+        /// Keep showing new entries until the attempt ends.
+        #[arg(long)]
+        follow: bool,
+        /// One JSON entry per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Cancel a run.
     Cancel {
         #[command(flatten)]
@@ -426,6 +448,7 @@ impl Command {
             | Command::Status { address, .. }
             | Command::Graph { address, .. }
             | Command::Report { address, .. }
+            | Command::Log { address, .. }
             | Command::Cancel { address, .. }
             | Command::Gc { address, .. }
             | Command::Decide { address, .. }

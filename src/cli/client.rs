@@ -465,6 +465,28 @@ impl Client {
         self.get(&format!("/v1/runs/{}/report", segment(run))).await
     }
 
+    /// An attempt's transcript from byte `from` on (`GET …/tasks/{task}/transcript`); with
+    /// `wait`, the daemon holds an answer with nothing new (a long poll, below the request
+    /// timeout).
+    pub async fn transcript(
+        &self,
+        run: &str,
+        task: &str,
+        attempt: Option<u32>,
+        from: u64,
+        wait: bool,
+    ) -> Result<crate::api::transcript::Transcript, ClientError> {
+        let mut path = format!(
+            "/v1/runs/{}/tasks/{}/transcript?from={from}&wait={wait}",
+            segment(run),
+            segment(task)
+        );
+        if let Some(n) = attempt {
+            path.push_str(&format!("&attempt={n}"));
+        }
+        self.get(&path).await
+    }
+
     /// The run's events after `since`, as a stream that ends after `run_finished`.
     pub async fn events(
         &self,

@@ -31,6 +31,7 @@ pub async fn run(client: &Client, dry_run: bool, json: bool) -> Result<Exit, Cli
         && report.unknown.is_empty()
         && report.branches.is_empty()
         && report.locks.is_empty()
+        && report.transcripts.is_empty()
     {
         emit("nothing to collect\n")?;
     } else {
@@ -49,6 +50,12 @@ pub async fn run(client: &Client, dry_run: bool, json: bool) -> Result<Exit, Cli
             .chain(&report.unknown)
         {
             emit(&format!("  {}\n", text_safety::terminal_safe(line)))?;
+        }
+        if !report.transcripts.is_empty() {
+            emit(&format!(
+                "{verb} the transcripts of {} run(s)\n",
+                report.transcripts.len()
+            ))?;
         }
     }
     for error in &report.errors {

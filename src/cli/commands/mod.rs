@@ -13,6 +13,7 @@ pub mod eval;
 pub mod gc;
 pub mod graph;
 pub mod init;
+pub mod log;
 pub mod providers;
 pub mod report;
 pub mod runs;
@@ -98,6 +99,14 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             run: None, json, ..
         } => status::daemon(&client, *json).await,
         Command::Graph { run, format, .. } => graph::run(&client, run, *format).await,
+        Command::Log {
+            run,
+            task,
+            attempt,
+            follow,
+            json,
+            ..
+        } => log::run(&client, run, task, *attempt, *follow, *json).await,
         Command::Report { run, json, .. } => report::run(&client, run, *json).await,
         Command::Eval {
             dir,
