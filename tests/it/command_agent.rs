@@ -673,7 +673,7 @@ async fn calling_the_attempt_off_kills_the_cli_and_leaves_no_worktree() {
 
 // The session on its own, outside a Worker.
 
-fn assignment(id: &str, description: &str) -> Assignment {
+pub(crate) fn assignment(id: &str, description: &str) -> Assignment {
     let task = ready(id, spec(description, &["src"]), 1, 1);
     let run = RunId::generate();
     Assignment {

@@ -48,6 +48,7 @@ mod storage;
 mod subplanner;
 mod supervision;
 mod target_branch;
+mod transcripts;
 mod worker;
 mod worktrees;
 
