@@ -19,6 +19,7 @@ pub struct TranscriptLine {
 pub struct Transcript {
     pub run: String,
     pub task: String,
+    /// 0 when a long poll ended before any attempt of the task wrote.
     pub attempt: u32,
     /// Every attempt of the task that has a transcript, oldest first.
     pub attempts: Vec<u32>,

@@ -308,3 +308,83 @@ async fn a_command_agent_s_output_lines_are_its_transcript() {
         "{lines:?}"
     );
 }
+
+/// `log --follow` started before the task: it waits for the attempt's first entries (the
+/// daemon's long poll, woken by the writer), shows them as they come, and ends when the
+/// attempt does (here called off by a cancel).
+#[tokio::test]
+async fn following_shows_a_live_attempt_and_ends_with_it() {
+    use std::io::{BufRead, BufReader};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let repo = tmp.path().join("repo");
+    init_repo(&repo);
+    let daemon = DaemonProcess::start(&state);
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "wait forever", scope = ["src"] }]
+[tasks.t1]
+outcome = "hang"
+"#;
+    let client = DaemonProcess::client(&state);
+    let run = submit(&client, &repo, run_config(scenario, 1)).await;
+    let mut follower = std::process::Command::new(assert_cmd::cargo::cargo_bin("flotilla"))
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["log", &run, "t1", "--follow"])
+        .env("NO_COLOR", "1")
+        .env_remove("FLOTILLA_SOCKET")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follower.stdout.take().unwrap();
+    // Read until the step shows: the attempt is live and hanging.
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let mut seen = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            let step = line.contains("scripted step: Hang");
+            seen.push(line);
+            if step {
+                break;
+            }
+        }
+        (lines, seen)
+    });
+    let (mut lines, seen) = tokio::time::timeout(std::time::Duration::from_secs(120), reading)
+        .await
+        .expect("the follow shows the live attempt")
+        .unwrap();
+    assert!(seen[0].contains("attempt 1"), "{seen:?}");
+    assert!(
+        seen.last().unwrap().contains("scripted step: Hang"),
+        "{seen:?}"
+    );
+    let _: serde_json::Value = client
+        .json(
+            hyper::Method::POST,
+            &format!("/v1/runs/{run}/cancel"),
+            None::<&()>,
+        )
+        .await
+        .unwrap_or(serde_json::Value::Null);
+    let rest = tokio::task::spawn_blocking(move || {
+        let rest: Vec<String> = lines.by_ref().map(|l| l.unwrap()).collect();
+        (rest, follower.wait().unwrap())
+    });
+    let (rest, status) = tokio::time::timeout(std::time::Duration::from_secs(120), rest)
+        .await
+        .expect("the follow ends with the attempt")
+        .unwrap();
+    assert!(status.success(), "{rest:?}");
+    assert!(
+        rest.last()
+            .is_some_and(|l| l.contains("end │ the attempt ended")),
+        "{rest:?}\n{}",
+        daemon.log()
+    );
+    drop(daemon);
+}

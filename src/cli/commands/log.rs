@@ -17,7 +17,11 @@ pub async fn run(
     follow: bool,
     json: bool,
 ) -> Result<Exit, CliError> {
-    let mut transcript = client.transcript(run, task, attempt, 0, false).await?;
+    // Followed, a task that has not started yet is waited for.
+    let mut transcript = client.transcript(run, task, attempt, 0, follow).await?;
+    while follow && transcript.attempt == 0 && !transcript.ended {
+        transcript = client.transcript(run, task, attempt, 0, true).await?;
+    }
     if !json {
         let others = if transcript.attempts.len() > 1 {
             format!(" (attempts with a transcript: {:?})", transcript.attempts)
@@ -32,7 +36,7 @@ pub async fn run(
         ))?;
     }
     // Pinned: a retry starting meanwhile is another attempt, with its own log.
-    let attempt = Some(transcript.attempt);
+    let attempt = Some(transcript.attempt).filter(|n| *n > 0);
     loop {
         for entry in &transcript.entries {
             emit(&if json {

@@ -50,50 +50,59 @@ pub(super) async fn transcript(
             "this daemon keeps no transcripts (its writer could not start; see its log)",
         ));
     };
-    let (root, run, wanted) = (store.root().to_path_buf(), record.id, task.clone());
-    let attempts = tokio::task::spawn_blocking(move || transcripts::attempts(&root, run, &wanted))
-        .await
-        .map_err(internal)?;
-    let attempt = match query.attempt {
-        Some(n) if attempts.contains(&n) => n,
-        None if !attempts.is_empty() => attempts.iter().copied().max().unwrap_or(1),
-        asked => {
-            let which = asked.map_or_else(String::new, |n| format!(" for attempt {n}"));
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "run {} has no transcript of task {task}{which} (attempts with one: {attempts:?})",
-                    record.id
-                ),
-            ));
-        }
-    };
-    let path = store.path(record.id, &task, attempt);
     let mut written = store.subscribe();
     let deadline = tokio::time::Instant::now() + LONG_POLL;
     // A run that is over writes nothing more, whether or not its attempts said `end`.
     let run_over = record.outcome.is_some();
-    let back = loop {
+    let (attempts, attempt, back) = loop {
         written.borrow_and_update();
-        let read_path = path.clone();
-        let back: ReadBack =
-            tokio::task::spawn_blocking(move || transcripts::read_from(&read_path, query.from))
+        let (root, run, wanted) = (store.root().to_path_buf(), record.id, task.clone());
+        let attempts =
+            tokio::task::spawn_blocking(move || transcripts::attempts(&root, run, &wanted))
                 .await
-                .map_err(internal)?
-                .map_err(|e| internal(format!("cannot read the transcript: {e}")))?;
+                .map_err(internal)?;
+        let attempt = match query.attempt {
+            Some(n) if attempts.contains(&n) => Some(n),
+            None => attempts.iter().copied().max(),
+            Some(_) => None,
+        };
+        let back = match attempt {
+            Some(n) => {
+                let path = store.path(record.id, &task, n);
+                tokio::task::spawn_blocking(move || transcripts::read_from(&path, query.from))
+                    .await
+                    .map_err(internal)?
+                    .map_err(|e| internal(format!("cannot read the transcript: {e}")))?
+            }
+            // Followed before the attempt wrote anything: waited for, like new entries.
+            None if query.wait && !run_over => ReadBack::default(),
+            None => {
+                let which = query
+                    .attempt
+                    .map_or_else(String::new, |n| format!(" for attempt {n}"));
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "run {} has no transcript of task {task}{which} (attempts with one: {attempts:?})",
+                        record.id
+                    ),
+                ));
+            }
+        };
         if !query.wait || !back.entries.is_empty() || back.ended || run_over {
-            break back;
+            break (attempts, attempt, back);
         }
         tokio::select! {
-            changed = written.changed() => if changed.is_err() { break back },
-            _ = tokio::time::sleep_until(deadline) => break back,
-            _ = state.shutdown.cancelled() => break back,
+            changed = written.changed() => if changed.is_err() { break (attempts, attempt, back) },
+            _ = tokio::time::sleep_until(deadline) => break (attempts, attempt, back),
+            _ = state.shutdown.cancelled() => break (attempts, attempt, back),
         }
     };
     Ok(Json(Transcript {
         run: record.id.to_string(),
         task: task.to_string(),
-        attempt,
+        // 0: no attempt has written yet (a follow that started early).
+        attempt: attempt.unwrap_or(0),
         attempts,
         ended: back.ended || run_over,
         next: back.next,
