@@ -8,7 +8,6 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use assert_cmd::Command;
 use flotilla::api::transcript::TranscriptLine;
 use flotilla_actors::ports::{
     Agent, AttemptContext, TranscriptKind, TranscriptSink, TranscriptWriter, Workspace,
@@ -16,15 +15,6 @@ use flotilla_actors::ports::{
 use flotilla_actors::protocol::RunOutcome;
 
 use crate::daemon_env::*;
-
-fn flotilla(state_dir: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("flotilla").unwrap();
-    cmd.arg("--state-dir")
-        .arg(state_dir)
-        .env("NO_COLOR", "1")
-        .env_remove("FLOTILLA_SOCKET");
-    cmd
-}
 
 /// The command's standard output and error; it must exit with `code`.
 fn output(state: &Path, args: &[&str], code: i32) -> (String, String) {
