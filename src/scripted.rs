@@ -569,10 +569,22 @@ async fn work_in(
 
 /// What a step does, in words, for the attempt's transcript.
 fn step_words(step: &AgentStep, outcome: Outcome, tokens: u64) -> String {
-    let writes: Vec<&String> = step.writes.keys().collect();
-    let (deletes, run) = (&step.deletes, &step.run);
+    let list = |paths: Vec<&String>| match paths.is_empty() {
+        true => "nothing".to_string(),
+        false => paths
+            .iter()
+            .map(|p| p.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let runs = match &step.run {
+        Some(command) => format!("; runs `{command}`"),
+        None => String::new(),
+    };
     format!(
-        "scripted step: {outcome:?}, {tokens} tokens; writes {writes:?}; deletes {deletes:?}; runs {run:?}"
+        "scripted step: {outcome:?}, {tokens} tokens; writes {}; deletes {}{runs}",
+        list(step.writes.keys().collect()),
+        list(step.deletes.iter().collect()),
     )
 }
 

@@ -33,7 +33,6 @@ use flotilla_actors::ports::{
 };
 use flotilla_actors::protocol::Usage;
 use futures::future::BoxFuture;
-use serde::de::DeserializeOwned;
 use tracing::warn;
 
 use self::endpoint::{Endpoint, EndpointState, approximate_prompt_tokens};
@@ -57,46 +56,9 @@ impl Parsed {
     }
 }
 
-/// Parses JSON from a provider. Some servers put raw control characters (a literal newline
-/// or tab) inside JSON strings, which the grammar forbids: if the text does not parse as
-/// it is, it is parsed again with those characters escaped.
-pub fn parse_lenient<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
-    // A UTF-8 byte-order mark before the JSON (some servers on Windows write one) is not
-    // part of it.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    match serde_json::from_str(text) {
-        Ok(value) => Ok(value),
-        Err(first) => match escape_controls_in_strings(text) {
-            Some(escaped) => serde_json::from_str(&escaped).map_err(|_| first),
-            None => Err(first),
-        },
-    }
-}
-
-/// `text` with control characters inside JSON strings escaped; `None` if there are none.
-fn escape_controls_in_strings(text: &str) -> Option<String> {
-    let mut out = String::with_capacity(text.len() + 16);
-    let (mut in_string, mut escaped, mut changed) = (false, false, false);
-    for c in text.chars() {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '"' {
-                in_string = false;
-            } else if (c as u32) < 0x20 {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-                changed = true;
-                continue;
-            }
-        } else if c == '"' {
-            in_string = true;
-        }
-        out.push(c);
-    }
-    changed.then_some(out)
-}
+/// Parses JSON from a provider, forgiving raw control characters inside strings (one
+/// implementation, shared with the planners' answer parser).
+pub use flotilla_actors::llm::output::parse_lenient;
 
 /// Key of an endpoint's shared state: the same server, reached with the same key.
 type EndpointKey = (ProviderKind, String, Option<String>);
@@ -377,16 +339,6 @@ fn priced(parsed: Parsed, request: &LlmRequest, target: &Target) -> LlmResponse 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn raw_control_characters_inside_strings_are_escaped_only_there() {
-        let text = "{\"a\": \"line one\nline\ttwo\u{1}\",\n \"b\": \"ok\\\"\n\"}";
-        let value: serde_json::Value = parse_lenient(text).unwrap();
-        assert_eq!(value["a"], "line one\nline\ttwo\u{1}");
-        assert_eq!(value["b"], "ok\"\n");
-        assert!(parse_lenient::<serde_json::Value>("{\"a\": tru}").is_err());
-        assert_eq!(escape_controls_in_strings("{\"a\":\n1}"), None);
-    }
 
     /// Issue 20: a JSON body starting with a byte-order mark was refused as malformed.
     #[test]

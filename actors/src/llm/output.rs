@@ -73,7 +73,7 @@ pub fn parse_json_answer<T: DeserializeOwned>(
         });
     }
     let trimmed = content.trim();
-    if let Ok(whole) = serde_json::from_str(trimmed) {
+    if let Ok(whole) = parse_lenient(trimmed) {
         return Ok(whole);
     }
     let candidate = fenced(trimmed).unwrap_or(trimmed);
@@ -81,7 +81,47 @@ pub fn parse_json_answer<T: DeserializeOwned>(
         (Some(start), Some(end)) if start < end => &candidate[start..=end],
         _ => return Err(AnswerError::NoObject),
     };
-    serde_json::from_str(candidate).map_err(AnswerError::Invalid)
+    parse_lenient(candidate).map_err(AnswerError::Invalid)
+}
+
+/// Parses JSON that may hold raw control characters (a literal newline or tab) inside its
+/// strings, which the grammar forbids but servers and small models write: if the text does
+/// not parse as it is, it is parsed again with those characters escaped. A leading UTF-8
+/// byte-order mark is skipped. The first error is the one returned.
+pub fn parse_lenient<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    match serde_json::from_str(text) {
+        Ok(value) => Ok(value),
+        Err(first) => match escape_controls_in_strings(text) {
+            Some(escaped) => serde_json::from_str(&escaped).map_err(|_| first),
+            None => Err(first),
+        },
+    }
+}
+
+/// `text` with control characters inside JSON strings escaped; `None` if there are none.
+fn escape_controls_in_strings(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len() + 16);
+    let (mut in_string, mut escaped, mut changed) = (false, false, false);
+    for c in text.chars() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            } else if (c as u32) < 0x20 {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+                changed = true;
+                continue;
+            }
+        } else if c == '"' {
+            in_string = true;
+        }
+        out.push(c);
+    }
+    changed.then_some(out)
 }
 
 /// Why an LLM's answer gives no object of the expected shape. Its text is what the model is
@@ -131,6 +171,26 @@ mod tests {
         let parsed: PlannerOutput = parse_json_answer(&answer.to_string(), 10_000).unwrap();
         assert_eq!(parsed.tasks[0].acceptance, "x");
         assert_eq!(parsed.tasks[0].dependencies.len(), 2);
+    }
+
+    #[test]
+    fn raw_control_characters_inside_strings_are_escaped_only_there() {
+        let text = "{\"a\": \"line one\nline\ttwo\u{1}\",\n \"b\": \"ok\\\"\n\"}";
+        let value: serde_json::Value = parse_lenient(text).unwrap();
+        assert_eq!(value["a"], "line one\nline\ttwo\u{1}");
+        assert_eq!(value["b"], "ok\"\n");
+        assert!(parse_lenient::<serde_json::Value>("{\"a\": tru}").is_err());
+        assert_eq!(escape_controls_in_strings("{\"a\":\n1}"), None);
+    }
+
+    /// A small model (SmolLM2, the first real-model evaluation) wrote raw newlines inside
+    /// the scratchpad's string ten answers in a row: the answer is taken.
+    #[test]
+    fn a_planner_answer_with_a_raw_newline_inside_a_string_is_taken() {
+        let answer =
+            "```json\n{\"scratchpad\": \"Goal: calc\nNext: write it\", \"tasks\": []}\n```";
+        let value: serde_json::Value = parse_json_answer(answer, 10_000).unwrap();
+        assert_eq!(value["scratchpad"], "Goal: calc\nNext: write it");
     }
 
     #[test]
