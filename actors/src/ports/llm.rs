@@ -325,9 +325,12 @@ pub enum LlmError {
     /// Nothing is configured to serve the role.
     #[error("no model is configured for the {0} role")]
     NotConfigured(Role),
-    /// The provider's key is read from the daemon's environment when a call is made, and
-    /// this variable is not set there.
-    #[error("{env} is not set in the daemon's environment (the provider's API key)")]
+    /// The provider's key is read from the calling process's environment when a call is
+    /// made (a run's calls: the daemon's; `providers check`: the CLI's), and this variable is
+    /// not set there.
+    #[error(
+        "{env} is not set in this process's environment (the provider's API key; a run reads the daemon's)"
+    )]
     MissingKey { env: String },
 }
 
