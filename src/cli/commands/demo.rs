@@ -74,7 +74,7 @@ const FILES: &[(&str, &str)] = &[
 /// paused, the parent waits for the user's decision once they are done instead of being
 /// synthesized at once. Nothing depends on t4, so the rest of the run goes on meanwhile and
 /// then waits for it: every task of the run is on the page while it is still running.
-pub const PAUSED_TASK: &str = "t4";
+const PAUSED_TASK: &str = "t4";
 
 /// What the demo was asked for on the command line.
 #[derive(Debug, Clone, Copy, Default)]
