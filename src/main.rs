@@ -34,13 +34,17 @@ fn main() -> ExitCode {
                 Err(e) => Err(CliError::internal("cannot harden the daemon").because(e)),
             }
         }
-        Command::Demo { json, keep } => {
+        Command::Demo { json, keep, pause } => {
             // The demo runs a daemon in this process: hardened as `daemon` is, and for the
             // same reason before any thread starts (ADR-033).
             // SAFETY: as for `daemon` above: one thread here.
             let _held = unsafe { flotilla::keys::take_daemon_keys() };
             match harden() {
-                Ok(()) => commands::demo::run(*json, *keep),
+                Ok(()) => commands::demo::run(commands::demo::Options {
+                    json: *json,
+                    keep: *keep,
+                    pause: *pause,
+                }),
                 Err(e) => Err(CliError::internal("cannot harden the daemon").because(e)),
             }
         }

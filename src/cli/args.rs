@@ -381,9 +381,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
         /// Keep the demo's daemon running after the run, until Ctrl-C, to try `status`,
-        /// `tail`, `report` and `graph` on it.
+        /// `tail`, `report`, `graph` and `ui` on it.
         #[arg(long)]
         keep: bool,
+        /// Stop the run at a decision, to watch it on the live page before it ends: t4's
+        /// subplan waits for you once its subtasks are done, instead of finishing at once
+        /// (the rest of the run goes on, then waits for t4). The demo prints the commands:
+        /// `flotilla ui RUN` (a link to the page) and `flotilla decide RUN t4 --complete`
+        /// (lets the run finish). With --keep the page stays up after the run.
+        #[arg(long)]
+        pause: bool,
     },
 }
 

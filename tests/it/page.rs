@@ -6,6 +6,7 @@
 //!
 //! Chromium is driven over its DevTools pipe (`--remote-debugging-pipe`: JSON messages on
 //! file descriptors 3 and 4, each ended by a NUL), which needs no WebSocket client.
+//! `demo` drives the page on `flotilla demo --pause`'s run instead of a test's own.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -24,6 +25,8 @@ use serde_json::{Value, json};
 use flotilla::cli::client::Client;
 
 use crate::daemon_env::{DaemonProcess, InProcessDaemon, git_repo, run_config};
+
+mod demo;
 
 /// t1 lands a file; t2 splits into two designs and waits for the user to pick one. The
 /// first description and the request hold markup, which the page must show as text.

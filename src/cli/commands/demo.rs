@@ -3,10 +3,13 @@
 //! repository, starts a daemon in this process on a socket and state directory of its own,
 //! submits the scenario's request, and follows the run with the code `submit` uses. Then it
 //! prints the task graph, the run's report and where everything is; `--keep` leaves the
-//! daemon serving until Ctrl-C so that `status`, `tail` and `report` can be tried on it.
+//! daemon serving until Ctrl-C so that `status`, `tail` and `report` can be tried on it, and
+//! `--pause` stops the run at a user decision (t4) so that it can be watched on the live page
+//! before it ends.
 
 use std::path::{Path, PathBuf};
 
+use flotilla_actors::protocol::StopCondition;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -17,6 +20,7 @@ use crate::cli::{emit, note};
 use crate::daemon::{self, Bound, DaemonOptions, Listen};
 use crate::journal::JournalSync;
 use crate::paths;
+use crate::scripted::Scenario;
 use crate::text_safety::terminal_safe;
 
 use super::{graph, submit, tail};
@@ -66,6 +70,23 @@ const FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The task `--pause` stops at: t4's worker proposes a subplan (accepted, three subtasks);
+/// paused, the parent waits for the user's decision once they are done instead of being
+/// synthesized at once. Nothing depends on t4, so the rest of the run goes on meanwhile and
+/// then waits for it: every task of the run is on the page while it is still running.
+const PAUSED_TASK: &str = "t4";
+
+/// What the demo was asked for on the command line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// One JSON event a line on stdout; the rest on stderr.
+    pub json: bool,
+    /// Serve until Ctrl-C after the run.
+    pub keep: bool,
+    /// Stop the run at a user decision ([`PAUSED_TASK`]).
+    pub pause: bool,
+}
+
 /// Where the demo keeps things: `DIR/repo` (the repository), `DIR/state` (the daemon's
 /// journal, socket and worktrees), `DIR/daemon.log`.
 struct DemoDir {
@@ -86,7 +107,8 @@ impl DemoDir {
 
 /// Runs the demo; called by `main` outside any runtime, as `daemon` is (the in-process
 /// daemon needs an actix `System`). Exits 0 only if the run completed.
-pub fn run(json: bool, keep: bool) -> Result<Exit, CliError> {
+pub fn run(options: Options) -> Result<Exit, CliError> {
+    let Options { json, pause, .. } = options;
     let dir = DemoDir {
         root: tempfile::Builder::new()
             .prefix("flotilla-demo-")
@@ -96,7 +118,7 @@ pub fn run(json: bool, keep: bool) -> Result<Exit, CliError> {
             // `flotilla --state-dir DIR/state daemon` show the run again later.
             .keep(),
     };
-    write_repository(&dir.repo())?;
+    write_repository(&dir.repo(), pause)?;
     init_logging(&dir.log())?;
     let say = |text: &str| -> Result<(), CliError> {
         if json {
@@ -112,7 +134,7 @@ pub fn run(json: bool, keep: bool) -> Result<Exit, CliError> {
         shown(&dir.log())
     ))?;
     let socket = paths::socket_path(&dir.state());
-    let options = DaemonOptions {
+    let daemon_options = DaemonOptions {
         state_dir: dir.state(),
         listen: Listen::Unix(socket.clone()),
         #[cfg(feature = "testing")]
@@ -124,11 +146,15 @@ pub fn run(json: bool, keep: bool) -> Result<Exit, CliError> {
     system.block_on(async move {
         let shutdown = CancellationToken::new();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let server = actix_rt::spawn(daemon::serve(options, shutdown.clone(), Some(ready_tx)));
+        let server = actix_rt::spawn(daemon::serve(
+            daemon_options,
+            shutdown.clone(),
+            Some(ready_tx),
+        ));
         let outcome = match ready_rx.await {
             Ok(Bound::Unix(_)) | Ok(Bound::Tcp { .. }) => {
                 let client = Client::new(Endpoint::Unix(socket.clone()));
-                demo_run(&client, &dir, &socket, json, keep, &say).await
+                demo_run(&client, &dir, &socket, options, &say).await
             }
             // The daemon ended before it listened: its error says why (below).
             Err(_) => Ok(Exit::Failure),
@@ -153,10 +179,10 @@ async fn demo_run(
     client: &Client,
     dir: &DemoDir,
     socket: &Path,
-    json: bool,
-    keep: bool,
+    options: Options,
     say: &dyn Fn(&str) -> Result<(), CliError>,
 ) -> Result<Exit, CliError> {
+    let Options { json, keep, pause } = options;
     let repo = dir.repo();
     // How the user reaches this binary again (`cargo run` puts it in target/).
     let exe = std::env::current_exe()
@@ -169,6 +195,19 @@ async fn demo_run(
         terminal_safe(&run),
         submit::landing_note(&created)
     ));
+    if pause {
+        // Said before following, while there is time to open the page: the run reaches
+        // the decision in a few seconds.
+        say(&format!(
+            "{PAUSED_TASK} will wait for your decision once its subtasks are done (--pause). \
+             In another terminal, watch the run on the live page, then let it finish:\n  \
+             export FLOTILLA_STATE_DIR={state}\n  \
+             {exe} ui {run}\n  \
+             {exe} decide {run} {PAUSED_TASK} --complete",
+            state = shown(&dir.state()),
+            run = terminal_safe(&run),
+        ))?;
+    }
     let outcome = match tail::follow(client, &run, None, json).await {
         Ok(outcome) => outcome,
         Err(e) => {
@@ -199,7 +238,7 @@ async fn demo_run(
             "The demo's daemon keeps serving on {} until Ctrl-C. In another terminal:\n  \
              export FLOTILLA_STATE_DIR={}\n  \
              {exe} status {run}\n  {exe} tail {run}\n  {exe} report {run}\n  \
-             {exe} graph {run} --format mermaid",
+             {exe} graph {run} --format mermaid\n  {exe} ui {run}",
             shown(socket),
             shown(&dir.state()),
             run = terminal_safe(&run),
@@ -244,8 +283,9 @@ impl StopSignals {
 
 /// Writes the demo's files into a new repository at `repo` and commits them on `main`
 /// (task branches start from main's tip). `main` stays checked out: flotilla brings it
-/// along as the run lands work, so `git log` there shows the result.
-fn write_repository(repo: &Path) -> Result<(), CliError> {
+/// along as the run lands work, so `git log` there shows the result. With `pause`, the
+/// scenario is [`paused_scenario`]'s.
+fn write_repository(repo: &Path, pause: bool) -> Result<(), CliError> {
     let failed =
         |what: &str| CliError::internal(format!("cannot make the demo's repository: {what}"));
     for (name, text) in FILES {
@@ -253,7 +293,11 @@ fn write_repository(repo: &Path) -> Result<(), CliError> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| failed("a directory").because(e))?;
         }
-        std::fs::write(&path, text).map_err(|e| failed(name).because(e))?;
+        let text = match *name {
+            "scenario.toml" if pause => std::borrow::Cow::Owned(paused_scenario(text)?),
+            _ => std::borrow::Cow::Borrowed(*text),
+        };
+        std::fs::write(&path, text.as_bytes()).map_err(|e| failed(name).because(e))?;
     }
     let mut options = git2::RepositoryInitOptions::new();
     options.initial_head("main");
@@ -277,6 +321,38 @@ fn write_repository(repo: &Path) -> Result<(), CliError> {
     commit().map_err(|e| failed("git").because(e))
 }
 
+/// The scenario with [`PAUSED_TASK`]'s subplan stopping for the user's decision
+/// (`stop_when = "user_decision"`) instead of at once. The line goes under the subplan's
+/// table, and the result is read back as the daemon will read it, so that a change to the
+/// scenario cannot make `--pause` run the demo without its pause.
+fn paused_scenario(text: &str) -> Result<String, CliError> {
+    let header = format!("[tasks.{PAUSED_TASK}.subplan]\n");
+    let lost = |why: String| {
+        CliError::internal(format!(
+            "cannot make the demo's paused scenario: {why} (a bug in flotilla)"
+        ))
+    };
+    let at = text
+        .find(&header)
+        .map(|i| i + header.len())
+        .ok_or_else(|| lost(format!("it has no {}", header.trim_end())))?;
+    let paused = format!(
+        "{}stop_when = \"user_decision\"   # flotilla demo --pause\n{}",
+        &text[..at],
+        &text[at..]
+    );
+    let scenario = Scenario::from_toml(&paused).map_err(|e| lost(e.to_string()))?;
+    let stops = scenario
+        .tasks
+        .get(PAUSED_TASK)
+        .and_then(|t| t.step.subplan.as_ref())
+        .map(|s| s.stop_when);
+    match stops {
+        Some(StopCondition::UserDecision) => Ok(paused),
+        other => Err(lost(format!("{PAUSED_TASK}'s subplan stops {other:?}"))),
+    }
+}
+
 /// The in-process daemon logs to `log` (FLOTILLA_LOG sets the level, as for `daemon`), so
 /// that the terminal shows the run, not the daemon's log.
 fn init_logging(log: &Path) -> Result<(), CliError> {
@@ -294,4 +370,41 @@ fn init_logging(log: &Path) -> Result<(), CliError> {
 /// A path as the terminal may show it.
 fn shown(path: &Path) -> String {
     terminal_safe(&path.display().to_string()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario() -> &'static str {
+        FILES
+            .iter()
+            .find(|(name, _)| *name == "scenario.toml")
+            .map(|(_, text)| *text)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_paused_scenario_differs_only_in_t4s_stop_condition() {
+        let plain = Scenario::from_toml(scenario()).unwrap();
+        let mut paused = Scenario::from_toml(&paused_scenario(scenario()).unwrap()).unwrap();
+        let subplan = |s: &Scenario| s.tasks["t4"].step.subplan.clone().unwrap();
+        assert_eq!(
+            subplan(&plain).stop_when,
+            StopCondition::AllSubtasksComplete
+        );
+        assert_eq!(subplan(&paused).stop_when, StopCondition::UserDecision);
+        if let Some(t4) = paused.tasks.get_mut("t4")
+            && let Some(subplan) = t4.step.subplan.as_mut()
+        {
+            subplan.stop_when = StopCondition::AllSubtasksComplete;
+        }
+        assert_eq!(paused, plain, "nothing else changes");
+    }
+
+    #[test]
+    fn a_scenario_without_t4s_subplan_cannot_be_paused() {
+        let error = paused_scenario("[tasks.t1]\nsummary = \"x\"\n").unwrap_err();
+        assert!(error.to_string().contains("[tasks.t4.subplan]"), "{error}");
+    }
 }
