@@ -50,6 +50,7 @@ use crate::actors::planner::context::RepoContext;
 use crate::config::Limits;
 use crate::llm::backoff;
 use crate::llm::conversation::{BoundedConversation, excerpt};
+use crate::llm::tool_loop::{ToolAsk, ToolSession};
 use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm::progress::with_progress_notices;
 use crate::ports::{
@@ -58,7 +59,7 @@ use crate::ports::{
 };
 use crate::protocol::{
     Assignment, EventKind, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
-    TaskCompleted, TaskId, TaskSpec, ToAgent, ToTaskGraph,
+    TaskCompleted, TaskId, TaskSpec, ToAgent, ToTaskGraph, ToolRound,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use context::{
@@ -162,6 +163,8 @@ struct Conversation {
     phase: Phase,
     consecutive_errors: u32,
     cancel: CancellationToken,
+    /// The read-only tool rounds of the call being asked (ADR-037).
+    tools: ToolSession,
 }
 
 impl Conversation {
@@ -185,6 +188,7 @@ impl Conversation {
             phase: Phase::Idle,
             consecutive_errors: 0,
             cancel,
+            tools: ToolSession::default(),
         }
     }
 }
@@ -201,6 +205,9 @@ pub struct Subplanner {
     conversations: HashMap<TaskId, Conversation>,
     /// Journaled exchanges, read when the TaskGraph says which decompositions are open.
     recorded: Vec<RecordedExchange>,
+    /// Journaled tool rounds of calls not answered yet, replayed when their conversation
+    /// resumes.
+    recorded_tools: Vec<ToolRound>,
     /// Calls off every call in flight when the actor stops.
     cancel: CancellationToken,
     lifeline: Option<Lifeline>,
@@ -226,6 +233,7 @@ impl Subplanner {
             notices: None,
             conversations: HashMap::new(),
             recorded: Vec::new(),
+            recorded_tools: Vec::new(),
             cancel: CancellationToken::new(),
             lifeline: None,
         }
@@ -246,6 +254,17 @@ impl Subplanner {
     /// The exchanges recorded in the journal, for the decompositions the TaskGraph resumes.
     pub fn resuming(mut self, recorded: Vec<RecordedExchange>) -> Self {
         self.recorded = recorded;
+        self
+    }
+
+    /// The tool rounds the journal holds (ADR-037): those of a resumed conversation's
+    /// unanswered call are replayed, never run again.
+    pub fn resuming_tools(mut self, rounds: &[ToolRound]) -> Self {
+        self.recorded_tools = rounds
+            .iter()
+            .filter(|r| r.role == Role::Subplanner)
+            .cloned()
+            .collect();
         self
     }
 
@@ -297,6 +316,16 @@ impl Subplanner {
             self.cancel.child_token(),
             self.history(recorded),
         );
+        let pending = conversation.history.calls();
+        let rounds: Vec<ToolRound> = self
+            .recorded_tools
+            .iter()
+            .filter(|r| r.of(Role::Subplanner, Some(&task), open.attempt) && r.call == pending)
+            .cloned()
+            .collect();
+        if !rounds.is_empty() {
+            conversation.tools = ToolSession::resumed(pending, rounds);
+        }
         conversation.decomposed = true;
         conversation.active = open.active.into_iter().collect();
         conversation.ended = open.unheard;
@@ -370,6 +399,9 @@ impl Subplanner {
             return;
         };
         let call = conv.history.calls();
+        // Every tool round of this call reads the tip its prompt describes.
+        let tip = repo.as_ref().and_then(|r| r.as_ref().ok());
+        conv.tools.prepare(call, tip.map(|snapshot| snapshot.commit.as_str()));
         let mut reported = Vec::new();
         let prompt = if conv.history.is_empty() {
             let repo_text = repo
@@ -418,8 +450,26 @@ impl Subplanner {
             return;
         };
         conv.phase = Phase::Asking;
-        let built = conv.history.request(&self.system_prompt, &prompt);
+        let limits = self.config.tool_limits();
+        let reserve = match &self.repo {
+            Some(_) => limits.reserve(conv.history.limit()),
+            None => 0,
+        };
+        let built = conv
+            .history
+            .request_leaving(&self.system_prompt, &prompt, reserve);
         let sent = built.prompt;
+        let graph = self.graph.clone();
+        let ask = ToolAsk {
+            llm: self.llm.clone(),
+            reader: self.repo.clone(),
+            limits,
+            request_limit: conv.history.limit(),
+            record: Arc::new(move |round| graph.do_send(ToTaskGraph::ToolsRan(Box::new(round)))),
+            role: Role::Subplanner,
+            task: Some(task.clone()),
+            attempt,
+        };
         let llm_call = with_progress_notices(
             LlmCall::new(conv.cancel.child_token())
                 .for_task(task.clone())
@@ -429,11 +479,19 @@ impl Subplanner {
             Role::Subplanner,
             Some(task.clone()),
         );
-        let request = self.llm.complete(
+        let request = ask.ask(
             LlmRequest::chat(Role::Subplanner, built.messages).json_schema(planner_answer_schema()),
             llm_call,
+            std::mem::take(&mut conv.tools),
         );
-        ctx.spawn(request.into_actor(self).map(move |result, act, ctx| {
+        ctx.spawn(request.into_actor(self).map(move |(result, tools), act, ctx| {
+            if let Some(conv) = act
+                .conversations
+                .get_mut(&task)
+                .filter(|c| c.attempt == attempt)
+            {
+                conv.tools = tools;
+            }
             act.answered(
                 task,
                 attempt,
@@ -530,6 +588,7 @@ impl Subplanner {
         // used only as an excerpt.
         let exchange = Exchange::new(sent, response.content, error.clone());
         conv.history.record(exchange.clone());
+        conv.tools = ToolSession::default();
         let batch: Vec<String> = subtasks
             .as_ref()
             .map(|s| s.iter().map(|p| p.description.clone()).collect())

@@ -1,0 +1,317 @@
+//! The tool loop the Planner and the Subplanner share (ADR-037): one planning call that may
+//! read the repository before it answers.
+//!
+//! The request offers the read-only tools ([`read_tools`](super::read_tools)); while the
+//! model answers with tool calls, they are run against the commit pinned for the call,
+//! each round is recorded (the actor journals it as `ToolsRan`), the results are appended
+//! to the request, and the model is asked again. Bounds: at most `max_rounds` rounds, at
+//! most [`MAX_CALLS_PER_ROUND`] calls a round, each result at most `max_result_bytes`, all
+//! of a call's results at most `max_call_bytes`. When a bound is reached the model is told
+//! so and asked for its answer without tools.
+//!
+//! The rounds live in a [`ToolSession`] that outlives one `ask`: a context-length refusal
+//! that the actor answers by compacting its conversation, or a back-off after an error,
+//! asks the same call again with the rounds already run, and a resumed run starts from the
+//! rounds in the journal. A round is never run twice.
+//!
+//! The request stays within its byte limit with the tool results in it: the messages after
+//! the conversation's own are bounded by [`compact_turns`] (old results summarized first),
+//! and a context-length refusal halves that room before the actor's compaction is tried.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::conversation::{compact_turns, excerpt};
+use super::read_tools::{MAX_ARGUMENT_BYTES, ReadTools, specs};
+use crate::ports::{
+    ChatMessage, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoReader, ToolCall,
+};
+use crate::protocol::{Role, TaskId, ToolRound, ToolRun, Usage};
+
+/// Tool calls run in one round at most; more are answered "not run".
+pub const MAX_CALLS_PER_ROUND: usize = 8;
+/// What a request leaves for tool rounds at least, however full the conversation is.
+pub const MIN_TOOL_ROOM: usize = 8 * 1024;
+/// What is kept of the model's words beside its tool calls.
+const ROUND_WORDS_BYTES: usize = 2 * 1024;
+/// Tool results kept whole, the newest, when a request must shrink.
+const KEEP_RECENT_RESULTS: usize = 4;
+/// Context-length refusals answered by shrinking the tool rounds before the actor compacts.
+const MAX_TOOL_SHRINKS: u32 = 3;
+
+/// A role's tool bounds (`[planner]` / `[subplanner]` `max_tool_rounds`,
+/// `max_tool_result_bytes`, `max_tool_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolLimits {
+    /// 0: no tools are offered.
+    pub max_rounds: u32,
+    pub max_result_bytes: usize,
+    pub max_call_bytes: usize,
+}
+
+impl ToolLimits {
+    /// What a request built with tools leaves for them: the call's results and their
+    /// framing, at most half the request.
+    pub fn reserve(&self, limit: usize) -> usize {
+        if self.max_rounds == 0 {
+            return 0;
+        }
+        self.max_call_bytes
+            .saturating_add(MIN_TOOL_ROOM)
+            .min(limit / 2)
+    }
+}
+
+/// The tool rounds of one planning call, and the commit they read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolSession {
+    /// The call these rounds belong to.
+    pub call: u32,
+    /// main's tip, pinned when the call first asked; `None`: no tools this call.
+    pub commit: Option<String>,
+    pub rounds: Vec<ToolRound>,
+    /// The provider refused a request that offered tools: the call goes on without them.
+    pub refused: bool,
+}
+
+impl ToolSession {
+    /// The rounds a journal holds for a call that was not answered yet.
+    pub fn resumed(call: u32, rounds: Vec<ToolRound>) -> Self {
+        ToolSession {
+            call,
+            commit: rounds.first().map(|r| r.commit.clone()),
+            rounds,
+            refused: false,
+        }
+    }
+
+    /// Makes this the session of call `call`: kept if it is that call's already (rounds
+    /// run or replayed), else started afresh, pinned at `tip` (an empty tip: a repository
+    /// without commits, nothing to read).
+    pub fn prepare(&mut self, call: u32, tip: Option<&str>) {
+        if self.call == call && (self.commit.is_some() || !self.rounds.is_empty()) {
+            return;
+        }
+        *self = ToolSession {
+            call,
+            commit: tip.filter(|t| !t.is_empty()).map(str::to_string),
+            ..ToolSession::default()
+        };
+    }
+
+    fn result_bytes(&self) -> usize {
+        self.rounds
+            .iter()
+            .flat_map(|r| &r.runs)
+            .map(|run| run.result.len())
+            .sum()
+    }
+
+    /// What the rounds' model calls used: charged with the call's answer.
+    pub fn usage(&self) -> Usage {
+        self.rounds.iter().fold(Usage::default(), |sum, r| add(sum, r.usage))
+    }
+
+    /// The rounds as messages: each the model's turn with its calls, then their results.
+    fn messages(&self) -> Vec<ChatMessage> {
+        let mut messages = Vec::new();
+        for round in &self.rounds {
+            let calls = round
+                .runs
+                .iter()
+                .map(|run| ToolCall {
+                    id: run.id.clone(),
+                    name: run.name.clone(),
+                    arguments: run.arguments.clone(),
+                })
+                .collect();
+            messages.push(ChatMessage::assistant_calls(round.content.clone(), calls));
+            for run in &round.runs {
+                messages.push(ChatMessage::tool_result(run.id.clone(), run.result.clone()));
+            }
+        }
+        messages
+    }
+}
+
+fn add(a: Usage, b: Usage) -> Usage {
+    Usage {
+        tokens_in: a.tokens_in.saturating_add(b.tokens_in),
+        tokens_out: a.tokens_out.saturating_add(b.tokens_out),
+        cost_usd: a.cost_usd.saturating_add(b.cost_usd),
+    }
+}
+
+/// Where each round goes as it is run (the actor journals it).
+pub type RoundRecorder = Arc<dyn Fn(ToolRound) + Send + Sync>;
+
+/// One planning call's setting: who asks, what may be read, within what.
+#[derive(Clone)]
+pub struct ToolAsk {
+    pub llm: Arc<dyn Llm>,
+    pub reader: Option<Arc<dyn RepoReader>>,
+    pub limits: ToolLimits,
+    /// Bytes the whole request may carry (the conversation's limit).
+    pub request_limit: usize,
+    pub record: RoundRecorder,
+    pub role: Role,
+    pub task: Option<TaskId>,
+    pub attempt: u32,
+}
+
+/// Why no tools are offered any more, if that is so.
+fn tools_closed(ask: &ToolAsk, session: &ToolSession) -> Option<String> {
+    let rounds = u32::try_from(session.rounds.len()).unwrap_or(u32::MAX);
+    if session.refused {
+        Some("the provider refused a request that offered tools".into())
+    } else if rounds >= ask.limits.max_rounds {
+        Some(format!(
+            "this call has used its {} tool rounds",
+            ask.limits.max_rounds
+        ))
+    } else if session.result_bytes() >= ask.limits.max_call_bytes {
+        Some(format!(
+            "this call's tool results reached their bound of {} bytes",
+            ask.limits.max_call_bytes
+        ))
+    } else {
+        None
+    }
+}
+
+impl ToolAsk {
+    fn tools(&self, session: &ToolSession) -> Option<ReadTools> {
+        let reader = self.reader.clone().filter(|_| self.limits.max_rounds > 0)?;
+        let commit = session.commit.clone()?;
+        Some(ReadTools::new(reader, commit, self.limits.max_result_bytes))
+    }
+
+    /// Asks `request` (the conversation's messages) as the session's call, running tool
+    /// rounds until the model answers without tools; gives back the answer (its usage
+    /// including the rounds') and the session.
+    pub fn ask(
+        self,
+        request: LlmRequest,
+        call: LlmCall,
+        mut session: ToolSession,
+    ) -> BoxFuture<'static, (Result<LlmResponse, LlmError>, ToolSession)> {
+        Box::pin(async move {
+            let fixed = request.messages.len();
+            let base_bytes: usize = request.messages.iter().map(|m| m.content.len()).sum();
+            let mut room = self
+                .request_limit
+                .saturating_sub(base_bytes)
+                .max(MIN_TOOL_ROOM);
+            let mut shrinks = 0u32;
+            let mut dropped = 0u32;
+            loop {
+                let tools = self.tools(&session);
+                let closed = tools.as_ref().and_then(|_| tools_closed(&self, &session));
+                let offered = tools.is_some() && closed.is_none();
+                let mut messages = request.messages.clone();
+                messages.extend(session.messages());
+                if let Some(why) = closed.as_ref().filter(|_| !session.rounds.is_empty()) {
+                    messages.push(ChatMessage::user(format!(
+                        "[flotilla: no more tools in this call: {why}. Answer now with the JSON object \
+                         the system prompt asks for.]"
+                    )));
+                }
+                compact_turns(
+                    &mut messages,
+                    fixed,
+                    base_bytes.saturating_add(room),
+                    KEEP_RECENT_RESULTS,
+                    &mut dropped,
+                );
+                let mut asked = request.clone();
+                asked.messages = messages;
+                if offered {
+                    asked.tools = specs();
+                }
+                let round = u32::try_from(session.rounds.len()).unwrap_or(u32::MAX);
+                let result = self
+                    .llm
+                    .complete(asked, call.clone().in_round(round))
+                    .await;
+                let response = match result {
+                    Ok(response) => response,
+                    Err(error)
+                        if error.is_context_too_long()
+                            && !session.rounds.is_empty()
+                            && shrinks < MAX_TOOL_SHRINKS =>
+                    {
+                        shrinks += 1;
+                        room = (room / 2).max(MIN_TOOL_ROOM / 2);
+                        continue;
+                    }
+                    Err(LlmError::Refused { .. }) if offered => {
+                        session.refused = true;
+                        continue;
+                    }
+                    Err(error) => return (Err(error), session),
+                };
+                let Some(tools) = tools.filter(|_| offered && !response.tool_calls.is_empty())
+                else {
+                    let mut response = response;
+                    response.usage = add(session.usage(), response.usage);
+                    return (Ok(response), session);
+                };
+                let runs = self.run_round(&tools, &session, &response).await;
+                let recorded = ToolRound {
+                    role: self.role,
+                    task: self.task.clone(),
+                    attempt: self.attempt,
+                    call: session.call,
+                    round,
+                    commit: tools.commit().to_string(),
+                    content: excerpt(&response.content, ROUND_WORDS_BYTES).into_owned(),
+                    runs,
+                    usage: response.usage,
+                };
+                (self.record)(recorded.clone());
+                session.rounds.push(recorded);
+            }
+        })
+    }
+
+    /// Runs one round's calls in order, each result within what the call has left.
+    async fn run_round(
+        &self,
+        tools: &ReadTools,
+        session: &ToolSession,
+        response: &LlmResponse,
+    ) -> Vec<ToolRun> {
+        let mut left = self
+            .limits
+            .max_call_bytes
+            .saturating_sub(session.result_bytes());
+        let mut runs = Vec::with_capacity(response.tool_calls.len());
+        for (i, call) in response.tool_calls.iter().enumerate() {
+            let result = if i >= MAX_CALLS_PER_ROUND {
+                format!("not run: at most {MAX_CALLS_PER_ROUND} tool calls are run a round")
+            } else if left == 0 {
+                "not run: this call's tool results reached their bound".to_string()
+            } else {
+                let text = tools.run(call).await;
+                excerpt(&text, left).into_owned()
+            };
+            left = left.saturating_sub(result.len());
+            let arguments = if call.arguments.len() > MAX_ARGUMENT_BYTES {
+                format!(
+                    "{{\"compacted\":\"{} bytes of arguments\"}}",
+                    call.arguments.len()
+                )
+            } else {
+                call.arguments.clone()
+            };
+            runs.push(ToolRun {
+                id: call.id.clone(),
+                name: excerpt(&call.name, 100).into_owned(),
+                arguments,
+                result,
+            });
+        }
+        runs
+    }
+}
