@@ -158,7 +158,9 @@ pub fn recovery(graph: &RunGraph, journal: &[Event], now_ms: u64) -> Recovery {
 }
 
 /// The tool rounds of the calls without a recorded answer, in order.
-pub fn unanswered_tool_rounds<'a>(events: impl IntoIterator<Item = &'a EventKind>) -> Vec<ToolRound> {
+pub fn unanswered_tool_rounds<'a>(
+    events: impl IntoIterator<Item = &'a EventKind>,
+) -> Vec<ToolRound> {
     let mut rounds: Vec<ToolRound> = Vec::new();
     for kind in events {
         match kind {
@@ -171,7 +173,8 @@ pub fn unanswered_tool_rounds<'a>(events: impl IntoIterator<Item = &'a EventKind
                 attempt,
                 call,
                 ..
-            } => rounds.retain(|r| !(r.of(Role::Subplanner, Some(task), *attempt) && r.call == *call)),
+            } => rounds
+                .retain(|r| !(r.of(Role::Subplanner, Some(task), *attempt) && r.call == *call)),
             _ => {}
         }
     }

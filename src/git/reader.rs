@@ -197,9 +197,7 @@ impl RepoReader for GitRepo {
         path: Option<TreePath>,
         max_count: usize,
     ) -> BoxFuture<'static, Result<CommitLog, RepoError>> {
-        self.blocking(move |repo, _| {
-            super::tree_read::log(repo, &commit, path.as_ref(), max_count)
-        })
+        self.blocking(move |repo, _| super::tree_read::log(repo, &commit, path.as_ref(), max_count))
     }
 
     fn show_commit(

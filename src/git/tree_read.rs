@@ -35,7 +35,10 @@ fn kind_of(mode: i32, kind: Option<ObjectType>) -> EntryKind {
 
 /// A blob's size without reading it.
 fn blob_size(repo: &Repository, id: Oid) -> Result<u64, RepoError> {
-    let (size, _) = repo.odb().and_then(|odb| odb.read_header(id)).map_err(git)?;
+    let (size, _) = repo
+        .odb()
+        .and_then(|odb| odb.read_header(id))
+        .map_err(git)?;
     Ok(size as u64)
 }
 
@@ -276,8 +279,10 @@ pub fn show_commit(
         }
     };
     // Only main's history at the pinned tip: not another branch's work, nor a later main.
-    let reachable =
-        shown.id() == tip.id() || repo.graph_descendant_of(tip.id(), shown.id()).map_err(git)?;
+    let reachable = shown.id() == tip.id()
+        || repo
+            .graph_descendant_of(tip.id(), shown.id())
+            .map_err(git)?;
     if !reachable {
         return Ok(None);
     }

@@ -283,7 +283,10 @@ impl ReadTools {
                     .await
                     .map_err(failed)?;
                 let mut out = match &path {
-                    Some(p) => format!("git log of {p} at {short} ({} commits):\n", log.commits.len()),
+                    Some(p) => format!(
+                        "git log of {p} at {short} ({} commits):\n",
+                        log.commits.len()
+                    ),
                     None => format!("git log at {short} ({} commits):\n", log.commits.len()),
                 };
                 for c in &log.commits {
@@ -432,7 +435,9 @@ fn show_grep(pattern: &str, short: &str, report: &GrepReport) -> String {
         out.push_str(&format!("{}:{}: {}\n", m.path, m.line, m.text));
     }
     if let Some(why) = &report.stopped {
-        out.push_str(&format!("[stopped early: {why}; narrow the pattern or the path]\n"));
+        out.push_str(&format!(
+            "[stopped early: {why}; narrow the pattern or the path]\n"
+        ));
     }
     out
 }

@@ -36,7 +36,7 @@ pub const MIN_TOOL_ROOM: usize = 8 * 1024;
 /// What is kept of the model's words beside its tool calls.
 const ROUND_WORDS_BYTES: usize = 2 * 1024;
 /// Tool results kept whole, the newest, when a request must shrink.
-const KEEP_RECENT_RESULTS: usize = 4;
+const KEEP_RECENT_RESULTS: usize = 2;
 /// Context-length refusals answered by shrinking the tool rounds before the actor compacts.
 const MAX_TOOL_SHRINKS: u32 = 3;
 
@@ -110,7 +110,9 @@ impl ToolSession {
 
     /// What the rounds' model calls used: charged with the call's answer.
     pub fn usage(&self) -> Usage {
-        self.rounds.iter().fold(Usage::default(), |sum, r| add(sum, r.usage))
+        self.rounds
+            .iter()
+            .fold(Usage::default(), |sum, r| add(sum, r.usage))
     }
 
     /// The rounds as messages: each the model's turn with its calls, then their results.
@@ -204,8 +206,10 @@ impl ToolAsk {
                 .saturating_sub(base_bytes)
                 .max(MIN_TOOL_ROOM);
             let mut shrinks = 0u32;
-            let mut dropped = 0u32;
             loop {
+                // Each request is built afresh from the session: what it drops is counted
+                // for it alone.
+                let mut dropped = 0u32;
                 let tools = self.tools(&session);
                 let closed = tools.as_ref().and_then(|_| tools_closed(&self, &session));
                 let offered = tools.is_some() && closed.is_none();
@@ -230,10 +234,7 @@ impl ToolAsk {
                     asked.tools = specs();
                 }
                 let round = u32::try_from(session.rounds.len()).unwrap_or(u32::MAX);
-                let result = self
-                    .llm
-                    .complete(asked, call.clone().in_round(round))
-                    .await;
+                let result = self.llm.complete(asked, call.clone().in_round(round)).await;
                 let response = match result {
                     Ok(response) => response,
                     Err(error)

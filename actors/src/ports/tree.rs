@@ -127,9 +127,13 @@ pub enum TreeItem {
         omitted: usize,
     },
     /// A symbolic link: its target as text, never followed.
-    Link { target: String },
+    Link {
+        target: String,
+    },
     /// A submodule: the commit it pins, never entered.
-    Submodule { commit: String },
+    Submodule {
+        commit: String,
+    },
 }
 
 /// The largest blob read into memory for a read or a grep.
@@ -279,7 +283,10 @@ mod tests {
 
     #[test]
     fn paths_are_relative_and_never_climb() {
-        assert_eq!(TreePath::parse("./src//a.rs/").unwrap().as_str(), "src/a.rs");
+        assert_eq!(
+            TreePath::parse("./src//a.rs/").unwrap().as_str(),
+            "src/a.rs"
+        );
         assert!(TreePath::parse(".").unwrap().is_root());
         assert!(TreePath::parse("").unwrap().is_root());
         assert_eq!(TreePath::parse("/etc/passwd"), Err(TreePathError::Absolute));

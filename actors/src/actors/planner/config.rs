@@ -100,7 +100,6 @@ impl PlannerConfig {
     }
 }
 
-
 impl PlannerConfig {
     /// What one request may carry.
     pub fn context_budget(&self) -> ContextBudget {
@@ -120,4 +119,3 @@ impl PlannerConfig {
         }
     }
 }
-

@@ -61,9 +61,9 @@ use tracing::{info, warn};
 
 use crate::llm::backoff;
 use crate::llm::conversation::BoundedConversation;
-use crate::llm::tool_loop::{ToolAsk, ToolSession};
 use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm::progress::with_progress_notices;
+use crate::llm::tool_loop::{ToolAsk, ToolSession};
 use crate::ports::{
     FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError, RepoReader,
     RepoSnapshot, Role,
@@ -402,7 +402,8 @@ impl Planner {
     ) {
         // Every tool round of this call reads the tip this prompt describes.
         let tip = repo.as_ref().and_then(|r| r.as_ref().ok());
-        self.tools.prepare(call, tip.map(|snapshot| snapshot.commit.as_str()));
+        self.tools
+            .prepare(call, tip.map(|snapshot| snapshot.commit.as_str()));
         let prompt = self.prompt(repo, graph);
         self.send(call, prompt, ctx);
     }

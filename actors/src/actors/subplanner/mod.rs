@@ -50,9 +50,9 @@ use crate::actors::planner::context::RepoContext;
 use crate::config::Limits;
 use crate::llm::backoff;
 use crate::llm::conversation::{BoundedConversation, excerpt};
-use crate::llm::tool_loop::{ToolAsk, ToolSession};
 use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm::progress::with_progress_notices;
+use crate::llm::tool_loop::{ToolAsk, ToolSession};
 use crate::ports::{
     FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError, RepoReader,
     RepoSnapshot, Role,
@@ -401,7 +401,8 @@ impl Subplanner {
         let call = conv.history.calls();
         // Every tool round of this call reads the tip its prompt describes.
         let tip = repo.as_ref().and_then(|r| r.as_ref().ok());
-        conv.tools.prepare(call, tip.map(|snapshot| snapshot.commit.as_str()));
+        conv.tools
+            .prepare(call, tip.map(|snapshot| snapshot.commit.as_str()));
         let mut reported = Vec::new();
         let prompt = if conv.history.is_empty() {
             let repo_text = repo
@@ -484,27 +485,31 @@ impl Subplanner {
             llm_call,
             std::mem::take(&mut conv.tools),
         );
-        ctx.spawn(request.into_actor(self).map(move |(result, tools), act, ctx| {
-            if let Some(conv) = act
-                .conversations
-                .get_mut(&task)
-                .filter(|c| c.attempt == attempt)
-            {
-                conv.tools = tools;
-            }
-            act.answered(
-                task,
-                attempt,
-                call,
-                Asked {
-                    prompt,
-                    sent,
-                    reported,
-                },
-                result,
-                ctx,
-            )
-        }));
+        ctx.spawn(
+            request
+                .into_actor(self)
+                .map(move |(result, tools), act, ctx| {
+                    if let Some(conv) = act
+                        .conversations
+                        .get_mut(&task)
+                        .filter(|c| c.attempt == attempt)
+                    {
+                        conv.tools = tools;
+                    }
+                    act.answered(
+                        task,
+                        attempt,
+                        call,
+                        Asked {
+                            prompt,
+                            sent,
+                            reported,
+                        },
+                        result,
+                        ctx,
+                    )
+                }),
+        );
     }
 
     fn answered(
