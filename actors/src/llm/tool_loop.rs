@@ -71,7 +71,8 @@ pub struct ToolSession {
     /// main's tip, pinned when the call first asked; `None`: no tools this call.
     pub commit: Option<String>,
     pub rounds: Vec<ToolRound>,
-    /// The provider refused a request that offered tools: the call goes on without them.
+    /// The provider refused a request that offered tools: the conversation goes on without
+    /// them.
     pub refused: bool,
 }
 
@@ -93,10 +94,13 @@ impl ToolSession {
         if self.call == call && (self.commit.is_some() || !self.rounds.is_empty()) {
             return;
         }
+        // A provider that refused tools once is not offered them again in this
+        // conversation.
         *self = ToolSession {
             call,
             commit: tip.filter(|t| !t.is_empty()).map(str::to_string),
-            ..ToolSession::default()
+            rounds: Vec::new(),
+            refused: self.refused,
         };
     }
 

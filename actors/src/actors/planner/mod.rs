@@ -492,7 +492,7 @@ impl Planner {
                 // was not used only as an excerpt.
                 let exchange = Exchange::new(sent, response.content, failed.clone());
                 self.conversation.record(exchange.clone());
-                self.tools = ToolSession::default();
+                self.tools.rounds.clear();
                 self.graph
                     .do_send(ToTaskGraph::PlannerAnswered(Box::new(PlannerAnswer {
                         call,

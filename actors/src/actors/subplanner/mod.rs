@@ -593,7 +593,7 @@ impl Subplanner {
         // used only as an excerpt.
         let exchange = Exchange::new(sent, response.content, error.clone());
         conv.history.record(exchange.clone());
-        conv.tools = ToolSession::default();
+        conv.tools.rounds.clear();
         let batch: Vec<String> = subtasks
             .as_ref()
             .map(|s| s.iter().map(|p| p.description.clone()).collect())
