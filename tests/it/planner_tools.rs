@@ -156,7 +156,7 @@ struct Started {
     llm: Arc<ScriptedLlm>,
     graph: Inbox<ToTaskGraph>,
     reader: Arc<Counting>,
-    _planner: Addr<Planner>,
+    planner: Addr<Planner>,
 }
 
 fn start(
@@ -195,7 +195,7 @@ fn start_on(
         llm: scripted,
         graph: inbox,
         reader,
-        _planner: planner,
+        planner,
     }
 }
 
@@ -549,29 +549,122 @@ async fn tool_results_stay_within_the_request_budget_and_a_refusal_shrinks_them_
     assert!(newest.starts_with("big.txt at ") && newest.contains("bytes 114688..130560"));
 }
 
-/// Through the daemon: a scripted planner reads the repository's SPEC.md at main's tip; the
-/// round is journaled and the run completes.
+/// Through the daemon: the planner reads the repository's SPEC.md at main's tip, and the
+/// Subplanner the wide task's directory; both rounds are journaled before their call's
+/// answer, and the run completes.
 #[tokio::test]
-async fn through_the_daemon_a_planners_tool_round_is_journaled_with_what_it_read() {
+async fn through_the_daemon_tool_rounds_of_both_planners_are_journaled_with_what_they_read() {
     let daemon = InProcessDaemon::start(false);
     let repo = git_repo();
     let git = git2::Repository::open(repo.path()).unwrap();
-    commit_files(&git, &[("SPEC.md", "the spec says: add numbers\n")], "spec");
+    commit_files(
+        &git,
+        &[
+            ("SPEC.md", "the spec says: add numbers\n"),
+            ("src/a.rs", "// a\n"),
+        ],
+        "spec",
+    );
     let scenario = r#"
 [[planner.answers]]
-tasks = [{ description = "add", scope = ["add.rs"] }]
+tasks = [{ description = "wide", scope = ["src/a.rs", "src/b.rs", "src/c.rs", "src/d.rs"] }]
 tool_rounds = [[{ name = "read_file", arguments = { path = "SPEC.md" } }, { name = "grep", arguments = { pattern = "add" } }]]
+[[subplanner.t1.answers]]
+tasks = []
+tool_rounds = [[{ name = "list_dir", arguments = { path = "src" } }]]
 "#;
     let run = submit(&daemon.client, repo.path(), run_config(scenario, 1)).await;
     let events = follow_to_end(&daemon.client, &run, None).await;
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));
     let at = |pick: &dyn Fn(&EventKind) -> bool| events.iter().position(|e| pick(&e.kind));
-    let ran = at(&|k| matches!(k, EventKind::ToolsRan { .. })).expect("a tool round");
+    let rounds: Vec<(usize, &ToolRound)> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match &e.kind {
+            EventKind::ToolsRan { tools } => Some((i, tools)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rounds.len(), 2, "one round each");
+    let (planner_at, planner) = rounds[0];
+    assert_eq!((planner.role, planner.task.clone()), (Role::Planner, None));
+    assert!(
+        planner.runs[0]
+            .result
+            .contains("the spec says: add numbers")
+    );
+    assert!(planner.runs[1].result.contains("SPEC.md:1: the spec says"));
     let answered = at(&|k| matches!(k, EventKind::PlannerResponded { .. })).unwrap();
-    assert!(ran < answered, "the round is journaled before the answer");
-    let EventKind::ToolsRan { tools } = &events[ran].kind else {
-        unreachable!()
-    };
-    assert!(tools.runs[0].result.contains("the spec says: add numbers"));
-    assert!(tools.runs[1].result.contains("SPEC.md:1: the spec says"));
+    assert!(
+        planner_at < answered,
+        "the round is journaled before the answer"
+    );
+    let (sub_at, sub) = rounds[1];
+    assert_eq!(sub.role, Role::Subplanner);
+    assert_eq!(sub.task, Some(TaskId::root(1)));
+    assert!(
+        sub.runs[0].result.contains("a.rs (file, 5 bytes)"),
+        "{}",
+        sub.runs[0].result
+    );
+    let sub_answered = at(&|k| matches!(k, EventKind::SubplannerResponded { .. })).unwrap();
+    assert!(sub_at < sub_answered);
+}
+
+/// A provider that refuses any request offering tools (as a server that cannot combine them
+/// with a JSON schema might).
+struct NoTools {
+    inner: Arc<ScriptedLlm>,
+    refused: Arc<AtomicUsize>,
+}
+
+impl Llm for NoTools {
+    fn complete(
+        &self,
+        request: LlmRequest,
+        call: LlmCall,
+    ) -> BoxFuture<'static, Result<LlmResponse, LlmError>> {
+        if !request.tools.is_empty() {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Box::pin(async {
+                Err(LlmError::Refused {
+                    status: 400,
+                    message: "tools cannot be used with a grammar".into(),
+                })
+            });
+        }
+        self.inner.complete(request, call)
+    }
+}
+
+/// Tools refused once: the call is asked again without them, and the conversation does not
+/// offer them again; planning goes on.
+#[actix::test]
+async fn a_provider_that_refuses_tools_is_asked_without_them_from_then_on() {
+    let (dir, _) = repository();
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "multiply", scope = ["src/lib.rs"] }]
+tool_rounds = [[{ name = "list_dir" }]]
+[[planner.answers]]
+tasks = [{ description = "divide", scope = ["src/div.rs"] }]
+tool_rounds = [[{ name = "list_dir" }]]
+"#;
+    let scripted = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let llm = Arc::new(NoTools {
+        inner: scripted.clone(),
+        refused: refused.clone(),
+    });
+    let mut s = start_on(dir.path(), scripted, llm, PlannerConfig::default(), &[]);
+    let (rounds, answer) = rounds_then_answer(&mut s.graph).await;
+    assert!(rounds.is_empty());
+    assert_eq!(answer.tasks.unwrap()[0].description, "multiply");
+    s.planner.do_send(ToPlanner::BatchAccepted { ready: 0 });
+    s.planner.do_send(ToPlanner::Quiescent);
+    let (rounds, answer) = rounds_then_answer(&mut s.graph).await;
+    assert!(rounds.is_empty());
+    assert_eq!(answer.tasks.unwrap()[0].description, "divide");
+    assert_eq!(refused.load(Ordering::SeqCst), 1, "tools were offered once");
+    assert_eq!(s.reader.reads.load(Ordering::SeqCst), 0);
 }
