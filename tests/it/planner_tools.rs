@@ -327,7 +327,7 @@ async fn escapes_and_hostile_arguments_are_refused_with_reasons_and_results_stay
         .iter()
         .flat_map(|r| r.runs.iter().map(|run| run.result.as_str()))
         .collect();
-    assert_eq!(results.len(), 17);
+    assert_eq!(results.len(), 16);
     let expect = |i: usize, needle: &str| {
         assert!(results[i].contains(needle), "call {i}: {:?}", results[i]);
     };
@@ -357,8 +357,11 @@ async fn escapes_and_hostile_arguments_are_refused_with_reasons_and_results_stay
         15,
         "0 matches in 0 files (2 files searched, 2 binary or large files skipped)",
     );
-    // A ninth call in one round is not run.
-    expect(16, "not run: at most 8 tool calls are run a round");
+    // A ninth call in one round is not run, and the model is told.
+    expect(
+        15,
+        "[flotilla: 1 more calls of this round were not run: at most 8 a round]",
+    );
     for (i, result) in results.iter().enumerate() {
         assert!(result.len() <= 4096, "call {i} is {} bytes", result.len());
         assert!(
@@ -667,4 +670,59 @@ tool_rounds = [[{ name = "list_dir" }]]
     assert_eq!(answer.tasks.unwrap()[0].description, "divide");
     assert_eq!(refused.load(Ordering::SeqCst), 1, "tools were offered once");
     assert_eq!(s.reader.reads.load(Ordering::SeqCst), 0);
+}
+
+/// A greedy model: nine huge reads and 20 KB of junk arguments in one round. What is kept
+/// and shown stays within the call's bound, the junk is not kept, and the call then has to
+/// answer without tools.
+#[actix::test]
+async fn a_greedy_round_is_held_to_the_calls_byte_bound() {
+    let (dir, _) = repository();
+    let junk = "x".repeat(20_000);
+    let read =
+        r#"{ name = "read_file", arguments = { path = "big.txt", max_bytes = 1000000000000 } }"#;
+    let scenario = format!(
+        "[[planner.answers]]\ntasks = [{{ description = \"m\", scope = [\"src/lib.rs\"] }}]\ntool_rounds = [[{{ name = \"grep\", raw_arguments = \"{junk}\" }}, {}]]\n",
+        vec![read; 9].join(", ")
+    );
+    let config = PlannerConfig {
+        max_tool_bytes: 40 * 1024,
+        ..PlannerConfig::default()
+    };
+    let mut s = start(dir.path(), &scenario, config, &[]);
+    let (rounds, answer) = rounds_then_answer(&mut s.graph).await;
+    assert!(answer.tasks.is_ok());
+    assert_eq!(rounds.len(), 1);
+    let runs = &rounds[0].runs;
+    assert_eq!(runs.len(), 8, "two calls past the cap are dropped");
+    assert_eq!(
+        runs[0].arguments,
+        "{\"compacted\":\"20000 bytes of arguments\"}"
+    );
+    assert!(runs[0].result.contains("at most 8192 are read"));
+    let total: usize = runs.iter().map(|r| r.result.len()).sum();
+    // The bound, plus a line for each call it left unrun and the note on the dropped ones.
+    assert!(
+        total <= 40 * 1024 + 8 * 60 + 100,
+        "{total} bytes of results"
+    );
+    assert!(
+        runs[7]
+            .result
+            .starts_with("not run: this call's tool results reached")
+    );
+    assert!(
+        runs[7]
+            .result
+            .ends_with("2 more calls of this round were not run: at most 8 a round]")
+    );
+    let last = s.llm.requests().pop().unwrap();
+    assert!(last.tools.is_empty());
+    assert!(
+        last.messages
+            .last()
+            .unwrap()
+            .content
+            .contains("reached their bound of 40960 bytes")
+    );
 }

@@ -465,3 +465,52 @@ fn show_commit(shown: &CommitShown, room: usize) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_from_the_model_are_clamped_and_arguments_bounded() {
+        assert_eq!(clamp(None, 20, 50), 20);
+        assert_eq!(clamp(Some(0), 20, 50), 1);
+        assert_eq!(clamp(Some(u64::MAX), 20, 50), 50);
+        let long = format!("{{\"path\": \"{}\"}}", "a".repeat(MAX_ARGUMENT_BYTES));
+        let refused = parse::<ListDirArgs>(LIST_DIR, &long).err().unwrap();
+        assert!(refused.contains("at most 8192 are read"), "{refused}");
+        let empty: ListDirArgs = parse(LIST_DIR, "  ").unwrap();
+        assert_eq!(empty.path, "");
+        let float = parse::<ReadFileArgs>(READ_FILE, r#"{"path": "a", "offset": 1.5}"#);
+        assert!(float.err().unwrap().contains("bad arguments"));
+    }
+
+    #[test]
+    fn a_slice_ends_on_a_whole_character_and_says_where_to_read_on() {
+        let path = TreePath::parse("é.txt").unwrap();
+        // "aé" cut after the first byte of "é": the slice ends before it.
+        let item = TreeItem::File {
+            size: 10,
+            offset: 0,
+            bytes: vec![b'a', 0xc3],
+            binary: false,
+            too_large: false,
+        };
+        let shown = show_file(&path, "abc", 0, item);
+        assert!(
+            shown.starts_with("é.txt at abc: bytes 0..1 of 10\na"),
+            "{shown}"
+        );
+        assert!(
+            shown.ends_with("[… 9 more bytes: read on with offset 1]"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn every_tool_has_an_object_schema() {
+        let specs = specs();
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, [READ_FILE, LIST_DIR, GREP, GIT_LOG, GIT_SHOW]);
+        assert!(specs.iter().all(|s| s.parameters["type"] == "object"));
+    }
+}

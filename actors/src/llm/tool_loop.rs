@@ -5,7 +5,7 @@
 //! model answers with tool calls, they are run against the commit pinned for the call,
 //! each round is recorded (the actor journals it as `ToolsRan`), the results are appended
 //! to the request, and the model is asked again. Bounds: at most `max_rounds` rounds, at
-//! most [`MAX_CALLS_PER_ROUND`] calls a round, each result at most `max_result_bytes`, all
+//! most [`MAX_CALLS_PER_ROUND`] calls a round (the rest dropped, and said), each result at most `max_result_bytes`, all
 //! of a call's results at most `max_call_bytes`. When a bound is reached the model is told
 //! so and asked for its answer without tools.
 //!
@@ -29,10 +29,12 @@ use crate::ports::{
 };
 use crate::protocol::{Role, TaskId, ToolRound, ToolRun, Usage};
 
-/// Tool calls run in one round at most; more are answered "not run".
+/// Tool calls run in one round at most; more are dropped, and the model is told.
 pub const MAX_CALLS_PER_ROUND: usize = 8;
 /// What a request leaves for tool rounds at least, however full the conversation is.
 pub const MIN_TOOL_ROOM: usize = 8 * 1024;
+/// The longest tool-call id kept.
+const MAX_ID_BYTES: usize = 256;
 /// What is kept of the model's words beside its tool calls.
 const ROUND_WORDS_BYTES: usize = 2 * 1024;
 /// Tool results kept whole, the newest, when a request must shrink.
@@ -291,11 +293,12 @@ impl ToolAsk {
             .limits
             .max_call_bytes
             .saturating_sub(session.result_bytes());
-        let mut runs = Vec::with_capacity(response.tool_calls.len());
-        for (i, call) in response.tool_calls.iter().enumerate() {
-            let result = if i >= MAX_CALLS_PER_ROUND {
-                format!("not run: at most {MAX_CALLS_PER_ROUND} tool calls are run a round")
-            } else if left == 0 {
+        // Calls past the round's cap are dropped from the round (the model's turn as
+        // replayed shows only those run), and the last result says so.
+        let calls = &response.tool_calls;
+        let mut runs = Vec::with_capacity(calls.len().min(MAX_CALLS_PER_ROUND));
+        for call in calls.iter().take(MAX_CALLS_PER_ROUND) {
+            let result = if left == 0 {
                 "not run: this call's tool results reached their bound".to_string()
             } else {
                 let text = tools.run(call).await;
@@ -311,12 +314,83 @@ impl ToolAsk {
                 call.arguments.clone()
             };
             runs.push(ToolRun {
-                id: call.id.clone(),
+                // A provider's ids are short; a longer one is cut (the same way in the
+                // assistant turn and its result, so they still pair).
+                id: excerpt(&call.id, MAX_ID_BYTES).into_owned(),
                 name: excerpt(&call.name, 100).into_owned(),
                 arguments,
                 result,
             });
         }
+        let dropped = calls.len().saturating_sub(MAX_CALLS_PER_ROUND);
+        if let Some(last) = runs.last_mut().filter(|_| dropped > 0) {
+            last.result.push_str(&format!(
+                "\n[flotilla: {dropped} more calls of this round were not run: at most \
+                 {MAX_CALLS_PER_ROUND} a round]"
+            ));
+        }
         runs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(call: u32) -> ToolRound {
+        ToolRound {
+            role: Role::Planner,
+            task: None,
+            attempt: 0,
+            call,
+            round: 0,
+            commit: "old".into(),
+            content: String::new(),
+            runs: vec![ToolRun {
+                id: "a".into(),
+                name: "read_file".into(),
+                arguments: "{}".into(),
+                result: "12345".into(),
+            }],
+            usage: Usage {
+                tokens_in: 7,
+                ..Usage::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_session_is_kept_for_its_call_and_pinned_afresh_for_the_next() {
+        let mut session = ToolSession::resumed(3, vec![round(3)]);
+        session.prepare(3, Some("new"));
+        assert_eq!(
+            session.commit.as_deref(),
+            Some("old"),
+            "a resumed call keeps its pin"
+        );
+        assert_eq!((session.result_bytes(), session.usage().tokens_in), (5, 7));
+        session.refused = true;
+        session.prepare(4, Some("new"));
+        assert_eq!(session.commit.as_deref(), Some("new"));
+        assert!(session.rounds.is_empty() && session.refused);
+        // A repository without commits: nothing to read.
+        session.prepare(5, Some(""));
+        assert_eq!(session.commit, None);
+    }
+
+    #[test]
+    fn the_reserve_is_at_most_half_the_request_and_nothing_without_tools() {
+        let limits = ToolLimits {
+            max_rounds: 8,
+            max_result_bytes: 16 * 1024,
+            max_call_bytes: 64 * 1024,
+        };
+        assert_eq!(limits.reserve(1024 * 1024), 72 * 1024);
+        assert_eq!(limits.reserve(32 * 1024), 16 * 1024);
+        let off = ToolLimits {
+            max_rounds: 0,
+            ..limits
+        };
+        assert_eq!(off.reserve(1024 * 1024), 0);
     }
 }

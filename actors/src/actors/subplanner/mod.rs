@@ -34,8 +34,10 @@
 
 mod config;
 pub mod context;
+mod recorded;
 
 pub use config::{SubplannerConfig, SubplannerConfigError};
+pub use recorded::RecordedExchange;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -58,66 +60,13 @@ use crate::ports::{
     RepoSnapshot, Role,
 };
 use crate::protocol::{
-    Assignment, EventKind, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
+    Assignment, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
     TaskCompleted, TaskId, TaskSpec, ToAgent, ToTaskGraph, ToolRound,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use context::{
     FollowUp, aggregate, follow_up_message, initial_message, proposals_from, push_notes,
 };
-
-/// A recorded Subplanner exchange, as the journal holds it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecordedExchange {
-    pub task: TaskId,
-    pub attempt: u32,
-    pub exchange: Exchange,
-}
-
-impl RecordedExchange {
-    /// Every Subplanner exchange a run's journal holds, in order: what `resuming` needs.
-    /// An answer not used (unusable, or its batch refused) comes back as the excerpt it was.
-    pub fn from_journal<'a>(events: impl IntoIterator<Item = &'a EventKind>) -> Vec<Self> {
-        let mut recorded: Vec<RecordedExchange> = Vec::new();
-        for kind in events {
-            match kind {
-                EventKind::SubplannerResponded {
-                    task,
-                    attempt,
-                    prompt,
-                    content,
-                    error,
-                    ..
-                } => recorded.push(RecordedExchange {
-                    task: task.clone(),
-                    attempt: *attempt,
-                    exchange: Exchange::new(prompt.clone(), content.clone(), error.clone()),
-                }),
-                EventKind::DecompositionRejected {
-                    parent,
-                    attempt,
-                    reason,
-                } => {
-                    let last = recorded
-                        .iter_mut()
-                        .rev()
-                        .find(|r| r.task == *parent && r.attempt == *attempt)
-                        .filter(|r| r.exchange.unused.is_none());
-                    if let Some(last) = last {
-                        let kept = std::mem::take(&mut last.exchange);
-                        last.exchange = Exchange::new(
-                            kept.prompt,
-                            kept.answer,
-                            Some(format!("the batch was refused: {reason}")),
-                        );
-                    }
-                }
-                _ => {}
-            }
-        }
-        recorded
-    }
-}
 
 /// What a call in flight asked: the prompt as built (asked again after a context-length
 /// refusal), as sent, and the subtask results it reports.
