@@ -726,3 +726,90 @@ async fn a_greedy_round_is_held_to_the_calls_byte_bound() {
             .contains("reached their bound of 40960 bytes")
     );
 }
+
+/// The Subplanner's resumed decomposition replays its unanswered call's journaled round (its
+/// task and attempt's only), without reading the repository again.
+#[actix::test]
+async fn a_resumed_subplanner_conversation_replays_its_own_rounds_only() {
+    use flotilla_actors::actors::{RecordedExchange, Subplanner, SubplannerConfig};
+    use flotilla_actors::config::Limits;
+    let (dir, tip) = repository();
+    let t1 = TaskId::root(1);
+    let round = |task: &TaskId, attempt: u32, call: u32, result: &str| ToolRound {
+        role: Role::Subplanner,
+        task: Some(task.clone()),
+        attempt,
+        call,
+        round: 0,
+        commit: tip.clone(),
+        content: String::new(),
+        runs: vec![ToolRun {
+            id: format!("call_{call}_0_0"),
+            name: "list_dir".into(),
+            arguments: "{}".into(),
+            result: result.into(),
+        }],
+        usage: Usage::default(),
+    };
+    let journaled = vec![
+        round(&t1, 1, 1, "t1's listing, read before the restart"),
+        round(&t1, 0, 1, "an older attempt's listing"),
+        round(&TaskId::root(2), 1, 1, "another task's listing"),
+    ];
+    let scenario = r#"
+[[subplanner.t1.answers]]
+tasks = [{ description = "half", scope = ["src/lib.rs"], acceptance = "builds" }]
+[[subplanner.t1.answers]]
+tasks = []
+tool_rounds = [[{ name = "list_dir" }]]
+"#;
+    let llm = Arc::new(ScriptedLlm::new(Scenario::from_toml(scenario).unwrap()));
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let reader = Counting::new(dir.path());
+    let recorded = vec![RecordedExchange {
+        task: t1.clone(),
+        attempt: 1,
+        exchange: flotilla_actors::actors::Exchange::new(
+            "the parent".into(),
+            "{\"tasks\": [{\"description\": \"half\", \"scope\": [\"src/lib.rs\"], \"acceptance\": \"builds\"}]}".into(),
+            None,
+        ),
+    }];
+    let subplanner = Subplanner::new(
+        RunId::generate(),
+        "SUB".into(),
+        llm.clone(),
+        graph,
+        Limits::default(),
+        SubplannerConfig::default(),
+    )
+    .with_repo(reader.clone())
+    .resuming(recorded)
+    .resuming_tools(&journaled)
+    .start();
+    subplanner.do_send(ToAgent::Resume(OpenDecomposition {
+        parent: t1.clone(),
+        attempt: 1,
+        spec: Arc::new(TaskSpec::new("wide", &["src/lib.rs", "src/b.rs"])),
+        active: Vec::new(),
+        unheard: Vec::new(),
+    }));
+    let answer = inbox
+        .fish_for("SubplannerAnswered", |m| match m {
+            ToTaskGraph::SubplannerAnswered(a) => Some((**a).clone()),
+            ToTaskGraph::ToolsRan(r) => panic!("a round was run again: {r:?}"),
+            _ => None,
+        })
+        .await;
+    assert_eq!((answer.call, answer.attempt), (1, 1));
+    assert_eq!(reader.reads.load(Ordering::SeqCst), 0);
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 1);
+    let results: Vec<&str> = requests[0]
+        .messages
+        .iter()
+        .filter(|m| m.role == ChatRole::Tool)
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(results, ["t1's listing, read before the restart"]);
+}
