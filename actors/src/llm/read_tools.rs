@@ -98,6 +98,11 @@ pub fn specs() -> Vec<ToolSpec> {
     ]
 }
 
+/// Bytes the tools' definitions take in a request (their JSON).
+pub fn specs_bytes() -> usize {
+    serde_json::to_string(&specs()).map_or(0, |text| text.len())
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReadFileArgs {

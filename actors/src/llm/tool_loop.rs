@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::conversation::{compact_turns, excerpt};
-use super::read_tools::{MAX_ARGUMENT_BYTES, ReadTools, specs};
+use super::conversation::{BoundedConversation, BuiltRequest, compact_turns, excerpt};
+use super::read_tools::{MAX_ARGUMENT_BYTES, ReadTools, specs, specs_bytes};
 use crate::ports::{
     ChatMessage, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoReader, ToolCall,
 };
@@ -61,6 +61,7 @@ impl ToolLimits {
         }
         self.max_call_bytes
             .saturating_add(MIN_TOOL_ROOM)
+            .saturating_add(specs_bytes())
             .min(limit / 2)
     }
 }
@@ -151,6 +152,27 @@ fn add(a: Usage, b: Usage) -> Usage {
     }
 }
 
+/// A call's request from `conversation`: the one its first round sends (leaving room for
+/// the tools' definitions), and the messages later rounds carry (leaving the reserve for
+/// the rounds, [`ToolAsk::rounds_base`]). Without tools, the request alone, as before.
+pub fn requests_for(
+    conversation: &mut BoundedConversation,
+    system: &str,
+    prompt: &str,
+    limits: ToolLimits,
+    tools_on: bool,
+) -> (BuiltRequest, Vec<ChatMessage>) {
+    if !tools_on || limits.max_rounds == 0 {
+        return (conversation.request(system, prompt), Vec::new());
+    }
+    let later = conversation
+        .request_leaving(system, prompt, limits.reserve(conversation.limit()))
+        .messages;
+    // Built last: a context-length refusal halves from the size of what was sent first.
+    let first = conversation.request_leaving(system, prompt, specs_bytes());
+    (first, later)
+}
+
 /// Where each round goes as it is run (the actor journals it).
 pub type RoundRecorder = Arc<dyn Fn(ToolRound) + Send + Sync>;
 
@@ -166,6 +188,10 @@ pub struct ToolAsk {
     pub role: Role,
     pub task: Option<TaskId>,
     pub attempt: u32,
+    /// The conversation's messages built to leave [`ToolLimits::reserve`] free: what the
+    /// requests after the first round carry instead of the request's own (which leaves
+    /// only the tools' definitions free, so a call that reads nothing loses nothing).
+    pub rounds_base: Vec<ChatMessage>,
 }
 
 /// Why no tools are offered any more, if that is so.
@@ -205,21 +231,32 @@ impl ToolAsk {
         mut session: ToolSession,
     ) -> BoxFuture<'static, (Result<LlmResponse, LlmError>, ToolSession)> {
         Box::pin(async move {
-            let fixed = request.messages.len();
-            let base_bytes: usize = request.messages.iter().map(|m| m.content.len()).sum();
-            let mut room = self
-                .request_limit
-                .saturating_sub(base_bytes)
-                .max(MIN_TOOL_ROOM);
             let mut shrinks = 0u32;
             loop {
+                let base = match &self.rounds_base {
+                    rounds_base if !session.rounds.is_empty() && !rounds_base.is_empty() => {
+                        rounds_base
+                    }
+                    _ => &request.messages,
+                };
+                let fixed = base.len();
+                let base_bytes: usize = base.iter().map(|m| m.content.len()).sum();
                 // Each request is built afresh from the session: what it drops is counted
                 // for it alone.
                 let mut dropped = 0u32;
                 let tools = self.tools(&session);
                 let closed = tools.as_ref().and_then(|_| tools_closed(&self, &session));
                 let offered = tools.is_some() && closed.is_none();
-                let mut messages = request.messages.clone();
+                // What the rounds may take: the rest of the limit (less the tools'
+                // definitions when they are offered), halved by each refusal as too long.
+                let definitions = if offered { specs_bytes() } else { 0 };
+                let room = (self
+                    .request_limit
+                    .saturating_sub(base_bytes)
+                    .saturating_sub(definitions)
+                    >> shrinks)
+                    .max(MIN_TOOL_ROOM / 2);
+                let mut messages = base.clone();
                 messages.extend(session.messages());
                 if let Some(why) = closed.as_ref().filter(|_| !session.rounds.is_empty()) {
                     messages.push(ChatMessage::user(format!(
@@ -249,7 +286,6 @@ impl ToolAsk {
                             && shrinks < MAX_TOOL_SHRINKS =>
                     {
                         shrinks += 1;
-                        room = (room / 2).max(MIN_TOOL_ROOM / 2);
                         continue;
                     }
                     Err(LlmError::Refused { .. }) if offered => {
@@ -385,7 +421,7 @@ mod tests {
             max_result_bytes: 16 * 1024,
             max_call_bytes: 64 * 1024,
         };
-        assert_eq!(limits.reserve(1024 * 1024), 72 * 1024);
+        assert_eq!(limits.reserve(1024 * 1024), 72 * 1024 + specs_bytes());
         assert_eq!(limits.reserve(32 * 1024), 16 * 1024);
         let off = ToolLimits {
             max_rounds: 0,

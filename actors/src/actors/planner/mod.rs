@@ -63,7 +63,7 @@ use crate::llm::backoff;
 use crate::llm::conversation::BoundedConversation;
 use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm::progress::with_progress_notices;
-use crate::llm::tool_loop::{ToolAsk, ToolSession};
+use crate::llm::tool_loop::{ToolAsk, ToolSession, requests_for};
 use crate::ports::{
     FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError, RepoReader,
     RepoSnapshot, Role,
@@ -413,13 +413,14 @@ impl Planner {
     fn send(&mut self, call: u32, prompt: String, ctx: &mut Context<Self>) {
         self.phase = Phase::Asking;
         let limits = self.config.tool_limits();
-        let reserve = match &self.repo {
-            Some(_) => limits.reserve(self.conversation.limit()),
-            None => 0,
-        };
-        let built = self
-            .conversation
-            .request_leaving(&self.system_prompt, &prompt, reserve);
+        let tools_on = self.repo.is_some() && !self.tools.refused;
+        let (built, rounds_base) = requests_for(
+            &mut self.conversation,
+            &self.system_prompt,
+            &prompt,
+            limits,
+            tools_on,
+        );
         let sent = built.prompt;
         let graph = self.graph.clone();
         let ask = ToolAsk {
@@ -431,6 +432,7 @@ impl Planner {
             role: Role::Planner,
             task: None,
             attempt: 0,
+            rounds_base,
         };
         let request = ask.ask(
             LlmRequest::chat(Role::Planner, built.messages).json_schema(planner_answer_schema()),

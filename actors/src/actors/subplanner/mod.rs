@@ -54,7 +54,7 @@ use crate::llm::backoff;
 use crate::llm::conversation::{BoundedConversation, excerpt};
 use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm::progress::with_progress_notices;
-use crate::llm::tool_loop::{ToolAsk, ToolSession};
+use crate::llm::tool_loop::{ToolAsk, ToolSession, requests_for};
 use crate::ports::{
     FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError, RepoReader,
     RepoSnapshot, Role,
@@ -401,13 +401,14 @@ impl Subplanner {
         };
         conv.phase = Phase::Asking;
         let limits = self.config.tool_limits();
-        let reserve = match &self.repo {
-            Some(_) => limits.reserve(conv.history.limit()),
-            None => 0,
-        };
-        let built = conv
-            .history
-            .request_leaving(&self.system_prompt, &prompt, reserve);
+        let tools_on = self.repo.is_some() && !conv.tools.refused;
+        let (built, rounds_base) = requests_for(
+            &mut conv.history,
+            &self.system_prompt,
+            &prompt,
+            limits,
+            tools_on,
+        );
         let sent = built.prompt;
         let graph = self.graph.clone();
         let ask = ToolAsk {
@@ -419,6 +420,7 @@ impl Subplanner {
             role: Role::Subplanner,
             task: Some(task.clone()),
             attempt,
+            rounds_base,
         };
         let llm_call = with_progress_notices(
             LlmCall::new(conv.cancel.child_token())
