@@ -683,7 +683,7 @@ async fn a_greedy_round_is_held_to_the_calls_byte_bound() {
         r#"{ name = "read_file", arguments = { path = "big.txt", max_bytes = 1000000000000 } }"#;
     let scenario = format!(
         "[[planner.answers]]\ntasks = [{{ description = \"m\", scope = [\"src/lib.rs\"] }}]\ntool_rounds = [[{{ name = \"grep\", raw_arguments = \"{junk}\" }}, {}]]\n",
-        vec![read; 9].join(", ")
+        [read; 9].join(", ")
     );
     let config = PlannerConfig {
         max_tool_bytes: 40 * 1024,
