@@ -813,3 +813,64 @@ tool_rounds = [[{ name = "list_dir" }]]
         .collect();
     assert_eq!(results, ["t1's listing, read before the restart"]);
 }
+
+/// SIGKILL after a planner's tool round was journaled and before its answer: the restarted
+/// daemon's planner replays the round (the journal holds it once) and the run completes.
+#[tokio::test]
+async fn a_daemon_killed_between_a_tool_round_and_the_answer_replays_the_round() {
+    use futures::StreamExt;
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let mut daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    // Every request of the call takes 3 s: the kill lands while the answer is being made.
+    let scenario = r#"
+[[planner.answers]]
+tasks = [{ description = "add", scope = ["add.rs"] }]
+delay_ms = 3000
+tool_rounds = [[{ name = "read_file", arguments = { path = "README.md" } }]]
+"#;
+    let run = submit(&client, repo.path(), run_config(scenario, 1)).await;
+    let mut stream = client.events(&run, None).await.unwrap();
+    let mut seen = Vec::new();
+    while let Some(Ok(e)) = stream.next().await {
+        let ran = matches!(e.kind, EventKind::ToolsRan { .. });
+        seen.push(e.kind);
+        if ran {
+            break;
+        }
+    }
+    drop(stream);
+    daemon.kill();
+    assert!(seen.iter().any(|k| matches!(k, EventKind::ToolsRan { .. })));
+    let conn = rusqlite::Connection::open(state.path().join("journal.sqlite")).unwrap();
+    let answered: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM events WHERE run = ?1 AND kind = 'planner_responded'",
+            [&run],
+            |r| r.get(0),
+        )
+        .unwrap();
+    drop(conn);
+    assert_eq!(
+        answered, 0,
+        "the kill must fall between the round and the answer"
+    );
+    let _daemon = DaemonProcess::start(state.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let rounds: Vec<&ToolRound> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolsRan { tools } => Some(tools),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rounds.len(), 1, "the round is replayed, not run again");
+    assert!(rounds[0].runs[0].result.contains("a test repository"));
+    let answers = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::PlannerResponded { call: 0, .. }))
+        .count();
+    assert_eq!(answers, 1);
+}
