@@ -821,7 +821,7 @@ async fn a_daemon_killed_between_a_tool_round_and_the_answer_replays_the_round()
     use futures::StreamExt;
     let state = tempfile::tempdir().unwrap();
     let repo = git_repo();
-    let mut daemon = DaemonProcess::start(state.path());
+    let daemon = DaemonProcess::start(state.path());
     let client = DaemonProcess::client(state.path());
     // Every request of the call takes 3 s: the kill lands while the answer is being made.
     let scenario = r#"
