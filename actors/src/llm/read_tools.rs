@@ -211,7 +211,7 @@ impl ReadTools {
     async fn dispatch(&self, call: &ToolCall) -> Result<String, String> {
         let name = call.name.as_str();
         let args = call.arguments.as_str();
-        let short = &self.commit[..self.commit.len().min(10)];
+        let short = self.commit.get(..10).unwrap_or(&self.commit);
         let failed = |e: crate::ports::RepoError| format!("{name}: git could not read: {e}");
         match name {
             READ_FILE => {
@@ -295,7 +295,7 @@ impl ReadTools {
                     None => format!("git log at {short} ({} commits):\n", log.commits.len()),
                 };
                 for c in &log.commits {
-                    let id = &c.id[..c.id.len().min(10)];
+                    let id = c.id.get(..10).unwrap_or(&c.id);
                     out.push_str(&format!("{id} {} <{}> {}\n", c.time, c.author, c.subject));
                 }
                 if log.walk_cut {
