@@ -83,6 +83,11 @@ pub struct PlannerStep {
     /// The worker role's model: tools it calls in this answer.
     #[serde(default)]
     pub tool_calls: Vec<ScriptedToolCall>,
+    /// The planners' read-only tools (ADR-037): the calls of each tool round of this
+    /// planning call, in order. While a request offers tools and rounds are left, the n-th
+    /// request of the call answers with round n's calls; then the answer above.
+    #[serde(default)]
+    pub tool_rounds: Vec<Vec<ScriptedToolCall>>,
     /// Tokens the answer reports (default: about four characters a token).
     #[serde(default)]
     pub tokens: Option<u64>,
@@ -380,12 +385,17 @@ impl Llm for ScriptedLlm {
             _ => None,
         }
         .unwrap_or_default();
-        let tool_calls: Vec<ToolCall> = step
-            .tool_calls
+        // A planner's tool round: only while the request offers tools.
+        let round = call_context.round.unwrap_or(0) as usize;
+        let (scripted_calls, id_prefix) = match step.tool_rounds.get(round) {
+            Some(calls) if !request.tools.is_empty() => (calls, format!("call_{call}_{round}")),
+            _ => (&step.tool_calls, format!("call_{call}")),
+        };
+        let tool_calls: Vec<ToolCall> = scripted_calls
             .iter()
             .enumerate()
             .map(|(i, c)| ToolCall {
-                id: format!("call_{call}_{i}"),
+                id: format!("{id_prefix}_{i}"),
                 name: c.name.clone(),
                 arguments: match (&c.raw_arguments, &c.arguments) {
                     (Some(raw), _) => raw.clone(),

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 
 use crate::actors::{Exchange, RecordedExchange, Recovery};
 use crate::graph::RunGraph;
-use crate::protocol::{Event, EventKind, RootHandoff, RunId, TaskState, branch_name};
+use crate::protocol::{
+    Event, EventKind, Role, RootHandoff, RunId, TaskState, ToolRound, branch_name,
+};
 
 /// Everything a (re)started run's actors take from its journal.
 #[derive(Debug, Default)]
@@ -22,6 +24,9 @@ pub struct RunRecovery {
     pub conversation: Vec<Exchange>,
     /// The Subplanner's conversations so far (`SubplannerResponded`).
     pub subplanner_conversations: Vec<RecordedExchange>,
+    /// The tool rounds (`ToolsRan`) of planning calls the journal has no answer for: the
+    /// resumed call replays them (ADR-037).
+    pub tool_rounds: Vec<ToolRound>,
     /// What the TaskGraph must redo; `None` for a run whose journal holds only its start.
     pub resume: Option<Recovery>,
     /// Branches of parents waiting for their subtasks or synthesizing: their worktrees are
@@ -99,6 +104,7 @@ pub fn run_recovery(run: RunId, graph: &RunGraph, journal: &[Event], now_ms: u64
         restarts: u32::try_from(restarts).unwrap_or(u32::MAX),
         conversation,
         subplanner_conversations: RecordedExchange::from_journal(kinds()),
+        tool_rounds: unanswered_tool_rounds(kinds()),
         resume: (journal.len() > 1).then(|| recovery(graph, journal, now_ms)),
         synthesizing,
         delivered,
@@ -149,6 +155,30 @@ pub fn recovery(graph: &RunGraph, journal: &[Event], now_ms: u64) -> Recovery {
         unread_handoffs,
         deadlines_in_ms,
     }
+}
+
+/// The tool rounds of the calls without a recorded answer, in order.
+pub fn unanswered_tool_rounds<'a>(
+    events: impl IntoIterator<Item = &'a EventKind>,
+) -> Vec<ToolRound> {
+    let mut rounds: Vec<ToolRound> = Vec::new();
+    for kind in events {
+        match kind {
+            EventKind::ToolsRan { tools } => rounds.push(tools.clone()),
+            EventKind::PlannerResponded { call, .. } => {
+                rounds.retain(|r| !(r.of(Role::Planner, None, 0) && r.call == *call));
+            }
+            EventKind::SubplannerResponded {
+                task,
+                attempt,
+                call,
+                ..
+            } => rounds
+                .retain(|r| !(r.of(Role::Subplanner, Some(task), *attempt) && r.call == *call)),
+            _ => {}
+        }
+    }
+    rounds
 }
 
 /// The branches of the run's attempts that failed (retried or failed for good), as the

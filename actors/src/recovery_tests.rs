@@ -266,3 +266,61 @@ fn a_pause_is_open_until_its_provider_resumes_and_the_last_start_wins() {
         HashMap::from([("b".to_string(), 30)])
     );
 }
+
+fn round(role: Role, task: Option<TaskId>, attempt: u32, call: u32) -> EventKind {
+    EventKind::ToolsRan {
+        tools: crate::protocol::ToolRound {
+            role,
+            task,
+            attempt,
+            call,
+            round: 0,
+            commit: "abc".into(),
+            content: String::new(),
+            runs: Vec::new(),
+            usage: Usage::default(),
+        },
+    }
+}
+
+/// ADR-037: only the rounds of calls without a journaled answer are replayed; an answered
+/// call's rounds are done with, whichever conversation they belong to.
+#[test]
+fn only_the_tool_rounds_of_unanswered_calls_are_handed_back() {
+    let t1 = TaskId::root(1);
+    let events = vec![
+        round(Role::Planner, None, 0, 0),
+        EventKind::PlannerResponded {
+            call: 0,
+            prompt: "p".into(),
+            content: "c".into(),
+            usage: Usage::default(),
+            error: None,
+        },
+        round(Role::Subplanner, Some(t1.clone()), 1, 0),
+        round(Role::Subplanner, Some(t1.clone()), 2, 0),
+        EventKind::SubplannerResponded {
+            task: t1.clone(),
+            attempt: 1,
+            call: 0,
+            prompt: "p".into(),
+            content: "c".into(),
+            usage: Usage::default(),
+            reported: Vec::new(),
+            error: None,
+        },
+        round(Role::Planner, None, 0, 1),
+    ];
+    let left = unanswered_tool_rounds(&events);
+    let kept: Vec<(Role, Option<TaskId>, u32, u32)> = left
+        .iter()
+        .map(|r| (r.role, r.task.clone(), r.attempt, r.call))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (Role::Subplanner, Some(t1), 2, 0),
+            (Role::Planner, None, 0, 1)
+        ]
+    );
+}

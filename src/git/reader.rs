@@ -7,7 +7,10 @@
 
 use std::path::PathBuf;
 
-use flotilla_actors::ports::{MainRef, MainRefError, RepoError, RepoReader, RepoSnapshot};
+use flotilla_actors::ports::{
+    CommitLog, CommitShown, GrepQuery, GrepReport, MainRef, MainRefError, ReadBounds, RepoError,
+    RepoReader, RepoSnapshot, TreeItem, TreePath,
+};
 use futures::future::BoxFuture;
 
 use super::target::TargetBranch;
@@ -168,6 +171,43 @@ impl RepoReader for GitRepo {
             paths.sort();
             paths.dedup();
             Ok(paths)
+        })
+    }
+
+    fn read_path(
+        &self,
+        commit: String,
+        path: TreePath,
+        bounds: ReadBounds,
+    ) -> BoxFuture<'static, Result<TreeItem, RepoError>> {
+        self.blocking(move |repo, _| super::tree_read::read_path(repo, &commit, &path, bounds))
+    }
+
+    fn grep(
+        &self,
+        commit: String,
+        query: GrepQuery,
+    ) -> BoxFuture<'static, Result<GrepReport, RepoError>> {
+        self.blocking(move |repo, _| super::tree_read::grep(repo, &commit, &query))
+    }
+
+    fn log(
+        &self,
+        commit: String,
+        path: Option<TreePath>,
+        max_count: usize,
+    ) -> BoxFuture<'static, Result<CommitLog, RepoError>> {
+        self.blocking(move |repo, _| super::tree_read::log(repo, &commit, path.as_ref(), max_count))
+    }
+
+    fn show_commit(
+        &self,
+        commit: String,
+        name: String,
+        max_patch_bytes: usize,
+    ) -> BoxFuture<'static, Result<Option<CommitShown>, RepoError>> {
+        self.blocking(move |repo, _| {
+            super::tree_read::show_commit(repo, &commit, &name, max_patch_bytes)
         })
     }
 }

@@ -39,6 +39,7 @@ mod merge_queue;
 mod notify;
 mod page;
 mod planner;
+mod planner_tools;
 mod process;
 mod providers;
 mod retries;

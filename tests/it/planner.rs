@@ -12,8 +12,9 @@ use flotilla_actors::actors::{
 use flotilla_actors::config::Limits;
 use flotilla_actors::graph::RunGraph;
 use flotilla_actors::ports::{
-    ChatRole, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, MemoryJournal, RepoError,
-    RepoReader, RepoSnapshot, SystemClock,
+    ChatRole, CommitLog, CommitShown, GrepQuery, GrepReport, Llm, LlmCall, LlmError, LlmRequest,
+    LlmResponse, MemoryJournal, ReadBounds, RepoError, RepoReader, RepoSnapshot, SystemClock,
+    TreeItem, TreePath,
 };
 use flotilla_actors::protocol::*;
 use futures::future::BoxFuture;
@@ -968,6 +969,43 @@ impl RepoReader for ScriptedRepo {
     ) -> BoxFuture<'static, Result<Vec<String>, RepoError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
+
+    fn read_path(
+        &self,
+        _: String,
+        _: TreePath,
+        _: ReadBounds,
+    ) -> BoxFuture<'static, Result<TreeItem, RepoError>> {
+        not_used("read_path")
+    }
+
+    fn grep(&self, _: String, _: GrepQuery) -> BoxFuture<'static, Result<GrepReport, RepoError>> {
+        not_used("grep")
+    }
+
+    fn log(
+        &self,
+        _: String,
+        _: Option<TreePath>,
+        _: usize,
+    ) -> BoxFuture<'static, Result<CommitLog, RepoError>> {
+        not_used("log")
+    }
+
+    fn show_commit(
+        &self,
+        _: String,
+        _: String,
+        _: usize,
+    ) -> BoxFuture<'static, Result<Option<CommitShown>, RepoError>> {
+        not_used("show_commit")
+    }
+}
+
+/// The scripted repository's tools are never called: these tests script no tool calls.
+fn not_used<T: Send + 'static>(what: &str) -> BoxFuture<'static, Result<T, RepoError>> {
+    let e = RepoError::Git(format!("{what}: these tests call no tool"));
+    Box::pin(async move { Err(e) })
 }
 
 fn repo_snapshot(files: impl IntoIterator<Item = String>, features: &str) -> RepoSnapshot {

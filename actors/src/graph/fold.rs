@@ -391,6 +391,9 @@ impl RunGraph {
             | EventKind::ProviderPauseStarted { .. }
             | EventKind::ProviderResumed { .. }
             | EventKind::AgentActivity { .. } => {}
+            // A record for replay: a planner's tool round changes no task (its usage is
+            // charged with the call's answer).
+            EventKind::ToolsRan { .. } => {}
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use super::{Emitted, GraphError, RunGraph, validate};
-use crate::protocol::{EventKind, PlannerAnswer, TaskId, TaskSpec};
+use crate::protocol::{EventKind, PlannerAnswer, TaskId, TaskSpec, ToolRound};
 
 impl RunGraph {
     /// The planner's batch of root tasks. All or nothing: a batch with any invalid task is
@@ -91,6 +91,13 @@ impl RunGraph {
             Ok(tasks) => self.submit_into(&mut out, tasks)?,
             Err(_) => {}
         }
+        Ok(out)
+    }
+
+    /// A round of a planner's read-only tools (ADR-037): only recorded, for replay.
+    pub fn tools_ran(&mut self, round: ToolRound) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        self.emit(&mut out, EventKind::ToolsRan { tools: round })?;
         Ok(out)
     }
 

@@ -324,13 +324,25 @@ impl BoundedConversation {
     /// The request for the next call: `system`, the fixed first message, the carried
     /// scratchpad, the newest exchanges that fit and `prompt`.
     pub fn request(&mut self, system: &str, prompt: &str) -> BuiltRequest {
-        let built = self.build(system, prompt);
+        self.request_leaving(system, prompt, 0)
+    }
+
+    /// [`request`](Self::request), leaving `room` bytes of the limit for what the caller
+    /// appends (a call's tool rounds, ADR-037).
+    pub fn request_leaving(&mut self, system: &str, prompt: &str, room: usize) -> BuiltRequest {
+        let built = self.build(system, prompt, room);
         self.last_request_bytes = built.bytes();
         built
     }
 
-    fn build(&self, system: &str, prompt: &str) -> BuiltRequest {
-        let limit = self.budget.limit().min(self.ceiling);
+    /// The bytes a request may carry now: the budget's, or less after context-length
+    /// refusals.
+    pub fn limit(&self) -> usize {
+        self.budget.limit().min(self.ceiling)
+    }
+
+    fn build(&self, system: &str, prompt: &str, room: usize) -> BuiltRequest {
+        let limit = self.limit().saturating_sub(room);
         let rest = limit.saturating_sub(system.len()).max(MIN_REST_BYTES);
         let Some(first) = &self.first else {
             let prompt = excerpt(prompt, rest).into_owned();

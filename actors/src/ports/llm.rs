@@ -229,6 +229,9 @@ pub struct LlmCall {
     /// them: a bounded request does not carry every earlier answer (ADR-030), so the
     /// scripted provider cannot count them in the messages.
     pub turn: Option<u32>,
+    /// The call's tool round within its turn (0 for the first request of the turn), when
+    /// the caller runs tools (ADR-037): a scripted provider answers round by round.
+    pub round: Option<u32>,
     progress: Option<Arc<dyn Fn(LlmProgress) + Send + Sync>>,
     pause: Option<Arc<dyn Fn(LlmPause) + Send + Sync>>,
 }
@@ -239,6 +242,7 @@ impl LlmCall {
             cancel,
             task: None,
             turn: None,
+            round: None,
             progress: None,
             pause: None,
         }
@@ -267,6 +271,12 @@ impl LlmCall {
         self
     }
 
+    /// The call is the `round`-th tool round of its turn (0 for the first).
+    pub fn in_round(mut self, round: u32) -> Self {
+        self.round = Some(round);
+        self
+    }
+
     pub fn on_progress(mut self, report: impl Fn(LlmProgress) + Send + Sync + 'static) -> Self {
         self.progress = Some(Arc::new(report));
         self
@@ -285,6 +295,7 @@ impl fmt::Debug for LlmCall {
             .field("cancelled", &self.cancel.is_cancelled())
             .field("task", &self.task)
             .field("turn", &self.turn)
+            .field("round", &self.round)
             .finish_non_exhaustive()
     }
 }

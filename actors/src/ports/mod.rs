@@ -24,12 +24,14 @@ mod merge;
 mod process;
 mod repo;
 mod transcript;
+mod tree;
 pub use agent::*;
 pub use llm::*;
 pub use merge::*;
 pub use process::*;
 pub use repo::*;
 pub use transcript::*;
+pub use tree::*;
 
 use crate::protocol::{Event, EventKind, RunId};
 

@@ -18,7 +18,9 @@ use std::path::PathBuf;
 
 use futures::future::BoxFuture;
 
-use super::Workspace;
+use super::{
+    CommitLog, CommitShown, GrepQuery, GrepReport, ReadBounds, TreeItem, TreePath, Workspace,
+};
 use crate::protocol::{BranchWork, TaskId};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,6 +101,37 @@ pub trait RepoReader: Send + Sync + 'static {
         branch: String,
         base: String,
     ) -> BoxFuture<'static, Result<Vec<String>, RepoError>>;
+    /// What `path` is in the tree of `commit` (a tip read before: the planners pin one per
+    /// call, ADR-037), read within `bounds`. Never a work tree; links are not followed.
+    fn read_path(
+        &self,
+        commit: String,
+        path: TreePath,
+        bounds: ReadBounds,
+    ) -> BoxFuture<'static, Result<TreeItem, RepoError>>;
+    /// The lines of `commit`'s text files that match `query`, within its bounds.
+    fn grep(
+        &self,
+        commit: String,
+        query: GrepQuery,
+    ) -> BoxFuture<'static, Result<GrepReport, RepoError>>;
+    /// `commit` and its ancestors, newest first, at most `max_count`; with `path`, only the
+    /// commits that changed it (against their first parent).
+    fn log(
+        &self,
+        commit: String,
+        path: Option<TreePath>,
+        max_count: usize,
+    ) -> BoxFuture<'static, Result<CommitLog, RepoError>>;
+    /// The commit `name` ([`commit_name`](super::commit_name): a hex id or `HEAD`, which is
+    /// `commit`) with its patch cut at `max_patch_bytes`; `None` unless it is `commit` or
+    /// one of its ancestors.
+    fn show_commit(
+        &self,
+        commit: String,
+        name: String,
+        max_patch_bytes: usize,
+    ) -> BoxFuture<'static, Result<Option<CommitShown>, RepoError>>;
 }
 
 /// One attempt's worktree: which task and attempt, and the branch flotilla named for it

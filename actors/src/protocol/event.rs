@@ -12,6 +12,7 @@ use super::ids::{RunId, TaskId};
 use super::merge::{CheckoutSync, FixOf, IntendedLanding, SweepReport};
 use super::subplan::{DecompositionReason, RejectionReason, StopCondition};
 use super::task::{Budget, TaskSpec, TaskState};
+use super::tools::{ToolRound, ToolRun};
 use super::work::{Role, Route};
 
 /// A journaled event.
@@ -45,6 +46,11 @@ pub enum EventKind {
         content: String,
         usage: Usage,
         error: Option<String>,
+    },
+    /// One round of a planner's (or the Subplanner's) read-only tools within a call, before
+    /// the call's answer: a resumed call replays it instead of reading again (ADR-037).
+    ToolsRan {
+        tools: ToolRound,
     },
     /// The planner stopped after too many consecutive errors; the run will fail.
     PlannerGaveUp {
@@ -426,6 +432,28 @@ impl EventKind {
                 },
                 error: Some("bad".into()),
             },
+            EventKind::ToolsRan {
+                tools: ToolRound {
+                    role: Role::Subplanner,
+                    task: Some(t()),
+                    attempt: u32::MAX,
+                    call: u32::MAX,
+                    round: u32::MAX,
+                    commit: "abc".into(),
+                    content: "looking \u{1b}[2J".into(),
+                    runs: vec![ToolRun {
+                        id: "call_0".into(),
+                        name: "read_file".into(),
+                        arguments: "{\"path\": \"../x\"}".into(),
+                        result: "refused \u{0}".into(),
+                    }],
+                    usage: Usage {
+                        tokens_in: u64::MAX,
+                        tokens_out: 1,
+                        cost_usd: Usd::from_micros(u64::MAX),
+                    },
+                },
+            },
             EventKind::PlannerGaveUp { error: "e".into() },
             EventKind::TaskAdded {
                 task: t(),
@@ -683,6 +711,7 @@ impl EventKind {
             EventKind::RunStarted { .. } => "run_started",
             EventKind::PlannerResponded { .. } => "planner_responded",
             EventKind::PlannerGaveUp { .. } => "planner_gave_up",
+            EventKind::ToolsRan { .. } => "tools_ran",
             EventKind::TaskInterrupted { .. } => "task_interrupted",
             EventKind::TaskAdded { .. } => "task_added",
             EventKind::TasksRejected { .. } => "tasks_rejected",

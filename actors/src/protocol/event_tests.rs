@@ -47,6 +47,7 @@ fn sampled(kind: &EventKind) -> bool {
         EventKind::RunStarted { .. }
         | EventKind::PlannerResponded { .. }
         | EventKind::PlannerGaveUp { .. }
+        | EventKind::ToolsRan { .. }
         | EventKind::TaskAdded { .. }
         | EventKind::TasksRejected { .. }
         | EventKind::TaskReady { .. }

@@ -21,6 +21,7 @@ use super::subplan::{
     TaskDecompositionRejected, UserDecision,
 };
 use super::task::{Budget, TaskSpec};
+use super::tools::ToolRound;
 use super::view::GraphSnapshot;
 use super::work::{
     Assignment, PlannerAnswer, ReadyTask, RootHandoff, Route, SubplannerAnswer, TaskCompleted,
@@ -39,6 +40,9 @@ pub enum ToTaskGraph {
     /// The root planner's answer to one LLM call: recorded, then its tasks submitted. An
     /// empty, valid answer while no task is live finishes planning.
     PlannerAnswered(Box<PlannerAnswer>),
+    /// A round of a planner's (or the Subplanner's) read-only tools, to journal
+    /// (`ToolsRan`, ADR-037) before the call's answer.
+    ToolsRan(Box<ToolRound>),
     /// The planner gave up (too many consecutive errors or iterations).
     PlannerGaveUp {
         error: String,
@@ -317,6 +321,7 @@ impl fmt::Debug for ToTaskGraph {
             ToTaskGraph::SubmitTasks { tasks } => write!(f, "SubmitTasks({} tasks)", tasks.len()),
             ToTaskGraph::PlanningFinished => f.write_str("PlanningFinished"),
             ToTaskGraph::PlannerAnswered(a) => write!(f, "PlannerAnswered(call {})", a.call),
+            ToTaskGraph::ToolsRan(r) => write!(f, "ToolsRan(call {} round {})", r.call, r.round),
             ToTaskGraph::PlannerGaveUp { error } => write!(f, "PlannerGaveUp({error})"),
             ToTaskGraph::TaskDispatched {
                 task,

@@ -13,6 +13,7 @@
 //! - [`retry`]: what a retry is told of the attempt before it (`PreviousAttempt`, ADR-031).
 //! - [`view`]: read-only snapshots of a run's graph.
 //! - [`scope`]: `ScopePath`, the normalized repo-relative path every scope is made of.
+//! - [`tools`]: a planner's read-only tool rounds, as journaled (ADR-037).
 
 pub mod event;
 pub mod failure;
@@ -24,6 +25,7 @@ pub mod retry;
 pub mod scope;
 pub mod subplan;
 pub mod task;
+pub mod tools;
 pub mod view;
 pub mod work;
 
@@ -53,6 +55,7 @@ pub use task::{
     ArtifactKind, Budget, CostOutOfRange, DependencyRef, IllegalTransition, Priority,
     PriorityOutOfRange, TaskSpec, TaskState, Urgency, Usd, WorkOrder,
 };
+pub use tools::{ToolRound, ToolRun};
 pub use view::{GraphSnapshot, TaskView};
 pub use work::{
     Assignment, PlannerAnswer, ReadyTask, Role, RootHandoff, Route, SubplannerAnswer, TaskCompleted,

@@ -61,6 +61,37 @@ impl RepoReader for FakeMain {
     ) -> BoxFuture<'static, Result<Vec<String>, RepoError>> {
         not_used("changed_paths")
     }
+
+    fn read_path(
+        &self,
+        _: String,
+        _: TreePath,
+        _: ReadBounds,
+    ) -> BoxFuture<'static, Result<TreeItem, RepoError>> {
+        not_used("read_path")
+    }
+
+    fn grep(&self, _: String, _: GrepQuery) -> BoxFuture<'static, Result<GrepReport, RepoError>> {
+        not_used("grep")
+    }
+
+    fn log(
+        &self,
+        _: String,
+        _: Option<TreePath>,
+        _: usize,
+    ) -> BoxFuture<'static, Result<CommitLog, RepoError>> {
+        not_used("log")
+    }
+
+    fn show_commit(
+        &self,
+        _: String,
+        _: String,
+        _: usize,
+    ) -> BoxFuture<'static, Result<Option<CommitShown>, RepoError>> {
+        not_used("show_commit")
+    }
 }
 
 #[derive(Default)]

@@ -189,6 +189,17 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             call + 1,
             usage.tokens_in.saturating_add(usage.tokens_out)
         )),
+        EventKind::ToolsRan { tools } => {
+            let who = match &tools.task {
+                Some(task) => format!("subplanner call {} for {task}", tools.call + 1),
+                None => format!("planner call {}", tools.call + 1),
+            };
+            let names: Vec<&str> = tools.runs.iter().map(|r| r.name.as_str()).collect();
+            (
+                format!("{who} read: {}", shorten(&names.join(", "), 100)),
+                Tone::Dim,
+            )
+        }
         EventKind::PlannerGaveUp { error } => (
             format!("planner gave up: {}", shorten(error, 120)),
             Tone::Bad,

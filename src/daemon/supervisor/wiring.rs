@@ -154,6 +154,7 @@ pub(super) fn start_run(
     .with_repo(repo.clone())
     .with_notices(daemon.notices.clone())
     .resuming(recovered.subplanner_conversations)
+    .resuming_tools(&recovered.tool_rounds)
     .watched(lifeline(Member::Subplanner))
     .start_on(thread);
     let dispatch = Dispatch::new(
@@ -189,6 +190,7 @@ pub(super) fn start_run(
     .with_notices(daemon.notices.clone())
     .with_graph_view(graph_addr.clone().recipient())
     .resuming(recovered.conversation)
+    .resuming_tools(&recovered.tool_rounds)
     .watched(lifeline(Member::Planner))
     .start_on(thread);
     let merge_git = Arc::new(GitMerge::new(

@@ -46,127 +46,34 @@
 //! restart the tree is sent whole once), plus, from `GetSnapshot`, the active tasks and the
 //! paths running tasks hold.
 
+mod config;
 pub mod context;
+
+pub use crate::llm::conversation::Exchange;
+pub use config::{MIN_ANSWER_BYTES, PlannerConfig, PlannerConfigError};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::llm::backoff;
-use crate::llm::conversation::{BoundedConversation, ContextBudget};
+use crate::llm::conversation::BoundedConversation;
 use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm::progress::with_progress_notices;
+use crate::llm::tool_loop::{ToolAsk, ToolSession, requests_for};
 use crate::ports::{
     FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError, RepoReader,
     RepoSnapshot, Role,
 };
 use crate::protocol::{
     GetSnapshot, GraphSnapshot, HandoffStatus, MergeHealth, PlannerAnswer, Published,
-    RejectionReason, RootHandoff, RunId, TaskState, TaskView, ToPlanner, ToTaskGraph,
+    RejectionReason, RootHandoff, RunId, TaskState, TaskView, ToPlanner, ToTaskGraph, ToolRound,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use context::RepoContext;
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PlannerConfig {
-    pub max_iterations: u32,
-    pub min_handoffs_for_replan: usize,
-    pub max_consecutive_errors: u32,
-    pub max_answer_bytes: usize,
-    pub backoff_base_ms: u64,
-    pub backoff_max_ms: u64,
-    /// Characters of each handoff summary shown to the planner.
-    pub max_summary_chars: usize,
-    /// Bytes one request may carry, the system prompt included (ADR-030).
-    pub max_context_bytes: usize,
-    /// Approximate tokens one request may carry (four bytes a token at most).
-    pub max_context_tokens: u64,
-    /// Earlier exchanges a request carries whole, the newest, if they fit.
-    pub keep_exchanges: usize,
-}
-
-impl Default for PlannerConfig {
-    fn default() -> Self {
-        PlannerConfig {
-            max_iterations: 50,
-            min_handoffs_for_replan: 3,
-            max_consecutive_errors: 10,
-            max_answer_bytes: 256 * 1024,
-            backoff_base_ms: 1_000,
-            backoff_max_ms: 60_000,
-            max_summary_chars: 2_000,
-            max_context_bytes: 256 * 1024,
-            max_context_tokens: 32_000,
-            keep_exchanges: 4,
-        }
-    }
-}
-
-/// The smallest `max_answer_bytes` accepted: below it, no batch of tasks fits in an answer.
-pub const MIN_ANSWER_BYTES: usize = 1024;
-
-/// A `PlannerConfig` that cannot plan, naming the field at fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlannerConfigError {
-    #[error("planner.{field} = 0: it must be at least 1")]
-    Zero { field: &'static str },
-    #[error("planner.max_answer_bytes = {value}: it must be at least {MIN_ANSWER_BYTES}")]
-    AnswerTooSmall { value: usize },
-    #[error("planner.backoff_base_ms ({base}) is larger than planner.backoff_max_ms ({max})")]
-    BackoffBaseAboveMax { base: u64, max: u64 },
-}
-
-impl PlannerConfig {
-    /// Checks that the planner can plan. With `max_iterations = 0` a run would "complete"
-    /// without a single planner call; with `max_consecutive_errors = 0` the first error
-    /// would fail it; answers too small to hold a batch are always refused.
-    pub fn validate(&self) -> Result<(), PlannerConfigError> {
-        let at_least_one: [(&'static str, u64); 6] = [
-            ("max_iterations", self.max_iterations.into()),
-            ("max_consecutive_errors", self.max_consecutive_errors.into()),
-            (
-                "min_handoffs_for_replan",
-                self.min_handoffs_for_replan as u64,
-            ),
-            ("max_summary_chars", self.max_summary_chars as u64),
-            ("max_context_bytes", self.max_context_bytes as u64),
-            ("max_context_tokens", self.max_context_tokens),
-        ];
-        if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
-            return Err(PlannerConfigError::Zero { field });
-        }
-        if self.max_answer_bytes < MIN_ANSWER_BYTES {
-            return Err(PlannerConfigError::AnswerTooSmall {
-                value: self.max_answer_bytes,
-            });
-        }
-        if self.backoff_base_ms > self.backoff_max_ms {
-            return Err(PlannerConfigError::BackoffBaseAboveMax {
-                base: self.backoff_base_ms,
-                max: self.backoff_max_ms,
-            });
-        }
-        Ok(())
-    }
-}
-
-pub use crate::llm::conversation::Exchange;
-
-impl PlannerConfig {
-    /// What one request may carry.
-    pub fn context_budget(&self) -> ContextBudget {
-        ContextBudget {
-            max_bytes: self.max_context_bytes,
-            max_tokens: self.max_context_tokens,
-            keep_recent: self.keep_exchanges,
-        }
-    }
-}
 
 /// Where the planner is in its cycle of asking, being judged and waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,6 +132,9 @@ pub struct Planner {
     /// What the prompts told the model about the repository, so that follow-ups send only
     /// what changed.
     repo_context: RepoContext,
+    /// The read-only tool rounds of the call being asked (ADR-037), kept across its
+    /// retries; journaled rounds after a restart.
+    tools: ToolSession,
 }
 
 /// Why an empty first answer was not taken as "nothing to do" (recorded in the journal).
@@ -274,6 +184,7 @@ impl Planner {
             notices: None,
             graph_view: None,
             repo_context: RepoContext::default(),
+            tools: ToolSession::default(),
         }
     }
 
@@ -326,6 +237,21 @@ impl Planner {
             self.config.max_answer_bytes,
             conversation,
         );
+        self
+    }
+
+    /// The tool rounds the journal holds for the call that was not answered (after
+    /// [`resuming`](Self::resuming)): replayed, never run again.
+    pub fn resuming_tools(mut self, rounds: &[ToolRound]) -> Self {
+        let call = self.conversation.calls();
+        let rounds: Vec<ToolRound> = rounds
+            .iter()
+            .filter(|r| r.of(Role::Planner, None, 0) && r.call == call)
+            .cloned()
+            .collect();
+        if !rounds.is_empty() {
+            self.tools = ToolSession::resumed(call, rounds);
+        }
         self
     }
 
@@ -474,6 +400,10 @@ impl Planner {
         graph: Option<GraphSnapshot>,
         ctx: &mut Context<Self>,
     ) {
+        // Every tool round of this call reads the tip this prompt describes.
+        let tip = repo.as_ref().and_then(|r| r.as_ref().ok());
+        self.tools
+            .prepare(call, tip.map(|snapshot| snapshot.commit.as_str()));
         let prompt = self.prompt(repo, graph);
         self.send(call, prompt, ctx);
     }
@@ -482,16 +412,40 @@ impl Planner {
     /// again, smaller, after a context-length refusal.
     fn send(&mut self, call: u32, prompt: String, ctx: &mut Context<Self>) {
         self.phase = Phase::Asking;
-        let built = self.conversation.request(&self.system_prompt, &prompt);
+        let limits = self.config.tool_limits();
+        let tools_on = self.repo.is_some() && !self.tools.refused;
+        let (built, rounds_base) = requests_for(
+            &mut self.conversation,
+            &self.system_prompt,
+            &prompt,
+            limits,
+            tools_on,
+        );
         let sent = built.prompt;
-        let request = self.llm.complete(
+        let graph = self.graph.clone();
+        let ask = ToolAsk {
+            llm: self.llm.clone(),
+            reader: self.repo.clone(),
+            limits,
+            request_limit: self.conversation.limit(),
+            record: Arc::new(move |round| graph.do_send(ToTaskGraph::ToolsRan(Box::new(round)))),
+            role: Role::Planner,
+            task: None,
+            attempt: 0,
+            rounds_base,
+        };
+        let request = ask.ask(
             LlmRequest::chat(Role::Planner, built.messages).json_schema(planner_answer_schema()),
             self.call().in_turn(call),
+            std::mem::take(&mut self.tools),
         );
         ctx.spawn(
             request
                 .into_actor(self)
-                .map(move |result, act, ctx| act.answered(call, prompt, sent, result, ctx)),
+                .map(move |(result, tools), act, ctx| {
+                    act.tools = tools;
+                    act.answered(call, prompt, sent, result, ctx)
+                }),
         );
     }
 
@@ -540,6 +494,7 @@ impl Planner {
                 // was not used only as an excerpt.
                 let exchange = Exchange::new(sent, response.content, failed.clone());
                 self.conversation.record(exchange.clone());
+                self.tools.rounds.clear();
                 self.graph
                     .do_send(ToTaskGraph::PlannerAnswered(Box::new(PlannerAnswer {
                         call,

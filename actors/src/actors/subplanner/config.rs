@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::llm::conversation::ContextBudget;
+use crate::llm::tool_loop::ToolLimits;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -19,6 +20,12 @@ pub struct SubplannerConfig {
     pub max_context_tokens: u64,
     /// Earlier exchanges a request carries whole, the newest, if they fit.
     pub keep_exchanges: usize,
+    /// Rounds of read-only tool calls one call may make (ADR-037); 0: no tools.
+    pub max_tool_rounds: u32,
+    /// Bytes of one tool result shown to the model.
+    pub max_tool_result_bytes: usize,
+    /// Bytes of all the tool results of one call.
+    pub max_tool_bytes: usize,
 }
 
 impl Default for SubplannerConfig {
@@ -31,6 +38,9 @@ impl Default for SubplannerConfig {
             max_context_bytes: 256 * 1024,
             max_context_tokens: 32_000,
             keep_exchanges: 4,
+            max_tool_rounds: 8,
+            max_tool_result_bytes: 16 * 1024,
+            max_tool_bytes: 64 * 1024,
         }
     }
 }
@@ -72,6 +82,12 @@ impl SubplannerConfig {
         if self.max_context_tokens == 0 {
             return Err(SubplannerConfigError::Zero("max_context_tokens"));
         }
+        if self.max_tool_result_bytes == 0 {
+            return Err(SubplannerConfigError::Zero("max_tool_result_bytes"));
+        }
+        if self.max_tool_bytes == 0 {
+            return Err(SubplannerConfigError::Zero("max_tool_bytes"));
+        }
         Ok(())
     }
 
@@ -81,6 +97,15 @@ impl SubplannerConfig {
             max_bytes: self.max_context_bytes,
             max_tokens: self.max_context_tokens,
             keep_recent: self.keep_exchanges,
+        }
+    }
+
+    /// What one call's read-only tools may do.
+    pub fn tool_limits(&self) -> ToolLimits {
+        ToolLimits {
+            max_rounds: self.max_tool_rounds,
+            max_result_bytes: self.max_tool_result_bytes,
+            max_call_bytes: self.max_tool_bytes,
         }
     }
 }

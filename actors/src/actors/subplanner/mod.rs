@@ -34,8 +34,10 @@
 
 mod config;
 pub mod context;
+mod recorded;
 
 pub use config::{SubplannerConfig, SubplannerConfigError};
+pub use recorded::RecordedExchange;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -52,71 +54,19 @@ use crate::llm::backoff;
 use crate::llm::conversation::{BoundedConversation, excerpt};
 use crate::llm::output::{PlannerOutput, parse_json_answer, planner_answer_schema};
 use crate::llm::progress::with_progress_notices;
+use crate::llm::tool_loop::{ToolAsk, ToolSession, requests_for};
 use crate::ports::{
     FinishReason, Llm, LlmCall, LlmError, LlmRequest, LlmResponse, RepoError, RepoReader,
     RepoSnapshot, Role,
 };
 use crate::protocol::{
-    Assignment, EventKind, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
-    TaskCompleted, TaskId, TaskSpec, ToAgent, ToTaskGraph,
+    Assignment, OpenDecomposition, Published, RunId, SubplannerAnswer, SubtaskResult,
+    TaskCompleted, TaskId, TaskSpec, ToAgent, ToTaskGraph, ToolRound,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use context::{
     FollowUp, aggregate, follow_up_message, initial_message, proposals_from, push_notes,
 };
-
-/// A recorded Subplanner exchange, as the journal holds it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecordedExchange {
-    pub task: TaskId,
-    pub attempt: u32,
-    pub exchange: Exchange,
-}
-
-impl RecordedExchange {
-    /// Every Subplanner exchange a run's journal holds, in order: what `resuming` needs.
-    /// An answer not used (unusable, or its batch refused) comes back as the excerpt it was.
-    pub fn from_journal<'a>(events: impl IntoIterator<Item = &'a EventKind>) -> Vec<Self> {
-        let mut recorded: Vec<RecordedExchange> = Vec::new();
-        for kind in events {
-            match kind {
-                EventKind::SubplannerResponded {
-                    task,
-                    attempt,
-                    prompt,
-                    content,
-                    error,
-                    ..
-                } => recorded.push(RecordedExchange {
-                    task: task.clone(),
-                    attempt: *attempt,
-                    exchange: Exchange::new(prompt.clone(), content.clone(), error.clone()),
-                }),
-                EventKind::DecompositionRejected {
-                    parent,
-                    attempt,
-                    reason,
-                } => {
-                    let last = recorded
-                        .iter_mut()
-                        .rev()
-                        .find(|r| r.task == *parent && r.attempt == *attempt)
-                        .filter(|r| r.exchange.unused.is_none());
-                    if let Some(last) = last {
-                        let kept = std::mem::take(&mut last.exchange);
-                        last.exchange = Exchange::new(
-                            kept.prompt,
-                            kept.answer,
-                            Some(format!("the batch was refused: {reason}")),
-                        );
-                    }
-                }
-                _ => {}
-            }
-        }
-        recorded
-    }
-}
 
 /// What a call in flight asked: the prompt as built (asked again after a context-length
 /// refusal), as sent, and the subtask results it reports.
@@ -162,6 +112,8 @@ struct Conversation {
     phase: Phase,
     consecutive_errors: u32,
     cancel: CancellationToken,
+    /// The read-only tool rounds of the call being asked (ADR-037).
+    tools: ToolSession,
 }
 
 impl Conversation {
@@ -185,6 +137,7 @@ impl Conversation {
             phase: Phase::Idle,
             consecutive_errors: 0,
             cancel,
+            tools: ToolSession::default(),
         }
     }
 }
@@ -201,6 +154,9 @@ pub struct Subplanner {
     conversations: HashMap<TaskId, Conversation>,
     /// Journaled exchanges, read when the TaskGraph says which decompositions are open.
     recorded: Vec<RecordedExchange>,
+    /// Journaled tool rounds of calls not answered yet, replayed when their conversation
+    /// resumes.
+    recorded_tools: Vec<ToolRound>,
     /// Calls off every call in flight when the actor stops.
     cancel: CancellationToken,
     lifeline: Option<Lifeline>,
@@ -226,6 +182,7 @@ impl Subplanner {
             notices: None,
             conversations: HashMap::new(),
             recorded: Vec::new(),
+            recorded_tools: Vec::new(),
             cancel: CancellationToken::new(),
             lifeline: None,
         }
@@ -246,6 +203,17 @@ impl Subplanner {
     /// The exchanges recorded in the journal, for the decompositions the TaskGraph resumes.
     pub fn resuming(mut self, recorded: Vec<RecordedExchange>) -> Self {
         self.recorded = recorded;
+        self
+    }
+
+    /// The tool rounds the journal holds (ADR-037): those of a resumed conversation's
+    /// unanswered call are replayed, never run again.
+    pub fn resuming_tools(mut self, rounds: &[ToolRound]) -> Self {
+        self.recorded_tools = rounds
+            .iter()
+            .filter(|r| r.role == Role::Subplanner)
+            .cloned()
+            .collect();
         self
     }
 
@@ -297,6 +265,16 @@ impl Subplanner {
             self.cancel.child_token(),
             self.history(recorded),
         );
+        let pending = conversation.history.calls();
+        let rounds: Vec<ToolRound> = self
+            .recorded_tools
+            .iter()
+            .filter(|r| r.of(Role::Subplanner, Some(&task), open.attempt) && r.call == pending)
+            .cloned()
+            .collect();
+        if !rounds.is_empty() {
+            conversation.tools = ToolSession::resumed(pending, rounds);
+        }
         conversation.decomposed = true;
         conversation.active = open.active.into_iter().collect();
         conversation.ended = open.unheard;
@@ -370,6 +348,10 @@ impl Subplanner {
             return;
         };
         let call = conv.history.calls();
+        // Every tool round of this call reads the tip its prompt describes.
+        let tip = repo.as_ref().and_then(|r| r.as_ref().ok());
+        conv.tools
+            .prepare(call, tip.map(|snapshot| snapshot.commit.as_str()));
         let mut reported = Vec::new();
         let prompt = if conv.history.is_empty() {
             let repo_text = repo
@@ -418,8 +400,28 @@ impl Subplanner {
             return;
         };
         conv.phase = Phase::Asking;
-        let built = conv.history.request(&self.system_prompt, &prompt);
+        let limits = self.config.tool_limits();
+        let tools_on = self.repo.is_some() && !conv.tools.refused;
+        let (built, rounds_base) = requests_for(
+            &mut conv.history,
+            &self.system_prompt,
+            &prompt,
+            limits,
+            tools_on,
+        );
         let sent = built.prompt;
+        let graph = self.graph.clone();
+        let ask = ToolAsk {
+            llm: self.llm.clone(),
+            reader: self.repo.clone(),
+            limits,
+            request_limit: conv.history.limit(),
+            record: Arc::new(move |round| graph.do_send(ToTaskGraph::ToolsRan(Box::new(round)))),
+            role: Role::Subplanner,
+            task: Some(task.clone()),
+            attempt,
+            rounds_base,
+        };
         let llm_call = with_progress_notices(
             LlmCall::new(conv.cancel.child_token())
                 .for_task(task.clone())
@@ -429,24 +431,36 @@ impl Subplanner {
             Role::Subplanner,
             Some(task.clone()),
         );
-        let request = self.llm.complete(
+        let request = ask.ask(
             LlmRequest::chat(Role::Subplanner, built.messages).json_schema(planner_answer_schema()),
             llm_call,
+            std::mem::take(&mut conv.tools),
         );
-        ctx.spawn(request.into_actor(self).map(move |result, act, ctx| {
-            act.answered(
-                task,
-                attempt,
-                call,
-                Asked {
-                    prompt,
-                    sent,
-                    reported,
-                },
-                result,
-                ctx,
-            )
-        }));
+        ctx.spawn(
+            request
+                .into_actor(self)
+                .map(move |(result, tools), act, ctx| {
+                    if let Some(conv) = act
+                        .conversations
+                        .get_mut(&task)
+                        .filter(|c| c.attempt == attempt)
+                    {
+                        conv.tools = tools;
+                    }
+                    act.answered(
+                        task,
+                        attempt,
+                        call,
+                        Asked {
+                            prompt,
+                            sent,
+                            reported,
+                        },
+                        result,
+                        ctx,
+                    )
+                }),
+        );
     }
 
     fn answered(
@@ -530,6 +544,7 @@ impl Subplanner {
         // used only as an excerpt.
         let exchange = Exchange::new(sent, response.content, error.clone());
         conv.history.record(exchange.clone());
+        conv.tools.rounds.clear();
         let batch: Vec<String> = subtasks
             .as_ref()
             .map(|s| s.iter().map(|p| p.description.clone()).collect())

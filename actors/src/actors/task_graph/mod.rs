@@ -376,6 +376,7 @@ impl Handler<ToTaskGraph> for TaskGraph {
             ToTaskGraph::SubmitTasks { tasks } => self.graph.submit(tasks),
             ToTaskGraph::PlanningFinished => self.graph.planning_finished(),
             ToTaskGraph::PlannerAnswered(answer) => self.graph.planner_answered(*answer),
+            ToTaskGraph::ToolsRan(round) => self.graph.tools_ran(*round),
             ToTaskGraph::PlannerGaveUp { error } => self.graph.planner_gave_up(&error),
             ToTaskGraph::TaskDispatched {
                 task,

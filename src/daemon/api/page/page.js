@@ -22,9 +22,10 @@ const KINDS = [
   "spend_charged", "run_budget_exhausted", "run_finished", "run_restarted",
   "journal_unavailable", "storage_unavailable", "llm_progress", "provider_paused",
   "agent_activity", "main_adopted", "provider_pause_started", "provider_resumed",
+  "tools_ran",
 ];
 // Notices that change nothing the status shows: listed, not fetched for.
-const QUIET = new Set(["llm_progress", "agent_activity", "provider_paused"]);
+const QUIET = new Set(["llm_progress", "agent_activity", "provider_paused", "tools_ran"]);
 const MERGE_KINDS = new Set([
   "merge_conflict", "merge_gate_failed", "main_moved", "landing_requeued", "task_landed",
   "main_diverged", "main_adopted", "sweep_finished", "sweep_stale", "finalization_started",
