@@ -8,7 +8,8 @@
 //!   tree by a checkout into a target directory through an in-memory index: git keeps no
 //!   record of them (no worktree entry, no branch, no `.git` in them), so removing one is
 //!   removing a directory, and a crash leaves nothing in the repository. Commands run there
-//!   cannot use git on the checkout.
+//!   cannot use git on the checkout. With [`GitMerge::with_warm`] the gate and the sweeps
+//!   run in warm trees instead (`warm.rs`, ADR-042), scratch checkouts being the fallback.
 //! - The user's own checkout is touched by [`MergeGit::sync_checkout`] and by the move of
 //!   main itself (`super::checkout`, ADR-021): under git's index lock, only files the user
 //!   has not changed, HEAD never detached.
@@ -22,15 +23,17 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use flotilla_actors::ports::{
     BuildOutcome, CheckoutSync, LandItem, LandMode, MAX_LANDED_WALK, MarkerHit, MergeGit,
-    RepoError, ScratchTree,
+    RepoError, ScratchTree, WarmSlot, WarmTree,
 };
 use futures::future::BoxFuture;
 
 use super::target::{TASK_BRANCH_PREFIX, TargetBranch};
+use super::warm::WarmTrees;
 use super::{git, io, repo_lock, signature};
 
 /// Files over this size are not searched for conflict markers.
@@ -51,6 +54,8 @@ pub struct GitMerge {
     /// The branch work lands on (ADR-022): never deleted, and the one whose checkout
     /// [`MergeGit::sync_checkout`] brings along.
     target: TargetBranch,
+    /// The gate's and the sweeps' warm trees, when `[merge] warm_gate` is on.
+    warm: Option<Arc<WarmTrees>>,
 }
 
 impl GitMerge {
@@ -65,7 +70,15 @@ impl GitMerge {
             repo: repo.into(),
             scratch_root: scratch_root.into(),
             target,
+            warm: None,
         }
+    }
+
+    /// Commands run in warm trees under the scratch root, holding at most `budget_mb` MiB
+    /// together (ADR-042).
+    pub fn with_warm(mut self, budget_mb: u64) -> Self {
+        self.warm = Some(Arc::new(WarmTrees::new(self.scratch_root.clone(), budget_mb)));
+        self
     }
 
     /// Runs `work` on a blocking thread with the repository opened there; under the
@@ -547,7 +560,7 @@ fn scratch(
 }
 
 /// Removes a directory, making what a command left read-only writable first if it must.
-fn remove_dir(path: &Path) -> Result<(), RepoError> {
+pub(super) fn remove_dir(path: &Path) -> Result<(), RepoError> {
     match std::fs::remove_dir_all(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -762,6 +775,57 @@ impl MergeGit for GitMerge {
             tokio::task::spawn_blocking(move || remove_scratch(&root, &tree))
                 .await
                 .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+        })
+    }
+
+    fn warm(
+        &self,
+        commit: String,
+        slot: WarmSlot,
+    ) -> BoxFuture<'static, Result<Option<WarmTree>, RepoError>> {
+        let Some(warm) = self.warm.clone() else {
+            return Box::pin(async { Ok(None) });
+        };
+        let path = self.repo.clone();
+        Box::pin(async move {
+            let lease = Box::new(warm.lease(slot).await);
+            tokio::task::spawn_blocking(move || {
+                let repo = git2::Repository::open(&path)
+                    .map_err(|_| RepoError::NotARepository(path.clone()))?;
+                super::warm::prepare(&repo, warm.root(), slot, &commit, lease)
+                    .map(Some)
+                    .map_err(RepoError::storage_or_self)
+            })
+            .await
+            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+        })
+    }
+
+    fn warm_updated(&self, tree: &WarmTree) -> BoxFuture<'static, Result<(), RepoError>> {
+        let root = self.scratch_root.clone();
+        let (path, commit, slot) = (tree.path.clone(), tree.commit.clone(), tree.slot);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                super::warm::updated(&root, &path, &commit, slot)
+            })
+            .await
+            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+        })
+    }
+
+    fn settle_warm(&self, tree: WarmTree, keep: bool) -> BoxFuture<'static, Result<(), RepoError>> {
+        let Some(warm) = self.warm.clone() else {
+            return Box::pin(async { Ok(()) });
+        };
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let settled = super::warm::settle(warm.root(), warm.budget_bytes(), &tree, keep);
+                // The lease goes only once the tree is measured or gone.
+                drop(tree);
+                settled.map(|_| ())
+            })
+            .await
+            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
         })
     }
 

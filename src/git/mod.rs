@@ -16,6 +16,7 @@ pub mod merge;
 pub mod reader;
 pub mod ref_lock;
 pub mod target;
+pub mod warm;
 pub mod worktrees;
 
 use std::collections::HashMap;
