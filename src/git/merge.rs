@@ -77,7 +77,10 @@ impl GitMerge {
     /// Commands run in warm trees under the scratch root, holding at most `budget_mb` MiB
     /// together (ADR-042).
     pub fn with_warm(mut self, budget_mb: u64) -> Self {
-        self.warm = Some(Arc::new(WarmTrees::new(self.scratch_root.clone(), budget_mb)));
+        self.warm = Some(Arc::new(WarmTrees::new(
+            self.scratch_root.clone(),
+            budget_mb,
+        )));
         self
     }
 
@@ -805,11 +808,9 @@ impl MergeGit for GitMerge {
         let root = self.scratch_root.clone();
         let (path, commit, slot) = (tree.path.clone(), tree.commit.clone(), tree.slot);
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                super::warm::updated(&root, &path, &commit, slot)
-            })
-            .await
-            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+            tokio::task::spawn_blocking(move || super::warm::updated(&root, &path, &commit, slot))
+                .await
+                .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
         })
     }
 

@@ -193,7 +193,12 @@ pub fn updated(root: &Path, tree: &Path, commit: &str, slot: WarmSlot) -> Result
 
 /// Ends a run in the tree: throws it away when `keep` is false or the run's warm trees
 /// hold more than the budget, and records what `status` shows.
-pub fn settle(root: &Path, budget_bytes: u64, tree: &WarmTree, keep: bool) -> Result<WarmUsage, RepoError> {
+pub fn settle(
+    root: &Path,
+    budget_bytes: u64,
+    tree: &WarmTree,
+    keep: bool,
+) -> Result<WarmUsage, RepoError> {
     let mut usage = read_usage(root, tree.slot).unwrap_or_default();
     usage.budget_bytes = budget_bytes;
     usage.commit = tree.commit.clone();

@@ -133,10 +133,7 @@ impl ScratchRun {
                 out.exit, out.stdout.text, out.stderr.text
             ));
         }
-        self.git
-            .warm_updated(tree)
-            .await
-            .map_err(|e| e.to_string())
+        self.git.warm_updated(tree).await.map_err(|e| e.to_string())
     }
 
     async fn run_in(

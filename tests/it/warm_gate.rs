@@ -1,0 +1,265 @@
+//! Warm trees (ADR-042), through `ScratchRun` as the merge gate runs it, with the real git
+//! side and the real sandboxed runner: git works there at the candidate, ignored build
+//! outputs carry over from one candidate to the next while tracked and untracked leftovers do
+//! not, a tree over the budget is thrown away, and a gate that attacks the target repository
+//! from inside changes nothing of it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla::git::merge::GitMerge;
+use flotilla::process::ConfinedRunner;
+use flotilla::sandbox::{SandboxConfig, SandboxPolicy};
+use flotilla_actors::actors::scratch_commands::{CommandResult, NamedCommand, ScratchRun};
+use flotilla_actors::ports::WarmSlot;
+use tokio_util::sync::CancellationToken;
+
+use crate::daemon_env::{commit_files, init_repo, main_branch};
+use crate::supervision::assert_checkout_untouched;
+
+struct Fixture {
+    repo: tempfile::TempDir,
+    state: tempfile::TempDir,
+    run: ScratchRun,
+}
+
+impl Fixture {
+    /// A repository on `main` whose `.gitignore` ignores `target/`, with the gate's commands
+    /// under the default sandbox of a run whose state is in `state`.
+    fn new(budget_mb: u64) -> Fixture {
+        let repo = tempfile::tempdir().unwrap();
+        init_repo(repo.path());
+        commit_files(
+            &git2::Repository::open(repo.path()).unwrap(),
+            &[
+                (".gitignore", "target/\n"),
+                ("a.txt", "a\n"),
+                ("b.txt", "b\n"),
+            ],
+            "files",
+        );
+        let state = tempfile::tempdir().unwrap();
+        let merge = GitMerge::new(repo.path(), state.path().join("scratch"), main_branch())
+            .with_warm(budget_mb);
+        let policy = SandboxPolicy::for_run(
+            &SandboxConfig::default(),
+            &[state.path().to_path_buf()],
+            repo.path(),
+        );
+        let run = ScratchRun {
+            git: Arc::new(merge),
+            runner: Arc::new(ConfinedRunner::new(policy)),
+            timeout: Duration::from_secs(300),
+            stop_at_first_failure: false,
+            slot: WarmSlot::Gate,
+        };
+        Fixture { repo, state, run }
+    }
+
+    fn git(&self) -> git2::Repository {
+        git2::Repository::open(self.repo.path()).unwrap()
+    }
+
+    fn main_tip(&self) -> String {
+        self.git()
+            .refname_to_id("refs/heads/main")
+            .unwrap()
+            .to_string()
+    }
+
+    /// A commit on main's tip changing `files` (`None` deletes), with no ref moved: a
+    /// candidate, as the merge queue builds them.
+    fn candidate(&self, files: &[(&str, Option<&str>)]) -> String {
+        let git = self.git();
+        let parent = git.head().unwrap().peel_to_commit().unwrap();
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        for (path, text) in files {
+            match text {
+                Some(text) => {
+                    let blob = git.blob(text.as_bytes()).unwrap();
+                    update.upsert(*path, blob, git2::FileMode::Blob);
+                }
+                None => {
+                    update.remove(*path);
+                }
+            }
+        }
+        let tree = update
+            .create_updated(&git, &parent.tree().unwrap())
+            .unwrap();
+        let tree = git.find_tree(tree).unwrap();
+        let sig = git2::Signature::now("agent", "agent@example.com").unwrap();
+        git.commit(None, &sig, &sig, "candidate", &tree, &[&parent])
+            .unwrap()
+            .to_string()
+    }
+
+    async fn gate(&self, commit: &str, lines: &[String]) -> Vec<CommandResult> {
+        let commands = lines
+            .iter()
+            .map(|line| NamedCommand {
+                name: "gate".into(),
+                line: line.clone(),
+            })
+            .collect();
+        self.run
+            .run(
+                commit.to_string(),
+                "gate".into(),
+                commands,
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap()
+    }
+
+    fn warm_dir(&self) -> PathBuf {
+        flotilla::git::warm::tree_dir(&self.state.path().join("scratch"), WarmSlot::Gate)
+    }
+}
+
+fn lines(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn assert_all_passed(results: &[CommandResult]) {
+    for r in results {
+        assert!(r.passed, "{} failed ({}): {}", r.line, r.exit, r.output);
+    }
+}
+
+#[tokio::test]
+async fn git_works_in_the_warm_tree_and_build_outputs_carry_over() {
+    let f = Fixture::new(1024);
+    let main = f.main_tip();
+    let first = f.candidate(&[("c.txt", Some("c\n"))]);
+    let results = f
+        .gate(
+            &first,
+            &lines(&[
+                &format!("test \"$(git rev-parse HEAD)\" = {first}"),
+                "test -z \"$(git status --porcelain)\"",
+                "git log --format=%s -2 | grep -qx files",
+                "mkdir -p target && echo built > target/out",
+                "echo junk > untracked.txt && echo changed > a.txt",
+            ]),
+        )
+        .await;
+    assert_eq!(results.len(), 5);
+    assert_all_passed(&results);
+    assert_eq!(Path::new(&results[0].dir), f.warm_dir());
+
+    // The second candidate drops b.txt: its gate sees its own commit, the first gate's build
+    // output, and none of the first gate's changes to the checkout.
+    let second = f.candidate(&[("c.txt", Some("c2\n")), ("b.txt", None)]);
+    let results = f
+        .gate(
+            &second,
+            &lines(&[
+                &format!("test \"$(git rev-parse HEAD)\" = {second}"),
+                "test \"$(cat target/out)\" = built",
+                "test ! -e b.txt",
+                "test ! -e untracked.txt",
+                "test \"$(cat a.txt)\" = a && test \"$(cat c.txt)\" = c2",
+                "test -z \"$(git status --porcelain)\"",
+            ]),
+        )
+        .await;
+    assert_all_passed(&results);
+    assert_eq!(Path::new(&results[0].dir), f.warm_dir());
+    // Nothing of it touched the target repository.
+    assert_eq!(f.main_tip(), main);
+    assert_eq!(
+        f.git().head().unwrap().name().unwrap(),
+        "refs/heads/main",
+        "the user's HEAD stays on main"
+    );
+    assert_checkout_untouched(f.repo.path());
+    let usage = flotilla::git::warm::describe(&f.state.path().join("scratch")).unwrap();
+    assert!(usage.starts_with("gate "), "{usage}");
+    assert!(usage.contains(&second[..7]), "{usage}");
+}
+
+#[tokio::test]
+async fn a_warm_tree_over_its_budget_is_thrown_away() {
+    let f = Fixture::new(1);
+    let first = f.candidate(&[("c.txt", Some("c\n"))]);
+    let results = f
+        .gate(
+            &first,
+            &lines(&["mkdir -p target && head -c 3000000 /dev/urandom > target/big"]),
+        )
+        .await;
+    assert_all_passed(&results);
+    assert!(!f.warm_dir().exists(), "the tree over the budget is gone");
+    let usage = flotilla::git::warm::describe(&f.state.path().join("scratch")).unwrap();
+    assert!(usage.contains("thrown away 1×"), "{usage}");
+
+    let second = f.candidate(&[("c.txt", Some("c2\n"))]);
+    let results = f
+        .gate(
+            &second,
+            &lines(&[
+                &format!("test \"$(git rev-parse HEAD)\" = {second}"),
+                "test ! -e target/big",
+                "test \"$(cat c.txt)\" = c2",
+            ]),
+        )
+        .await;
+    assert_all_passed(&results);
+    assert!(f.warm_dir().exists(), "a small tree is kept");
+}
+
+#[tokio::test]
+async fn a_gate_attacking_the_target_repository_changes_nothing_of_it() {
+    let f = Fixture::new(1024);
+    let main = f.main_tip();
+    let target_git = std::fs::canonicalize(f.repo.path().join(".git")).unwrap();
+    let t = target_git.display();
+    let first = f.candidate(&[("c.txt", Some("evil\n"))]);
+    let attacks = [
+        // Each must fail: the target's `.git` is read-only in the sandbox.
+        format!("git --git-dir={t} update-ref refs/heads/main {first}"),
+        format!("git push --quiet {t} HEAD:refs/heads/main"),
+        format!("git push --quiet {t} HEAD:refs/heads/planted"),
+        format!("echo {first} > {t}/refs/heads/main"),
+        format!("touch {t}/objects/planted"),
+        format!("git --git-dir={t} symbolic-ref HEAD refs/heads/planted"),
+        // Contained: the warm tree's own refs, and its own `.git`, pointed at the target's
+        // (which the daemon must not follow when it prepares the next candidate).
+        format!("git update-ref refs/heads/main {first}"),
+        format!("rm -rf .git && ln -s {t} .git && ln -s {t}/.. user-checkout"),
+    ];
+    let results = f.gate(&first, &attacks).await;
+    assert_eq!(results.len(), attacks.len());
+    for r in &results[..6] {
+        assert!(!r.passed, "the attack succeeded: {}", r.line);
+    }
+    for r in &results[6..] {
+        assert!(r.passed, "{} ({}): {}", r.line, r.exit, r.output);
+    }
+
+    // The next candidate's tree is whole again, and the daemon wrote nothing through the
+    // planted link: the target keeps its main, its HEAD, its index and its objects.
+    let second = f.candidate(&[("c.txt", Some("fine\n"))]);
+    let results = f
+        .gate(
+            &second,
+            &lines(&[
+                &format!("test \"$(git rev-parse HEAD)\" = {second}"),
+                "test -d .git && test ! -L .git",
+                "test \"$(cat c.txt)\" = fine",
+                "test -z \"$(git status --porcelain)\"",
+            ]),
+        )
+        .await;
+    assert_all_passed(&results);
+    assert_eq!(f.main_tip(), main, "main did not move");
+    let git = f.git();
+    assert_eq!(git.head().unwrap().name().unwrap(), "refs/heads/main");
+    assert!(git.find_reference("refs/heads/planted").is_err());
+    assert!(!target_git.join("objects/planted").exists());
+    assert_checkout_untouched(f.repo.path());
+    assert!(!f.repo.path().join("c.txt").exists());
+}
