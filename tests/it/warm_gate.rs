@@ -263,3 +263,43 @@ async fn a_gate_attacking_the_target_repository_changes_nothing_of_it() {
     assert_checkout_untouched(f.repo.path());
     assert!(!f.repo.path().join("c.txt").exists());
 }
+
+/// Through the daemon, with the default `[merge]`: a gate that needs a real git checkout at
+/// the candidate passes (in a scratch checkout, with no `.git`, it fails), so both tasks land.
+#[test]
+fn a_run_gates_in_a_warm_tree_by_default() {
+    use crate::daemon_env::{DaemonProcess, flotilla, git_repo};
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    std::fs::write(
+        repo.path().join("flotilla.toml"),
+        "[provider]\nscenario = \"scenario.toml\"\n[merge]\n\
+         gate = [\"test -d .git && git rev-parse --verify HEAD && test -z \\\"$(git status --porcelain)\\\"\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.path().join("scenario.toml"),
+        r#"
+[[planner.answers]]
+tasks = [
+  { description = "write the lexer", scope = ["src/lex.rs"] },
+  { description = "write the parser", scope = ["src/parse.rs"], dependencies = [0] },
+]
+[tasks.t1]
+writes = { "src/lex.rs" = "pub fn lex() {}\n" }
+[tasks.t2]
+writes = { "src/parse.rs" = "pub fn parse() {}\n" }
+"#,
+    )
+    .unwrap();
+    let _daemon = DaemonProcess::start(state.path());
+    flotilla(state.path())
+        .args(["submit", "build a parser", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("run finished: completed"));
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let main = git.revparse_single("main").unwrap().peel_to_tree().unwrap();
+    assert!(main.get_path(Path::new("src/parse.rs")).is_ok());
+}
