@@ -12,7 +12,10 @@ use flotilla::git::merge::GitMerge;
 use flotilla::process::ConfinedRunner;
 use flotilla::sandbox::{SandboxConfig, SandboxPolicy};
 use flotilla_actors::actors::scratch_commands::{CommandResult, NamedCommand, ScratchRun};
-use flotilla_actors::ports::WarmSlot;
+use flotilla_actors::ports::{
+    CommandOutput, CommandSpec, LineSink, ProcessError, ProcessRunner, WarmSlot,
+};
+use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::daemon_env::{commit_files, init_repo, main_branch};
@@ -302,4 +305,105 @@ writes = { "src/parse.rs" = "pub fn parse() {}\n" }
     let git = git2::Repository::open(repo.path()).unwrap();
     let main = git.revparse_single("main").unwrap().peel_to_tree().unwrap();
     assert!(main.get_path(Path::new("src/parse.rs")).is_ok());
+}
+
+/// The sweeps have a tree of their own: a sweep runs, in its own tree, while the gate's
+/// lease is held (one tree and one lease for both, and it would wait for ever).
+#[tokio::test]
+async fn a_sweep_runs_in_its_own_tree_while_the_gate_holds_its_own() {
+    let f = Fixture::new(1024);
+    let sweep = ScratchRun {
+        slot: WarmSlot::Sweep,
+        ..f.run.clone()
+    };
+    let commit = f.candidate(&[("c.txt", Some("c\n"))]);
+    let held = f
+        .run
+        .git
+        .warm(commit.clone(), WarmSlot::Gate)
+        .await
+        .unwrap()
+        .expect("warm trees are on");
+    let swept = sweep
+        .run(
+            commit.clone(),
+            "sweep".into(),
+            vec![NamedCommand {
+                name: "test".into(),
+                line: "git rev-parse HEAD".into(),
+            }],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_all_passed(&swept);
+    let sweep_dir = flotilla::git::warm::tree_dir(&f.state.path().join("scratch"), WarmSlot::Sweep);
+    assert_eq!(Path::new(&swept[0].dir), sweep_dir);
+    assert_ne!(held.path, sweep_dir);
+    assert!(swept[0].output.contains(&commit));
+    f.run.git.settle_warm(held, true).await.unwrap();
+    let results = f.gate(&commit, &lines(&["git rev-parse HEAD"])).await;
+    assert_all_passed(&results);
+}
+
+/// Fails every warm tree's update (as on a host without git), running the rest.
+struct NoUpdates(Arc<dyn ProcessRunner>);
+
+impl ProcessRunner for NoUpdates {
+    fn run(
+        &self,
+        command: CommandSpec,
+        cancel: CancellationToken,
+        lines: Option<LineSink>,
+    ) -> BoxFuture<'static, Result<CommandOutput, ProcessError>> {
+        let command = match command.args.last() {
+            Some(line) if line.starts_with("git checkout") => {
+                CommandSpec::shell("exit 1", command.cwd.clone())
+            }
+            _ => command,
+        };
+        self.0.run(command, cancel, lines)
+    }
+}
+
+#[tokio::test]
+async fn a_warm_tree_that_will_not_update_gives_way_to_a_scratch_checkout() {
+    let f = Fixture::new(1024);
+    let first = f.candidate(&[("c.txt", Some("c\n"))]);
+    let results = f
+        .gate(
+            &first,
+            &lines(&["mkdir -p target && echo built > target/out"]),
+        )
+        .await;
+    assert_all_passed(&results);
+    assert!(f.warm_dir().join("target/out").exists());
+
+    let failing = ScratchRun {
+        runner: Arc::new(NoUpdates(f.run.runner.clone())),
+        ..f.run.clone()
+    };
+    let second = f.candidate(&[("c.txt", Some("c2\n"))]);
+    let results = failing
+        .run(
+            second.clone(),
+            "gate".into(),
+            vec![NamedCommand {
+                name: "gate".into(),
+                line: "test \"$(cat c.txt)\" = c2 && test ! -e .git".into(),
+            }],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_all_passed(&results);
+    assert_ne!(Path::new(&results[0].dir), f.warm_dir());
+    assert!(
+        !Path::new(&results[0].dir).exists(),
+        "the scratch checkout is removed"
+    );
+    assert!(
+        !f.warm_dir().exists(),
+        "the tree that would not update is thrown away"
+    );
 }
