@@ -407,3 +407,15 @@ async fn a_warm_tree_that_will_not_update_gives_way_to_a_scratch_checkout() {
         "the tree that would not update is thrown away"
     );
 }
+
+#[test]
+fn warm_trees_are_on_by_default_and_a_zero_budget_is_refused_while_they_are() {
+    use flotilla_actors::actors::{MergeConfig, MergeConfigError};
+    let mut config: MergeConfig = toml::from_str("gate = [\"true\"]").unwrap();
+    assert!(config.warm_gate);
+    assert_eq!(config.validate(), Ok(()));
+    config.warm_budget_mb = 0;
+    assert_eq!(config.validate(), Err(MergeConfigError::ZeroWarmBudget));
+    let off: MergeConfig = toml::from_str("warm_gate = false\nwarm_budget_mb = 0").unwrap();
+    assert_eq!(off.validate(), Ok(()));
+}

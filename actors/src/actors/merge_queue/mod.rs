@@ -67,7 +67,7 @@ pub struct MergeConfig {
     /// How a branch becomes commits on main.
     pub mode: LandMode,
     /// Commands a candidate must pass before main moves to it (build, test), run in order
-    /// in a scratch checkout of the candidate. Empty: no gate.
+    /// in the gate's warm tree at the candidate (or a scratch checkout). Empty: no gate.
     pub gate: Vec<String>,
     /// Wall-time limit of each gate command.
     pub gate_timeout_secs: u64,
