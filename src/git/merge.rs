@@ -33,7 +33,7 @@ use flotilla_actors::ports::{
 use futures::future::BoxFuture;
 
 use super::target::{TASK_BRANCH_PREFIX, TargetBranch};
-use super::warm::WarmTrees;
+use super::warm::{WarmTrees, remove_dir};
 use super::{git, io, repo_lock, signature};
 
 /// Files over this size are not searched for conflict markers.
@@ -560,43 +560,6 @@ fn scratch(
         path,
         commit: target.id().to_string(),
     })
-}
-
-/// Removes a directory, making what a command left read-only writable first if it must.
-pub(super) fn remove_dir(path: &Path) -> Result<(), RepoError> {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(_) => {
-            make_writable(path);
-            match std::fs::remove_dir_all(path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(io("cannot remove", path, e))
-                }
-                _ => Ok(()),
-            }
-        }
-    }
-}
-
-fn make_writable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let mut dirs = vec![path.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        // Links are never followed: only what is inside the scratch directory changes.
-        let Ok(meta) = std::fs::symlink_metadata(&dir) else {
-            continue;
-        };
-        if !meta.is_dir() {
-            continue;
-        }
-        let mut perms = meta.permissions();
-        perms.set_mode(perms.mode() | 0o700);
-        let _ = std::fs::set_permissions(&dir, perms);
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            dirs.extend(entries.flatten().map(|e| e.path()));
-        }
-    }
 }
 
 fn remove_scratch(root: &Path, tree: &ScratchTree) -> Result<(), RepoError> {

@@ -106,7 +106,7 @@ fn update_line(commit: &str) -> String {
 /// Removes whatever is at `path` (a directory, a file or a link), never following a link.
 fn remove_any(path: &Path) -> Result<(), RepoError> {
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => super::merge::remove_dir(path),
+        Ok(meta) if meta.is_dir() => remove_dir(path),
         Ok(_) => std::fs::remove_file(path).map_err(|e| io("cannot remove", path, e)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io("cannot read", path, e)),
@@ -280,4 +280,42 @@ pub fn describe(root: &Path) -> Option<String> {
 
 fn mib(bytes: u64) -> String {
     format!("{} MiB", bytes.div_ceil(1024 * 1024))
+}
+
+/// Removes a directory, making what a command left read-only writable first if it must.
+/// (Scratch checkouts are removed by it too.)
+pub(super) fn remove_dir(path: &Path) -> Result<(), RepoError> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            make_writable(path);
+            match std::fs::remove_dir_all(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(io("cannot remove", path, e))
+                }
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+fn make_writable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        // Links are never followed: only what is inside the scratch directory changes.
+        let Ok(meta) = std::fs::symlink_metadata(&dir) else {
+            continue;
+        };
+        if !meta.is_dir() {
+            continue;
+        }
+        let mut perms = meta.permissions();
+        perms.set_mode(perms.mode() | 0o700);
+        let _ = std::fs::set_permissions(&dir, perms);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            dirs.extend(entries.flatten().map(|e| e.path()));
+        }
+    }
 }
