@@ -419,3 +419,77 @@ fn warm_trees_are_on_by_default_and_a_zero_budget_is_refused_while_they_are() {
     let off: MergeConfig = toml::from_str("warm_gate = false\nwarm_budget_mb = 0").unwrap();
     assert_eq!(off.validate(), Ok(()));
 }
+
+/// `status` of a live run shows the gate's warm tree once a candidate was gated there.
+#[tokio::test]
+async fn status_shows_the_warm_tree_of_a_live_run() {
+    use std::io::{BufRead, BufReader};
+
+    use crate::daemon_env::{DaemonProcess, flotilla, run_config, submit};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let repo = tmp.path().join("repo");
+    init_repo(&repo);
+    let daemon = DaemonProcess::start(&state);
+    let scenario = r#"
+[[planner.answers]]
+tasks = [
+  { description = "write a", scope = ["a.txt"] },
+  { description = "wait", scope = ["b.txt"], dependencies = [0] },
+]
+[tasks.t1]
+writes = { "a.txt" = "a\n" }
+[tasks.t2]
+outcome = "hang"
+"#;
+    let mut config = run_config(scenario, 1);
+    config["merge"]["gate"] = serde_json::json!(["git rev-parse HEAD"]);
+    let client = DaemonProcess::client(&state);
+    let run = submit(&client, &repo, config).await;
+    let mut tail = std::process::Command::new(assert_cmd::cargo::cargo_bin("flotilla"))
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["tail", &run])
+        .env("NO_COLOR", "1")
+        .env_remove("FLOTILLA_SOCKET")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = tail.stdout.take().unwrap();
+    // Read until t1 landed: its gate ran in the warm tree, which was measured before main
+    // moved.
+    let landed = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains("t1 landed on main"))
+    });
+    let landed = tokio::time::timeout(Duration::from_secs(120), landed)
+        .await
+        .expect("t1 lands")
+        .unwrap();
+    assert!(landed, "{}", daemon.log());
+    let out = flotilla(&state).args(["status", &run]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let warm = text
+        .lines()
+        .find(|l| l.starts_with("warm:"))
+        .unwrap_or_else(|| panic!("no warm line in:\n{text}"));
+    assert!(
+        warm.contains("gate ") && warm.contains(" of 20480 MiB"),
+        "{warm}"
+    );
+    let _: serde_json::Value = client
+        .json(
+            hyper::Method::POST,
+            &format!("/v1/runs/{run}/cancel"),
+            None::<&()>,
+        )
+        .await
+        .unwrap_or(serde_json::Value::Null);
+    let _ = tail.kill();
+    let _ = tail.wait();
+    drop(daemon);
+}
