@@ -749,48 +749,24 @@ impl MergeGit for GitMerge {
         commit: String,
         slot: WarmSlot,
     ) -> BoxFuture<'static, Result<Option<WarmTree>, RepoError>> {
-        let Some(warm) = self.warm.clone() else {
-            return Box::pin(async { Ok(None) });
-        };
-        let path = self.repo.clone();
-        Box::pin(async move {
-            let lease = Box::new(warm.lease(slot).await);
-            tokio::task::spawn_blocking(move || {
-                let repo = git2::Repository::open(&path)
-                    .map_err(|_| RepoError::NotARepository(path.clone()))?;
-                super::warm::prepare(&repo, warm.root(), slot, &commit, lease)
-                    .map(Some)
-                    .map_err(RepoError::storage_or_self)
-            })
-            .await
-            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
-        })
+        match self.warm.clone() {
+            Some(warm) => warm.take(self.repo.clone(), commit, slot),
+            None => Box::pin(async { Ok(None) }),
+        }
     }
 
     fn warm_updated(&self, tree: &WarmTree) -> BoxFuture<'static, Result<(), RepoError>> {
-        let root = self.scratch_root.clone();
-        let (path, commit, slot) = (tree.path.clone(), tree.commit.clone(), tree.slot);
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || super::warm::updated(&root, &path, &commit, slot))
-                .await
-                .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
-        })
+        match self.warm.clone() {
+            Some(warm) => warm.updated(tree),
+            None => Box::pin(async { Ok(()) }),
+        }
     }
 
     fn settle_warm(&self, tree: WarmTree, keep: bool) -> BoxFuture<'static, Result<(), RepoError>> {
-        let Some(warm) = self.warm.clone() else {
-            return Box::pin(async { Ok(()) });
-        };
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                let settled = super::warm::settle(warm.root(), warm.budget_bytes(), &tree, keep);
-                // The lease goes only once the tree is measured or gone.
-                drop(tree);
-                settled.map(|_| ())
-            })
-            .await
-            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
-        })
+        match self.warm.clone() {
+            Some(warm) => warm.settle(tree, keep),
+            None => Box::pin(async { Ok(()) }),
+        }
     }
 
     fn conflict_markers(

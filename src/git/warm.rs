@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use flotilla_actors::ports::{RepoError, WarmSlot, WarmTree};
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::{git, io};
@@ -61,20 +62,64 @@ impl WarmTrees {
         }
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
+    /// Waits for the slot's lease, then readies its tree for `commit` in the target
+    /// repository at `repo` ([`MergeGit::warm`]).
+    ///
+    /// [`MergeGit::warm`]: flotilla_actors::ports::MergeGit::warm
+    pub fn take(
+        self: Arc<Self>,
+        repo: PathBuf,
+        commit: String,
+        slot: WarmSlot,
+    ) -> BoxFuture<'static, Result<Option<WarmTree>, RepoError>> {
+        Box::pin(async move {
+            let lease = match slot {
+                WarmSlot::Gate => self.gate.clone().lock_owned().await,
+                WarmSlot::Sweep => self.sweep.clone().lock_owned().await,
+            };
+            tokio::task::spawn_blocking(move || {
+                let target = git2::Repository::open(&repo)
+                    .map_err(|_| RepoError::NotARepository(repo.clone()))?;
+                prepare(&target, &self.root, slot, &commit, Box::new(lease))
+                    .map(Some)
+                    .map_err(RepoError::storage_or_self)
+            })
+            .await
+            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+        })
     }
 
-    pub fn budget_bytes(&self) -> u64 {
-        self.budget_bytes
+    /// Keeps the index the update wrote ([`MergeGit::warm_updated`]).
+    ///
+    /// [`MergeGit::warm_updated`]: flotilla_actors::ports::MergeGit::warm_updated
+    pub fn updated(&self, tree: &WarmTree) -> BoxFuture<'static, Result<(), RepoError>> {
+        let root = self.root.clone();
+        let (path, commit, slot) = (tree.path.clone(), tree.commit.clone(), tree.slot);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || updated(&root, &path, &commit, slot))
+                .await
+                .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+        })
     }
 
-    /// Waits for the slot's lease.
-    pub async fn lease(&self, slot: WarmSlot) -> tokio::sync::OwnedMutexGuard<()> {
-        match slot {
-            WarmSlot::Gate => self.gate.clone().lock_owned().await,
-            WarmSlot::Sweep => self.sweep.clone().lock_owned().await,
-        }
+    /// Measures the tree and ends its lease ([`MergeGit::settle_warm`]).
+    ///
+    /// [`MergeGit::settle_warm`]: flotilla_actors::ports::MergeGit::settle_warm
+    pub fn settle(
+        self: Arc<Self>,
+        tree: WarmTree,
+        keep: bool,
+    ) -> BoxFuture<'static, Result<(), RepoError>> {
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let settled = settle(&self.root, self.budget_bytes, &tree, keep);
+                // The lease goes only once the tree is measured or gone.
+                drop(tree);
+                settled.map(|_| ())
+            })
+            .await
+            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+        })
     }
 }
 
