@@ -28,6 +28,10 @@ pub struct RunStatus {
     /// The sandbox the run's commands are in (ADR-015), from its `RunStarted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// The run's warm trees (ADR-042): each one's disk use and commit, against the budget;
+    /// absent before the gate or a sweep first ran in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<String>,
     /// Landing is paused because main no longer holds what the run landed (`MainDiverged`,
     /// until main moves again or the user adopts it: ADR-024).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -162,6 +162,7 @@ pub async fn serve(
         status_replays: api::StatusReplays::default(),
         page: page.clone(),
         transcripts,
+        worktrees: paths::worktrees_dir(&options.state_dir),
     };
     // What runs that ended while no daemon watched (a crash, a kill) left behind, and a
     // checkout of main a landing was interrupted in: collected in the background once the

@@ -166,6 +166,7 @@ impl StatusReplay {
             graph: snapshot,
             damage_noted: self.damage.is_some(),
             sandbox: self.sandbox.clone(),
+            warm: None,
             main_diverged: self.main_diverged.clone(),
             provider_pauses: self.provider_pauses.values().cloned().collect(),
             main_untested: untested(&record.config),

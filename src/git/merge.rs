@@ -8,7 +8,8 @@
 //!   tree by a checkout into a target directory through an in-memory index: git keeps no
 //!   record of them (no worktree entry, no branch, no `.git` in them), so removing one is
 //!   removing a directory, and a crash leaves nothing in the repository. Commands run there
-//!   cannot use git on the checkout.
+//!   cannot use git on the checkout. With [`GitMerge::with_warm`] the gate and the sweeps
+//!   run in warm trees instead (`warm.rs`, ADR-042), scratch checkouts being the fallback.
 //! - The user's own checkout is touched by [`MergeGit::sync_checkout`] and by the move of
 //!   main itself (`super::checkout`, ADR-021): under git's index lock, only files the user
 //!   has not changed, HEAD never detached.
@@ -22,15 +23,17 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use flotilla_actors::ports::{
     BuildOutcome, CheckoutSync, LandItem, LandMode, MAX_LANDED_WALK, MarkerHit, MergeGit,
-    RepoError, ScratchTree,
+    RepoError, ScratchTree, WarmSlot, WarmTree,
 };
 use futures::future::BoxFuture;
 
 use super::target::{TASK_BRANCH_PREFIX, TargetBranch};
+use super::warm::{WarmTrees, remove_dir};
 use super::{git, io, repo_lock, signature};
 
 /// Files over this size are not searched for conflict markers.
@@ -51,6 +54,8 @@ pub struct GitMerge {
     /// The branch work lands on (ADR-022): never deleted, and the one whose checkout
     /// [`MergeGit::sync_checkout`] brings along.
     target: TargetBranch,
+    /// The gate's and the sweeps' warm trees, when `[merge] warm_gate` is on.
+    warm: Option<Arc<WarmTrees>>,
 }
 
 impl GitMerge {
@@ -65,7 +70,18 @@ impl GitMerge {
             repo: repo.into(),
             scratch_root: scratch_root.into(),
             target,
+            warm: None,
         }
+    }
+
+    /// Commands run in warm trees under the scratch root, holding at most `budget_mb` MiB
+    /// together (ADR-042).
+    pub fn with_warm(mut self, budget_mb: u64) -> Self {
+        self.warm = Some(Arc::new(WarmTrees::new(
+            self.scratch_root.clone(),
+            budget_mb,
+        )));
+        self
     }
 
     /// Runs `work` on a blocking thread with the repository opened there; under the
@@ -546,43 +562,6 @@ fn scratch(
     })
 }
 
-/// Removes a directory, making what a command left read-only writable first if it must.
-fn remove_dir(path: &Path) -> Result<(), RepoError> {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(_) => {
-            make_writable(path);
-            match std::fs::remove_dir_all(path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(io("cannot remove", path, e))
-                }
-                _ => Ok(()),
-            }
-        }
-    }
-}
-
-fn make_writable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let mut dirs = vec![path.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        // Links are never followed: only what is inside the scratch directory changes.
-        let Ok(meta) = std::fs::symlink_metadata(&dir) else {
-            continue;
-        };
-        if !meta.is_dir() {
-            continue;
-        }
-        let mut perms = meta.permissions();
-        perms.set_mode(perms.mode() | 0o700);
-        let _ = std::fs::set_permissions(&dir, perms);
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            dirs.extend(entries.flatten().map(|e| e.path()));
-        }
-    }
-}
-
 fn remove_scratch(root: &Path, tree: &ScratchTree) -> Result<(), RepoError> {
     // Only a directory made under the scratch root (its direct child) is removed.
     let inside = match (
@@ -763,6 +742,31 @@ impl MergeGit for GitMerge {
                 .await
                 .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
         })
+    }
+
+    fn warm(
+        &self,
+        commit: String,
+        slot: WarmSlot,
+    ) -> BoxFuture<'static, Result<Option<WarmTree>, RepoError>> {
+        match self.warm.clone() {
+            Some(warm) => warm.take(self.repo.clone(), commit, slot),
+            None => Box::pin(async { Ok(None) }),
+        }
+    }
+
+    fn warm_updated(&self, tree: &WarmTree) -> BoxFuture<'static, Result<(), RepoError>> {
+        match self.warm.clone() {
+            Some(warm) => warm.updated(tree),
+            None => Box::pin(async { Ok(()) }),
+        }
+    }
+
+    fn settle_warm(&self, tree: WarmTree, keep: bool) -> BoxFuture<'static, Result<(), RepoError>> {
+        match self.warm.clone() {
+            Some(warm) => warm.settle(tree, keep),
+            None => Box::pin(async { Ok(()) }),
+        }
     }
 
     fn conflict_markers(

@@ -17,6 +17,7 @@ pub mod reader;
 pub mod ref_lock;
 pub mod target;
 mod tree_read;
+pub mod warm;
 pub mod worktrees;
 
 use std::collections::HashMap;

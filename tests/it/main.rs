@@ -50,6 +50,7 @@ mod subplanner;
 mod supervision;
 mod target_branch;
 mod transcripts;
+mod warm_gate;
 mod worker;
 mod worktrees;
 

@@ -5,7 +5,8 @@
 //! - [`MergeGit::find_on_main`]: which of the commits the journal named ahead of a
 //!   compare-and-swap main already holds, so a restart never lands a task twice (ADR-018:
 //!   trailer text is never read back as evidence);
-//! - scratch checkouts at a commit, where the gate and the sweeps run commands;
+//! - scratch checkouts at a commit, where the gate and the sweeps run commands, and the warm
+//!   trees that replace them when `[merge] warm_gate` is on (ADR-042);
 //! - conflict markers at a commit; deleting landed branches; keeping the user's own checkout
 //!   of main consistent when main moves under it.
 //!
@@ -91,6 +92,46 @@ pub struct ScratchTree {
     pub commit: String,
 }
 
+/// Which warm tree a command run uses (ADR-042). The gate's and the sweeps' are two trees,
+/// so that the merge queue never waits behind a sweep's test suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WarmSlot {
+    Gate,
+    Sweep,
+}
+
+impl WarmSlot {
+    pub fn name(self) -> &'static str {
+        match self {
+            WarmSlot::Gate => "gate",
+            WarmSlot::Sweep => "sweep",
+        }
+    }
+}
+
+/// A persistent checkout with a real `.git` (ADR-042), leased to one command run: nothing
+/// else uses the slot's tree until the lease is dropped. Its files are not yet at `commit`:
+/// `update` (a shell line, run in the sandbox in `path`) brings them there, keeping the
+/// ignored files (build outputs) the previous run left.
+pub struct WarmTree {
+    pub path: PathBuf,
+    pub commit: String,
+    pub slot: WarmSlot,
+    pub update: String,
+    /// Held until the run is over.
+    pub lease: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for WarmTree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmTree")
+            .field("path", &self.path)
+            .field("commit", &self.commit)
+            .field("slot", &self.slot)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A conflict marker found in a file at a commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MarkerHit {
@@ -137,6 +178,34 @@ pub trait MergeGit: Send + Sync + 'static {
 
     /// Removes a scratch checkout (and git's record of it).
     fn remove_scratch(&self, tree: ScratchTree) -> BoxFuture<'static, Result<(), RepoError>>;
+
+    /// The slot's warm tree, leased, ready for its `update` to `commit` (ADR-042); `None`
+    /// when warm trees are off (`[merge] warm_gate = false`): the caller takes a scratch
+    /// checkout instead.
+    fn warm(
+        &self,
+        _commit: String,
+        _slot: WarmSlot,
+    ) -> BoxFuture<'static, Result<Option<WarmTree>, RepoError>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Called once `tree.update` succeeded, before any configured command runs there:
+    /// records what git knows of the tree's files at that moment, so that nothing a
+    /// command changes later can pass for the checked-out state.
+    fn warm_updated(&self, _tree: &WarmTree) -> BoxFuture<'static, Result<(), RepoError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Ends a warm tree's lease: measures its disk use against the budget and throws the
+    /// tree away when over it, or when `keep` is false (its update failed).
+    fn settle_warm(
+        &self,
+        _tree: WarmTree,
+        _keep: bool,
+    ) -> BoxFuture<'static, Result<(), RepoError>> {
+        Box::pin(async { Ok(()) })
+    }
 
     /// Conflict markers (`<<<<<<< `, `=======`, `>>>>>>> ` at a line's start, as a set) in
     /// the files at `commit`: every text file when `paths` is `None`. Bounded: files over

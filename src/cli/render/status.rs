@@ -66,6 +66,9 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
     if let Some(sandbox) = &status.sandbox {
         let _ = writeln!(out, "sandbox: {}", safe(&shorten(sandbox, 200)));
     }
+    if let Some(warm) = &status.warm {
+        let _ = writeln!(out, "warm:    {}", safe(&shorten(warm, 200)));
+    }
     if status.main_untested {
         let _ = writeln!(out, "gate:    {}", style.bad(UNTESTED_MAIN));
     }

@@ -144,6 +144,7 @@ fn hostile_status() -> RunStatus {
         },
         problem: Some(HOSTILE.into()),
         sandbox: Some(HOSTILE.into()),
+        warm: Some(HOSTILE.into()),
         branch: Some(HOSTILE.into()),
         main_untested: true,
         damage_noted: false,

@@ -119,6 +119,8 @@ pub struct AppState {
     pub page: page::PageState,
     /// Attempts' transcripts (`flotilla log`), when the writer could start.
     pub transcripts: Option<crate::daemon::transcripts::TranscriptStore>,
+    /// The runs' state directories (where `status` reads the warm trees' notes, ADR-042).
+    pub worktrees: std::path::PathBuf,
 }
 
 /// The status replays of running runs, kept between status calls so that polling a run

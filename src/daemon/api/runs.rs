@@ -275,6 +275,13 @@ pub(super) async fn run_status(state: &AppState, id: &str) -> Result<RunStatus, 
     if let Some(replay) = replay {
         state.status_replays.keep(run, replay);
     }
+    let scratch = state
+        .worktrees
+        .join(run.to_string())
+        .join(crate::git::worktrees::SCRATCH_DIR);
+    status.warm = tokio::task::spawn_blocking(move || crate::git::warm::describe(&scratch))
+        .await
+        .unwrap_or_default();
     if let Some(damage) = unreadable {
         status.mark_damaged(damage);
     } else if let Some(problem) = problem.filter(|_| status.outcome_is_open()) {

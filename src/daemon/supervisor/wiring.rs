@@ -193,11 +193,12 @@ pub(super) fn start_run(
     .resuming_tools(&recovered.tool_rounds)
     .watched(lifeline(Member::Planner))
     .start_on(thread);
-    let merge_git = Arc::new(GitMerge::new(
-        entry_repo.to_path_buf(),
-        run_dir.join(SCRATCH_DIR),
-        target,
-    ));
+    let merge_git = GitMerge::new(entry_repo.to_path_buf(), run_dir.join(SCRATCH_DIR), target);
+    // The gate and the sweeps in warm trees unless the run said otherwise (ADR-042).
+    let merge_git = Arc::new(match config.merge.warm_gate {
+        true => merge_git.with_warm(config.merge.warm_budget_mb),
+        false => merge_git,
+    });
     let reconciler = Reconciler::new(
         run,
         ReconcilerKit {

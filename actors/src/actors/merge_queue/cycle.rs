@@ -442,6 +442,7 @@ impl Cycle {
             runner: self.kit.runner.clone(),
             timeout: Duration::from_secs(self.kit.config.gate_timeout_secs),
             stop_at_first_failure: true,
+            slot: WarmSlot::Gate,
         };
         let commands = self
             .kit

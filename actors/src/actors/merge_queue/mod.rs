@@ -50,7 +50,7 @@ use tracing::{debug, warn};
 use crate::actors::scratch_commands::{NamedCommand, ScratchRun};
 use crate::ports::{
     BuildOutcome, Clock, LandItem, LandMode, MainRef, MainRefError, MergeGit, ProcessRunner,
-    RepoError, RepoReader, SystemClock,
+    RepoError, RepoReader, SystemClock, WarmSlot,
 };
 use crate::protocol::{
     CheckoutSync, Event, EventKind, FixOf, FromMerging, IntendLanding, IntendedLanding,
@@ -67,10 +67,16 @@ pub struct MergeConfig {
     /// How a branch becomes commits on main.
     pub mode: LandMode,
     /// Commands a candidate must pass before main moves to it (build, test), run in order
-    /// in a scratch checkout of the candidate. Empty: no gate.
+    /// in the gate's warm tree at the candidate (or a scratch checkout). Empty: no gate.
     pub gate: Vec<String>,
     /// Wall-time limit of each gate command.
     pub gate_timeout_secs: u64,
+    /// Gate candidates and run sweeps in warm trees: persistent checkouts with a real `.git`
+    /// whose build outputs carry over (ADR-042). `false`: a fresh scratch checkout each time.
+    pub warm_gate: bool,
+    /// The most disk the run's warm trees (the gate's and the sweeps' together) may hold, in
+    /// MiB: a tree found over it after a run is thrown away (it starts cold next time).
+    pub warm_budget_mb: u64,
     /// Branches tested together at most.
     pub batch_max: usize,
     /// The branch work lands on ("main" in the actors' words; ADR-022). Left out, submit
@@ -86,6 +92,8 @@ impl Default for MergeConfig {
             mode: LandMode::Rebase,
             gate: Vec::new(),
             gate_timeout_secs: 600,
+            warm_gate: true,
+            warm_budget_mb: 20 * 1024,
             batch_max: 4,
             branch: None,
         }
@@ -100,6 +108,8 @@ pub enum MergeConfigError {
     BatchTooLarge(usize),
     #[error("merge.gate_timeout_secs = 0: the gate needs some time")]
     ZeroTimeout,
+    #[error("merge.warm_budget_mb = 0: a warm tree needs some disk (or set warm_gate = false)")]
+    ZeroWarmBudget,
     #[error("merge.gate has an empty command: leave it out")]
     EmptyCommand,
 }
@@ -119,6 +129,9 @@ impl MergeConfig {
         }
         if self.gate_timeout_secs == 0 {
             return Err(MergeConfigError::ZeroTimeout);
+        }
+        if self.warm_gate && self.warm_budget_mb == 0 {
+            return Err(MergeConfigError::ZeroWarmBudget);
         }
         if self.gate.iter().any(|c| c.trim().is_empty()) {
             return Err(MergeConfigError::EmptyCommand);

@@ -30,7 +30,7 @@ pub use wording::{FixWriter, WordingError, parse_answer, request_text};
 
 use super::scratch_commands::{NamedCommand, ScratchRun};
 use crate::failures::{self, CommandKind, Failure};
-use crate::ports::{MergeGit, ProcessRunner, RepoReader};
+use crate::ports::{MergeGit, ProcessRunner, RepoReader, WarmSlot};
 use crate::protocol::{FromMerging, RunId, SweepFix, SweepReport, ToReconciler, WordingCall};
 use crate::supervision::{Lifeline, StopCause, StopMember};
 
@@ -325,6 +325,7 @@ impl Sweep {
                 runner: self.kit.runner.clone(),
                 timeout: Duration::from_secs(self.kit.config.timeout_secs),
                 stop_at_first_failure: false,
+                slot: WarmSlot::Sweep,
             };
             let kinds: Vec<CommandKind> = commands.iter().map(|(k, _)| *k).collect();
             let named = commands.into_iter().map(|(_, c)| c).collect();
