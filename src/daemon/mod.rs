@@ -17,6 +17,7 @@ pub mod report;
 pub mod run_report;
 pub mod state_lock;
 pub mod story;
+pub mod summary;
 pub mod supervisor;
 pub mod transcripts;
 
@@ -248,21 +249,31 @@ fn open_journal(
 }
 
 /// Resumes every unfinished run. A run that cannot be loaded is reported damaged; it never
-/// stops the daemon from starting or the other runs from resuming.
+/// stops the daemon from starting or the other runs from resuming. Only the runs it resumes
+/// have their config read (ADR-040): a finished run's (a big one's holds its whole
+/// scenario) is not even read, whatever it holds.
 async fn resume_unfinished(journal: &SqliteJournal, supervisor: &actix::Addr<Supervisor>) {
-    let runs = match journal.runs().await {
+    let runs = match journal.run_list().await {
         Ok(runs) => runs,
         Err(e) => {
             warn!(error = %e, "cannot list the journal's runs; none resumed");
             return;
         }
     };
-    for record in runs.into_iter().filter(|r| r.outcome.is_none()) {
+    for listed in runs.into_iter().filter(|r| r.outcome.is_none()) {
         let damaged = |reason: String| RunDamaged {
-            run: record.id,
+            run: listed.id,
             reason,
         };
-        let config: RunConfig = match serde_json::from_value(record.config.clone()) {
+        let record = match journal.run(listed.id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => continue, // listed a moment ago: runs are never removed
+            Err(e) => {
+                supervisor.do_send(damaged(e.to_string()));
+                continue;
+            }
+        };
+        let config: RunConfig = match serde_json::from_value(record.config) {
             Ok(c) => c,
             Err(e) => {
                 supervisor.do_send(damaged(format!("its stored config is unreadable: {e}")));
