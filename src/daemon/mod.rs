@@ -403,3 +403,78 @@ pub(crate) fn load_or_create_token(path: &Path) -> anyhow::Result<String> {
     file.write_all(token.as_bytes())?;
     Ok(token)
 }
+
+#[cfg(test)]
+mod tests {
+    use flotilla_actors::ports::{Journal, SystemClock};
+    use flotilla_actors::protocol::{EventKind, RunId, RunOutcome};
+
+    use super::supervisor::RunProblems;
+    use super::*;
+    use crate::journal::RunRecord;
+
+    /// Start-up reads the config of the runs it resumes and no other (ADR-040): finished
+    /// runs' configs are not read, even one that no longer reads; an unfinished run whose
+    /// config does not read is damaged, as before.
+    #[test]
+    fn start_up_reads_only_the_configs_of_the_runs_it_resumes() {
+        actix::System::new().block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("journal.sqlite");
+            let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+            let journal = SqliteJournal::open(&path, clock.clone()).unwrap();
+            let record = |config| RunRecord {
+                id: RunId::generate(),
+                request: "r".into(),
+                repo: dir.path().into(),
+                config,
+                created_ms: 1,
+                outcome: None,
+            };
+            let mut finished = Vec::new();
+            for _ in 0..3 {
+                let r = record(serde_json::to_value(RunConfig::default()).unwrap());
+                finished.push(r.id);
+                journal.create_run(r).await.unwrap();
+                let end = EventKind::RunFinished {
+                    outcome: RunOutcome::Completed,
+                    reason: None,
+                };
+                journal
+                    .append(*finished.last().unwrap(), vec![end])
+                    .await
+                    .unwrap();
+            }
+            rusqlite::Connection::open(&path)
+                .unwrap()
+                .execute(
+                    "UPDATE runs SET config = '{\"limits\": not json' WHERE id = ?1",
+                    [finished[0].to_string()],
+                )
+                .unwrap();
+            let unreadable = record(serde_json::json!("not a config"));
+            let unfinished = unreadable.id;
+            journal.create_run(unreadable).await.unwrap();
+
+            let (hub, _) = broadcast::channel(16);
+            let supervisor = Supervisor::new(
+                journal.clone(),
+                Arc::new(journal.clone()),
+                clock,
+                hub,
+                dir.path().join("worktrees"),
+                Arc::new(ProviderRegistry::new().unwrap()),
+            )
+            .start();
+            resume_unfinished(&journal, &supervisor).await;
+            assert_eq!(
+                journal.configs_read(),
+                1,
+                "only the unfinished run's config"
+            );
+            let problems = supervisor.send(RunProblems).await.unwrap();
+            assert_eq!(problems.keys().collect::<Vec<_>>(), [&unfinished]);
+            assert!(problems[&unfinished].is_damage());
+        });
+    }
+}

@@ -77,12 +77,116 @@ pub async fn fold(
     .map_err(|e| JournalError::Storage(format!("the status fold stopped: {e}")))?;
     let (replay, status, summary) = folded;
     if let Some(summary) = summary {
-        let store = journal.store_summary(run, SUMMARY_FORMAT, status.last_seq, summary);
-        tokio::spawn(async move {
-            if let Err(e) = store.await {
-                warn!(%run, error = %e, "cannot store the run's status; the next call folds again");
-            }
-        });
+        let stored = journal
+            .store_summary(run, SUMMARY_FORMAT, status.last_seq, summary)
+            .await;
+        if let Err(e) = stored {
+            warn!(%run, error = %e, "cannot store the run's status; the next call folds again");
+        }
     }
     Ok((replay, status))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use flotilla_actors::config::Limits;
+    use flotilla_actors::graph::RunGraph;
+    use flotilla_actors::ports::{Journal, SystemClock};
+    use flotilla_actors::protocol::{
+        Budget, Handoff, Route, RunOutcome, TaskCompleted, TaskSpec, Usd,
+    };
+
+    use super::*;
+    use crate::daemon::report;
+
+    /// A run of `tasks` tasks that each complete, as its TaskGraph journals it.
+    fn completed_run(tasks: u32, limits: &Limits) -> Vec<flotilla_actors::protocol::EventKind> {
+        let mut g = RunGraph::new(limits.clone());
+        let specs = (0..tasks)
+            .map(|n| TaskSpec::new(format!("task {n}"), &[&format!("src/m{n}.rs")]))
+            .collect();
+        let mut kinds = g.submit(specs).unwrap();
+        kinds.extend(g.planning_finished().unwrap());
+        for n in 1..=tasks {
+            let t = flotilla_actors::protocol::TaskId::root(n);
+            kinds.extend(g.dispatched(&t, 1, "general", Route::Worker).unwrap());
+            kinds.extend(g.started(&t, 1).unwrap());
+            kinds.extend(
+                g.complete(TaskCompleted {
+                    task: t,
+                    attempt: 1,
+                    handoff: Some(Handoff::complete("done")),
+                    artifacts: Vec::new(),
+                    subplan: None,
+                })
+                .unwrap(),
+            );
+        }
+        assert_eq!(g.outcome(), Some(RunOutcome::Completed));
+        kinds
+    }
+
+    /// A finished run's status folded page by page, and then read back as stored, says
+    /// exactly what one fold of its whole journal says (the status before ADR-040); a
+    /// running run's is never stored.
+    #[tokio::test]
+    async fn a_finished_runs_stored_status_is_the_whole_journals_fold() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal =
+            SqliteJournal::open(&dir.path().join("j.sqlite"), Arc::new(SystemClock)).unwrap();
+        let unbounded = Budget::new(u64::MAX / 4, Usd::from_micros(u64::MAX / 4), u64::MAX / 4);
+        let limits = Limits {
+            max_nodes: 2_000,
+            run_budget: unbounded,
+            ..Limits::default()
+        };
+        let mut record = RunRecord {
+            id: RunId::generate(),
+            request: "r".into(),
+            repo: "/tmp".into(),
+            config: serde_json::json!({ "merge": { "branch": "trunk" } }),
+            created_ms: 3,
+            outcome: None,
+        };
+        journal.create_run(record.clone()).await.unwrap();
+        let run = record.id;
+        // More events than a fold's page, so that the fold crosses page boundaries.
+        let kinds = completed_run(1_000, &limits);
+        assert!(kinds.len() > 2 * FOLD_PAGE, "{} events", kinds.len());
+        let (mut running, ended) = (kinds.clone(), kinds.len() - 1);
+        running.truncate(ended);
+        journal.append(run, running).await.unwrap();
+        let json = |s: &RunStatus| serde_json::to_string(s).unwrap();
+
+        // Running: folded, not stored.
+        let (_, status) = fold(&journal, record.clone(), StatusReplay::new(limits.clone()))
+            .await
+            .unwrap();
+        assert_eq!(status.state, "running");
+        assert!(
+            journal
+                .summary(run, SUMMARY_FORMAT)
+                .await
+                .unwrap()
+                .is_none()
+        );
+
+        journal.append(run, kinds[ended..].to_vec()).await.unwrap();
+        record.outcome = Some(RunOutcome::Completed);
+        let whole = report::status(
+            &record,
+            limits.clone(),
+            &journal.read(run, 0).await.unwrap(),
+        );
+        assert_eq!(whole.state, "completed");
+        assert_eq!(whole.branch.as_deref(), Some("trunk"));
+        let (_, folded) = fold(&journal, record.clone(), StatusReplay::new(limits))
+            .await
+            .unwrap();
+        assert_eq!(json(&folded), json(&whole));
+        let kept = stored(&journal, run).await.expect("stored once folded");
+        assert_eq!(json(&kept), json(&whole));
+    }
 }
