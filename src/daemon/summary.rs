@@ -12,6 +12,7 @@ use tracing::warn;
 
 use super::report::StatusReplay;
 use crate::api::status::RunStatus;
+use crate::config::RunConfig;
 use crate::journal::{RunRecord, SqliteJournal};
 
 /// What wrote a stored summary: this flotilla's version, and the revision of the fold and
@@ -42,6 +43,26 @@ pub async fn stored(journal: &SqliteJournal, run: RunId) -> Option<RunStatus> {
             warn!(%run, error = %e, "the run's stored status does not read; folding its journal");
             None
         }
+    }
+}
+
+/// Folds a run that has just finished and stores its status (the supervisor, as the run
+/// retires): the first `status` after a run's end reads it instead of folding.
+pub async fn fold_finished(journal: &SqliteJournal, run: RunId) {
+    let record = match journal.run(run).await {
+        Ok(Some(record)) if record.outcome.is_some() => record,
+        Ok(_) => return,
+        Err(e) => {
+            warn!(%run, error = %e, "cannot read the finished run; its first status folds it");
+            return;
+        }
+    };
+    // A config that no longer reads folds with the default limits, as `status` does.
+    let limits = serde_json::from_value::<RunConfig>(record.config.clone())
+        .map(|c| c.limits)
+        .unwrap_or_default();
+    if let Err(e) = fold(journal, record, StatusReplay::new(limits)).await {
+        warn!(%run, error = %e, "cannot fold the finished run; its first status tries again");
     }
 }
 

@@ -28,8 +28,8 @@ async fn a_finished_run_whose_config_no_longer_reads_breaks_no_start_up_status_o
     let replayed = follow_to_end(&daemon.client, &first, None).await;
     assert_eq!(outcome(&replayed), Some(RunOutcome::Completed));
     let status_path = format!("/v1/runs/{first}");
-    // The first status of the finished run folds its journal (and keeps the answer); the
-    // second reads what was kept: the same.
+    // The finished run's status is folded once (as it retires, or by the first call) and
+    // kept: every call says the same.
     let folded: serde_json::Value = daemon.client.get(&status_path).await.unwrap();
     let kept: serde_json::Value = daemon.client.get(&status_path).await.unwrap();
     assert_eq!(folded, kept);
