@@ -36,19 +36,20 @@ cleanup() {
     stop_daemon
     rm -rf "$scratch"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 export NO_COLOR=1
 now() { date +%s.%N; }
 kib() { awk -v k="$1" '/^'"$1"':/ {print $2}' "/proc/$daemon_pid/status"; }
-# Starts the daemon on state directory $1 and waits until it answers; prints the seconds.
+# Starts the daemon on state directory $1 and waits until it answers; the seconds that
+# took are in $started_in.
 start_daemon() {
     export FLOTILLA_STATE_DIR="$1"
     t0=$(now)
-    "$bin" daemon 2>"$1/daemon.log" &
+    "$bin" daemon >/dev/null 2>"$1/daemon.log" &
     daemon_pid=$!
     until "$bin" runs --json >/dev/null 2>&1; do sleep 0.01; done
-    t1=$(now)
-    echo "$t1 - $t0" | bc -l
+    started_in=$(echo "$(now) - $t0" | bc -l)
 }
 # Waits for the daemon's start-up collection to be done (it runs once it listens).
 await_collection() {
@@ -91,7 +92,7 @@ PY
         git -c user.name=bench -c user.email=bench@localhost commit -qm start
     )
     echo "making one run of $TASKS tasks (minutes)..." >&2
-    start_daemon "$made/state" >/dev/null
+    start_daemon "$made/state"
     "$bin" submit "run 1" --repo "$made/repo" >"$made/run.txt" 2>&1 \
         || { echo "the run did not complete: $made/run.txt" >&2; exit 1; }
     stop_daemon
@@ -115,7 +116,7 @@ fi
 echo "state: $made ($(du -sh "$made/state/journal.sqlite" | cut -f1) journal)"
 
 mkdir "$scratch/fresh"
-start_daemon "$scratch/fresh" >/dev/null
+start_daemon "$scratch/fresh"
 sleep 2
 fresh=$(kib VmRSS)
 stop_daemon
@@ -128,7 +129,9 @@ while [ "$r" -le "$REPEATS" ]; do
     state="$scratch/state$r"
     mkdir "$state"
     cp "$made/state/journal.sqlite" "$made/state/journal.marker" "$state/"
-    first=$(start_daemon "$state")
+    mkdir "$state/worktrees" # or the collection ends early without saying so
+    start_daemon "$state"
+    first=$started_in
     await_collection
     idle=$(kib VmRSS)
     runs=$("$bin" runs --json | jq -r '.[].id')

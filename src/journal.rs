@@ -114,6 +114,12 @@ impl JournalSync {
 /// for the writer, nor for each other).
 const READERS: usize = 4;
 
+/// Each read connection's page cache, in KiB as SQLite takes it (negative). Replays and
+/// folds read big runs once, in order: what they read is in the OS's page cache anyway, and
+/// SQLite's default (2 MiB each) kept 8 MiB of the daemon's memory after the first replays
+/// (ADR-040).
+const READER_CACHE_KIB: i64 = -512;
+
 /// The most appends one transaction takes: enough to amortize a commit over a burst, few
 /// enough that the first caller of a group never waits long for the others.
 const MAX_GROUP: usize = 512;
@@ -299,10 +305,15 @@ impl SqliteJournal {
             return Err(OpenError::Empty { path: path.into() });
         }
         migrate(&mut conn)?;
+        conn.pragma_update(None, "cache_size", READER_CACHE_KIB)
+            .map_err(storage)?;
         let mut readers = vec![Mutex::new(conn)];
         for _ in 1..READERS {
             let reader = Connection::open(path).map_err(storage)?;
             configure(&reader, sync)?;
+            reader
+                .pragma_update(None, "cache_size", READER_CACHE_KIB)
+                .map_err(storage)?;
             readers.push(Mutex::new(reader));
         }
         let writer_conn = Connection::open(path).map_err(storage)?;
