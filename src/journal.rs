@@ -76,6 +76,9 @@ pub struct RunRecord {
     pub outcome: Option<RunOutcome>,
 }
 
+/// A run as [`SqliteJournal::run_list`] lists it, and the branch its config names.
+pub type RunWithBranch = (RunRecord, Option<String>);
+
 #[derive(Clone)]
 pub struct SqliteJournal {
     /// For reads only: a few connections, so that one long read (a big run's replay) does
@@ -419,7 +422,7 @@ impl SqliteJournal {
     /// without parsing any config here. `None` when the config names none or is unreadable.
     pub fn run_list_with_branches(
         &self,
-    ) -> BoxFuture<'static, Result<Vec<(RunRecord, Option<String>)>, JournalError>> {
+    ) -> BoxFuture<'static, Result<Vec<RunWithBranch>, JournalError>> {
         self.run_rows(Listing::WithBranch)
     }
 
@@ -446,7 +449,7 @@ impl SqliteJournal {
     fn run_rows(
         &self,
         listing: Listing,
-    ) -> BoxFuture<'static, Result<Vec<(RunRecord, Option<String>)>, JournalError>> {
+    ) -> BoxFuture<'static, Result<Vec<RunWithBranch>, JournalError>> {
         let configs_read = self.configs_read.clone();
         self.blocking(move |conn| {
             let config = match listing {

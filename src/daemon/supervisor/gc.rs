@@ -59,7 +59,7 @@ impl Handler<CollectGarbage> for Supervisor {
 
 async fn collect_garbage(
     live: HashSet<RunId>,
-    records: Vec<(crate::journal::RunRecord, Option<String>)>,
+    records: Vec<crate::journal::RunWithBranch>,
     root: PathBuf,
     msg: CollectGarbage,
 ) -> Result<GcReport, GcError> {
