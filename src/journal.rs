@@ -51,6 +51,16 @@ const MIGRATIONS: &[&str] = &[
          run TEXT NOT NULL UNIQUE REFERENCES runs(id),
          fingerprint TEXT NOT NULL
      );",
+    // 3: a finished run's status, folded once (ADR-040), so that `status` of a big finished
+    // run does not replay its whole journal each time. `format` names what wrote it (another
+    // flotilla folds again); `last_seq` is the last event folded (a journal that grew since
+    // is folded again).
+    "CREATE TABLE run_summaries (
+         run TEXT PRIMARY KEY REFERENCES runs(id),
+         format TEXT NOT NULL,
+         last_seq INTEGER NOT NULL,
+         summary TEXT NOT NULL
+     );",
 ];
 
 /// A run as registered, before any event.
@@ -66,6 +76,9 @@ pub struct RunRecord {
     pub outcome: Option<RunOutcome>,
 }
 
+/// A run as [`SqliteJournal::run_list`] lists it, and the branch its config names.
+pub type RunWithBranch = (RunRecord, Option<String>);
+
 #[derive(Clone)]
 pub struct SqliteJournal {
     /// For reads only: a few connections, so that one long read (a big run's replay) does
@@ -75,6 +88,8 @@ pub struct SqliteJournal {
     writer: mpsc::Sender<WriteJob>,
     clock: Arc<dyn Clock>,
     path: PathBuf,
+    /// Configs read out of the runs table ([`SqliteJournal::configs_read`]).
+    configs_read: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How far a commit goes before it is answered (`flotilla daemon --journal-sync`, ADR-010).
@@ -101,6 +116,12 @@ impl JournalSync {
 /// Read connections: tails, status and replays read side by side (WAL readers never wait
 /// for the writer, nor for each other).
 const READERS: usize = 4;
+
+/// Each read connection's page cache, in KiB as SQLite takes it (negative). Replays and
+/// folds read big runs once, in order: what they read is in the OS's page cache anyway, and
+/// SQLite's default (2 MiB each) kept 8 MiB of the daemon's memory after the first replays
+/// (ADR-040).
+const READER_CACHE_KIB: i64 = -512;
 
 /// The most appends one transaction takes: enough to amortize a commit over a burst, few
 /// enough that the first caller of a group never waits long for the others.
@@ -287,10 +308,15 @@ impl SqliteJournal {
             return Err(OpenError::Empty { path: path.into() });
         }
         migrate(&mut conn)?;
+        conn.pragma_update(None, "cache_size", READER_CACHE_KIB)
+            .map_err(storage)?;
         let mut readers = vec![Mutex::new(conn)];
         for _ in 1..READERS {
             let reader = Connection::open(path).map_err(storage)?;
             configure(&reader, sync)?;
+            reader
+                .pragma_update(None, "cache_size", READER_CACHE_KIB)
+                .map_err(storage)?;
             readers.push(Mutex::new(reader));
         }
         let writer_conn = Connection::open(path).map_err(storage)?;
@@ -305,6 +331,7 @@ impl SqliteJournal {
             writer,
             clock,
             path: path.to_path_buf(),
+            configs_read: Arc::default(),
         })
     }
 
@@ -377,15 +404,26 @@ impl SqliteJournal {
     }
 
     /// Every run, oldest first, with its outcome if it finished, and its stored config.
+    /// Reads and parses every run's config: the daemon never calls it (a big run's config
+    /// holds its scenario; see [`run_list`](Self::run_list)).
     pub fn runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, JournalError>> {
         self.run_records(Listing::WithConfig)
     }
 
     /// Every run, oldest first, with its outcome, without its config (left `Null`): what
-    /// listing and resolving ids need, without reading and parsing every run's config
-    /// (which made `runs` slow after a few large runs).
+    /// listing, resolving ids and the daemon's start-up need, without reading and parsing
+    /// every run's config (which made start-up and `runs` slow after a few large runs).
     pub fn run_list(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, JournalError>> {
         self.run_records(Listing::WithoutConfig)
+    }
+
+    /// Every run as [`run_list`](Self::run_list) lists it, with the branch its config says
+    /// it lands on (`merge.branch`), read by SQLite from the stored text: what `gc` needs,
+    /// without parsing any config here. `None` when the config names none or is unreadable.
+    pub fn run_list_with_branches(
+        &self,
+    ) -> BoxFuture<'static, Result<Vec<RunWithBranch>, JournalError>> {
+        self.run_rows(Listing::WithBranch)
     }
 
     /// One run, with its config.
@@ -394,14 +432,38 @@ impl SqliteJournal {
         Box::pin(async move { Ok(records.await?.into_iter().next()) })
     }
 
+    /// Configs this journal (every clone of it) has read out of the runs table: for tests
+    /// that check that the daemon's start-up reads only the configs of the runs it resumes.
+    pub fn configs_read(&self) -> u64 {
+        self.configs_read.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn run_records(
         &self,
         listing: Listing,
     ) -> BoxFuture<'static, Result<Vec<RunRecord>, JournalError>> {
+        let rows = self.run_rows(listing);
+        Box::pin(async move { Ok(rows.await?.into_iter().map(|(r, _)| r).collect()) })
+    }
+
+    fn run_rows(
+        &self,
+        listing: Listing,
+    ) -> BoxFuture<'static, Result<Vec<RunWithBranch>, JournalError>> {
+        let configs_read = self.configs_read.clone();
         self.blocking(move |conn| {
             let config = match listing {
-                Listing::WithoutConfig => "'null'",
+                Listing::WithoutConfig | Listing::WithBranch => "'null'",
                 Listing::WithConfig | Listing::One(_) => "r.config",
+            };
+            // SQLite's JSON functions read the text where it is; an invalid config (or a
+            // branch that is no text) gives NULL rather than failing the whole listing.
+            let branch = match listing {
+                Listing::WithBranch => {
+                    "CASE WHEN json_valid(r.config) AND json_type(r.config, '$.merge.branch') = 'text'
+                          THEN json_extract(r.config, '$.merge.branch') END"
+                }
+                _ => "NULL",
             };
             let only = match listing {
                 Listing::One(_) => "WHERE r.id = ?1",
@@ -409,7 +471,8 @@ impl SqliteJournal {
             };
             let sql = format!(
                 "SELECT r.id, r.request, r.repo, {config}, r.created_ms,
-                        (SELECT data FROM events e WHERE e.run = r.id AND e.kind = 'run_finished' LIMIT 1)
+                        (SELECT data FROM events e WHERE e.run = r.id AND e.kind = 'run_finished' LIMIT 1),
+                        {branch}
                  FROM runs r {only} ORDER BY r.created_ms, r.id"
             );
             let mut stmt = conn.prepare(&sql).map_err(storage)?;
@@ -426,6 +489,7 @@ impl SqliteJournal {
                         row.get::<_, String>(3)?,
                         row.get::<_, i64>(4)?,
                         row.get::<_, Option<String>>(5)?,
+                        row.get::<_, Option<String>>(6)?,
                     ))
                 })
                 .map_err(storage)?;
@@ -433,7 +497,7 @@ impl SqliteJournal {
             for row in rows {
                 // One unreadable row must not hide every other run (nor stop the daemon
                 // from starting): it is skipped, or its run is listed with what is readable.
-                let (id, request, repo, config, created_ms, finished) = match row {
+                let (id, request, repo, config, created_ms, finished, branch) = match row {
                     Ok(row) => row,
                     Err(e) => {
                         tracing::error!(error = %e, "skipping an unreadable row of the runs table");
@@ -451,7 +515,10 @@ impl SqliteJournal {
                     },
                     None => None,
                 };
-                runs.push(RunRecord {
+                if matches!(listing, Listing::WithConfig | Listing::One(_)) {
+                    configs_read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                let record = RunRecord {
                     id,
                     request,
                     repo: PathBuf::from(repo),
@@ -459,9 +526,90 @@ impl SqliteJournal {
                     config: serde_json::from_str(&config).unwrap_or(serde_json::Value::Null),
                     created_ms: created_ms as u64,
                     outcome,
-                });
+                };
+                runs.push((record, branch));
             }
             Ok(runs)
+        })
+    }
+
+    /// At most `limit` of a run's events after `after`, in order: a replay reads a big run
+    /// page by page (ADR-040), so that it holds one page at a time.
+    pub fn read_page(
+        &self,
+        run: RunId,
+        after: u64,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
+        self.blocking(move |conn| read_events(conn, run, after, Some(limit)))
+    }
+
+    /// A finished run's stored summary, if one was stored in this `format` and folded the
+    /// run's journal up to its last event (`store_summary`).
+    pub fn summary(
+        &self,
+        run: RunId,
+        format: &'static str,
+    ) -> BoxFuture<'static, Result<Option<String>, JournalError>> {
+        self.blocking(move |conn| {
+            conn.prepare_cached(
+                "SELECT s.summary FROM run_summaries s
+                 WHERE s.run = ?1 AND s.format = ?2
+                   AND s.last_seq = (SELECT MAX(seq) FROM events WHERE run = ?1)",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row(params![run.to_string(), format], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(storage)
+        })
+    }
+
+    /// Stores a finished run's summary, folded from its events up to `last_seq`, in
+    /// `format`; it replaces any earlier one.
+    pub fn store_summary(
+        &self,
+        run: RunId,
+        format: &'static str,
+        last_seq: u64,
+        summary: String,
+    ) -> BoxFuture<'static, Result<(), JournalError>> {
+        self.write(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO run_summaries (run, format, last_seq, summary)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![run.to_string(), format, last_seq as i64, summary],
+            )
+            .map(drop)
+            .map_err(storage)
+        })
+    }
+
+    /// Folds a run's events after `after` page by page (`page` events at a time) into
+    /// `state`, on one read connection off the runtime: what a fold of a big run holds is
+    /// its state and one page, never the whole journal.
+    pub fn fold_pages<T: Send + 'static>(
+        &self,
+        run: RunId,
+        after: u64,
+        page: usize,
+        mut state: T,
+        mut fold: impl FnMut(&mut T, &[Event]) + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, JournalError>> {
+        let page = page.max(1);
+        self.blocking(move |conn| {
+            let mut last = after;
+            loop {
+                let events = read_events(conn, run, last, Some(page))?;
+                let Some(end) = events.last().map(|e| e.seq) else {
+                    return Ok(state);
+                };
+                fold(&mut state, &events);
+                if events.len() < page {
+                    return Ok(state);
+                }
+                last = end;
+            }
         })
     }
 
@@ -563,38 +711,48 @@ impl Journal for SqliteJournal {
     }
 
     fn read(&self, run: RunId, after: u64) -> BoxFuture<'static, Result<Vec<Event>, JournalError>> {
-        self.blocking(move |conn| {
-            let mut stmt = conn
-                .prepare(
-                    "SELECT seq, at_ms, data FROM events WHERE run = ?1 AND seq > ?2 ORDER BY seq",
-                )
-                .map_err(storage)?;
-            let rows = stmt
-                .query_map(params![run.to_string(), after as i64], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                })
-                .map_err(storage)?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (seq, at_ms, data) = row.map_err(storage)?;
-                let kind = serde_json::from_str(&data).map_err(|e| JournalError::Corrupt {
-                    seq: seq as u64,
-                    detail: e.to_string(),
-                })?;
-                out.push(Event {
-                    seq: seq as u64,
-                    run,
-                    at_ms: at_ms as u64,
-                    kind,
-                });
-            }
-            Ok(out)
-        })
+        self.blocking(move |conn| read_events(conn, run, after, None))
     }
+}
+
+/// A run's events after `after`, in order: all of them, or the first `limit`.
+fn read_events(
+    conn: &Connection,
+    run: RunId,
+    after: u64,
+    limit: Option<usize>,
+) -> Result<Vec<Event>, JournalError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT seq, at_ms, data FROM events WHERE run = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )
+        .map_err(storage)?;
+    // A negative LIMIT is none.
+    let limit = limit.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+    let rows = stmt
+        .query_map(params![run.to_string(), after as i64, limit], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })
+        .map_err(storage)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (seq, at_ms, data) = row.map_err(storage)?;
+        let kind = serde_json::from_str(&data).map_err(|e| JournalError::Corrupt {
+            seq: seq as u64,
+            detail: e.to_string(),
+        })?;
+        out.push(Event {
+            seq: seq as u64,
+            run,
+            at_ms: at_ms as u64,
+            kind,
+        });
+    }
+    Ok(out)
 }
 
 /// Which runs a listing reads, and whether with their config.
@@ -602,6 +760,8 @@ impl Journal for SqliteJournal {
 enum Listing {
     WithConfig,
     WithoutConfig,
+    /// Without the config, with the branch it names.
+    WithBranch,
     One(RunId),
 }
 
@@ -867,6 +1027,139 @@ mod tests {
         let runs = j.runs().await.unwrap();
         assert_eq!(runs[0].outcome, Some(RunOutcome::Completed));
         assert_eq!(j.last_seq(run).await.unwrap(), 4);
+    }
+
+    /// A replay's pages (and a fold's) give exactly the run's events, in order, whatever
+    /// the page size: none lost or repeated at a page's edge, none of another run's.
+    #[tokio::test]
+    async fn pages_hold_every_event_once_in_order_across_their_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(&dir.path().join("j.sqlite"), Arc::new(SystemClock)).unwrap();
+        let (run, other) = (RunId::generate(), RunId::generate());
+        j.create_run(record(run)).await.unwrap();
+        j.create_run(record(other)).await.unwrap();
+        for i in 1..=9u32 {
+            let ready = |n| EventKind::TaskReady {
+                task: TaskId::root(n),
+            };
+            j.append(run, vec![ready(i)]).await.unwrap();
+            // The other run's events interleave: the run's seqs have gaps.
+            j.append(other, vec![ready(i), ready(i + 100)])
+                .await
+                .unwrap();
+        }
+        let whole = j.read(run, 0).await.unwrap();
+        assert_eq!(whole.len(), 10);
+        for page in 1..=12 {
+            let mut paged = Vec::new();
+            let mut last = 0;
+            loop {
+                let events = j.read_page(run, last, page).await.unwrap();
+                assert!(events.len() <= page);
+                let Some(end) = events.last() else { break };
+                last = end.seq;
+                paged.extend(events);
+            }
+            assert_eq!(paged, whole, "pages of {page}");
+            let folded = j
+                .fold_pages(run, 0, page, Vec::new(), |all, events| {
+                    all.extend_from_slice(events)
+                })
+                .await
+                .unwrap();
+            assert_eq!(folded, whole, "a fold in pages of {page}");
+            let after = whole[3].seq;
+            let rest = j
+                .fold_pages(run, after, page, Vec::new(), |all, events| {
+                    all.extend_from_slice(events)
+                })
+                .await
+                .unwrap();
+            assert_eq!(rest, whole[4..], "a fold after #{after} in pages of {page}");
+        }
+    }
+
+    /// `gc`'s listing takes each run's branch from its stored config without reading the
+    /// config here; a config that does not read (or names no text) gives none, and the
+    /// others are listed all the same. Only `run` reads a config.
+    #[tokio::test]
+    async fn the_branch_listing_reads_no_config_and_survives_an_unreadable_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.sqlite");
+        let j = SqliteJournal::open(&path, Arc::new(SystemClock)).unwrap();
+        let configs = [
+            serde_json::json!({ "merge": { "branch": "trunk" } }),
+            serde_json::json!({ "merge": { "branch": 7 } }),
+            serde_json::json!({}),
+            serde_json::json!({}),
+        ];
+        let mut ids = Vec::new();
+        for (i, config) in configs.into_iter().enumerate() {
+            let mut r = record(RunId::generate());
+            r.config = config;
+            r.created_ms = i as u64;
+            ids.push(r.id);
+            j.create_run(r).await.unwrap();
+        }
+        Connection::open(&path)
+            .unwrap()
+            .execute(
+                "UPDATE runs SET config = '{\"merge\": not json' WHERE id = ?1",
+                params![ids[3].to_string()],
+            )
+            .unwrap();
+        let listed = j.run_list_with_branches().await.unwrap();
+        let branches: Vec<_> = listed.iter().map(|(r, b)| (r.id, b.clone())).collect();
+        assert_eq!(
+            branches,
+            [
+                (ids[0], Some("trunk".to_string())),
+                (ids[1], None),
+                (ids[2], None),
+                (ids[3], None),
+            ]
+        );
+        assert!(listed.iter().all(|(r, _)| r.config.is_null()));
+        j.run_list().await.unwrap();
+        assert_eq!(j.configs_read(), 0, "listing reads no config");
+        assert!(j.run(ids[3]).await.unwrap().unwrap().config.is_null());
+        assert_eq!(j.configs_read(), 1);
+    }
+
+    /// A stored summary answers only in the format it was stored in, and only while the
+    /// run's journal ends where the summary's fold ended.
+    #[tokio::test]
+    async fn a_stored_summary_holds_only_for_its_format_and_the_journal_it_folded() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(&dir.path().join("j.sqlite"), Arc::new(SystemClock)).unwrap();
+        let run = RunId::generate();
+        j.create_run(record(run)).await.unwrap();
+        assert_eq!(j.summary(run, "f1").await.unwrap(), None);
+        let last = j.last_seq(run).await.unwrap();
+        j.store_summary(run, "f1", last, "folded".into())
+            .await
+            .unwrap();
+        assert_eq!(
+            j.summary(run, "f1").await.unwrap().as_deref(),
+            Some("folded")
+        );
+        assert_eq!(j.summary(run, "f2").await.unwrap(), None, "another format");
+        j.append(run, vec![EventKind::PlanningFinished])
+            .await
+            .unwrap();
+        assert_eq!(
+            j.summary(run, "f1").await.unwrap(),
+            None,
+            "the journal grew"
+        );
+        let last = j.last_seq(run).await.unwrap();
+        j.store_summary(run, "f1", last, "again".into())
+            .await
+            .unwrap();
+        assert_eq!(
+            j.summary(run, "f1").await.unwrap().as_deref(),
+            Some("again")
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod report;
 pub mod run_report;
 pub mod state_lock;
 pub mod story;
+pub mod summary;
 pub mod supervisor;
 pub mod transcripts;
 
@@ -249,21 +250,31 @@ fn open_journal(
 }
 
 /// Resumes every unfinished run. A run that cannot be loaded is reported damaged; it never
-/// stops the daemon from starting or the other runs from resuming.
+/// stops the daemon from starting or the other runs from resuming. Only the runs it resumes
+/// have their config read (ADR-040): a finished run's (a big one's holds its whole
+/// scenario) is not even read, whatever it holds.
 async fn resume_unfinished(journal: &SqliteJournal, supervisor: &actix::Addr<Supervisor>) {
-    let runs = match journal.runs().await {
+    let runs = match journal.run_list().await {
         Ok(runs) => runs,
         Err(e) => {
             warn!(error = %e, "cannot list the journal's runs; none resumed");
             return;
         }
     };
-    for record in runs.into_iter().filter(|r| r.outcome.is_none()) {
+    for listed in runs.into_iter().filter(|r| r.outcome.is_none()) {
         let damaged = |reason: String| RunDamaged {
-            run: record.id,
+            run: listed.id,
             reason,
         };
-        let config: RunConfig = match serde_json::from_value(record.config.clone()) {
+        let record = match journal.run(listed.id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => continue, // listed a moment ago: runs are never removed
+            Err(e) => {
+                supervisor.do_send(damaged(e.to_string()));
+                continue;
+            }
+        };
+        let config: RunConfig = match serde_json::from_value(record.config) {
             Ok(c) => c,
             Err(e) => {
                 supervisor.do_send(damaged(format!("its stored config is unreadable: {e}")));
@@ -392,4 +403,79 @@ pub(crate) fn load_or_create_token(path: &Path) -> anyhow::Result<String> {
         .open(path)?;
     file.write_all(token.as_bytes())?;
     Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_actors::ports::{Journal, SystemClock};
+    use flotilla_actors::protocol::{EventKind, RunId, RunOutcome};
+
+    use super::supervisor::RunProblems;
+    use super::*;
+    use crate::journal::RunRecord;
+
+    /// Start-up reads the config of the runs it resumes and no other (ADR-040): finished
+    /// runs' configs are not read, even one that no longer reads; an unfinished run whose
+    /// config does not read is damaged, as before.
+    #[test]
+    fn start_up_reads_only_the_configs_of_the_runs_it_resumes() {
+        actix::System::new().block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("journal.sqlite");
+            let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+            let journal = SqliteJournal::open(&path, clock.clone()).unwrap();
+            let record = |config| RunRecord {
+                id: RunId::generate(),
+                request: "r".into(),
+                repo: dir.path().into(),
+                config,
+                created_ms: 1,
+                outcome: None,
+            };
+            let mut finished = Vec::new();
+            for _ in 0..3 {
+                let r = record(serde_json::to_value(RunConfig::default()).unwrap());
+                finished.push(r.id);
+                journal.create_run(r).await.unwrap();
+                let end = EventKind::RunFinished {
+                    outcome: RunOutcome::Completed,
+                    reason: None,
+                };
+                journal
+                    .append(*finished.last().unwrap(), vec![end])
+                    .await
+                    .unwrap();
+            }
+            rusqlite::Connection::open(&path)
+                .unwrap()
+                .execute(
+                    "UPDATE runs SET config = '{\"limits\": not json' WHERE id = ?1",
+                    [finished[0].to_string()],
+                )
+                .unwrap();
+            let unreadable = record(serde_json::json!("not a config"));
+            let unfinished = unreadable.id;
+            journal.create_run(unreadable).await.unwrap();
+
+            let (hub, _) = broadcast::channel(16);
+            let supervisor = Supervisor::new(
+                journal.clone(),
+                Arc::new(journal.clone()),
+                clock,
+                hub,
+                dir.path().join("worktrees"),
+                Arc::new(ProviderRegistry::new().unwrap()),
+            )
+            .start();
+            resume_unfinished(&journal, &supervisor).await;
+            assert_eq!(
+                journal.configs_read(),
+                1,
+                "only the unfinished run's config"
+            );
+            let problems = supervisor.send(RunProblems).await.unwrap();
+            assert_eq!(problems.keys().collect::<Vec<_>>(), [&unfinished]);
+            assert!(problems[&unfinished].is_damage());
+        });
+    }
 }

@@ -22,6 +22,7 @@ mod daemon_env;
 mod demo;
 mod escapes;
 mod eval;
+mod finished_runs;
 mod fuzz_regressions;
 mod gc;
 mod guides;

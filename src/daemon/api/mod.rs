@@ -515,8 +515,27 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
-/// Finds the run `raw` names: a full id or a unique prefix.
+/// Finds the run `raw` names: a full id or a unique prefix; with its config.
 pub(super) async fn resolve(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
+    let listed = resolve_listed(state, raw).await?;
+    with_config(state, listed).await
+}
+
+/// A run as listed, read again with its config.
+pub(super) async fn with_config(
+    state: &AppState,
+    listed: RunRecord,
+) -> Result<RunRecord, ApiError> {
+    state
+        .journal
+        .run(listed.id)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no run {}", listed.id)))
+}
+
+/// Finds the run `raw` names, as [`resolve`] does, without reading its config (`Null`): a
+/// big run's config holds its whole scenario, and a replay or a stored status need none.
+pub(super) async fn resolve_listed(state: &AppState, raw: &str) -> Result<RunRecord, ApiError> {
     let wanted = raw.trim().to_ascii_lowercase();
     // At least one hex digit: "---" would otherwise match every run once dashes are gone.
     if !wanted.chars().any(|c| c.is_ascii_hexdigit())
@@ -538,12 +557,7 @@ pub(super) async fn resolve(state: &AppState, raw: &str) -> Result<RunRecord, Ap
         })
         .collect();
     match matches.len() {
-        // The one match, read again with its config (the listing leaves configs out).
-        1 => state
-            .journal
-            .run(matches.remove(0).id)
-            .await?
-            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no run matches {raw:?}"))),
+        1 => Ok(matches.remove(0)),
         0 => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no run matches {raw:?}"),

@@ -12,12 +12,13 @@ use flotilla_actors::ports::{Journal, JournalError};
 use flotilla_actors::protocol::{Event, RunId};
 use serde::Deserialize;
 
-use super::super::report;
 use super::super::supervisor::{
     CancelAnswer, CancelRun, CollectGarbage, RunProblem, RunProblems, StartRun,
 };
+use super::super::{report, summary};
 use super::{
-    ApiError, ApiJson, AppState, MAX_IDEMPOTENCY_KEY_BYTES, MAX_REQUEST_BYTES, resolve, run_config,
+    ApiError, ApiJson, AppState, MAX_IDEMPOTENCY_KEY_BYTES, MAX_REQUEST_BYTES, resolve,
+    resolve_listed, run_config, with_config,
 };
 use crate::api::IDEMPOTENCY_KEY;
 use crate::api::gc::GcReport;
@@ -240,7 +241,15 @@ pub(super) async fn list_runs(
 }
 
 pub(super) async fn run_status(state: &AppState, id: &str) -> Result<RunStatus, ApiError> {
-    let record = resolve(state, id).await?;
+    let listed = resolve_listed(state, id).await?;
+    // A finished run's status was folded once and kept (ADR-040): neither its config nor
+    // its events are read again.
+    if listed.outcome.is_some()
+        && let Some(status) = summary::stored(&state.journal, listed.id).await
+    {
+        return Ok(status);
+    }
+    let record = with_config(state, listed).await?;
     let problem = problems(state).await.remove(&record.id);
     // A running run's replay continues from the last status call: only newer events are
     // read and applied.
@@ -251,26 +260,15 @@ pub(super) async fn run_status(state: &AppState, id: &str) -> Result<RunStatus, 
         .take(record.id)
         .unwrap_or_else(|| report::StatusReplay::new(limits));
     // A journal with an unreadable row still gives a status: the run is damaged, and shows
-    // no graph (the read stops at the bad row and hands back none of it).
-    let (events, unreadable) = match state.journal.read(record.id, replay.last_seq()).await {
-        Ok(events) => (events, None),
-        Err(e) => (Vec::new(), Some(format!("damaged: {e}"))),
-    };
-    let (replay, mut status) = if unreadable.is_some() {
-        let empty = report::StatusReplay::new(flotilla_actors::config::Limits::default());
-        let status = empty.status(&record);
-        (None, status)
-    } else {
-        let (replay, status) = tokio::task::spawn_blocking(move || {
-            let mut replay = replay;
-            replay.apply(&events);
-            let status = replay.status(&record);
-            (replay, status)
-        })
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-        (Some(replay), status)
-    };
+    // no graph (the fold stops at the bad row and hands back none of it).
+    let (replay, mut status, unreadable) =
+        match summary::fold(&state.journal, record.clone(), replay).await {
+            Ok((replay, status)) => (Some(replay), status, None),
+            Err(e) => {
+                let empty = report::StatusReplay::new(flotilla_actors::config::Limits::default());
+                (None, empty.status(&record), Some(format!("damaged: {e}")))
+            }
+        };
     // (An unreadable journal gives no replay: the one taken out above is not put back.)
     if let Some(replay) = replay {
         state.status_replays.keep(run, replay);
@@ -302,13 +300,35 @@ pub(super) async fn read_events(
     run: RunId,
     after: u64,
 ) -> Result<Vec<Event>, ApiError> {
-    state.journal.read(run, after).await.map_err(|e| match e {
+    state
+        .journal
+        .read(run, after)
+        .await
+        .map_err(|e| damaged_or(run, e))
+}
+
+/// At most `limit` of a run's events after `after` (a replay's page), as [`read_events`].
+pub(super) async fn read_event_page(
+    state: &AppState,
+    run: RunId,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<Event>, ApiError> {
+    state
+        .journal
+        .read_page(run, after, limit)
+        .await
+        .map_err(|e| damaged_or(run, e))
+}
+
+fn damaged_or(run: RunId, e: JournalError) -> ApiError {
+    match e {
         JournalError::Corrupt { .. } => ApiError::new(
             StatusCode::CONFLICT,
             format!("run {run} is damaged: {e}; `flotilla status {run}` shows what is known"),
         ),
         other => other.into(),
-    })
+    }
 }
 
 /// The run `raw` names, if it has not finished: a decision or a cancel for a finished run is

@@ -36,7 +36,8 @@ impl Handler<CollectGarbage> for Supervisor {
 
     fn handle(&mut self, msg: CollectGarbage, _: &mut Context<Self>) -> Self::Result {
         let live: HashSet<RunId> = self.runs.keys().copied().collect();
-        let records = self.journal.runs();
+        // Without their configs (ADR-040): only the branch each lands on is read out of it.
+        let records = self.journal.run_list_with_branches();
         let root = self.worktrees.clone();
         let transcripts = self.transcripts.as_ref().map(|t| t.root().to_path_buf());
         Box::pin(async move {
@@ -45,7 +46,7 @@ impl Handler<CollectGarbage> for Supervisor {
             // Known runs, and whether each is over (finished and not live).
             let runs: HashMap<RunId, bool> = records
                 .iter()
-                .map(|r| (r.id, r.outcome.is_some() && !live.contains(&r.id)))
+                .map(|(r, _)| (r.id, r.outcome.is_some() && !live.contains(&r.id)))
                 .collect();
             let mut report = collect_garbage(live, records, root, msg).await?;
             if let Some(transcripts) = transcripts {
@@ -58,10 +59,11 @@ impl Handler<CollectGarbage> for Supervisor {
 
 async fn collect_garbage(
     live: HashSet<RunId>,
-    records: Vec<crate::journal::RunRecord>,
+    records: Vec<crate::journal::RunWithBranch>,
     root: PathBuf,
     msg: CollectGarbage,
 ) -> Result<GcReport, GcError> {
+    let (records, branches): (Vec<_>, Vec<_>) = records.into_iter().unzip();
     let started_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -79,12 +81,8 @@ async fn collect_garbage(
     // The branches each repository's runs land on (ADR-022): their checkouts are healed.
     let mut targets: HashMap<&std::path::Path, std::collections::BTreeSet<TargetBranch>> =
         HashMap::new();
-    for record in &records {
-        let branch = record
-            .config
-            .pointer("/merge/branch")
-            .and_then(|b| b.as_str());
-        if let Ok(target) = TargetBranch::of_run(branch) {
+    for (record, branch) in records.iter().zip(&branches) {
+        if let Ok(target) = TargetBranch::of_run(branch.as_deref()) {
             targets.entry(&record.repo).or_default().insert(target);
         }
     }

@@ -19,6 +19,7 @@ use super::{
 };
 use crate::git::target::TargetBranch;
 use crate::git::worktrees::GitWorktrees;
+use crate::journal::SqliteJournal;
 
 /// How long a finished run's actors get to stop before their thread is stopped under them.
 const RETIRE_LIMIT: Duration = Duration::from_secs(30);
@@ -109,6 +110,7 @@ impl Supervisor {
         // With keep_failed, the failed attempts' worktrees outlive the run.
         let journal = retiring.keep_failed.then(|| self.journal.read(run, 0));
         clean_up_after(
+            self.journal.clone(),
             GitWorktrees::new(
                 retiring.repo,
                 run,
@@ -167,8 +169,9 @@ impl Drop for Supervisor {
 
 /// After a run's thread retired: removes its worktrees (and the branches of attempts that
 /// never delivered; delivered work stays on its branch), heals the checkout of its target,
-/// and gives the run's freed memory back to the system.
+/// stores its status, and gives the run's freed memory back to the system.
 fn clean_up_after(
+    summaries: SqliteJournal,
     worktrees: GitWorktrees,
     target: Option<TargetBranch>,
     run: RunId,
@@ -210,6 +213,8 @@ fn clean_up_after(
             Err(e) => warn!(%run, error = %e, "cannot heal the checkout of the target branch"),
         }
         info!(%run, "cleaned up after the run");
+        // Its status, folded once now (ADR-040), before the memory the fold used goes back.
+        crate::daemon::summary::fold_finished(&summaries, run).await;
         let _ = tokio::task::spawn_blocking(give_memory_back).await;
     });
 }

@@ -1,0 +1,92 @@
+//! A daemon on a state directory of finished runs (ADR-040): start-up reads no finished
+//! run's config, so one whose stored config no longer reads breaks nothing; a finished
+//! run's status, folded once and kept, says what it said before the restart; its replay is
+//! its journal, event for event.
+
+use std::sync::Arc;
+
+use flotilla::journal::{RunRecord, SqliteJournal};
+use flotilla_actors::ports::SystemClock;
+use flotilla_actors::protocol::{RunId, RunOutcome};
+use hyper::{Method, StatusCode};
+
+use crate::daemon_env::*;
+
+const TWO_TASKS: &str = r#"
+[[planner.answers]]
+tasks = [
+  { description = "a", scope = ["a.rs"] },
+  { description = "b", scope = ["b.rs"], dependencies = [0] },
+]
+"#;
+
+#[tokio::test]
+async fn a_finished_run_whose_config_no_longer_reads_breaks_no_start_up_status_or_replay() {
+    let repo = git_repo();
+    let daemon = InProcessDaemon::start(false);
+    let first = submit(&daemon.client, repo.path(), run_config(TWO_TASKS, 2)).await;
+    let replayed = follow_to_end(&daemon.client, &first, None).await;
+    assert_eq!(outcome(&replayed), Some(RunOutcome::Completed));
+    let status_path = format!("/v1/runs/{first}");
+    // The finished run's status is folded once (as it retires, or by the first call) and
+    // kept: every call says the same.
+    let folded: serde_json::Value = daemon.client.get(&status_path).await.unwrap();
+    let kept: serde_json::Value = daemon.client.get(&status_path).await.unwrap();
+    assert_eq!(folded, kept);
+    assert_eq!(folded["state"], "completed");
+    assert_eq!(folded["counts"]["completed"], 2);
+    let state = daemon.stop_keeping_state();
+
+    // While no daemon runs: the finished run's stored config is broken, and a run that has
+    // not finished (only its `RunStarted`) is added, to be resumed.
+    let path = state.path().join("journal.sqlite");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE runs SET config = '{\"limits\": not json' WHERE id = ?1",
+            [&first],
+        )
+        .unwrap();
+    let second = RunId::generate();
+    SqliteJournal::open(&path, Arc::new(SystemClock))
+        .unwrap()
+        .create_run(RunRecord {
+            id: second,
+            request: "build the other thing".into(),
+            repo: repo.path().into(),
+            config: run_config(TWO_TASKS, 2),
+            created_ms: 1,
+            outcome: None,
+        })
+        .await
+        .unwrap();
+
+    let daemon = InProcessDaemon::start_with(DaemonSetup {
+        state: Some(state),
+        ..DaemonSetup::default()
+    });
+    let resumed = follow_to_end(&daemon.client, &second.to_string(), None).await;
+    assert_eq!(outcome(&resumed), Some(RunOutcome::Completed));
+    let after: serde_json::Value = daemon.client.get(&status_path).await.unwrap();
+    assert_eq!(after, folded, "the finished run's status, as before");
+    assert_eq!(
+        follow_to_end(&daemon.client, &first, None).await,
+        replayed,
+        "its replay is its journal"
+    );
+    let runs: Vec<serde_json::Value> = daemon.client.get("/v1/runs").await.unwrap();
+    let states: Vec<&str> = runs.iter().map(|r| r["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["completed", "completed"]);
+    let (status, body) = daemon
+        .client
+        .raw(Method::POST, "/v1/gc", None)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        !daemon.log_text().contains("damaged"),
+        "{}",
+        daemon.log_text()
+    );
+    daemon.stop();
+}
