@@ -475,11 +475,19 @@ fn borrow_stat(index: &mut git2::Index, disk: &Path) -> Result<(), RepoError> {
             continue;
         }
         let path = Path::new(std::ffi::OsStr::from_bytes(&entry.path));
-        let same = index
-            .get_path(path, 0)
-            .is_some_and(|ours| ours.id == entry.id && ours.mode == entry.mode);
-        if same {
-            index.add(&entry).map_err(git)?;
+        // Only the stat fields: the agent's flags (skip-worktree, intent-to-add) stay its own.
+        if let Some(mut ours) = index.get_path(path, 0)
+            && ours.id == entry.id
+            && ours.mode == entry.mode
+        {
+            ours.ctime = entry.ctime;
+            ours.mtime = entry.mtime;
+            ours.dev = entry.dev;
+            ours.ino = entry.ino;
+            ours.uid = entry.uid;
+            ours.gid = entry.gid;
+            ours.file_size = entry.file_size;
+            index.add(&ours).map_err(git)?;
         }
     }
     Ok(())

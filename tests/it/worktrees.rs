@@ -1393,3 +1393,44 @@ async fn the_merge_queue_lands_while_a_worker_is_inside_its_checkout_or_its_seal
     assert!(!ws.path.exists());
     assert_eq!(f.branch_tip(&ws.branch), None);
 }
+
+/// ADR-041: the seal borrows stat data from the worktree's index to hash only what changed;
+/// an edit that keeps a file's size, made right after the checkout (in the same clock tick
+/// as the index, as a fast agent would), is still seen, and so is one made after the
+/// agent's own `git add` refreshed the index.
+#[tokio::test]
+async fn the_seal_sees_same_size_edits_made_at_once_after_the_checkout() {
+    let f = fixture();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    // Same length as "pub fn a() {}\npub fn b() {}\n".
+    std::fs::write(ws.path.join("src/lib.rs"), "pub fn x() {}\npub fn y() {}\n").unwrap();
+    let work = f
+        .worktrees
+        .seal(ws.clone(), "t1: same size".into())
+        .await
+        .unwrap();
+    let paths: Vec<&str> = work.files.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["src/lib.rs"]);
+    let main = git2::Repository::open(f.repo.path()).unwrap();
+    assert_eq!(
+        blob_at(&main, &work.head, "src/lib.rs").as_deref(),
+        Some("pub fn x() {}\npub fn y() {}\n")
+    );
+
+    // The agent refreshes its index (as `git add` would), then edits again, same size.
+    let wt = git2::Repository::open(&ws.path).unwrap();
+    let mut index = wt.index().unwrap();
+    index.add_path(Path::new("tests/lib.rs")).unwrap();
+    index.write().unwrap();
+    std::fs::write(ws.path.join("tests/lib.rs"), "#[test]\nfn u() {}\n").unwrap();
+    let again = f
+        .worktrees
+        .seal(ws.clone(), "t1: again".into())
+        .await
+        .unwrap();
+    assert!(again.committed_for_agent);
+    assert_eq!(
+        blob_at(&main, &again.head, "tests/lib.rs").as_deref(),
+        Some("#[test]\nfn u() {}\n")
+    );
+}
