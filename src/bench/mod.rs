@@ -1,11 +1,14 @@
 //! `flotilla bench`: throughput, dispatch latency, memory and scaling of the actor pipeline
 //! (`throughput`), the makespan of dispatch policies on virtual time (`makespan`), and the
-//! largest request the root planner sends (`requests`, ADR-030).
+//! largest request the root planner sends (`requests`, ADR-030), and with `--landing` the
+//! path a real task takes through a daemon, workspace to landing (`landing`, ADR-041).
 //!
 //! Each measurement prints as it finishes: a table for people, or with `--json` one JSON
 //! object per line. Numbers on a busy machine vary: compare medians of several runs, and
 //! ratios (memory/SQLite, 50k/1k) rather than single values.
 
+pub mod landing;
+pub mod landing_repo;
 pub mod makespan;
 pub mod requests;
 pub mod throughput;
@@ -68,6 +71,48 @@ pub struct Measurement {
     /// The requests rows: how many the planner sent, the largest (bytes of its JSON).
     pub requests: Option<usize>,
     pub largest_request_bytes: Option<usize>,
+    /// The landing rows: files on main before the run, the gate (if any), what landed and
+    /// how fast, the daemon's CPU per landed task, the per-task spans (ms), the daemon's
+    /// peak RSS (in `peak_rss_bytes`) and the disk used after the run.
+    pub files: Option<usize>,
+    pub gate: Option<String>,
+    pub landed: Option<usize>,
+    pub landed_per_s: Option<f64>,
+    pub cpu_ms_per_task: Option<f64>,
+    pub dispatch_landed_p50_ms: Option<u64>,
+    pub dispatch_landed_p99_ms: Option<u64>,
+    pub started_landing_p50_ms: Option<u64>,
+    pub disk_bytes: Option<u64>,
+    /// Making the case's repository (template from the cache, or generated, and checked out).
+    pub prepare_ms: Option<u64>,
+}
+
+impl Measurement {
+    /// A landing row.
+    pub fn of_landing(
+        case: &landing::LandingCase,
+        r: &landing::LandingResult,
+        prepare_ms: u64,
+    ) -> Self {
+        Measurement {
+            name: format!("landing/{}-files", case.files),
+            tasks: case.tasks,
+            journal: "sqlite",
+            workers: case.workers,
+            peak_rss_bytes: r.daemon.peak_rss_bytes,
+            files: Some(case.files),
+            gate: case.gate.clone(),
+            landed: Some(r.landed),
+            landed_per_s: Some(round(r.landed_per_s(), 2)),
+            cpu_ms_per_task: Some(round(r.cpu_ms_per_task(), 1)),
+            dispatch_landed_p50_ms: Some(landing::quantile_ms(&r.dispatch_to_landed_ms, 0.5)),
+            dispatch_landed_p99_ms: Some(landing::quantile_ms(&r.dispatch_to_landed_ms, 0.99)),
+            started_landing_p50_ms: Some(landing::quantile_ms(&r.started_to_landing_ms, 0.5)),
+            disk_bytes: Some(r.daemon.disk_bytes),
+            prepare_ms: Some(prepare_ms),
+            ..Measurement::default()
+        }
+    }
 }
 
 impl Measurement {
@@ -156,11 +201,7 @@ pub fn run(options: &BenchOptions, out: &mut dyn Write) -> Result<Vec<Measuremen
     } else {
         None
     };
-    let mut printer = Printer {
-        json: options.json,
-        out,
-        section: None,
-    };
+    let mut printer = Printer::new(options.json, out);
     let mut all = Vec::new();
     let throughput_runs: Vec<(Shape, usize)> = [
         (Shape::Independent, options.tasks),
@@ -304,13 +345,70 @@ fn collected_rss() -> Option<u64> {
 }
 
 /// Prints measurements as they come: JSON lines, or tables with a heading per section.
-struct Printer<'a> {
+pub struct Printer<'a> {
     json: bool,
     out: &'a mut dyn Write,
     section: Option<&'static str>,
 }
 
-impl Printer<'_> {
+impl<'a> Printer<'a> {
+    pub fn new(json: bool, out: &'a mut dyn Write) -> Self {
+        Printer {
+            json,
+            out,
+            section: None,
+        }
+    }
+
+    /// A landing row (`flotilla bench --landing`).
+    pub fn landing(&mut self, m: &Measurement) -> Result<(), BenchError> {
+        if self.json {
+            return self.json_line(m);
+        }
+        self.heading(
+            "landing",
+            &format!(
+                "Landing: tasks that each write a file, through a daemon, a workspace, a commit \
+                 and the merge queue ({} slots{})\n\
+                 {:>7} {:>6} {:>10} {:>11} {:>23} {:>17} {:>10} {:>10}",
+                m.workers,
+                m.gate.as_deref().map_or(String::new(), |g| format!(
+                    ", gate `{}`",
+                    crate::text_safety::terminal_safe(g)
+                )),
+                "files",
+                "tasks",
+                "landed/s",
+                "CPU/task",
+                "dispatch→landed p50/p99",
+                "started→landing",
+                "peak RSS",
+                "disk"
+            ),
+        )?;
+        let ms = |v: Option<u64>| match v {
+            Some(ms) if ms >= 10_000 => format!("{:.1} s", ms as f64 / 1000.0),
+            Some(ms) => format!("{ms} ms"),
+            None => "-".into(),
+        };
+        let line = format!(
+            "{:>7} {:>6} {:>10.2} {:>11} {:>23} {:>17} {:>10} {:>10}\n",
+            m.files.unwrap_or_default(),
+            m.tasks,
+            m.landed_per_s.unwrap_or_default(),
+            format!("{:.1} ms", m.cpu_ms_per_task.unwrap_or_default()),
+            format!(
+                "{} / {}",
+                ms(m.dispatch_landed_p50_ms),
+                ms(m.dispatch_landed_p99_ms)
+            ),
+            ms(m.started_landing_p50_ms),
+            mebibytes(m.peak_rss_bytes),
+            mebibytes(m.disk_bytes)
+        );
+        self.emit(&line)
+    }
+
     fn emit(&mut self, text: &str) -> Result<(), BenchError> {
         self.out
             .write_all(text.as_bytes())

@@ -291,6 +291,33 @@ pub enum Command {
         /// One JSON object per measurement, one per line.
         #[arg(long)]
         json: bool,
+        /// Measure landing instead (and nothing else): through a `flotilla daemon` child,
+        /// tasks whose scripted agents each write one file, so every task makes a
+        /// workspace, a commit and a landing through the merge queue, on generated
+        /// repositories (--landing-files). Reports landed/s, the daemon's CPU per landed
+        /// task, dispatch→landed p50/p99, started→landing p50, peak RSS and disk.
+        #[arg(long)]
+        landing: bool,
+        /// Files on main in the landing runs, comma-separated (50000 takes a while).
+        #[arg(long, default_value = "1000,10000", value_name = "N,N,...")]
+        landing_files: String,
+        /// Tasks per landing run, comma-separated (the defaults take about four minutes on
+        /// two cores: 10,000 files land near 0.2 tasks/s).
+        #[arg(long, default_value = "40", value_name = "N,N,...")]
+        landing_tasks: String,
+        /// Worker slots in the landing runs.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
+        landing_workers: u64,
+        /// A gate command every landing candidate must pass (`sh -c`); none by default.
+        #[arg(long, value_name = "COMMAND")]
+        landing_gate: Option<String>,
+        /// Runs of each landing case (report the median of several).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+        landing_repeat: u64,
+        /// Where generated repositories are cached and cases run [default: a
+        /// `flotilla-bench-landing` directory in the system's temporary directory].
+        #[arg(long, value_name = "DIR")]
+        landing_dir: Option<PathBuf>,
     },
     /// Print a shell completion script to stdout.
     ///

@@ -45,6 +45,29 @@ pub(super) fn prune(repo: &git2::Repository, name: &str, path: &Path) -> Result<
     }
 }
 
+/// Removes git's record of the worktree `name` (`.git/worktrees/<name>`), not its files:
+/// what a worktree's release does under the repository's lock, its files going after.
+pub(super) fn forget(repo: &git2::Repository, name: &str) -> Result<(), RepoError> {
+    if let Ok(worktree) = repo.find_worktree(name) {
+        let _ = worktree.unlock();
+        worktree
+            .prune(Some(
+                git2::WorktreePruneOptions::new()
+                    .valid(true)
+                    .locked(true)
+                    .working_tree(false),
+            ))
+            .map_err(git)?;
+    }
+    let record = admin_dir(repo, name);
+    match std::fs::remove_dir_all(&record) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(io("cannot remove the worktree's record", &record, e))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Where git keeps its record of the worktree `name` (`.git/worktrees/<name>`).
 pub(super) fn admin_dir(repo: &git2::Repository, name: &str) -> PathBuf {
     repo.commondir().join("worktrees").join(name)

@@ -784,6 +784,32 @@ impl MergeGit for GitMerge {
         self.blocking(true, move |repo, _| delete_branch(repo, &target, &branch))
     }
 
+    /// One blocking call, one open and one hold of the repository's lock for the batch.
+    fn delete_branches(
+        &self,
+        branches: Vec<String>,
+    ) -> BoxFuture<'static, Vec<(String, RepoError)>> {
+        let target = self.target.clone();
+        let all = branches.clone();
+        let deleting = self.blocking(true, move |repo, _| {
+            Ok(branches
+                .into_iter()
+                .filter_map(|branch| {
+                    delete_branch(repo, &target, &branch)
+                        .err()
+                        .map(|e| (branch, e))
+                })
+                .collect::<Vec<_>>())
+        });
+        Box::pin(async move {
+            match deleting.await {
+                Ok(failed) => failed,
+                // The repository could not be opened, or the thread died: none went.
+                Err(e) => all.into_iter().map(|b| (b, e.clone())).collect(),
+            }
+        })
+    }
+
     fn sync_checkout(
         &self,
         old: String,

@@ -4,17 +4,21 @@
 //! index and `HEAD`, and git keeps its bookkeeping in `.git/worktrees/<name>`.
 //!
 //! Every call runs on a blocking thread (git2 blocks, and `Repository` is not `Sync`). What
-//! changes the repository's `.git` (branches, worktree entries) is serialized per repository
-//! across the whole daemon: runs on the same repository share one lock, so two attempts
-//! never race on a ref or on `.git/worktrees`.
+//! updates a ref or a worktree record (`.git/worktrees`) is serialized per repository across
+//! the whole daemon (`repo_lock`), and nothing else (ADR-041): a worker's checkout, its
+//! seal's hashing and the removal of its files run outside the lock, so the merge queue,
+//! which needs the lock to move main and delete branches, never waits behind them. A
+//! worktree is recorded locked (git's `worktree lock`) and unlocked once its files are all
+//! there: a locked one is never reused.
 //!
-//! Sealing commits what the agent left (the safety-net commit, as flotilla); `branch_work` is
-//! the diff against the base, renames detected; then release and sweep. It must not know
-//! merging beyond a conflict fix's start, or the daemon's journal.
+//! Sealing commits what the agent left (the safety-net commit, as flotilla), hashing only
+//! the files whose stat changed since the checkout; `branch_work` is the diff against the
+//! base, renames detected; then release and sweep. It must not know merging beyond a
+//! conflict fix's start, or the daemon's journal.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use flotilla_actors::ports::{
     BranchFate, RepoError, SweepKeep, Swept, Workspace, WorktreeRequest, WorktreeStart, Worktrees,
@@ -25,7 +29,7 @@ use flotilla_actors::protocol::{
 use futures::future::BoxFuture;
 
 use super::conflict_fix::{conflict_fix_base, conflict_fix_commit};
-use super::leftovers::{prune, recorded_worktrees, run_ref_locks};
+use super::leftovers::{forget, prune, recorded_worktrees, run_ref_locks};
 use super::target::TargetBranch;
 use super::{delete_branch, git, io, main_commit, repo_lock, signature};
 
@@ -46,6 +50,27 @@ pub struct GitWorktrees {
     root: PathBuf,
     /// The branch the run lands on (ADR-022): where attempts start from.
     target: TargetBranch,
+    hook: Option<UnlockedHook>,
+}
+
+/// The long parts of a worker's git work, done without the repository's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unlocked {
+    /// Filling a new worktree with the files of its branch.
+    Checkout,
+    /// Hashing what the agent changed and writing the seal's commit (before its ref moves).
+    Seal,
+}
+
+/// Called as each [`Unlocked`] part starts (tests block in it to show what the lock is not
+/// held across).
+pub type UnlockedHook = Arc<dyn Fn(Unlocked) + Send + Sync>;
+
+/// Runs `work` under `repo`'s lock: only ref and worktree-record updates do.
+fn locked<T>(repo: &Path, work: impl FnOnce() -> T) -> T {
+    let lock = repo_lock(repo);
+    let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    work()
 }
 
 impl GitWorktrees {
@@ -62,7 +87,15 @@ impl GitWorktrees {
             run,
             root: root.into(),
             target,
+            hook: None,
         }
+    }
+
+    /// Calls `hook` as each part done without the lock starts (tests).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn with_unlocked_hook(mut self, hook: UnlockedHook) -> Self {
+        self.hook = Some(hook);
+        self
     }
 
     /// The target repository.
@@ -83,15 +116,12 @@ impl GitWorktrees {
             run: self.run,
             root: self.root.clone(),
             target: self.target.clone(),
+            hook: self.hook.clone(),
         };
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                let lock = repo_lock(&place.repo);
-                let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                work(&place)
-            })
-            .await
-            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+            tokio::task::spawn_blocking(move || work(&place))
+                .await
+                .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
         })
     }
 }
@@ -102,6 +132,7 @@ struct Place {
     run: RunId,
     root: PathBuf,
     target: TargetBranch,
+    hook: Option<UnlockedHook>,
 }
 
 impl Place {
@@ -117,6 +148,16 @@ impl Place {
     fn name_prefix(&self) -> String {
         self.worktree_name("")
     }
+
+    fn unlocked(&self, part: Unlocked) {
+        if let Some(hook) = &self.hook {
+            hook(part);
+        }
+    }
+}
+
+fn run_has_ended() -> RepoError {
+    RepoError::Git("the run has ended: no worktree is made for it any more".into())
 }
 
 /// Runs whose worktrees were swept for good (the run ended): no worktree is made for them
@@ -166,19 +207,25 @@ fn open_worktree(
     }
 }
 
-/// `name` is a live worktree at `path` with `branch` checked out.
+/// `name` is a live worktree at `path` with `branch` checked out, its files all there (a
+/// worktree stays locked until they are).
 fn reusable(repo: &git2::Repository, name: &str, path: &Path, branch: &str) -> bool {
-    open_worktree(repo, name, path)
-        .ok()
-        .and_then(|w| w.head().ok().and_then(|h| h.name().ok().map(String::from)))
-        .is_some_and(|head| head == format!("refs/heads/{branch}"))
+    let filled = repo
+        .find_worktree(name)
+        .and_then(|w| w.is_locked())
+        .is_ok_and(|lock| matches!(lock, git2::WorktreeLockStatus::Unlocked));
+    filled
+        && open_worktree(repo, name, path)
+            .ok()
+            .and_then(|w| w.head().ok().and_then(|h| h.name().ok().map(String::from)))
+            .is_some_and(|head| head == format!("refs/heads/{branch}"))
 }
 
+/// Reads and the conflict fix's start (objects, not refs) go without the lock; the branch
+/// and the worktree's record under it; the files after it, then the worktree is unlocked.
 fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoError> {
     if run_closed(place.run) {
-        return Err(RepoError::Git(
-            "the run has ended: no worktree is made for it any more".into(),
-        ));
+        return Err(run_has_ended());
     }
     let repo = place.open()?;
     let dir_name = GitWorktrees::dir_name(&request.task, request.attempt);
@@ -219,24 +266,92 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
             base: base.to_string(),
         });
     }
-    // Whatever is at the path (a crash mid-way, a stale entry) goes before a fresh checkout.
-    prune(&repo, &name, &path)?;
-    if let Some(start) = start {
-        let start = repo.find_commit(start).map_err(git)?;
-        repo.branch(&request.branch, &start, false).map_err(git)?;
-    }
-    std::fs::create_dir_all(&place.root).map_err(|e| io("cannot create", &place.root, e))?;
-    let reference = repo
-        .find_reference(&format!("refs/heads/{}", request.branch))
-        .map_err(git)?;
-    let mut options = git2::WorktreeAddOptions::new();
-    options.reference(Some(&reference));
-    repo.worktree(&name, &path, Some(&options)).map_err(git)?;
+    let worktree = locked(&place.repo, || {
+        // Checked again under the lock, which the run's final sweep takes to close it.
+        if run_closed(place.run) {
+            return Err(run_has_ended());
+        }
+        // Whatever is at the path (a crash mid-way, a stale entry) goes before a fresh
+        // checkout.
+        prune(&repo, &name, &path)?;
+        if let Some(start) = start {
+            let start = repo.find_commit(start).map_err(git)?;
+            repo.branch(&request.branch, &start, false).map_err(git)?;
+        }
+        std::fs::create_dir_all(&place.root).map_err(|e| io("cannot create", &place.root, e))?;
+        let reference = repo
+            .find_reference(&format!("refs/heads/{}", request.branch))
+            .map_err(git)?;
+        add_unfilled(&repo, &name, &path, &reference)
+    })?;
+    let filled = fill(place, &repo, &name, &path);
+    locked(&place.repo, || {
+        let done = filled.and_then(|()| {
+            if run_closed(place.run) {
+                return Err(run_has_ended());
+            }
+            worktree.unlock().map_err(git)
+        });
+        if done.is_err() {
+            // Half filled, or its run closed meanwhile: nothing of it stays.
+            let _ = prune(&repo, &name, &path);
+        }
+        done
+    })?;
     Ok(Workspace {
         path,
         branch: request.branch.clone(),
         base: base.to_string(),
     })
+}
+
+/// Records worktree `name` at `path` on `reference`, locked, without checking it out: git2
+/// offers no way to choose `git_worktree_add`'s checkout, so this calls libgit2 itself
+/// with git2's own options and the checkout strategy `NONE`.
+fn add_unfilled(
+    repo: &git2::Repository,
+    name: &str,
+    path: &Path,
+    reference: &git2::Reference<'_>,
+) -> Result<git2::Worktree, RepoError> {
+    use git2::Binding;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = |what: &str| RepoError::Git(format!("{what} holds a NUL byte"));
+    let name_c = std::ffi::CString::new(name).map_err(|_| bad("a worktree name"))?;
+    let path_c =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| bad("a worktree path"))?;
+    let mut options = git2::WorktreeAddOptions::new();
+    options.reference(Some(reference)).lock(true);
+    // SAFETY: `options.raw()` points at git2's initialized options (plain C data; the
+    // reference it names is `reference`, alive for this call). The copy is read, never
+    // freed: it owns nothing.
+    let mut raw = unsafe { std::ptr::read(options.raw()) };
+    raw.checkout_options.checkout_strategy = libgit2_sys::GIT_CHECKOUT_NONE;
+    let mut out = std::ptr::null_mut();
+    // SAFETY: a live repository, NUL-terminated strings and the options above, all alive
+    // for the call; libgit2 was initialized when the repository was opened.
+    let code = unsafe {
+        libgit2_sys::git_worktree_add(&mut out, repo.raw(), name_c.as_ptr(), path_c.as_ptr(), &raw)
+    };
+    if code < 0 {
+        return Err(git(git2::Error::last_error(code)));
+    }
+    // SAFETY: on success `out` is a worktree libgit2 made for us; the Worktree frees it.
+    Ok(unsafe { git2::Worktree::from_raw(out) })
+}
+
+/// Writes the branch's files into the worktree recorded as `name` (and its index), without
+/// the lock: the worktree is its own, and still locked, so nothing else uses it.
+fn fill(place: &Place, repo: &git2::Repository, name: &str, path: &Path) -> Result<(), RepoError> {
+    let worktree = open_worktree(repo, name, path)?;
+    place.unlocked(Unlocked::Checkout);
+    worktree
+        .checkout_head(Some(
+            git2::build::CheckoutBuilder::new()
+                .force()
+                .recreate_missing(true),
+        ))
+        .map_err(git)
 }
 
 /// Commits what is in the worktree on top of the branch's tip (as flotilla), whatever the
@@ -245,6 +360,7 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
 /// [`MAX_COMMITTED_FILE_BYTES`] stay out and are named in the message. Returns the branch's
 /// tip after it, and whether a commit was made.
 fn commit_leftovers(
+    place: &Place,
     repo: &git2::Repository,
     worktree: &git2::Repository,
     workspace: &Workspace,
@@ -275,11 +391,13 @@ fn commit_leftovers(
         }
     };
     // An index of flotilla's own, in memory, starting from the branch's tree: the one on
-    // disk is the agent's to use (or break).
+    // disk is the agent's to use (or break); only its stat data is borrowed.
+    let disk = worktree.path().join("index");
     let mut index = git2::Index::new().map_err(git)?;
     worktree.set_index(&mut index).map_err(git)?;
     let mut index = worktree.index().map_err(git)?;
     index.read_tree(&tip.tree().map_err(git)?).map_err(git)?;
+    borrow_stat(&mut index, &disk)?;
     index
         .add_all(["*"], git2::IndexAddOption::DEFAULT, Some(&mut skip_large))
         .map_err(git)?;
@@ -315,20 +433,64 @@ fn commit_leftovers(
     let commit = repo
         .commit(None, &sig, &sig, &message, &tree, &[&tip])
         .map_err(git)?;
-    // Only this branch moves, and only from the tip just read.
+    // Only this branch moves, and only from the tip just read; the one step under the lock.
     // A kill inside it leaves `<ref>.lock` on the attempt's branch: recorded for the heal
     // (ref_lock).
-    super::ref_lock::guarded(repo, &reference, || {
-        repo.reference_matching(
-            &reference,
-            commit,
-            true,
-            tip.id(),
-            "flotilla: safety-net commit",
-        )
+    locked(&place.repo, || {
+        super::ref_lock::guarded(repo, &reference, || {
+            repo.reference_matching(
+                &reference,
+                commit,
+                true,
+                tip.id(),
+                "flotilla: safety-net commit",
+            )
+        })
     })?
     .map_err(git)?;
     Ok((commit, true))
+}
+
+/// Gives each entry of `index` (made from the branch's tree, so without stat data) the
+/// stat data of the same file (path, mode and id) in the index file at `disk` (the
+/// worktree's own, written by the checkout or the agent's git), so that adding the work
+/// tree hashes only files whose stat changed, not every file. Entries as new as the index
+/// file are left out (git's racily clean rule: a change in the same tick has the same
+/// stat). An index that cannot be read lends nothing (every file is hashed); a forged one
+/// can only keep the agent's own change out of its commit, never put anything in.
+fn borrow_stat(index: &mut git2::Index, disk: &Path) -> Result<(), RepoError> {
+    use std::os::unix::ffi::OsStrExt;
+    let written = std::fs::metadata(disk)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    let (Some(written), Ok(theirs)) = (written, git2::Index::open(disk)) else {
+        return Ok(());
+    };
+    let written = (written.as_secs() as i64, written.subsec_nanos());
+    for entry in theirs.iter() {
+        let stamp = (i64::from(entry.mtime.seconds()), entry.mtime.nanoseconds());
+        // Stage bits: a conflicted entry is no file's stat.
+        if stamp >= written || entry.flags & 0x3000 != 0 {
+            continue;
+        }
+        let path = Path::new(std::ffi::OsStr::from_bytes(&entry.path));
+        // Only the stat fields: the agent's flags (skip-worktree, intent-to-add) stay its own.
+        if let Some(mut ours) = index.get_path(path, 0)
+            && ours.id == entry.id
+            && ours.mode == entry.mode
+        {
+            ours.ctime = entry.ctime;
+            ours.mtime = entry.mtime;
+            ours.dev = entry.dev;
+            ours.ino = entry.ino;
+            ours.uid = entry.uid;
+            ours.gid = entry.gid;
+            ours.file_size = entry.file_size;
+            index.add(&ours).map_err(git)?;
+        }
+    }
+    Ok(())
 }
 
 fn change_kind(status: git2::Delta) -> ChangeKind {
@@ -461,8 +623,9 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     let name = place.worktree_name(&dir_name_of(&workspace.path));
     let worktree = open_worktree(&repo, &name, &workspace.path)?;
     let mut hard_links = Vec::new();
+    place.unlocked(Unlocked::Seal);
     let (head, committed) =
-        commit_leftovers(&repo, &worktree, workspace, subject, &mut hard_links)?;
+        commit_leftovers(place, &repo, &worktree, workspace, subject, &mut hard_links)?;
     let base = match git2::Oid::from_str(&workspace.base) {
         Ok(base) => base,
         Err(_) => {
@@ -498,17 +661,24 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     Ok(work)
 }
 
+/// The worktree's record and (with its fate) its branch go under the lock; its files after.
+/// A kill in between leaves a directory git no longer knows, which the next sweep removes.
 fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(), RepoError> {
     let repo = place.open()?;
-    prune(
-        &repo,
-        &place.worktree_name(&dir_name_of(&workspace.path)),
-        &workspace.path,
-    )?;
-    if fate == BranchFate::Delete {
-        delete_branch(&repo, &workspace.branch)?;
+    let name = place.worktree_name(&dir_name_of(&workspace.path));
+    locked(&place.repo, || {
+        forget(&repo, &name)?;
+        if fate == BranchFate::Delete {
+            delete_branch(&repo, &workspace.branch)?;
+        }
+        Ok::<_, RepoError>(())
+    })?;
+    match std::fs::remove_dir_all(&workspace.path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(io("cannot remove the worktree", &workspace.path, e))
+        }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
@@ -625,7 +795,7 @@ impl Worktrees for GitWorktrees {
     }
 
     fn sweep(&self, keep: SweepKeep) -> BoxFuture<'static, Result<Swept, RepoError>> {
-        self.blocking(move |place| sweep(place, &keep))
+        self.blocking(move |place| locked(&place.repo, || sweep(place, &keep)))
     }
 }
 

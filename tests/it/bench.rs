@@ -192,3 +192,57 @@ fn bench_refuses_bad_sizes_with_a_hint() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// `flotilla bench --landing` end to end with tiny sizes: two repository sizes, a gate,
+/// every task landed, each row's fields there and consistent with each other. Never how
+/// fast (M12 item 6).
+#[test]
+fn bench_landing_lands_every_task_on_each_size_and_reports_its_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = bench(&[
+        "--landing",
+        "--landing-files",
+        "30,120",
+        "--landing-tasks",
+        "6",
+        "--landing-workers",
+        "2",
+        "--landing-gate",
+        "test -f README.md",
+        "--landing-dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    let names: Vec<&str> = rows.iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["landing/30-files", "landing/120-files"]);
+    for (m, files) in rows.iter().zip([30, 120]) {
+        assert_eq!(m["files"].as_u64(), Some(files), "{m}");
+        assert_eq!(m["tasks"].as_u64(), Some(6), "{m}");
+        assert_eq!(m["landed"].as_u64(), Some(6), "{m}");
+        assert_eq!(m["workers"].as_u64(), Some(2), "{m}");
+        assert_eq!(m["gate"].as_str(), Some("test -f README.md"), "{m}");
+        assert!(number(m, "landed_per_s") > 0.0, "{m}");
+        assert!(number(m, "cpu_ms_per_task") >= 0.0, "{m}");
+        let (p50, p99) = (
+            number(m, "dispatch_landed_p50_ms"),
+            number(m, "dispatch_landed_p99_ms"),
+        );
+        assert!(p50 <= p99, "{m}");
+        // Each task's started→landing is within its dispatch→landed, so are their medians.
+        assert!(number(m, "started_landing_p50_ms") <= p50, "{m}");
+        assert!(m["peak_rss_bytes"].as_u64().unwrap() > 1 << 20, "{m}");
+        assert!(m["disk_bytes"].as_u64().unwrap() > 0, "{m}");
+    }
+    // The generated repositories are cached for the next bench; the cases are gone.
+    let left: BTreeSet<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        left,
+        BTreeSet::from([
+            "template-30-files-v1.git".to_string(),
+            "template-120-files-v1.git".to_string()
+        ])
+    );
+}

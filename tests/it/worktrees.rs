@@ -1249,3 +1249,188 @@ async fn a_half_written_worktree_record_does_not_block_the_attempt_or_the_sweep(
     assert_eq!(f.branch_tip(&ws.branch), None);
     assert_checkout_untouched_with_code(f.repo.path());
 }
+
+/// M12 item 4 (ADR-041): a worker's checkout and seal run without the repository's lock,
+/// so the merge queue's steps that need it (main's compare-and-swap with the user's
+/// checkout, a batch's branch deletion, the checkout sync) go through while a worker is
+/// held inside either. The hook holds the worker there until the queue's steps are done:
+/// were the lock held across them, those steps would never end (a hang guard reports it).
+#[tokio::test]
+async fn the_merge_queue_lands_while_a_worker_is_inside_its_checkout_or_its_seal() {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+
+    use flotilla::git::merge::GitMerge;
+    use flotilla::git::reader::GitRepo;
+    use flotilla::git::worktrees::Unlocked;
+    use flotilla_actors::ports::{MainRef, MergeGit};
+
+    // Ends a step that waits for a lock it should not: the test fails, not hangs.
+    async fn hang_guard<T>(step: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(PATIENCE, step)
+            .await
+            .expect("a step waited for the repository's lock a worker holds")
+    }
+    let f = fixture();
+    // The worker stops in the part named by `hold`, says so, and waits for `go`.
+    let (inside_tx, inside_rx) = mpsc::channel::<Unlocked>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let go_rx = Arc::new(Mutex::new(go_rx));
+    let worktrees = GitWorktrees::new(
+        f.repo.path(),
+        f.run,
+        f.state.path().join(f.run.to_string()),
+        main_branch(),
+    )
+    .with_unlocked_hook(Arc::new(move |part| {
+        inside_tx.send(part).unwrap();
+        go_rx.lock().unwrap().recv().unwrap();
+    }));
+    let queue_git = GitMerge::new(f.repo.path(), f.state.path().join("scratch"), main_branch());
+    let main_ref = GitRepo::new(f.repo.path(), main_branch());
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+
+    // What the queue does once a candidate passed: main moves (the user's checkout with
+    // it), the landed branches go, the checkout is synced.
+    let land = |n: usize| {
+        let sig = git2::Signature::now("test", "test@example.com").unwrap();
+        let tip = git.head().unwrap().peel_to_commit().unwrap();
+        let mut index = git2::Index::new().unwrap();
+        index.read_tree(&tip.tree().unwrap()).unwrap();
+        let blob = git.blob(format!("landed {n}\n").as_bytes()).unwrap();
+        let mut entry = index.get_path(Path::new("src/lib.rs"), 0).unwrap();
+        entry.id = blob;
+        entry.path = format!("landed{n}.txt").into_bytes();
+        index.add(&entry).unwrap();
+        let tree = git.find_tree(index.write_tree_to(&git).unwrap()).unwrap();
+        let candidate = git
+            .commit(None, &sig, &sig, &format!("landed {n}"), &tree, &[&tip])
+            .unwrap();
+        let landed: Vec<String> = (0..2)
+            .map(|i| {
+                let name = format!("flotilla/{}/landed-{n}-{i}", f.run);
+                git.branch(&name, &tip, false).unwrap();
+                name
+            })
+            .collect();
+        (tip.id().to_string(), candidate.to_string(), landed)
+    };
+    let queue_lands = |(from, to, branches): (String, String, Vec<String>)| {
+        let (main_ref, queue_git) = (&main_ref, &queue_git);
+        async move {
+            main_ref
+                .compare_and_swap(from.clone(), to.clone())
+                .await
+                .unwrap();
+            assert!(queue_git.delete_branches(branches).await.is_empty());
+            queue_git.sync_checkout(from, to).await.unwrap();
+        }
+    };
+
+    // Held inside the checkout of a new worktree.
+    let request = f.request("t1", 1);
+    let preparing = tokio::spawn(worktrees.prepare(request.clone()));
+    let part = tokio::task::spawn_blocking(move || {
+        let part = inside_rx.recv().unwrap();
+        (part, inside_rx)
+    })
+    .await
+    .unwrap();
+    let (part, inside_rx) = part;
+    assert_eq!(part, Unlocked::Checkout);
+    let landing = land(1);
+    let landed_tip = landing.1.clone();
+    hang_guard(queue_lands(landing)).await;
+    assert_eq!(
+        f.main_tip(),
+        landed_tip,
+        "main moved while the worker checked out"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.repo.path().join("landed1.txt")).unwrap(),
+        "landed 1\n",
+        "and the user's checkout with it"
+    );
+    go_tx.send(()).unwrap();
+    let ws = hang_guard(preparing).await.unwrap().unwrap();
+    // The worktree started from main as it was when its branch was made.
+    assert!(ws.path.join("src/lib.rs").exists());
+    assert!(!ws.path.join("landed1.txt").exists());
+
+    // Held inside the seal, before the branch moves.
+    std::fs::write(ws.path.join("src/new.rs"), "new\n").unwrap();
+    let sealing = tokio::spawn(worktrees.seal(ws.clone(), "t1: new".into()));
+    let (part, _inside_rx) = tokio::task::spawn_blocking(move || {
+        let part = inside_rx.recv().unwrap();
+        (part, inside_rx)
+    })
+    .await
+    .unwrap();
+    assert_eq!(part, Unlocked::Seal);
+    let landing = land(2);
+    let landed_tip = landing.1.clone();
+    hang_guard(queue_lands(landing)).await;
+    assert_eq!(
+        f.main_tip(),
+        landed_tip,
+        "main moved while the worker sealed"
+    );
+    go_tx.send(()).unwrap();
+    let work = hang_guard(sealing).await.unwrap().unwrap();
+    assert!(work.committed_for_agent);
+    let paths: Vec<&str> = work.files.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["src/new.rs"],
+        "the seal saw the worker's file, only it"
+    );
+    assert_eq!(f.branch_tip(&ws.branch), Some(work.head.clone()));
+    drop(go_tx);
+    worktrees
+        .release(ws.clone(), BranchFate::Delete)
+        .await
+        .unwrap();
+    assert!(!ws.path.exists());
+    assert_eq!(f.branch_tip(&ws.branch), None);
+}
+
+/// ADR-041: the seal borrows stat data from the worktree's index to hash only what changed;
+/// an edit that keeps a file's size, made right after the checkout (in the same clock tick
+/// as the index, as a fast agent would), is still seen, and so is one made after the
+/// agent's own `git add` refreshed the index.
+#[tokio::test]
+async fn the_seal_sees_same_size_edits_made_at_once_after_the_checkout() {
+    let f = fixture();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    // Same length as "pub fn a() {}\npub fn b() {}\n".
+    std::fs::write(ws.path.join("src/lib.rs"), "pub fn x() {}\npub fn y() {}\n").unwrap();
+    let work = f
+        .worktrees
+        .seal(ws.clone(), "t1: same size".into())
+        .await
+        .unwrap();
+    let paths: Vec<&str> = work.files.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["src/lib.rs"]);
+    let main = git2::Repository::open(f.repo.path()).unwrap();
+    assert_eq!(
+        blob_at(&main, &work.head, "src/lib.rs").as_deref(),
+        Some("pub fn x() {}\npub fn y() {}\n")
+    );
+
+    // The agent refreshes its index (as `git add` would), then edits again, same size.
+    let wt = git2::Repository::open(&ws.path).unwrap();
+    let mut index = wt.index().unwrap();
+    index.add_path(Path::new("tests/lib.rs")).unwrap();
+    index.write().unwrap();
+    std::fs::write(ws.path.join("tests/lib.rs"), "#[test]\nfn u() {}\n").unwrap();
+    let again = f
+        .worktrees
+        .seal(ws.clone(), "t1: again".into())
+        .await
+        .unwrap();
+    assert!(again.committed_for_agent);
+    assert_eq!(
+        blob_at(&main, &again.head, "tests/lib.rs").as_deref(),
+        Some("#[test]\nfn u() {}\n")
+    );
+}

@@ -219,6 +219,29 @@ pub trait MergeGit: Send + Sync + 'static {
     /// Deletes a landed task branch (a missing one is fine).
     fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>>;
 
+    /// Deletes a landed batch's branches in one step (missing ones are fine): what each
+    /// could not delete, with why. By default one by one through [`MergeGit::delete_branch`];
+    /// git's takes the repository's lock once for all of them.
+    fn delete_branches(
+        &self,
+        branches: Vec<String>,
+    ) -> BoxFuture<'static, Vec<(String, RepoError)>> {
+        let each: Vec<_> = branches
+            .into_iter()
+            .map(|branch| {
+                let deleting = self.delete_branch(branch.clone());
+                async move { deleting.await.err().map(|e| (branch, e)) }
+            })
+            .collect();
+        Box::pin(async move {
+            let mut failed = Vec::new();
+            for deleting in each {
+                failed.extend(deleting.await);
+            }
+            failed
+        })
+    }
+
     /// Called right after main moved from `old` to `new`, and with `old == new` when a
     /// queue starts: keeps the target repository's own checkout consistent (ADR-011). A
     /// checkout left on an older commit of main (a crash after main moved and before this

@@ -16,11 +16,45 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
         no_requests,
         memory_runs,
         json,
+        landing,
+        landing_files,
+        landing_tasks,
+        landing_workers,
+        landing_gate,
+        landing_repeat,
+        landing_dir,
     } = command
     else {
         unreachable!("run_bench is called for `flotilla bench` only");
     };
-    let scaling = parse_sizes(scaling).map_err(|e| {
+    if *landing {
+        let sizes = |flag: &'static str, what: &'static str, text: &str, example: &str| {
+            parse_sizes(flag, what, text).map_err(|e| {
+                CliError::wrap(ErrorKind::User, e).hint(format!("e.g. {flag} {example}"))
+            })
+        };
+        let options = super::bench_landing::LandingOptions {
+            files: sizes(
+                "--landing-files",
+                "files",
+                landing_files,
+                "1000,10000,50000",
+            )?,
+            tasks: sizes("--landing-tasks", "tasks", landing_tasks, "100,500")?,
+            workers: *landing_workers as usize,
+            gate: landing_gate.clone(),
+            repeat: *landing_repeat as usize,
+            dir: landing_dir
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("flotilla-bench-landing")),
+            json: *json,
+        };
+        let mut out = std::io::stdout().lock();
+        super::bench_landing::run(&options, &mut out)
+            .map_err(|e| CliError::internal("the landing bench failed").because(e))?;
+        return Ok(Exit::Ok);
+    }
+    let scaling = parse_sizes("--scaling", "tasks", scaling).map_err(|e| {
         CliError::wrap(ErrorKind::User, e)
             .hint("e.g. --scaling 1000,10000,50000, or --scaling none")
     })?;
@@ -40,16 +74,20 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
-/// A `--scaling` size that is no number of tasks.
+/// A size in a list flag (`--scaling`, `--landing-files`, `--landing-tasks`) that is no
+/// number from 1 to 1,000,000.
 #[derive(Debug, thiserror::Error)]
-#[error("--scaling: {part:?} is not a number of tasks from 1 to 1000000")]
+#[error("{flag}: {part:?} is not a number of {what} from 1 to 1000000")]
 pub struct BadSize {
+    flag: &'static str,
+    /// "tasks" or "files".
+    what: &'static str,
     /// The part as typed, escaped.
     part: String,
 }
 
 /// "1000,10000" → [1000, 10000]; "none" or "" → [].
-fn parse_sizes(text: &str) -> Result<Vec<usize>, BadSize> {
+fn parse_sizes(flag: &'static str, what: &'static str, text: &str) -> Result<Vec<usize>, BadSize> {
     let text = text.trim();
     if text.is_empty() || text == "none" {
         return Ok(Vec::new());
@@ -60,6 +98,8 @@ fn parse_sizes(text: &str) -> Result<Vec<usize>, BadSize> {
             match part.parse::<usize>() {
                 Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
                 _ => Err(BadSize {
+                    flag,
+                    what,
                     part: text_safety::terminal_safe(part).into_owned(),
                 }),
             }

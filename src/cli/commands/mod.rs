@@ -2,6 +2,7 @@
 //! `bench` and `demo` run outside the client's runtime and are called by `main` directly.
 
 pub mod bench;
+pub mod bench_landing;
 pub mod cancel;
 pub mod completions;
 pub mod config_check;

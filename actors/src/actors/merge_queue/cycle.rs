@@ -494,9 +494,16 @@ impl Cycle {
             }
         };
         // Branches go before the graph hears: a crash in between is healed by the restart's
-        // look for the intended commits on main, which comes before any build.
+        // look for the intended commits on main, which comes before any build. The whole
+        // batch's in one step (ADR-041).
+        let branches = items
+            .iter()
+            .flat_map(|q| landed_branches(&q.request))
+            .collect();
+        for (branch, e) in self.kit.git.delete_branches(branches).await {
+            warn!(run = %self.run, %branch, error = %e, "deleting a landed branch");
+        }
         for q in items {
-            self.delete_branches(&q.request).await;
             end.landed.push(q.enqueued.elapsed());
         }
         // Crash point: main moved and the branches are gone, the graph has not heard. A
@@ -616,11 +623,8 @@ impl Cycle {
 
     /// A landed branch goes, and with a conflict fix the branch it fixed.
     async fn delete_branches(&self, request: &LandRequest) {
-        self.delete_branches_of_attempt(request).await;
-        if let Some(FixOf::Conflict { branch, .. }) = &request.fix
-            && let Err(e) = self.kit.git.delete_branch(branch.clone()).await
-        {
-            warn!(run = %self.run, %branch, error = %e, "deleting a fixed branch");
+        for (branch, e) in self.kit.git.delete_branches(landed_branches(request)).await {
+            warn!(run = %self.run, %branch, error = %e, "deleting a landed branch");
         }
     }
 
@@ -629,6 +633,16 @@ impl Cycle {
             warn!(run = %self.run, branch = %request.branch, error = %e, "deleting a branch");
         }
     }
+}
+
+/// The branches that go once `request` landed: its own, and with a conflict fix the
+/// branch it fixed.
+fn landed_branches(request: &LandRequest) -> Vec<String> {
+    let mut branches = vec![request.branch.clone()];
+    if let Some(FixOf::Conflict { branch, .. }) = &request.fix {
+        branches.push(branch.clone());
+    }
+    branches
 }
 
 /// Why a gate did not pass.
