@@ -238,6 +238,10 @@ impl PreviousAttempt {
                 previous.links_outside = PathList::new(paths);
                 "it added links that point outside the repository (or hard links)".to_string()
             }
+            AttemptFailure::ChangesRequested { comments } => {
+                previous.review = Some(clean_head(&review_text(comments), true, MAX_REVIEW_BYTES));
+                "the reviewer asked for changes before this work may land".to_string()
+            }
             other => other.to_string(),
         };
         previous.reason = clean_head(&reason, true, MAX_REASON_BYTES);
@@ -313,6 +317,15 @@ impl PreviousAttempt {
             + self.findings.iter().map(String::len).sum::<usize>()
             + self.review.as_ref().map_or(0, String::len)
     }
+}
+
+/// A reviewer's comments as one text, one `- ` line each (ADR-038).
+fn review_text(comments: &[String]) -> String {
+    comments
+        .iter()
+        .map(|c| format!("- {c}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// At most the last `4 × MAX_TAIL_BYTES` bytes of `raw`, before cleaning: a 10 MB output is
@@ -411,7 +424,7 @@ fn head_raw(raw: &str, max: usize) -> &str {
 
 /// `raw` cleaned ([`clean`]) and cut to its first `max` bytes, `…` marking a cut (also
 /// one made before cleaning, whose text cleaning then shrank).
-fn clean_head(raw: &str, keep_newlines: bool, max: usize) -> String {
+pub(super) fn clean_head(raw: &str, keep_newlines: bool, max: usize) -> String {
     let part = head_raw(raw, max);
     let cleaned = clean(part, keep_newlines);
     let out = head(&cleaned, max);

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use flotilla_actors::actors::worker::review::Reviewer;
 use flotilla_actors::actors::{
     AgentSet, Dispatch, FixWriter, MergeKit, MergeQueue, Planner, Reconciler, ReconcilerKit,
     Subplanner, TaskGraph, WorkerKit, WorkerPool,
@@ -116,6 +117,14 @@ pub(super) fn start_run(
         notices: Some(daemon.notices.clone()),
         keep_failed: config.worktrees.keep_failed,
         transcripts: daemon.transcripts.clone(),
+        // Off unless `[reviewer] enabled` (ADR-038): then no work lands unreviewed.
+        reviewer: config.reviewer.enabled.then(|| {
+            Arc::new(Reviewer {
+                llm: llm.clone(),
+                system: prompts::for_role(Role::Reviewer, &config.prompts, &config.limits),
+                config: config.reviewer.clone(),
+            })
+        }),
     };
 
     // The TaskGraph's address is needed before the actor exists (its collaborators hold
