@@ -449,3 +449,51 @@ async fn through_the_daemon_only_approved_work_lands_and_tail_and_status_show_th
         "{story}"
     );
 }
+
+/// `config check` says whether the reviewer is on, refuses one with no model and no
+/// scenario to play it, and refuses bounds out of range, naming the key.
+#[test]
+fn config_check_tells_the_reviewer_on_and_refuses_what_cannot_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flotilla.toml");
+    let check = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        let out = assert_cmd::Command::cargo_bin("flotilla")
+            .unwrap()
+            .env("NO_COLOR", "1")
+            .args(["config", "check"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), said)
+    };
+    std::fs::write(dir.path().join("s.toml"), "").unwrap();
+    let scripted = "[provider]\nscenario = \"s.toml\"\n";
+    let (code, said) = check(scripted);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("reviewer off"), "{said}");
+    let (code, said) = check(&format!("{scripted}[reviewer]\nenabled = true\n"));
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("reviewer on"), "{said}");
+    let (code, said) = check(&format!(
+        "{scripted}[reviewer]\nenabled = true\nmax_calls = 0\n"
+    ));
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("reviewer.max_calls"), "{said}");
+
+    let models = "[providers.local]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+                  [roles]\nplanner = \"local/m\"\nsubplanner = \"local/m\"\nworker = \"local/m\"\n";
+    let (code, said) = check(&format!("{models}[reviewer]\nenabled = true\n"));
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("the reviewer role"), "{said}");
+    let (code, said) = check(&format!(
+        "{models}reviewer = \"local/m\"\n[reviewer]\nenabled = true\n"
+    ));
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("models for planner, subplanner, worker, reviewer"),
+        "{said}"
+    );
+}
