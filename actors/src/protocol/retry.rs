@@ -161,7 +161,8 @@ pub struct PreviousAttempt {
     links_outside: PathList,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     findings: Vec<String>,
-    /// A reviewer's comments, when a review sent the work back (issue 22, item 5).
+    /// A reviewer's comments, when a review sent the work back (ADR-038: from
+    /// `AttemptFailure::ChangesRequested`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     review: Option<String>,
 }
@@ -264,7 +265,8 @@ impl PreviousAttempt {
         previous
     }
 
-    /// The same, with a reviewer's comments (the reviewer of issue 22, item 5, fills it).
+    /// The same, with a reviewer's comments (`new` takes them from a
+    /// `ChangesRequested` failure; ADR-038).
     pub fn with_review(mut self, comments: &str) -> Self {
         self.review = Some(clean_head(comments, true, MAX_REVIEW_BYTES));
         self
