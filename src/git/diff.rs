@@ -65,3 +65,60 @@ pub fn patch_text(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(
+        repo: &git2::Repository,
+        files: &[(&str, &str)],
+        parent: Option<git2::Oid>,
+    ) -> git2::Oid {
+        let mut index = repo.index().unwrap();
+        for (path, text) in files {
+            let full = repo.workdir().unwrap().join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(&full, text).unwrap();
+            index.add_path(Path::new(path)).unwrap();
+        }
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@t").unwrap();
+        let parents: Vec<git2::Commit<'_>> = parent
+            .map(|p| repo.find_commit(p).unwrap())
+            .into_iter()
+            .collect();
+        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        repo.commit(None, &sig, &sig, "c", &tree, &parents).unwrap()
+    }
+
+    #[test]
+    fn whole_files_fit_and_the_ones_that_do_not_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let base = commit(&repo, &[("README.md", "hi\n")], None);
+        let big = "x\n".repeat(5_000);
+        let head = commit(
+            &repo,
+            &[
+                ("src/a.rs", "fn a() {}\n"),
+                ("src/big.rs", &big),
+                ("z.txt", "z\n"),
+            ],
+            Some(base),
+        );
+        let diff = patch_text(dir.path(), &base.to_string(), &head.to_string(), 1_000).unwrap();
+        assert!(diff.text.contains("+++ b/src/a.rs"), "{}", diff.text);
+        assert!(diff.text.contains("+fn a() {}"));
+        assert!(
+            diff.text.contains("+++ b/z.txt"),
+            "a later file that fits is shown"
+        );
+        assert_eq!(diff.left_out, ["src/big.rs"]);
+        assert!(diff.text.len() <= 1_000);
+        let all = patch_text(dir.path(), &base.to_string(), &head.to_string(), 1 << 20).unwrap();
+        assert!(all.left_out.is_empty());
+        assert!(patch_text(dir.path(), "nope", &head.to_string(), 10).is_err());
+    }
+}

@@ -537,6 +537,39 @@ mod tests {
     }
 
     #[test]
+    fn changes_requested_fill_the_review_slot_one_line_per_comment() {
+        let failure = AttemptFailure::ChangesRequested {
+            comments: vec!["name it parse".into(), "add a \u{1b}[31mtest".into()],
+        };
+        let p = PreviousAttempt::new(1, &failure, &[]);
+        assert_eq!(p.review(), Some("- name it parse\n- add a test"));
+        assert!(
+            p.reason().contains("reviewer asked for changes"),
+            "{}",
+            p.reason()
+        );
+        assert!(
+            !p.reason().contains("name it parse"),
+            "the comments are not in the reason"
+        );
+        let huge = AttemptFailure::ChangesRequested {
+            comments: vec!["c".repeat(100_000)],
+        };
+        let p = PreviousAttempt::new(1, &huge, &[]);
+        assert!(p.review().unwrap().len() <= MAX_REVIEW_BYTES);
+        let failed = AttemptFailure::ReviewFailed {
+            reason: "no usable verdict in 3 call(s)".into(),
+        };
+        let p = PreviousAttempt::new(1, &failed, &[]);
+        assert_eq!(p.review(), None);
+        assert!(
+            p.reason().contains("review could not be done"),
+            "{}",
+            p.reason()
+        );
+    }
+
+    #[test]
     fn crash_and_timeout_reasons_are_said() {
         let crash = AttemptFailure::Crashed {
             detail: "exit status 137".into(),
