@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use flotilla_actors::ports::LlmCall;
 use serde::{Deserialize, Serialize};
 
-use super::{PlannerFault, PlannerStep};
+use super::{PlannerFault, PlannerStep, ScriptedToolCall};
 
 /// A task's reviewer answers, attempt by attempt.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -38,10 +38,21 @@ pub struct ReviewStep {
     pub delay_ms: u64,
     #[serde(default)]
     pub fault: Option<PlannerFault>,
+    /// Read-only tools the reviewer calls in this answer (ADR-037's, at the sealed branch).
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptedToolCall>,
 }
 
 impl ReviewStep {
     fn into_step(self) -> PlannerStep {
+        if !self.tool_calls.is_empty() {
+            return PlannerStep {
+                content: self.content,
+                delay_ms: self.delay_ms,
+                tool_calls: self.tool_calls,
+                ..PlannerStep::default()
+            };
+        }
         let content = self.content.unwrap_or_else(|| {
             serde_json::json!({
                 "verdict": self.verdict.as_deref().unwrap_or("approve"),

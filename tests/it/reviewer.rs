@@ -42,6 +42,7 @@ fn start(scenario: &str, reviewer: Option<ReviewerConfig>) -> Pool {
             llm: llm.clone(),
             system: "review".into(),
             config,
+            reader: None,
         })
     });
     let addr = WorkerPool::new(RunId::generate(), kit, graph, Duration::from_secs(60)).start();
@@ -496,4 +497,108 @@ fn config_check_tells_the_reviewer_on_and_refuses_what_cannot_run() {
         said.contains("models for planner, subplanner, worker, reviewer"),
         "{said}"
     );
+}
+
+/// With a repository behind it, the reviewer may read the worker's sealed branch with the
+/// read-only tools (ADR-037's): the file it reads is the branch's, not main's; the tool
+/// rounds are capped, and past the cap it must answer without tools.
+#[actix::test]
+async fn the_reviewers_tools_read_the_sealed_branch_not_main() {
+    use flotilla::git::reader::GitRepo;
+    use flotilla::git::worktrees::GitWorktrees;
+
+    virtual_time();
+    let repo = git_repo();
+    {
+        let git = git2::Repository::open(repo.path()).unwrap();
+        commit_files(&git, &[("src/a.txt", "main text\n")], "main's a");
+    }
+    let scenario = Scenario::from_toml(
+        r#"
+[tasks.t1]
+writes = { "src/a.txt" = "the reviewed text\n" }
+
+[[reviewer.t1.attempts]]
+answers = [
+  { tool_calls = [{ name = "read_file", arguments = { path = "src/a.txt" } }] },
+  { tool_calls = [{ name = "grep", arguments = { pattern = "text" } }] },
+  { verdict = "approve" },
+]
+"#,
+    )
+    .unwrap();
+    let agent = Arc::new(ScriptedAgent::new(scenario.clone()));
+    let llm = Arc::new(ScriptedLlm::new(scenario));
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let state = tempfile::tempdir().unwrap();
+    let run = RunId::generate();
+    let mut kit = scratch_kit(agent, state.path());
+    kit.worktrees = Arc::new(GitWorktrees::new(
+        repo.path(),
+        run,
+        state.path().join("w"),
+        main_branch(),
+    ));
+    kit.reviewer = Some(Arc::new(Reviewer {
+        llm: llm.clone(),
+        system: "review".into(),
+        config: ReviewerConfig {
+            enabled: true,
+            max_tool_rounds: 1,
+            ..ReviewerConfig::default()
+        },
+        reader: Some(Arc::new(GitRepo::new(repo.path(), main_branch()))),
+    }));
+    let addr = WorkerPool::new(run, kit, graph, Duration::from_secs(60)).start();
+    let ToAgent::Assign(mut assignment) = assign(1, None) else {
+        unreachable!()
+    };
+    assignment.run = run;
+    assignment.branch = branch_name(run, &task("t1"), 1);
+    addr.do_send(ToAgent::Assign(assignment));
+    let messages = until_report(&mut inbox).await;
+    assert_eq!(
+        names(&messages),
+        ["TaskStarted", "Reviewed", "TaskCompleted"],
+        "{messages:?}"
+    );
+
+    let asked = llm.requests();
+    assert_eq!(asked.len(), 3, "one tool round, then answers only");
+    assert!(
+        asked[0].tools.iter().any(|t| t.name == "read_file")
+            && asked[0]
+                .tools
+                .iter()
+                .all(|t| !t.description.contains("main's tip")),
+        "{:?}",
+        asked[0].tools
+    );
+    let read = asked[1]
+        .messages
+        .iter()
+        .find(|m| m.role == flotilla_actors::ports::ChatRole::Tool)
+        .expect("the tool's result is in the next request");
+    assert!(
+        read.content.contains("the reviewed text"),
+        "{}",
+        read.content
+    );
+    assert!(!read.content.contains("main text"), "{}", read.content);
+    assert!(
+        asked[1].tools.is_empty(),
+        "past the cap no tools are offered"
+    );
+    assert!(
+        asked[1]
+            .messages
+            .iter()
+            .any(|m| m.content.contains("No more tool rounds")),
+    );
+    // The second scripted answer asked for tools that were not offered: an unusable
+    // answer, asked again; the third approves.
+    let ToTaskGraph::Reviewed { calls, .. } = &messages[1] else {
+        unreachable!()
+    };
+    assert_eq!(*calls, 3);
 }

@@ -103,6 +103,7 @@ pub(super) fn start_run(
         .compile()
         .map_err(StartError::Checks)?
         .protecting(config.protected_paths(entry_repo));
+    let repo = Arc::new(GitRepo::new(entry_repo.to_path_buf(), target.clone()));
     let run_dir = daemon.worktrees.join(run.to_string());
     let kit = WorkerKit {
         agents,
@@ -123,6 +124,8 @@ pub(super) fn start_run(
                 llm: llm.clone(),
                 system: prompts::for_role(Role::Reviewer, &config.prompts, &config.limits),
                 config: config.reviewer.clone(),
+                // Its tools read the sealed branch's commit in the same repository.
+                reader: Some(repo.clone()),
             })
         }),
     };
@@ -151,7 +154,6 @@ pub(super) fn start_run(
     })
     .watched(lifeline(Member::Workers))
     .start_on(thread);
-    let repo = Arc::new(GitRepo::new(entry_repo.to_path_buf(), target.clone()));
     let subplanner = Subplanner::new(
         run,
         prompts::for_role(Role::Subplanner, &config.prompts, &config.limits),

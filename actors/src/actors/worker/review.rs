@@ -19,8 +19,11 @@ use tokio_util::sync::CancellationToken;
 use actix::Recipient;
 
 use crate::llm::output::parse_json_answer;
+use crate::llm::read_tools::{ReadTools, specs};
+use crate::llm::tool_loop::MAX_CALLS_PER_ROUND;
 use crate::ports::{
-    AgentReport, ChatMessage, DiffText, Llm, LlmCall, LlmError, LlmRequest, Workspace, Worktrees,
+    AgentReport, ChatMessage, DiffText, Llm, LlmCall, LlmError, LlmRequest, RepoReader, ToolSpec,
+    Workspace, Worktrees,
 };
 use crate::protocol::{
     AttemptFailure, BranchWork, Budget, Handoff, HandoffStatus, ReviewComments, ReviewVerdict,
@@ -44,6 +47,11 @@ pub struct ReviewerConfig {
     pub max_answer_bytes: usize,
     /// The most output tokens a call may produce.
     pub max_output_tokens: u32,
+    /// Rounds of read-only tools (ADR-037's, at the sealed branch's head) one review may
+    /// run before it must answer; 0: no tools are offered.
+    pub max_tool_rounds: u32,
+    /// The most bytes of one tool's result.
+    pub max_tool_result_bytes: usize,
 }
 
 impl Default for ReviewerConfig {
@@ -55,6 +63,8 @@ impl Default for ReviewerConfig {
             max_calls: 3,
             max_answer_bytes: 64 * 1024,
             max_output_tokens: 2_048,
+            max_tool_rounds: 3,
+            max_tool_result_bytes: 8 * 1024,
         }
     }
 }
@@ -75,6 +85,10 @@ pub enum ReviewerConfigError {
     AnswerBytes,
     #[error("reviewer.max_output_tokens must be at least 64")]
     OutputTokens,
+    #[error("reviewer.max_tool_rounds must be at most {MAX_CALLS}")]
+    ToolRounds,
+    #[error("reviewer.max_tool_result_bytes must be from 1024 to 65536")]
+    ToolResultBytes,
 }
 
 impl ReviewerConfig {
@@ -94,16 +108,24 @@ impl ReviewerConfig {
         if self.max_output_tokens < 64 {
             return Err(ReviewerConfigError::OutputTokens);
         }
+        if self.max_tool_rounds > MAX_CALLS {
+            return Err(ReviewerConfigError::ToolRounds);
+        }
+        if !(1024..=64 * 1024).contains(&self.max_tool_result_bytes) {
+            return Err(ReviewerConfigError::ToolResultBytes);
+        }
         Ok(())
     }
 }
 
-/// A run's reviewer: the `reviewer` role's model, its system prompt, its bounds.
+/// A run's reviewer: the `reviewer` role's model, its system prompt, its bounds, and the
+/// repository its read-only tools read (none: no tools).
 #[derive(Clone)]
 pub struct Reviewer {
     pub llm: Arc<dyn Llm>,
     pub system: String,
     pub config: ReviewerConfig,
+    pub reader: Option<Arc<dyn RepoReader>>,
 }
 
 /// What one review reads.
@@ -113,6 +135,8 @@ pub struct ReviewInput<'a> {
     pub spec: &'a TaskSpec,
     pub handoff: &'a Handoff,
     pub diff: &'a DiffText,
+    /// The sealed branch's head commit: what the tools read (empty: no commit to read).
+    pub head: &'a str,
 }
 
 /// What one review came to: the verdict, the calls it took and what they cost.
@@ -260,27 +284,53 @@ impl Reviewer {
             ChatMessage::system(self.system.clone()),
             ChatMessage::user(request_text(&input, diff_bytes)),
         ];
+        // The tools read the sealed branch's head: what would land, not main.
+        let tools = match (&self.reader, config.max_tool_rounds) {
+            (Some(reader), 1..) if !input.head.is_empty() => Some(ReadTools::new(
+                reader.clone(),
+                input.head.to_string(),
+                config.max_tool_result_bytes,
+            )),
+            _ => None,
+        };
         let mut usage = Usage::default();
         let mut last_problem = String::from("no call was made");
-        let mut calls = 0u32;
-        while calls < config.max_calls {
-            let turn = calls;
-            calls = calls.saturating_add(1);
+        // `requests`: every model call (the scripted provider's turn); `answers`: those
+        // that had to give a verdict (bounded by `max_calls`); tool rounds have their own cap.
+        let (mut requests, mut answers, mut rounds) = (0u32, 0u32, 0u32);
+        while answers < config.max_calls {
+            let offer = tools.is_some() && rounds < config.max_tool_rounds;
             let mut request =
                 LlmRequest::chat(Role::Reviewer, messages.clone()).json_schema(answer_schema());
+            if offer {
+                request = request.with_tools(review_tool_specs());
+            }
             request.max_output_tokens = Some(config.max_output_tokens);
             let call = LlmCall::new(cancel.clone())
                 .for_task(input.task.clone())
                 .for_attempt(input.attempt)
-                .in_turn(turn);
-            match self.llm.complete(request, call).await {
-                Ok(response) => {
+                .in_turn(requests);
+            requests = requests.saturating_add(1);
+            let result = self.llm.complete(request, call).await;
+            match (result, &tools) {
+                (Ok(response), Some(tools)) if offer && !response.tool_calls.is_empty() => {
+                    usage = usage.saturating_add(&response.usage);
+                    rounds = rounds.saturating_add(1);
+                    run_round(tools, &response.content, response.tool_calls, &mut messages).await;
+                    if rounds >= config.max_tool_rounds {
+                        messages.push(ChatMessage::user(
+                            "No more tool rounds: answer now with the JSON verdict.",
+                        ));
+                    }
+                }
+                (Ok(response), _) => {
+                    answers = answers.saturating_add(1);
                     usage = usage.saturating_add(&response.usage);
                     match parse_answer(&response.content, config) {
                         Ok(verdict) => {
                             return ReviewOutcome {
                                 verdict,
-                                calls,
+                                calls: requests,
                                 usage,
                             };
                         }
@@ -300,29 +350,71 @@ impl Reviewer {
                         }
                     }
                 }
-                Err(LlmError::Cancelled) => {
+                (Err(LlmError::Cancelled), _) => {
                     last_problem = LlmError::Cancelled.to_string();
                     break;
                 }
-                Err(LlmError::ContextTooLong { .. }) if diff_bytes > 1024 => {
-                    // A smaller diff may fit: the same request would be refused again.
+                (Err(LlmError::ContextTooLong { .. }), _) if diff_bytes > 1024 => {
+                    // A smaller request may fit: the same one would be refused again. The
+                    // tool rounds go too (their results are what grew it).
+                    answers = answers.saturating_add(1);
                     diff_bytes /= 2;
                     messages.truncate(1);
                     messages.push(ChatMessage::user(request_text(&input, diff_bytes)));
+                    rounds = config.max_tool_rounds;
                     last_problem = format!(
                         "the request was too long for the model's context even with {diff_bytes} bytes of diff"
                     );
                 }
-                Err(e) => last_problem = e.to_string(),
+                (Err(e), _) => {
+                    answers = answers.saturating_add(1);
+                    last_problem = e.to_string();
+                }
             }
         }
         ReviewOutcome {
             verdict: ReviewVerdict::failed(&format!(
-                "no usable verdict in {calls} call(s): {last_problem}"
+                "no usable verdict in {answers} call(s): {last_problem}"
             )),
-            calls,
+            calls: requests,
             usage,
         }
+    }
+}
+
+/// The planners' read-only tools (ADR-037), described as what they read for a reviewer:
+/// the worker's sealed branch.
+fn review_tool_specs() -> Vec<ToolSpec> {
+    specs()
+        .into_iter()
+        .map(|mut spec| {
+            spec.description = spec
+                .description
+                .replace("main's tip", "the worker's sealed branch");
+            spec
+        })
+        .collect()
+}
+
+/// One tool round: the model's turn (its words cut short) and every call's result, at most
+/// [`MAX_CALLS_PER_ROUND`] run (the others answered "not run": each call needs a result).
+async fn run_round(
+    tools: &ReadTools,
+    words: &str,
+    calls: Vec<crate::ports::ToolCall>,
+    messages: &mut Vec<ChatMessage>,
+) {
+    messages.push(ChatMessage::assistant_calls(
+        head(words, MAX_EXCERPT_BYTES),
+        calls.clone(),
+    ));
+    for (i, call) in calls.iter().enumerate() {
+        let result = if i < MAX_CALLS_PER_ROUND {
+            tools.run(call).await
+        } else {
+            format!("not run: at most {MAX_CALLS_PER_ROUND} tool calls a round")
+        };
+        messages.push(ChatMessage::tool_result(call.id.clone(), result));
     }
 }
 
@@ -373,6 +465,7 @@ impl ReviewStep {
                     spec: &self.spec,
                     handoff,
                     diff: &diff,
+                    head: &work.head,
                 };
                 self.reviewer.review(input, self.cancel.clone()).await
             }
@@ -481,6 +574,7 @@ mod tests {
             spec: &spec,
             handoff: &handoff,
             diff: &diff,
+            head: "",
         };
         let text = request_text(&input, 200);
         assert!(text.contains("## Task t1 (attempt 2)"));
