@@ -449,6 +449,17 @@ async fn through_the_daemon_only_approved_work_lands_and_tail_and_status_show_th
         story.contains("comment: src/a.txt says b; it must say a"),
         "{story}"
     );
+    // The attempt's transcript notes the verdict too (`flotilla log`).
+    let out = flotilla(daemon.state_dir())
+        .args(["log", prefix, "t1", "--attempt", "1"])
+        .assert()
+        .success();
+    let log = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(
+        log.contains("review (1 call(s)): changes requested"),
+        "{log}"
+    );
+    assert!(log.contains("- src/a.txt says b; it must say a"), "{log}");
 }
 
 /// `config check` says whether the reviewer is on, refuses one with no model and no

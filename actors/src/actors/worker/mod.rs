@@ -514,6 +514,7 @@ impl Worker {
             task: self.task.clone(),
             attempt: self.attempt,
             cancel: self.cancel.clone(),
+            transcript: self.transcript.clone(),
         })
     }
 

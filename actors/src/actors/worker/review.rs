@@ -23,7 +23,7 @@ use crate::llm::read_tools::{ReadTools, specs};
 use crate::llm::tool_loop::MAX_CALLS_PER_ROUND;
 use crate::ports::{
     AgentReport, ChatMessage, DiffText, Llm, LlmCall, LlmError, LlmRequest, RepoReader, ToolSpec,
-    Workspace, Worktrees,
+    TranscriptKind, TranscriptSink, Workspace, Worktrees,
 };
 use crate::protocol::{
     AttemptFailure, BranchWork, Budget, Handoff, HandoffStatus, ReviewComments, ReviewVerdict,
@@ -446,6 +446,8 @@ pub(super) struct ReviewStep {
     pub task: TaskId,
     pub attempt: u32,
     pub cancel: CancellationToken,
+    /// The attempt's transcript: the verdict is a note in it (`flotilla log`).
+    pub transcript: TranscriptSink,
 }
 
 impl ReviewStep {
@@ -479,6 +481,20 @@ impl ReviewStep {
             // Called off or out of time: the attempt's end says so, not a verdict.
             return Err(AttemptFailure::Cancelled);
         }
+        let mut note = format!(
+            "review ({} call(s)): {}",
+            outcome.calls,
+            outcome.verdict.words()
+        );
+        match &outcome.verdict {
+            ReviewVerdict::Failed { reason } => note.push_str(&format!(": {reason}")),
+            verdict => {
+                for comment in verdict.comments() {
+                    note.push_str(&format!("\n- {comment}"));
+                }
+            }
+        }
+        self.transcript.record(TranscriptKind::Step, &note);
         let spent = outcome.usage.spent();
         if spent != Budget::default() {
             self.graph.do_send(ToTaskGraph::SpendReported {
