@@ -119,6 +119,7 @@ mod tests {
             spent: Budget::default(),
             summary: None,
             failure: None,
+            review: None,
         };
         GraphSnapshot {
             tasks: vec![

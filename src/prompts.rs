@@ -15,7 +15,7 @@ use flotilla_actors::protocol::Role;
 use crate::sandbox::AgentSandbox;
 
 /// The built-in prompts: (role, file name, text).
-pub const BUILT_IN: [(Role, &str, &str); 4] = [
+pub const BUILT_IN: [(Role, &str, &str); 5] = [
     (
         Role::Planner,
         "root-planner.md",
@@ -35,6 +35,11 @@ pub const BUILT_IN: [(Role, &str, &str); 4] = [
         Role::Reconciler,
         "reconciler.md",
         include_str!("../prompts/reconciler.md"),
+    ),
+    (
+        Role::Reviewer,
+        "reviewer.md",
+        include_str!("../prompts/reviewer.md"),
     ),
 ];
 
@@ -366,6 +371,15 @@ mod tests {
                         assert_eq!(kept.len(), tasks.len());
                         assert!(kept.len() <= limits.max_subtasks);
                         accepted(&mut RunGraph::new(limits.clone()), file, tasks);
+                    }
+                    Role::Reviewer => {
+                        // Read as the reviewer reads its model's answer (ADR-038).
+                        let config =
+                            flotilla_actors::actors::worker::review::ReviewerConfig::default();
+                        let verdict =
+                            flotilla_actors::actors::worker::review::parse_answer(example, &config)
+                                .unwrap_or_else(|e| panic!("{file}: the example answer: {e}"));
+                        assert!(!verdict.comments().is_empty());
                     }
                     Role::Worker => {
                         let handoff: FinishArgs = parse_json_answer(example, 256 * 1024)

@@ -31,8 +31,11 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::agents::task_text;
+
+mod review;
 use crate::confine::{Access, confine, open_confined};
 use crate::text_file::TomlProblem;
+pub use review::{ReviewStep, ReviewerAttempt, ReviewerScript};
 
 /// A whole scenario: what the planner answers, and what each task's agent does.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -49,6 +52,11 @@ pub struct Scenario {
     /// agent's model answers, call by call (tool calls or text); past the list, nothing.
     #[serde(default)]
     pub worker: BTreeMap<String, PlannerScript>,
+    /// The `reviewer` role's answers (ADR-038), per task id and attempt
+    /// (`[[reviewer.t1.attempts]]`, each with its `answers`): an attempt's n-th review call
+    /// gets its n-th answer; past the lists (and for tasks not listed), "approve".
+    #[serde(default)]
+    pub reviewer: BTreeMap<String, ReviewerScript>,
     /// What every task not listed under `tasks` does.
     #[serde(default)]
     pub agent: AgentStep,
@@ -288,7 +296,8 @@ impl Scenario {
     }
 
     pub fn check(&self) -> Result<(), ScenarioError> {
-        for key in self.subplanner.keys().chain(self.worker.keys()) {
+        let keys = self.subplanner.keys().chain(self.worker.keys());
+        for key in keys.chain(self.reviewer.keys()) {
             key.parse::<TaskId>()
                 .map_err(|_| ScenarioError::BadTaskKey(key.clone()))?;
         }
@@ -382,6 +391,7 @@ impl Llm for ScriptedLlm {
                         ..PlannerStep::default()
                     }),
             ),
+            Role::Reviewer => Some(review::answer(&self.scenario.reviewer, &call_context, call)),
             _ => None,
         }
         .unwrap_or_default();

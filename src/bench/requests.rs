@@ -137,6 +137,7 @@ pub fn planner_run(workers: usize) -> Result<RequestSizes, RequestsError> {
             notices: None,
             keep_failed: false,
             transcripts: flotilla_actors::ports::Transcripts::none(),
+            reviewer: None,
         };
         let pool = WorkerPool::new(
             run,

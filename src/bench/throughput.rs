@@ -197,6 +197,7 @@ async fn measure(config: Throughput) -> Result<ThroughputResult, ThroughputError
         notices: None,
         keep_failed: false,
         transcripts: flotilla_actors::ports::Transcripts::none(),
+        reviewer: None,
     };
     let workers = WorkerPool::new(
         run,

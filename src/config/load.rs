@@ -71,6 +71,7 @@ impl RunConfig {
             worktrees: file.worktrees,
             merge: file.merge,
             reconciler: file.reconciler,
+            reviewer: file.reviewer,
             agents: file.agents,
             workers: file.workers,
             scenario,

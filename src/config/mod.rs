@@ -11,6 +11,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use flotilla_actors::actors::worker::check::{ChecksConfig, ChecksConfigError};
+use flotilla_actors::actors::worker::review::{ReviewerConfig, ReviewerConfigError};
 use flotilla_actors::actors::{
     MergeConfig, MergeConfigError, PlannerConfig, PlannerConfigError, ReconcilerConfig,
     ReconcilerConfigError, SubplannerConfig, SubplannerConfigError, WorkerProfile,
@@ -58,6 +59,9 @@ pub struct FileConfig {
     /// The Reconciler's sweeps of main: commands and intervals (ADR-011).
     #[serde(default)]
     pub reconciler: ReconcilerConfig,
+    /// The reviewer before landing (ADR-038): off unless `enabled`.
+    #[serde(default)]
+    pub reviewer: ReviewerConfig,
     /// External agent CLIs, by name (`[agents.claude]`): a worker profile names one with
     /// `agent = "claude"`.
     #[serde(default)]
@@ -128,6 +132,8 @@ pub struct RunConfig {
     #[serde(default)]
     pub reconciler: ReconcilerConfig,
     #[serde(default)]
+    pub reviewer: ReviewerConfig,
+    #[serde(default)]
     pub agents: BTreeMap<String, CommandAgentConfig>,
     #[serde(default)]
     pub workers: Vec<WorkerProfile>,
@@ -184,6 +190,8 @@ pub enum RunConfigError {
     TargetBranch(#[from] TargetBranchError),
     #[error("impossible reconciler settings: {0}")]
     Reconciler(#[from] ReconcilerConfigError),
+    #[error("impossible reviewer settings: {0}")]
+    Reviewer(#[from] ReviewerConfigError),
     #[error(
         "worker profile {profile:?} names agent {agent:?}: the agents are \"scripted\", \"builtin\" and the [agents.NAME] tables"
     )]
@@ -338,6 +346,7 @@ impl RunConfig {
             TargetBranch::new(branch)?;
         }
         self.reconciler.validate()?;
+        self.reviewer.validate()?;
         self.sandbox.validate()?;
         self.notify.validate()?;
         for (name, agent) in &self.agents {
@@ -467,6 +476,9 @@ impl RunConfig {
         }
         if roles.subplanner.is_none() {
             return Some("the subplanner role".into());
+        }
+        if self.reviewer.enabled && roles.reviewer.is_none() {
+            return Some("the reviewer role ([reviewer] enabled)".into());
         }
         self.profiles().into_iter().find_map(|profile| {
             let scripted = match profile.agent.as_deref() {

@@ -10,6 +10,7 @@
 
 pub mod checkout;
 pub mod conflict_fix;
+pub mod diff;
 pub mod index_lock;
 pub mod leftovers;
 pub mod merge;

@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use flotilla_actors::ports::{
-    BranchFate, RepoError, SweepKeep, Swept, Workspace, WorktreeRequest, WorktreeStart, Worktrees,
+    BranchFate, DiffText, RepoError, SweepKeep, Swept, Workspace, WorktreeRequest, WorktreeStart,
+    Worktrees,
 };
 use flotilla_actors::protocol::{
     BranchWork, ChangeKind, FileChange, RunId, TaskId, branch_name, branch_prefix,
@@ -784,6 +785,24 @@ impl Worktrees for GitWorktrees {
         subject: String,
     ) -> BoxFuture<'static, Result<BranchWork, RepoError>> {
         self.blocking(move |place| seal(place, &workspace, &subject))
+    }
+
+    /// Reads objects only: no repository lock (the seal made them; nothing rewrites them).
+    fn diff(
+        &self,
+        _workspace: &Workspace,
+        work: &BranchWork,
+        max_bytes: usize,
+    ) -> BoxFuture<'static, Result<DiffText, RepoError>> {
+        let repo = self.repo.clone();
+        let (base, head) = (work.base.clone(), work.head.clone());
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                super::diff::patch_text(&repo, &base, &head, max_bytes)
+            })
+            .await
+            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+        })
     }
 
     fn release(

@@ -134,6 +134,9 @@ pub struct RoleModels {
     pub worker: Option<ModelList>,
     #[serde(default)]
     pub reconciler: Option<ModelList>,
+    /// Reads each attempt's sealed work before it lands, when `[reviewer] enabled`.
+    #[serde(default)]
+    pub reviewer: Option<ModelList>,
 }
 
 impl RoleModels {
@@ -143,6 +146,7 @@ impl RoleModels {
             Role::Subplanner => self.subplanner.as_ref(),
             Role::Worker => self.worker.as_ref(),
             Role::Reconciler => self.reconciler.as_ref(),
+            Role::Reviewer => self.reviewer.as_ref(),
         }
     }
 }

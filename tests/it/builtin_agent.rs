@@ -91,6 +91,7 @@ fn start_with(
         notices,
         keep_failed: false,
         transcripts: flotilla_actors::ports::Transcripts::none(),
+        reviewer: None,
     };
     let (graph, inbox) = probe::<ToTaskGraph>("task graph");
     let pool = WorkerPool::new(run, kit, graph, Duration::from_secs(60)).start();

@@ -200,6 +200,7 @@ fn init_fills_the_gate_and_sweeps_from_the_project_type_and_the_file_loads() {
             "# [agents.claude]",
             "# [agents.codex]",
             "# [agents.aider]",
+            "# [reviewer]",
             "run_budget = ",
         ] {
             assert!(text.contains(block), "{marker}: no {block}");
@@ -231,6 +232,7 @@ fn every_commented_block_of_init_is_valid_when_uncommented() {
     assert!(config.models.roles.worker.is_some());
     assert_eq!(config.workers.len(), 2);
     assert!(config.notify.desktop && config.notify.webhook.is_some());
+    assert!(config.reviewer.enabled && config.models.roles.reviewer.is_some());
 }
 
 #[test]

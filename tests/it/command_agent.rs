@@ -116,6 +116,7 @@ fn start_with(
         notices,
         keep_failed: false,
         transcripts: flotilla_actors::ports::Transcripts::none(),
+        reviewer: None,
     };
     let (graph, inbox) = probe::<ToTaskGraph>("task graph");
     let pool = WorkerPool::new(run, kit, graph, PATIENCE).start();

@@ -1211,6 +1211,7 @@ fn view(id: &str, state: TaskState, scope: &[&str]) -> TaskView {
         spent: Budget::default(),
         summary: None,
         failure: None,
+        review: None,
     }
 }
 

@@ -17,5 +17,6 @@ pub fn scratch_kit(
         notices: None,
         keep_failed: false,
         transcripts: flotilla_actors::ports::Transcripts::none(),
+        reviewer: None,
     }
 }

@@ -10,8 +10,8 @@ use petgraph::graph::NodeIndex;
 
 use super::{AGENT_AT_WORK, Emitted, GraphError, RunGraph};
 use crate::protocol::{
-    AttemptFailure, Budget, EventKind, FailureReason, Finding, HandoffStatus, Route, TaskCompleted,
-    TaskId, TaskState,
+    AttemptFailure, Budget, EventKind, FailureReason, Finding, HandoffStatus, ReviewVerdict, Route,
+    TaskCompleted, TaskId, TaskState, Usage,
 };
 
 impl RunGraph {
@@ -277,6 +277,36 @@ impl RunGraph {
         }
         self.settle(&mut out, VecDeque::from([ix]))?;
         self.check_run_budget(&mut out)?;
+        Ok(out)
+    }
+
+    /// The reviewer's verdict on the attempt's sealed work (ADR-038): journaled, nothing
+    /// else. The attempt's own report (completion or failure) follows it.
+    pub fn reviewed(
+        &mut self,
+        task: &TaskId,
+        attempt: u32,
+        review: ReviewVerdict,
+        calls: u32,
+        usage: Usage,
+    ) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        if self
+            .current(&mut out, task, attempt, "Reviewed", AGENT_AT_WORK)
+            .is_none()
+        {
+            return Ok(out);
+        }
+        self.emit(
+            &mut out,
+            EventKind::ReviewVerdict {
+                task: task.clone(),
+                attempt,
+                review,
+                calls,
+                usage,
+            },
+        )?;
         Ok(out)
     }
 

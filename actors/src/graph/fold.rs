@@ -11,7 +11,8 @@ use super::{Emitted, GraphError, RunGraph, TaskNode, fingerprint, is_open};
 use crate::config::Limits;
 use crate::protocol::ScopePath;
 use crate::protocol::{
-    Budget, EventKind, FixOf, PreviousAttempt, StopCondition, TaskId, TaskSpec, TaskState,
+    Budget, EventKind, FixOf, LastReview, PreviousAttempt, StopCondition, TaskId, TaskSpec,
+    TaskState,
 };
 
 /// Intended commits kept per `Landing` task (each rebuild of its batch journals one).
@@ -291,6 +292,18 @@ impl RunGraph {
                 let previous = PreviousAttempt::new(*attempt, failure, findings);
                 self.dag[ix].previous = Some(Arc::new(previous));
             }
+            EventKind::ReviewVerdict {
+                task,
+                attempt,
+                review,
+                ..
+            } => {
+                let ix = self.ix_at(task, *attempt)?;
+                self.dag[ix].last_review = Some(LastReview {
+                    attempt: *attempt,
+                    mark: review.mark(),
+                });
+            }
             EventKind::TaskCompleted {
                 task,
                 attempt,
@@ -502,6 +515,7 @@ impl RunGraph {
             artifacts: Vec::new(),
             failure: None,
             previous: None,
+            last_review: None,
             fingerprint,
         };
         let ix = self.dag.add_node(node);

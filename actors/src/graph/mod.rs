@@ -47,8 +47,8 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use crate::config::Limits;
 use crate::protocol::ScopePath;
 use crate::protocol::{
-    ArtifactRef, Budget, EventKind, FailureReason, FixOf, Handoff, PreviousAttempt, RunOutcome,
-    StopCondition, TaskId, TaskSpec, TaskState,
+    ArtifactRef, Budget, EventKind, FailureReason, FixOf, Handoff, LastReview, PreviousAttempt,
+    RunOutcome, StopCondition, TaskId, TaskSpec, TaskState,
 };
 pub use validate::{Fingerprint, fingerprint};
 
@@ -121,6 +121,8 @@ pub struct TaskNode {
     pub failure: Option<Box<FailureReason>>,
     /// Why the last failed attempt failed, for the next attempt's agent (ADR-031).
     pub previous: Option<Arc<PreviousAttempt>>,
+    /// The reviewer's last verdict (ADR-038), for status.
+    pub last_review: Option<LastReview>,
     fingerprint: Fingerprint,
 }
 

@@ -136,6 +136,7 @@ impl RunGraph {
                         spent: n.spent,
                         summary: n.handoff.as_ref().map(|h| h.summary.clone()),
                         failure: n.failure.as_deref().cloned(),
+                        review: n.last_review,
                     }
                 })
                 .collect(),

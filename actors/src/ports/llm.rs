@@ -232,6 +232,9 @@ pub struct LlmCall {
     /// The call's tool round within its turn (0 for the first request of the turn), when
     /// the caller runs tools (ADR-037): a scripted provider answers round by round.
     pub round: Option<u32>,
+    /// The task's attempt the call works for, when it works for one (the reviewer's:
+    /// the scripted provider answers by it).
+    pub attempt: Option<u32>,
     progress: Option<Arc<dyn Fn(LlmProgress) + Send + Sync>>,
     pause: Option<Arc<dyn Fn(LlmPause) + Send + Sync>>,
 }
@@ -243,6 +246,7 @@ impl LlmCall {
             task: None,
             turn: None,
             round: None,
+            attempt: None,
             progress: None,
             pause: None,
         }
@@ -262,6 +266,11 @@ impl LlmCall {
 
     pub fn for_task(mut self, task: TaskId) -> Self {
         self.task = Some(task);
+        self
+    }
+
+    pub fn for_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = Some(attempt);
         self
     }
 

@@ -189,6 +189,15 @@ pub struct Swept {
     pub branches: Vec<String>,
 }
 
+/// What a branch changed, as patch text for a reader (the reviewer, ADR-038): whole files'
+/// patches of `git diff base head`, at most the bytes asked for; the files whose patch did
+/// not fit are named in `left_out`, so a cut is always said.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiffText {
+    pub text: String,
+    pub left_out: Vec<String>,
+}
+
 /// One run's attempt worktrees in the target repository. Implementations serialize what
 /// they change in the repository's `.git` and do git work on blocking threads.
 pub trait Worktrees: Send + Sync + 'static {
@@ -205,6 +214,24 @@ pub trait Worktrees: Send + Sync + 'static {
         workspace: Workspace,
         subject: String,
     ) -> BoxFuture<'static, Result<BranchWork, RepoError>>;
+    /// The patch text of what `work` (a seal of `workspace`) changed, at most `max_bytes`
+    /// (see [`DiffText`]). A port that keeps no file text (a benchmark's) shows none and
+    /// names every file as left out.
+    fn diff(
+        &self,
+        workspace: &Workspace,
+        work: &BranchWork,
+        max_bytes: usize,
+    ) -> BoxFuture<'static, Result<DiffText, RepoError>> {
+        let _ = (workspace, max_bytes);
+        let left_out = work.files.iter().map(|f| f.path.clone()).collect();
+        Box::pin(async move {
+            Ok(DiffText {
+                text: String::new(),
+                left_out,
+            })
+        })
+    }
     /// Removes the worktree; the branch stays or goes by `fate`.
     fn release(
         &self,
@@ -346,6 +373,42 @@ impl Worktrees for ScratchWorktrees {
                 committed_for_agent: false,
                 links_outside: Vec::new(),
             })
+        })
+    }
+
+    /// Every file in the directory, as a new file's patch, whole files while they fit.
+    fn diff(
+        &self,
+        workspace: &Workspace,
+        _work: &BranchWork,
+        max_bytes: usize,
+    ) -> BoxFuture<'static, Result<DiffText, RepoError>> {
+        let root = workspace.path.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let mut diff = DiffText::default();
+                for file in scratch_files(&root)? {
+                    let text = std::fs::read(root.join(&file.path)).map_err(io)?;
+                    let text = String::from_utf8_lossy(&text);
+                    let mut patch = format!(
+                        "diff --git a/{0} b/{0}\nnew file\n--- /dev/null\n+++ b/{0}\n",
+                        file.path
+                    );
+                    for line in text.lines() {
+                        patch.push('+');
+                        patch.push_str(line);
+                        patch.push('\n');
+                    }
+                    if diff.text.len().saturating_add(patch.len()) <= max_bytes {
+                        diff.text.push_str(&patch);
+                    } else {
+                        diff.left_out.push(file.path);
+                    }
+                }
+                Ok(diff)
+            })
+            .await
+            .map_err(|e| RepoError::Git(e.to_string()))?
         })
     }
 

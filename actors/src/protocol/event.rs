@@ -10,6 +10,7 @@ use super::failure::{AttemptFailure, FailureReason};
 use super::handoff::{ArtifactRef, Finding, Handoff, Usage};
 use super::ids::{RunId, TaskId};
 use super::merge::{CheckoutSync, FixOf, IntendedLanding, SweepReport};
+use super::review::ReviewVerdict;
 use super::subplan::{DecompositionReason, RejectionReason, StopCondition};
 use super::task::{Budget, TaskSpec, TaskState};
 use super::tools::{ToolRound, ToolRun};
@@ -95,6 +96,17 @@ pub enum EventKind {
     TaskInterrupted {
         task: TaskId,
         attempt: u32,
+    },
+    /// The run's reviewer read attempt `attempt`'s sealed work (ADR-038): approved (it goes
+    /// on to land), changes requested (the attempt fails and its retry is told the
+    /// comments), or no usable verdict (the attempt fails). `calls` model calls, costing
+    /// `usage` (charged to the task as the attempt's spend).
+    ReviewVerdict {
+        task: TaskId,
+        attempt: u32,
+        review: ReviewVerdict,
+        calls: u32,
+        usage: Usage,
     },
     TaskCompleted {
         task: TaskId,
@@ -485,6 +497,19 @@ impl EventKind {
                 task: t(),
                 attempt: 1,
             },
+            EventKind::ReviewVerdict {
+                task: t(),
+                attempt: u32::MAX,
+                review: ReviewVerdict::ChangesRequested {
+                    comments: vec!["name it \u{1b}[2J parse".to_string()].into(),
+                },
+                calls: u32::MAX,
+                usage: Usage {
+                    tokens_in: u64::MAX,
+                    tokens_out: 1,
+                    cost_usd: Usd::from_micros(u64::MAX),
+                },
+            },
             EventKind::TaskCompleted {
                 task: t(),
                 attempt: 1,
@@ -719,6 +744,7 @@ impl EventKind {
             EventKind::TaskDispatched { .. } => "task_dispatched",
             EventKind::TaskStarted { .. } => "task_started",
             EventKind::TaskRetried { .. } => "task_retried",
+            EventKind::ReviewVerdict { .. } => "review_verdict",
             EventKind::TaskCompleted { .. } => "task_completed",
             EventKind::TaskFailed { .. } => "task_failed",
             EventKind::TaskCancelled { .. } => "task_cancelled",

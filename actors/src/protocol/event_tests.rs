@@ -55,6 +55,7 @@ fn sampled(kind: &EventKind) -> bool {
         | EventKind::TaskStarted { .. }
         | EventKind::TaskRetried { .. }
         | EventKind::TaskInterrupted { .. }
+        | EventKind::ReviewVerdict { .. }
         | EventKind::TaskCompleted { .. }
         | EventKind::TaskFailed { .. }
         | EventKind::TaskCancelled { .. }

@@ -94,6 +94,15 @@ pub enum AttemptFailure {
     /// The attempt's git worktree could not be made or read.
     #[error("the workspace failed: {detail}")]
     Workspace { detail: String },
+    /// The run's reviewer (ADR-038) read the sealed work and asked for changes: the next
+    /// attempt is told its comments (already bounded and escaped by the reviewer).
+    #[error("the reviewer asked for changes: {}", list_comments(comments))]
+    ChangesRequested { comments: Vec<String> },
+    /// The run's reviewer gave no usable verdict (its model failed, or answered nothing
+    /// usable within `[reviewer] max_calls`): unreviewed work never lands, so the attempt
+    /// fails; a retry is reviewed again.
+    #[error("the review could not be done: {reason}")]
+    ReviewFailed { reason: String },
     /// The agent cannot start on this machine: its program went missing after submit (or
     /// the sandbox hides it), or the sandbox became unavailable. Not retried: every attempt
     /// would fail the same way. `detail` starts with the agent's name and the cause.
@@ -107,6 +116,20 @@ fn list_paths(paths: &[String]) -> String {
     match paths.len().saturating_sub(shown.len()) {
         0 => shown.join(", "),
         more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
+
+/// At most 3 comments, each cut to 200 characters, then how many more.
+fn list_comments(comments: &[String]) -> String {
+    let shown: Vec<String> = comments
+        .iter()
+        .take(3)
+        .map(|c| c.chars().take(200).collect())
+        .collect();
+    match comments.len().saturating_sub(shown.len()) {
+        0 if shown.is_empty() => "(no comments)".into(),
+        0 => shown.join("; "),
+        more => format!("{} and {more} more", shown.join("; ")),
     }
 }
 

@@ -258,6 +258,15 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// This and `other` together (saturating: a model's figures are untrusted).
+    pub fn saturating_add(&self, other: &Usage) -> Usage {
+        Usage {
+            tokens_in: self.tokens_in.saturating_add(other.tokens_in),
+            tokens_out: self.tokens_out.saturating_add(other.tokens_out),
+            cost_usd: self.cost_usd.saturating_add(other.cost_usd),
+        }
+    }
+
     /// What this usage costs in budget terms: its tokens (in and out) and its money.
     pub fn spent(&self) -> Budget {
         Budget::new(

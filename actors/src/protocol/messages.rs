@@ -12,10 +12,12 @@ use actix::{Message, Recipient};
 
 use super::event::{Event, EventKind};
 use super::failure::AttemptFailure;
+use super::handoff::Usage;
 use super::ids::TaskId;
 use super::merge::{
     CheckoutSync, IntendedLanding, LandRequest, LandingFailure, MergeHealth, SweepReport,
 };
+use super::review::ReviewVerdict;
 use super::subplan::{
     OpenDecomposition, RejectionReason, SubtaskEnded, SubtasksCompleted, TaskDecompositionAccepted,
     TaskDecompositionRejected, UserDecision,
@@ -64,6 +66,15 @@ pub enum ToTaskGraph {
     TaskStarted {
         task: TaskId,
         attempt: u32,
+    },
+    /// The run's reviewer's verdict on the attempt's sealed work (ADR-038), sent before the
+    /// attempt's `TaskCompleted` (approved) or `TaskFailed`: journaled as `ReviewVerdict`.
+    Reviewed {
+        task: TaskId,
+        attempt: u32,
+        review: ReviewVerdict,
+        calls: u32,
+        usage: Usage,
     },
     TaskCompleted(Box<TaskCompleted>),
     /// The attempt ended without a report: the agent crashed, timed out, produced unusable
@@ -338,6 +349,12 @@ impl fmt::Debug for ToTaskGraph {
             ToTaskGraph::TaskStarted { task, attempt } => {
                 write!(f, "TaskStarted({task}#{attempt})")
             }
+            ToTaskGraph::Reviewed {
+                task,
+                attempt,
+                review,
+                ..
+            } => write!(f, "Reviewed({task}#{attempt}: {})", review.words()),
             ToTaskGraph::TaskCompleted(c) => write!(f, "TaskCompleted({}#{})", c.task, c.attempt),
             ToTaskGraph::TaskFailed {
                 task,

@@ -11,6 +11,7 @@
 //! - [`event`]: the run-level `Event` that the journal stores and `flotilla tail` prints.
 //! - [`failure`]: why a task or an attempt failed (`FailureReason`, `AttemptFailure`).
 //! - [`retry`]: what a retry is told of the attempt before it (`PreviousAttempt`, ADR-031).
+//! - [`review`]: a reviewer's verdict on an attempt's sealed work (ADR-038).
 //! - [`view`]: read-only snapshots of a run's graph.
 //! - [`scope`]: `ScopePath`, the normalized repo-relative path every scope is made of.
 //! - [`tools`]: a planner's read-only tool rounds, as journaled (ADR-037).
@@ -22,6 +23,7 @@ pub mod ids;
 pub mod merge;
 pub mod messages;
 pub mod retry;
+pub mod review;
 pub mod scope;
 pub mod subplan;
 pub mod task;
@@ -45,6 +47,7 @@ pub use messages::{
     ToMergeQueue, ToPlanner, ToReconciler, ToTaskGraph,
 };
 pub use retry::{CommandTail, PathList, PreviousAttempt};
+pub use review::{LastReview, ReviewComments, ReviewMark, ReviewVerdict};
 pub use scope::ScopePath;
 pub use subplan::{
     DecompositionReason, OpenDecomposition, PathProblem, ProposedSubplan, RejectionReason,

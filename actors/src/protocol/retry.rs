@@ -161,7 +161,8 @@ pub struct PreviousAttempt {
     links_outside: PathList,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     findings: Vec<String>,
-    /// A reviewer's comments, when a review sent the work back (issue 22, item 5).
+    /// A reviewer's comments, when a review sent the work back (ADR-038: from
+    /// `AttemptFailure::ChangesRequested`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     review: Option<String>,
 }
@@ -238,6 +239,10 @@ impl PreviousAttempt {
                 previous.links_outside = PathList::new(paths);
                 "it added links that point outside the repository (or hard links)".to_string()
             }
+            AttemptFailure::ChangesRequested { comments } => {
+                previous.review = Some(clean_head(&review_text(comments), true, MAX_REVIEW_BYTES));
+                "the reviewer asked for changes before this work may land".to_string()
+            }
             other => other.to_string(),
         };
         previous.reason = clean_head(&reason, true, MAX_REASON_BYTES);
@@ -260,7 +265,8 @@ impl PreviousAttempt {
         previous
     }
 
-    /// The same, with a reviewer's comments (the reviewer of issue 22, item 5, fills it).
+    /// The same, with a reviewer's comments (`new` takes them from a
+    /// `ChangesRequested` failure; ADR-038).
     pub fn with_review(mut self, comments: &str) -> Self {
         self.review = Some(clean_head(comments, true, MAX_REVIEW_BYTES));
         self
@@ -313,6 +319,15 @@ impl PreviousAttempt {
             + self.findings.iter().map(String::len).sum::<usize>()
             + self.review.as_ref().map_or(0, String::len)
     }
+}
+
+/// A reviewer's comments as one text, one `- ` line each (ADR-038).
+fn review_text(comments: &[String]) -> String {
+    comments
+        .iter()
+        .map(|c| format!("- {c}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// At most the last `4 × MAX_TAIL_BYTES` bytes of `raw`, before cleaning: a 10 MB output is
@@ -411,7 +426,7 @@ fn head_raw(raw: &str, max: usize) -> &str {
 
 /// `raw` cleaned ([`clean`]) and cut to its first `max` bytes, `…` marking a cut (also
 /// one made before cleaning, whose text cleaning then shrank).
-fn clean_head(raw: &str, keep_newlines: bool, max: usize) -> String {
+pub(super) fn clean_head(raw: &str, keep_newlines: bool, max: usize) -> String {
     let part = head_raw(raw, max);
     let cleaned = clean(part, keep_newlines);
     let out = head(&cleaned, max);
@@ -519,6 +534,39 @@ mod tests {
         assert_eq!(p.out_of_scope().paths(), ["README.md".to_string()]);
         assert_eq!(p.findings().len(), 1);
         assert!(p.reason().contains("tests fail"));
+    }
+
+    #[test]
+    fn changes_requested_fill_the_review_slot_one_line_per_comment() {
+        let failure = AttemptFailure::ChangesRequested {
+            comments: vec!["name it parse".into(), "add a \u{1b}[31mtest".into()],
+        };
+        let p = PreviousAttempt::new(1, &failure, &[]);
+        assert_eq!(p.review(), Some("- name it parse\n- add a test"));
+        assert!(
+            p.reason().contains("reviewer asked for changes"),
+            "{}",
+            p.reason()
+        );
+        assert!(
+            !p.reason().contains("name it parse"),
+            "the comments are not in the reason"
+        );
+        let huge = AttemptFailure::ChangesRequested {
+            comments: vec!["c".repeat(100_000)],
+        };
+        let p = PreviousAttempt::new(1, &huge, &[]);
+        assert!(p.review().unwrap().len() <= MAX_REVIEW_BYTES);
+        let failed = AttemptFailure::ReviewFailed {
+            reason: "no usable verdict in 3 call(s)".into(),
+        };
+        let p = PreviousAttempt::new(1, &failed, &[]);
+        assert_eq!(p.review(), None);
+        assert!(
+            p.reason().contains("review could not be done"),
+            "{}",
+            p.reason()
+        );
     }
 
     #[test]

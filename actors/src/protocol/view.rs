@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::event::RunOutcome;
 use super::failure::FailureReason;
 use super::ids::TaskId;
+use super::review::LastReview;
 use super::task::{Budget, Priority, TaskState};
 
 /// A serializable view of the whole graph.
@@ -40,4 +41,7 @@ pub struct TaskView {
     pub spent: Budget,
     pub summary: Option<String>,
     pub failure: Option<FailureReason>,
+    /// The reviewer's last verdict on it, when a reviewer read its work (ADR-038).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<LastReview>,
 }

@@ -140,14 +140,17 @@ pub enum Role {
     Subplanner,
     Worker,
     Reconciler,
+    /// Reads an attempt's sealed work before it may land (ADR-038).
+    Reviewer,
 }
 
 impl Role {
-    pub const ALL: [Role; 4] = [
+    pub const ALL: [Role; 5] = [
         Role::Planner,
         Role::Subplanner,
         Role::Worker,
         Role::Reconciler,
+        Role::Reviewer,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -156,6 +159,7 @@ impl Role {
             Role::Subplanner => "subplanner",
             Role::Worker => "worker",
             Role::Reconciler => "reconciler",
+            Role::Reviewer => "reviewer",
         }
     }
 }

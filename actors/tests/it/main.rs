@@ -15,6 +15,7 @@ mod landing_recovery;
 mod pipeline;
 mod reconciler;
 mod retries;
+mod review;
 mod subplan_rules;
 mod task_graph;
 

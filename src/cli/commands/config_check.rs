@@ -21,6 +21,7 @@ pub fn run(file: Option<&Path>, repo: &Path) -> Result<Exit, CliError> {
                 ("subplanner", &roles.subplanner),
                 ("worker", &roles.worker),
                 ("reconciler", &roles.reconciler),
+                ("reviewer", &roles.reviewer),
             ]
             .into_iter()
             .filter(|(_, models)| models.is_some())
@@ -31,7 +32,13 @@ pub fn run(file: Option<&Path>, repo: &Path) -> Result<Exit, CliError> {
             } else {
                 format!("models for {}", real.join(", "))
             };
-            emit(&format!("{}: ok ({models})\n", path.display()))?;
+            // Said either way: a reviewer changes what lands (ADR-038).
+            let reviewer = if config.reviewer.enabled {
+                "reviewer on: work lands only once approved"
+            } else {
+                "reviewer off"
+            };
+            emit(&format!("{}: ok ({models}; {reviewer})\n", path.display()))?;
             Ok(Exit::Ok)
         }
         Err(e) => {

@@ -282,6 +282,12 @@ run_budget = { tokens = 10000000, cost_usd = 100.0, wall_time_ms = 172800000 }
 # subplanner = "anthropic/claude-sonnet-4-5"
 # worker = "openai/gpt-4.1"
 # reconciler = "ollama/qwen2.5-coder"
+# reviewer = "anthropic/claude-sonnet-4-5"   ## read only with [reviewer] enabled
+
+## A reviewer reads each attempt's diff against its task before it may land; changes
+## requested send the task back to a worker with the comments. Off by default.
+# [reviewer]
+# enabled = true
 
 ## USD per million tokens, for budgets and `status` (absent: free).
 # [prices."openai/gpt-4.1"]

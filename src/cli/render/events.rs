@@ -3,8 +3,8 @@
 //! ([`SpendFold`]) so that sixty per-call charges are one line.
 
 use flotilla_actors::protocol::{
-    Budget, CheckoutSync, DecompositionReason, Event, EventKind, FixOf, Handoff, Route, RunOutcome,
-    TaskId, Usd,
+    Budget, CheckoutSync, DecompositionReason, Event, EventKind, FixOf, Handoff, ReviewVerdict,
+    Route, RunOutcome, TaskId, Usd,
 };
 
 use super::style::Style;
@@ -248,6 +248,38 @@ fn describe(kind: &EventKind) -> (String, Tone) {
             "{task} attempt {attempt} failed ({}); retrying",
             shorten(&failure.to_string(), 80)
         )),
+        EventKind::ReviewVerdict {
+            task,
+            attempt,
+            review,
+            ..
+        } => {
+            let comments = review.comments();
+            let first = comments
+                .first()
+                .map(|c| format!(": {}", shorten(c, 100)))
+                .unwrap_or_default();
+            match review {
+                ReviewVerdict::Approve { .. } => (
+                    format!("{task} attempt {attempt} approved by the reviewer{first}"),
+                    Tone::Good,
+                ),
+                ReviewVerdict::ChangesRequested { .. } => (
+                    format!(
+                        "{task} attempt {attempt}: the reviewer asked for changes ({} comment(s)){first}",
+                        comments.len()
+                    ),
+                    Tone::Bad,
+                ),
+                ReviewVerdict::Failed { reason } => (
+                    format!(
+                        "{task} attempt {attempt}: no review verdict ({})",
+                        shorten(reason, 100)
+                    ),
+                    Tone::Bad,
+                ),
+            }
+        }
         EventKind::TaskInterrupted { task, attempt } => plain(format!(
             "{task} attempt {attempt} interrupted by a restart; queued again"
         )),

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use flotilla_actors::protocol::EventKind;
+use flotilla_actors::protocol::{EventKind, ReviewVerdict};
 
 use super::events::{SpendFold, event_line, folded_line};
 use super::style::Style;
@@ -92,13 +92,18 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
             .as_ref()
             .map(|f| format!(" — failed: {}", shorten(&f.to_string(), 100)))
             .unwrap_or_default();
+        // The reviewer's last verdict (ADR-038).
+        let review = t
+            .review
+            .map(|r| format!(" — review: {} (attempt {})", r.mark.words(), r.attempt))
+            .unwrap_or_default();
         let state = if status.awaiting_decision.contains(&t.id) {
             "awaiting your decision"
         } else {
             task_state_words(t.state)
         };
         let line = format!(
-            "{} [{state}] {}{summary}{failure}",
+            "{} [{state}] {}{summary}{review}{failure}",
             t.id,
             shorten(&t.description, 60)
         );
@@ -162,6 +167,14 @@ pub fn task_story_text(story: &TaskStory, style: &Style) -> String {
                 }
             }
             EventKind::TaskCancelled { reason, .. } => detail(&mut out, "why", reason),
+            EventKind::ReviewVerdict { review, .. } => match review {
+                ReviewVerdict::Failed { reason } => detail(&mut out, "why", reason),
+                _ => {
+                    for c in review.comments() {
+                        detail(&mut out, "comment", c);
+                    }
+                }
+            },
             _ => {}
         }
         for line in spend.ended(&e.kind) {

@@ -102,6 +102,7 @@ fn hostile_status() -> RunStatus {
         spent: Budget::default(),
         summary: Some(HOSTILE.into()),
         failure,
+        review: None,
     };
     RunStatus {
         id: RunId::generate().to_string(),

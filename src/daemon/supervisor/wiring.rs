@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use flotilla_actors::actors::worker::review::Reviewer;
 use flotilla_actors::actors::{
     AgentSet, Dispatch, FixWriter, MergeKit, MergeQueue, Planner, Reconciler, ReconcilerKit,
     Subplanner, TaskGraph, WorkerKit, WorkerPool,
@@ -102,6 +103,7 @@ pub(super) fn start_run(
         .compile()
         .map_err(StartError::Checks)?
         .protecting(config.protected_paths(entry_repo));
+    let repo = Arc::new(GitRepo::new(entry_repo.to_path_buf(), target.clone()));
     let run_dir = daemon.worktrees.join(run.to_string());
     let kit = WorkerKit {
         agents,
@@ -116,6 +118,16 @@ pub(super) fn start_run(
         notices: Some(daemon.notices.clone()),
         keep_failed: config.worktrees.keep_failed,
         transcripts: daemon.transcripts.clone(),
+        // Off unless `[reviewer] enabled` (ADR-038): then no work lands unreviewed.
+        reviewer: config.reviewer.enabled.then(|| {
+            Arc::new(Reviewer {
+                llm: llm.clone(),
+                system: prompts::for_role(Role::Reviewer, &config.prompts, &config.limits),
+                config: config.reviewer.clone(),
+                // Its tools read the sealed branch's commit in the same repository.
+                reader: Some(repo.clone()),
+            })
+        }),
     };
 
     // The TaskGraph's address is needed before the actor exists (its collaborators hold
@@ -142,7 +154,6 @@ pub(super) fn start_run(
     })
     .watched(lifeline(Member::Workers))
     .start_on(thread);
-    let repo = Arc::new(GitRepo::new(entry_repo.to_path_buf(), target.clone()));
     let subplanner = Subplanner::new(
         run,
         prompts::for_role(Role::Subplanner, &config.prompts, &config.limits),

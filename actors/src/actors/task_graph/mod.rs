@@ -406,6 +406,13 @@ impl Handler<ToTaskGraph> for TaskGraph {
                 reason,
             } => self.graph.undispatchable(&task, attempt, &reason),
             ToTaskGraph::TaskStarted { task, attempt } => self.graph.started(&task, attempt),
+            ToTaskGraph::Reviewed {
+                task,
+                attempt,
+                review,
+                calls,
+                usage,
+            } => self.graph.reviewed(&task, attempt, review, calls, usage),
             ToTaskGraph::TaskCompleted(report) => self.graph.complete(*report),
             ToTaskGraph::TaskFailed {
                 task,

@@ -14,7 +14,8 @@
 //! 3. Git truth (`work_check`): whatever the agent left uncommitted is committed
 //!    (`Worktrees::seal`), the run's verification command runs on it, and the handoff is
 //!    built from git's files and lines and the agent's own words. Edits outside the scope
-//!    fail the attempt (or are flagged, by the run's `[checks]`).
+//!    fail the attempt (or are flagged, by the run's `[checks]`). With `[reviewer]` on, the
+//!    reviewer then reads delivered work (`review.rs`, ADR-038): only approved work goes on.
 //! 4. The report becomes a `TaskCompleted` carrying the task id and attempt *it* was given
 //!    (the agent never names ids). A report with a subplan keeps the Worker and its session
 //!    alive for the decision: a rejection asks the same session to revise, in the same
@@ -34,6 +35,7 @@
 //! runner, checks).
 
 pub mod check;
+pub mod review;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -56,6 +58,7 @@ use crate::protocol::{
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use check::{Checks, check_work};
+use review::{ReviewStep, Reviewer, reviewable};
 
 /// How long an agent that was called off (cancel, timeout) gets to stop what it started
 /// before the Worker stops waiting for it.
@@ -130,6 +133,9 @@ pub struct WorkerKit {
     pub keep_failed: bool,
     /// Where each attempt's transcript goes (`flotilla log`), if anywhere.
     pub transcripts: Transcripts,
+    /// The run's reviewer (ADR-038), when `[reviewer] enabled`: delivered work lands only
+    /// after it approved. `None`: no review, no reviewer call.
+    pub reviewer: Option<Arc<Reviewer>>,
 }
 
 /// The least time between two activity notices of one attempt: an external agent may
@@ -492,6 +498,26 @@ impl Worker {
         }
     }
 
+    /// The review step of this job's attempts (ADR-038), when the run has a reviewer and
+    /// the job is work (a synthesis merges subtasks whose work each was reviewed).
+    fn review_step(&self) -> Option<ReviewStep> {
+        let reviewer = self.kit.reviewer.clone().filter(|r| r.config.enabled)?;
+        let Job::Run(assignment) = &self.job else {
+            return None;
+        };
+        Some(ReviewStep {
+            reviewer,
+            spec: assignment.task.spec.clone(),
+            worktrees: self.kit.worktrees.clone(),
+            workspace: self.workspace.clone()?,
+            graph: self.graph.clone(),
+            task: self.task.clone(),
+            attempt: self.attempt,
+            cancel: self.cancel.clone(),
+            transcript: self.transcript.clone(),
+        })
+    }
+
     /// Runs one agent call, then git truth, and reports the outcome, after the time it took.
     fn drive(
         &mut self,
@@ -508,9 +534,17 @@ impl Worker {
         let cancel = self.cancel.clone();
         let whole_limit = self.limit;
         let git_truth = self.git_truth();
+        let review = self.review_step();
         let work = async move {
             let report = call.await.map_err(|e| failure_of(e, whole_limit))?;
-            git_truth(report).await
+            let finished = git_truth(report).await?;
+            let failing = !finished.out_of_scope.is_empty() || !finished.links_outside.is_empty();
+            if let (Some(review), Some((handoff, work))) =
+                (review, reviewable(&finished.report, failing))
+            {
+                review.run(handoff, work).await?;
+            }
+            Ok(finished)
         };
         let bounded = async move {
             let mut work = std::pin::pin!(work);

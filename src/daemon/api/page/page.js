@@ -12,6 +12,7 @@
 const KINDS = [
   "run_started", "planner_responded", "planner_gave_up", "task_added", "tasks_rejected",
   "task_ready", "task_dispatched", "task_started", "task_retried", "task_interrupted",
+  "review_verdict",
   "task_completed", "task_failed", "task_cancelled", "decomposition_accepted",
   "subtasks_added", "decomposition_closed", "subplanner_responded", "task_atomic",
   "decomposition_rejected", "proposals_stopped", "subtasks_completed",
