@@ -377,7 +377,8 @@ pub enum Command {
     /// planner prompt. Exits 0 when every project ran (whatever its tests say).
     ///
     /// Examples: `flotilla eval evals --models my-models.toml`, `flotilla eval evals
-    /// --scripted` (each project's scripted solution: the harness's own check).
+    /// --scripted` (each project's scripted solution: the harness's own check), `flotilla
+    /// eval evals --scripted-plan` (scripted plans, real workers).
     Eval {
         #[command(flatten)]
         address: ClientAddress,
@@ -393,6 +394,11 @@ pub enum Command {
         /// Play every role from each project's scripted.toml (offline).
         #[arg(long)]
         scripted: bool,
+        /// Plan from each project's scripted.toml (the root planner and the Subplanner);
+        /// the workers keep their models, so a model too small to plan is still measured
+        /// as a worker.
+        #[arg(long, conflicts_with = "scripted")]
+        scripted_plan: bool,
         /// Where the runs' repositories go (kept). Default: a new temporary directory.
         #[arg(long, value_name = "DIR")]
         work: Option<PathBuf>,

@@ -63,6 +63,16 @@ pub enum Models<'a> {
     Scripted,
 }
 
+/// Who plans the runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planning {
+    /// The planner and Subplanner roles' models (or the scenario, with `Models::Scripted`).
+    Models,
+    /// The project's `scripted.toml` plans; the workers (and any other role) keep their
+    /// models. A small model that never plans a task still gets its workers measured.
+    Scripted,
+}
+
 /// One project's result: a row of the table.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EvalRow {
@@ -89,6 +99,7 @@ pub async fn run(
     dir: &Path,
     only: &[String],
     models: Models<'_>,
+    planning: Planning,
     work: Option<&Path>,
     json: bool,
 ) -> Result<Exit, CliError> {
@@ -119,7 +130,16 @@ pub async fn run(
     let mut rows = Vec::new();
     for (name, project) in projects {
         note(&format!("{name}: running"));
-        let row = match evaluate(client, &name, &project, &models, &work.join(&name)).await {
+        let row = match evaluate(
+            client,
+            &name,
+            &project,
+            &models,
+            planning,
+            &work.join(&name),
+        )
+        .await
+        {
             Ok(row) => row,
             Err(e) => EvalRow {
                 project: name.clone(),
@@ -181,6 +201,7 @@ async fn evaluate(
     name: &str,
     project: &Path,
     models: &Models<'_>,
+    planning: Planning,
     work: &Path,
 ) -> Result<EvalRow, CliError> {
     let spec: EvalSpec = toml::from_str(&read(&project.join("eval.toml"))?)
@@ -195,7 +216,7 @@ async fn evaluate(
     copy_tree(&project.join("repo"), &repo)?;
     commit_all(&repo)?;
     let config_path = work.join("flotilla.toml");
-    write_config(project, models, &config_path)?;
+    write_config(project, models, planning, &config_path)?;
     let config = RunConfig::load(&config_path).map_err(|e| {
         let hint = e.hint();
         CliError::wrap(ErrorKind::Config, e).hint(hint)
@@ -349,9 +370,14 @@ fn passed_tests(stdout: &str) -> u32 {
     u32::try_from(count).unwrap_or(u32::MAX)
 }
 
-/// The run's config: the project's `flotilla.toml`, its models as `models` says, and the
-/// project's folder hidden from every command of the run.
-fn write_config(project: &Path, models: &Models<'_>, to: &Path) -> Result<(), CliError> {
+/// The run's config: the project's `flotilla.toml`, its models as `models` and `planning`
+/// say, and the project's folder hidden from every command of the run.
+fn write_config(
+    project: &Path,
+    models: &Models<'_>,
+    planning: Planning,
+    to: &Path,
+) -> Result<(), CliError> {
     let bad = |path: &Path, e: toml::de::Error| {
         CliError::config(format!("{}", path.display())).because(e)
     };
@@ -372,12 +398,19 @@ fn write_config(project: &Path, models: &Models<'_>, to: &Path) -> Result<(), Cl
             for table in ["providers", "roles", "prices", "agents", "workers"] {
                 config.remove(table);
             }
-            let scenario = project.join("scripted.toml");
-            let mut provider = toml::Table::new();
-            provider.insert("kind".into(), "scripted".into());
-            provider.insert("scenario".into(), scenario.display().to_string().into());
-            config.insert("provider".into(), provider.into());
         }
+    }
+    if matches!(models, Models::Scripted) || planning == Planning::Scripted {
+        // A role `[roles]` leaves out goes to the scenario (ProviderRegistry::llm_for).
+        if let Some(roles) = config.get_mut("roles").and_then(toml::Value::as_table_mut) {
+            roles.remove("planner");
+            roles.remove("subplanner");
+        }
+        let scenario = project.join("scripted.toml");
+        let mut provider = toml::Table::new();
+        provider.insert("kind".into(), "scripted".into());
+        provider.insert("scenario".into(), scenario.display().to_string().into());
+        config.insert("provider".into(), provider.into());
     }
     let sandbox = config
         .entry("sandbox")
@@ -524,6 +557,38 @@ mod tests {
     fn only_ok_lines_count_as_passed() {
         let out = "ok 1 - adds\nnot ok 2 - divides\nok - parses\nok\n# ok in a comment\nokay\n";
         assert_eq!(passed_tests(out), 3);
+    }
+
+    /// `--scripted-plan`: the scenario plans, the project's model still works; with
+    /// `--scripted` the scenario plays every role.
+    #[test]
+    fn a_scripted_plan_keeps_the_workers_model_and_drops_only_the_planners() {
+        use flotilla_actors::ports::Role;
+        let project = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("evals/calc-py");
+        let dir = tempfile::tempdir().unwrap();
+        let load = |models: Models<'_>, planning: Planning| {
+            let to = dir.path().join("flotilla.toml");
+            write_config(&project, &models, planning, &to).unwrap();
+            RunConfig::load(&to).unwrap()
+        };
+        let mixed = load(Models::Project, Planning::Scripted);
+        let roles = &mixed.models.roles;
+        assert!(roles.get(Role::Planner).is_none());
+        assert!(roles.get(Role::Subplanner).is_none());
+        let worker = roles.get(Role::Worker).expect("the worker keeps its model");
+        assert_eq!(worker.names(), ["local/smollm2-tools".to_string()]);
+        assert!(mixed.models.providers.contains_key("local"));
+        assert!(
+            !mixed.scenario.planner.answers.is_empty(),
+            "the scenario plans"
+        );
+
+        let own = load(Models::Project, Planning::Models);
+        assert!(own.models.roles.get(Role::Planner).is_some());
+
+        let scripted = load(Models::Scripted, Planning::Models);
+        assert!(scripted.models.roles.get(Role::Worker).is_none());
+        assert!(scripted.models.providers.is_empty());
     }
 
     #[test]

@@ -114,6 +114,7 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
             project,
             models,
             scripted,
+            scripted_plan,
             work,
             json,
             ..
@@ -123,7 +124,21 @@ pub async fn run_client(cli: &Cli) -> Result<Exit, CliError> {
                 (None, true) => eval::Models::Scripted,
                 (None, false) => eval::Models::Project,
             };
-            eval::run(&client, dir, project, models, work.as_deref(), *json).await
+            let planning = if *scripted_plan {
+                eval::Planning::Scripted
+            } else {
+                eval::Planning::Models
+            };
+            eval::run(
+                &client,
+                dir,
+                project,
+                models,
+                planning,
+                work.as_deref(),
+                *json,
+            )
+            .await
         }
         Command::Cancel { run, .. } => cancel::run(&client, run).await,
         Command::Gc { dry_run, json, .. } => gc::run(&client, *dry_run, *json).await,
