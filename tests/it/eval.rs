@@ -40,6 +40,8 @@ fn the_scripted_solutions_of_every_evaluation_pass_their_acceptance_tests() {
         assert_eq!(row["landed_first_try"], row["tasks"], "{row}");
         assert!(row["tokens"].as_u64().unwrap() > 0, "{row}");
         assert!(row["largest_prompt_bytes"].as_u64().unwrap() > 0, "{row}");
+        let tokens_in = row["largest_call_tokens_in"].as_u64().unwrap();
+        assert!(tokens_in > 0, "{row}");
         // The repository is kept, with the work on main.
         let repo = Path::new(row["repo"].as_str().unwrap());
         assert!(repo.join(".git").is_dir(), "{row}");

@@ -90,6 +90,9 @@ pub struct EvalRow {
     pub wall_ms: u64,
     /// The largest prompt of a planner or Subplanner call, in bytes (from the journal).
     pub largest_prompt_bytes: u64,
+    /// The most input tokens one planner or Subplanner call was charged, as the provider
+    /// counted them (a call with tool rounds adds its rounds up): the request's real size.
+    pub largest_call_tokens_in: u64,
     /// Where the run's repository is, to look at what was built.
     pub repo: PathBuf,
 }
@@ -301,6 +304,15 @@ fn row(
         })
         .max()
         .unwrap_or(0);
+    let largest_call_tokens_in = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::PlannerResponded { usage, .. }
+            | EventKind::SubplannerResponded { usage, .. } => Some(usage.tokens_in),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
     let wall_ms = match (events.first(), events.last()) {
         (Some(first), Some(last)) => last.at_ms.saturating_sub(first.at_ms),
         _ => 0,
@@ -323,6 +335,7 @@ fn row(
         tokens: report.spent.tokens,
         wall_ms,
         largest_prompt_bytes,
+        largest_call_tokens_in,
         repo,
     }
 }
@@ -509,10 +522,11 @@ pub fn table(rows: &[EvalRow]) -> String {
         total.tokens = total.tokens.saturating_add(row.tokens);
         total.wall_ms = total.wall_ms.saturating_add(row.wall_ms);
         total.largest_prompt_bytes = total.largest_prompt_bytes.max(row.largest_prompt_bytes);
+        total.largest_call_tokens_in = total.largest_call_tokens_in.max(row.largest_call_tokens_in);
     }
     let line = |r: &EvalRow, outcome: &str| {
         format!(
-            "{:<14} {:<10} {:>10} {:>5} {:>9} {:>7} {:>5} {:>9} {:>8} {:>14}\n",
+            "{:<14} {:<10} {:>10} {:>5} {:>9} {:>7} {:>5} {:>9} {:>8} {:>14} {:>10}\n",
             text_safety::terminal_safe(&r.project),
             outcome,
             format!("{}/{}", r.acceptance_passed, r.acceptance_total),
@@ -523,10 +537,11 @@ pub fn table(rows: &[EvalRow]) -> String {
             r.tokens,
             format!("{:.1} s", r.wall_ms as f64 / 1000.0),
             r.largest_prompt_bytes,
+            r.largest_call_tokens_in,
         )
     };
     let mut out = format!(
-        "{:<14} {:<10} {:>10} {:>5} {:>9} {:>7} {:>5} {:>9} {:>8} {:>14}\n",
+        "{:<14} {:<10} {:>10} {:>5} {:>9} {:>7} {:>5} {:>9} {:>8} {:>14} {:>10}\n",
         "project",
         "outcome",
         "acceptance",
@@ -537,6 +552,7 @@ pub fn table(rows: &[EvalRow]) -> String {
         "tokens",
         "wall",
         "largest prompt",
+        "planner in",
     );
     for row in rows {
         let outcome: String = text_safety::terminal_safe(&row.outcome)
@@ -599,6 +615,7 @@ mod tests {
             acceptance_total: 3,
             tokens,
             largest_prompt_bytes: tokens,
+            largest_call_tokens_in: tokens,
             ..EvalRow::default()
         };
         let text = table(&[row(u64::MAX), row(5)]);
