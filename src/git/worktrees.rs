@@ -243,28 +243,42 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         Err(e) if e.code() == git2::ErrorCode::NotFound => None,
         Err(e) => return Err(git(e)),
     };
+    // A retry in place continues the failed attempt's branch while it is there (ADR-031).
+    let continued = match &request.start {
+        WorktreeStart::Continue { branch } => find_tip(&repo, branch)?.map(|tip| (branch, tip)),
+        _ => None,
+    };
     // Where the branch left main, and where a new one starts.
-    let (base, start) = match (&existing, &request.start) {
+    let (base, start) = match (&existing, &request.start, &continued) {
         // A conflict fix's first commit is flotilla's merge of the task branch onto main:
         // the fix is what comes after it.
-        (Some(tip), WorktreeStart::ConflictFix { .. }) => {
+        (Some(tip), WorktreeStart::ConflictFix { .. }, _) => {
             (conflict_fix_base(&repo, main.id(), tip.id())?, None)
         }
         // The branch left main where main and it last agreed.
-        (Some(tip), WorktreeStart::Main) => {
+        (Some(tip), WorktreeStart::Main | WorktreeStart::Continue { .. }, _) => {
             (repo.merge_base(main.id(), tip.id()).map_err(git)?, None)
         }
-        (None, WorktreeStart::Main) => (main.id(), Some(main.id())),
-        (None, WorktreeStart::ConflictFix { branch }) => {
+        // At the failed attempt's tip; its diff from where that branch left main holds
+        // both attempts' work, so the scope check sees what the first one did too.
+        (None, WorktreeStart::Continue { .. }, Some((_, tip))) => {
+            (repo.merge_base(main.id(), *tip).map_err(git)?, Some(*tip))
+        }
+        (None, WorktreeStart::Main | WorktreeStart::Continue { .. }, _) => {
+            (main.id(), Some(main.id()))
+        }
+        (None, WorktreeStart::ConflictFix { branch }, _) => {
             let merged = conflict_fix_commit(&repo, &place.target, &main, branch)?;
             (merged, Some(merged))
         }
     };
+    let continued_from = continued.map(|(branch, _)| branch.clone());
     if existing.is_some() && reusable(&repo, &name, &path, &request.branch) {
         return Ok(Workspace {
             path,
             branch: request.branch.clone(),
             base: base.to_string(),
+            continued_from,
         });
     }
     let worktree = locked(&place.repo, || {
@@ -303,7 +317,17 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         path,
         branch: request.branch.clone(),
         base: base.to_string(),
+        continued_from,
     })
+}
+
+/// The tip of local branch `branch`, if it exists.
+fn find_tip(repo: &git2::Repository, branch: &str) -> Result<Option<git2::Oid>, RepoError> {
+    match repo.find_branch(branch, git2::BranchType::Local) {
+        Ok(b) => Ok(Some(b.get().peel_to_commit().map_err(git)?.id())),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(git(e)),
+    }
 }
 
 /// Records worktree `name` at `path` on `reference`, locked, without checking it out: git2
@@ -672,6 +696,10 @@ fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(),
         if fate == BranchFate::Delete {
             delete_branch(&repo, &workspace.branch)?;
         }
+        // The failed attempt this one continued: its work is on this branch now.
+        if let Some(continued) = &workspace.continued_from {
+            delete_branch(&repo, continued)?;
+        }
         Ok::<_, RepoError>(())
     })?;
     match std::fs::remove_dir_all(&workspace.path) {
@@ -711,6 +739,7 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
         prune(&repo, name, &path)?;
         swept.worktrees.push(path);
         if let Some(branch) = branch
+            && !keep.branches.contains(&branch)
             && delete_branch(&repo, &branch)?
         {
             swept.branches.push(branch);
@@ -754,6 +783,7 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
                 && name.starts_with(&ours)
                 && !delivered.iter().any(|d| d == name)
                 && !keep.worktrees.iter().any(|k| k == name)
+                && !keep.branches.iter().any(|k| k == name)
             {
                 doomed.push(name.to_string());
             }

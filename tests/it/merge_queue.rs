@@ -177,6 +177,7 @@ impl Fixture {
             reader,
             runner: Arc::new(TokioProcessRunner),
             config,
+            retry_in_place: false,
         };
         let ledger = Ledger(self.intents.clone()).start().recipient();
         let mut queue = MergeQueue::new(self.run, kit, graph, ledger);
