@@ -398,11 +398,13 @@ async fn with_retry_in_place_a_gate_failed_branch_is_spared_for_its_retry() {
     );
     let repo = f.repo();
     assert!(
-        repo.find_branch(&bad.branch, git2::BranchType::Local).is_ok(),
+        repo.find_branch(&bad.branch, git2::BranchType::Local)
+            .is_ok(),
         "the failed attempt's branch stays for the retry"
     );
     assert!(
-        repo.find_branch(&good.branch, git2::BranchType::Local).is_err(),
+        repo.find_branch(&good.branch, git2::BranchType::Local)
+            .is_err(),
         "a landed branch goes as always"
     );
 }

@@ -258,6 +258,34 @@ async fn without_the_option_the_retry_starts_again_from_main() {
     assert_eq!(flotilla_branches(repo.path()), Vec::<String>::new());
 }
 
+/// Attempt 1 fails with work on its branch and no attempt is left: the branch kept for a
+/// retry that never comes goes with the run.
+const NO_RETRY_LEFT: &str = r####"
+[[planner.answers]]
+tasks = [{ description = "write a", scope = ["src"], acceptance = "a" }]
+
+[[tasks.t1.attempts]]
+writes = { "src/a.txt" = "a\n" }
+outcome = "failed"
+"####;
+
+#[tokio::test]
+async fn a_branch_kept_for_a_retry_that_never_comes_goes_with_the_run() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let mut config = config(NO_RETRY_LEFT, true);
+    config["limits"]["max_attempts"] = serde_json::json!(1);
+    let events = run_to_end(&daemon, repo.path(), config).await;
+    assert!(
+        events.iter().any(|e| matches!(
+            &e.kind,
+            EventKind::TaskFailed { task, .. } if task.to_string() == "t1"
+        )),
+        "t1 failed for good"
+    );
+    assert_eq!(flotilla_branches(repo.path()), Vec::<String>::new());
+}
+
 /// Attempt 1 writes notes.txt outside its scope; attempt 2, continuing, leaves it there and
 /// is refused for it all the same; attempt 3 removes it and lands.
 const OUT_OF_SCOPE: &str = r####"
@@ -308,15 +336,17 @@ async fn an_out_of_scope_edit_of_the_continued_attempt_still_fails_the_retry() {
     assert_eq!(flotilla_branches(repo.path()), Vec::<String>::new());
 }
 
-/// Attempt 1 fails the gate; attempt 2 (continuing) hangs until the daemon is killed;
-/// attempt 3, after the restart, must continue attempt 1's work too: the restart's sweep
-/// spared that branch, and the start is the same.
+/// Attempt 1 writes a and reports failure (never delivered: no landing keeps its branch);
+/// attempt 2 (continuing) hangs until the daemon is killed; attempt 3, after the restart,
+/// must continue attempt 1's work too: the restart's sweep spared that branch, and the
+/// start is the same.
 const CONTINUED_AFTER_KILL: &str = r####"
 [[planner.answers]]
 tasks = [{ description = "write a and b", scope = ["src"], acceptance = "a and b" }]
 
 [[tasks.t1.attempts]]
-writes = { "src/a.txt" = "a\n", "src/bad.txt" = "BROKEN\n" }
+writes = { "src/a.txt" = "a\n" }
+outcome = "failed"
 
 [[tasks.t1.attempts]]
 expect_in_task = ["continuing attempt 1's work"]
@@ -324,7 +354,6 @@ outcome = "hang"
 
 [[tasks.t1.attempts]]
 expect_in_task = ["## Previous attempt (1) failed", "continuing attempt 1's work"]
-deletes = ["src/bad.txt"]
 writes = { "src/b.txt" = "b\n" }
 "####;
 
@@ -397,4 +426,22 @@ fn the_issues_spelling_under_workers_says_where_the_option_lives() {
         text.contains("wrong type") && !text.contains("two brackets"),
         "{text}"
     );
+}
+
+#[test]
+fn the_retry_section_says_which_start_it_was() {
+    let failure = AttemptFailure::Reported {
+        summary: "tests fail".into(),
+    };
+    let previous = PreviousAttempt::new(1, &failure, &[]);
+    let text = |p: PreviousAttempt| flotilla::agents::previous_attempt_text(&p);
+    assert!(
+        text(previous.clone().starting(RetryStart::Continued))
+            .contains("This is a retry continuing attempt 1's work")
+    );
+    assert!(
+        text(previous.clone().starting(RetryStart::FromMain))
+            .contains("This is a retry starting again from main")
+    );
+    assert!(text(previous).contains("on a fresh branch without that attempt's work"));
 }

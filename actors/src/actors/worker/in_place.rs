@@ -56,3 +56,82 @@ pub(super) fn started(
         workspace.continued_from = None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::protocol::{
+        Assignment, AttemptFailure, PreviousAttempt, ReadyTask, Route, RunId, TaskSpec,
+    };
+
+    fn retry(failure: AttemptFailure) -> Job {
+        let run = RunId::generate();
+        let task = "t1".parse().unwrap();
+        Job::Run(Assignment {
+            run,
+            branch: branch_name(run, &task, 2),
+            task: ReadyTask {
+                task,
+                attempt: 2,
+                spec: Arc::new(TaskSpec::new("write a", &["src"])),
+                critical_path: 1,
+                created: 0,
+                budget: Default::default(),
+                atomic: false,
+                fix: None,
+                previous: Some(Arc::new(PreviousAttempt::new(1, &failure, &[]))),
+            },
+            profile: "general".into(),
+            route: Route::Worker,
+        })
+    }
+
+    fn gate() -> AttemptFailure {
+        AttemptFailure::GateFailed {
+            command: "make test".into(),
+            output_tail: "FAIL".into(),
+        }
+    }
+
+    #[test]
+    fn a_retry_continues_only_with_the_option_and_a_failure_that_allows_it() {
+        let job = retry(gate());
+        let Job::Run(a) = &job else { unreachable!() };
+        assert_eq!(
+            worktree_start(&job, true),
+            WorktreeStart::Continue {
+                branch: branch_name(a.run, &a.task.task, 1)
+            },
+            "attempt 1's branch, named by flotilla"
+        );
+        assert_eq!(worktree_start(&job, false), WorktreeStart::Main);
+        // A stale base (and any workspace failure) starts again from main.
+        let stale = retry(AttemptFailure::Workspace {
+            detail: "holds dropped work".into(),
+        });
+        assert_eq!(worktree_start(&stale, true), WorktreeStart::Main);
+    }
+
+    #[test]
+    fn the_retry_is_told_where_its_branch_started() {
+        let told = |continued: Option<&str>, in_place: bool| {
+            let mut job = retry(gate());
+            let mut workspace = Workspace::scratch(PathBuf::from("/w"));
+            workspace.continued_from = continued.map(String::from);
+            started(&mut job, &mut workspace, in_place, false);
+            let Job::Run(a) = job else { unreachable!() };
+            a.task.previous.unwrap().start()
+        };
+        assert_eq!(told(Some("b"), true), Some(RetryStart::Continued));
+        assert_eq!(told(None, true), Some(RetryStart::FromMain));
+        assert_eq!(told(None, false), None, "off: the section is as before");
+        // With keep_failed the continued branch stays for inspection.
+        let mut job = retry(gate());
+        let mut workspace = Workspace::scratch(PathBuf::from("/w"));
+        workspace.continued_from = Some("b".into());
+        started(&mut job, &mut workspace, true, true);
+        assert_eq!(workspace.continued_from, None);
+    }
+}
