@@ -32,7 +32,7 @@ use futures::future::BoxFuture;
 use super::conflict_fix::{conflict_fix_base, conflict_fix_commit};
 use super::leftovers::{forget, prune, recorded_worktrees, run_ref_locks};
 use super::target::TargetBranch;
-use super::{delete_branch, git, io, main_commit, repo_lock, signature};
+use super::{branch_tip, delete_branch, git, io, main_commit, repo_lock, signature};
 
 /// The largest file the safety-net commit takes: anything bigger stays out of the branch
 /// (and out of git's object store) and is named in the commit message.
@@ -238,14 +238,10 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
             place.target
         ))
     })?;
-    let existing = match repo.find_branch(&request.branch, git2::BranchType::Local) {
-        Ok(b) => Some(b.get().peel_to_commit().map_err(git)?),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
-        Err(e) => return Err(git(e)),
-    };
+    let existing = branch_tip(&repo, &request.branch)?;
     // A retry in place continues the failed attempt's branch while it is there (ADR-031).
     let continued = match &request.start {
-        WorktreeStart::Continue { branch } => find_tip(&repo, branch)?.map(|tip| (branch, tip)),
+        WorktreeStart::Continue { branch } => branch_tip(&repo, branch)?.map(|tip| (branch, tip)),
         _ => None,
     };
     // Where the branch left main, and where a new one starts.
@@ -253,11 +249,11 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         // A conflict fix's first commit is flotilla's merge of the task branch onto main:
         // the fix is what comes after it.
         (Some(tip), WorktreeStart::ConflictFix { .. }, _) => {
-            (conflict_fix_base(&repo, main.id(), tip.id())?, None)
+            (conflict_fix_base(&repo, main.id(), *tip)?, None)
         }
         // The branch left main where main and it last agreed.
         (Some(tip), WorktreeStart::Main | WorktreeStart::Continue { .. }, _) => {
-            (repo.merge_base(main.id(), tip.id()).map_err(git)?, None)
+            (repo.merge_base(main.id(), *tip).map_err(git)?, None)
         }
         // At the failed attempt's tip; its diff from where that branch left main holds
         // both attempts' work, so the scope check sees what the first one did too.
@@ -319,15 +315,6 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         base: base.to_string(),
         continued_from,
     })
-}
-
-/// The tip of local branch `branch`, if it exists.
-fn find_tip(repo: &git2::Repository, branch: &str) -> Result<Option<git2::Oid>, RepoError> {
-    match repo.find_branch(branch, git2::BranchType::Local) {
-        Ok(b) => Ok(Some(b.get().peel_to_commit().map_err(git)?.id())),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-        Err(e) => Err(git(e)),
-    }
 }
 
 /// Records worktree `name` at `path` on `reference`, locked, without checking it out: git2
