@@ -789,6 +789,11 @@ impl Handler<StopMember> for Worker {
     type Result = ();
 
     fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        // A run stopping (to restart from its journal, or for good) decides nothing about
+        // the task: the branch this attempt continued stays for the one after (ADR-031).
+        if let Some(workspace) = &mut self.workspace {
+            workspace.continued_from = None;
+        }
         self.cancel.cancel();
         self.finish(ctx);
     }
