@@ -106,7 +106,10 @@ async fn a_continued_branch_starts_at_the_failed_tip_and_its_diff_covers_both_at
         .release(second.clone(), BranchFate::Keep)
         .await
         .unwrap();
-    assert_eq!(flotilla_branches(repo.path()), [second.branch.clone()]);
+    assert_eq!(
+        flotilla_branches(repo.path()),
+        std::slice::from_ref(&second.branch)
+    );
 
     // A continuation whose branch is gone starts from main, and says so.
     let gone = WorktreeStart::Continue {
@@ -131,7 +134,10 @@ async fn a_continued_branch_starts_at_the_failed_tip_and_its_diff_covers_both_at
         .await
         .unwrap();
     assert!(swept.worktrees.contains(&fresh.path));
-    assert_eq!(flotilla_branches(repo.path()), [second.branch.clone()]);
+    assert_eq!(
+        flotilla_branches(repo.path()),
+        std::slice::from_ref(&second.branch)
+    );
     worktrees
         .sweep(SweepKeep {
             delivered: Some(Vec::new()),
@@ -186,8 +192,7 @@ fn config(scenario: &str, in_place: bool) -> serde_json::Value {
 fn on_main(repo: &Path, path: &str) -> Option<String> {
     let git = git2::Repository::open(repo).unwrap();
     let blob = git.revparse_single(&format!("main:{path}")).ok()?;
-    let text = String::from_utf8(blob.as_blob()?.content().to_vec()).ok();
-    text
+    String::from_utf8(blob.as_blob()?.content().to_vec()).ok()
 }
 
 /// The files of the handoff `attempt` of t1 delivered to the merge queue.
