@@ -274,21 +274,33 @@ writes = { "src/a.txt" = "a\n" }
 outcome = "failed"
 "####;
 
+/// The same when the merge gate failed it: the queue spared the branch, which the journal
+/// records as handed to it, yet it goes with the run.
+const GATE_NO_RETRY_LEFT: &str = r####"
+[[planner.answers]]
+tasks = [{ description = "write a", scope = ["src"], acceptance = "a" }]
+
+[[tasks.t1.attempts]]
+writes = { "src/a.txt" = "BROKEN\n" }
+"####;
+
 #[tokio::test]
 async fn a_branch_kept_for_a_retry_that_never_comes_goes_with_the_run() {
-    let daemon = InProcessDaemon::start(false);
-    let repo = git_repo();
-    let mut config = config(NO_RETRY_LEFT, true);
-    config["limits"]["max_attempts"] = serde_json::json!(1);
-    let events = run_to_end(&daemon, repo.path(), config).await;
-    assert!(
-        events.iter().any(|e| matches!(
-            &e.kind,
-            EventKind::TaskFailed { task, .. } if task.to_string() == "t1"
-        )),
-        "t1 failed for good"
-    );
-    assert_eq!(flotilla_branches(repo.path()), Vec::<String>::new());
+    for scenario in [NO_RETRY_LEFT, GATE_NO_RETRY_LEFT] {
+        let daemon = InProcessDaemon::start(false);
+        let repo = git_repo();
+        let mut config = config(scenario, true);
+        config["limits"]["max_attempts"] = serde_json::json!(1);
+        let events = run_to_end(&daemon, repo.path(), config).await;
+        assert!(
+            events.iter().any(|e| matches!(
+                &e.kind,
+                EventKind::TaskFailed { task, .. } if task.to_string() == "t1"
+            )),
+            "t1 failed for good"
+        );
+        assert_eq!(flotilla_branches(repo.path()), Vec::<String>::new());
+    }
 }
 
 /// Attempt 1 writes notes.txt outside its scope; attempt 2, continuing, leaves it there and

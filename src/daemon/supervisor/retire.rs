@@ -5,6 +5,7 @@
 //! timer but the [`RETIRE_LIMIT`] deadline for actors that never stop. At the daemon's stop
 //! every run's thread is stopped and joined, retired ones included. It must not poll.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -201,8 +202,13 @@ fn clean_up_after(
                 Vec::new()
             },
             // A branch kept for a retry that never came (the task failed for good, or the
-            // run ended first) goes with the run (ADR-031).
-            delivered: retry_in_place.then(|| delivered_branches(kinds())),
+            // run ended first) goes with the run, a gate-failed one too (ADR-031).
+            delivered: retry_in_place.then(|| {
+                let failed: HashSet<String> = failed_attempts(run, kinds()).into_iter().collect();
+                let mut delivered = delivered_branches(kinds());
+                delivered.retain(|branch| !failed.contains(branch));
+                delivered
+            }),
             closing: true,
             ..SweepKeep::default()
         };
