@@ -37,6 +37,9 @@ pub struct RunRecovery {
     pub delivered: Vec<String>,
     /// Branches of the run's failed attempts: what `[worktrees] keep_failed` keeps.
     pub failed_attempts: Vec<String>,
+    /// Branches of failed attempts that a task's next attempt may continue from (its
+    /// retry is pending or was interrupted): what `[worktrees] retry_in_place` keeps.
+    pub continued: Vec<String>,
     /// Providers whose journaled pause (`ProviderPauseStarted`) has no `ProviderResumed`
     /// yet: until when (ms since the epoch).
     pub provider_pauses: HashMap<String, u64>,
@@ -91,13 +94,20 @@ pub fn run_recovery(run: RunId, graph: &RunGraph, journal: &[Event], now_ms: u64
     // A crash between a Worker releasing its worktree and its report being journaled leaves
     // a branch that was never delivered. A `Landing` task is enqueued again after the
     // restart and lands from its branch: delivered too.
-    let delivered = kinds()
-        .filter_map(|kind| match kind {
-            EventKind::TaskCompleted {
-                handoff: Some(h), ..
-            } => h.work.as_ref().map(|w| w.branch.clone()),
-            EventKind::TaskLanding { branch, .. } => Some(branch.clone()),
-            _ => None,
+    let delivered = delivered_branches(kinds());
+    // A task with a pending retry (or one a restart interrupted) still has its previous
+    // attempt: a continuable failure's branch is where that retry starts (ADR-031).
+    let continued = graph
+        .tasks()
+        .filter(|n| {
+            matches!(
+                n.state,
+                TaskState::Ready | TaskState::Dispatched | TaskState::Running
+            )
+        })
+        .filter_map(|n| {
+            let previous = n.previous.as_ref().filter(|p| p.continuable())?;
+            Some(branch_name(run, &n.id, previous.attempt()))
         })
         .collect();
     RunRecovery {
@@ -109,6 +119,7 @@ pub fn run_recovery(run: RunId, graph: &RunGraph, journal: &[Event], now_ms: u64
         synthesizing,
         delivered,
         failed_attempts: failed_attempts(run, kinds()),
+        continued,
         provider_pauses: open_provider_pauses(kinds()),
     }
 }
@@ -179,6 +190,21 @@ pub fn unanswered_tool_rounds<'a>(
         }
     }
     rounds
+}
+
+/// The branches the journal says were delivered (`TaskCompleted` with work, or handed to
+/// the merge queue, `TaskLanding`): a sweep given them deletes any other branch of the run.
+pub fn delivered_branches<'a>(events: impl IntoIterator<Item = &'a EventKind>) -> Vec<String> {
+    events
+        .into_iter()
+        .filter_map(|kind| match kind {
+            EventKind::TaskCompleted {
+                handoff: Some(h), ..
+            } => h.work.as_ref().map(|w| w.branch.clone()),
+            EventKind::TaskLanding { branch, .. } => Some(branch.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The branches of the run's attempts that failed (retried or failed for good), as the

@@ -183,6 +183,52 @@ fn a_resumed_run_gets_its_conversation_its_failed_and_delivered_branches_and_unr
     assert!(resume.deadlines_in_ms.is_empty());
 }
 
+/// `[worktrees] retry_in_place` (ADR-031): the branch a pending or interrupted retry
+/// continues from is kept; not once the task delivered, nor after a failure (a workspace
+/// one) that is never continued.
+#[test]
+fn a_pending_retry_keeps_the_branch_it_continues_from() {
+    let mut journal = Journal::new();
+    let limits = Limits {
+        max_attempts: 3,
+        ..Limits::default()
+    };
+    let mut graph = RunGraph::new(limits);
+    let out = graph
+        .submit(vec![
+            TaskSpec::new("first", &["src/a"]),
+            TaskSpec::new("second", &["src/b"]),
+            TaskSpec::new("third", &["src/c"]),
+        ])
+        .unwrap();
+    let tasks = added(&out);
+    journal.push(out);
+    let crashed = || AttemptFailure::Crashed {
+        detail: "killed".into(),
+    };
+    // The first: failed, its retry in flight when the daemon stops.
+    start(&mut graph, &mut journal, &tasks[0], 1);
+    journal.push(graph.failed(&tasks[0], 1, crashed()).unwrap());
+    start(&mut graph, &mut journal, &tasks[0], 2);
+    // The second: failed, then delivered by its retry.
+    start(&mut graph, &mut journal, &tasks[1], 1);
+    journal.push(graph.failed(&tasks[1], 1, crashed()).unwrap());
+    start(&mut graph, &mut journal, &tasks[1], 2);
+    complete(&mut graph, &mut journal, &tasks[1], 2);
+    // The third: its workspace failed; the retry waits but starts from main.
+    start(&mut graph, &mut journal, &tasks[2], 1);
+    let workspace = AttemptFailure::Workspace {
+        detail: "stale".into(),
+    };
+    journal.push(graph.failed(&tasks[2], 1, workspace).unwrap());
+
+    let recovered = run_recovery(journal.run, &graph, &journal.events, 0);
+    assert_eq!(
+        recovered.continued,
+        vec![branch_name(journal.run, &tasks[0], 1)]
+    );
+}
+
 #[test]
 fn a_handoff_journaled_before_the_planners_last_answer_was_read() {
     let mut journal = Journal::new();

@@ -8,7 +8,7 @@ pub mod command;
 pub mod tools;
 
 use flotilla_actors::protocol::{
-    Assignment, CommandTail, PathList, PreviousAttempt, SubtaskResult, TaskId,
+    Assignment, CommandTail, PathList, PreviousAttempt, RetryStart, SubtaskResult, TaskId,
 };
 
 /// The task as every agent reads it: what to do, the scope it may change, when it is done,
@@ -47,9 +47,20 @@ pub const PREVIOUS_ATTEMPT_HEADING: &str = "## Previous attempt";
 /// output goes in a fence longer than any run of backticks in it, so no output can close
 /// the fence and pass for flotilla's own words.
 pub fn previous_attempt_text(previous: &PreviousAttempt) -> String {
+    let attempt = previous.attempt();
+    // Where the branch started (ADR-031): the failed attempt's tip with
+    // `[worktrees] retry_in_place`, else main's.
+    let start = match previous.start() {
+        Some(RetryStart::Continued) => format!(
+            "This is a retry continuing attempt {attempt}'s work: its commits are on your branch. Keep what is right, fix what made it fail, and undo its changes outside your scope (they still count against this attempt)."
+        ),
+        Some(RetryStart::FromMain) => format!(
+            "This is a retry starting again from main: attempt {attempt}'s work is not on your branch (its branch could not be continued). Do not redo the task the same way; fix what made it fail."
+        ),
+        None => "This is a retry, on a fresh branch without that attempt's work. Do not redo the task the same way; fix what made it fail.".to_string(),
+    };
     let mut text = format!(
-        "{PREVIOUS_ATTEMPT_HEADING} ({}) failed\nThis is a retry, on a fresh branch without that attempt's work. Do not redo the task the same way; fix what made it fail.\n\n{}\n",
-        previous.attempt(),
+        "{PREVIOUS_ATTEMPT_HEADING} ({attempt}) failed\n{start}\n\n{}\n",
         quoted(previous.reason())
     );
     if let Some(gate) = previous.gate() {

@@ -136,6 +136,7 @@ pub fn planner_run(workers: usize) -> Result<RequestSizes, RequestsError> {
             checks: Arc::new(Default::default()),
             notices: None,
             keep_failed: false,
+            retry_in_place: false,
             transcripts: flotilla_actors::ports::Transcripts::none(),
             reviewer: None,
         };

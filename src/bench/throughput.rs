@@ -196,6 +196,7 @@ async fn measure(config: Throughput) -> Result<ThroughputResult, ThroughputError
         checks: Arc::new(checks),
         notices: None,
         keep_failed: false,
+        retry_in_place: false,
         transcripts: flotilla_actors::ports::Transcripts::none(),
         reviewer: None,
     };
@@ -323,6 +324,7 @@ impl Worktrees for NameOnlyWorktrees {
                 path,
                 branch: request.branch,
                 base: String::new(),
+                continued_from: None,
             })
         })
     }

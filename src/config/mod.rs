@@ -67,7 +67,7 @@ pub struct FileConfig {
     #[serde(default)]
     pub agents: BTreeMap<String, CommandAgentConfig>,
     /// Worker profiles; one general profile if none are given.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "worker_profiles")]
     pub workers: Vec<WorkerProfile>,
     /// Real models: `[providers.NAME]` endpoints (docs/configuration.md).
     #[serde(default)]
@@ -166,6 +166,49 @@ pub struct WorktreesConfig {
     /// did, until `flotilla gc` (or the next daemon start) removes them. Off: they go as the
     /// attempt fails.
     pub keep_failed: bool,
+    /// A retry continues the failed attempt's work: its branch starts at that attempt's
+    /// tip, and the scope check covers both attempts' changes (ADR-031). Off: every retry
+    /// starts again from the target branch's tip.
+    pub retry_in_place: bool,
+}
+
+/// `workers`: the worker profiles, an array of tables (`[[workers]]`). A `[workers]` table
+/// is refused with where a setting like the issue's `[workers] retry_in_place` lives.
+fn worker_profiles<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<WorkerProfile>, D::Error> {
+    use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+    struct Profiles;
+    impl<'de> serde::de::Visitor<'de> for Profiles {
+        type Value = Vec<WorkerProfile>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("worker profiles, each a `[[workers]]` table")
+        }
+        // Each profile's own errors (an unknown key, a wrong type) come through as they are.
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            Vec::deserialize(SeqAccessDeserializer::new(seq))
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            let table = toml::Table::deserialize(MapAccessDeserializer::new(map))?;
+            Err(serde::de::Error::custom(workers_table_problem(&table)))
+        }
+    }
+    deserializer.deserialize_any(Profiles)
+}
+
+/// What is wrong with a `[workers]` table (one `[`, not two).
+fn workers_table_problem(table: &toml::Table) -> String {
+    let mut problem = String::from(
+        "`workers` is the list of worker profiles: write each as `[[workers]]` (two brackets), not `[workers]`",
+    );
+    if table.contains_key("retry_in_place") {
+        problem.push_str(
+            "; `retry_in_place` is a worktree setting: write `retry_in_place = true` under `[worktrees]`",
+        );
+    } else if table.contains_key("keep_failed") {
+        problem.push_str("; `keep_failed` goes under `[worktrees]`");
+    }
+    problem
 }
 
 /// The agents a worker profile may name.

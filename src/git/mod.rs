@@ -60,6 +60,18 @@ pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<boo
     }
 }
 
+/// The commit local branch `branch` points at; `None` when there is no such branch.
+pub(crate) fn branch_tip(
+    repo: &git2::Repository,
+    branch: &str,
+) -> Result<Option<git2::Oid>, RepoError> {
+    match repo.find_branch(branch, git2::BranchType::Local) {
+        Ok(b) => Ok(Some(b.get().peel_to_commit().map_err(git)?.id())),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(git(e)),
+    }
+}
+
 /// The target branch's commit; none when the branch does not exist (an unborn branch:
 /// `git init` and nothing committed yet). Never another branch's: the run lands on this
 /// one, and reading HEAD instead would build on what the compare-and-swap then refuses.

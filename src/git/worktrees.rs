@@ -32,7 +32,7 @@ use futures::future::BoxFuture;
 use super::conflict_fix::{conflict_fix_base, conflict_fix_commit};
 use super::leftovers::{forget, prune, recorded_worktrees, run_ref_locks};
 use super::target::TargetBranch;
-use super::{delete_branch, git, io, main_commit, repo_lock, signature};
+use super::{branch_tip, delete_branch, git, io, main_commit, repo_lock, signature};
 
 /// The largest file the safety-net commit takes: anything bigger stays out of the branch
 /// (and out of git's object store) and is named in the commit message.
@@ -238,33 +238,43 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
             place.target
         ))
     })?;
-    let existing = match repo.find_branch(&request.branch, git2::BranchType::Local) {
-        Ok(b) => Some(b.get().peel_to_commit().map_err(git)?),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
-        Err(e) => return Err(git(e)),
+    let existing = branch_tip(&repo, &request.branch)?;
+    // A retry in place continues the failed attempt's branch while it is there (ADR-031).
+    let continued = match &request.start {
+        WorktreeStart::Continue { branch } => branch_tip(&repo, branch)?.map(|tip| (branch, tip)),
+        _ => None,
     };
     // Where the branch left main, and where a new one starts.
-    let (base, start) = match (&existing, &request.start) {
+    let (base, start) = match (&existing, &request.start, &continued) {
         // A conflict fix's first commit is flotilla's merge of the task branch onto main:
         // the fix is what comes after it.
-        (Some(tip), WorktreeStart::ConflictFix { .. }) => {
-            (conflict_fix_base(&repo, main.id(), tip.id())?, None)
+        (Some(tip), WorktreeStart::ConflictFix { .. }, _) => {
+            (conflict_fix_base(&repo, main.id(), *tip)?, None)
         }
         // The branch left main where main and it last agreed.
-        (Some(tip), WorktreeStart::Main) => {
-            (repo.merge_base(main.id(), tip.id()).map_err(git)?, None)
+        (Some(tip), WorktreeStart::Main | WorktreeStart::Continue { .. }, _) => {
+            (repo.merge_base(main.id(), *tip).map_err(git)?, None)
         }
-        (None, WorktreeStart::Main) => (main.id(), Some(main.id())),
-        (None, WorktreeStart::ConflictFix { branch }) => {
+        // At the failed attempt's tip; its diff from where that branch left main holds
+        // both attempts' work, so the scope check sees what the first one did too.
+        (None, WorktreeStart::Continue { .. }, Some((_, tip))) => {
+            (repo.merge_base(main.id(), *tip).map_err(git)?, Some(*tip))
+        }
+        (None, WorktreeStart::Main | WorktreeStart::Continue { .. }, _) => {
+            (main.id(), Some(main.id()))
+        }
+        (None, WorktreeStart::ConflictFix { branch }, _) => {
             let merged = conflict_fix_commit(&repo, &place.target, &main, branch)?;
             (merged, Some(merged))
         }
     };
+    let continued_from = continued.map(|(branch, _)| branch.clone());
     if existing.is_some() && reusable(&repo, &name, &path, &request.branch) {
         return Ok(Workspace {
             path,
             branch: request.branch.clone(),
             base: base.to_string(),
+            continued_from,
         });
     }
     let worktree = locked(&place.repo, || {
@@ -303,6 +313,7 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         path,
         branch: request.branch.clone(),
         base: base.to_string(),
+        continued_from,
     })
 }
 
@@ -672,6 +683,10 @@ fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(),
         if fate == BranchFate::Delete {
             delete_branch(&repo, &workspace.branch)?;
         }
+        // The failed attempt this one continued: its work is on this branch now.
+        if let Some(continued) = &workspace.continued_from {
+            delete_branch(&repo, continued)?;
+        }
         Ok::<_, RepoError>(())
     })?;
     match std::fs::remove_dir_all(&workspace.path) {
@@ -711,6 +726,7 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
         prune(&repo, name, &path)?;
         swept.worktrees.push(path);
         if let Some(branch) = branch
+            && !keep.branches.contains(&branch)
             && delete_branch(&repo, &branch)?
         {
             swept.branches.push(branch);
@@ -754,6 +770,7 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
                 && name.starts_with(&ours)
                 && !delivered.iter().any(|d| d == name)
                 && !keep.worktrees.iter().any(|k| k == name)
+                && !keep.branches.iter().any(|k| k == name)
             {
                 doomed.push(name.to_string());
             }

@@ -115,6 +115,7 @@ fn start_with(
         checks: Arc::new(Checks::default()),
         notices,
         keep_failed: false,
+        retry_in_place: false,
         transcripts: flotilla_actors::ports::Transcripts::none(),
         reviewer: None,
     };

@@ -44,6 +44,7 @@ mod planner_tools;
 mod process;
 mod providers;
 mod retries;
+mod retry_in_place;
 mod reviewer;
 mod run_report;
 mod scratch_kit;

@@ -29,6 +29,8 @@ struct Fixture {
     base: git2::Oid,
     /// Every landing intent the queues of this fixture had journaled, in order.
     intents: Intents,
+    /// `[worktrees] retry_in_place` for the queues it makes.
+    retry_in_place: bool,
 }
 
 /// Stands in for the TaskGraph's journal of landing intents: records each one and says it
@@ -64,6 +66,7 @@ impl Fixture {
             run: RunId::generate(),
             base,
             intents: Arc::default(),
+            retry_in_place: false,
         }
     }
 
@@ -177,6 +180,7 @@ impl Fixture {
             reader,
             runner: Arc::new(TokioProcessRunner),
             config,
+            retry_in_place: self.retry_in_place,
         };
         let ledger = Ledger(self.intents.clone()).start().recipient();
         let mut queue = MergeQueue::new(self.run, kit, graph, ledger);
@@ -369,6 +373,39 @@ async fn a_failing_gate_never_moves_main_and_bisection_finds_the_culprit_in_four
         repo.find_branch(&requests[2].branch, git2::BranchType::Local)
             .is_err(),
         "the culprit's attempt branch goes"
+    );
+}
+
+/// With `retry_in_place` (ADR-031) a gate-failed attempt's branch stays for its retry to
+/// continue from; its batch-mate landed after it, so the queue is past the deletion.
+#[actix::test]
+async fn with_retry_in_place_a_gate_failed_branch_is_spared_for_its_retry() {
+    let mut f = Fixture::new();
+    f.retry_in_place = true;
+    let bad = f.branch("t1", &[("bad.txt", "breaks the build\n")]);
+    let good = f.branch("t2", &[("b.txt", "b\n")]);
+    let (queue, mut inbox) = f.queue(&["test ! -e bad.txt"]);
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(bad.clone())));
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(good.clone())));
+    let seen = verdicts(&mut inbox, 2).await;
+    assert!(
+        seen.iter().any(|m| matches!(
+            m,
+            FromMerging::Failed { task: t, failure: LandingFailure::GateFailed { .. }, .. }
+                if *t == task("t1")
+        )),
+        "{seen:?}"
+    );
+    let repo = f.repo();
+    assert!(
+        repo.find_branch(&bad.branch, git2::BranchType::Local)
+            .is_ok(),
+        "the failed attempt's branch stays for the retry"
+    );
+    assert!(
+        repo.find_branch(&good.branch, git2::BranchType::Local)
+            .is_err(),
+        "a landed branch goes as always"
     );
 }
 

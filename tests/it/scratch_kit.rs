@@ -16,6 +16,7 @@ pub fn scratch_kit(
         checks: Arc::new(flotilla_actors::actors::worker::check::Checks::default()),
         notices: None,
         keep_failed: false,
+        retry_in_place: false,
         transcripts: flotilla_actors::ports::Transcripts::none(),
         reviewer: None,
     }

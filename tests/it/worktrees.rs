@@ -313,6 +313,7 @@ async fn a_sweep_removes_every_worktree_but_the_kept_and_keeps_delivered_branche
             worktrees: vec![waiting.branch.clone()],
             delivered: Some(vec![delivered.branch.clone()]),
             closing: false,
+            ..SweepKeep::default()
         })
         .await
         .unwrap();

@@ -74,6 +74,9 @@ pub struct Workspace {
     pub branch: String,
     /// The commit the branch left from.
     pub base: String,
+    /// The failed attempt's branch this branch started from (a retry in place, ADR-031):
+    /// released with this workspace, it is deleted (this branch holds its work).
+    pub continued_from: Option<String>,
 }
 
 impl Workspace {
@@ -83,6 +86,7 @@ impl Workspace {
             path,
             branch: String::new(),
             base: String::new(),
+            continued_from: None,
         }
     }
 }

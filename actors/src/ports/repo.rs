@@ -157,6 +157,12 @@ pub enum WorktreeStart {
     /// the resolution alone; after a restart the reused branch's base is found again (the
     /// first commit after the branch left main).
     ConflictFix { branch: String },
+    /// A retry that continues a failed attempt's work (`[worktrees] retry_in_place`,
+    /// ADR-031): the new branch starts at the tip of `branch` (that attempt's, named by
+    /// flotilla), and the workspace's `base` is where `branch` left main, so the scope check
+    /// and the handoff's files cover both attempts' work. A missing `branch` starts from
+    /// main's tip ([`Workspace::continued_from`] says which it was).
+    Continue { branch: String },
 }
 
 /// What becomes of an attempt's branch when its worktree goes.
@@ -177,6 +183,9 @@ pub struct SweepKeep {
     /// too (a crash between releasing a delivered worktree and journaling its report leaves
     /// one). `None`: every branch without a worktree stays (the journal was not read).
     pub delivered: Option<Vec<String>>,
+    /// Branches that stay without their worktree: failed attempts' that a pending retry
+    /// continues from (`[worktrees] retry_in_place`, ADR-031).
+    pub branches: Vec<String>,
     /// The run is over: no worktree may be made for it after this sweep (an attempt's
     /// `prepare` still queued behind it is refused rather than leaked).
     pub closing: bool,
@@ -348,6 +357,7 @@ impl Worktrees for ScratchWorktrees {
                 path,
                 branch: request.branch,
                 base: String::new(),
+                continued_from: None,
             })
         })
     }

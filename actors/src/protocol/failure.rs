@@ -144,6 +144,14 @@ impl AttemptFailure {
             AttemptFailure::Cancelled | AttemptFailure::CannotStart { .. }
         )
     }
+
+    /// Whether, with `[worktrees] retry_in_place`, the next attempt may continue from this
+    /// attempt's branch (ADR-031). Not after a workspace failure: the branch could not be
+    /// made or read, or (a `StaleBase` landing) it holds work an adopted main dropped, which
+    /// must never land; nor after a failure that is not retried.
+    pub fn continues_in_place(&self) -> bool {
+        self.is_retryable() && !matches!(self, AttemptFailure::Workspace { .. })
+    }
 }
 
 #[cfg(test)]
@@ -175,6 +183,14 @@ mod tests {
             detail: "codex: program not found on PATH".into(),
         };
         assert!(!missing.is_retryable());
+        assert!(f.continues_in_place());
+        assert!(
+            !AttemptFailure::Workspace {
+                detail: "stale".into()
+            }
+            .continues_in_place()
+        );
+        assert!(!missing.continues_in_place());
         assert_eq!(
             FailureReason::AgentFailed { failure: missing }.to_string(),
             "codex: program not found on PATH",

@@ -46,7 +46,7 @@ pub use messages::{
     FromMerging, GetSnapshot, IntendLanding, IntentNotJournaled, Published, ToAgent, ToDispatch,
     ToMergeQueue, ToPlanner, ToReconciler, ToTaskGraph,
 };
-pub use retry::{CommandTail, PathList, PreviousAttempt};
+pub use retry::{CommandTail, PathList, PreviousAttempt, RetryStart};
 pub use review::{LastReview, ReviewComments, ReviewMark, ReviewVerdict};
 pub use scope::ScopePath;
 pub use subplan::{

@@ -165,6 +165,26 @@ pub struct PreviousAttempt {
     /// `AttemptFailure::ChangesRequested`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     review: Option<String>,
+    /// The failure lets the next attempt continue from this attempt's branch
+    /// ([`AttemptFailure::continues_in_place`]), with `[worktrees] retry_in_place`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    continuable: bool,
+    /// Where the retry's branch started, once its worktree is made (`None`: the option is
+    /// off, and the retry starts from main as always).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start: Option<RetryStart>,
+}
+
+/// Where a retry's branch started, with `[worktrees] retry_in_place` (ADR-031): its task
+/// message says which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryStart {
+    /// At the failed attempt's tip: its work is on the retry's branch.
+    Continued,
+    /// At main's tip: the failure does not allow continuing (a workspace or stale-base
+    /// failure), or the failed attempt's branch is gone.
+    FromMain,
 }
 
 #[derive(Deserialize)]
@@ -183,6 +203,10 @@ struct UncheckedPrevious {
     findings: Vec<String>,
     #[serde(default)]
     review: Option<String>,
+    #[serde(default)]
+    continuable: bool,
+    #[serde(default)]
+    start: Option<RetryStart>,
 }
 
 impl From<UncheckedPrevious> for PreviousAttempt {
@@ -196,6 +220,8 @@ impl From<UncheckedPrevious> for PreviousAttempt {
             links_outside: raw.links_outside,
             findings: bounded_findings(raw.findings.iter().map(String::as_str)),
             review: raw.review.map(|r| clean_head(&r, true, MAX_REVIEW_BYTES)),
+            continuable: raw.continuable,
+            start: raw.start,
         }
     }
 }
@@ -221,6 +247,8 @@ impl PreviousAttempt {
             links_outside: PathList::default(),
             findings: Vec::new(),
             review: None,
+            continuable: failure.continues_in_place(),
+            start: None,
         };
         // The typed sections carry the long parts; the reason stays one short sentence.
         let reason = match failure {
@@ -270,6 +298,21 @@ impl PreviousAttempt {
     pub fn with_review(mut self, comments: &str) -> Self {
         self.review = Some(clean_head(comments, true, MAX_REVIEW_BYTES));
         self
+    }
+
+    /// The same, saying where the retry's branch started.
+    pub fn starting(mut self, start: RetryStart) -> Self {
+        self.start = Some(start);
+        self
+    }
+
+    /// Whether the next attempt may continue from this attempt's branch.
+    pub fn continuable(&self) -> bool {
+        self.continuable
+    }
+
+    pub fn start(&self) -> Option<RetryStart> {
+        self.start
     }
 
     pub fn attempt(&self) -> u32 {

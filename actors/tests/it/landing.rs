@@ -270,6 +270,37 @@ fn a_gate_failure_retries_the_task_from_main_then_fails_it() {
     );
 }
 
+/// `[worktrees] retry_in_place` (ADR-031): a gate failure's retry may continue the failed
+/// branch; a stale base's never does (that branch holds work an adopted main dropped).
+#[test]
+fn a_stale_base_is_never_continued_in_place_a_gate_failure_is() {
+    let mut g = RunGraph::new(Limits {
+        max_attempts: 3,
+        ..Limits::default()
+    })
+    .merging();
+    g.submit(vec![spec("a", &["a"])]).unwrap();
+    finish(&mut g, "t1");
+    let gate = LandingFailure::GateFailed {
+        command: "sh test.sh".into(),
+        output_tail: "FAIL".into(),
+    };
+    g.landing_failed(&task("t1"), 1, gate).unwrap();
+    let previous = g.task(&task("t1")).unwrap().previous.clone().unwrap();
+    assert!(
+        previous.continuable(),
+        "a gate failure's branch may be continued"
+    );
+    finish(&mut g, "t1");
+    let stale = LandingFailure::StaleBase {
+        detail: "holds dropped work".into(),
+    };
+    g.landing_failed(&task("t1"), 2, stale).unwrap();
+    let previous = g.task(&task("t1")).unwrap().previous.clone().unwrap();
+    assert_eq!(previous.attempt(), 2);
+    assert!(!previous.continuable(), "the retry starts again from main");
+}
+
 #[test]
 fn finalization_completes_only_on_a_green_sweep_after_the_last_landing() {
     let mut g = merging();

@@ -193,6 +193,9 @@ struct Retiring {
     /// the branch whose checkout is healed.
     repo: PathBuf,
     keep_failed: bool,
+    /// Failed attempts' branches kept for a retry in place (ADR-031): the sweep deletes
+    /// every branch the journal does not record as delivered.
+    retry_in_place: bool,
     target: Option<TargetBranch>,
 }
 

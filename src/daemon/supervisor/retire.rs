@@ -5,12 +5,13 @@
 //! timer but the [`RETIRE_LIMIT`] deadline for actors that never stop. At the daemon's stop
 //! every run's thread is stopped and joined, retired ones included. It must not poll.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use actix::prelude::*;
 use flotilla_actors::ports::{Journal, JournalError, SweepKeep, Worktrees};
 use flotilla_actors::protocol::{CheckoutSync, Event, RunId};
-use flotilla_actors::recovery::failed_attempts;
+use flotilla_actors::recovery::{delivered_branches, failed_attempts};
 use tracing::{info, warn};
 
 use super::memory::give_memory_back;
@@ -52,6 +53,7 @@ impl Supervisor {
             thread: entry.thread.take(),
             repo: entry.repo,
             keep_failed: entry.config.worktrees.keep_failed,
+            retry_in_place: entry.config.worktrees.retry_in_place,
             // A config whose branch does not pass never started: nothing of it to heal.
             target: entry.config.target_branch().ok(),
         };
@@ -107,8 +109,10 @@ impl Supervisor {
                 Err(e) => warn!(%run, error = %e, "cannot wait for a run's thread to end"),
             }
         }
-        // With keep_failed, the failed attempts' worktrees outlive the run.
-        let journal = retiring.keep_failed.then(|| self.journal.read(run, 0));
+        // With keep_failed, the failed attempts' worktrees outlive the run; with
+        // retry_in_place, the journal says which kept branches were never delivered.
+        let journal =
+            (retiring.keep_failed || retiring.retry_in_place).then(|| self.journal.read(run, 0));
         clean_up_after(
             self.journal.clone(),
             GitWorktrees::new(
@@ -120,6 +124,7 @@ impl Supervisor {
             retiring.target,
             run,
             journal,
+            (retiring.keep_failed, retiring.retry_in_place),
         );
     }
 }
@@ -176,11 +181,12 @@ fn clean_up_after(
     target: Option<TargetBranch>,
     run: RunId,
     journal: Option<futures::future::BoxFuture<'static, Result<Vec<Event>, JournalError>>>,
+    (keep_failed, retry_in_place): (bool, bool),
 ) {
     actix::spawn(async move {
-        let kept_failed = match journal {
+        let events = match journal {
             Some(read) => match read.await {
-                Ok(events) => failed_attempts(run, events.iter().map(|e| &e.kind)),
+                Ok(events) => events,
                 Err(e) => {
                     warn!(%run, error = %e, "cannot read which attempts failed; their worktrees stay for gc");
                     return;
@@ -188,8 +194,21 @@ fn clean_up_after(
             },
             None => Vec::new(),
         };
+        let kinds = || events.iter().map(|e| &e.kind);
         let run_over = SweepKeep {
-            worktrees: kept_failed,
+            worktrees: if keep_failed {
+                failed_attempts(run, kinds())
+            } else {
+                Vec::new()
+            },
+            // A branch kept for a retry that never came (the task failed for good, or the
+            // run ended first) goes with the run, a gate-failed one too (ADR-031).
+            delivered: retry_in_place.then(|| {
+                let failed: HashSet<String> = failed_attempts(run, kinds()).into_iter().collect();
+                let mut delivered = delivered_branches(kinds());
+                delivered.retain(|branch| !failed.contains(branch));
+                delivered
+            }),
             closing: true,
             ..SweepKeep::default()
         };

@@ -117,6 +117,7 @@ pub(super) fn start_run(
         checks: Arc::new(checks),
         notices: Some(daemon.notices.clone()),
         keep_failed: config.worktrees.keep_failed,
+        retry_in_place: config.worktrees.retry_in_place,
         transcripts: daemon.transcripts.clone(),
         // Off unless `[reviewer] enabled` (ADR-038): then no work lands unreviewed.
         reviewer: config.reviewer.enabled.then(|| {
@@ -150,6 +151,12 @@ pub(super) fn start_run(
     .keeping(SweepKeep {
         worktrees: keep_worktrees,
         delivered: Some(recovered.delivered),
+        // The failed attempts a pending retry continues from (ADR-031).
+        branches: if config.worktrees.retry_in_place {
+            recovered.continued
+        } else {
+            Vec::new()
+        },
         closing: false,
     })
     .watched(lifeline(Member::Workers))
@@ -235,6 +242,7 @@ pub(super) fn start_run(
             reader: repo,
             runner,
             config: config.merge.clone(),
+            retry_in_place: config.worktrees.retry_in_place,
         },
         graph_addr.clone().recipient(),
         graph_addr.clone().recipient(),

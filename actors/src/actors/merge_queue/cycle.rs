@@ -130,7 +130,10 @@ impl Cycle {
                             output_tail: tail,
                         },
                     });
-                    self.delete_branches_of_attempt(r).await;
+                    // Its retry may continue from it (ADR-031).
+                    if !self.kit.retry_in_place {
+                        self.delete_branches_of_attempt(r).await;
+                    }
                     end.failed += 1;
                 }
                 Round::GateFailed { .. } => {

@@ -153,6 +153,9 @@ pub struct MergeKit {
     pub reader: Arc<dyn RepoReader>,
     pub runner: Arc<dyn ProcessRunner>,
     pub config: MergeConfig,
+    /// `[worktrees] retry_in_place` (ADR-031): a gate-failed attempt's branch stays for
+    /// its retry to continue (the run's sweeps remove it if none does).
+    pub retry_in_place: bool,
 }
 
 /// A branch waiting, with what the queue keeps about it.

@@ -35,6 +35,7 @@
 //! runner, checks).
 
 pub mod check;
+mod in_place;
 pub mod review;
 
 use std::collections::HashMap;
@@ -50,11 +51,11 @@ use tracing::{debug, warn};
 use crate::ports::{
     ActivityReporter, Agent, AgentError, AgentReport, AgentSession, AttemptContext, BranchFate,
     Clock, CommandSpec, ProcessRunner, RepoError, SpendReporter, SystemClock, TranscriptSink,
-    Transcripts, Workspace, WorktreeRequest, WorktreeStart, Worktrees,
+    Transcripts, Workspace, WorktreeRequest, Worktrees,
 };
 use crate::protocol::{
-    Assignment, AttemptFailure, Budget, Event, EventKind, Finding, FixOf, HandoffStatus, Published,
-    RunId, SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph, commit_subject,
+    Assignment, AttemptFailure, Budget, Event, EventKind, Finding, HandoffStatus, Published, RunId,
+    SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph, commit_subject,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
 use check::{Checks, check_work};
@@ -131,6 +132,9 @@ pub struct WorkerKit {
     /// `[worktrees] keep_failed`: a failed attempt's worktree and branch stay for
     /// inspection (the run's sweeps keep them; `flotilla gc` removes them).
     pub keep_failed: bool,
+    /// `[worktrees] retry_in_place`: a retry continues the failed attempt's branch
+    /// (ADR-031), which the attempt therefore keeps.
+    pub retry_in_place: bool,
     /// Where each attempt's transcript goes (`flotilla log`), if anywhere.
     pub transcripts: Transcripts,
     /// The run's reviewer (ADR-038), when `[reviewer] enabled`: delivered work lands only
@@ -194,20 +198,6 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Where a new branch for this job starts: a conflict fix from main with the
-    /// conflicting branch merged in, everything else from main's tip.
-    fn worktree_start(&self) -> WorktreeStart {
-        match &self.job {
-            Job::Run(a) => match &a.task.fix {
-                Some(FixOf::Conflict { branch, .. }) => WorktreeStart::ConflictFix {
-                    branch: branch.clone(),
-                },
-                _ => WorktreeStart::Main,
-            },
-            Job::Synthesize { .. } => WorktreeStart::Main,
-        }
-    }
-
     /// `limit` bounds the agent calls of the attempt together (a revision gets what the
     /// earlier calls left).
     pub fn new(kit: WorkerKit, graph: Recipient<ToTaskGraph>, job: Job, limit: Duration) -> Self {
@@ -340,7 +330,7 @@ impl Worker {
             task: self.task.clone(),
             attempt: self.attempt,
             branch: self.branch.clone(),
-            start: self.worktree_start(),
+            start: in_place::worktree_start(&self.job, self.kit.retry_in_place),
         };
         let prepare = self.kit.worktrees.prepare(request);
         let bounded = async move {
@@ -356,7 +346,11 @@ impl Worker {
         let handle = ctx.spawn(bounded.into_actor(self).map(|result, act, ctx| {
             act.in_flight = None;
             let workspace = match result {
-                Ok(workspace) => workspace,
+                Ok(mut workspace) => {
+                    let (in_place, keep) = (act.kit.retry_in_place, act.kit.keep_failed);
+                    in_place::started(&mut act.job, &mut workspace, in_place, keep);
+                    workspace
+                }
                 // flotilla's own storage failed (disk full, read-only): not the task's
                 // doing. The attempt waits, says so, and tries again (ADR-021).
                 Err(Err(detail)) => {
@@ -586,11 +580,11 @@ impl Worker {
         };
         let (message, proposes) = match result {
             Err(failure) => {
-                self.after = self.after_failure();
+                self.after = self.after_failure(failure.continues_in_place());
                 (failed(failure), false)
             }
             Ok(finished) if !finished.out_of_scope.is_empty() => {
-                self.after = self.after_failure();
+                self.after = self.after_failure(true);
                 (
                     failed(AttemptFailure::OutOfScope {
                         paths: finished.out_of_scope,
@@ -599,7 +593,7 @@ impl Worker {
                 )
             }
             Ok(finished) if !finished.links_outside.is_empty() => {
-                self.after = self.after_failure();
+                self.after = self.after_failure(true);
                 (
                     failed(AttemptFailure::LinksOutside {
                         paths: finished.links_outside,
@@ -626,7 +620,7 @@ impl Worker {
                 } else if delivered {
                     AfterAttempt::Release(BranchFate::Delete)
                 } else {
-                    self.after_failure()
+                    self.after_failure(true)
                 };
                 let message = ToTaskGraph::TaskCompleted(Box::new(TaskCompleted {
                     task: task.clone(),
@@ -672,10 +666,13 @@ impl Worker {
         self.in_flight = Some(handle);
     }
 
-    /// What a failed attempt leaves: nothing, or (`keep_failed`) its worktree and branch.
-    fn after_failure(&self) -> AfterAttempt {
+    /// What a failed attempt leaves: nothing, (`keep_failed`) its worktree and branch, or
+    /// (`retry_in_place`, a failure its retry may continue from) its branch.
+    fn after_failure(&self, continuable: bool) -> AfterAttempt {
         if self.kit.keep_failed {
             AfterAttempt::Keep
+        } else if continuable && self.kit.retry_in_place {
+            AfterAttempt::Release(BranchFate::Keep)
         } else {
             AfterAttempt::Release(BranchFate::Delete)
         }
@@ -792,6 +789,11 @@ impl Handler<StopMember> for Worker {
     type Result = ();
 
     fn handle(&mut self, _: StopMember, ctx: &mut Context<Self>) {
+        // A run stopping (to restart from its journal, or for good) decides nothing about
+        // the task: the branch this attempt continued stays for the one after (ADR-031).
+        if let Some(workspace) = &mut self.workspace {
+            workspace.continued_from = None;
+        }
         self.cancel.cancel();
         self.finish(ctx);
     }
