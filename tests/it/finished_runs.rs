@@ -128,10 +128,17 @@ async fn a_finished_run_s_status_is_stored_as_it_retires_and_answered_from_after
     };
     let stored = within(PATIENCE, || async { stored_row(&journal) }).await;
     let Some((format, stored_seq, summary)) = stored else {
-        panic!("no stored status for the retired run\n{}", daemon.log_text());
+        panic!(
+            "no stored status for the retired run\n{}",
+            daemon.log_text()
+        );
     };
     assert_eq!(format, SUMMARY_FORMAT);
-    assert_eq!(stored_seq, i64::try_from(last_seq).unwrap(), "folded to its end");
+    assert_eq!(
+        stored_seq,
+        i64::try_from(last_seq).unwrap(),
+        "folded to its end"
+    );
     let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
     assert_eq!(summary["id"], run.as_str());
     assert_eq!(summary["state"], "completed");
