@@ -272,7 +272,13 @@ fn bench_gate_timing_gates_each_candidate_cold_and_warm_and_reports_both() {
     let report = &rows[0];
     assert_eq!(report["changed_file"], "src/lib.rs", "{report}");
     assert_eq!(report["command"], "grep -q 'candidate' src/lib.rs");
-    let head = repo.head().unwrap().peel_to_commit().unwrap().id().to_string();
+    let head = repo
+        .head()
+        .unwrap()
+        .peel_to_commit()
+        .unwrap()
+        .id()
+        .to_string();
     assert_eq!(report["commit"].as_str(), Some(head.as_str()));
     for mode in ["cold_ms", "warm_ms"] {
         assert_eq!(report[mode].as_array().unwrap().len(), 3, "{report}");
