@@ -218,7 +218,11 @@ async fn one_mode(
     }
     // The daemon's own sandbox for a run: its state hidden, the repository's work tree
     // hidden and its `.git` read-only.
-    let policy = SandboxPolicy::for_run(&SandboxConfig::default(), &[state.clone()], &repo);
+    let policy = SandboxPolicy::for_run(
+        &SandboxConfig::default(),
+        std::slice::from_ref(&state),
+        &repo,
+    );
     let run = ScratchRun {
         git: Arc::new(merge),
         runner: Arc::new(ConfinedRunner::new(policy)),
