@@ -62,35 +62,8 @@ await_collection() {
 }
 
 if [ ! -f "$made/ready" ]; then
-    mkdir -p "$made/repo" "$made/state"
-    (
-        cd "$made/repo"
-        git init -q -b main
-        python3 - "$TASKS" <<'PY'
-import sys
-tasks, per = int(sys.argv[1]), 500
-out = ["[agent]\ndelay_ms = 0\ntokens = 1\n"]
-for start in range(0, tasks, per):
-    out.append("[[planner.answers]]\ntasks = [\n")
-    for n in range(start, min(start + per, tasks)):
-        out.append(f'  {{ description = "module {n}", scope = ["src/m{n}.rs"] }},\n')
-    out.append("]\n")
-open("scenario.toml", "w").write("".join(out))
-open("flotilla.toml", "w").write(f"""[provider]
-kind = "scripted"
-scenario = "scenario.toml"
-
-[limits]
-max_nodes = {tasks + 100}
-max_workers = 16
-
-[planner]
-max_answer_bytes = 4000000
-""")
-PY
-        git add -A
-        git -c user.name=bench -c user.email=bench@localhost commit -qm start
-    )
+    mkdir -p "$made/state"
+    "$root/scripts/scripted-repo.sh" "$made/repo" "$TASKS"
     echo "making one run of $TASKS tasks (minutes)..." >&2
     start_daemon "$made/state"
     "$bin" submit "run 1" --repo "$made/repo" >"$made/run.txt" 2>&1 \

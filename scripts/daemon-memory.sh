@@ -20,33 +20,8 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
-mkdir "$work/repo" "$work/state"
-cd "$work/repo"
-git init -q -b main
-python3 - "$TASKS" <<'PY'
-import sys
-tasks, per = int(sys.argv[1]), 500
-out = ["[agent]\ndelay_ms = 0\ntokens = 1\n"]
-for start in range(0, tasks, per):
-    out.append("[[planner.answers]]\ntasks = [\n")
-    for n in range(start, min(start + per, tasks)):
-        out.append(f'  {{ description = "module {n}", scope = ["src/m{n}.rs"] }},\n')
-    out.append("]\n")
-open("scenario.toml", "w").write("".join(out))
-open("flotilla.toml", "w").write(f"""[provider]
-kind = "scripted"
-scenario = "scenario.toml"
-
-[limits]
-max_nodes = {tasks + 100}
-max_workers = 16
-
-[planner]
-max_answer_bytes = 4000000
-""")
-PY
-git add -A
-git -c user.name=bench -c user.email=bench@localhost commit -qm start
+mkdir "$work/state"
+"$root/scripts/scripted-repo.sh" "$work/repo" "$TASKS"
 export FLOTILLA_STATE_DIR="$work/state" NO_COLOR=1
 "$bin" daemon 2>"$work/daemon.log" &
 daemon_pid=$!

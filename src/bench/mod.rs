@@ -1,12 +1,14 @@
 //! `flotilla bench`: throughput, dispatch latency, memory and scaling of the actor pipeline
 //! (`throughput`), the makespan of dispatch policies on virtual time (`makespan`), and the
 //! largest request the root planner sends (`requests`, ADR-030), and with `--landing` the
-//! path a real task takes through a daemon, workspace to landing (`landing`, ADR-041).
+//! path a real task takes through a daemon, workspace to landing (`landing`, ADR-041), and
+//! with `--gate-timing` a real project's build as the merge gate, cold and warm (`gate_timing`).
 //!
 //! Each measurement prints as it finishes: a table for people, or with `--json` one JSON
 //! object per line. Numbers on a busy machine vary: compare medians of several runs, and
 //! ratios (memory/SQLite, 50k/1k) rather than single values.
 
+pub mod gate_timing;
 pub mod landing;
 pub mod landing_repo;
 pub mod makespan;

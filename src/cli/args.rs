@@ -318,6 +318,20 @@ pub enum Command {
         /// `flotilla-bench-landing` directory in the system's temporary directory].
         #[arg(long, value_name = "DIR")]
         landing_dir: Option<PathBuf>,
+        /// Time a real project's build as the merge gate instead (and nothing else): the
+        /// git repository at PATH (default: the one this is run from) cloned at its HEAD,
+        /// a chain of candidates each changing one Rust file, gated cold (a fresh scratch
+        /// checkout each, `warm_gate = false`) and warm (the warm gate tree, ADR-042), in
+        /// the run's default sandbox. Clones and trees go under --landing-dir.
+        #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = ".")]
+        gate_timing: Option<PathBuf>,
+        /// Candidates gated in each mode of --gate-timing.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100))]
+        gate_candidates: u64,
+        /// The gate --gate-timing runs (`sh -c`, offline: the cargo registry is shared
+        /// read-only).
+        #[arg(long, default_value = crate::bench::gate_timing::DEFAULT_COMMAND, value_name = "COMMAND")]
+        gate_command: String,
     },
     /// Print a shell completion script to stdout.
     ///

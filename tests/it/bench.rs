@@ -246,3 +246,45 @@ fn bench_landing_lands_every_task_on_each_size_and_reports_its_fields() {
         ])
     );
 }
+
+/// `flotilla bench --gate-timing PATH` end to end on a tiny project with a gate that only
+/// looks at the candidate: each mode gates every candidate, the report is one JSON object
+/// with both modes' times, their later medians and the ratio, and nothing is left behind.
+/// Never how fast (M12 items 6 and 7).
+#[test]
+fn bench_gate_timing_gates_each_candidate_cold_and_warm_and_reports_both() {
+    let project = crate::daemon_env::git_repo();
+    let repo = git2::Repository::open(project.path()).unwrap();
+    crate::daemon_env::commit_files(&repo, &[("src/lib.rs", "pub fn f() {}\n")], "lib");
+    let dir = tempfile::tempdir().unwrap();
+    let rows = bench(&[
+        "--gate-timing",
+        project.path().to_str().unwrap(),
+        "--gate-candidates",
+        "3",
+        "--gate-command",
+        "grep -q 'candidate' src/lib.rs",
+        "--landing-dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let report = &rows[0];
+    assert_eq!(report["changed_file"], "src/lib.rs", "{report}");
+    assert_eq!(report["command"], "grep -q 'candidate' src/lib.rs");
+    let head = repo
+        .head()
+        .unwrap()
+        .peel_to_commit()
+        .unwrap()
+        .id()
+        .to_string();
+    assert_eq!(report["commit"].as_str(), Some(head.as_str()));
+    for mode in ["cold_ms", "warm_ms"] {
+        assert_eq!(report[mode].as_array().unwrap().len(), 3, "{report}");
+    }
+    assert!(report["cold_later_median_ms"].is_u64(), "{report}");
+    assert!(report["warm_later_median_ms"].is_u64(), "{report}");
+    assert!(number(report, "speed_up") > 0.0, "{report}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

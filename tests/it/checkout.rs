@@ -49,26 +49,9 @@ fn landing(path: &Path, files: &[(&str, Option<&str>)]) -> String {
         .unwrap()
         .peel_to_commit()
         .unwrap();
-    let mut update = git2::build::TreeUpdateBuilder::new();
-    for (file, text) in files {
-        match text {
-            Some(text) => {
-                let blob = repo.blob(text.as_bytes()).unwrap();
-                update.upsert(*file, blob, git2::FileMode::Blob);
-            }
-            None => {
-                update.remove(*file);
-            }
-        }
-    }
-    let tree = update
-        .create_updated(&repo, &parent.tree().unwrap())
-        .unwrap();
-    let tree = repo.find_tree(tree).unwrap();
     let sig = git2::Signature::now("flotilla", "flotilla@localhost").unwrap();
-    repo.commit(None, &sig, &sig, "landed", &tree, &[&parent])
-        .unwrap()
-        .to_string()
+    let mode = git2::FileMode::Blob;
+    commit_tree_update(&repo, &parent, files, mode, &sig, "landed", None)
 }
 
 fn the_landing(path: &Path) -> String {

@@ -6,7 +6,7 @@
 //! prints the journal's last events and the daemon's log.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -63,6 +63,115 @@ pub fn commit_files(repo: &git2::Repository, files: &[(&str, &str)], message: &s
     let parents: Vec<&git2::Commit> = parents.iter().collect();
     repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)
         .unwrap()
+}
+
+/// A temporary directory holding a state directory (`state`, made) and a repository
+/// (`repo`, [`init_repo`]): what a daemon test starts from. Keep the `TempDir`: dropping it
+/// removes both.
+pub fn state_and_repo() -> (TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let repo = tmp.path().join("repo");
+    init_repo(&repo);
+    (tmp, state, repo)
+}
+
+/// A commit on `parent` made without touching any work tree, as the merge queue and the
+/// workers' seals make them: `Some(text)` writes a file (with `mode`), `None` deletes it.
+/// `update_ref` (if any) moves to it.
+pub fn commit_tree_update(
+    repo: &git2::Repository,
+    parent: &git2::Commit<'_>,
+    files: &[(&str, Option<&str>)],
+    mode: git2::FileMode,
+    sig: &git2::Signature<'_>,
+    message: &str,
+    update_ref: Option<&str>,
+) -> String {
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for (path, text) in files {
+        match text {
+            Some(text) => {
+                let blob = repo.blob(text.as_bytes()).unwrap();
+                update.upsert(*path, blob, mode);
+            }
+            None => {
+                update.remove(*path);
+            }
+        }
+    }
+    let tree = update
+        .create_updated(repo, &parent.tree().unwrap())
+        .unwrap();
+    let tree = repo.find_tree(tree).unwrap();
+    repo.commit(update_ref, sig, sig, message, &tree, &[parent])
+        .unwrap()
+        .to_string()
+}
+
+/// A local fake of an OpenAI chat endpoint as a built-in agent's worker model: it answers
+/// `first` once, then `then` to every later request. Point a run at it with
+/// [`use_local_worker_model`].
+pub async fn fake_worker_model(
+    first: wiremock::ResponseTemplate,
+    then: wiremock::ResponseTemplate,
+) -> wiremock::MockServer {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer};
+    let server = MockServer::start().await;
+    for (priority, answer) in [(1, first), (2, then)] {
+        let mock = Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .respond_with(answer)
+            .with_priority(priority);
+        let mock = if priority == 1 {
+            mock.up_to_n_times(1)
+        } else {
+            mock
+        };
+        mock.mount(&server).await;
+    }
+    server
+}
+
+/// An OpenAI chat completion answering with `calls` (see [`tool_call`]) and `content`
+/// (`None`: JSON null).
+pub fn tool_calls_answer(
+    content: Option<&str>,
+    calls: serde_json::Value,
+) -> wiremock::ResponseTemplate {
+    wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
+        "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{
+            "index": 0,
+            "message": { "role": "assistant", "content": content, "tool_calls": calls },
+            "finish_reason": "tool_calls",
+        }],
+        "usage": { "prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20 },
+    }))
+}
+
+/// One tool call of an OpenAI chat completion.
+pub fn tool_call(id: &str, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "id": id, "type": "function",
+        "function": { "name": name, "arguments": arguments.to_string() },
+    })
+}
+
+/// Makes a run config's worker model `server` (a [`fake_worker_model`]), its key read
+/// from `OPENAI_API_KEY` in the daemon's environment.
+pub fn use_local_worker_model(config: &mut serde_json::Value, server: &wiremock::MockServer) {
+    config["models"] = serde_json::json!({
+        "providers": {"local": {
+            "kind": "openai",
+            "base_url": format!("{}/v1", server.uri()),
+            "api_key_env": "OPENAI_API_KEY",
+            "stream": false,
+        }},
+        "roles": {"worker": "local/m"},
+    });
 }
 
 /// The branch the test repositories ([`init_repo`]) land on.

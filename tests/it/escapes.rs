@@ -83,16 +83,12 @@ fn landed(events: &[Event]) -> usize {
 
 #[tokio::test]
 async fn keys_in_the_daemons_environment_and_the_users_ssh_keys_stay_out_of_reach() {
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
+    let (tmp, state, repo) = state_and_repo();
     let home = tmp.path().join("home");
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
-    std::fs::create_dir_all(&state).unwrap();
     let key = "sk-marker-5f1e0c9a2b7d";
     let ssh = "SSH-PRIVATE-MARKER-83c1d0";
     std::fs::write(home.join(".ssh/id_ed25519"), ssh).unwrap();
-    let repo = tmp.path().join("repo");
-    init_repo(&repo);
     let home_text = home.display().to_string();
     let daemon =
         DaemonProcess::start_with_env(&state, &[("OPENAI_API_KEY", key), ("HOME", &home_text)]);
@@ -276,11 +272,7 @@ writes = {{ "out2/victim.txt" = "mine\n" }}
 
 #[tokio::test]
 async fn a_command_left_running_dies_with_a_killed_daemon() {
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let repo = tmp.path().join("repo");
-    init_repo(&repo);
+    let (_tmp, state, repo) = state_and_repo();
     let token = format!("3456.{}", std::process::id());
     // The first attempt leaves a process in a session of its own and hangs; the attempt
     // after the restart completes.
@@ -428,11 +420,7 @@ async fn the_first_event_says_which_sandbox_is_in_force() {
 
 #[tokio::test]
 async fn without_bubblewrap_no_run_is_created_unless_the_config_says_none() {
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let repo = tmp.path().join("repo");
-    init_repo(&repo);
+    let (tmp, state, repo) = state_and_repo();
     // A PATH with the shell and git, and no bwrap.
     let bin = tmp.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -480,57 +468,30 @@ async fn without_bubblewrap_no_run_is_created_unless_the_config_says_none() {
 
 #[tokio::test]
 async fn the_builtin_agents_run_command_cannot_read_the_daemons_keys() {
-    use wiremock::matchers::{method, path};
-    use wiremock::{Mock, MockServer, ResponseTemplate};
-
     // The worker's model (a local fake of an OpenAI endpoint) answers with the attack, then
     // finishes. Its key is the marker: the daemon holds it, the agent must never see it.
-    let answer = |calls: serde_json::Value| {
-        ResponseTemplate::new(200).set_body_json(serde_json::json!({
-            "id": "c", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{
-                "index": 0,
-                "message": { "role": "assistant", "content": null, "tool_calls": calls },
-                "finish_reason": "tool_calls",
-            }],
-            "usage": { "prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20 },
-        }))
-    };
-    let call = |id: &str, name: &str, arguments: serde_json::Value| {
-        serde_json::json!({
-            "id": id, "type": "function",
-            "function": { "name": name, "arguments": arguments.to_string() },
-        })
-    };
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(answer(serde_json::json!([
-            call("a", "run_command", serde_json::json!({ "command":
-                "cat /proc/$PPID/environ; for f in /proc/*/environ; do cat $f; done; env" })),
-            call("b", "run_command", serde_json::json!({ "command":
-                "mkdir -p out && { for f in /proc/*/environ; do cat $f; echo; done; env; } > out/loot.txt 2>&1; true" })),
-        ])))
-        .up_to_n_times(1)
-        .with_priority(1)
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(answer(serde_json::json!([call(
-            "c",
-            "finish",
-            serde_json::json!({ "status": "complete", "summary": "looked around" })
-        )])))
-        .with_priority(2)
-        .mount(&server)
-        .await;
+    let server = fake_worker_model(
+        tool_calls_answer(
+            None,
+            serde_json::json!([
+                tool_call("a", "run_command", serde_json::json!({ "command":
+                    "cat /proc/$PPID/environ; for f in /proc/*/environ; do cat $f; done; env" })),
+                tool_call("b", "run_command", serde_json::json!({ "command":
+                    "mkdir -p out && { for f in /proc/*/environ; do cat $f; echo; done; env; } > out/loot.txt 2>&1; true" })),
+            ]),
+        ),
+        tool_calls_answer(
+            None,
+            serde_json::json!([tool_call(
+                "c",
+                "finish",
+                serde_json::json!({ "status": "complete", "summary": "looked around" })
+            )]),
+        ),
+    )
+    .await;
 
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let repo = tmp.path().join("repo");
-    init_repo(&repo);
+    let (_tmp, state, repo) = state_and_repo();
     let key = "sk-builtin-marker-7a3c9e1f";
     let daemon = DaemonProcess::start_with_env(&state, &[("OPENAI_API_KEY", key)]);
     let scenario = r#"
@@ -538,15 +499,7 @@ async fn the_builtin_agents_run_command_cannot_read_the_daemons_keys() {
 tasks = [{ description = "attack", scope = ["out"] }]
 "#;
     let mut config = run_config(scenario, 1);
-    config["models"] = serde_json::json!({
-        "providers": {"local": {
-            "kind": "openai",
-            "base_url": format!("{}/v1", server.uri()),
-            "api_key_env": "OPENAI_API_KEY",
-            "stream": false,
-        }},
-        "roles": {"worker": "local/m"},
-    });
+    use_local_worker_model(&mut config, &server);
     let client = DaemonProcess::client(&state);
     let run = submit(&client, &repo, config).await;
     let events = follow_to_end(&client, &run, None).await;
@@ -607,11 +560,7 @@ tasks = [{ description = "attack", scope = ["out"] }]
 /// only by flotilla's landing of the attempt's own files.
 #[tokio::test]
 async fn a_command_agent_cli_cannot_read_keys_or_write_the_checkout_refs_or_state() {
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let repo = tmp.path().join("repo");
-    init_repo(&repo);
+    let (_tmp, state, repo) = state_and_repo();
     let (repo, state) = (canonical(&repo), canonical(&state));
     let opened = git2::Repository::open(&repo).unwrap();
     let first = opened.head().unwrap().peel_to_commit().unwrap().id();

@@ -90,3 +90,84 @@ async fn a_finished_run_whose_config_no_longer_reads_breaks_no_start_up_status_o
     );
     daemon.stop();
 }
+
+/// A run's status is stored as the run retires (ADR-040, `run_summaries`, migration 3),
+/// with no `status` call to fold it first: the row holds the finished run's outcome and
+/// counts, in this flotilla's format, folded up to the run's last event. After a restart,
+/// `status` answers from that row, not from a fold: a marker written into the stored
+/// status while no daemon runs is what it says.
+#[tokio::test]
+async fn a_finished_run_s_status_is_stored_as_it_retires_and_answered_from_after_a_restart() {
+    use flotilla::daemon::summary::SUMMARY_FORMAT;
+    use flotilla_actors::testing::{PATIENCE, within};
+
+    let repo = git_repo();
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), run_config(TWO_TASKS, 2)).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let last_seq = events.iter().map(|e| e.seq).max().unwrap();
+
+    // The supervisor stores it once the run has retired (after its clean-up), on its own:
+    // nothing here asks for the run's status.
+    let journal = daemon.state_dir().join("journal.sqlite");
+    let stored_row = |journal: &std::path::Path| {
+        let conn = rusqlite::Connection::open(journal).unwrap();
+        conn.query_row(
+            "SELECT format, last_seq, summary FROM run_summaries WHERE run = ?1",
+            [&run],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            },
+        )
+        .ok()
+    };
+    let stored = within(PATIENCE, || async { stored_row(&journal) }).await;
+    let Some((format, stored_seq, summary)) = stored else {
+        panic!(
+            "no stored status for the retired run\n{}",
+            daemon.log_text()
+        );
+    };
+    assert_eq!(format, SUMMARY_FORMAT);
+    assert_eq!(
+        stored_seq,
+        i64::try_from(last_seq).unwrap(),
+        "folded to its end"
+    );
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    assert_eq!(summary["id"], run.as_str());
+    assert_eq!(summary["state"], "completed");
+    assert_eq!(summary["counts"]["completed"], 2);
+    assert_eq!(summary["counts"]["failed"], 0);
+    assert_eq!(summary["counts"]["total"], 2);
+    assert_eq!(summary["last_seq"], last_seq);
+    let state = daemon.stop_keeping_state();
+
+    // While no daemon runs, the stored status is marked (format and last seq untouched).
+    let journal = state.path().join("journal.sqlite");
+    let marked = rusqlite::Connection::open(&journal)
+        .unwrap()
+        .execute(
+            "UPDATE run_summaries SET summary = json_set(summary, '$.request', 'from the stored row')
+             WHERE run = ?1",
+            [&run],
+        )
+        .unwrap();
+    assert_eq!(marked, 1);
+
+    let daemon = InProcessDaemon::start_with(DaemonSetup {
+        state: Some(state),
+        ..DaemonSetup::default()
+    });
+    let status: serde_json::Value = daemon.client.get(&format!("/v1/runs/{run}")).await.unwrap();
+    assert_eq!(status["request"], "from the stored row", "{status}");
+    let mut unmarked = status.clone();
+    unmarked["request"] = summary["request"].clone();
+    assert_eq!(unmarked, summary, "the stored status, whole");
+    daemon.stop();
+}

@@ -15,7 +15,7 @@ use flotilla_actors::ports::{
 };
 use flotilla_actors::protocol::{RunId, TaskId, branch_name};
 
-use crate::daemon_env::{commit_files, init_repo, main_branch};
+use crate::daemon_env::{commit_files, commit_tree_update, init_repo, main_branch};
 use crate::supervision::assert_checkout_untouched;
 
 struct Fixture {
@@ -101,26 +101,8 @@ impl Fixture {
         let git = self.git();
         let name = format!("refs/heads/{branch}");
         let parent = git.find_reference(&name).unwrap().peel_to_commit().unwrap();
-        let mut update = git2::build::TreeUpdateBuilder::new();
-        for (path, text) in files {
-            match text {
-                Some(text) => {
-                    let blob = git.blob(text.as_bytes()).unwrap();
-                    update.upsert(*path, blob, mode);
-                }
-                None => {
-                    update.remove(*path);
-                }
-            }
-        }
-        let tree = update
-            .create_updated(&git, &parent.tree().unwrap())
-            .unwrap();
-        let tree = git.find_tree(tree).unwrap();
         let sig = git2::Signature::now("agent", "agent@example.com").unwrap();
-        git.commit(Some(&name), &sig, &sig, message, &tree, &[&parent])
-            .unwrap()
-            .to_string()
+        commit_tree_update(&git, &parent, files, mode, &sig, message, Some(&name))
     }
 
     /// Commits on main the way the user would: in the checked-out work tree.

@@ -46,11 +46,7 @@ const HOSTILE: &str = "\u{1b}]0;owned\u{7}\u{1b}[2J";
 
 #[tokio::test]
 async fn a_scripted_attempt_s_transcript_is_shown_escaped_and_gc_removes_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let repo = tmp.path().join("repo");
-    init_repo(&repo);
+    let (_tmp, state, repo) = state_and_repo();
     let daemon = DaemonProcess::start(&state);
     let scenario = r#"
 [[planner.answers]]
@@ -122,76 +118,35 @@ writes = { "src/lex.rs" = "pub fn lex() {}\n" }
 
 #[tokio::test]
 async fn a_builtin_agent_s_messages_tool_calls_and_results_are_shown_escaped() {
-    use wiremock::matchers::{method, path};
-    use wiremock::{Mock, MockServer, ResponseTemplate};
-
-    let answer = |content: &str, calls: serde_json::Value| {
-        ResponseTemplate::new(200).set_body_json(serde_json::json!({
-            "id": "c", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{
-                "index": 0,
-                "message": { "role": "assistant", "content": content, "tool_calls": calls },
-                "finish_reason": "tool_calls",
-            }],
-            "usage": { "prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20 },
-        }))
-    };
-    let call = |id: &str, name: &str, arguments: serde_json::Value| {
-        serde_json::json!({
-            "id": id, "type": "function",
-            "function": { "name": name, "arguments": arguments.to_string() },
-        })
-    };
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(answer(
-            "looking \u{1b}[31maround",
-            serde_json::json!([call(
+    let server = fake_worker_model(
+        tool_calls_answer(
+            Some("looking \u{1b}[31maround"),
+            serde_json::json!([tool_call(
                 "a",
                 "run_command",
                 serde_json::json!({ "command":
                 "mkdir -p out && printf 'hi \\033]0;owned\\007 there\\n' | tee out/said.txt" })
             )]),
-        ))
-        .up_to_n_times(1)
-        .with_priority(1)
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(answer(
-            "",
-            serde_json::json!([call(
+        ),
+        tool_calls_answer(
+            Some(""),
+            serde_json::json!([tool_call(
                 "b",
                 "finish",
                 serde_json::json!({ "status": "complete", "summary": "said hi" })
             )]),
-        ))
-        .with_priority(2)
-        .mount(&server)
-        .await;
+        ),
+    )
+    .await;
 
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let repo = tmp.path().join("repo");
-    init_repo(&repo);
+    let (_tmp, state, repo) = state_and_repo();
     let daemon = DaemonProcess::start_with_env(&state, &[("OPENAI_API_KEY", "sk-test")]);
     let scenario = r#"
 [[planner.answers]]
 tasks = [{ description = "say hi", scope = ["out"] }]
 "#;
     let mut config = run_config(scenario, 1);
-    config["models"] = serde_json::json!({
-        "providers": {"local": {
-            "kind": "openai",
-            "base_url": format!("{}/v1", server.uri()),
-            "api_key_env": "OPENAI_API_KEY",
-            "stream": false,
-        }},
-        "roles": {"worker": "local/m"},
-    });
+    use_local_worker_model(&mut config, &server);
     let client = DaemonProcess::client(&state);
     let run = submit(&client, &repo, config).await;
     let events = follow_to_end(&client, &run, None).await;
@@ -306,11 +261,7 @@ async fn a_command_agent_s_output_lines_are_its_transcript() {
 async fn following_shows_a_live_attempt_and_ends_with_it() {
     use std::io::{BufRead, BufReader};
 
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let repo = tmp.path().join("repo");
-    init_repo(&repo);
+    let (_tmp, state, repo) = state_and_repo();
     let daemon = DaemonProcess::start(&state);
     let scenario = r#"
 [[planner.answers]]

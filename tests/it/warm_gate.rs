@@ -18,7 +18,7 @@ use flotilla_actors::ports::{
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use crate::daemon_env::{commit_files, init_repo, main_branch};
+use crate::daemon_env::{commit_files, commit_tree_update, init_repo, main_branch, state_and_repo};
 use crate::supervision::assert_checkout_untouched;
 
 struct Fixture {
@@ -76,26 +76,9 @@ impl Fixture {
     fn candidate(&self, files: &[(&str, Option<&str>)]) -> String {
         let git = self.git();
         let parent = git.head().unwrap().peel_to_commit().unwrap();
-        let mut update = git2::build::TreeUpdateBuilder::new();
-        for (path, text) in files {
-            match text {
-                Some(text) => {
-                    let blob = git.blob(text.as_bytes()).unwrap();
-                    update.upsert(*path, blob, git2::FileMode::Blob);
-                }
-                None => {
-                    update.remove(*path);
-                }
-            }
-        }
-        let tree = update
-            .create_updated(&git, &parent.tree().unwrap())
-            .unwrap();
-        let tree = git.find_tree(tree).unwrap();
         let sig = git2::Signature::now("agent", "agent@example.com").unwrap();
-        git.commit(None, &sig, &sig, "candidate", &tree, &[&parent])
-            .unwrap()
-            .to_string()
+        let mode = git2::FileMode::Blob;
+        commit_tree_update(&git, &parent, files, mode, &sig, "candidate", None)
     }
 
     async fn gate(&self, commit: &str, lines: &[String]) -> Vec<CommandResult> {
@@ -427,11 +410,7 @@ async fn status_shows_the_warm_tree_of_a_live_run() {
 
     use crate::daemon_env::{DaemonProcess, flotilla, run_config, submit};
 
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let repo = tmp.path().join("repo");
-    init_repo(&repo);
+    let (_tmp, state, repo) = state_and_repo();
     let daemon = DaemonProcess::start(&state);
     let scenario = r#"
 [[planner.answers]]

@@ -200,7 +200,8 @@ pub struct Swept {
 
 /// What a branch changed, as patch text for a reader (the reviewer, ADR-038): whole files'
 /// patches of `git diff base head`, at most the bytes asked for; the files whose patch did
-/// not fit are named in `left_out`, so a cut is always said.
+/// not fit are named in `left_out` (with "(too large to show, N bytes)" when a blob alone is
+/// larger than the room left, so it was never diffed), so a cut is always said.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DiffText {
     pub text: String,

@@ -23,10 +23,27 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
         landing_gate,
         landing_repeat,
         landing_dir,
+        gate_timing,
+        gate_candidates,
+        gate_command,
     } = command
     else {
         unreachable!("run_bench is called for `flotilla bench` only");
     };
+    let bench_dir = || {
+        landing_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("flotilla-bench-landing"))
+    };
+    if let Some(project) = gate_timing {
+        let options = crate::bench::gate_timing::GateTimingOptions {
+            project: project.clone(),
+            candidates: *gate_candidates as usize,
+            command: gate_command.clone(),
+            dir: bench_dir(),
+        };
+        return super::bench_landing::run_gate_timing(&options, *json);
+    }
     if *landing {
         let sizes = |flag: &'static str, what: &'static str, text: &str, example: &str| {
             parse_sizes(flag, what, text).map_err(|e| {
@@ -44,9 +61,7 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
             workers: *landing_workers as usize,
             gate: landing_gate.clone(),
             repeat: *landing_repeat as usize,
-            dir: landing_dir
-                .clone()
-                .unwrap_or_else(|| std::env::temp_dir().join("flotilla-bench-landing")),
+            dir: bench_dir(),
             json: *json,
         };
         let mut out = std::io::stdout().lock();

@@ -2,7 +2,8 @@
 //! through a real daemon. Per case: a fresh repository from the cached template, a fresh
 //! `flotilla daemon` child on a state directory of its own (so its CPU, peak RSS and disk
 //! are the case's), the run submitted and followed over the API to `run_finished`, the
-//! daemon stopped, the numbers printed. It lives here because the HTTP client does.
+//! daemon stopped, the numbers printed. It lives here because the HTTP client does. Also
+//! the driver of `--gate-timing` ([`crate::bench::gate_timing`]), which needs no daemon.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
+use crate::bench::gate_timing::{self, GateTimingOptions, GateTimingReport};
 use crate::bench::landing::{self, DaemonUsage, LandingCase, LandingClock};
 use crate::bench::{Measurement, Printer, landing_repo};
 use crate::cli::client::{Client, Endpoint};
@@ -251,4 +253,34 @@ impl Drop for BenchDaemon {
             let _ = self.child.wait();
         }
     }
+}
+
+/// `flotilla bench --gate-timing`: measures on a runtime of its own and prints the report
+/// (one JSON object with `--json`).
+pub fn run_gate_timing(
+    options: &GateTimingOptions,
+    json: bool,
+) -> Result<crate::cli::error::Exit, crate::cli::error::CliError> {
+    use crate::cli::error::{CliError, Exit};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::internal("an async runtime").because(e))?;
+    let report = runtime
+        .block_on(gate_timing::measure(options))
+        .map_err(|e| CliError::internal("the gate timing failed").because(e))?;
+    let text = if json {
+        let mut value = serde_json::to_value(&report)
+            .map_err(|e| CliError::internal("the report").because(e))?;
+        value["cold_later_median_ms"] = GateTimingReport::later_median(&report.cold_ms).into();
+        value["warm_later_median_ms"] = GateTimingReport::later_median(&report.warm_ms).into();
+        value["speed_up"] = report.speed_up().into();
+        format!("{value}\n")
+    } else {
+        report.text()
+    };
+    let mut out = std::io::stdout().lock();
+    std::io::Write::write_all(&mut out, text.as_bytes())
+        .map_err(|e| CliError::internal("writing the report").because(e))?;
+    Ok(Exit::Ok)
 }

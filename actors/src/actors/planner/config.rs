@@ -2,8 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::llm::conversation::ContextBudget;
-use crate::llm::tool_loop::ToolLimits;
+use crate::llm::limits::ConversationLimits;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -32,6 +31,7 @@ pub struct PlannerConfig {
 
 impl Default for PlannerConfig {
     fn default() -> Self {
+        let shared = ConversationLimits::DEFAULT;
         PlannerConfig {
             max_iterations: 50,
             min_handoffs_for_replan: 3,
@@ -40,12 +40,12 @@ impl Default for PlannerConfig {
             backoff_base_ms: 1_000,
             backoff_max_ms: 60_000,
             max_summary_chars: 2_000,
-            max_context_bytes: 256 * 1024,
-            max_context_tokens: 32_000,
-            keep_exchanges: 4,
-            max_tool_rounds: 8,
-            max_tool_result_bytes: 16 * 1024,
-            max_tool_bytes: 64 * 1024,
+            max_context_bytes: shared.max_context_bytes,
+            max_context_tokens: shared.max_context_tokens,
+            keep_exchanges: shared.keep_exchanges,
+            max_tool_rounds: shared.max_tool_rounds,
+            max_tool_result_bytes: shared.max_tool_result_bytes,
+            max_tool_bytes: shared.max_tool_bytes,
         }
     }
 }
@@ -69,7 +69,7 @@ impl PlannerConfig {
     /// without a single planner call; with `max_consecutive_errors = 0` the first error
     /// would fail it; answers too small to hold a batch are always refused.
     pub fn validate(&self) -> Result<(), PlannerConfigError> {
-        let at_least_one: [(&'static str, u64); 8] = [
+        let at_least_one: [(&'static str, u64); 4] = [
             ("max_iterations", self.max_iterations.into()),
             ("max_consecutive_errors", self.max_consecutive_errors.into()),
             (
@@ -77,12 +77,9 @@ impl PlannerConfig {
                 self.min_handoffs_for_replan as u64,
             ),
             ("max_summary_chars", self.max_summary_chars as u64),
-            ("max_context_bytes", self.max_context_bytes as u64),
-            ("max_context_tokens", self.max_context_tokens),
-            ("max_tool_result_bytes", self.max_tool_result_bytes as u64),
-            ("max_tool_bytes", self.max_tool_bytes as u64),
         ];
-        if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
+        let zero = at_least_one.iter().find(|(_, v)| *v == 0).map(|(f, _)| *f);
+        if let Some(field) = zero.or_else(|| self.conversation().zero_field()) {
             return Err(PlannerConfigError::Zero { field });
         }
         if self.max_answer_bytes < MIN_ANSWER_BYTES {
@@ -101,21 +98,15 @@ impl PlannerConfig {
 }
 
 impl PlannerConfig {
-    /// What one request may carry.
-    pub fn context_budget(&self) -> ContextBudget {
-        ContextBudget {
-            max_bytes: self.max_context_bytes,
-            max_tokens: self.max_context_tokens,
-            keep_recent: self.keep_exchanges,
-        }
-    }
-
-    /// What one call's read-only tools may do.
-    pub fn tool_limits(&self) -> ToolLimits {
-        ToolLimits {
-            max_rounds: self.max_tool_rounds,
-            max_result_bytes: self.max_tool_result_bytes,
-            max_call_bytes: self.max_tool_bytes,
+    /// Its conversation limits (see [`ConversationLimits`]).
+    pub fn conversation(&self) -> ConversationLimits {
+        ConversationLimits {
+            max_context_bytes: self.max_context_bytes,
+            max_context_tokens: self.max_context_tokens,
+            keep_exchanges: self.keep_exchanges,
+            max_tool_rounds: self.max_tool_rounds,
+            max_tool_result_bytes: self.max_tool_result_bytes,
+            max_tool_bytes: self.max_tool_bytes,
         }
     }
 }

@@ -158,8 +158,10 @@ impl Planner {
         graph: Recipient<ToTaskGraph>,
         config: PlannerConfig,
     ) -> Self {
-        let conversation =
-            BoundedConversation::new(config.context_budget(), config.max_answer_bytes);
+        let conversation = BoundedConversation::new(
+            config.conversation().context_budget(),
+            config.max_answer_bytes,
+        );
         Planner {
             run,
             request,
@@ -233,7 +235,7 @@ impl Planner {
             .is_some_and(|ex| matches!(tasks_in(&ex.answer), Ok(0)))
             && self.reminder_due();
         self.conversation = BoundedConversation::resume(
-            self.config.context_budget(),
+            self.config.conversation().context_budget(),
             self.config.max_answer_bytes,
             conversation,
         );
@@ -412,7 +414,7 @@ impl Planner {
     /// again, smaller, after a context-length refusal.
     fn send(&mut self, call: u32, prompt: String, ctx: &mut Context<Self>) {
         self.phase = Phase::Asking;
-        let limits = self.config.tool_limits();
+        let limits = self.config.conversation().tool_limits();
         let tools_on = self.repo.is_some() && !self.tools.refused;
         let (built, rounds_base) = requests_for(
             &mut self.conversation,

@@ -2,8 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::llm::conversation::ContextBudget;
-use crate::llm::tool_loop::ToolLimits;
+use crate::llm::limits::ConversationLimits;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -30,17 +29,18 @@ pub struct SubplannerConfig {
 
 impl Default for SubplannerConfig {
     fn default() -> Self {
+        let shared = ConversationLimits::DEFAULT;
         SubplannerConfig {
             max_consecutive_errors: 5,
             max_answer_bytes: 256 * 1024,
             backoff_base_ms: 1_000,
             backoff_max_ms: 60_000,
-            max_context_bytes: 256 * 1024,
-            max_context_tokens: 32_000,
-            keep_exchanges: 4,
-            max_tool_rounds: 8,
-            max_tool_result_bytes: 16 * 1024,
-            max_tool_bytes: 64 * 1024,
+            max_context_bytes: shared.max_context_bytes,
+            max_context_tokens: shared.max_context_tokens,
+            keep_exchanges: shared.keep_exchanges,
+            max_tool_rounds: shared.max_tool_rounds,
+            max_tool_result_bytes: shared.max_tool_result_bytes,
+            max_tool_bytes: shared.max_tool_bytes,
         }
     }
 }
@@ -76,36 +76,21 @@ impl SubplannerConfig {
                 max: self.backoff_max_ms,
             });
         }
-        if self.max_context_bytes == 0 {
-            return Err(SubplannerConfigError::Zero("max_context_bytes"));
-        }
-        if self.max_context_tokens == 0 {
-            return Err(SubplannerConfigError::Zero("max_context_tokens"));
-        }
-        if self.max_tool_result_bytes == 0 {
-            return Err(SubplannerConfigError::Zero("max_tool_result_bytes"));
-        }
-        if self.max_tool_bytes == 0 {
-            return Err(SubplannerConfigError::Zero("max_tool_bytes"));
+        if let Some(field) = self.conversation().zero_field() {
+            return Err(SubplannerConfigError::Zero(field));
         }
         Ok(())
     }
 
-    /// What one request may carry.
-    pub fn context_budget(&self) -> ContextBudget {
-        ContextBudget {
-            max_bytes: self.max_context_bytes,
-            max_tokens: self.max_context_tokens,
-            keep_recent: self.keep_exchanges,
-        }
-    }
-
-    /// What one call's read-only tools may do.
-    pub fn tool_limits(&self) -> ToolLimits {
-        ToolLimits {
-            max_rounds: self.max_tool_rounds,
-            max_result_bytes: self.max_tool_result_bytes,
-            max_call_bytes: self.max_tool_bytes,
+    /// Its conversation limits (see [`ConversationLimits`]).
+    pub fn conversation(&self) -> ConversationLimits {
+        ConversationLimits {
+            max_context_bytes: self.max_context_bytes,
+            max_context_tokens: self.max_context_tokens,
+            keep_exchanges: self.keep_exchanges,
+            max_tool_rounds: self.max_tool_rounds,
+            max_tool_result_bytes: self.max_tool_result_bytes,
+            max_tool_bytes: self.max_tool_bytes,
         }
     }
 }

@@ -290,7 +290,7 @@ impl Subplanner {
     /// A conversation's bounded history, continuing `recorded`.
     fn history(&self, recorded: Vec<Exchange>) -> BoundedConversation {
         BoundedConversation::resume(
-            self.config.context_budget(),
+            self.config.conversation().context_budget(),
             self.config.max_answer_bytes,
             recorded,
         )
@@ -400,7 +400,7 @@ impl Subplanner {
             return;
         };
         conv.phase = Phase::Asking;
-        let limits = self.config.tool_limits();
+        let limits = self.config.conversation().tool_limits();
         let tools_on = self.repo.is_some() && !conv.tools.refused;
         let (built, rounds_base) = requests_for(
             &mut conv.history,
