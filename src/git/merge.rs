@@ -1,9 +1,10 @@
 //! The `MergeGit` port on git2 (M6, ADR-011): what the MergeQueue and the Reconciler do in
 //! git besides moving main (`MainRef`, in `reader.rs`).
 //!
-//! - Candidates are built in memory: commits are replayed (`cherrypick_commit`), squashed or
-//!   merged (`merge_trees`) into in-memory indexes; objects are written, no reference moves,
-//!   no work tree or index on disk is read or written.
+//! - Candidates are built in memory: commits are replayed (`cherrypick_commit`'s merge),
+//!   squashed or merged (`merge_trees`) on the three trees without what all three share, and
+//!   the result grafted onto the candidate's tree (`tree_delta.rs`, ADR-045): objects are
+//!   written, no reference moves, no work tree or index on disk is read or written.
 //! - Scratch checkouts are plain directories under `scratch_root`, filled from a commit's
 //!   tree by a checkout into a target directory through an in-memory index: git keeps no
 //!   record of them (no worktree entry, no branch, no `.git` in them), so removing one is
@@ -21,9 +22,9 @@
 //! Every candidate commit carries its `Flotilla-Task:` trailer. A conflict fix's start is
 //! built in `conflict_fix.rs`. It must not know attempt worktrees or the actors' state.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use flotilla_actors::ports::{
@@ -33,6 +34,7 @@ use flotilla_actors::ports::{
 use futures::future::BoxFuture;
 
 use super::target::{TASK_BRANCH_PREFIX, TargetBranch};
+use super::tree_delta::{Merged, merge_trees, pick_base};
 use super::warm::{WarmTrees, remove_dir};
 use super::{git, io, repo_lock, signature};
 
@@ -56,6 +58,7 @@ pub struct GitMerge {
     target: TargetBranch,
     /// The gate's and the sweeps' warm trees, when `[merge] warm_gate` is on.
     warm: Option<Arc<WarmTrees>>,
+    marker_free: Arc<MarkerFreeTrees>,
 }
 
 impl GitMerge {
@@ -71,6 +74,7 @@ impl GitMerge {
             scratch_root: scratch_root.into(),
             target,
             warm: None,
+            marker_free: Arc::default(),
         }
     }
 
@@ -293,6 +297,14 @@ fn branch_head<'r>(
     Ok(head)
 }
 
+/// A merge's whole index: its tree, or its conflicts.
+fn in_full(repo: &git2::Repository, mut index: git2::Index) -> Result<Merged, RepoError> {
+    if index.has_conflicts() {
+        return Ok(Merged::Conflicts(index));
+    }
+    index.write_tree_to(repo).map(Merged::Clean).map_err(git)
+}
+
 /// The paths an index could not merge, sorted.
 fn conflicted_paths(index: &git2::Index) -> Result<Vec<String>, RepoError> {
     let mut files = BTreeSet::new();
@@ -354,18 +366,34 @@ impl<'r> Builder<'r> {
             // A merge commit on the branch (main merged into it) is replayed as its change
             // against its first parent.
             let mainline = if commit.parent_count() > 1 { 1 } else { 0 };
-            let mut index = self
-                .repo
-                .cherrypick_commit(&commit, &self.candidate, mainline, None)
-                .map_err(git)?;
-            if index.has_conflicts() {
-                self.candidate = start;
-                return Ok(Step::Conflict {
-                    files: conflicted_paths(&index)?,
-                    base,
-                });
-            }
-            let tree = index.write_tree_to(self.repo).map_err(git)?;
+            // `cherrypick_commit`'s merge, on only what differs (ADR-045).
+            let merged = match pick_base(&commit, mainline).map_err(git)? {
+                Some(parent) => merge_trees(
+                    self.repo,
+                    &parent,
+                    &self.candidate.tree().map_err(git)?,
+                    &commit.tree().map_err(git)?,
+                )
+                .map_err(git)?,
+                // A root commit: libgit2's own pick, against no tree.
+                None => {
+                    let index = self
+                        .repo
+                        .cherrypick_commit(&commit, &self.candidate, mainline, None)
+                        .map_err(git)?;
+                    in_full(self.repo, index)?
+                }
+            };
+            let tree = match merged {
+                Merged::Clean(tree) => tree,
+                Merged::Conflicts(index) => {
+                    self.candidate = start;
+                    return Ok(Step::Conflict {
+                        files: conflicted_paths(&index)?,
+                        base,
+                    });
+                }
+            };
             if tree == self.candidate.tree_id() {
                 continue;
             }
@@ -404,17 +432,15 @@ impl<'r> Builder<'r> {
             .map_err(git)?;
         let ours = self.candidate.tree().map_err(git)?;
         let theirs = head.tree().map_err(git)?;
-        let mut index = self
-            .repo
-            .merge_trees(&ancestor, &ours, &theirs, None)
-            .map_err(git)?;
-        if index.has_conflicts() {
-            return Ok(Step::Conflict {
-                files: conflicted_paths(&index)?,
-                base,
-            });
-        }
-        let tree = index.write_tree_to(self.repo).map_err(git)?;
+        let tree = match merge_trees(self.repo, &ancestor, &ours, &theirs).map_err(git)? {
+            Merged::Clean(tree) => tree,
+            Merged::Conflicts(index) => {
+                return Ok(Step::Conflict {
+                    files: conflicted_paths(&index)?,
+                    base,
+                });
+            }
+        };
         let message = with_trailer(&item.subject, &item.trailer);
         // A branch the candidate already holds gets no merge: its head would be a parent
         // the candidate descends from already.
@@ -606,33 +632,70 @@ pub fn markers_in(text: &[u8]) -> Vec<u32> {
     if closes { opens } else { Vec::new() }
 }
 
+/// Trees known to hold no conflict marker (ADR-045): a tree's id is its content, so one
+/// found clean is clean in every later commit, and a sweep of main reads only the files
+/// under trees that changed since. Forgotten whole past [`MAX_MARKER_FREE_TREES`].
+pub type MarkerFreeTrees = Mutex<HashSet<git2::Oid>>;
+
+/// At most this many marker-free tree ids are kept (about 40 bytes each).
+pub const MAX_MARKER_FREE_TREES: usize = 200_000;
+
+fn is_regular(mode: i32) -> bool {
+    mode == 0o100644 || mode == 0o100755
+}
+
+/// Every regular file under `tree` (at `prefix`) but those under trees in `free`; each
+/// tree read is added to `seen` with its prefix.
+fn files_outside(
+    repo: &git2::Repository,
+    tree: &git2::Tree<'_>,
+    prefix: &str,
+    free: &HashSet<git2::Oid>,
+    files: &mut Vec<(String, git2::Oid)>,
+    seen: &mut Vec<(String, git2::Oid)>,
+) -> Result<(), RepoError> {
+    seen.push((prefix.to_string(), tree.id()));
+    for entry in tree.iter() {
+        let path = format!("{prefix}{}", String::from_utf8_lossy(entry.name_bytes()));
+        match entry.kind() {
+            Some(git2::ObjectType::Tree) if !free.contains(&entry.id()) => {
+                let sub = repo.find_tree(entry.id()).map_err(git)?;
+                files_outside(repo, &sub, &format!("{path}/"), free, files, seen)?;
+            }
+            Some(git2::ObjectType::Blob) if is_regular(entry.filemode()) => {
+                files.push((path, entry.id()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn conflict_markers(
     repo: &git2::Repository,
     commit: &str,
     paths: Option<&[String]>,
+    free: &MarkerFreeTrees,
 ) -> Result<Vec<MarkerHit>, RepoError> {
     let tree = find_commit(repo, commit)?.tree().map_err(git)?;
     let odb = repo.odb().map_err(git)?;
     // (path, blob) of every regular file to read.
     let mut files: Vec<(String, git2::Oid)> = Vec::new();
-    let regular = |mode: i32| mode == 0o100644 || mode == 0o100755;
+    // The trees read, when the whole commit is searched: those without a hit are clean.
+    let mut seen: Vec<(String, git2::Oid)> = Vec::new();
     match paths {
         None => {
-            tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
-                if entry.kind() == Some(git2::ObjectType::Blob) && regular(entry.filemode()) {
-                    let name = String::from_utf8_lossy(entry.name_bytes());
-                    files.push((format!("{dir}{name}"), entry.id()));
-                }
-                git2::TreeWalkResult::Ok
-            })
-            .map_err(git)?;
+            let known = free.lock().unwrap_or_else(|p| p.into_inner());
+            if !known.contains(&tree.id()) {
+                files_outside(repo, &tree, "", &known, &mut files, &mut seen)?;
+            }
         }
         Some(paths) => {
             let wanted: BTreeSet<&String> = paths.iter().collect();
             for path in wanted {
                 if let Ok(entry) = tree.get_path(Path::new(path))
                     && entry.kind() == Some(git2::ObjectType::Blob)
-                    && regular(entry.filemode())
+                    && is_regular(entry.filemode())
                 {
                     files.push((path.clone(), entry.id()));
                 }
@@ -658,6 +721,18 @@ fn conflict_markers(
                 path: path.clone(),
                 line,
             });
+        }
+    }
+    // Every file under the trees read was read: those without a hit are clean.
+    if !seen.is_empty() {
+        let mut known = free.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len().saturating_add(seen.len()) > MAX_MARKER_FREE_TREES {
+            known.clear();
+        }
+        for (prefix, id) in seen {
+            if !hits.iter().any(|hit| hit.path.starts_with(&prefix)) {
+                known.insert(id);
+            }
         }
     }
     Ok(hits)
@@ -774,8 +849,9 @@ impl MergeGit for GitMerge {
         commit: String,
         paths: Option<Vec<String>>,
     ) -> BoxFuture<'static, Result<Vec<MarkerHit>, RepoError>> {
+        let free = self.marker_free.clone();
         self.blocking(false, move |repo, _| {
-            conflict_markers(repo, &commit, paths.as_deref())
+            conflict_markers(repo, &commit, paths.as_deref(), &free)
         })
     }
 

@@ -17,6 +17,7 @@ pub mod merge;
 pub mod reader;
 pub mod ref_lock;
 pub mod target;
+pub mod tree_delta;
 mod tree_read;
 pub mod warm;
 pub mod worktrees;
