@@ -24,8 +24,8 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use flotilla_actors::ports::{
     BuildOutcome, CheckoutSync, LandItem, LandMode, MAX_LANDED_WALK, MarkerHit, MergeGit,

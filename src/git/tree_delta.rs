@@ -351,7 +351,9 @@ mod tests {
 
     fn random_path(rng: &mut ChaCha8Rng) -> String {
         let depth = rng.gen_range(0..4);
-        let mut parts: Vec<String> = (0..depth).map(|_| format!("d{}", rng.gen_range(0..3))).collect();
+        let mut parts: Vec<String> = (0..depth)
+            .map(|_| format!("d{}", rng.gen_range(0..3)))
+            .collect();
         parts.push(format!("f{}", rng.gen_range(0..4)));
         parts.join("/")
     }
@@ -381,13 +383,17 @@ mod tests {
         let mut out = files.clone();
         for _ in 0..rng.gen_range(1..5) {
             let paths: Vec<String> = out.keys().cloned().collect();
-            let pick = |rng: &mut ChaCha8Rng| paths.get(rng.gen_range(0..paths.len().max(1))).cloned();
+            let pick =
+                |rng: &mut ChaCha8Rng| paths.get(rng.gen_range(0..paths.len().max(1))).cloned();
             match rng.gen_range(0..8) {
                 0 | 1 => {
                     if let Some(p) = pick(rng) {
                         let (text, mode) = out[&p].clone();
-                        let mut lines: Vec<String> =
-                            String::from_utf8(text).unwrap().lines().map(String::from).collect();
+                        let mut lines: Vec<String> = String::from_utf8(text)
+                            .unwrap()
+                            .lines()
+                            .map(String::from)
+                            .collect();
                         let at = rng.gen_range(0..lines.len());
                         lines[at] = format!("changed {}", rng.gen_range(0..3));
                         out.insert(p, (format!("{}\n", lines.join("\n")).into_bytes(), mode));
@@ -455,7 +461,11 @@ mod tests {
             let mut full = repo.merge_trees(&b, &o, &t, None).unwrap();
             match merge_trees(&repo, &b, &o, &t).unwrap() {
                 Merged::Clean(tree) => {
-                    assert!(!full.has_conflicts(), "libgit2 found conflicts: {:?}", conflicts(&full));
+                    assert!(
+                        !full.has_conflicts(),
+                        "libgit2 found conflicts: {:?}",
+                        conflicts(&full)
+                    );
                     assert_eq!(tree, full.write_tree_to(&repo).unwrap());
                     clean += 1;
                 }
@@ -467,7 +477,10 @@ mod tests {
             }
         }
         // Both outcomes were exercised.
-        assert!(clean > 50 && conflicted > 50, "{clean} clean, {conflicted} conflicted");
+        assert!(
+            clean > 50 && conflicted > 50,
+            "{clean} clean, {conflicted} conflicted"
+        );
     }
 
     #[test]
@@ -485,11 +498,18 @@ mod tests {
             let diff = repo
                 .diff_tree_to_tree(Some(&from), Some(&to), Some(&mut options))
                 .unwrap();
-            let side = |f: git2::DiffFile<'_>| (!f.id().is_zero()).then(|| (f.id(), i32::from(f.mode())));
+            let side =
+                |f: git2::DiffFile<'_>| (!f.id().is_zero()).then(|| (f.id(), i32::from(f.mode())));
             let want: Vec<PathChange> = diff
                 .deltas()
                 .map(|d| PathChange {
-                    path: d.new_file().path().or(d.old_file().path()).unwrap().to_string_lossy().into_owned(),
+                    path: d
+                        .new_file()
+                        .path()
+                        .or(d.old_file().path())
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
                     before: side(d.old_file()),
                     after: side(d.new_file()),
                 })
@@ -504,7 +524,10 @@ mod tests {
         let mut files = Files::new();
         for d in 0..dirs {
             for f in 0..per_dir {
-                files.insert(format!("src/m{d}/f{f}.rs"), (format!("{d} {f}\n").into_bytes(), 0o100644));
+                files.insert(
+                    format!("src/m{d}/f{f}.rs"),
+                    (format!("{d} {f}\n").into_bytes(), 0o100644),
+                );
             }
         }
         files

@@ -834,16 +834,28 @@ fn the_sync_after_a_move_compares_no_index_with_a_tree() {
     // main moved by its ref alone: the checkout is behind, and the sync brings it along.
     let newer = landing(path, &[("a.txt", Some("a1\nAGAIN\na3\n"))]);
     handle
-        .reference("refs/heads/main", git2::Oid::from_str(&newer).unwrap(), true, "t")
+        .reference(
+            "refs/heads/main",
+            git2::Oid::from_str(&newer).unwrap(),
+            true,
+            "t",
+        )
         .unwrap();
     let before = index_compares();
     assert_eq!(sync(&handle, &target).unwrap(), CheckoutSync::FastForwarded);
-    assert!(index_compares() > before, "a checkout behind is found by comparing");
+    assert!(
+        index_compares() > before,
+        "a checkout behind is found by comparing"
+    );
     assert_eq!(read(path, "a.txt").as_deref(), Some("a1\nAGAIN\na3\n"));
     assert_eq!(status(path), []);
     let before = index_compares();
     assert_eq!(sync(&handle, &target).unwrap(), CheckoutSync::FastForwarded);
-    assert_eq!(index_compares(), before, "the sync's own index is remembered");
+    assert_eq!(
+        index_compares(),
+        before,
+        "the sync's own index is remembered"
+    );
     // The user stages something of their own: the next sync looks (and changes nothing),
     // the one after it does not need to.
     std::fs::write(path.join("f.txt"), "mine\n").unwrap();

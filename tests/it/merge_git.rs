@@ -786,7 +786,11 @@ async fn sweeps_of_later_commits_find_the_same_markers_reading_only_what_changed
     assert_eq!(markers(first.clone()).await.unwrap(), [hit("docs/b.md")]);
     // Again, and after an unrelated change: still found.
     assert_eq!(markers(first).await.unwrap(), [hit("docs/b.md")]);
-    let second = f.commit_on("flotilla/r/t1", &[("src/a.rs", Some("still clean\n"))], "t1: a");
+    let second = f.commit_on(
+        "flotilla/r/t1",
+        &[("src/a.rs", Some("still clean\n"))],
+        "t1: a",
+    );
     assert_eq!(markers(second).await.unwrap(), [hit("docs/b.md")]);
     // A marker in a tree found clean before is found in the new tree.
     let third = f.commit_on("flotilla/r/t1", &[("src/c.rs", Some(marked))], "t1: c");
@@ -796,12 +800,19 @@ async fn sweeps_of_later_commits_find_the_same_markers_reading_only_what_changed
     );
     let fourth = f.commit_on(
         "flotilla/r/t1",
-        &[("docs/b.md", Some("fixed\n")), ("src/c.rs", Some("fixed\n"))],
+        &[
+            ("docs/b.md", Some("fixed\n")),
+            ("src/c.rs", Some("fixed\n")),
+        ],
         "t1: fixed",
     );
     assert_eq!(markers(fourth.clone()).await.unwrap(), []);
     // Going back to a commit whose trees held markers finds them again.
-    let fifth = f.commit_on("flotilla/r/t1", &[("src/c.rs", Some(marked))], "t1: c again");
+    let fifth = f.commit_on(
+        "flotilla/r/t1",
+        &[("src/c.rs", Some(marked))],
+        "t1: c again",
+    );
     assert_eq!(markers(fifth).await.unwrap(), [hit("src/c.rs")]);
     assert_eq!(markers(fourth).await.unwrap(), []);
 }
