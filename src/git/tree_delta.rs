@@ -519,8 +519,7 @@ mod tests {
     }
 
     /// `dirs` directories of `per_dir` files each.
-    fn wide(repo: &Repository, dirs: usize, per_dir: usize) -> Files {
-        let _ = repo;
+    fn wide(dirs: usize, per_dir: usize) -> Files {
         let mut files = Files::new();
         for d in 0..dirs {
             for f in 0..per_dir {
@@ -539,7 +538,7 @@ mod tests {
         let repo = Repository::init_bare(dir.path()).unwrap();
         let mut reads = Vec::new();
         for dirs in [10, 80] {
-            let b = wide(&repo, dirs, 50);
+            let b = wide(dirs, 50);
             let mut o = b.clone();
             o.insert("src/m1/f1.rs".into(), (b"ours\n".to_vec(), 0o100644));
             let mut t = b.clone();
