@@ -52,10 +52,12 @@ const MAX_NAMED: usize = 20;
 /// just wrote it there, or a sync compared it (ADR-045). The checksum is the content's:
 /// the same checksum is the same entries, so the next sync of that index at that tip reads
 /// 20 bytes instead of comparing the whole index with the whole tree.
-fn in_step() -> &'static Mutex<HashMap<PathBuf, ([u8; 20], git2::Oid)>> {
-    static IN_STEP: OnceLock<Mutex<HashMap<PathBuf, ([u8; 20], git2::Oid)>>> = OnceLock::new();
+fn in_step() -> &'static InStep {
+    static IN_STEP: OnceLock<InStep> = OnceLock::new();
     IN_STEP.get_or_init(Mutex::default)
 }
+
+type InStep = Mutex<HashMap<PathBuf, ([u8; 20], git2::Oid)>>;
 
 thread_local! {
     static INDEX_COMPARES: Cell<u64> = const { Cell::new(0) };
