@@ -514,8 +514,12 @@ pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
                 }
             },
         };
-        heal_locked(&checkout, &target, lock, &record)?;
+        let at = heal_locked(&checkout, &target, lock, &record)?;
         remove_record(&gitdir);
+        // Said once nothing of the move is left (a test waits for these words).
+        if let Some(at) = at {
+            tracing::info!(workdir = ?checkout.workdir(), %at, "healed the checkout of {target} after an interrupted landing");
+        }
         healed.push(
             checkout
                 .workdir()
@@ -531,7 +535,7 @@ fn heal_locked(
     branch: &TargetBranch,
     mut lock: IndexLock,
     record: &Record,
-) -> Result<(), RepoError> {
+) -> Result<Option<String>, RepoError> {
     let gitdir = checkout.path().to_path_buf();
     let _ = fs::remove_file(gitdir.join(NEW_INDEX_FILE));
     let main = checkout
@@ -552,7 +556,7 @@ fn heal_locked(
     if !on_main(checkout, branch) {
         tracing::warn!(workdir = %workdir.display(), %branch, "an interrupted landing's checkout is no longer on its branch: left as it is");
         drop(lock);
-        return Ok(());
+        return Ok(None);
     }
     // main is where the move left it (before or after); anything else is someone else's
     // doing, and the index the move did not commit stays the one of before.
@@ -581,8 +585,7 @@ fn heal_locked(
     }
     index.write().map_err(git)?;
     lock.commit(&new_index)?;
-    tracing::info!(workdir = %workdir.display(), at = %target, "healed the checkout of {branch} after an interrupted landing");
-    Ok(())
+    Ok(Some(target.clone()))
 }
 
 // ---------------------------------------------------------------------------------------
