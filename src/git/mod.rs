@@ -13,6 +13,7 @@ pub mod conflict_fix;
 pub mod diff;
 pub mod index_lock;
 pub mod leftovers;
+pub mod markers;
 pub mod merge;
 pub mod reader;
 pub mod ref_lock;
