@@ -9,7 +9,6 @@ use std::sync::Mutex;
 use flotilla_actors::ports::{MarkerHit, RepoError};
 
 use super::git;
-use super::merge::find_commit;
 
 /// Files over this size are not searched for conflict markers.
 pub const MAX_MARKER_FILE_BYTES: usize = 1024 * 1024;
@@ -81,7 +80,13 @@ pub(super) fn conflict_markers(
     paths: Option<&[String]>,
     free: &MarkerFreeTrees,
 ) -> Result<Vec<MarkerHit>, RepoError> {
-    let tree = find_commit(repo, commit)?.tree().map_err(git)?;
+    let id = git2::Oid::from_str(commit)
+        .map_err(|_| RepoError::Git(format!("{commit:?} is not a commit id")))?;
+    let tree = repo
+        .find_commit(id)
+        .map_err(|e| RepoError::Git(format!("commit {commit}: {}", e.message())))?
+        .tree()
+        .map_err(git)?;
     let odb = repo.odb().map_err(git)?;
     // (path, blob) of every regular file to read.
     let mut files: Vec<(String, git2::Oid)> = Vec::new();

@@ -113,10 +113,7 @@ fn oid(s: &str) -> Result<git2::Oid, RepoError> {
     git2::Oid::from_str(s).map_err(|_| RepoError::Git(format!("{s:?} is not a commit id")))
 }
 
-pub(super) fn find_commit<'r>(
-    repo: &'r git2::Repository,
-    id: &str,
-) -> Result<git2::Commit<'r>, RepoError> {
+fn find_commit<'r>(repo: &'r git2::Repository, id: &str) -> Result<git2::Commit<'r>, RepoError> {
     repo.find_commit(oid(id)?)
         .map_err(|e| RepoError::Git(format!("commit {id}: {}", e.message())))
 }
