@@ -22,8 +22,12 @@
 //! All of it runs on blocking threads, under the per-repository lock (`repo_lock`). It must
 //! not know runs, worktrees or the merge queue.
 
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::fs;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 use flotilla_actors::ports::{CheckoutSync, MainRefError, RepoError};
 
@@ -32,12 +36,68 @@ use super::index_lock::{
     remove_record, write_record,
 };
 use super::target::TargetBranch;
+use super::tree_delta::{PathChange as Change, changed_paths};
 use super::{git, io, repo_lock};
 
 /// How far back main's first-parent history [`sync`] looks for the commit the index holds.
 const BASE_WALK: usize = 64;
 /// At most this many of the user's clashing paths are named.
 const MAX_NAMED: usize = 20;
+
+// ---------------------------------------------------------------------------------------
+// indexes known to be in step
+
+/// Per checkout (its git directory): the checksum git ends its index file with and main's
+/// tip, for an index [`sync`] has nothing to do with at that tip, because a move or a sync
+/// just wrote it there, or a sync compared it (ADR-045). The checksum is the content's:
+/// the same checksum is the same entries, so the next sync of that index at that tip reads
+/// 20 bytes instead of comparing the whole index with the whole tree.
+fn in_step() -> &'static InStep {
+    static IN_STEP: OnceLock<InStep> = OnceLock::new();
+    IN_STEP.get_or_init(Mutex::default)
+}
+
+type InStep = Mutex<HashMap<PathBuf, ([u8; 20], git2::Oid)>>;
+
+thread_local! {
+    static INDEX_COMPARES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many times this thread compared a whole index with a whole tree: a counter for
+/// tests.
+pub fn index_compares() -> u64 {
+    INDEX_COMPARES.with(Cell::get)
+}
+
+/// The checksum at the end of the checkout's index file; `None` without one (no index,
+/// or git's `index.skipHash`, which writes zeros).
+fn index_checksum(gitdir: &Path) -> Option<[u8; 20]> {
+    let mut file = fs::File::open(gitdir.join("index")).ok()?;
+    // A header (12 bytes) and the checksum at least.
+    if file.metadata().ok()?.len() < 32 {
+        return None;
+    }
+    file.seek(SeekFrom::End(-20)).ok()?;
+    let mut sum = [0u8; 20];
+    file.read_exact(&mut sum).ok()?;
+    (sum != [0u8; 20]).then_some(sum)
+}
+
+fn remember_in_step(gitdir: &Path, sum: Option<[u8; 20]>, tip: git2::Oid) {
+    let mut known = in_step().lock().unwrap_or_else(|p| p.into_inner());
+    match sum {
+        Some(sum) => known.insert(gitdir.to_path_buf(), (sum, tip)),
+        None => known.remove(gitdir),
+    };
+}
+
+fn is_in_step(gitdir: &Path, tip: git2::Oid) -> bool {
+    let Some(sum) = index_checksum(gitdir) else {
+        return false;
+    };
+    let known = in_step().lock().unwrap_or_else(|p| p.into_inner());
+    known.get(gitdir) == Some(&(sum, tip))
+}
 
 /// The checkouts of the repository that may have main checked out: its own work tree and
 /// the linked worktrees that are not flotilla's (theirs never check out main).
@@ -85,40 +145,13 @@ fn checkout_of_main(repo: &git2::Repository, target: &TargetBranch) -> Option<gi
 // ---------------------------------------------------------------------------------------
 // the files a move changes
 
-/// One path a move changes: its entry (id, mode) before and after.
-struct Change {
-    path: String,
-    before: Option<(git2::Oid, i32)>,
-    after: Option<(git2::Oid, i32)>,
-}
-
+/// The files a move changes, read from the subtrees that differ only (ADR-045).
 fn changes(
     repo: &git2::Repository,
     from: &git2::Tree<'_>,
     to: &git2::Tree<'_>,
 ) -> Result<Vec<Change>, RepoError> {
-    let diff = repo
-        .diff_tree_to_tree(Some(from), Some(to), None)
-        .map_err(git)?;
-    let entry = |file: git2::DiffFile<'_>| {
-        (!file.id().is_zero()).then(|| (file.id(), i32::from(file.mode())))
-    };
-    Ok(diff
-        .deltas()
-        .filter_map(|delta| {
-            let path = delta
-                .new_file()
-                .path()
-                .or(delta.old_file().path())?
-                .to_string_lossy()
-                .into_owned();
-            Some(Change {
-                path,
-                before: entry(delta.old_file()),
-                after: entry(delta.new_file()),
-            })
-        })
-        .collect())
+    changed_paths(repo, from, to).map_err(git)
 }
 
 const LINK: i32 = 0o120000;
@@ -413,6 +446,11 @@ fn move_locked(
         Ok(())
     });
     lock.commit(&new_index)?;
+    // What else the index holds is the user's own staging, which a sync leaves alone.
+    if let Ok(to) = git2::Oid::from_str(to) {
+        let gitdir = checkout.path();
+        remember_in_step(gitdir, index_checksum(gitdir), to);
+    }
     Ok(())
 }
 
@@ -476,8 +514,12 @@ pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
                 }
             },
         };
-        heal_locked(&checkout, &target, lock, &record)?;
+        let at = heal_locked(&checkout, &target, lock, &record)?;
         remove_record(&gitdir);
+        // Said once nothing of the move is left (a test waits for these words).
+        if let Some(at) = at {
+            tracing::info!(workdir = ?checkout.workdir(), %at, "healed the checkout of {target} after an interrupted landing");
+        }
         healed.push(
             checkout
                 .workdir()
@@ -493,7 +535,7 @@ fn heal_locked(
     branch: &TargetBranch,
     mut lock: IndexLock,
     record: &Record,
-) -> Result<(), RepoError> {
+) -> Result<Option<String>, RepoError> {
     let gitdir = checkout.path().to_path_buf();
     let _ = fs::remove_file(gitdir.join(NEW_INDEX_FILE));
     let main = checkout
@@ -514,7 +556,7 @@ fn heal_locked(
     if !on_main(checkout, branch) {
         tracing::warn!(workdir = %workdir.display(), %branch, "an interrupted landing's checkout is no longer on its branch: left as it is");
         drop(lock);
-        return Ok(());
+        return Ok(None);
     }
     // main is where the move left it (before or after); anything else is someone else's
     // doing, and the index the move did not commit stays the one of before.
@@ -543,8 +585,7 @@ fn heal_locked(
     }
     index.write().map_err(git)?;
     lock.commit(&new_index)?;
-    tracing::info!(workdir = %workdir.display(), at = %target, "healed the checkout of {branch} after an interrupted landing");
-    Ok(())
+    Ok(Some(target.clone()))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -569,11 +610,20 @@ pub fn sync(repo: &git2::Repository, target: &TargetBranch) -> Result<CheckoutSy
         .find_reference(&main)
         .and_then(|r| r.peel_to_commit())
         .map_err(git)?;
-    // A look without the lock first: nearly always the index is on the tip.
+    let gitdir = checkout.path().to_path_buf();
+    // Nearly always the index is the one the last move or sync left at this tip.
+    if is_in_step(&gitdir, tip.id()) {
+        return Ok(CheckoutSync::FastForwarded);
+    }
+    // A look without the lock first: nearly always the index is on the tip. Remembered
+    // only if the index file did not change while it was read.
+    let sum = index_checksum(&gitdir);
     let Some(behind) = index_base(&checkout, &checkout.index().map_err(git)?, &tip)? else {
+        if sum.is_some() && sum == index_checksum(&gitdir) {
+            remember_in_step(&gitdir, sum, tip.id());
+        }
         return Ok(CheckoutSync::FastForwarded);
     };
-    let gitdir = checkout.path().to_path_buf();
     // Recorded like a move (main is at `to` already), before the lock is taken: a kill
     // while the lock is held is healed the same way.
     let mut record = Record {
@@ -651,6 +701,9 @@ pub fn sync(repo: &git2::Repository, target: &TargetBranch) -> Result<CheckoutSy
     index.write().map_err(git)?;
     lock.commit(&new_index)?;
     remove_record(&gitdir);
+    if let Ok(tip) = git2::Oid::from_str(&record.to) {
+        remember_in_step(&gitdir, index_checksum(&gitdir), tip);
+    }
     Ok(CheckoutSync::FastForwarded)
 }
 
@@ -665,6 +718,7 @@ fn index_base<'r>(
         return Ok(None);
     }
     let holds = |commit: &git2::Commit<'_>| -> Result<bool, RepoError> {
+        INDEX_COMPARES.with(|n| n.set(n.get().saturating_add(1)));
         let tree = commit.tree().map_err(git)?;
         let diff = checkout
             .diff_tree_to_index(Some(&tree), Some(index), None)

@@ -1,9 +1,10 @@
 //! The `MergeGit` port on git2 (M6, ADR-011): what the MergeQueue and the Reconciler do in
 //! git besides moving main (`MainRef`, in `reader.rs`).
 //!
-//! - Candidates are built in memory: commits are replayed (`cherrypick_commit`), squashed or
-//!   merged (`merge_trees`) into in-memory indexes; objects are written, no reference moves,
-//!   no work tree or index on disk is read or written.
+//! - Candidates are built in memory: commits are replayed (`cherrypick_commit`'s merge),
+//!   squashed or merged (`merge_trees`) on the three trees without what all three share, and
+//!   the result grafted onto the candidate's tree (`tree_delta.rs`, ADR-045): objects are
+//!   written, no reference moves, no work tree or index on disk is read or written.
 //! - Scratch checkouts are plain directories under `scratch_root`, filled from a commit's
 //!   tree by a checkout into a target directory through an in-memory index: git keeps no
 //!   record of them (no worktree entry, no branch, no `.git` in them), so removing one is
@@ -32,15 +33,12 @@ use flotilla_actors::ports::{
 };
 use futures::future::BoxFuture;
 
+pub use super::markers::{MAX_MARKER_FILE_BYTES, MAX_MARKER_HITS, markers_in};
+use super::markers::{MarkerFreeTrees, conflict_markers};
 use super::target::{TASK_BRANCH_PREFIX, TargetBranch};
+use super::tree_delta::{Merged, merge_trees, pick_base};
 use super::warm::{WarmTrees, remove_dir};
 use super::{git, io, repo_lock, signature};
-
-/// Files over this size are not searched for conflict markers.
-pub const MAX_MARKER_FILE_BYTES: usize = 1024 * 1024;
-
-/// At most this many conflict markers are reported.
-pub const MAX_MARKER_HITS: usize = 100;
 
 /// At most this many of main's commits are named as clashing with a conflict.
 pub const MAX_CLASHING: usize = 20;
@@ -56,6 +54,7 @@ pub struct GitMerge {
     target: TargetBranch,
     /// The gate's and the sweeps' warm trees, when `[merge] warm_gate` is on.
     warm: Option<Arc<WarmTrees>>,
+    marker_free: Arc<MarkerFreeTrees>,
 }
 
 impl GitMerge {
@@ -71,6 +70,7 @@ impl GitMerge {
             scratch_root: scratch_root.into(),
             target,
             warm: None,
+            marker_free: Arc::default(),
         }
     }
 
@@ -293,6 +293,14 @@ fn branch_head<'r>(
     Ok(head)
 }
 
+/// A merge's whole index: its tree, or its conflicts.
+fn in_full(repo: &git2::Repository, mut index: git2::Index) -> Result<Merged, RepoError> {
+    if index.has_conflicts() {
+        return Ok(Merged::Conflicts(index));
+    }
+    index.write_tree_to(repo).map(Merged::Clean).map_err(git)
+}
+
 /// The paths an index could not merge, sorted.
 fn conflicted_paths(index: &git2::Index) -> Result<Vec<String>, RepoError> {
     let mut files = BTreeSet::new();
@@ -354,18 +362,34 @@ impl<'r> Builder<'r> {
             // A merge commit on the branch (main merged into it) is replayed as its change
             // against its first parent.
             let mainline = if commit.parent_count() > 1 { 1 } else { 0 };
-            let mut index = self
-                .repo
-                .cherrypick_commit(&commit, &self.candidate, mainline, None)
-                .map_err(git)?;
-            if index.has_conflicts() {
-                self.candidate = start;
-                return Ok(Step::Conflict {
-                    files: conflicted_paths(&index)?,
-                    base,
-                });
-            }
-            let tree = index.write_tree_to(self.repo).map_err(git)?;
+            // `cherrypick_commit`'s merge, on only what differs (ADR-045).
+            let merged = match pick_base(&commit, mainline).map_err(git)? {
+                Some(parent) => merge_trees(
+                    self.repo,
+                    &parent,
+                    &self.candidate.tree().map_err(git)?,
+                    &commit.tree().map_err(git)?,
+                )
+                .map_err(git)?,
+                // A root commit: libgit2's own pick, against no tree.
+                None => {
+                    let index = self
+                        .repo
+                        .cherrypick_commit(&commit, &self.candidate, mainline, None)
+                        .map_err(git)?;
+                    in_full(self.repo, index)?
+                }
+            };
+            let tree = match merged {
+                Merged::Clean(tree) => tree,
+                Merged::Conflicts(index) => {
+                    self.candidate = start;
+                    return Ok(Step::Conflict {
+                        files: conflicted_paths(&index)?,
+                        base,
+                    });
+                }
+            };
             if tree == self.candidate.tree_id() {
                 continue;
             }
@@ -404,17 +428,15 @@ impl<'r> Builder<'r> {
             .map_err(git)?;
         let ours = self.candidate.tree().map_err(git)?;
         let theirs = head.tree().map_err(git)?;
-        let mut index = self
-            .repo
-            .merge_trees(&ancestor, &ours, &theirs, None)
-            .map_err(git)?;
-        if index.has_conflicts() {
-            return Ok(Step::Conflict {
-                files: conflicted_paths(&index)?,
-                base,
-            });
-        }
-        let tree = index.write_tree_to(self.repo).map_err(git)?;
+        let tree = match merge_trees(self.repo, &ancestor, &ours, &theirs).map_err(git)? {
+            Merged::Clean(tree) => tree,
+            Merged::Conflicts(index) => {
+                return Ok(Step::Conflict {
+                    files: conflicted_paths(&index)?,
+                    base,
+                });
+            }
+        };
         let message = with_trailer(&item.subject, &item.trailer);
         // A branch the candidate already holds gets no merge: its head would be a parent
         // the candidate descends from already.
@@ -585,85 +607,6 @@ fn remove_scratch(root: &Path, tree: &ScratchTree) -> Result<(), RepoError> {
 }
 
 // ---------------------------------------------------------------------------------------
-// conflict markers
-
-/// The markers in one text: the line (1-based) of every `<<<<<<<`, when the text also has
-/// a `>>>>>>>` line (a lone `=======` is a Markdown heading's underline, not a conflict).
-pub fn markers_in(text: &[u8]) -> Vec<u32> {
-    let is = |line: &[u8], marker: &[u8]| {
-        line.starts_with(marker) && (line.len() == marker.len() || line[marker.len()] == b' ')
-    };
-    let mut opens = Vec::new();
-    let mut closes = false;
-    for (n, line) in text.split(|b| *b == b'\n').enumerate() {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if is(line, b"<<<<<<<") {
-            opens.push(n as u32 + 1);
-        } else if is(line, b">>>>>>>") {
-            closes = true;
-        }
-    }
-    if closes { opens } else { Vec::new() }
-}
-
-fn conflict_markers(
-    repo: &git2::Repository,
-    commit: &str,
-    paths: Option<&[String]>,
-) -> Result<Vec<MarkerHit>, RepoError> {
-    let tree = find_commit(repo, commit)?.tree().map_err(git)?;
-    let odb = repo.odb().map_err(git)?;
-    // (path, blob) of every regular file to read.
-    let mut files: Vec<(String, git2::Oid)> = Vec::new();
-    let regular = |mode: i32| mode == 0o100644 || mode == 0o100755;
-    match paths {
-        None => {
-            tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
-                if entry.kind() == Some(git2::ObjectType::Blob) && regular(entry.filemode()) {
-                    let name = String::from_utf8_lossy(entry.name_bytes());
-                    files.push((format!("{dir}{name}"), entry.id()));
-                }
-                git2::TreeWalkResult::Ok
-            })
-            .map_err(git)?;
-        }
-        Some(paths) => {
-            let wanted: BTreeSet<&String> = paths.iter().collect();
-            for path in wanted {
-                if let Ok(entry) = tree.get_path(Path::new(path))
-                    && entry.kind() == Some(git2::ObjectType::Blob)
-                    && regular(entry.filemode())
-                {
-                    files.push((path.clone(), entry.id()));
-                }
-            }
-        }
-    }
-    files.sort();
-    let mut hits = Vec::new();
-    for (path, id) in files {
-        let (size, _) = odb.read_header(id).map_err(git)?;
-        if size > MAX_MARKER_FILE_BYTES {
-            continue;
-        }
-        let blob = repo.find_blob(id).map_err(git)?;
-        if blob.is_binary() {
-            continue;
-        }
-        for line in markers_in(blob.content()) {
-            if hits.len() >= MAX_MARKER_HITS {
-                return Ok(hits);
-            }
-            hits.push(MarkerHit {
-                path: path.clone(),
-                line,
-            });
-        }
-    }
-    Ok(hits)
-}
-
-// ---------------------------------------------------------------------------------------
 // branches and the user's checkout
 
 fn delete_branch(
@@ -774,8 +717,9 @@ impl MergeGit for GitMerge {
         commit: String,
         paths: Option<Vec<String>>,
     ) -> BoxFuture<'static, Result<Vec<MarkerHit>, RepoError>> {
+        let free = self.marker_free.clone();
         self.blocking(false, move |repo, _| {
-            conflict_markers(repo, &commit, paths.as_deref())
+            conflict_markers(repo, &commit, paths.as_deref(), &free)
         })
     }
 
@@ -869,16 +813,6 @@ mod tests {
             with_trailer("about the Flotilla-Task trailer\n", t),
             "about the Flotilla-Task trailer\n\nFlotilla-Task: run/t1\n"
         );
-    }
-
-    #[test]
-    fn markers_need_both_ends_and_a_lone_rule_is_not_one() {
-        let text = b"a\n<<<<<<< main\nx\n=======\ny\n>>>>>>> b\nz\n<<<<<<<\n>>>>>>>\n";
-        assert_eq!(markers_in(text), vec![2, 8]);
-        assert!(markers_in(b"Title\n=======\n\ntext\n").is_empty());
-        assert!(markers_in(b"<<<<<<< only the start\n").is_empty());
-        assert!(markers_in(b"<<<<<<<< eight\n>>>>>>>> eight\n").is_empty());
-        assert_eq!(markers_in(b"<<<<<<< a\r\n>>>>>>> b\r\n"), vec![1]);
     }
 
     #[test]

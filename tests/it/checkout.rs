@@ -749,3 +749,112 @@ async fn a_ref_lock_a_killed_daemon_left_inside_the_ref_update_is_removed() {
     assert_eq!(records, 0, "no record of a ref update is left");
     drop(daemon);
 }
+
+/// (inode, modification time in ns) of a file.
+fn identity(path: &Path, file: &str) -> (u64, i128) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path.join(file)).unwrap();
+    (
+        meta.ino(),
+        i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+    )
+}
+
+#[tokio::test]
+async fn a_landing_writes_only_its_own_files_in_the_users_checkout() {
+    // ADR-045: the move and the sync that follows it write the landing's paths, nothing
+    // else: an untouched file keeps its inode and its modification time.
+    let repo = repository();
+    let path = repo.path();
+    let (a, f) = (identity(path, "a.txt"), identity(path, "f.txt"));
+    let old = main_tip(path);
+    let new = landing(path, &[("b.txt", Some("b1\nLANDED\nb3\n"))]);
+    GitRepo::new(path, main_branch())
+        .compare_and_swap(old.clone(), new.clone())
+        .await
+        .unwrap();
+    let merge = GitMerge::new(path, path.join("scratch"), main_branch());
+    assert_eq!(
+        merge.sync_checkout(old, new.clone()).await.unwrap(),
+        CheckoutSync::FastForwarded
+    );
+    assert_eq!(read(path, "b.txt").as_deref(), Some("b1\nLANDED\nb3\n"));
+    assert_eq!(status(path), []);
+    assert_eq!(identity(path, "a.txt"), a, "a.txt was rewritten");
+    assert_eq!(identity(path, "f.txt"), f, "f.txt was rewritten");
+    no_lock_left(path);
+}
+
+#[test]
+fn the_sync_after_a_move_compares_no_index_with_a_tree() {
+    use flotilla::git::checkout::{index_compares, move_main, sync};
+    let repo = repository();
+    let path = repo.path();
+    let handle = git(path);
+    let target = main_branch();
+    let moved = |handle: &git2::Repository, from: &str, to: &str| {
+        move_main(handle, &target, from, to, || {
+            handle
+                .reference_matching(
+                    "refs/heads/main",
+                    git2::Oid::from_str(to).unwrap(),
+                    true,
+                    git2::Oid::from_str(from).unwrap(),
+                    "t",
+                )
+                .unwrap();
+            Ok(())
+        })
+        .unwrap()
+    };
+    // A move leaves the index at main's tip: the sync after it reads the index file's
+    // checksum, not the index against the tree.
+    let (old, new) = (main_tip(path), the_landing(path));
+    moved(&handle, &old, &new);
+    let before = index_compares();
+    assert_eq!(sync(&handle, &target).unwrap(), CheckoutSync::FastForwarded);
+    assert_eq!(index_compares(), before, "the sync compared the index");
+    // main moved by its ref alone: the checkout is behind, and the sync brings it along.
+    let newer = landing(path, &[("a.txt", Some("a1\nAGAIN\na3\n"))]);
+    handle
+        .reference(
+            "refs/heads/main",
+            git2::Oid::from_str(&newer).unwrap(),
+            true,
+            "t",
+        )
+        .unwrap();
+    let before = index_compares();
+    assert_eq!(sync(&handle, &target).unwrap(), CheckoutSync::FastForwarded);
+    assert!(
+        index_compares() > before,
+        "a checkout behind is found by comparing"
+    );
+    assert_eq!(read(path, "a.txt").as_deref(), Some("a1\nAGAIN\na3\n"));
+    assert_eq!(status(path), []);
+    let before = index_compares();
+    assert_eq!(sync(&handle, &target).unwrap(), CheckoutSync::FastForwarded);
+    assert_eq!(
+        index_compares(),
+        before,
+        "the sync's own index is remembered"
+    );
+    // The user stages something of their own: the next sync looks (and changes nothing),
+    // the one after it does not need to.
+    std::fs::write(path.join("f.txt"), "mine\n").unwrap();
+    let mut index = handle.index().unwrap();
+    index.add_path(Path::new("f.txt")).unwrap();
+    index.write().unwrap();
+    let before = index_compares();
+    assert_eq!(sync(&handle, &target).unwrap(), CheckoutSync::FastForwarded);
+    assert!(index_compares() > before, "a changed index is compared");
+    let before = index_compares();
+    assert_eq!(sync(&handle, &target).unwrap(), CheckoutSync::FastForwarded);
+    assert_eq!(index_compares(), before);
+    assert_eq!(read(path, "f.txt").as_deref(), Some("mine\n"));
+    assert_eq!(
+        status(path),
+        [("f.txt".to_string(), git2::Status::INDEX_MODIFIED)]
+    );
+    no_lock_left(path);
+}

@@ -750,6 +750,56 @@ async fn conflict_markers_are_found_and_a_lone_rule_or_a_binary_file_is_not_one(
 }
 
 #[tokio::test]
+async fn sweeps_of_later_commits_find_the_same_markers_reading_only_what_changed() {
+    // ADR-045: trees found clean are remembered by id; a tree with a marker never is.
+    let f = fixture();
+    f.branch("flotilla/r/t1", None);
+    let marked = "<<<<<<< a\nx\n=======\ny\n>>>>>>> b\n";
+    let hit = |path: &str| MarkerHit {
+        path: path.into(),
+        line: 1,
+    };
+    let first = f.commit_on(
+        "flotilla/r/t1",
+        &[("src/a.rs", Some("clean\n")), ("docs/b.md", Some(marked))],
+        "t1: one marked file",
+    );
+    let markers = |commit: String| f.merge.conflict_markers(commit, None);
+    assert_eq!(markers(first.clone()).await.unwrap(), [hit("docs/b.md")]);
+    // Again, and after an unrelated change: still found.
+    assert_eq!(markers(first).await.unwrap(), [hit("docs/b.md")]);
+    let second = f.commit_on(
+        "flotilla/r/t1",
+        &[("src/a.rs", Some("still clean\n"))],
+        "t1: a",
+    );
+    assert_eq!(markers(second).await.unwrap(), [hit("docs/b.md")]);
+    // A marker in a tree found clean before is found in the new tree.
+    let third = f.commit_on("flotilla/r/t1", &[("src/c.rs", Some(marked))], "t1: c");
+    assert_eq!(
+        markers(third).await.unwrap(),
+        [hit("docs/b.md"), hit("src/c.rs")]
+    );
+    let fourth = f.commit_on(
+        "flotilla/r/t1",
+        &[
+            ("docs/b.md", Some("fixed\n")),
+            ("src/c.rs", Some("fixed\n")),
+        ],
+        "t1: fixed",
+    );
+    assert_eq!(markers(fourth.clone()).await.unwrap(), []);
+    // Going back to a commit whose trees held markers finds them again.
+    let fifth = f.commit_on(
+        "flotilla/r/t1",
+        &[("src/c.rs", Some(marked))],
+        "t1: c again",
+    );
+    assert_eq!(markers(fifth).await.unwrap(), [hit("src/c.rs")]);
+    assert_eq!(markers(fourth).await.unwrap(), []);
+}
+
+#[tokio::test]
 async fn at_most_a_hundred_markers_are_reported() {
     let f = fixture();
     f.branch("flotilla/r/t1", None);
