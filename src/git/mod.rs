@@ -16,6 +16,7 @@ pub mod leftovers;
 pub mod merge;
 pub mod reader;
 pub mod ref_lock;
+pub mod slots;
 pub mod target;
 mod tree_read;
 pub mod warm;

@@ -285,7 +285,13 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
             .map_err(git)?;
         add_unfilled(&repo, &name, &path, &reference)
     })?;
-    let filled = fill(place, &repo, &name, &path);
+    let filled = super::slots::materialize(
+        &place.root,
+        &path,
+        &|| open_worktree(&repo, &name, &path),
+        &|| place.unlocked(Unlocked::Checkout),
+    )
+    .map(|_| ());
     locked(&place.repo, || {
         let done = filled.and_then(|()| {
             if run_closed(place.run) {
@@ -339,20 +345,6 @@ fn add_unfilled(
     }
     // SAFETY: on success `out` is a worktree libgit2 made for us; the Worktree frees it.
     Ok(unsafe { git2::Worktree::from_raw(out) })
-}
-
-/// Writes the branch's files into the worktree recorded as `name` (and its index), without
-/// the lock: the worktree is its own, and still locked, so nothing else uses it.
-fn fill(place: &Place, repo: &git2::Repository, name: &str, path: &Path) -> Result<(), RepoError> {
-    let worktree = open_worktree(repo, name, path)?;
-    place.unlocked(Unlocked::Checkout);
-    worktree
-        .checkout_head(Some(
-            git2::build::CheckoutBuilder::new()
-                .force()
-                .recreate_missing(true),
-        ))
-        .map_err(git)
 }
 
 /// Commits what is in the worktree on top of the branch's tip (as flotilla), whatever the
@@ -662,8 +654,9 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     Ok(work)
 }
 
-/// The worktree's record and (with its fate) its branch go under the lock; its files after.
-/// A kill in between leaves a directory git no longer knows, which the next sweep removes.
+/// The worktree's record and (with its fate) its branch go under the lock; its directory
+/// is parked after (ADR-044). A kill in between leaves a directory git no longer knows,
+/// which the next sweep removes.
 fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(), RepoError> {
     let repo = place.open()?;
     let name = place.worktree_name(&dir_name_of(&workspace.path));
@@ -674,12 +667,8 @@ fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(),
         }
         Ok::<_, RepoError>(())
     })?;
-    match std::fs::remove_dir_all(&workspace.path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(io("cannot remove the worktree", &workspace.path, e))
-        }
-        _ => Ok(()),
-    }
+    // Parked for a later attempt of the run (ADR-044), or deleted.
+    super::slots::park(&place.root, &workspace.path)
 }
 
 fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
@@ -718,15 +707,21 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     }
     // Directories git no longer knows (a crash between making the directory and
     // registering it). The scratch checkouts' directory is in use while the run lives.
+    // The pool of parked directories and what a crash left of parking or claiming.
+    // Once the run is over no directory is parked again: every snapshot goes.
+    super::slots::sweep(&place.root, if keep.closing { &[] } else { &kept })?;
     if let Ok(entries) = std::fs::read_dir(&place.root) {
         for entry in entries.flatten() {
             let path = entry.path();
+            if super::slots::is_slot_entry(&entry.file_name()) {
+                continue;
+            }
             if !keep.closing && entry.file_name() == SCRATCH_DIR {
                 kept.push(path);
                 continue;
             }
             if !kept.contains(&path) && !swept.worktrees.contains(&path) {
-                std::fs::remove_dir_all(&path).map_err(|e| io("cannot remove", &path, e))?;
+                super::slots::remove_workspace(&path)?;
                 swept.worktrees.push(path);
             }
         }
