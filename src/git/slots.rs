@@ -103,6 +103,8 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<PathBuf>, RepoError> {
     let mut claim_name = CLAIM_PREFIX.as_bytes().to_vec();
     claim_name.extend_from_slice(dir_name.as_bytes());
     let claimed = root.join(OsStr::from_bytes(&claim_name));
+    // What an earlier try of this attempt left of its claim (it was cut short).
+    remove_tree(&claimed).map_err(|e| io("cannot remove", &claimed, e))?;
     for entry in entries.flatten() {
         if entry
             .file_name()

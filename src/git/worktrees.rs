@@ -333,10 +333,19 @@ fn add_unfilled(
     // reference it names is `reference`, alive for this call). The copy is read, never
     // freed: it owns nothing.
     let mut raw = unsafe { std::ptr::read(options.raw()) };
-    raw.checkout_options.checkout_strategy = libgit2_sys::GIT_CHECKOUT_NONE;
+    // `NONE` skips the writes, not the planning: libgit2 still diffs the whole tree (under
+    // the lock). A literal path no tree holds limits that to nothing (ADR-044).
+    let nothing = std::ffi::CString::new(".flotilla-no-checkout").map_err(|_| bad("a path"))?;
+    let mut paths = [nothing.as_ptr().cast_mut()];
+    raw.checkout_options.paths = libgit2_sys::git_strarray {
+        strings: paths.as_mut_ptr(),
+        count: 1,
+    };
+    raw.checkout_options.checkout_strategy =
+        libgit2_sys::GIT_CHECKOUT_NONE | libgit2_sys::GIT_CHECKOUT_DISABLE_PATHSPEC_MATCH;
     let mut out = std::ptr::null_mut();
-    // SAFETY: a live repository, NUL-terminated strings and the options above, all alive
-    // for the call; libgit2 was initialized when the repository was opened.
+    // SAFETY: a live repository, NUL-terminated strings and the options above (`paths`
+    // points at `nothing`, both alive until the call returns; libgit2 only reads them); libgit2 was initialized when the repository was opened.
     let code = unsafe {
         libgit2_sys::git_worktree_add(&mut out, repo.raw(), name_c.as_ptr(), path_c.as_ptr(), &raw)
     };

@@ -47,6 +47,7 @@ mod retries;
 mod reviewer;
 mod run_report;
 mod scratch_kit;
+mod slots;
 mod storage;
 mod subplanner;
 mod supervision;
