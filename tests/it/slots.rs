@@ -102,7 +102,7 @@ impl Fixture {
         commit_files(&git, files, "main moves")
     }
 
-    fn main_tree(&self) -> BTreeMap<String, (u32, Vec<u8>)> {
+    fn main_tree(&self) -> Files {
         let git = git2::Repository::open(self.repo.path()).unwrap();
         let tree = git
             .find_reference("refs/heads/main")
@@ -131,7 +131,10 @@ fn ino(path: &Path) -> u64 {
 
 /// Everything in the workspace but its `.git` file, links not followed: each file as git
 /// would record it (mode, content), each directory with its mode.
-fn listing(root: &Path) -> (BTreeMap<String, (u32, Vec<u8>)>, BTreeMap<String, u32>) {
+/// Path → (git mode, content).
+type Files = BTreeMap<String, (u32, Vec<u8>)>;
+
+fn listing(root: &Path) -> (Files, BTreeMap<String, u32>) {
     let (mut files, mut dirs) = (BTreeMap::new(), BTreeMap::new());
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -414,7 +417,7 @@ async fn the_end_of_the_run_leaves_no_parked_directory() {
         })
         .await
         .unwrap();
-    assert_eq!(swept.worktrees, [live.path.clone()]);
+    assert_eq!(swept.worktrees, std::slice::from_ref(&live.path));
     assert!(!f.root.exists(), "nothing of the run is left");
     assert!(f.worktrees.prepare(f.request("t4")).await.is_err());
     assert_checkout_untouched(f.repo.path());
