@@ -315,27 +315,35 @@ fn snapshot(worktree: &git2::Repository, path: &Path, snap: &Path) -> Result<(),
     std::fs::rename(&written, snap).map_err(|e| io("cannot write", snap, e))
 }
 
-/// Parks the released attempt directory `path` of the run at `root` for a later attempt;
-/// deletes it instead when it has no snapshot, is not a plain directory (a link put in
-/// its place) or the pool is full. Its worktree record is already gone.
-pub fn park(root: &Path, path: &Path) -> Result<(), RepoError> {
+/// Parks the released attempt directory `path` of the run at `root` for a later attempt,
+/// and says whether it did: not when it has no snapshot, is not a plain directory (a link
+/// put in its place) or the pool is full. Its worktree record is already gone. A few
+/// renames: the caller holds the repository's lock, so that the run's final sweep never
+/// misses a directory parked as it runs.
+pub fn park(root: &Path, path: &Path) -> bool {
     let Some(dir_name) = path.file_name() else {
-        return Ok(());
+        return false;
     };
     let snap = root.join(SNAP_DIR).join(dir_name);
     let parked = root.join(PARKED_DIR);
     let plain_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
     let room = std::fs::read_dir(&parked).map_or(0, |e| e.count()) < MAX_PARKED;
     // An agent may have left its root unwritable: moving it needs its `..` writable.
-    if plain_dir
+    plain_dir
         && room
         && snap.is_file()
         && keep_dir_mode(path).is_ok()
         && park_renames(&snap, path, &parked, dir_name).is_ok()
-    {
-        return Ok(());
+}
+
+/// Deletes the released attempt directory `path` that was not parked, and its snapshot.
+pub fn discard(root: &Path, path: &Path) -> Result<(), RepoError> {
+    if let Some(dir_name) = path.file_name() {
+        let snaps = root.join(SNAP_DIR);
+        remove_file(&snaps.join(dir_name))?;
+        // Gone once empty (an error only means another directory's snapshot is in it).
+        let _ = std::fs::remove_dir(&snaps);
     }
-    remove_file(&snap)?;
     remove_workspace(path)
 }
 

@@ -663,9 +663,9 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     Ok(work)
 }
 
-/// The worktree's record and (with its fate) its branch go under the lock; its directory
-/// is parked after (ADR-044). A kill in between leaves a directory git no longer knows,
-/// which the next sweep removes.
+/// The worktree's record and (with its fate) its branch go under the lock; then its
+/// directory is parked (renames, under the lock too) or deleted (after it, ADR-044). A
+/// kill in between leaves a directory git no longer knows, which the next sweep removes.
 fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(), RepoError> {
     let repo = place.open()?;
     let name = place.worktree_name(&dir_name_of(&workspace.path));
@@ -676,8 +676,14 @@ fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(),
         }
         Ok::<_, RepoError>(())
     })?;
-    // Parked for a later attempt of the run (ADR-044), or deleted.
-    super::slots::park(&place.root, &workspace.path)
+    // Parked for a later attempt of the run (ADR-044), unless the run is over; else deleted.
+    let parked = locked(&place.repo, || {
+        !run_closed(place.run) && super::slots::park(&place.root, &workspace.path)
+    });
+    if parked {
+        return Ok(());
+    }
+    super::slots::discard(&place.root, &workspace.path)
 }
 
 fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
