@@ -17,6 +17,7 @@ pub mod markers;
 pub mod merge;
 pub mod reader;
 pub mod ref_lock;
+pub mod slots;
 pub mod target;
 pub mod tree_delta;
 mod tree_read;

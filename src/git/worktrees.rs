@@ -295,7 +295,13 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
             .map_err(git)?;
         add_unfilled(&repo, &name, &path, &reference)
     })?;
-    let filled = fill(place, &repo, &name, &path);
+    let filled = super::slots::materialize(
+        &place.root,
+        &path,
+        &|| open_worktree(&repo, &name, &path),
+        &|| place.unlocked(Unlocked::Checkout),
+    )
+    .map(|_| ());
     locked(&place.repo, || {
         let done = filled.and_then(|()| {
             if run_closed(place.run) {
@@ -338,10 +344,19 @@ fn add_unfilled(
     // reference it names is `reference`, alive for this call). The copy is read, never
     // freed: it owns nothing.
     let mut raw = unsafe { std::ptr::read(options.raw()) };
-    raw.checkout_options.checkout_strategy = libgit2_sys::GIT_CHECKOUT_NONE;
+    // `NONE` skips the writes, not the planning: libgit2 still diffs the whole tree (under
+    // the lock). A literal path no tree holds limits that to nothing (ADR-044).
+    let nothing = std::ffi::CString::new(".flotilla-no-checkout").map_err(|_| bad("a path"))?;
+    let mut paths = [nothing.as_ptr().cast_mut()];
+    raw.checkout_options.paths = libgit2_sys::git_strarray {
+        strings: paths.as_mut_ptr(),
+        count: 1,
+    };
+    raw.checkout_options.checkout_strategy =
+        libgit2_sys::GIT_CHECKOUT_NONE | libgit2_sys::GIT_CHECKOUT_DISABLE_PATHSPEC_MATCH;
     let mut out = std::ptr::null_mut();
-    // SAFETY: a live repository, NUL-terminated strings and the options above, all alive
-    // for the call; libgit2 was initialized when the repository was opened.
+    // SAFETY: a live repository, NUL-terminated strings and the options above (`paths`
+    // points at `nothing`, both alive until the call returns; libgit2 only reads them); libgit2 was initialized when the repository was opened.
     let code = unsafe {
         libgit2_sys::git_worktree_add(&mut out, repo.raw(), name_c.as_ptr(), path_c.as_ptr(), &raw)
     };
@@ -350,20 +365,6 @@ fn add_unfilled(
     }
     // SAFETY: on success `out` is a worktree libgit2 made for us; the Worktree frees it.
     Ok(unsafe { git2::Worktree::from_raw(out) })
-}
-
-/// Writes the branch's files into the worktree recorded as `name` (and its index), without
-/// the lock: the worktree is its own, and still locked, so nothing else uses it.
-fn fill(place: &Place, repo: &git2::Repository, name: &str, path: &Path) -> Result<(), RepoError> {
-    let worktree = open_worktree(repo, name, path)?;
-    place.unlocked(Unlocked::Checkout);
-    worktree
-        .checkout_head(Some(
-            git2::build::CheckoutBuilder::new()
-                .force()
-                .recreate_missing(true),
-        ))
-        .map_err(git)
 }
 
 /// Commits what is in the worktree on top of the branch's tip (as flotilla), whatever the
@@ -673,8 +674,9 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     Ok(work)
 }
 
-/// The worktree's record and (with its fate) its branch go under the lock; its files after.
-/// A kill in between leaves a directory git no longer knows, which the next sweep removes.
+/// The worktree's record and (with its fate) its branch go under the lock; then its
+/// directory is parked (renames, under the lock too) or deleted (after it, ADR-044). A
+/// kill in between leaves a directory git no longer knows, which the next sweep removes.
 fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(), RepoError> {
     let repo = place.open()?;
     let name = place.worktree_name(&dir_name_of(&workspace.path));
@@ -689,12 +691,14 @@ fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(),
         }
         Ok::<_, RepoError>(())
     })?;
-    match std::fs::remove_dir_all(&workspace.path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(io("cannot remove the worktree", &workspace.path, e))
-        }
-        _ => Ok(()),
+    // Parked for a later attempt of the run (ADR-044), unless the run is over; else deleted.
+    let parked = locked(&place.repo, || {
+        !run_closed(place.run) && super::slots::park(&place.root, &workspace.path)
+    });
+    if parked {
+        return Ok(());
     }
+    super::slots::discard(&place.root, &workspace.path)
 }
 
 fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
@@ -734,15 +738,21 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     }
     // Directories git no longer knows (a crash between making the directory and
     // registering it). The scratch checkouts' directory is in use while the run lives.
+    // The pool of parked directories and what a crash left of parking or claiming.
+    // Once the run is over no directory is parked again: every snapshot goes.
+    super::slots::sweep(&place.root, if keep.closing { &[] } else { &kept })?;
     if let Ok(entries) = std::fs::read_dir(&place.root) {
         for entry in entries.flatten() {
             let path = entry.path();
+            if super::slots::is_slot_entry(&entry.file_name()) {
+                continue;
+            }
             if !keep.closing && entry.file_name() == SCRATCH_DIR {
                 kept.push(path);
                 continue;
             }
             if !kept.contains(&path) && !swept.worktrees.contains(&path) {
-                std::fs::remove_dir_all(&path).map_err(|e| io("cannot remove", &path, e))?;
+                super::slots::remove_workspace(&path)?;
                 swept.worktrees.push(path);
             }
         }

@@ -664,9 +664,16 @@ async fn calling_the_attempt_off_kills_the_cli_and_leaves_no_worktree() {
         reason: "the user cancelled it".into(),
     });
     all_gone(&running).await;
+    // Attempt directories only: a released one is parked for the run's next attempt
+    // (ADR-044) until the run's end sweeps the pool.
     let left = || -> Vec<_> {
         std::fs::read_dir(s.worktrees())
-            .map(|dir| dir.filter_map(Result::ok).map(|e| e.path()).collect())
+            .map(|dir| {
+                dir.filter_map(Result::ok)
+                    .filter(|e| !flotilla::git::slots::is_slot_entry(&e.file_name()))
+                    .map(|e| e.path())
+                    .collect()
+            })
             .unwrap_or_default()
     };
     within(PATIENCE, || async { left().is_empty().then_some(()) }).await;

@@ -278,6 +278,15 @@ async fn soak(soak: Soak) {
     }
 
     let events = follow_to_end(&client, &run, None).await;
+    // The run's end sweep (or a start-up's gc, had the run ended under a daemon killed
+    // since) removes the pool of parked directories (ADR-044): the daemon is not killed
+    // before it had the time; what is left is asserted below.
+    let run_dir = state.path().join("worktrees").join(&run);
+    let entries = |dir: &Path| std::fs::read_dir(dir).map_or(0, |d| d.count());
+    within(PATIENCE, || {
+        std::future::ready((entries(&run_dir) == 0).then_some(()))
+    })
+    .await;
     let log = daemon.log();
     drop(daemon);
     let kinds = read_kinds(state.path(), &run);

@@ -48,6 +48,7 @@ mod retry_in_place;
 mod reviewer;
 mod run_report;
 mod scratch_kit;
+mod slots;
 mod storage;
 mod subplanner;
 mod supervision;

@@ -637,9 +637,12 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
     })
     .await;
     daemon.kill(); // the attempts in flight leave their workspaces behind
+    // Attempt directories; the pool's own entries (ADR-044) are made again by the
+    // restarted run's attempts, its snapshots of these are checked below.
     let interrupted: Vec<std::path::PathBuf> = std::fs::read_dir(&run_workspaces)
         .unwrap()
         .flatten()
+        .filter(|e| !flotilla::git::slots::is_slot_entry(&e.file_name()))
         .map(|e| e.path())
         .collect();
     assert!(!interrupted.is_empty());
@@ -657,6 +660,14 @@ async fn a_finished_runs_workspaces_are_removed_even_those_of_interrupted_attemp
     .await;
     for path in &interrupted {
         assert!(!path.exists(), "{} survived the restart", path.display());
+        let snapshot = run_workspaces
+            .join(flotilla::git::slots::SNAP_DIR)
+            .join(path.file_name().unwrap());
+        assert!(
+            !snapshot.exists(),
+            "{} survived the restart",
+            snapshot.display()
+        );
     }
     let events = follow_to_end(&client, &run, None).await;
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));

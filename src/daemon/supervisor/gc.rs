@@ -180,7 +180,10 @@ async fn collect_garbage(
             Some(record) if over.contains(&record.id) && !gone.contains(&record.repo) => {
                 if let Ok(mut inside) = tokio::fs::read_dir(&dir).await {
                     while let Ok(Some(item)) = inside.next_entry().await {
-                        if !planned_dirs.contains(&item.path()) {
+                        // Parked directories and snapshots (ADR-044) are no worktree.
+                        if !planned_dirs.contains(&item.path())
+                            && !crate::git::slots::is_slot_entry(&item.file_name())
+                        {
                             report.worktrees.push(item.path().display().to_string());
                         }
                     }

@@ -1,0 +1,424 @@
+//! Reused attempt directories (ADR-044) against real repositories: a released attempt's
+//! directory is what the next attempt gets, reset to its start with only what differs
+//! written; nothing an earlier agent left (untracked, ignored, a forged tracked file, links,
+//! modes, a rewritten `.git`) reaches it; a reset cut short is never handed out; and sweeps
+//! leave nothing of the pool.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use flotilla::git::worktrees::{GitWorktrees, Unlocked};
+use flotilla_actors::ports::{
+    BranchFate, SweepKeep, Workspace, WorktreeRequest, WorktreeStart, Worktrees,
+};
+use flotilla_actors::protocol::{RunId, TaskId, branch_name};
+
+use crate::daemon_env::{commit_files, init_repo, main_branch};
+use crate::supervision::assert_checkout_untouched;
+
+const MANY: usize = 2000;
+
+struct Fixture {
+    repo: tempfile::TempDir,
+    _state: tempfile::TempDir,
+    root: PathBuf,
+    run: RunId,
+    worktrees: GitWorktrees,
+    /// While set, the worker's checkout panics as it starts (a kill mid-reset).
+    crash: Arc<AtomicBool>,
+}
+
+fn fixture() -> Fixture {
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let git = git2::Repository::open(repo.path()).unwrap();
+    commit_files(
+        &git,
+        &[
+            (".gitignore", "target/\n"),
+            ("src/lib.rs", "pub fn a() {}\npub fn b() {}\n"),
+            ("src/old.rs", "one\ntwo\nthree\n"),
+            ("tests/lib.rs", "#[test]\nfn t() {}\n"),
+            ("docs/deep/notes.md", "notes\n"),
+        ],
+        "code",
+    );
+    // Enough files that a checkout spans more than one tick of the file system's clock:
+    // those written in the snapshot's own tick are never trusted (racily clean), the
+    // earlier ones are.
+    let many: Vec<(String, String)> = (0..MANY)
+        .map(|i| (format!("many/f{i:04}.txt"), format!("file {i}\n")))
+        .collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    commit_files(&git, &many, "many files");
+    let state = tempfile::tempdir().unwrap();
+    let run = RunId::generate();
+    let root = state.path().join(run.to_string());
+    let crash = Arc::new(AtomicBool::new(false));
+    let armed = crash.clone();
+    let worktrees = GitWorktrees::new(repo.path(), run, root.clone(), main_branch())
+        .with_unlocked_hook(Arc::new(move |part| {
+            if part == Unlocked::Checkout && armed.load(Ordering::SeqCst) {
+                panic!("killed in the middle of making a workspace");
+            }
+        }));
+    Fixture {
+        repo,
+        _state: state,
+        root,
+        run,
+        worktrees,
+        crash,
+    }
+}
+
+impl Fixture {
+    fn request(&self, task: &str) -> WorktreeRequest {
+        let task: TaskId = task.parse().unwrap();
+        WorktreeRequest {
+            branch: branch_name(self.run, &task, 1),
+            task,
+            attempt: 1,
+            start: WorktreeStart::Main,
+        }
+    }
+
+    async fn prepare(&self, task: &str) -> Workspace {
+        self.worktrees.prepare(self.request(task)).await.unwrap()
+    }
+
+    async fn release(&self, ws: &Workspace) {
+        self.worktrees
+            .release(ws.clone(), BranchFate::Delete)
+            .await
+            .unwrap();
+    }
+
+    fn commit_on_main(&self, files: &[(&str, &str)]) -> git2::Oid {
+        let git = git2::Repository::open(self.repo.path()).unwrap();
+        commit_files(&git, files, "main moves")
+    }
+
+    fn main_tree(&self) -> Files {
+        let git = git2::Repository::open(self.repo.path()).unwrap();
+        let tree = git
+            .find_reference("refs/heads/main")
+            .unwrap()
+            .peel_to_tree()
+            .unwrap();
+        let mut files = BTreeMap::new();
+        tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.kind() == Some(git2::ObjectType::Blob) {
+                let blob = git.find_blob(entry.id()).unwrap();
+                files.insert(
+                    format!("{dir}{}", entry.name().unwrap()),
+                    (entry.filemode() as u32, blob.content().to_vec()),
+                );
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .unwrap();
+        files
+    }
+}
+
+fn ino(path: &Path) -> u64 {
+    std::fs::symlink_metadata(path).unwrap().ino()
+}
+
+/// Everything in the workspace but its `.git` file, links not followed: each file as git
+/// would record it (mode, content), each directory with its mode.
+/// Path → (git mode, content).
+type Files = BTreeMap<String, (u32, Vec<u8>)>;
+
+fn listing(root: &Path) -> (Files, BTreeMap<String, u32>) {
+    let (mut files, mut dirs) = (BTreeMap::new(), BTreeMap::new());
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if rel == ".git" {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                dirs.insert(rel, meta.mode() & 0o7777);
+                stack.push(path);
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                files.insert(
+                    rel,
+                    (0o120000, target.to_string_lossy().as_bytes().to_vec()),
+                );
+            } else {
+                assert!(meta.is_file(), "{rel} is neither file, link nor directory");
+                assert_eq!(meta.nlink(), 1, "{rel} is a hard link");
+                assert_eq!(meta.mode() & 0o7000, 0, "{rel} has a set-id or sticky bit");
+                let exec = meta.mode() & 0o100 != 0;
+                let mode = if exec { 0o100755 } else { 0o100644 };
+                files.insert(rel, (mode, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    (files, dirs)
+}
+
+/// The workspace holds exactly main's tree: no file more or less, every byte and mode as
+/// committed, no directory the tree does not need, none writable by others or set-id, and a
+/// `.git` file that points at the attempt's own record.
+fn assert_exactly_main(f: &Fixture, ws: &Workspace) {
+    let (files, dirs) = listing(&ws.path);
+    let main = f.main_tree();
+    let differ: Vec<&String> = files
+        .keys()
+        .chain(main.keys())
+        .filter(|p| files.get(*p) != main.get(*p))
+        .collect();
+    assert!(differ.is_empty(), "not as on main: {differ:?}");
+    for (dir, mode) in &dirs {
+        assert!(
+            files.keys().any(|p| p.starts_with(&format!("{dir}/"))),
+            "{dir} is no directory of the tree"
+        );
+        assert_eq!(mode & 0o7022, 0, "{dir} has mode {mode:o}");
+    }
+    let dot_git = std::fs::read_to_string(ws.path.join(".git")).unwrap();
+    let dir_name = ws.path.file_name().unwrap().to_string_lossy();
+    assert!(
+        dot_git.trim_end().trim_end_matches('/').ends_with(&format!(
+            "worktrees/flotilla-{}-{dir_name}",
+            f.run.as_uuid().simple()
+        )),
+        "{dot_git}"
+    );
+    let opened = git2::Repository::open(&ws.path).unwrap();
+    assert_eq!(
+        opened.head().unwrap().name().unwrap(),
+        format!("refs/heads/{}", ws.branch)
+    );
+    let statuses = opened
+        .statuses(Some(
+            git2::StatusOptions::new()
+                .include_untracked(true)
+                .include_ignored(true)
+                .recurse_untracked_dirs(true),
+        ))
+        .unwrap();
+    let dirty: Vec<String> = statuses
+        .iter()
+        .map(|s| format!("{} {:?}", s.path().unwrap_or("?"), s.status()))
+        .collect();
+    assert!(dirty.is_empty(), "git sees {dirty:?}");
+}
+
+#[tokio::test]
+async fn the_next_attempt_gets_the_released_directory_with_only_what_differs_written() {
+    let f = fixture();
+    let first = f.prepare("t1").await;
+    let root_ino = ino(&first.path);
+    let inodes = |root: &Path| -> Vec<u64> {
+        (0..MANY)
+            .map(|i| ino(&root.join(format!("many/f{i:04}.txt"))))
+            .collect()
+    };
+    let before = inodes(&first.path);
+    std::fs::write(first.path.join("src/a.rs"), "pub fn a2() {}\n").unwrap();
+    f.worktrees
+        .seal(first.clone(), "t1: the work".into())
+        .await
+        .unwrap();
+    f.release(&first).await;
+    assert!(!first.path.exists());
+    // main moves on meanwhile: one file changes, one is new.
+    f.commit_on_main(&[("src/lib.rs", "pub fn c() {}\n"), ("src/new.rs", "new\n")]);
+
+    let second = f.prepare("t2").await;
+    assert_ne!(
+        second.path, first.path,
+        "its own path, named for its attempt"
+    );
+    assert_eq!(
+        ino(&second.path),
+        root_ino,
+        "the released directory, reused"
+    );
+    let kept = before
+        .iter()
+        .zip(inodes(&second.path))
+        .filter(|(a, b)| **a == *b)
+        .count();
+    assert!(
+        kept > 0,
+        "files the new start did not change are not written again"
+    );
+    assert_exactly_main(&f, &second);
+
+    // The reused directory works as a fresh one: the seal sees exactly the new work.
+    std::fs::write(second.path.join("tests/more.rs"), "// more\n").unwrap();
+    let work = f
+        .worktrees
+        .seal(second.clone(), "t2: more".into())
+        .await
+        .unwrap();
+    let paths: Vec<&str> = work.files.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["tests/more.rs"]);
+    f.release(&second).await;
+    assert_checkout_untouched(f.repo.path());
+}
+
+/// An earlier agent is an attacker: whatever it leaves in its directory, the next attempt's
+/// workspace holds main's tree and nothing else.
+#[tokio::test]
+async fn nothing_an_earlier_agent_left_reaches_the_next_attempt() {
+    let f = fixture();
+    let first = f.prepare("t1").await;
+    let root_ino = ino(&first.path);
+    let p = |rel: &str| first.path.join(rel);
+    // Untracked, and ignored (a build output).
+    std::fs::write(p("evil.txt"), "untracked\n").unwrap();
+    std::fs::create_dir_all(p("target/debug")).unwrap();
+    std::fs::write(p("target/debug/build-script"), "#!/bin/sh\nsteal\n").unwrap();
+    // A tracked file changed to the same size, its mtime put back: stat-equal to the eye
+    // of git's own checkout (mtime and size).
+    let lib = p("src/lib.rs");
+    let mtime = std::fs::metadata(&lib).unwrap().modified().unwrap();
+    std::fs::write(&lib, "pub fn x() {}\npub fn y() {}\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&lib)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    // A tracked file turned into a link out of the workspace, and a directory into a link
+    // to the user's checkout.
+    std::fs::remove_file(p("src/old.rs")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", p("src/old.rs")).unwrap();
+    std::fs::remove_dir_all(p("docs")).unwrap();
+    std::os::unix::fs::symlink(f.repo.path(), p("docs")).unwrap();
+    // Odd modes: a set-uid tracked file, a world-writable directory, an unreadable one.
+    std::fs::set_permissions(p("tests/lib.rs"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    std::fs::set_permissions(p("tests"), std::fs::Permissions::from_mode(0o3777)).unwrap();
+    std::fs::create_dir_all(p("src/locked/inner")).unwrap();
+    std::fs::write(p("src/locked/inner/x"), "x").unwrap();
+    std::fs::set_permissions(p("src/locked"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    // A hard link, a fifo, a nested repository.
+    std::fs::hard_link(p(".gitignore"), p("linked")).unwrap();
+    let fifo = std::ffi::CString::new(p("pipe").to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    git2::Repository::init(p("nested")).unwrap();
+    // `.git` pointed at the user's repository.
+    std::fs::write(
+        p(".git"),
+        format!("gitdir: {}\n", f.repo.path().join(".git").display()),
+    )
+    .unwrap();
+    f.release(&first).await;
+
+    let second = f.prepare("t2").await;
+    assert_eq!(ino(&second.path), root_ino, "the same directory, reused");
+    assert_exactly_main(&f, &second);
+    assert_eq!(
+        std::fs::read_to_string(second.path.join("src/lib.rs")).unwrap(),
+        "pub fn a() {}\npub fn b() {}\n"
+    );
+    assert!(f.repo.path().join("docs/deep/notes.md").exists());
+    f.release(&second).await;
+    assert_checkout_untouched(f.repo.path());
+}
+
+/// A kill in the middle of resetting a parked directory (here: a panic as the reset starts,
+/// the earlier agent's files still in it) leaves a locked worktree: no later attempt gets
+/// it, the same attempt is made again clean, and the sweep removes what is left.
+#[tokio::test]
+async fn a_reset_cut_short_is_never_handed_out_as_clean() {
+    let f = fixture();
+    let first = f.prepare("t1").await;
+    let root_ino = ino(&first.path);
+    std::fs::write(first.path.join("evil.txt"), "left behind\n").unwrap();
+    f.release(&first).await;
+
+    f.crash.store(true, Ordering::SeqCst);
+    let cut = f.worktrees.prepare(f.request("t2")).await;
+    f.crash.store(false, Ordering::SeqCst);
+    assert!(cut.is_err(), "{cut:?}");
+    let half = f.root.join("t2-a1");
+    assert_eq!(
+        ino(&half),
+        root_ino,
+        "the reset had taken the parked directory"
+    );
+    assert!(half.join("evil.txt").exists(), "and had not cleaned it yet");
+
+    let other = f.prepare("t3").await;
+    assert_ne!(
+        ino(&other.path),
+        root_ino,
+        "a half reset directory is not reused"
+    );
+    assert_exactly_main(&f, &other);
+
+    let again = f.prepare("t2").await;
+    assert_eq!(again.path, half);
+    assert_exactly_main(&f, &again);
+
+    // Cut short again, then a restart's sweep: the half reset directory goes.
+    f.release(&other).await;
+    f.crash.store(true, Ordering::SeqCst);
+    assert!(f.worktrees.prepare(f.request("t4")).await.is_err());
+    f.crash.store(false, Ordering::SeqCst);
+    let swept = f
+        .worktrees
+        .sweep(SweepKeep {
+            worktrees: vec![again.branch.clone()],
+            delivered: None,
+            closing: false,
+        })
+        .await
+        .unwrap();
+    assert!(swept.worktrees.contains(&f.root.join("t4-a1")), "{swept:?}");
+    assert!(!f.root.join("t4-a1").exists());
+    assert!(again.path.exists(), "a kept worktree stays");
+    // The kept one still parks when released, and the next attempt reuses it.
+    let kept_ino = ino(&again.path);
+    f.release(&again).await;
+    let next = f.prepare("t5").await;
+    assert_eq!(ino(&next.path), kept_ino);
+    assert_exactly_main(&f, &next);
+}
+
+#[tokio::test]
+async fn the_end_of_the_run_leaves_no_parked_directory() {
+    let f = fixture();
+    let a = f.prepare("t1").await;
+    let b = f.prepare("t2").await;
+    let live = f.prepare("t3").await;
+    f.release(&a).await;
+    f.release(&b).await;
+    let parked = std::fs::read_dir(f.root.join(".parked")).unwrap().count();
+    assert_eq!(
+        parked, 2,
+        "both released directories wait for a next attempt"
+    );
+
+    let swept = f
+        .worktrees
+        .sweep(SweepKeep {
+            closing: true,
+            ..SweepKeep::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(swept.worktrees, std::slice::from_ref(&live.path));
+    assert!(!f.root.exists(), "nothing of the run is left");
+    assert!(f.worktrees.prepare(f.request("t4")).await.is_err());
+    assert_checkout_untouched(f.repo.path());
+}
