@@ -380,6 +380,7 @@ async fn a_reset_cut_short_is_never_handed_out_as_clean() {
         .sweep(SweepKeep {
             worktrees: vec![again.branch.clone()],
             delivered: None,
+            branches: Vec::new(),
             closing: false,
         })
         .await
