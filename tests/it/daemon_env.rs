@@ -420,6 +420,28 @@ pub async fn follow_to_end(client: &Client, run: &str, since: Option<u64>) -> Ve
     events
 }
 
+/// Follows a run's stream until `task` attempt `attempt` starts (within 60 s); the
+/// daemon's log says why if it never does.
+pub async fn until_attempt_starts(
+    client: &Client,
+    run: &str,
+    attempt: u32,
+    daemon: &DaemonProcess,
+) {
+    let mut stream = client.events(run, None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(event) = stream.next().await {
+            if matches!(event.unwrap().kind, EventKind::TaskStarted { attempt: a, .. } if a == attempt)
+            {
+                return;
+            }
+        }
+        panic!("the stream ended before attempt {attempt} started");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("attempt {attempt} did not start; log:\n{}", daemon.log()));
+}
+
 pub fn outcome(events: &[Event]) -> Option<RunOutcome> {
     events.iter().find_map(|e| match e.kind {
         EventKind::RunFinished { outcome, .. } => Some(outcome),

@@ -6,8 +6,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
-
 use flotilla_actors::protocol::*;
 
 use crate::daemon_env::*;
@@ -120,21 +118,7 @@ async fn after_a_sigkill_the_next_attempt_is_still_told_of_the_failure_before() 
     let run = submit(&client, repo.path(), config).await;
 
     // Attempt 2 is at work (hanging): the failure of attempt 1 is journaled.
-    let mut stream = client.events(&run, None).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(event) = stream.next().await {
-            if matches!(
-                event.unwrap().kind,
-                EventKind::TaskStarted { attempt: 2, .. }
-            ) {
-                return;
-            }
-        }
-        panic!("the stream ended before attempt 2 started");
-    })
-    .await
-    .unwrap_or_else(|_| panic!("attempt 2 did not start; log:\n{}", daemon.log()));
-    drop(stream);
+    until_attempt_starts(&client, &run, 2, &daemon).await;
     daemon.kill();
 
     let daemon = DaemonProcess::start(state.path());

@@ -7,9 +7,6 @@
 //! branch while the retry is pending, and no `flotilla/*` branch outlives the run.
 
 use std::path::Path;
-use std::time::Duration;
-
-use futures::StreamExt;
 
 use flotilla::config::FileConfig;
 use flotilla::git::worktrees::GitWorktrees;
@@ -384,21 +381,7 @@ async fn after_a_sigkill_the_resumed_retry_still_continues_the_failed_attempt() 
     config["limits"]["max_attempts"] = serde_json::json!(2);
     let run = submit(&client, repo.path(), config).await;
 
-    let mut stream = client.events(&run, None).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(event) = stream.next().await {
-            if matches!(
-                event.unwrap().kind,
-                EventKind::TaskStarted { attempt: 2, .. }
-            ) {
-                return;
-            }
-        }
-        panic!("the stream ended before attempt 2 started");
-    })
-    .await
-    .unwrap_or_else(|_| panic!("attempt 2 did not start; log:\n{}", daemon.log()));
-    drop(stream);
+    until_attempt_starts(&client, &run, 2, &daemon).await;
     daemon.kill();
 
     let daemon = DaemonProcess::start(state.path());
