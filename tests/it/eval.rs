@@ -126,3 +126,74 @@ fn an_unknown_project_or_an_empty_folder_is_a_clear_error() {
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(stderr.contains("no project \"nonesuch\""), "{stderr}");
 }
+
+/// `--scripted-plan`: the project's scenario plans and the workers call the model. With
+/// the planner role also on the fake model (whose tool-call answers no planner could
+/// use), the run still gets the scenario's two tasks, and only workers reach the model.
+#[tokio::test]
+async fn a_scripted_plan_plans_from_the_scenario_and_sends_only_the_workers_to_the_model() {
+    use crate::daemon_env::{fake_worker_model, tool_call, tool_calls_answer};
+    let finish = || {
+        tool_calls_answer(
+            Some(""),
+            serde_json::json!([tool_call(
+                "f",
+                "finish",
+                serde_json::json!({ "status": "complete", "summary": "done" })
+            )]),
+        )
+    };
+    let server = fake_worker_model(finish(), finish()).await;
+    let state = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let models = work.path().join("models.toml");
+    std::fs::write(
+        &models,
+        format!(
+            "[providers.local]\nkind = \"openai\"\nbase_url = \"{}/v1\"\nstream = false\n\n\
+             [roles]\nplanner = \"local/m\"\nsubplanner = \"local/m\"\nworker = \"local/m\"\n",
+            server.uri()
+        ),
+    )
+    .unwrap();
+    let _daemon = DaemonProcess::start(state.path());
+    let evals = Path::new(env!("CARGO_MANIFEST_DIR")).join("evals");
+    let runs = work.path().join("runs");
+    let state_dir = state.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        flotilla(&state_dir)
+            .arg("eval")
+            .arg(&evals)
+            .args([
+                "--scripted-plan",
+                "--project",
+                "calc-py",
+                "--json",
+                "--models",
+            ])
+            .arg(&models)
+            .arg("--work")
+            .arg(&runs)
+            .timeout(std::time::Duration::from_secs(600))
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone()
+    })
+    .await
+    .unwrap();
+    let rows = rows(&out);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["tasks"], 2, "the scenario's plan: {}", rows[0]);
+    let requests = server.received_requests().await.unwrap();
+    assert!(!requests.is_empty(), "no worker called the model");
+    for request in &requests {
+        let body = String::from_utf8_lossy(&request.body);
+        assert!(
+            !body.contains("product specification: binding"),
+            "a planner's request reached the model: {}",
+            &body[..body.len().min(400)]
+        );
+    }
+}
