@@ -41,6 +41,10 @@ use crate::providers::ProviderRegistry;
 use state_lock::StateLock;
 use supervisor::{RunDamaged, StartRun, Supervisor};
 
+/// How long the daemon's stop waits for ended runs to finish retiring: a 10,000-task run's
+/// sweep and status fold take about a second on two cores.
+const CLEAN_UPS_AT_STOP: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub enum Listen {
     /// A Unix socket, mode 0600.
@@ -186,6 +190,7 @@ pub async fn serve(
             Err(e) => warn!(error = %e, "cannot collect what finished runs left"),
         }
     });
+    let stopping = state.supervisor.clone();
     let app = api::router(state);
     if let Some(ready) = ready {
         let _ = ready.send(bound.clone());
@@ -200,6 +205,14 @@ pub async fn serve(
     if let Bound::Unix(path) = &bound {
         let _ = std::fs::remove_file(path);
     }
+    // A run that ended just before the stop is still retiring: its sweep, the heal of its
+    // target's checkout and its stored status are let finish, for a while.
+    // (The supervisor logs what it left unfinished.)
+    let _ = stopping
+        .send(supervisor::FinishCleanUps {
+            within: CLEAN_UPS_AT_STOP,
+        })
+        .await;
     // The runs' thread ends (its actors dropped, as at any stop) before the state lock goes:
     // a daemon started next on this state directory must not meet this one's runs.
     runs_thread.stop();

@@ -171,3 +171,37 @@ async fn a_finished_run_s_status_is_stored_as_it_retires_and_answered_from_after
     assert_eq!(unmarked, summary, "the stored status, whole");
     daemon.stop();
 }
+
+/// A daemon stopped right after a run ends lets the run finish retiring first (for a
+/// while): its worktrees are swept and its status stored, not left for the next start's
+/// collection and the first `status` to fold. The stop comes as soon as the run's end is
+/// seen, with nothing waited for in between.
+#[tokio::test]
+async fn a_daemon_stopped_just_after_a_run_ends_still_sweeps_it_and_stores_its_status() {
+    let repo = git_repo();
+    let daemon = InProcessDaemon::start(false);
+    let run = submit(&daemon.client, repo.path(), run_config(TWO_TASKS, 2)).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let last_seq = events.iter().map(|e| e.seq).max().unwrap();
+    let state = daemon.stop_keeping_state();
+
+    let stored: Option<i64> = rusqlite::Connection::open(state.path().join("journal.sqlite"))
+        .unwrap()
+        .query_row(
+            "SELECT last_seq FROM run_summaries WHERE run = ?1",
+            [&run],
+            |r| r.get(0),
+        )
+        .ok();
+    assert_eq!(
+        stored,
+        Some(i64::try_from(last_seq).unwrap()),
+        "the status is stored before the daemon stops"
+    );
+    let run_worktrees = state.path().join("worktrees").join(&run);
+    let left: Vec<_> = std::fs::read_dir(&run_worktrees)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "the run's worktrees are swept: {left:?}");
+}

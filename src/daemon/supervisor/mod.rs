@@ -180,6 +180,10 @@ pub struct Supervisor {
     joining: Vec<std::thread::JoinHandle<()>>,
     /// Attempts' transcripts (ADR-036); `gc` removes finished runs' with them.
     transcripts: Option<TranscriptStore>,
+    /// How many ended runs have not finished retiring (their sweep, the heal of their
+    /// target's checkout, their stored status): the daemon's stop waits for them, for a
+    /// while ([`FinishCleanUps`]), so that stopping right after a run ends loses none of it.
+    cleaning: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 /// A finished run, waiting for its actors to stop before its thread retires.
@@ -197,6 +201,8 @@ struct Retiring {
     /// every branch the journal does not record as delivered.
     retry_in_place: bool,
     target: Option<TargetBranch>,
+    /// Counts the run in [`Supervisor::cleaning`] until its clean-up ends.
+    cleaning: retire::Cleaning,
 }
 
 impl Supervisor {
@@ -220,6 +226,7 @@ impl Supervisor {
             retiring: HashMap::new(),
             joining: Vec::new(),
             transcripts: None,
+            cleaning: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
@@ -370,6 +377,16 @@ pub struct GetRunMembers(pub RunId);
 #[derive(Message)]
 #[rtype(result = "RunThreadCount")]
 pub struct RunThreads;
+
+/// The daemon is stopping: wait until every ended run has finished retiring (its sweep,
+/// the heal of its target's checkout, its stored status), for at most `within`. Answers how
+/// many had not finished by then (the start-up collection and the first `status` do what
+/// they left).
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct FinishCleanUps {
+    pub within: std::time::Duration,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, MessageResponse)]
 pub struct RunThreadCount {

@@ -3,9 +3,12 @@
 //! of them the run's thread retires: it is stopped, the run's worktrees are swept, the
 //! checkout of its target is healed (ADR-021) and memory is given back. Nothing waits on a
 //! timer but the [`RETIRE_LIMIT`] deadline for actors that never stop. At the daemon's stop
-//! every run's thread is stopped and joined, retired ones included. It must not poll.
+//! every run's thread is stopped and joined, retired ones included, after the runs still
+//! retiring have finished (for at most the stop's limit: [`FinishCleanUps`]). It must not
+//! poll.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -16,7 +19,8 @@ use tracing::{info, warn};
 
 use super::memory::give_memory_back;
 use super::{
-    Life, Member, MemberStopped, Retiring, RunEntry, RunThreadCount, RunThreads, Supervisor,
+    FinishCleanUps, Life, Member, MemberStopped, Retiring, RunEntry, RunThreadCount, RunThreads,
+    Supervisor,
 };
 use crate::git::target::TargetBranch;
 use crate::git::worktrees::GitWorktrees;
@@ -56,6 +60,7 @@ impl Supervisor {
             retry_in_place: entry.config.worktrees.retry_in_place,
             // A config whose branch does not pass never started: nothing of it to heal.
             target: entry.config.target_branch().ok(),
+            cleaning: Cleaning::start(&self.cleaning),
         };
         if retiring.awaited.is_empty() {
             self.retired(run, retiring);
@@ -125,7 +130,48 @@ impl Supervisor {
             run,
             journal,
             (retiring.keep_failed, retiring.retry_in_place),
+            retiring.cleaning,
         );
+    }
+}
+
+/// One ended run in the supervisor's count of clean-ups not yet finished; it leaves the
+/// count when dropped: at the clean-up's end, or when its task is dropped at the stop.
+pub(super) struct Cleaning(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Cleaning {
+    fn start(count: &Arc<tokio::sync::watch::Sender<usize>>) -> Self {
+        count.send_modify(|n| *n = n.saturating_add(1));
+        Cleaning(count.clone())
+    }
+}
+
+impl Drop for Cleaning {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl Handler<FinishCleanUps> for Supervisor {
+    type Result = ResponseFuture<usize>;
+
+    fn handle(&mut self, msg: FinishCleanUps, _: &mut Context<Self>) -> Self::Result {
+        let mut count = self.cleaning.subscribe();
+        Box::pin(async move {
+            // Waits on the count's changes (no polling); a deadline ends the wait.
+            let finished = tokio::time::timeout(msg.within, count.wait_for(|n| *n == 0))
+                .await
+                .is_ok();
+            if finished {
+                return 0;
+            }
+            let left = *count.borrow();
+            warn!(
+                runs = left,
+                "stopping before every ended run was cleaned up; the next start collects what they left"
+            );
+            left
+        })
     }
 }
 
@@ -182,8 +228,11 @@ fn clean_up_after(
     run: RunId,
     journal: Option<futures::future::BoxFuture<'static, Result<Vec<Event>, JournalError>>>,
     (keep_failed, retry_in_place): (bool, bool),
+    cleaning: Cleaning,
 ) {
     actix::spawn(async move {
+        // Counted until this task ends, however it ends.
+        let _cleaning = cleaning;
         let events = match journal {
             Some(read) => match read.await {
                 Ok(events) => events,
