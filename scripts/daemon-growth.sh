@@ -6,8 +6,9 @@
 #   - idle RSS (VmRSS) once its start-up collection is done, against a fresh daemon's;
 #   - RUNS concurrent `flotilla tail --json` replays (one per finished run): their peak
 #     (VmHWM, reset before them) and the RSS 3 s after them;
-#   - `flotilla status RUN --json` of a finished run: the first call, and the median of
-#     three more.
+#   - `flotilla status RUN --json`: the first call for the run that really ran (its status
+#     was stored as it retired), and for a copy (no stored status, as for a run that
+#     finished before ADR-040: the first call folds), then the median of three more.
 # The state is made once: one real run of TASKS independent instant tasks (the scripted
 # provider through a real daemon, about 2 minutes per 10,000 tasks on 2 cores), then copied
 # RUNS-1 times inside the journal (the same events under new run ids). Each repetition starts
@@ -69,7 +70,7 @@ if [ ! -f "$made/ready" ]; then
     "$bin" submit "run 1" --repo "$made/repo" >"$made/run.txt" 2>&1 \
         || { echo "the run did not complete: $made/run.txt" >&2; exit 1; }
     stop_daemon
-    python3 - "$made/state/journal.sqlite" "$RUNS" <<'PY'
+    python3 - "$made/state/journal.sqlite" "$RUNS" >"$made/source" <<'PY'
 import os, sqlite3, sys, time, uuid
 con = sqlite3.connect(sys.argv[1])
 (source,) = con.execute("SELECT id FROM runs").fetchone()
@@ -83,6 +84,7 @@ for i in range(1, int(sys.argv[2])):
     con.execute("INSERT INTO events (run, at_ms, kind, data) SELECT ?, at_ms, kind, data FROM events WHERE run = ? ORDER BY seq", (run, source))
 con.commit()
 con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+print(source)
 PY
     touch "$made/ready"
 fi
@@ -121,18 +123,20 @@ while [ "$r" -le "$REPEATS" ]; do
     sleep 3
     after=$(kib VmRSS)
     events=$(wc -l <"$scratch/tail.$(echo "$runs" | head -n1)")
-    one=$(echo "$runs" | head -n1)
+    retired=$(cat "$made/source")
+    t0=$(now); "$bin" status "$retired" --json >/dev/null; status_stored=$(echo "$(now) - $t0" | bc -l)
+    one=$(echo "$runs" | grep -v "$retired" | head -n1)
     t0=$(now); "$bin" status "$one" --json >/dev/null; status_first=$(echo "$(now) - $t0" | bc -l)
     status_more=$(for _ in 1 2 3; do
         t0=$(now); "$bin" status "$one" --json >/dev/null; echo "$(now) - $t0" | bc -l
     done | median)
     stop_daemon
     rm -rf "$state"
-    printf '%s %s %s %s %s %s %s\n' "$first" "$idle" "$peak" "$after" "$replay_s" "$status_first" "$status_more" >>"$scratch/results"
-    printf 'repetition %d: first answer %.2f s, idle %d MiB, %d replays of %d events: peak %d MiB, after %d MiB (%.1f s); status %.2f s first, %.2f s after\n' \
-        "$r" "$first" $((idle / 1024)) "$RUNS" "$events" $((peak / 1024)) $((after / 1024)) "$replay_s" "$status_first" "$status_more"
+    printf '%s %s %s %s %s %s %s %s\n' "$first" "$idle" "$peak" "$after" "$replay_s" "$status_first" "$status_more" "$status_stored" >>"$scratch/results"
+    printf 'repetition %d: first answer %.2f s, idle %d MiB, %d replays of %d events: peak %d MiB, after %d MiB (%.1f s); status of the retired run %.2f s; of a copy %.2f s first, %.2f s after\n' \
+        "$r" "$first" $((idle / 1024)) "$RUNS" "$events" $((peak / 1024)) $((after / 1024)) "$replay_s" "$status_stored" "$status_first" "$status_more"
     r=$((r + 1))
 done
 col() { awk -v c="$1" '{print $c}' "$scratch/results" | median; }
-printf 'median of %d: first answer %.2f s; idle %d MiB (fresh %d MiB); replays peak %d MiB, after %d MiB, %.1f s; status %.2f s first, %.2f s after\n' \
-    "$REPEATS" "$(col 1)" $(($(col 2) / 1024)) $((fresh / 1024)) $(($(col 3) / 1024)) $(($(col 4) / 1024)) "$(col 5)" "$(col 6)" "$(col 7)"
+printf 'median of %d: first answer %.2f s; idle %d MiB (fresh %d MiB); replays peak %d MiB, after %d MiB, %.1f s; status of the retired run %.2f s; of a copy %.2f s first, %.2f s after\n' \
+    "$REPEATS" "$(col 1)" $(($(col 2) / 1024)) $((fresh / 1024)) $(($(col 3) / 1024)) $(($(col 4) / 1024)) "$(col 5)" "$(col 8)" "$(col 6)" "$(col 7)"
