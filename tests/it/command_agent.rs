@@ -1082,12 +1082,15 @@ async fn the_aider_preset_leaves_nothing_of_aiders_on_the_branch() {
     let config = preset(Preset::Aider, "fake-aider", &["--model", "openai/local"]);
     let mut s = start(config);
     let branch = s.assign("t1", &["src"]);
-    let (outcome, _) = s.outcome().await;
+    let (outcome, spent) = s.outcome().await;
     let h = completed(outcome).handoff.unwrap();
     assert_eq!(
         (h.status, h.summary.as_str()),
         (HandoffStatus::Complete, "wrote aider")
     );
+    // Its two usage lines are charged (ADR-048).
+    assert_eq!((spent.tokens, spent.cost_usd), (5_655, Usd::ZERO));
+    assert_eq!((h.metrics.tokens_in, h.metrics.tokens_out), (5_400, 255));
     assert_eq!(
         h.files_changed,
         ["src/aider.rs"],

@@ -84,7 +84,8 @@ pub enum PromptVia {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputFormat {
-    /// Plain text: every line is shown as activity; the final text is all of stdout.
+    /// Plain text: every line is shown as activity; the final text is all of stdout. A
+    /// line in aider's usage form (`Tokens: 2.3k sent, 215 received. Cost: …`) is charged.
     Text,
     /// Claude Code's `--output-format stream-json`: one JSON event a line; the final text
     /// is the `result` event's.

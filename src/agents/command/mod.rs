@@ -42,6 +42,7 @@
 //! typed events of `claude` and `codex`, and `text` (cutting its words down). The module's
 //! API is what is re-exported here; the files are private to it, and none imports this one.
 
+mod aider;
 mod claude;
 mod codex;
 mod config;

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::config::OutputFormat;
 use super::text::{DETAIL_CHARS, GIST_CHARS, one_line};
-use super::{claude, codex};
+use super::{aider, claude, codex};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Tokens {
@@ -139,6 +139,13 @@ impl EventStream {
                 let line = line.trim();
                 if !line.is_empty() {
                     heard.activities.push(line.to_string());
+                }
+                // aider's usage report, one a message (ADR-048).
+                if let Some(usage) = aider::usage_line(line) {
+                    self.message_sum = self.message_sum.plus(usage.tokens);
+                    if let Some(cost) = usage.session_cost {
+                        self.cost = self.cost.max(cost);
+                    }
                 }
             }
             OutputFormat::ClaudeStreamJson => {

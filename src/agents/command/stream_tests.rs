@@ -267,3 +267,26 @@ fn plain_text_lines_are_activity_and_spend_nothing() {
     assert!(heard.iter().all(|h| h.spent.is_none()));
     assert_eq!(s.verdict(), Ok(None));
 }
+
+/// aider prints one usage line a model reply, with that message's tokens (reset after each
+/// report) and the session's cost so far: the tokens are summed, the cost is the latest
+/// session total, and each line reports only what it adds.
+#[test]
+fn aider_s_usage_lines_are_charged_as_they_come() {
+    let mut s = EventStream::new(OutputFormat::Text, roots());
+    let heard = feed(
+        &mut s,
+        &[
+            "Tokens: 2.3k sent, 215 received. Cost: $0.0016 message, $0.0016 session.",
+            "Applied edit to src/a.rs",
+            "Tokens: 3.1k sent, 1.1k cache write, 40 received. Cost: $0.0020 message, $0.0036 session.",
+            "Tokens: 99999999999999999999k sent, 1 received.",
+        ],
+    );
+    let spent: Vec<Option<u64>> = heard.iter().map(|h| h.spent.map(|b| b.tokens)).collect();
+    assert_eq!(spent, [Some(2_515), None, Some(3_140), None]);
+    assert_eq!(s.tokens().total(), 5_655);
+    assert_eq!(s.cost, Usd::from_dollars(0.0036).unwrap());
+    let activities = heard.iter().map(|h| h.activities.len()).sum::<usize>();
+    assert_eq!(activities, 4, "usage lines still show as activity");
+}
