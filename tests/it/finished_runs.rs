@@ -103,30 +103,12 @@ async fn a_finished_run_s_status_is_stored_as_it_retires_and_answered_from_after
 
     let repo = git_repo();
     let daemon = InProcessDaemon::start(false);
-    let run = submit(&daemon.client, repo.path(), run_config(TWO_TASKS, 2)).await;
-    let events = follow_to_end(&daemon.client, &run, None).await;
-    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
-    let last_seq = events.iter().map(|e| e.seq).max().unwrap();
+    let (run, last_seq) = two_tasks_completed(&daemon, &repo).await;
 
     // The supervisor stores it once the run has retired (after its clean-up), on its own:
     // nothing here asks for the run's status.
     let journal = daemon.state_dir().join("journal.sqlite");
-    let stored_row = |journal: &std::path::Path| {
-        let conn = rusqlite::Connection::open(journal).unwrap();
-        conn.query_row(
-            "SELECT format, last_seq, summary FROM run_summaries WHERE run = ?1",
-            [&run],
-            |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            },
-        )
-        .ok()
-    };
-    let stored = within(PATIENCE, || async { stored_row(&journal) }).await;
+    let stored = within(PATIENCE, || async { stored_row(&journal, &run) }).await;
     let Some((format, stored_seq, summary)) = stored else {
         panic!(
             "no stored status for the retired run\n{}",
@@ -180,22 +162,12 @@ async fn a_finished_run_s_status_is_stored_as_it_retires_and_answered_from_after
 async fn a_daemon_stopped_just_after_a_run_ends_still_sweeps_it_and_stores_its_status() {
     let repo = git_repo();
     let daemon = InProcessDaemon::start(false);
-    let run = submit(&daemon.client, repo.path(), run_config(TWO_TASKS, 2)).await;
-    let events = follow_to_end(&daemon.client, &run, None).await;
-    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
-    let last_seq = events.iter().map(|e| e.seq).max().unwrap();
+    let (run, last_seq) = two_tasks_completed(&daemon, &repo).await;
     let state = daemon.stop_keeping_state();
 
-    let stored: Option<i64> = rusqlite::Connection::open(state.path().join("journal.sqlite"))
-        .unwrap()
-        .query_row(
-            "SELECT last_seq FROM run_summaries WHERE run = ?1",
-            [&run],
-            |r| r.get(0),
-        )
-        .ok();
+    let stored = stored_row(&state.path().join("journal.sqlite"), &run);
     assert_eq!(
-        stored,
+        stored.map(|(_, seq, _)| seq),
         Some(i64::try_from(last_seq).unwrap()),
         "the status is stored before the daemon stops"
     );
@@ -204,4 +176,25 @@ async fn a_daemon_stopped_just_after_a_run_ends_still_sweeps_it_and_stores_its_s
         .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "the run's worktrees are swept: {left:?}");
+}
+
+/// Runs [`TWO_TASKS`] on `daemon` to its end, which must be `Completed`: its id and its
+/// last event's seq.
+async fn two_tasks_completed(daemon: &InProcessDaemon, repo: &tempfile::TempDir) -> (String, u64) {
+    let run = submit(&daemon.client, repo.path(), run_config(TWO_TASKS, 2)).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+    let last_seq = events.iter().map(|e| e.seq).max().unwrap();
+    (run, last_seq)
+}
+
+/// `run`'s stored status in `journal`: its format, the last seq it folded, its JSON.
+fn stored_row(journal: &std::path::Path, run: &str) -> Option<(String, i64, String)> {
+    let conn = rusqlite::Connection::open(journal).unwrap();
+    conn.query_row(
+        "SELECT format, last_seq, summary FROM run_summaries WHERE run = ?1",
+        [run],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
+    .ok()
 }
