@@ -18,6 +18,7 @@ pub mod merge;
 pub mod reader;
 pub mod ref_lock;
 pub mod slots;
+pub mod snapshot;
 pub mod target;
 pub mod tree_delta;
 mod tree_read;
