@@ -17,6 +17,7 @@ pub mod markers;
 pub mod merge;
 pub mod reader;
 pub mod ref_lock;
+pub mod seal_walk;
 pub mod slots;
 pub mod snapshot;
 pub mod target;

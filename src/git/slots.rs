@@ -160,8 +160,7 @@ fn reset(
         .and_then(|h| h.peel_to_tree())
         .map_err(git)?;
     let old_tree = worktree.find_tree(old.tree).map_err(git)?;
-    let changes =
-        super::tree_delta::changed_paths(&worktree, &old_tree, &new_tree).map_err(git)?;
+    let changes = super::tree_delta::changed_paths(&worktree, &old_tree, &new_tree).map_err(git)?;
     // What to write: what the new start changes, then what `clean` deleted that the new
     // start holds as before (its id and mode are the record's).
     let mut write: Vec<(Vec<u8>, git2::Oid, u32)> = Vec::new();

@@ -93,7 +93,10 @@ pub fn mtime_of(path: &Path) -> Result<(i64, u32), RepoError> {
 }
 
 fn damaged(path: &Path, what: &str) -> RepoError {
-    RepoError::Git(format!("{} is not a workspace snapshot: {what}", path.display()))
+    RepoError::Git(format!(
+        "{} is not a workspace snapshot: {what}",
+        path.display()
+    ))
 }
 
 impl Snapshot {
