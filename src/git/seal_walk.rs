@@ -11,7 +11,7 @@
 //! changed, no snapshot) makes the caller fall back to it. It must not know refs, the
 //! worktree records or the journal.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -21,7 +21,7 @@ use flotilla_actors::ports::RepoError;
 use git2::{Oid, Repository};
 
 use super::git;
-use super::snapshot::{Entry, Snapshot, mtime_of, untouched};
+use super::snapshot::{Snapshot, is_dir, mtime_of, untouched};
 use super::tree_delta::{Update, changed_paths, with_updates};
 
 const GITLINK: u32 = 0o160000;
@@ -52,16 +52,10 @@ pub fn seal_tree(
     let (Ok(snapshot), Ok(stamp)) = (Snapshot::read(snap), mtime_of(snap)) else {
         return Ok(None);
     };
-    let mut want: HashMap<&[u8], &Entry> = HashMap::with_capacity(snapshot.entries.len());
-    let mut dirs: HashSet<&[u8]> = HashSet::new();
-    for entry in &snapshot.entries {
-        for (i, byte) in entry.path.iter().enumerate() {
-            if *byte == b'/' {
-                dirs.insert(&entry.path[..i]);
-            }
-        }
-        want.insert(&entry.path, entry);
-    }
+    let recorded = &snapshot.entries;
+    let dirs = snapshot.dirs();
+    // Which of the snapshot's entries the walk found (a directory for a submodule).
+    let mut found = vec![false; recorded.len()];
     // Files whose stat is not the snapshot's, and directories walked (real ones only).
     let mut candidates: Vec<(Vec<u8>, std::fs::Metadata)> = Vec::new();
     let mut walked: HashSet<Vec<u8>> = HashSet::new();
@@ -89,17 +83,20 @@ pub fn seal_tree(
             }
             path.extend_from_slice(name.as_bytes());
             // Never followed: a link is judged as a link.
-            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            // Relative to the directory read: no walk of the whole path again.
+            let Ok(meta) = entry.metadata() else {
                 return Ok(None);
             };
             if meta.is_dir() {
-                if want.get(path.as_slice()).is_some_and(|e| e.mode == GITLINK) {
-                    want.remove(path.as_slice());
+                if let Some(i) = snapshot.find(&path)
+                    && recorded[i].mode == GITLINK
+                {
+                    found[i] = true;
                     continue;
                 }
                 // A new directory git ignores is not walked (as `add_all`), unless the tip
                 // tracks something in it (then the whole add decides).
-                if !dirs.contains(path.as_slice())
+                if !is_dir(&dirs, &path)
                     && worktree
                         .is_path_ignored(Path::new(OsStr::from_bytes(&path)))
                         .map_err(git)?
@@ -113,23 +110,24 @@ pub fn seal_tree(
             if !meta.is_file() && !meta.file_type().is_symlink() {
                 return Ok(None);
             }
-            match want.remove(path.as_slice()) {
-                Some(entry) if untouched(entry, &meta, stamp) => {}
-                _ => candidates.push((path, meta)),
+            match snapshot.find(&path) {
+                Some(i) => {
+                    found[i] = true;
+                    if !untouched(&recorded[i], &meta, stamp) {
+                        candidates.push((path, meta));
+                    }
+                }
+                None => candidates.push((path, meta)),
             }
         }
         walked.insert(rel);
     }
     // What is still wanted was not found: deleted (a submodule's directory gone: fall back).
-    if want.values().any(|e| e.mode == GITLINK) {
+    let missing = || recorded.iter().zip(&found).filter(|(_, found)| !**found);
+    if missing().any(|(e, _)| e.mode == GITLINK) {
         return Ok(None);
     }
-    let deleted: Vec<Vec<u8>> = want.keys().map(|p| p.to_vec()).collect();
-    let recorded: HashMap<&[u8], &Entry> = snapshot
-        .entries
-        .iter()
-        .map(|e| (e.path.as_slice(), e))
-        .collect();
+    let deleted: Vec<Vec<u8>> = missing().map(|(e, _)| e.path.clone()).collect();
 
     let mut index = git2::Index::new().map_err(git)?;
     worktree.set_index(&mut index).map_err(git)?;
@@ -145,7 +143,7 @@ pub fn seal_tree(
     for (path, meta) in candidates {
         handled.insert(path.clone());
         let rel = Path::new(OsStr::from_bytes(&path));
-        let tracked = recorded.contains_key(path.as_slice()) || in_tip(&path);
+        let tracked = snapshot.find(&path).is_some() || in_tip(&path);
         if !tracked && worktree.is_path_ignored(rel).map_err(git)? {
             continue;
         }
@@ -186,7 +184,7 @@ pub fn seal_tree(
         {
             return Ok(None);
         }
-        match recorded.get(path.as_slice()) {
+        match snapshot.find(&path).map(|i| &recorded[i]) {
             // Found unchanged on disk by the walk: the disk holds the snapshot's file.
             Some(entry) => updates.push((path, Some((entry.id, entry.mode as i32)))),
             // Not on disk: only the walk could have found it (every real directory was

@@ -21,7 +21,7 @@
 //! The snapshot and the pool live under the run's root, which an agent's sandbox hides
 //! (only the workspace is writable, ADR-015). It must not know the journal or the actors.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use flotilla_actors::ports::RepoError;
 
-use super::snapshot::{Entry, Snapshot, Stat, mtime_of, untouched, write_index};
+use super::snapshot::{Entry, Snapshot, Stat, is_dir, mtime_of, untouched, write_index};
 use super::{git, io};
 
 /// The run root's directory of parked attempt directories.
@@ -168,7 +168,10 @@ fn reset(
     for change in &changes {
         let rel = change.path.as_bytes();
         changed.insert(rel);
-        if change.before.is_some() && kept.remove(rel).is_some() {
+        if change.before.is_some()
+            && let Some(i) = old.find(rel)
+            && std::mem::take(&mut kept[i])
+        {
             let abs = path.join(OsStr::from_bytes(rel));
             remove_tree(&abs).map_err(|e| io("cannot remove", &abs, e))?;
             remove_empty_parents(path, rel);
@@ -177,12 +180,18 @@ fn reset(
             write.push((rel.to_vec(), id, mode as u32));
         }
     }
-    for entry in &old.entries {
-        if !kept.contains_key(&entry.path) && !changed.contains(entry.path.as_slice()) {
+    for (entry, kept) in old.entries.iter().zip(&kept) {
+        if !kept && !changed.contains(entry.path.as_slice()) {
             write.push((entry.path.clone(), entry.id, entry.mode));
         }
     }
-    let mut entries: Vec<Entry> = kept.into_values().collect();
+    drop(changed);
+    let mut entries: Vec<Entry> = old
+        .entries
+        .into_iter()
+        .zip(kept)
+        .filter_map(|(entry, kept)| kept.then_some(entry))
+        .collect();
     if !write.is_empty() {
         // libgit2 writes them (its filters, modes, links, submodule directories): each is
         // missing on disk, so a checkout limited to these paths writes exactly them (an
@@ -239,24 +248,11 @@ fn remove_empty_parents(root: &Path, rel: &[u8]) {
 }
 
 /// Deletes from the directory at `root` everything that is not exactly what `snapshot`
-/// recorded (taken no later than `stamp`), without following any link, and returns the
-/// snapshot's entries still there, by path. The root's `.git` always goes.
-fn clean(
-    root: &Path,
-    snapshot: &Snapshot,
-    stamp: (i64, u32),
-) -> Result<HashMap<Vec<u8>, Entry>, RepoError> {
-    let mut want: HashMap<&[u8], &Entry> = HashMap::with_capacity(snapshot.entries.len());
-    let mut dirs: HashSet<&[u8]> = HashSet::new();
-    for entry in &snapshot.entries {
-        for (i, byte) in entry.path.iter().enumerate() {
-            if *byte == b'/' {
-                dirs.insert(&entry.path[..i]);
-            }
-        }
-        want.insert(&entry.path, entry);
-    }
-    let mut verified = HashMap::with_capacity(snapshot.entries.len());
+/// recorded (taken no later than `stamp`), without following any link, and says which of
+/// the snapshot's entries are still there (by position). The root's `.git` always goes.
+fn clean(root: &Path, snapshot: &Snapshot, stamp: (i64, u32)) -> Result<Vec<bool>, RepoError> {
+    let dirs = snapshot.dirs();
+    let mut kept = vec![false; snapshot.entries.len()];
     let mut kept_dirs = Vec::new();
     let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(root.to_path_buf(), Vec::new())];
     while let Some((dir, rel)) = stack.pop() {
@@ -264,27 +260,33 @@ fn clean(
         let entries = std::fs::read_dir(&dir).map_err(|e| io("cannot read", &dir, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| io("cannot read", &dir, e))?;
-            let abs = entry.path();
             let mut path = rel.clone();
             if !path.is_empty() {
                 path.push(b'/');
             }
             path.extend_from_slice(entry.file_name().as_bytes());
-            // Never followed: a link is judged as a link.
-            let meta = std::fs::symlink_metadata(&abs).map_err(|e| io("cannot read", &abs, e))?;
+            // Never followed: a link is judged as a link (an `lstat` relative to the
+            // directory read, not a walk of the whole path again).
+            let meta = entry
+                .metadata()
+                .map_err(|e| io("cannot read", &entry.path(), e))?;
             if meta.is_dir() {
-                if dirs.contains(path.as_slice()) && path != b".git" {
-                    stack.push((abs, path));
+                if is_dir(&dirs, &path) && path != b".git" {
+                    stack.push((entry.path(), path));
                 } else {
+                    let abs = entry.path();
                     remove_tree(&abs).map_err(|e| io("cannot remove", &abs, e))?;
                 }
                 continue;
             }
-            match want.remove(path.as_slice()) {
-                Some(entry) if path != b".git" && untouched(entry, &meta, stamp) => {
-                    verified.insert(path, entry.clone());
+            match snapshot.find(&path) {
+                Some(i) if path != b".git" && untouched(&snapshot.entries[i], &meta, stamp) => {
+                    kept[i] = true;
                 }
-                _ => std::fs::remove_file(&abs).map_err(|e| io("cannot remove", &abs, e))?,
+                _ => {
+                    let abs = entry.path();
+                    std::fs::remove_file(&abs).map_err(|e| io("cannot remove", &abs, e))?;
+                }
             }
         }
         if !rel.is_empty() {
@@ -296,7 +298,7 @@ fn clean(
     for dir in kept_dirs.iter().rev() {
         let _ = std::fs::remove_dir(dir);
     }
-    Ok(verified)
+    Ok(kept)
 }
 
 /// A kept directory gets back a plain mode: owner rwx, nothing writable by others, no

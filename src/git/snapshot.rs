@@ -86,6 +86,11 @@ pub fn untouched(entry: &Entry, meta: &std::fs::Metadata, stamp: (i64, u32)) -> 
         && stat.mtime < stamp
 }
 
+/// Whether `path` is one of `dirs` ([`Snapshot::dirs`]).
+pub fn is_dir(dirs: &[&[u8]], path: &[u8]) -> bool {
+    dirs.binary_search(&path).is_ok()
+}
+
 /// A file's mtime as (seconds, nanoseconds): the stamp of a record written to it.
 pub fn mtime_of(path: &Path) -> Result<(i64, u32), RepoError> {
     let meta = std::fs::metadata(path).map_err(|e| io("cannot read", path, e))?;
@@ -157,7 +162,33 @@ impl Snapshot {
         if at != bytes.len() {
             return Err(damaged(path, "bytes after its entries"));
         }
+        // Looked up by binary search: sorted, each path once.
+        if entries.windows(2).any(|w| w[0].path >= w[1].path) {
+            return Err(damaged(path, "entries out of order"));
+        }
         Ok(Snapshot { tree, entries })
+    }
+
+    /// The position of the entry at `path` (the entries are sorted by path).
+    pub fn find(&self, path: &[u8]) -> Option<usize> {
+        self.entries
+            .binary_search_by(|e| e.path.as_slice().cmp(path))
+            .ok()
+    }
+
+    /// Every directory that holds an entry, sorted (for [`is_dir`]).
+    pub fn dirs(&self) -> Vec<&[u8]> {
+        let mut dirs = Vec::new();
+        for entry in &self.entries {
+            for (i, byte) in entry.path.iter().enumerate() {
+                if *byte == b'/' {
+                    dirs.push(&entry.path[..i]);
+                }
+            }
+        }
+        dirs.sort_unstable();
+        dirs.dedup();
+        dirs
     }
 
     /// Writes the record to `path` (through `<path>.part` and a rename: whole or absent).
