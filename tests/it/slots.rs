@@ -539,3 +539,38 @@ async fn the_seal_finds_every_change_an_agent_hides_from_its_one_walk() {
         tree.id().to_string()
     );
 }
+
+/// What the one walk leaves to libgit2's whole add (here a fifo the agent left) still
+/// seals: the agent's other changes are all committed.
+#[tokio::test]
+async fn a_seal_the_walk_leaves_to_the_whole_add_still_commits_everything() {
+    let f = fixture();
+    let ws = f.prepare("t1").await;
+    std::fs::write(ws.path.join("src/lib.rs"), "pub fn z() {}\n").unwrap();
+    std::fs::remove_file(ws.path.join("src/old.rs")).unwrap();
+    std::fs::create_dir_all(ws.path.join("new")).unwrap();
+    std::fs::write(ws.path.join("new/file.rs"), "new\n").unwrap();
+    let fifo = std::ffi::CString::new(ws.path.join("pipe").to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let work = f
+        .worktrees
+        .seal(ws.clone(), "t1: the work".into())
+        .await
+        .unwrap();
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    let tree = git
+        .find_commit(git2::Oid::from_str(&work.head).unwrap())
+        .unwrap()
+        .tree()
+        .unwrap();
+    let lib = tree.get_path(Path::new("src/lib.rs")).unwrap();
+    assert_eq!(
+        git.find_blob(lib.id()).unwrap().content(),
+        b"pub fn z() {}\n"
+    );
+    assert!(tree.get_path(Path::new("src/old.rs")).is_err());
+    assert!(tree.get_path(Path::new("new/file.rs")).is_ok());
+    assert!(tree.get_path(Path::new("pipe")).is_err());
+    assert!(tree.get_path(Path::new("many/f0007.txt")).is_ok());
+}
