@@ -72,7 +72,8 @@ pub fn materialize(
     remove_file(&snap)?;
     let (made, record) = match claim(root, dir_name)? {
         Some(claimed) => {
-            let reset = reset(&claimed, path, open, started);
+            let (claimed, old, stamp) = claimed;
+            let reset = reset(&claimed, old, stamp, path, open, started);
             // What is left of the claim (its snapshot; the tree, if the reset failed early).
             let _ = remove_tree(&claimed);
             (Made::Reused, reset?)
@@ -98,9 +99,12 @@ pub fn materialize(
     Ok(made)
 }
 
+/// A claimed directory: its path, its snapshot and the snapshot's stamp.
+type Claimed = (PathBuf, Snapshot, (i64, u32));
+
 /// Takes a parked directory for the attempt `dir_name`: renamed to `.claim-<dir_name>`, so
 /// two attempts never take the same one. None when the pool is empty.
-fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<PathBuf>, RepoError> {
+fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<Claimed>, RepoError> {
     let parked = root.join(PARKED_DIR);
     let Ok(entries) = std::fs::read_dir(&parked) else {
         return Ok(None);
@@ -124,11 +128,12 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<PathBuf>, RepoError> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(io("cannot claim the parked directory", &entry.path(), e)),
         }
-        let whole = |p: &Path, dir: bool| {
-            std::fs::symlink_metadata(p).is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() })
-        };
-        if whole(&claimed.join("tree"), true) && whole(&claimed.join("index"), false) {
-            return Ok(Some(claimed));
+        // A snapshot this build cannot read (damaged, or another version's) lends no trust.
+        if std::fs::symlink_metadata(claimed.join("tree")).is_ok_and(|m| m.is_dir())
+            && let Ok(snapshot) = Snapshot::read(&claimed.join("index"))
+            && let Ok(stamp) = mtime_of(&claimed.join("index"))
+        {
+            return Ok(Some((claimed, snapshot, stamp)));
         }
         remove_tree(&claimed).map_err(|e| io("cannot remove", &claimed, e))?;
     }
@@ -141,14 +146,14 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<PathBuf>, RepoError> {
 /// the worktree's index and the record are made from what both already know.
 fn reset(
     claimed: &Path,
+    old: Snapshot,
+    stamp: (i64, u32),
     path: &Path,
     open: &dyn Fn() -> Result<git2::Repository, RepoError>,
     started: &dyn Fn(),
 ) -> Result<Snapshot, RepoError> {
     let dot_git = path.join(".git");
     let link = std::fs::read(&dot_git).map_err(|e| io("cannot read", &dot_git, e))?;
-    let old = Snapshot::read(&claimed.join("index"))?;
-    let stamp = mtime_of(&claimed.join("index"))?;
     std::fs::remove_dir_all(path).map_err(|e| io("cannot remove", path, e))?;
     std::fs::rename(claimed.join("tree"), path).map_err(|e| io("cannot move to", path, e))?;
     started();

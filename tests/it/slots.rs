@@ -574,3 +574,23 @@ async fn a_seal_the_walk_leaves_to_the_whole_add_still_commits_everything() {
     assert!(tree.get_path(Path::new("pipe")).is_err());
     assert!(tree.get_path(Path::new("many/f0007.txt")).is_ok());
 }
+
+/// A parked directory whose snapshot cannot be read (damaged, or written by another
+/// version) is never reused: the next attempt checks out whole.
+#[tokio::test]
+async fn a_parked_directory_with_an_unreadable_snapshot_is_not_reused() {
+    let f = fixture();
+    let first = f.prepare("t1").await;
+    let root_ino = ino(&first.path);
+    f.release(&first).await;
+    let parked = std::fs::read_dir(f.root.join(".parked"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::write(parked.join("index"), b"DIRC not ours").unwrap();
+    let second = f.prepare("t2").await;
+    assert_ne!(ino(&second.path), root_ino);
+    assert_exactly_main(&f, &second);
+}
