@@ -21,7 +21,7 @@
 //! The snapshot and the pool live under the run's root, which an agent's sandbox hides
 //! (only the workspace is writable, ADR-015). It must not know the journal or the actors.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use flotilla_actors::ports::RepoError;
 
+use super::snapshot::{Entry, Snapshot, Stat, is_dir, mtime_of, untouched, write_index};
 use super::{git, io};
 
 /// The run root's directory of parked attempt directories.
@@ -69,33 +70,41 @@ pub fn materialize(
     let snap = root.join(SNAP_DIR).join(dir_name);
     // A snapshot of an earlier life of this directory says nothing about the new one.
     remove_file(&snap)?;
-    let made = match claim(root, dir_name)? {
+    let (made, record) = match claim(root, dir_name)? {
         Some(claimed) => {
-            let reset = reset(&claimed, path, open, started);
+            let (claimed, old, stamp) = claimed;
+            let reset = reset(&claimed, old, stamp, path, open, started);
             // What is left of the claim (its snapshot; the tree, if the reset failed early).
             let _ = remove_tree(&claimed);
-            reset?;
-            Made::Reused
+            (Made::Reused, reset?)
         }
         None => {
             started();
-            open()?
+            let worktree = open()?;
+            worktree
                 .checkout_head(Some(
                     git2::build::CheckoutBuilder::new()
                         .force()
                         .recreate_missing(true),
                 ))
                 .map_err(git)?;
-            Made::Fresh
+            (Made::Fresh, snapshot_of_checkout(&worktree, path)?)
         }
     };
-    snapshot(&open()?, path, &snap)?;
+    let parent = snap
+        .parent()
+        .ok_or_else(|| RepoError::Git(format!("{} has no parent", snap.display())))?;
+    std::fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
+    record.write(&snap)?;
     Ok(made)
 }
 
+/// A claimed directory: its path, its snapshot and the snapshot's stamp.
+type Claimed = (PathBuf, Snapshot, (i64, u32));
+
 /// Takes a parked directory for the attempt `dir_name`: renamed to `.claim-<dir_name>`, so
 /// two attempts never take the same one. None when the pool is empty.
-fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<PathBuf>, RepoError> {
+fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<Claimed>, RepoError> {
     let parked = root.join(PARKED_DIR);
     let Ok(entries) = std::fs::read_dir(&parked) else {
         return Ok(None);
@@ -119,11 +128,12 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<PathBuf>, RepoError> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(io("cannot claim the parked directory", &entry.path(), e)),
         }
-        let whole = |p: &Path, dir: bool| {
-            std::fs::symlink_metadata(p).is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() })
-        };
-        if whole(&claimed.join("tree"), true) && whole(&claimed.join("index"), false) {
-            return Ok(Some(claimed));
+        // A snapshot this build cannot read (damaged, or another version's) lends no trust.
+        if std::fs::symlink_metadata(claimed.join("tree")).is_ok_and(|m| m.is_dir())
+            && let Ok(snapshot) = Snapshot::read(&claimed.join("index"))
+            && let Ok(stamp) = mtime_of(&claimed.join("index"))
+        {
+            return Ok(Some((claimed, snapshot, stamp)));
         }
         remove_tree(&claimed).map_err(|e| io("cannot remove", &claimed, e))?;
     }
@@ -131,68 +141,123 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<PathBuf>, RepoError> {
 }
 
 /// Moves the claimed tree to `path` (keeping the `.git` file git wrote there) and resets it
-/// to the worktree's HEAD.
+/// to the worktree's HEAD; returns the record of what it holds then. One walk (`clean`);
+/// then only the paths the new start changes and those `clean` deleted are written, and
+/// the worktree's index and the record are made from what both already know.
 fn reset(
     claimed: &Path,
+    old: Snapshot,
+    stamp: (i64, u32),
     path: &Path,
     open: &dyn Fn() -> Result<git2::Repository, RepoError>,
     started: &dyn Fn(),
-) -> Result<(), RepoError> {
+) -> Result<Snapshot, RepoError> {
     let dot_git = path.join(".git");
     let link = std::fs::read(&dot_git).map_err(|e| io("cannot read", &dot_git, e))?;
-    let snapshot = git2::Index::open(&claimed.join("index")).map_err(git)?;
-    let stamp = mtime_of(&claimed.join("index"))?;
     std::fs::remove_dir_all(path).map_err(|e| io("cannot remove", path, e))?;
     std::fs::rename(claimed.join("tree"), path).map_err(|e| io("cannot move to", path, e))?;
     started();
-    let verified = clean(path, &snapshot, stamp)?;
+    let mut kept = clean(path, &old, stamp)?;
     std::fs::write(&dot_git, link).map_err(|e| io("cannot write", &dot_git, e))?;
     let worktree = open()?;
-    // The verified entries are the checkout's index: it trusts their stat (git's own rule)
-    // and so writes only what the new HEAD changes and what `clean` deleted.
-    let mut index = git2::Index::open(&worktree.path().join("index")).map_err(git)?;
-    index.clear().map_err(git)?;
-    for entry in &verified {
-        index.add(entry).map_err(git)?;
+    let new_tree = worktree
+        .head()
+        .and_then(|h| h.peel_to_tree())
+        .map_err(git)?;
+    let old_tree = worktree.find_tree(old.tree).map_err(git)?;
+    let changes = super::tree_delta::changed_paths(&worktree, &old_tree, &new_tree).map_err(git)?;
+    // What to write: what the new start changes, then what `clean` deleted that the new
+    // start holds as before (its id and mode are the record's).
+    let mut write: Vec<(Vec<u8>, git2::Oid, u32)> = Vec::new();
+    let mut changed: HashSet<&[u8]> = HashSet::with_capacity(changes.len());
+    for change in &changes {
+        let rel = change.path.as_bytes();
+        changed.insert(rel);
+        if change.before.is_some()
+            && let Some(i) = old.find(rel)
+            && std::mem::take(&mut kept[i])
+        {
+            let abs = path.join(OsStr::from_bytes(rel));
+            remove_tree(&abs).map_err(|e| io("cannot remove", &abs, e))?;
+            remove_empty_parents(path, rel);
+        }
+        if let Some((id, mode)) = change.after {
+            write.push((rel.to_vec(), id, mode as u32));
+        }
     }
-    index.write().map_err(git)?;
-    drop(index);
-    worktree
-        .checkout_head(Some(
-            git2::build::CheckoutBuilder::new()
-                .force()
-                .remove_untracked(true)
-                .remove_ignored(true)
-                .recreate_missing(true),
-        ))
-        .map_err(git)
+    for (entry, kept) in old.entries.iter().zip(&kept) {
+        if !kept && !changed.contains(entry.path.as_slice()) {
+            write.push((entry.path.clone(), entry.id, entry.mode));
+        }
+    }
+    drop(changed);
+    let mut entries: Vec<Entry> = old
+        .entries
+        .into_iter()
+        .zip(kept)
+        .filter_map(|(entry, kept)| kept.then_some(entry))
+        .collect();
+    if !write.is_empty() {
+        // libgit2 writes them (its filters, modes, links, submodule directories): each is
+        // missing on disk, so a checkout limited to these paths writes exactly them (an
+        // empty list would mean every path). No index of its own: the worktree's is
+        // written below, whole, once.
+        let mut checkout = git2::build::CheckoutBuilder::new();
+        checkout
+            .force()
+            .recreate_missing(true)
+            .disable_pathspec_match(true)
+            .update_index(false)
+            .refresh(false);
+        for (rel, _, _) in &write {
+            checkout.path(rel.as_slice());
+        }
+        worktree
+            .set_index(&mut git2::Index::new().map_err(git)?)
+            .map_err(git)?;
+        worktree
+            .checkout_tree(new_tree.as_object(), Some(&mut checkout))
+            .map_err(git)?;
+        for (rel, id, mode) in write {
+            let abs = path.join(OsStr::from_bytes(&rel));
+            let stat = match std::fs::symlink_metadata(&abs) {
+                Ok(meta) if mode != 0o160000 => Stat::of(&meta),
+                _ => Stat::default(),
+            };
+            entries.push(Entry {
+                path: rel,
+                id,
+                mode,
+                stat,
+            });
+        }
+    }
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    write_index(&worktree.path().join("index"), &entries)?;
+    Ok(Snapshot {
+        tree: new_tree.id(),
+        entries,
+    })
 }
 
-/// A file's mtime as (seconds, nanoseconds).
-fn mtime_of(path: &Path) -> Result<(i64, u32), RepoError> {
-    let meta = std::fs::metadata(path).map_err(|e| io("cannot read", path, e))?;
-    Ok((meta.mtime(), meta.mtime_nsec() as u32))
+/// Removes the directories above `rel` that its removal left empty (a fresh checkout
+/// would not make them; one the new start needs is made again by the checkout).
+fn remove_empty_parents(root: &Path, rel: &[u8]) {
+    let mut rel = rel;
+    while let Some(slash) = rel.iter().rposition(|b| *b == b'/') {
+        rel = &rel[..slash];
+        if std::fs::remove_dir(root.join(OsStr::from_bytes(rel))).is_err() {
+            return;
+        }
+    }
 }
 
 /// Deletes from the directory at `root` everything that is not exactly what `snapshot`
-/// recorded (taken no later than `stamp`), without following any link, and returns the
-/// snapshot's entries still there. The root's `.git` always goes.
-fn clean(
-    root: &Path,
-    snapshot: &git2::Index,
-    stamp: (i64, u32),
-) -> Result<Vec<git2::IndexEntry>, RepoError> {
-    let mut want: HashMap<Vec<u8>, git2::IndexEntry> = HashMap::new();
-    let mut dirs: HashSet<Vec<u8>> = HashSet::new();
-    for entry in snapshot.iter() {
-        for (i, byte) in entry.path.iter().enumerate() {
-            if *byte == b'/' {
-                dirs.insert(entry.path[..i].to_vec());
-            }
-        }
-        want.insert(entry.path.clone(), entry);
-    }
-    let mut verified = Vec::new();
+/// recorded (taken no later than `stamp`), without following any link, and says which of
+/// the snapshot's entries are still there (by position). The root's `.git` always goes.
+fn clean(root: &Path, snapshot: &Snapshot, stamp: (i64, u32)) -> Result<Vec<bool>, RepoError> {
+    let dirs = snapshot.dirs();
+    let mut kept = vec![false; snapshot.entries.len()];
     let mut kept_dirs = Vec::new();
     let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(root.to_path_buf(), Vec::new())];
     while let Some((dir, rel)) = stack.pop() {
@@ -200,27 +265,33 @@ fn clean(
         let entries = std::fs::read_dir(&dir).map_err(|e| io("cannot read", &dir, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| io("cannot read", &dir, e))?;
-            let abs = entry.path();
             let mut path = rel.clone();
             if !path.is_empty() {
                 path.push(b'/');
             }
             path.extend_from_slice(entry.file_name().as_bytes());
-            // Never followed: a link is judged as a link.
-            let meta = std::fs::symlink_metadata(&abs).map_err(|e| io("cannot read", &abs, e))?;
+            // Never followed: a link is judged as a link (an `lstat` relative to the
+            // directory read, not a walk of the whole path again).
+            let meta = entry
+                .metadata()
+                .map_err(|e| io("cannot read", &entry.path(), e))?;
             if meta.is_dir() {
-                if dirs.contains(&path) && path != b".git" {
-                    stack.push((abs, path));
+                if is_dir(&dirs, &path) && path != b".git" {
+                    stack.push((entry.path(), path));
                 } else {
+                    let abs = entry.path();
                     remove_tree(&abs).map_err(|e| io("cannot remove", &abs, e))?;
                 }
                 continue;
             }
-            match want.remove(&path) {
-                Some(entry) if path != b".git" && untouched(&entry, &meta, stamp) => {
-                    verified.push(entry);
+            match snapshot.find(&path) {
+                Some(i) if path != b".git" && untouched(&snapshot.entries[i], &meta, stamp) => {
+                    kept[i] = true;
                 }
-                _ => std::fs::remove_file(&abs).map_err(|e| io("cannot remove", &abs, e))?,
+                _ => {
+                    let abs = entry.path();
+                    std::fs::remove_file(&abs).map_err(|e| io("cannot remove", &abs, e))?;
+                }
             }
         }
         if !rel.is_empty() {
@@ -232,32 +303,7 @@ fn clean(
     for dir in kept_dirs.iter().rev() {
         let _ = std::fs::remove_dir(dir);
     }
-    Ok(verified)
-}
-
-/// The file is the one the snapshot recorded, unchanged since: same kind, inode, size,
-/// mtime and ctime (an agent can set mtime, not ctime: any write, chmod, rename or link
-/// moves it), one link, and older than the snapshot itself.
-fn untouched(entry: &git2::IndexEntry, meta: &std::fs::Metadata, stamp: (i64, u32)) -> bool {
-    let kind = match entry.mode {
-        0o120000 => meta.file_type().is_symlink(),
-        0o100644 => meta.is_file() && meta.mode() & 0o111 == 0,
-        0o100755 => meta.is_file() && meta.mode() & 0o100 != 0,
-        _ => false,
-    };
-    let time = |t: git2::IndexTime| (i64::from(t.seconds()), t.nanoseconds());
-    let ctime = (meta.ctime(), meta.ctime_nsec() as u32);
-    let mtime = (meta.mtime(), meta.mtime_nsec() as u32);
-    kind && meta.nlink() == 1
-        && meta.ino() as u32 == entry.ino
-        && meta.dev() as u32 == entry.dev
-        && meta.size() as u32 == entry.file_size
-        && meta.uid() == entry.uid
-        && meta.gid() == entry.gid
-        && time(entry.ctime) == ctime
-        && time(entry.mtime) == mtime
-        && ctime < stamp
-        && mtime < stamp
+    Ok(kept)
 }
 
 /// A kept directory gets back a plain mode: owner rwx, nothing writable by others, no
@@ -279,40 +325,36 @@ fn keep_dir_mode(dir: &Path) -> Result<(), RepoError> {
     Ok(())
 }
 
-/// Records what the worktree at `path` holds, as its index lists it, with each file's stat
-/// read now: written to `snap` (through a temporary file and a rename).
-fn snapshot(worktree: &git2::Repository, path: &Path, snap: &Path) -> Result<(), RepoError> {
-    let parent = snap
-        .parent()
-        .ok_or_else(|| RepoError::Git(format!("{} has no parent", snap.display())))?;
-    std::fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
-    let mut written = snap.as_os_str().to_owned();
-    written.push(PART_SUFFIX);
-    let written = PathBuf::from(written);
-    remove_file(&written)?;
-    let mut out = git2::Index::open(&written).map_err(git)?;
+/// The record of a fresh checkout: what the worktree's index (libgit2's, just written)
+/// lists, with each file's stat read now.
+fn snapshot_of_checkout(worktree: &git2::Repository, path: &Path) -> Result<Snapshot, RepoError> {
+    let tree = worktree
+        .head()
+        .and_then(|h| h.peel_to_tree())
+        .map_err(git)?
+        .id();
     let index = worktree.index().map_err(git)?;
-    for mut entry in index.iter() {
-        // Stage bits: nothing conflicted is a file flotilla wrote; gitlinks are no file.
-        if entry.flags & 0x3000 != 0 || entry.mode == 0o160000 {
+    let mut entries = Vec::with_capacity(index.len());
+    for entry in index.iter() {
+        // Stage bits: nothing conflicted is a file flotilla wrote.
+        if entry.flags & 0x3000 != 0 {
             continue;
         }
         let file = path.join(OsStr::from_bytes(&entry.path));
-        let Ok(meta) = std::fs::symlink_metadata(&file) else {
-            continue;
+        // A submodule's directory is no file: its stat is never trusted.
+        let stat = match std::fs::symlink_metadata(&file) {
+            Ok(meta) if entry.mode != 0o160000 => Stat::of(&meta),
+            _ => Stat::default(),
         };
-        let as_time = |secs: i64, nanos: i64| git2::IndexTime::new(secs as i32, nanos as u32);
-        entry.ctime = as_time(meta.ctime(), meta.ctime_nsec());
-        entry.mtime = as_time(meta.mtime(), meta.mtime_nsec());
-        entry.dev = meta.dev() as u32;
-        entry.ino = meta.ino() as u32;
-        entry.uid = meta.uid();
-        entry.gid = meta.gid();
-        entry.file_size = meta.size() as u32;
-        out.add(&entry).map_err(git)?;
+        entries.push(Entry {
+            path: entry.path,
+            id: entry.id,
+            mode: entry.mode,
+            stat,
+        });
     }
-    out.write().map_err(git)?;
-    std::fs::rename(&written, snap).map_err(|e| io("cannot write", snap, e))
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Snapshot { tree, entries })
 }
 
 /// Parks the released attempt directory `path` of the run at `root` for a later attempt,

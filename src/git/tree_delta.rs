@@ -152,6 +152,69 @@ pub fn changed_paths(
     Ok(out)
 }
 
+/// One file's new entry at a path, or its removal (`None`).
+pub type Update = (Vec<u8>, Option<Entry>);
+
+/// `base` with `updates` (paths relative to it, each at most once) applied: only the
+/// directories on an updated path are read and written again. A file may replace a
+/// directory and the reverse; a directory left empty goes. `None` when the result is
+/// empty. The seal builds its commit so (ADR-046), not through an index of every file.
+pub fn with_updates(
+    repo: &Repository,
+    base: Option<&Tree<'_>>,
+    updates: &[Update],
+) -> Result<Option<Oid>, git2::Error> {
+    let full = base.map(entries).unwrap_or_default();
+    let mut direct: BTreeMap<&[u8], Option<Entry>> = BTreeMap::new();
+    let mut nested: BTreeMap<&[u8], Vec<Update>> = BTreeMap::new();
+    for (path, entry) in updates {
+        match path.iter().position(|b| *b == b'/') {
+            Some(slash) => nested
+                .entry(&path[..slash])
+                .or_default()
+                .push((path[slash + 1..].to_vec(), *entry)),
+            None => {
+                direct.insert(path.as_slice(), *entry);
+            }
+        }
+    }
+    let mut merged = full.clone();
+    for (name, sub) in &nested {
+        // A file written at the directory's own name wins (a disk holds one or the other).
+        if matches!(direct.get(name), Some(Some(_))) {
+            continue;
+        }
+        let sub_base = full
+            .get(*name)
+            .filter(|e| is_tree(e))
+            .map(|e| read_tree(repo, e.0))
+            .transpose()?;
+        match with_updates(repo, sub_base.as_ref(), sub)? {
+            Some(id) => merged.insert(name.to_vec(), (id, TREE)),
+            None => merged.remove(*name),
+        };
+    }
+    for (name, entry) in direct {
+        match entry {
+            Some(entry) => {
+                merged.insert(name.to_vec(), entry);
+            }
+            // A removed file whose name is now a directory's keeps the directory.
+            None if nested.contains_key(name) => {}
+            None => {
+                merged.remove(name);
+            }
+        }
+    }
+    if merged == full {
+        return Ok(base.map(Tree::id));
+    }
+    if merged.is_empty() {
+        return Ok(None);
+    }
+    write(repo, &merged).map(Some)
+}
+
 // ---------------------------------------------------------------------------------------
 // merging
 

@@ -385,41 +385,33 @@ fn commit_leftovers(
         .find_reference(&reference)
         .and_then(|r| r.peel_to_commit())
         .map_err(git)?;
-    let root = workspace.path.clone();
-    let mut too_large = Vec::new();
-    let mut skip_large = |path: &Path, _: &[u8]| -> i32 {
-        use std::os::unix::fs::MetadataExt;
-        match std::fs::symlink_metadata(root.join(path)) {
-            Ok(meta) if meta.is_file() && meta.len() > MAX_COMMITTED_FILE_BYTES => {
-                too_large.push(path.to_string_lossy().into_owned());
-                1
-            }
-            // A hard link may be a file outside the worktree (`ln ~/.ssh/id_rsa x`): its
-            // content is never read into the repository; the seal reports it (ADR-016).
-            Ok(meta) if meta.is_file() && meta.nlink() > 1 => {
-                hard_links.push(path.to_string_lossy().replace('\\', "/"));
-                1
-            }
-            _ => 0,
+    // One walk against flotilla's snapshot of the checkout (ADR-046); libgit2's whole add
+    // where that walk meets what only it knows how to take.
+    let snap = place
+        .root
+        .join(super::slots::SNAP_DIR)
+        .join(dir_name_of(&workspace.path));
+    let tip_tree = tip.tree().map_err(git)?;
+    let (tree_id, mut too_large) = match super::seal_walk::seal_tree(
+        worktree,
+        &workspace.path,
+        &snap,
+        &tip_tree,
+        MAX_COMMITTED_FILE_BYTES,
+    )? {
+        Some(sealed) => {
+            hard_links.extend(sealed.hard_links);
+            (sealed.tree, sealed.too_large)
         }
+        None => super::seal_walk::whole_add(
+            repo,
+            worktree,
+            &workspace.path,
+            &tip_tree,
+            MAX_COMMITTED_FILE_BYTES,
+            hard_links,
+        )?,
     };
-    // An index of flotilla's own, in memory, starting from the branch's tree: the one on
-    // disk is the agent's to use (or break); only its stat data is borrowed.
-    let disk = worktree.path().join("index");
-    let mut index = git2::Index::new().map_err(git)?;
-    worktree.set_index(&mut index).map_err(git)?;
-    let mut index = worktree.index().map_err(git)?;
-    index.read_tree(&tip.tree().map_err(git)?).map_err(git)?;
-    borrow_stat(&mut index, &disk)?;
-    index
-        .add_all(["*"], git2::IndexAddOption::DEFAULT, Some(&mut skip_large))
-        .map_err(git)?;
-    // Files the agent deleted leave the index too; tracked files grown too large stay as
-    // they were.
-    index
-        .update_all(["*"], Some(&mut skip_large))
-        .map_err(git)?;
-    let tree_id = index.write_tree_to(repo).map_err(git)?;
     if tree_id == tip.tree_id() {
         return Ok((tip.id(), false));
     }
@@ -462,48 +454,6 @@ fn commit_leftovers(
     })?
     .map_err(git)?;
     Ok((commit, true))
-}
-
-/// Gives each entry of `index` (made from the branch's tree, so without stat data) the
-/// stat data of the same file (path, mode and id) in the index file at `disk` (the
-/// worktree's own, written by the checkout or the agent's git), so that adding the work
-/// tree hashes only files whose stat changed, not every file. Entries as new as the index
-/// file are left out (git's racily clean rule: a change in the same tick has the same
-/// stat). An index that cannot be read lends nothing (every file is hashed); a forged one
-/// can only keep the agent's own change out of its commit, never put anything in.
-fn borrow_stat(index: &mut git2::Index, disk: &Path) -> Result<(), RepoError> {
-    use std::os::unix::ffi::OsStrExt;
-    let written = std::fs::metadata(disk)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-    let (Some(written), Ok(theirs)) = (written, git2::Index::open(disk)) else {
-        return Ok(());
-    };
-    let written = (written.as_secs() as i64, written.subsec_nanos());
-    for entry in theirs.iter() {
-        let stamp = (i64::from(entry.mtime.seconds()), entry.mtime.nanoseconds());
-        // Stage bits: a conflicted entry is no file's stat.
-        if stamp >= written || entry.flags & 0x3000 != 0 {
-            continue;
-        }
-        let path = Path::new(std::ffi::OsStr::from_bytes(&entry.path));
-        // Only the stat fields: the agent's flags (skip-worktree, intent-to-add) stay its own.
-        if let Some(mut ours) = index.get_path(path, 0)
-            && ours.id == entry.id
-            && ours.mode == entry.mode
-        {
-            ours.ctime = entry.ctime;
-            ours.mtime = entry.mtime;
-            ours.dev = entry.dev;
-            ours.ino = entry.ino;
-            ours.uid = entry.uid;
-            ours.gid = entry.gid;
-            ours.file_size = entry.file_size;
-            index.add(&ours).map_err(git)?;
-        }
-    }
-    Ok(())
 }
 
 fn change_kind(status: git2::Delta) -> ChangeKind {

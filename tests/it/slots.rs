@@ -423,3 +423,174 @@ async fn the_end_of_the_run_leaves_no_parked_directory() {
     assert!(f.worktrees.prepare(f.request("t4")).await.is_err());
     assert_checkout_untouched(f.repo.path());
 }
+
+fn git_cli(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The reset writes the worktree's index itself (ADR-046): git's own CLI reads the reused
+/// workspace as clean, then sees an agent's same-size edit made at once.
+#[tokio::test]
+async fn git_reads_a_reused_workspace_as_clean_and_then_sees_the_agents_edit() {
+    let f = fixture();
+    let first = f.prepare("t1").await;
+    std::fs::write(
+        first.path.join("src/lib.rs"),
+        "changed by the first agent\n",
+    )
+    .unwrap();
+    f.release(&first).await;
+    f.commit_on_main(&[("src/new.rs", "new\n"), ("many/f0003.txt", "moved on\n")]);
+
+    let ws = f.prepare("t2").await;
+    let status = ["status", "--porcelain=v1", "--untracked-files=all"];
+    assert_eq!(git_cli(&ws.path, &status), "");
+    assert_eq!(git_cli(&ws.path, &["diff", "--stat"]), "");
+    // Same size as "one\ntwo\nthree\n".
+    std::fs::write(ws.path.join("src/old.rs"), "ONE\ntwo\nthree\n").unwrap();
+    assert_eq!(git_cli(&ws.path, &status), " M src/old.rs\n");
+}
+
+/// The seal's one walk judges each file by the snapshot's stat (ADR-046): an agent that
+/// hides an edit from it (same size, mtime put back), changes only a mode, replaces a file
+/// by a directory or adds links still has all of it committed, exactly as git's own
+/// `add -A` takes the workspace; ignored output stays out and a hard link is never read.
+#[tokio::test]
+async fn the_seal_finds_every_change_an_agent_hides_from_its_one_walk() {
+    let f = fixture();
+    let first = f.prepare("t1").await;
+    f.release(&first).await;
+    // Reused: its snapshot is the reset's, not a fresh checkout's.
+    let ws = f.prepare("t2").await;
+    let p = |rel: &str| ws.path.join(rel);
+    let lib = p("src/lib.rs");
+    let mtime = std::fs::metadata(&lib).unwrap().modified().unwrap();
+    std::fs::write(&lib, "pub fn x() {}\npub fn y() {}\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&lib)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    std::fs::set_permissions(p("tests/lib.rs"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::remove_file(p("src/old.rs")).unwrap();
+    std::fs::remove_dir_all(p("docs")).unwrap();
+    std::fs::remove_file(p("many/f0001.txt")).unwrap();
+    std::fs::create_dir(p("many/f0001.txt")).unwrap();
+    std::fs::write(p("many/f0001.txt/inner"), "inner\n").unwrap();
+    std::fs::create_dir_all(p("new/deep")).unwrap();
+    std::fs::write(p("new/deep/x.rs"), "x\n").unwrap();
+    std::fs::create_dir_all(p("target/debug")).unwrap();
+    std::fs::write(p("target/debug/out"), "built\n").unwrap();
+    std::os::unix::fs::symlink("lib.rs", p("src/link")).unwrap();
+    let outside = f._state.path().join("secret");
+    std::fs::write(&outside, "secret\n").unwrap();
+    std::fs::hard_link(&outside, p("stolen")).unwrap();
+
+    let work = f
+        .worktrees
+        .seal(ws.clone(), "t2: the work".into())
+        .await
+        .unwrap();
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    let tree = git
+        .find_commit(git2::Oid::from_str(&work.head).unwrap())
+        .unwrap()
+        .tree()
+        .unwrap();
+    let at = |rel: &str| {
+        tree.get_path(Path::new(rel)).ok().map(|e| {
+            let blob = git.find_blob(e.id()).unwrap();
+            (
+                e.filemode(),
+                String::from_utf8(blob.content().to_vec()).unwrap(),
+            )
+        })
+    };
+    assert_eq!(
+        at("src/lib.rs"),
+        Some((0o100644, "pub fn x() {}\npub fn y() {}\n".into()))
+    );
+    assert_eq!(at("tests/lib.rs").map(|e| e.0), Some(0o100755));
+    assert_eq!(at("src/old.rs"), None);
+    assert_eq!(at("docs/deep/notes.md"), None);
+    assert_eq!(
+        at("many/f0001.txt/inner"),
+        Some((0o100644, "inner\n".into()))
+    );
+    assert_eq!(at("many/f0002.txt"), Some((0o100644, "file 2\n".into())));
+    assert_eq!(at("new/deep/x.rs"), Some((0o100644, "x\n".into())));
+    assert_eq!(at("src/link"), Some((0o120000, "lib.rs".into())));
+    assert_eq!(at("target/debug/out"), None, "ignored output stays out");
+    assert_eq!(at("stolen"), None, "a hard link is never read");
+    assert!(work.links_outside.contains(&"stolen".to_string()));
+
+    // Without the hard link, git's own add of everything makes the very same tree.
+    std::fs::remove_file(p("stolen")).unwrap();
+    git_cli(&ws.path, &["add", "-A"]);
+    assert_eq!(
+        git_cli(&ws.path, &["write-tree"]).trim(),
+        tree.id().to_string()
+    );
+}
+
+/// What the one walk leaves to libgit2's whole add (here a fifo the agent left) still
+/// seals: the agent's other changes are all committed.
+#[tokio::test]
+async fn a_seal_the_walk_leaves_to_the_whole_add_still_commits_everything() {
+    let f = fixture();
+    let ws = f.prepare("t1").await;
+    std::fs::write(ws.path.join("src/lib.rs"), "pub fn z() {}\n").unwrap();
+    std::fs::remove_file(ws.path.join("src/old.rs")).unwrap();
+    std::fs::create_dir_all(ws.path.join("new")).unwrap();
+    std::fs::write(ws.path.join("new/file.rs"), "new\n").unwrap();
+    let fifo = std::ffi::CString::new(ws.path.join("pipe").to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let work = f
+        .worktrees
+        .seal(ws.clone(), "t1: the work".into())
+        .await
+        .unwrap();
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    let tree = git
+        .find_commit(git2::Oid::from_str(&work.head).unwrap())
+        .unwrap()
+        .tree()
+        .unwrap();
+    let lib = tree.get_path(Path::new("src/lib.rs")).unwrap();
+    assert_eq!(
+        git.find_blob(lib.id()).unwrap().content(),
+        b"pub fn z() {}\n"
+    );
+    assert!(tree.get_path(Path::new("src/old.rs")).is_err());
+    assert!(tree.get_path(Path::new("new/file.rs")).is_ok());
+    assert!(tree.get_path(Path::new("pipe")).is_err());
+    assert!(tree.get_path(Path::new("many/f0007.txt")).is_ok());
+}
+
+/// A parked directory whose snapshot cannot be read (damaged, or written by another
+/// version) is never reused: the next attempt checks out whole.
+#[tokio::test]
+async fn a_parked_directory_with_an_unreadable_snapshot_is_not_reused() {
+    let f = fixture();
+    let first = f.prepare("t1").await;
+    let root_ino = ino(&first.path);
+    f.release(&first).await;
+    let parked = std::fs::read_dir(f.root.join(".parked"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::write(parked.join("index"), b"DIRC not ours").unwrap();
+    let second = f.prepare("t2").await;
+    assert_ne!(ino(&second.path), root_ino);
+    assert_exactly_main(&f, &second);
+}

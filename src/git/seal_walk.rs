@@ -1,0 +1,308 @@
+//! The seal's one walk (ADR-046): what an agent left in its workspace, found by comparing
+//! every file's `lstat` with flotilla's snapshot of the checkout (`slots`, ADR-044), and
+//! the tree to commit built from the branch's tip plus only the paths that differ.
+//!
+//! libgit2's `add_all` + `update_all` walked the tree twice and the commit went through
+//! an index of every file. Here a file whose stat is exactly the snapshot's (ctime, which
+//! no agent can set back, inode, size, mtime, one link, older than the snapshot) is what
+//! flotilla wrote; any other is hashed through libgit2 (its filters and modes), new files
+//! under git's ignore rules as `add_all` takes them. What only libgit2's whole add knows
+//! how to take (a nested repository, a fifo, an unreadable directory, a submodule that
+//! changed, no snapshot) makes the caller fall back to it. It must not know refs, the
+//! worktree records or the journal.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use flotilla_actors::ports::RepoError;
+use git2::{Oid, Repository};
+
+use super::git;
+use super::snapshot::{Snapshot, is_dir, mtime_of, untouched};
+use super::tree_delta::{Update, changed_paths, with_updates};
+
+const GITLINK: u32 = 0o160000;
+
+/// The tree to commit on top of the tip, and the files left out of it.
+pub struct Sealed {
+    pub tree: Oid,
+    /// Files over the size limit: the tip's version (or none) stays.
+    pub too_large: Vec<String>,
+    /// Files with more than one link (possibly a file outside the workspace): never read.
+    pub hard_links: Vec<String>,
+}
+
+fn text(path: &[u8]) -> String {
+    String::from_utf8_lossy(path).into_owned()
+}
+
+/// What the workspace at `root` (the worktree `worktree`) holds, as a tree on top of
+/// `tip`, judged against the snapshot at `snap`. `Ok(None)`: the caller must take the
+/// whole add instead (see the module's comment).
+pub fn seal_tree(
+    worktree: &Repository,
+    root: &Path,
+    snap: &Path,
+    tip: &git2::Tree<'_>,
+    max_bytes: u64,
+) -> Result<Option<Sealed>, RepoError> {
+    let (Ok(snapshot), Ok(stamp)) = (Snapshot::read(snap), mtime_of(snap)) else {
+        return Ok(None);
+    };
+    let recorded = &snapshot.entries;
+    let dirs = snapshot.dirs();
+    // Which of the snapshot's entries the walk found (a directory for a submodule).
+    let mut found = vec![false; recorded.len()];
+    // Files whose stat is not the snapshot's, and directories walked (real ones only).
+    let mut candidates: Vec<(Vec<u8>, std::fs::Metadata)> = Vec::new();
+    let mut walked: HashSet<Vec<u8>> = HashSet::new();
+    let mut skipped_dirs: Vec<Vec<u8>> = Vec::new();
+    let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(root.to_path_buf(), Vec::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(None);
+        };
+        for entry in entries {
+            let Ok(entry) = entry else {
+                return Ok(None);
+            };
+            let name = entry.file_name();
+            if name == ".git" {
+                if rel.is_empty() {
+                    continue;
+                }
+                // A nested repository: libgit2 adds it as a submodule, or refuses.
+                return Ok(None);
+            }
+            let mut path = rel.clone();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(name.as_bytes());
+            // Never followed: a link is judged as a link.
+            // Relative to the directory read: no walk of the whole path again.
+            let Ok(meta) = entry.metadata() else {
+                return Ok(None);
+            };
+            if meta.is_dir() {
+                if let Some(i) = snapshot.find(&path)
+                    && recorded[i].mode == GITLINK
+                {
+                    found[i] = true;
+                    continue;
+                }
+                // A new directory git ignores is not walked (as `add_all`), unless the tip
+                // tracks something in it (then the whole add decides).
+                if !is_dir(&dirs, &path)
+                    && worktree
+                        .is_path_ignored(Path::new(OsStr::from_bytes(&path)))
+                        .map_err(git)?
+                {
+                    skipped_dirs.push(path);
+                    continue;
+                }
+                stack.push((entry.path(), path));
+                continue;
+            }
+            if !meta.is_file() && !meta.file_type().is_symlink() {
+                return Ok(None);
+            }
+            match snapshot.find(&path) {
+                Some(i) => {
+                    found[i] = true;
+                    if !untouched(&recorded[i], &meta, stamp) {
+                        candidates.push((path, meta));
+                    }
+                }
+                None => candidates.push((path, meta)),
+            }
+        }
+        walked.insert(rel);
+    }
+    // What is still wanted was not found: deleted (a submodule's directory gone: fall back).
+    let missing = || recorded.iter().zip(&found).filter(|(_, found)| !**found);
+    if missing().any(|(e, _)| e.mode == GITLINK) {
+        return Ok(None);
+    }
+    let deleted: Vec<Vec<u8>> = missing().map(|(e, _)| e.path.clone()).collect();
+
+    let mut index = git2::Index::new().map_err(git)?;
+    worktree.set_index(&mut index).map_err(git)?;
+    let mut index = worktree.index().map_err(git)?;
+    let mut sealed = Sealed {
+        tree: tip.id(),
+        too_large: Vec::new(),
+        hard_links: Vec::new(),
+    };
+    let mut updates: Vec<Update> = Vec::new();
+    let mut handled: HashSet<Vec<u8>> = HashSet::new();
+    let in_tip = |path: &[u8]| tip.get_path(Path::new(OsStr::from_bytes(path))).is_ok();
+    for (path, meta) in candidates {
+        handled.insert(path.clone());
+        let rel = Path::new(OsStr::from_bytes(&path));
+        let tracked = snapshot.find(&path).is_some() || in_tip(&path);
+        if !tracked && worktree.is_path_ignored(rel).map_err(git)? {
+            continue;
+        }
+        if meta.is_file() && meta.len() > max_bytes {
+            sealed.too_large.push(text(&path));
+            continue;
+        }
+        // A hard link may be a file outside the worktree: its content is never read.
+        if meta.is_file() && meta.nlink() > 1 {
+            sealed.hard_links.push(text(&path));
+            continue;
+        }
+        index.add_path(rel).map_err(git)?;
+        let added = index
+            .get_path(rel, 0)
+            .ok_or_else(|| RepoError::Git(format!("{} was not added", rel.display())))?;
+        updates.push((path, Some((added.id, added.mode as i32))));
+    }
+    for path in deleted {
+        handled.insert(path.clone());
+        updates.push((path, None));
+    }
+    // What the agent committed itself (the tip moved from the snapshot's tree): where the
+    // disk was not found changed above, the commit takes the disk's version again.
+    let start = worktree.find_tree(snapshot.tree).map_err(git)?;
+    for change in changed_paths(worktree, &start, tip).map_err(git)? {
+        let path = change.path.into_bytes();
+        if handled.contains(&path) {
+            continue;
+        }
+        if change.after.is_some_and(|(_, mode)| mode as u32 == GITLINK)
+            || change
+                .before
+                .is_some_and(|(_, mode)| mode as u32 == GITLINK)
+            || skipped_dirs
+                .iter()
+                .any(|d| path.starts_with(d) && path.get(d.len()) == Some(&b'/'))
+        {
+            return Ok(None);
+        }
+        match snapshot.find(&path).map(|i| &recorded[i]) {
+            // Found unchanged on disk by the walk: the disk holds the snapshot's file.
+            Some(entry) => updates.push((path, Some((entry.id, entry.mode as i32)))),
+            // Not on disk: only the walk could have found it (every real directory was
+            // walked), and it did not.
+            None => {
+                let parent = match path.iter().rposition(|b| *b == b'/') {
+                    Some(slash) => path[..slash].to_vec(),
+                    None => Vec::new(),
+                };
+                let there = walked.contains(&parent)
+                    && std::fs::symlink_metadata(root.join(OsStr::from_bytes(&path))).is_ok();
+                if there {
+                    // An entry the walk saw as new and left out (ignored, too large): the
+                    // whole add decides what an ignored tracked file is.
+                    return Ok(None);
+                }
+                updates.push((path, None));
+            }
+        }
+    }
+    if !updates.is_empty() {
+        sealed.tree = match with_updates(worktree, Some(tip), &updates).map_err(git)? {
+            Some(id) => id,
+            None => worktree
+                .treebuilder(None)
+                .and_then(|b| b.write())
+                .map_err(git)?,
+        };
+    }
+    Ok(Some(sealed))
+}
+
+/// The seal's tree through libgit2's whole add (every file walked, twice), with the stat
+/// the worktree's own index lends: for what the one-walk seal leaves to it.
+pub fn whole_add(
+    repo: &git2::Repository,
+    worktree: &git2::Repository,
+    root: &Path,
+    tip: &git2::Tree<'_>,
+    max_bytes: u64,
+    hard_links: &mut Vec<String>,
+) -> Result<(git2::Oid, Vec<String>), RepoError> {
+    let root = root.to_path_buf();
+    let mut too_large = Vec::new();
+    let mut skip_large = |path: &Path, _: &[u8]| -> i32 {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::symlink_metadata(root.join(path)) {
+            Ok(meta) if meta.is_file() && meta.len() > max_bytes => {
+                too_large.push(path.to_string_lossy().into_owned());
+                1
+            }
+            // A hard link may be a file outside the worktree (`ln ~/.ssh/id_rsa x`): its
+            // content is never read into the repository; the seal reports it (ADR-016).
+            Ok(meta) if meta.is_file() && meta.nlink() > 1 => {
+                hard_links.push(path.to_string_lossy().replace('\\', "/"));
+                1
+            }
+            _ => 0,
+        }
+    };
+    // An index of flotilla's own, in memory, starting from the branch's tree: the one on
+    // disk is the agent's to use (or break); only its stat data is borrowed.
+    let disk = worktree.path().join("index");
+    let mut index = git2::Index::new().map_err(git)?;
+    worktree.set_index(&mut index).map_err(git)?;
+    let mut index = worktree.index().map_err(git)?;
+    index.read_tree(tip).map_err(git)?;
+    borrow_stat(&mut index, &disk)?;
+    index
+        .add_all(["*"], git2::IndexAddOption::DEFAULT, Some(&mut skip_large))
+        .map_err(git)?;
+    // Files the agent deleted leave the index too; tracked files grown too large stay as
+    // they were.
+    index
+        .update_all(["*"], Some(&mut skip_large))
+        .map_err(git)?;
+    let tree_id = index.write_tree_to(repo).map_err(git)?;
+    Ok((tree_id, too_large))
+}
+
+/// Gives each entry of `index` (made from the branch's tree, so without stat data) the
+/// stat data of the same file (path, mode and id) in the index file at `disk` (the
+/// worktree's own, written by the checkout or the agent's git), so that adding the work
+/// tree hashes only files whose stat changed, not every file. Entries as new as the index
+/// file are left out (git's racily clean rule: a change in the same tick has the same
+/// stat). An index that cannot be read lends nothing (every file is hashed); a forged one
+/// can only keep the agent's own change out of its commit, never put anything in.
+fn borrow_stat(index: &mut git2::Index, disk: &Path) -> Result<(), RepoError> {
+    use std::os::unix::ffi::OsStrExt;
+    let written = std::fs::metadata(disk)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    let (Some(written), Ok(theirs)) = (written, git2::Index::open(disk)) else {
+        return Ok(());
+    };
+    let written = (written.as_secs() as i64, written.subsec_nanos());
+    for entry in theirs.iter() {
+        let stamp = (i64::from(entry.mtime.seconds()), entry.mtime.nanoseconds());
+        // Stage bits: a conflicted entry is no file's stat.
+        if stamp >= written || entry.flags & 0x3000 != 0 {
+            continue;
+        }
+        let path = Path::new(std::ffi::OsStr::from_bytes(&entry.path));
+        // Only the stat fields: the agent's flags (skip-worktree, intent-to-add) stay its own.
+        if let Some(mut ours) = index.get_path(path, 0)
+            && ours.id == entry.id
+            && ours.mode == entry.mode
+        {
+            ours.ctime = entry.ctime;
+            ours.mtime = entry.mtime;
+            ours.dev = entry.dev;
+            ours.ino = entry.ino;
+            ours.uid = entry.uid;
+            ours.gid = entry.gid;
+            ours.file_size = entry.file_size;
+            index.add(&ours).map_err(git)?;
+        }
+    }
+    Ok(())
+}
