@@ -11,12 +11,11 @@
 
 use flotilla_actors::protocol::Usd;
 
-use super::stream::Tokens;
-
 /// One usage report: the message's tokens, and the session's cost so far when given.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Usage {
-    pub(super) tokens: Tokens,
+    pub(super) sent: u64,
+    pub(super) received: u64,
     pub(super) session_cost: Option<Usd>,
 }
 
@@ -25,8 +24,8 @@ pub(super) fn usage_line(line: &str) -> Option<Usage> {
     let line = line.trim();
     if let Some(cost) = line.strip_prefix("Cost: ") {
         return Some(Usage {
-            tokens: Tokens::default(),
             session_cost: Some(session_cost(cost)?),
+            ..Usage::default()
         });
     }
     let rest = line.strip_prefix("Tokens: ")?;
@@ -34,15 +33,15 @@ pub(super) fn usage_line(line: &str) -> Option<Usage> {
         Some((counts, cost)) => (counts, Some(cost)),
         None => (rest.strip_suffix('.')?, None),
     };
-    let mut tokens = Tokens::default();
+    let mut usage = Usage::default();
     let mut received = false;
     for part in counts.split(", ") {
         let (number, what) = part.split_once(' ')?;
         let n = token_count(number)?;
         match what {
-            "sent" => tokens.input = n,
+            "sent" => usage.sent = n,
             "received" => {
-                tokens.output = n;
+                usage.received = n;
                 received = true;
             }
             "cache write" | "cache hit" => {}
@@ -52,14 +51,11 @@ pub(super) fn usage_line(line: &str) -> Option<Usage> {
     if !received {
         return None;
     }
-    let session_cost = match cost {
+    usage.session_cost = match cost {
         Some(cost) => Some(session_cost(cost)?),
         None => None,
     };
-    Some(Usage {
-        tokens,
-        session_cost,
-    })
+    Some(usage)
 }
 
 /// aider's `format_tokens`: `215`, `2.3k` (one decimal under 10k), `12k`.
@@ -103,8 +99,8 @@ fn session_cost(text: &str) -> Option<Usd> {
 mod tests {
     use super::*;
 
-    fn tokens(input: u64, output: u64) -> Tokens {
-        Tokens { input, output }
+    fn tokens(usage: Usage) -> (u64, u64) {
+        (usage.sent, usage.received)
     }
 
     #[test]
@@ -113,13 +109,13 @@ mod tests {
             "Tokens: 2.3k sent, 1.1k cache write, 4.5k cache hit, 215 received. Cost: $0.0016 message, $0.0032 session.",
         )
         .unwrap();
-        assert_eq!(usage.tokens, tokens(2_300, 215));
+        assert_eq!(tokens(usage), (2_300, 215));
         assert_eq!(usage.session_cost, Some(Usd::from_dollars(0.0032).unwrap()));
         let apart = usage_line("Cost: $0.12 message, $1.50 session.").unwrap();
-        assert_eq!(apart.tokens, Tokens::default());
+        assert_eq!(tokens(apart), (0, 0));
         assert_eq!(apart.session_cost, Some(Usd::from_dollars(1.5).unwrap()));
         let local = usage_line("Tokens: 12k sent, 1.0k received.").unwrap();
-        assert_eq!(local.tokens, tokens(12_000, 1_000));
+        assert_eq!(tokens(local), (12_000, 1_000));
         assert_eq!(local.session_cost, None);
     }
 
@@ -146,9 +142,6 @@ mod tests {
             assert_eq!(usage_line(line), None, "{line}");
         }
         let max = usage_line("Tokens: 18446744073709551 sent, 18446744073709551615 received.");
-        assert_eq!(
-            max.map(|u| u.tokens),
-            Some(tokens(18_446_744_073_709_551, u64::MAX))
-        );
+        assert_eq!(max.map(tokens), Some((18_446_744_073_709_551, u64::MAX)));
     }
 }

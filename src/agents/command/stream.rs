@@ -142,7 +142,10 @@ impl EventStream {
                 }
                 // aider's usage report, one a message (ADR-048).
                 if let Some(usage) = aider::usage_line(line) {
-                    self.message_sum = self.message_sum.plus(usage.tokens);
+                    self.message_sum = self.message_sum.plus(Tokens {
+                        input: usage.sent,
+                        output: usage.received,
+                    });
                     if let Some(cost) = usage.session_cost {
                         self.cost = self.cost.max(cost);
                     }
