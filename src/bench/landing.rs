@@ -11,7 +11,10 @@
 //! Times come from the events' journal timestamps (milliseconds): dispatch → landed is
 //! from a task's first `task_dispatched` to its `task_landed`; started → landing from its
 //! first `task_started` to its `task_landing` (the worker's part: workspace, agent, seal).
-//! What is left between `task_landing` and `task_landed` is the merge queue's.
+//! The phases around it are reported too: ready → dispatched (first `task_ready` to first
+//! `task_dispatched`: the wait for a worker slot, outside dispatch → landed), dispatched → started (first `task_dispatched`
+//! to first `task_started`: the hand-off to a worker) and landing → landed (first
+//! `task_landing` to `task_landed`: the wait in the merge queue and its landing).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -101,6 +104,7 @@ pub fn run_config(case: &LandingCase) -> RunConfig {
 /// Each task's moments, in journal milliseconds.
 #[derive(Debug, Clone, Copy, Default)]
 struct Moments {
+    ready: Option<u64>,
     dispatched: Option<u64>,
     started: Option<u64>,
     landing: Option<u64>,
@@ -121,6 +125,9 @@ impl LandingClock {
             slot.get_or_insert(at);
         };
         match &event.kind {
+            EventKind::TaskReady { task } => {
+                first(&mut self.tasks.entry(task.clone()).or_default().ready)
+            }
             EventKind::TaskDispatched { task, .. } => {
                 first(&mut self.tasks.entry(task.clone()).or_default().dispatched)
             }
@@ -174,12 +181,16 @@ impl LandingClock {
             .iter()
             .filter_map(|m| span(m.dispatched, m.landed))
             .collect();
-        let mut started_to_landing: Vec<u64> = landed
-            .iter()
-            .filter_map(|m| span(m.started, m.landing))
-            .collect();
+        let phase = |from: fn(&Moments) -> Option<u64>, to: fn(&Moments) -> Option<u64>| {
+            let mut spans: Vec<u64> = landed.iter().filter_map(|m| span(from(m), to(m))).collect();
+            spans.sort_unstable();
+            spans
+        };
+        let ready_to_dispatched = phase(|m| m.ready, |m| m.dispatched);
+        let dispatched_to_started = phase(|m| m.dispatched, |m| m.started);
+        let started_to_landing = phase(|m| m.started, |m| m.landing);
+        let landing_to_landed = phase(|m| m.landing, |m| m.landed);
         dispatch_to_landed.sort_unstable();
-        started_to_landing.sort_unstable();
         let first = landed.iter().filter_map(|m| m.dispatched).min();
         let last = landed.iter().filter_map(|m| m.landed).max();
         let elapsed_ms = span(first, last).unwrap_or(0);
@@ -187,7 +198,10 @@ impl LandingClock {
             landed: landed.len(),
             elapsed_ms,
             dispatch_to_landed_ms: dispatch_to_landed,
+            ready_to_dispatched_ms: ready_to_dispatched,
+            dispatched_to_started_ms: dispatched_to_started,
             started_to_landing_ms: started_to_landing,
+            landing_to_landed_ms: landing_to_landed,
             daemon,
         })
     }
@@ -212,7 +226,14 @@ pub struct LandingResult {
     pub elapsed_ms: u64,
     /// Per landed task, sorted.
     pub dispatch_to_landed_ms: Vec<u64>,
+    /// Before dispatch → landed: from a task's first `task_ready` to its first dispatch (the
+    /// wait for a worker slot), per landed task, sorted.
+    pub ready_to_dispatched_ms: Vec<u64>,
+    /// The phases of dispatch → landed, each per landed task, sorted: the hand-off to a
+    /// worker, the worker's part, the merge queue's part.
+    pub dispatched_to_started_ms: Vec<u64>,
     pub started_to_landing_ms: Vec<u64>,
+    pub landing_to_landed_ms: Vec<u64>,
     pub daemon: DaemonUsage,
 }
 
@@ -380,11 +401,14 @@ mod tests {
             commit: "c".into(),
             via: None,
         };
+        let ready = |n| EventKind::TaskReady { task: t(n) };
         for e in [
+            event(900, ready(1)),
             event(1_000, dispatched(1, 1)),
             event(1_010, started(1, 1)),
             event(1_100, dispatched(1, 2)),
             event(1_110, started(1, 2)),
+            event(1_700, ready(2)),
             event(2_000, dispatched(2, 1)),
             event(2_050, started(2, 1)),
             event(1_500, landing(1)),
@@ -404,7 +428,10 @@ mod tests {
         ));
         let r = clock.result(&case(2), DaemonUsage::default()).unwrap();
         assert_eq!(r.dispatch_to_landed_ms, vec![2_000, 2_000]);
+        assert_eq!(r.ready_to_dispatched_ms, vec![100, 300]);
+        assert_eq!(r.dispatched_to_started_ms, vec![10, 50]);
         assert_eq!(r.started_to_landing_ms, vec![250, 490]);
+        assert_eq!(r.landing_to_landed_ms, vec![1_500, 1_700]);
         assert_eq!(r.elapsed_ms, 3_000);
         assert!((r.landed_per_s() - 2.0 / 3.0).abs() < 1e-9);
         // A run that landed fewer than its tasks measured nothing.

@@ -84,6 +84,11 @@ pub struct Measurement {
     pub dispatch_landed_p50_ms: Option<u64>,
     pub dispatch_landed_p99_ms: Option<u64>,
     pub started_landing_p50_ms: Option<u64>,
+    /// The phases around the worker's part: ready → dispatched (before dispatch → landed),
+    /// dispatched → started, landing → landed.
+    pub ready_dispatched_p50_ms: Option<u64>,
+    pub dispatched_started_p50_ms: Option<u64>,
+    pub landing_landed_p50_ms: Option<u64>,
     pub disk_bytes: Option<u64>,
     /// Making the case's repository (template from the cache, or generated, and checked out).
     pub prepare_ms: Option<u64>,
@@ -110,6 +115,9 @@ impl Measurement {
             dispatch_landed_p50_ms: Some(landing::quantile_ms(&r.dispatch_to_landed_ms, 0.5)),
             dispatch_landed_p99_ms: Some(landing::quantile_ms(&r.dispatch_to_landed_ms, 0.99)),
             started_landing_p50_ms: Some(landing::quantile_ms(&r.started_to_landing_ms, 0.5)),
+            ready_dispatched_p50_ms: Some(landing::quantile_ms(&r.ready_to_dispatched_ms, 0.5)),
+            dispatched_started_p50_ms: Some(landing::quantile_ms(&r.dispatched_to_started_ms, 0.5)),
+            landing_landed_p50_ms: Some(landing::quantile_ms(&r.landing_to_landed_ms, 0.5)),
             disk_bytes: Some(r.daemon.disk_bytes),
             prepare_ms: Some(prepare_ms),
             ..Measurement::default()
@@ -372,7 +380,7 @@ impl<'a> Printer<'a> {
             &format!(
                 "Landing: tasks that each write a file, through a daemon, a workspace, a commit \
                  and the merge queue ({} slots{})\n\
-                 {:>7} {:>6} {:>10} {:>11} {:>23} {:>17} {:>10} {:>10}",
+                 {:>7} {:>6} {:>10} {:>11} {:>23} {:>18} {:>18} {:>17} {:>16} {:>10} {:>10}",
                 m.workers,
                 m.gate.as_deref().map_or(String::new(), |g| format!(
                     ", gate `{}`",
@@ -383,7 +391,10 @@ impl<'a> Printer<'a> {
                 "landed/s",
                 "CPU/task",
                 "dispatch→landed p50/p99",
+                "ready→dispatched",
+                "dispatched→started",
                 "started→landing",
+                "landing→landed",
                 "peak RSS",
                 "disk"
             ),
@@ -394,7 +405,7 @@ impl<'a> Printer<'a> {
             None => "-".into(),
         };
         let line = format!(
-            "{:>7} {:>6} {:>10.2} {:>11} {:>23} {:>17} {:>10} {:>10}\n",
+            "{:>7} {:>6} {:>10.2} {:>11} {:>23} {:>18} {:>18} {:>17} {:>16} {:>10} {:>10}\n",
             m.files.unwrap_or_default(),
             m.tasks,
             m.landed_per_s.unwrap_or_default(),
@@ -404,7 +415,10 @@ impl<'a> Printer<'a> {
                 ms(m.dispatch_landed_p50_ms),
                 ms(m.dispatch_landed_p99_ms)
             ),
+            ms(m.ready_dispatched_p50_ms),
+            ms(m.dispatched_started_p50_ms),
             ms(m.started_landing_p50_ms),
+            ms(m.landing_landed_p50_ms),
             mebibytes(m.peak_rss_bytes),
             mebibytes(m.disk_bytes)
         );

@@ -93,6 +93,9 @@ pub async fn serve(
     // Before anything is opened for writing or resumed: one daemon per state directory.
     let lock = StateLock::acquire(&options.state_dir)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    // Records beside git's locks reach the disk first only where the journal's commits do
+    // (ADR-041 amended, ADR-010).
+    crate::git::ref_lock::sync_records(options.journal_sync == JournalSync::Full);
     let journal = open_journal(&options.state_dir, clock.clone(), options.journal_sync)?;
     let (hub, _) = broadcast::channel(4096);
     #[cfg(feature = "testing")]

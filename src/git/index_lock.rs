@@ -129,7 +129,7 @@ pub(super) fn write_record(gitdir: &Path, record: &Record) -> Result<(), RepoErr
     let text = serde_json::to_vec(record).map_err(|e| RepoError::Git(e.to_string()))?;
     let mut file = fs::File::create(&temporary).map_err(|e| io("cannot write", &temporary, e))?;
     file.write_all(&text)
-        .and_then(|_| file.sync_all())
+        .and_then(|_| super::ref_lock::sync_record(&file))
         .map_err(|e| io("cannot write", &temporary, e))?;
     fs::rename(&temporary, &path).map_err(|e| io("cannot write", &path, e))
 }

@@ -17,11 +17,19 @@
 //! right after the record is written; a lock the user's git took later falls outside and is
 //! left alone), then removes the record. A lock no record names is never touched. It must
 //! not know branches' meaning, runs or the checkout.
+//!
+//! A kill of the daemon loses nothing the kernel already holds, so a record needs no fsync
+//! to be there for the heal after one. Only an OS crash or a power loss could keep the lock
+//! and lose its record, which the journal itself survives only with `--journal-sync full`
+//! (ADR-010): records (these and the checkout's, `index_lock`) are fsynced in that mode
+//! alone ([`sync_records`], ADR-041 amended). Each fsync cost the landing 8–27 ms on a
+//! loaded disk.
 
+use std::cell::Cell;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use flotilla_actors::ports::RepoError;
@@ -40,6 +48,36 @@ pub const WINDOW_AFTER_MS: i128 = 10_000;
 /// Several updates of one process may run at once (different branches): each has its own
 /// record.
 static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// Whether records reach the disk before the update they name (the daemon's
+/// `--journal-sync full`); on until the daemon says otherwise.
+static SYNC_RECORDS: AtomicBool = AtomicBool::new(true);
+
+thread_local! {
+    static RECORD_SYNCS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Records are fsynced (with their directory) before the update they name: the daemon
+/// turns it on with `--journal-sync full` (an OS crash must not lose what a heal needs)
+/// and off otherwise (a kill loses nothing the kernel holds).
+pub fn sync_records(on: bool) {
+    SYNC_RECORDS.store(on, Ordering::Relaxed);
+}
+
+/// Syncs `file` (a record, or the directory a record was renamed in) when records are
+/// synced.
+pub(super) fn sync_record(file: &fs::File) -> std::io::Result<()> {
+    if !SYNC_RECORDS.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    RECORD_SYNCS.with(|n| n.set(n.get().saturating_add(1)));
+    file.sync_all()
+}
+
+/// How many times this thread synced a record or its directory: a counter for tests.
+pub fn record_syncs() -> u64 {
+    RECORD_SYNCS.with(Cell::get)
+}
 
 /// What a ref update in progress leaves beside the refs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,10 +130,13 @@ fn write_record(dir: &Path, record: &Record) -> std::io::Result<PathBuf> {
     let written = (|| {
         let mut file = fs::File::create(&partial)?;
         file.write_all(&text)?;
-        file.sync_all()?;
+        sync_record(&file)?;
         fs::rename(&partial, &path)?;
         // The rename itself reaches the disk before the ref update starts.
-        fs::File::open(dir)?.sync_all()
+        if SYNC_RECORDS.load(Ordering::Relaxed) {
+            sync_record(&fs::File::open(dir)?)?;
+        }
+        Ok(())
     })();
     if let Err(e) = written {
         let _ = fs::remove_file(&partial);
@@ -403,5 +444,31 @@ mod tests {
             })
             .count();
         assert_eq!(left, 0);
+    }
+
+    /// Records are written and removed either way; they reach the disk first (the record,
+    /// then its directory) only when records are synced (`--journal-sync full`).
+    #[test]
+    fn a_record_is_synced_only_when_records_are() {
+        let (dir, git) = repo();
+        let repo = git2::Repository::open(dir.path()).unwrap();
+        let recorded = |repo: &git2::Repository| {
+            let before = record_syncs();
+            let seen = guarded(repo, "refs/heads/main", || {
+                fs::read_dir(&git)
+                    .unwrap()
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(RECORD_PREFIX))
+                    .count()
+            })
+            .unwrap();
+            (seen, record_syncs() - before)
+        };
+        sync_records(false);
+        let unsynced = recorded(&repo);
+        sync_records(true);
+        let synced = recorded(&repo);
+        assert_eq!(unsynced, (1, 0));
+        assert_eq!(synced, (1, 2));
     }
 }

@@ -230,6 +230,11 @@ fn bench_landing_lands_every_task_on_each_size_and_reports_its_fields() {
         assert!(p50 <= p99, "{m}");
         // Each task's started→landing is within its dispatch→landed, so are their medians.
         assert!(number(m, "started_landing_p50_ms") <= p50, "{m}");
+        // So are the phases around it.
+        assert!(number(m, "dispatched_started_p50_ms") <= p50, "{m}");
+        assert!(number(m, "landing_landed_p50_ms") <= p50, "{m}");
+        // Before the dispatch: the wait for a slot, there for every row.
+        assert!(number(m, "ready_dispatched_p50_ms") >= 0.0, "{m}");
         assert!(m["peak_rss_bytes"].as_u64().unwrap() > 1 << 20, "{m}");
         assert!(m["disk_bytes"].as_u64().unwrap() > 0, "{m}");
     }

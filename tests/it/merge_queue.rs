@@ -1095,7 +1095,7 @@ async fn landings_go_fix_first_then_by_priority_then_by_critical_path_as_dispatc
     });
     let config = MergeConfig {
         gate: vec!["test -f README.md".into()],
-        batch_max: 1,
+        batch_max: Some(1),
         ..MergeConfig::default()
     };
     let main = Arc::new(GitRepo::new(f.repo_path.clone(), main_branch()));
@@ -1188,4 +1188,77 @@ async fn landings_go_fix_first_then_by_priority_then_by_critical_path_as_dispatc
         "one commit a landing; t7 never landed"
     );
     assert_eq!(file_at(&f.repo(), f.main_tip(), "src/t7.txt"), None);
+}
+
+/// ADR-041 (amended): with `batch_max` left out, a queue without a gate takes every branch
+/// waiting into one landing (each main move's fixed cost is shared); with a gate it takes
+/// four (a failing batch is bisected); a `batch_max` given is kept either way.
+#[actix::test]
+async fn without_a_gate_a_batch_takes_every_branch_waiting_unless_batch_max_says_otherwise() {
+    // (case, gate, batch_max, the batches' sizes)
+    type Case = (&'static str, Vec<String>, Option<usize>, Vec<usize>);
+    let cases: [Case; 3] = [
+        ("no gate, batch_max left out", Vec::new(), None, vec![1, 6]),
+        (
+            "a gate, batch_max left out",
+            vec!["test -f README.md".into()],
+            None,
+            vec![1, 4, 2],
+        ),
+        (
+            "no gate, batch_max = 2",
+            Vec::new(),
+            Some(2),
+            vec![1, 2, 2, 2],
+        ),
+    ];
+    for (case, gate, batch_max, expected) in cases {
+        let f = Fixture::new();
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let (release, release_rx) = tokio::sync::oneshot::channel();
+        let git = Arc::new(HeldFirstBuild {
+            real: Arc::new(f.git()),
+            started: Mutex::new(Some(started_tx)),
+            release: Mutex::new(Some(release_rx)),
+        });
+        let config = MergeConfig {
+            gate,
+            batch_max,
+            ..MergeConfig::default()
+        };
+        config.validate().unwrap();
+        let main = Arc::new(GitRepo::new(f.repo_path.clone(), main_branch()));
+        let (queue, mut inbox) = f.queue_configured(config, main, git, None);
+        let request = |id: &str| f.branch(id, &[(&format!("src/{id}.txt"), &format!("{id}\n"))]);
+        queue.do_send(ToMergeQueue::Enqueue(Box::new(request("t7"))));
+        // t7's landing is in flight: the six behind it wait together.
+        started.await.unwrap();
+        for n in 1..=6 {
+            queue
+                .send(ToMergeQueue::Enqueue(Box::new(request(&format!("t{n}")))))
+                .await
+                .unwrap();
+        }
+        release.send(()).unwrap();
+        let batches: Vec<Vec<String>> = verdicts(&mut inbox, 7)
+            .await
+            .iter()
+            .filter_map(|m| match m {
+                FromMerging::MainMoved { landed, .. } => {
+                    Some(landed.iter().map(|(t, _, _)| t.to_string()).collect())
+                }
+                FromMerging::Note(_) => None,
+                other => panic!("{case}: nothing but landings expected, got {other:?}"),
+            })
+            .collect();
+        let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+        assert_eq!(sizes, expected, "{case}: {batches:?}");
+        let order: Vec<String> = batches.concat();
+        let arrived: Vec<String> = [7, 1, 2, 3, 4, 5, 6]
+            .iter()
+            .map(|n| format!("t{n}"))
+            .collect();
+        assert_eq!(order, arrived, "{case}: in their order");
+        assert_eq!(f.history().len(), 7, "{case}: one commit a landing");
+    }
 }

@@ -183,7 +183,7 @@ pub fn render(detected: &[(&'static str, ProjectType)]) -> String {
          [merge]\n\
          mode = \"rebase\"          ## rebase | merge | squash\n\
          gate_timeout_secs = 600\n\
-         batch_max = 4"
+         ## batch_max = 4         ## branches landed together; default 4 with a gate, 64 without"
     );
     let gate: Vec<String> = commands
         .as_ref()

@@ -7,7 +7,8 @@
 //! 1. main is searched first for the commits the journal named for a task ahead of an
 //!    earlier compare-and-swap (ADR-018): work a crash left on main without its
 //!    `TaskLanded` is reported, never landed twice. Trailer text is never evidence.
-//! 2. Up to `batch_max` branches are built on main's tip in memory ([`MergeGit::build`]).
+//! 2. Up to `batch_max` branches are built on main's tip in memory ([`MergeGit::build`]);
+//!    left out, 4 with a gate and every branch waiting (up to 64) without one (ADR-041).
 //!    A conflict on a main that moved since the branch left it gets one more try later in
 //!    the queue; a second conflict (or one on an unmoved main) goes to the TaskGraph, which
 //!    makes a conflict fix or fails the task.
@@ -77,8 +78,13 @@ pub struct MergeConfig {
     /// The most disk the run's warm trees (the gate's and the sweeps' together) may hold, in
     /// MiB: a tree found over it after a run is thrown away (it starts cold next time).
     pub warm_budget_mb: u64,
-    /// Branches tested together at most.
-    pub batch_max: usize,
+    /// Branches landed (and tested) together at most. Left out: [`GATED_BATCH`] with a gate
+    /// (a failing batch is bisected, so a small one costs little to blame) and
+    /// [`MAX_BATCH`] without one, where nothing is tested and each main move's fixed cost
+    /// (the intent's journal write, the compare-and-swap with the user's checkout, its
+    /// sync, the branch deletions) is shared by every branch waiting (ADR-041).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_max: Option<usize>,
     /// The branch work lands on ("main" in the actors' words; ADR-022). Left out, submit
     /// fills in the branch the repository's HEAD names, so that the journaled config says
     /// which one and a restart lands on the same. Checked against git's rules by the daemon.
@@ -94,7 +100,7 @@ impl Default for MergeConfig {
             gate_timeout_secs: 600,
             warm_gate: true,
             warm_budget_mb: 20 * 1024,
-            batch_max: 4,
+            batch_max: None,
             branch: None,
         }
     }
@@ -114,18 +120,32 @@ pub enum MergeConfigError {
     EmptyCommand,
 }
 
+/// A batch's size with a gate when `batch_max` is left out.
+pub const GATED_BATCH: usize = 4;
+/// The most branches a batch may hold (and its size without a gate when `batch_max` is
+/// left out).
+pub const MAX_BATCH: usize = 64;
+
 impl MergeConfig {
+    /// The most branches one landing cycle takes: `batch_max`, or its default.
+    pub fn batch_limit(&self) -> usize {
+        self.batch_max.unwrap_or(if self.gate.is_empty() {
+            MAX_BATCH
+        } else {
+            GATED_BATCH
+        })
+    }
+
     /// The target branch's name, for people: `main` for a run from before ADR-022.
     pub fn branch_name(&self) -> &str {
         self.branch.as_deref().unwrap_or("main")
     }
 
     pub fn validate(&self) -> Result<(), MergeConfigError> {
-        if self.batch_max == 0 {
-            return Err(MergeConfigError::ZeroBatch);
-        }
-        if self.batch_max > 64 {
-            return Err(MergeConfigError::BatchTooLarge(self.batch_max));
+        match self.batch_max {
+            Some(0) => return Err(MergeConfigError::ZeroBatch),
+            Some(n) if n > MAX_BATCH => return Err(MergeConfigError::BatchTooLarge(n)),
+            _ => {}
         }
         if self.gate_timeout_secs == 0 {
             return Err(MergeConfigError::ZeroTimeout);
@@ -314,7 +334,8 @@ impl MergeQueue {
             return;
         }
         let mut batch = Vec::new();
-        while batch.len() < self.kit.config.batch_max {
+        let limit = self.kit.config.batch_limit();
+        while batch.len() < limit {
             let Some((_, queued)) = self.waiting.pop_first() else {
                 break;
             };
@@ -589,5 +610,47 @@ impl Handler<StopMember> for MergeQueue {
             lifeline.set_cause(StopCause::Finished);
         }
         ctx.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_max_left_out_is_four_with_a_gate_and_the_most_without() {
+        let ungated = MergeConfig::default();
+        assert_eq!(ungated.batch_limit(), MAX_BATCH);
+        let gated = MergeConfig {
+            gate: vec!["make test".into()],
+            ..MergeConfig::default()
+        };
+        assert_eq!(gated.batch_limit(), GATED_BATCH);
+        let given = MergeConfig {
+            batch_max: Some(1),
+            ..MergeConfig::default()
+        };
+        assert_eq!(given.batch_limit(), 1);
+        assert_eq!(
+            MergeConfig {
+                batch_max: Some(0),
+                ..MergeConfig::default()
+            }
+            .validate(),
+            Err(MergeConfigError::ZeroBatch)
+        );
+        assert_eq!(
+            MergeConfig {
+                batch_max: Some(65),
+                ..MergeConfig::default()
+            }
+            .validate(),
+            Err(MergeConfigError::BatchTooLarge(65))
+        );
+        // Left out, it stays out of the journaled config; an older run's number still reads.
+        let text = serde_json::to_value(&ungated).unwrap();
+        assert!(text.get("batch_max").is_none(), "{text}");
+        let old: MergeConfig = serde_json::from_str(r#"{"batch_max": 4}"#).unwrap();
+        assert_eq!(old.batch_limit(), 4);
     }
 }
