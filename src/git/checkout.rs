@@ -157,8 +157,20 @@ fn changes(
 const LINK: i32 = 0o120000;
 const SUBMODULE: i32 = 0o160000;
 
+/// A changed path's bytes as a path relative to the work tree (git's names need not be
+/// UTF-8: never read through a lossy string).
+fn rel(path: &[u8]) -> &Path {
+    use std::os::unix::ffi::OsStrExt;
+    Path::new(std::ffi::OsStr::from_bytes(path))
+}
+
+/// A changed path as a user reads it (only ever shown, never looked up again).
+fn shown(path: &[u8]) -> String {
+    String::from_utf8_lossy(path).into_owned()
+}
+
 /// What the work tree holds at `path`, as a blob id (a file's content, a link's target).
-fn worktree_blob(workdir: &Path, path: &str) -> Option<git2::Oid> {
+fn worktree_blob(workdir: &Path, path: &Path) -> Option<git2::Oid> {
     let full = workdir.join(path);
     let meta = fs::symlink_metadata(&full).ok()?;
     if meta.file_type().is_symlink() {
@@ -186,17 +198,17 @@ fn clashes(
     let mut clashing = Vec::new();
     for change in changes {
         let staged = index
-            .get_path(Path::new(&change.path), 0)
+            .get_path(rel(&change.path), 0)
             .map(|e| (e.id, e.mode as i32));
         if staged != change.before {
-            clashing.push(change.path.clone());
+            clashing.push(shown(&change.path));
             continue;
         }
         let mine = match change.before {
             None => {
-                fs::symlink_metadata(workdir.join(&change.path)).is_ok() || {
+                fs::symlink_metadata(workdir.join(rel(&change.path))).is_ok() || {
                     // A file where the new path needs a directory.
-                    Path::new(&change.path).ancestors().skip(1).any(|dir| {
+                    rel(&change.path).ancestors().skip(1).any(|dir| {
                         !dir.as_os_str().is_empty()
                             && fs::symlink_metadata(workdir.join(dir)).is_ok_and(|m| !m.is_dir())
                     })
@@ -205,9 +217,9 @@ fn clashes(
             Some((_, SUBMODULE)) => false,
             Some(_) => {
                 let before = change.before.map(|(id, _)| id);
-                match checkout.status_file(Path::new(&change.path)) {
+                match checkout.status_file(rel(&change.path)) {
                     // A name git reads as a pattern: compare the bytes themselves.
-                    Err(_) => worktree_blob(workdir, &change.path) != before,
+                    Err(_) => worktree_blob(workdir, rel(&change.path)) != before,
                     Ok(status) => status.intersects(
                         git2::Status::WT_MODIFIED
                             | git2::Status::WT_DELETED
@@ -219,7 +231,7 @@ fn clashes(
             }
         };
         if mine {
-            clashing.push(change.path.clone());
+            clashing.push(shown(&change.path));
         }
     }
     Ok(clashing)
@@ -230,13 +242,13 @@ fn clashes(
 fn put(
     checkout: &git2::Repository,
     index: &mut git2::Index,
-    path: &str,
+    path: &[u8],
     entry: Option<(git2::Oid, i32)>,
 ) -> Result<(), RepoError> {
     let workdir = checkout
         .workdir()
         .ok_or_else(|| RepoError::Git("the checkout has no work tree".into()))?;
-    let full = workdir.join(path);
+    let full = workdir.join(rel(path));
     let remove = |full: &Path| match fs::symlink_metadata(full) {
         Ok(meta) if meta.is_dir() && !meta.file_type().is_symlink() => {
             fs::remove_dir_all(full).map_err(|e| io("cannot remove", full, e))
@@ -255,7 +267,7 @@ fn put(
                 }
                 dir = d.parent();
             }
-            match index.remove_path(Path::new(path)) {
+            match index.remove_path(rel(path)) {
                 Err(e) if e.code() != git2::ErrorCode::NotFound => Err(git(e)),
                 _ => Ok(()),
             }
@@ -273,7 +285,7 @@ fn put(
                 id,
                 flags: 0,
                 flags_extended: 0,
-                path: path.as_bytes().to_vec(),
+                path: path.to_vec(),
             };
             index.add(&entry).map_err(git)
         }
@@ -295,7 +307,7 @@ fn put(
                 fs::set_permissions(&full, fs::Permissions::from_mode(bits))
                     .map_err(|e| io("cannot write", &full, e))?;
             }
-            index.add_path(Path::new(path)).map_err(git)
+            index.add_path(rel(path)).map_err(git)
         }
     }
 }
@@ -460,7 +472,7 @@ fn move_locked(
 fn undo(checkout: &git2::Repository, index: &mut git2::Index, written: &[&Change]) {
     for change in written {
         if let Err(e) = put(checkout, index, &change.path, change.before) {
-            tracing::warn!(path = %change.path, error = %e, "putting a file of the checkout back");
+            tracing::warn!(path = %shown(&change.path), error = %e, "putting a file of the checkout back");
         }
     }
 }
@@ -569,16 +581,16 @@ fn heal_locked(
     let target_tree = tree(target)?;
     let (mut index, new_index) = index_copy(checkout)?;
     for change in &changes {
-        let now = worktree_blob(&workdir, &change.path);
+        let now = worktree_blob(&workdir, rel(&change.path));
         let ours = [change.before, change.after]
             .iter()
             .any(|side| side.map(|(id, _)| id) == now);
         if !ours {
-            tracing::warn!(path = %change.path, "a file an interrupted landing touched was changed since: left as it is");
+            tracing::warn!(path = %shown(&change.path), "a file an interrupted landing touched was changed since: left as it is");
             continue;
         }
         let wanted = target_tree
-            .get_path(Path::new(&change.path))
+            .get_path(rel(&change.path))
             .ok()
             .map(|e| (e.id(), e.filemode()));
         put(checkout, &mut index, &change.path, wanted)?;

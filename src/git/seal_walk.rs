@@ -170,7 +170,7 @@ pub fn seal_tree(
     // disk was not found changed above, the commit takes the disk's version again.
     let start = worktree.find_tree(snapshot.tree).map_err(git)?;
     for change in changed_paths(worktree, &start, tip).map_err(git)? {
-        let path = change.path.into_bytes();
+        let path = change.path;
         if handled.contains(&path) {
             continue;
         }

@@ -171,7 +171,7 @@ fn reset(
     let mut write: Vec<(Vec<u8>, git2::Oid, u32)> = Vec::new();
     let mut changed: HashSet<&[u8]> = HashSet::with_capacity(changes.len());
     for change in &changes {
-        let rel = change.path.as_bytes();
+        let rel = change.path.as_slice();
         changed.insert(rel);
         if change.before.is_some()
             && let Some(i) = old.find(rel)

@@ -21,6 +21,9 @@ use super::io;
 const MAGIC: &[u8; 8] = b"FLOSNAP1";
 /// More entries than any tree this could record: a longer count is a damaged file.
 const MAX_ENTRIES: u64 = 50_000_000;
+/// The fewest bytes an entry takes in the file (a one-byte path): caps what a count
+/// read from the file may reserve.
+const MIN_ENTRY_BYTES: usize = 64;
 /// git's own limit on a path's length in practice (PATH_MAX); longer is a damaged file.
 const MAX_PATH: u32 = 4096;
 
@@ -133,7 +136,8 @@ impl Snapshot {
         if count > MAX_ENTRIES {
             return Err(damaged(path, "too many entries"));
         }
-        let mut entries = Vec::with_capacity(count as usize);
+        // No more than the file's bytes can hold: a damaged count allocates nothing big.
+        let mut entries = Vec::with_capacity((count as usize).min(bytes.len() / MIN_ENTRY_BYTES));
         for _ in 0..count {
             let len = u32_of(take(4)?);
             if len == 0 || len > MAX_PATH {

@@ -36,10 +36,11 @@ fn read_tree<'r>(repo: &'r Repository, id: Oid) -> Result<Tree<'r>, git2::Error>
 /// One entry of a tree: its id and mode.
 pub type Entry = (Oid, i32);
 
-/// One file (or link, or submodule) that differs: its entry before and after.
+/// One file (or link, or submodule) that differs: its path (git's bytes, which need not be
+/// UTF-8) and its entry before and after.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathChange {
-    pub path: String,
+    pub path: Vec<u8>,
     pub before: Option<Entry>,
     pub after: Option<Entry>,
 }
@@ -55,15 +56,20 @@ fn entries(tree: &Tree<'_>) -> BTreeMap<Vec<u8>, Entry> {
         .collect()
 }
 
-fn join(prefix: &str, name: &[u8]) -> String {
-    format!("{prefix}{}", String::from_utf8_lossy(name))
+fn join(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    [prefix, name].concat()
+}
+
+/// `path/`: the prefix of what a directory at `path` holds.
+fn dir_of(path: &[u8]) -> Vec<u8> {
+    [path, b"/"].concat()
 }
 
 /// Every file under the tree `id` at `prefix`, as added (`added`) or removed.
 fn whole(
     repo: &Repository,
     id: Oid,
-    prefix: &str,
+    prefix: &[u8],
     added: bool,
     out: &mut Vec<PathChange>,
 ) -> Result<(), git2::Error> {
@@ -71,7 +77,7 @@ fn whole(
     for (name, entry) in entries(&tree) {
         let path = join(prefix, &name);
         if is_tree(&entry) {
-            whole(repo, entry.0, &format!("{path}/"), added, out)?;
+            whole(repo, entry.0, &dir_of(&path), added, out)?;
         } else if added {
             out.push(PathChange {
                 path,
@@ -93,7 +99,7 @@ fn walk(
     repo: &Repository,
     from: &Tree<'_>,
     to: &Tree<'_>,
-    prefix: &str,
+    prefix: &[u8],
     out: &mut Vec<PathChange>,
 ) -> Result<(), git2::Error> {
     let (old, new) = (entries(from), entries(to));
@@ -106,7 +112,7 @@ fn walk(
             continue;
         }
         let path = join(prefix, name);
-        let dir = format!("{path}/");
+        let dir = dir_of(&path);
         match (before, after) {
             (Some(b), Some(a)) if is_tree(&b) && is_tree(&a) => {
                 let (b, a) = (read_tree(repo, b.0)?, read_tree(repo, a.0)?);
@@ -145,10 +151,10 @@ pub fn changed_paths(
 ) -> Result<Vec<PathChange>, git2::Error> {
     let mut out = Vec::new();
     if from.id() != to.id() {
-        walk(repo, from, to, "", &mut out)?;
+        walk(repo, from, to, b"", &mut out)?;
     }
     // Stable: a file's removal stays ahead of an addition at the same path.
-    out.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+    out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 
@@ -568,11 +574,10 @@ mod tests {
                 .map(|d| PathChange {
                     path: d
                         .new_file()
-                        .path()
-                        .or(d.old_file().path())
+                        .path_bytes()
+                        .or(d.old_file().path_bytes())
                         .unwrap()
-                        .to_string_lossy()
-                        .into_owned(),
+                        .to_vec(),
                     before: side(d.old_file()),
                     after: side(d.new_file()),
                 })

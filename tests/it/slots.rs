@@ -594,3 +594,98 @@ async fn a_parked_directory_with_an_unreadable_snapshot_is_not_reused() {
     assert_ne!(ino(&second.path), root_ino);
     assert_exactly_main(&f, &second);
 }
+
+/// Commits `files` (names as git's bytes, which need not be UTF-8; `None` removes) on main.
+fn commit_named_bytes(repo: &Path, files: &[(&[u8], Option<&str>)]) {
+    let git = git2::Repository::open(repo).unwrap();
+    let head = git
+        .find_reference("refs/heads/main")
+        .unwrap()
+        .peel_to_commit()
+        .unwrap();
+    let mut tree = git.treebuilder(Some(&head.tree().unwrap())).unwrap();
+    for (name, content) in files {
+        match content {
+            Some(text) => {
+                let blob = git.blob(text.as_bytes()).unwrap();
+                tree.insert(name.to_vec(), blob, 0o100644).unwrap();
+            }
+            None => tree.remove(name.to_vec()).unwrap(),
+        }
+    }
+    let tree = git.find_tree(tree.write().unwrap()).unwrap();
+    let sig = git2::Signature::now("t", "t@example.com").unwrap();
+    git.commit(
+        Some("refs/heads/main"),
+        &sig,
+        &sig,
+        "bytes",
+        &tree,
+        &[&head],
+    )
+    .unwrap();
+}
+
+/// git's names need not be UTF-8. The reset of a reused directory writes what the new
+/// start changes by the names' bytes: a file changed on main under such a name holds the
+/// new start's content, a new one is written, a removed one goes, and the seal then sees
+/// only the agent's work (a name read through a lossy string once kept the old content
+/// under HEAD's new one, which the next landing would have reverted).
+#[tokio::test]
+async fn a_reused_directory_is_reset_by_the_bytes_of_names_that_are_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let f = fixture();
+    let (changed, added, removed): (&[u8], &[u8], &[u8]) =
+        (b"caf\xe9.txt", b"na\xefve.txt", b"old\xff.txt");
+    commit_named_bytes(
+        f.repo.path(),
+        &[(changed, Some("v1\n")), (removed, Some("going\n"))],
+    );
+    let first = f.prepare("t1").await;
+    let on_disk =
+        |ws: &Workspace, name: &[u8]| std::fs::read(ws.path.join(OsStr::from_bytes(name))).ok();
+    assert_eq!(on_disk(&first, changed).as_deref(), Some(&b"v1\n"[..]));
+    let root_ino = ino(&first.path);
+    f.release(&first).await;
+    commit_named_bytes(
+        f.repo.path(),
+        &[
+            (changed, Some("v2\n")),
+            (added, Some("new\n")),
+            (removed, None),
+        ],
+    );
+
+    let second = f.prepare("t2").await;
+    assert_eq!(
+        ino(&second.path),
+        root_ino,
+        "the released directory, reused"
+    );
+    assert_eq!(
+        on_disk(&second, changed).as_deref(),
+        Some(&b"v2\n"[..]),
+        "the new start's content"
+    );
+    assert_eq!(
+        on_disk(&second, added).as_deref(),
+        Some(&b"new\n"[..]),
+        "the new file written"
+    );
+    assert_eq!(on_disk(&second, removed), None, "the removed file gone");
+    assert_eq!(
+        git_cli(&second.path, &["status", "--porcelain"]),
+        "",
+        "git reads it as clean"
+    );
+    std::fs::write(second.path.join("src/more.rs"), "// more\n").unwrap();
+    let work = f
+        .worktrees
+        .seal(second.clone(), "t2: more".into())
+        .await
+        .unwrap();
+    let paths: Vec<&str> = work.files.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["src/more.rs"], "only the agent's work");
+    f.release(&second).await;
+}
