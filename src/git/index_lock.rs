@@ -131,7 +131,9 @@ pub(super) fn write_record(gitdir: &Path, record: &Record) -> Result<(), RepoErr
     file.write_all(&text)
         .and_then(|_| super::ref_lock::sync_record(&file))
         .map_err(|e| io("cannot write", &temporary, e))?;
-    fs::rename(&temporary, &path).map_err(|e| io("cannot write", &path, e))
+    fs::rename(&temporary, &path).map_err(|e| io("cannot write", &path, e))?;
+    // With `--journal-sync full` the rename reaches the disk before the move starts.
+    super::ref_lock::sync_dir(gitdir).map_err(|e| io("cannot sync", gitdir, e))
 }
 
 pub(super) fn remove_record(gitdir: &Path) {

@@ -74,6 +74,15 @@ pub(super) fn sync_record(file: &fs::File) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// Syncs the directory `dir` a record was just renamed in, when records are synced: the
+/// rename reaches the disk before what the record guards starts.
+pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    if !SYNC_RECORDS.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    sync_record(&fs::File::open(dir)?)
+}
+
 /// How many times this thread synced a record or its directory: a counter for tests.
 pub fn record_syncs() -> u64 {
     RECORD_SYNCS.with(Cell::get)
@@ -133,10 +142,7 @@ fn write_record(dir: &Path, record: &Record) -> std::io::Result<PathBuf> {
         sync_record(&file)?;
         fs::rename(&partial, &path)?;
         // The rename itself reaches the disk before the ref update starts.
-        if SYNC_RECORDS.load(Ordering::Relaxed) {
-            sync_record(&fs::File::open(dir)?)?;
-        }
-        Ok(())
+        sync_dir(dir)
     })();
     if let Err(e) = written {
         let _ = fs::remove_file(&partial);
@@ -464,11 +470,25 @@ mod tests {
             .unwrap();
             (seen, record_syncs() - before)
         };
+        // The checkout's move record (index_lock) the same way: the record, then the
+        // directory it was renamed in. One test, so no other flips the switch meanwhile.
+        let moved = || {
+            let before = record_syncs();
+            let record = super::super::index_lock::Record {
+                from: "a".into(),
+                to: "b".into(),
+                lock_dev: 0,
+                lock_ino: 0,
+                branch: None,
+            };
+            super::super::index_lock::write_record(&git, &record).unwrap();
+            record_syncs() - before
+        };
         sync_records(false);
-        let unsynced = recorded(&repo);
+        let unsynced = (recorded(&repo), moved());
         sync_records(true);
-        let synced = recorded(&repo);
-        assert_eq!(unsynced, (1, 0));
-        assert_eq!(synced, (1, 2));
+        let synced = (recorded(&repo), moved());
+        assert_eq!(unsynced, ((1, 0), 0));
+        assert_eq!(synced, ((1, 2), 2));
     }
 }
