@@ -14,7 +14,9 @@
 //! - A crash in the middle leaves a record (`<gitdir>/flotilla-checkout`) beside the lock.
 //!   [`heal`] (every `sync_checkout`, daemon start, run end) puts each file the landing
 //!   touched, when the user has not changed it since, to main's current version in the work
-//!   tree and the index, and releases the lock.
+//!   tree and the index, and releases the lock. Each file is written beside its place and
+//!   renamed onto it, so a kill never leaves half of one (which the heal would take for the
+//!   user's).
 //! - [`sync`] brings a checkout whose index stands on an older commit of main's history (a
 //!   crash of an older flotilla, or main moved by another tool) up to main's tip when the
 //!   user changed nothing the move changes; otherwise it leaves everything as it is.
@@ -294,22 +296,60 @@ fn put(
             if let Some(parent) = full.parent() {
                 fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
             }
-            remove(&full)?;
-            if mode == LINK {
-                use std::os::unix::ffi::OsStrExt;
-                let target = std::ffi::OsStr::from_bytes(blob.content());
-                std::os::unix::fs::symlink(target, &full)
-                    .map_err(|e| io("cannot write", &full, e))?;
-            } else {
-                use std::os::unix::fs::PermissionsExt;
-                fs::write(&full, blob.content()).map_err(|e| io("cannot write", &full, e))?;
-                let bits = if mode == 0o100755 { 0o755 } else { 0o644 };
-                fs::set_permissions(&full, fs::Permissions::from_mode(bits))
-                    .map_err(|e| io("cannot write", &full, e))?;
+            // A rename cannot replace a directory (the user's, where the landing has a
+            // file); a file or a link it replaces whole.
+            if fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) {
+                remove(&full)?;
+            }
+            let staged = staged_path(&full);
+            let written = write_staged(&staged, blob.content(), mode)
+                .and_then(|()| fs::rename(&staged, &full));
+            if let Err(e) = written {
+                let _ = fs::remove_file(&staged);
+                return Err(io("cannot write", &full, e));
             }
             index.add_path(rel(path)).map_err(git)
         }
     }
+}
+
+/// Where [`put`] writes a file before renaming it onto `full`, in the same directory.
+///
+/// Why: a file written in place is half written when the daemon is killed in the middle,
+/// and half a file is neither side of the move: [`heal`] took it for the user's change and
+/// kept it, and every later landing of that file waited for the user for ever. Renamed
+/// into place, the path holds the old version or the new one, never a part; what a kill
+/// leaves under this name is removed by [`heal`].
+fn staged_path(full: &Path) -> PathBuf {
+    full.with_file_name(STAGED_FILE)
+}
+
+/// The name [`staged_path`] gives, reserved in every directory a landing writes to.
+const STAGED_FILE: &str = ".flotilla-landing-new";
+
+/// Writes `content` (a file's, or a link's target) at `staged` with `mode`'s permissions.
+fn write_staged(staged: &Path, content: &[u8], mode: i32) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt;
+    // What a kill left here is ours (the name is reserved).
+    let _ = fs::remove_file(staged);
+    if mode == LINK {
+        use std::os::unix::ffi::OsStrExt;
+        return std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(content), staged);
+    }
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(staged)?;
+    let (first, rest) = content.split_at(content.len() / 2);
+    file.write_all(first)?;
+    fail::fail_point!("checkout::mid-write", |_| {
+        super::crash_here("checkout::mid-write");
+        Ok(())
+    });
+    file.write_all(rest)?;
+    let bits = if mode == 0o100755 { 0o755 } else { 0o644 };
+    file.set_permissions(fs::Permissions::from_mode(bits))
 }
 
 /// The paths, for a message: the first [`MAX_NAMED`] and how many more.
@@ -581,6 +621,8 @@ fn heal_locked(
     let target_tree = tree(target)?;
     let (mut index, new_index) = index_copy(checkout)?;
     for change in &changes {
+        // Half a file a kill left on its way in (never the user's: the name is reserved).
+        let _ = fs::remove_file(staged_path(&workdir.join(rel(&change.path))));
         let now = worktree_blob(&workdir, rel(&change.path));
         let ours = [change.before, change.after]
             .iter()

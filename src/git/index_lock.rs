@@ -146,6 +146,11 @@ pub(super) fn index_copy(checkout: &git2::Repository) -> Result<(git2::Index, Pa
     let gitdir = checkout.path();
     let copy = gitdir.join(NEW_INDEX_FILE);
     let index = gitdir.join("index");
+    // libgit2 writes the copy through `<copy>.lock`, which a kill in the middle leaves: every
+    // later write of the copy then failed ("the index is locked"), the heal included, and
+    // every landing failed with it. The copy is ours alone while git's `index.lock` is held
+    // by us, so is its lock.
+    let _ = fs::remove_file(gitdir.join(format!("{NEW_INDEX_FILE}.lock")));
     match fs::copy(&index, &copy) {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -98,6 +98,10 @@ fn no_lock_left(path: &Path) {
         "the move's record left"
     );
     assert!(!path.join(".git/flotilla-index").exists(), "new index left");
+    assert!(
+        !path.join(".git/flotilla-index.lock").exists(),
+        "the new index's lock left"
+    );
 }
 
 #[tokio::test]
@@ -388,6 +392,12 @@ fn assert_checkout_healed(path: &Path, context: &str) {
 /// The daemon kills itself at `point` inside the first landing's checkout sync; restarted
 /// without fail points, the run completes and the checkout is whole.
 async fn kill_inside_the_checkout_sync(point: &str) {
+    kill_inside_the_checkout_sync_then(point, |_| {}).await;
+}
+
+/// [`kill_inside_the_checkout_sync`], with `left` adding to what the kill left in the
+/// repository before the restart.
+async fn kill_inside_the_checkout_sync_then(point: &str, left: impl FnOnce(&Path)) {
     let state = tempfile::tempdir().unwrap();
     let repo = git_repo();
     let failpoints = format!("{point}=return");
@@ -408,6 +418,7 @@ async fn kill_inside_the_checkout_sync(point: &str) {
         "{point}"
     );
     drop(daemon);
+    left(repo.path());
     let daemon = DaemonProcess::start(state.path());
     let events = follow_to_end(&client, &run, None).await;
     assert_eq!(
@@ -434,6 +445,25 @@ async fn kill_inside_the_checkout_sync(point: &str) {
 #[tokio::test]
 async fn a_kill_the_moment_the_index_lock_is_taken_is_healed() {
     kill_inside_the_checkout_sync("checkout::lock-taken").await;
+}
+
+/// A kill while a file of the checkout is being written: it once left half a file, which
+/// the heal took for the user's own change and kept, and every later landing of that file
+/// waited for the user for ever.
+#[tokio::test]
+async fn a_kill_while_a_file_of_the_checkout_is_half_written_is_healed() {
+    kill_inside_the_checkout_sync("checkout::mid-write").await;
+}
+
+/// A kill inside libgit2's write of the new index leaves its lock (`flotilla-index.lock`,
+/// made and renamed inside one call, where no fail point reaches): it once failed every
+/// later write of the new index, the heal's too, and every landing after it.
+#[tokio::test]
+async fn a_kill_while_the_new_index_is_written_is_healed() {
+    kill_inside_the_checkout_sync_then("checkout::after-worktree", |repo| {
+        std::fs::write(repo.join(".git/flotilla-index.lock"), "").unwrap();
+    })
+    .await;
 }
 
 #[tokio::test]
