@@ -1296,3 +1296,117 @@ async fn storage_that_refuses_a_write_pauses_the_run_which_resumes_uncharged_whe
     let problems = supervisor.send(RunProblems).await.unwrap();
     assert!(!problems.contains_key(&run), "{problems:?}");
 }
+
+/// A cancel while the run is paused for refused storage (no actors to ask) is journaled at
+/// once and answered, and the run ends Cancelled at the pause's next look, though the
+/// storage still refuses: every task not yet ended is cancelled, nothing is dispatched after
+/// the cancel, and the run's end is its last event. (It was refused with "try again" until
+/// the storage cleared, which a full disk may never do.)
+#[actix::test]
+async fn a_run_paused_for_refused_storage_can_be_cancelled_while_the_storage_still_refuses() {
+    use flotilla::daemon::supervisor::{CancelAnswer, CancelRun, RunProblem, RunProblems};
+    use flotilla_actors::protocol::Published;
+
+    let state = tempfile::tempdir().unwrap();
+    let (supervisor, journal, run, mut events) = supervised_run(state.path(), 3, 300).await;
+    let started = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let e = events.recv().await.unwrap();
+            if let EventKind::TaskStarted { task, .. } = e.kind {
+                return task;
+            }
+        }
+    })
+    .await
+    .expect("a task started");
+    supervisor.do_send(Published(Event {
+        seq: 0,
+        run,
+        at_ms: 0,
+        kind: EventKind::StorageUnavailable {
+            task: started,
+            error: "No space left on device (os error 28)".into(),
+        },
+    }));
+    assert!(matches!(
+        supervisor.send(RunProblems).await.unwrap().get(&run),
+        Some(RunProblem::Paused(_))
+    ));
+    // The storage keeps refusing: where the pause's look writes, a file stands in the way.
+    let probe = state.path().join("workspaces").join(run.to_string());
+    let _ = std::fs::remove_dir_all(&probe);
+    std::fs::create_dir_all(probe.parent().unwrap()).unwrap();
+    std::fs::write(&probe, "in the way").unwrap();
+
+    let answer = supervisor
+        .send(CancelRun {
+            run,
+            reason: "cancelled by the user".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(answer, CancelAnswer::Journaled);
+    // Asked again before it is carried out: the same answer, journaled once.
+    let again = supervisor
+        .send(CancelRun {
+            run,
+            reason: "cancelled by the user".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(again, CancelAnswer::Journaled);
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let e = events.recv().await.unwrap();
+            if matches!(e.kind, EventKind::RunFinished { .. }) {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the run finished");
+    assert!(probe.is_file(), "the storage still refused at the end");
+
+    let kinds: Vec<EventKind> = journal
+        .read(run, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    let requested: Vec<usize> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| matches!(k, EventKind::RunCancelRequested { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(requested.len(), 1, "journaled once: {kinds:?}");
+    let after = &kinds[requested[0]..];
+    assert!(
+        !after
+            .iter()
+            .any(|k| matches!(k, EventKind::TaskDispatched { .. })),
+        "nothing dispatched after the cancel: {kinds:?}"
+    );
+    let cancelled = after
+        .iter()
+        .filter(|k| matches!(k, EventKind::TaskCancelled { .. }))
+        .count();
+    assert_eq!(cancelled, 3, "every task cancelled: {kinds:?}");
+    assert!(
+        matches!(
+            kinds.last(),
+            Some(EventKind::RunFinished {
+                outcome: RunOutcome::Cancelled,
+                ..
+            })
+        ),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| matches!(k, EventKind::TaskFailed { .. })),
+        "nothing charged: {kinds:?}"
+    );
+}

@@ -261,6 +261,35 @@ impl RunGraph {
         Ok(out)
     }
 
+    /// Carries out a whole-run cancel that is in the journal but was never carried out: the
+    /// daemon journals one itself when the user cancels a run that has no actors for the
+    /// moment (paused for refused storage, or between two lives). Every task not yet ended
+    /// is cancelled, as a live cancel does, and the run ends once nothing is in flight.
+    /// Nothing when no cancel waits, the run has finished, or every task has ended.
+    pub fn carry_out_journaled_cancel(&mut self) -> Result<Emitted, GraphError> {
+        let mut out = Vec::new();
+        let Some(reason) = self.cancel_requested.clone() else {
+            return Ok(out);
+        };
+        if self.outcome.is_some() {
+            return Ok(out);
+        }
+        let targets: Vec<NodeIndex> = self
+            .dag
+            .node_indices()
+            .filter(|&ix| self.dag[ix].parent.is_none() && !self.dag[ix].state.is_terminal())
+            .collect();
+        if targets.is_empty() {
+            return Ok(out);
+        }
+        let mut work = VecDeque::new();
+        for ix in targets {
+            self.cancel_one(&mut out, ix, reason.clone(), &mut work)?;
+        }
+        self.settle(&mut out, work)?;
+        Ok(out)
+    }
+
     pub(super) fn cancel_one(
         &mut self,
         out: &mut Emitted,

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod budgets;
+mod cancel_recovery;
 mod dispatch;
 mod harness;
 mod landing;

@@ -117,9 +117,29 @@ impl Supervisor {
         self.resume_journaled_pauses(run, pauses, ctx);
         info!(%run, recovering, generation, "run started");
         if let Some(entry) = self.runs.get_mut(&run) {
+            entry.life_read_upto = journal.last().map_or(0, |e| e.seq);
             entry.life = Life::Live(members);
         }
+        self.cancel_between_lives(run);
         Ok(())
+    }
+
+    /// A cancel journaled while the run had no actors reaches a life that read its journal
+    /// before it (a restart's read raced the append); a life that read it carries it out
+    /// itself (`RunGraph::carry_out_journaled_cancel`).
+    fn cancel_between_lives(&mut self, run: RunId) {
+        let Some(entry) = self.runs.get(&run) else {
+            return;
+        };
+        let (Some((seq, reason)), Life::Live(members)) = (&entry.cancel_journaled, &entry.life)
+        else {
+            return;
+        };
+        if entry.life_read_upto < *seq {
+            members.task_graph.do_send(actors::CancelRun {
+                reason: reason.clone(),
+            });
+        }
     }
 
     /// Reads the run's journal again and starts it from there (or journals its failure).
@@ -262,6 +282,8 @@ impl Handler<StartRun> for Supervisor {
                 storage_pauses: 0,
                 problem: None,
                 failing: None,
+                cancel_journaled: None,
+                life_read_upto: 0,
                 thread: None,
                 provider_pauses: HashMap::new(),
             },
@@ -288,6 +310,8 @@ impl Handler<RunDamaged> for Supervisor {
                 journal_retries: 0,
                 storage_pauses: 0,
                 failing: None,
+                cancel_journaled: None,
+                life_read_upto: 0,
                 thread: None,
                 provider_pauses: HashMap::new(),
             },
@@ -367,12 +391,47 @@ impl Handler<CancelRun> for Supervisor {
                     ),
                 }))
             }
-            Life::Restarting => Box::pin(fut::ready(CancelAnswer::Unavailable(
-                entry
-                    .problem
-                    .as_ref()
-                    .map_or_else(|| "the run is restarting".into(), ToString::to_string),
-            ))),
+            Life::Restarting if entry.failing.is_some() => {
+                Box::pin(fut::ready(CancelAnswer::Unavailable(
+                    "the run is ending (failed); its end is being journaled".into(),
+                )))
+            }
+            Life::Restarting if entry.cancel_journaled.is_some() => {
+                Box::pin(fut::ready(CancelAnswer::Journaled))
+            }
+            Life::Restarting => {
+                // No actors to ask (paused, or between two lives): the cancel is journaled
+                // here, and the run's next life carries it out; a run paused for refused
+                // storage gets that next life at its pause's next look (pauses.rs).
+                let run = msg.run;
+                let reason = msg.reason;
+                let request = EventKind::RunCancelRequested {
+                    reason: reason.clone(),
+                };
+                // Through the actors' port, as a live cancel is journaled (a fault there
+                // refuses it the same way).
+                let append = self.journal_port.append(run, vec![request]);
+                Box::pin(
+                    append
+                        .into_actor(self)
+                        .map(move |result, act, ctx| match result {
+                            Ok(events) => {
+                                let seq = events.last().map_or(0, |e| e.seq);
+                                for event in events {
+                                    act.publish(event, ctx);
+                                }
+                                if let Some(entry) = act.runs.get_mut(&run) {
+                                    entry.cancel_journaled = Some((seq, reason));
+                                }
+                                act.cancel_between_lives(run);
+                                CancelAnswer::Journaled
+                            }
+                            Err(e) => CancelAnswer::Unavailable(format!(
+                                "the journal could not be written: {e}"
+                            )),
+                        }),
+                )
+            }
             Life::Damaged => {
                 // A damaged run has no actors: its end is journaled directly.
                 let run = msg.run;

@@ -148,6 +148,12 @@ struct RunEntry {
     problem: Option<RunProblem>,
     /// The run must end Failed with this reason once the journal takes it.
     failing: Option<String>,
+    /// A cancel the user asked for while the run had no actors, journaled
+    /// (`RunCancelRequested`) at this seq: the run's next life carries it out, and a life
+    /// that read its journal before that seq is told (`cancel_between_lives`).
+    cancel_journaled: Option<(u64, String)>,
+    /// The last seq the current life's journal read held.
+    life_read_upto: u64,
     /// The thread the run's actors live on (ADR-014): made at its first start, kept across
     /// restarts, stopped once its actors have stopped after the run ended.
     thread: Option<Arbiter>,

@@ -49,6 +49,20 @@ impl Supervisor {
         entry.storage_pauses = entry.storage_pauses.saturating_add(1);
         let probe = self.worktrees.join(run.to_string());
         ctx.run_later(delay, move |act, ctx| {
+            // A cancel journaled meanwhile needs no storage: the next life carries it out
+            // (it dispatches nothing) and the run ends.
+            if act
+                .runs
+                .get(&run)
+                .is_some_and(|entry| entry.cancel_journaled.is_some())
+            {
+                info!(%run, "a cancel waits: the paused run restarts to carry it out");
+                if let Some(entry) = act.runs.get_mut(&run) {
+                    entry.problem = None;
+                }
+                act.restart(run, ctx);
+                return;
+            }
             let write = tokio::task::spawn_blocking(move || storage_takes_writes(&probe));
             ctx.spawn(write.into_actor(act).map(move |result, act, ctx| {
                 let error = match result {

@@ -185,7 +185,11 @@ impl TaskGraph {
     /// Journals the interruption of in-flight attempts, then puts every runnable task back
     /// in Dispatch, re-sends pending syntheses, re-arms deadlines and wakes the planner.
     fn resume(&mut self, recovery: Recovery, ctx: &mut Context<Self>) {
-        let events = match self.graph.interrupt_in_flight() {
+        // A cancel the daemon journaled while the run had no actors is carried out now.
+        let events = match self.graph.interrupt_in_flight().and_then(|mut events| {
+            events.extend(self.graph.carry_out_journaled_cancel()?);
+            Ok(events)
+        }) {
             Ok(events) => events,
             Err(e) => {
                 self.stop_because(StopCause::InvariantBroken(e.to_string()), ctx);
