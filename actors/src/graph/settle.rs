@@ -264,8 +264,9 @@ impl RunGraph {
     /// Carries out a whole-run cancel that is in the journal but was never carried out: the
     /// daemon journals one itself when the user cancels a run that has no actors for the
     /// moment (paused for refused storage, or between two lives). Every task not yet ended
-    /// is cancelled, as a live cancel does, and the run ends once nothing is in flight.
-    /// Nothing when no cancel waits, the run has finished, or every task has ended.
+    /// is cancelled, as a live cancel does, and the run ends once nothing is in flight, also
+    /// when no task is left open (a cancel while planning, or during the final sweep).
+    /// Nothing when no cancel waits or the run has finished.
     pub fn carry_out_journaled_cancel(&mut self) -> Result<Emitted, GraphError> {
         let mut out = Vec::new();
         let Some(reason) = self.cancel_requested.clone() else {
@@ -279,9 +280,6 @@ impl RunGraph {
             .node_indices()
             .filter(|&ix| self.dag[ix].parent.is_none() && !self.dag[ix].state.is_terminal())
             .collect();
-        if targets.is_empty() {
-            return Ok(out);
-        }
         let mut work = VecDeque::new();
         for ix in targets {
             self.cancel_one(&mut out, ix, reason.clone(), &mut work)?;

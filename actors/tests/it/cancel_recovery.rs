@@ -69,3 +69,25 @@ fn without_a_journaled_cancel_the_next_life_carries_out_nothing() {
     assert!(g.carry_out_journaled_cancel().unwrap().is_empty());
     assert_eq!(g.outcome(), None);
 }
+
+/// A cancel journaled while planning, before any task exists (the planner's life was cut
+/// short): the next life ends the run cancelled, though there is nothing to cancel.
+#[test]
+fn a_journaled_cancel_with_no_task_open_still_ends_the_run() {
+    let journal = vec![EventKind::RunCancelRequested {
+        reason: "cancelled by the user".into(),
+    }];
+    let mut g = RunGraph::new(Limits::default()).replayed(&journal).unwrap();
+    let events = g.carry_out_journaled_cancel().unwrap();
+    assert!(
+        matches!(
+            &events[..],
+            [EventKind::RunFinished {
+                outcome: RunOutcome::Cancelled,
+                ..
+            }]
+        ),
+        "{events:?}"
+    );
+    assert_eq!(g.outcome(), Some(RunOutcome::Cancelled));
+}

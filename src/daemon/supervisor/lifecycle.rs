@@ -147,6 +147,11 @@ impl Supervisor {
         let Some(entry) = self.runs.get(&run) else {
             return;
         };
+        // A timer of an earlier pause may fire after another one restarted the run: one
+        // life at a time.
+        if !matches!(entry.life, Life::Restarting) {
+            return;
+        }
         if let Some(reason) = entry.failing.clone() {
             self.journal_failure(run, reason, ctx);
             return;
