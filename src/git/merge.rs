@@ -33,6 +33,7 @@ use flotilla_actors::ports::{
 };
 use futures::future::BoxFuture;
 
+use super::handles::RepoHandles;
 pub use super::markers::{MAX_MARKER_FILE_BYTES, MAX_MARKER_HITS, markers_in};
 use super::markers::{MarkerFreeTrees, conflict_markers};
 use super::target::{TASK_BRANCH_PREFIX, TargetBranch};
@@ -48,6 +49,8 @@ pub const MAX_SCRATCH_LABEL: usize = 64;
 
 pub struct GitMerge {
     repo: PathBuf,
+    /// Opened handles kept between calls (ADR-041, "a cheaper cycle").
+    handles: Arc<RepoHandles>,
     scratch_root: PathBuf,
     /// The branch work lands on (ADR-022): never deleted, and the one whose checkout
     /// [`MergeGit::sync_checkout`] brings along.
@@ -65,8 +68,10 @@ impl GitMerge {
         scratch_root: impl Into<PathBuf>,
         target: TargetBranch,
     ) -> Self {
+        let repo = repo.into();
         GitMerge {
-            repo: repo.into(),
+            handles: Arc::new(RepoHandles::new(&repo)),
+            repo,
             scratch_root: scratch_root.into(),
             target,
             warm: None,
@@ -84,24 +89,23 @@ impl GitMerge {
         self
     }
 
-    /// Runs `work` on a blocking thread with the repository opened there; under the
-    /// repository's lock when `locked` (anything that writes a ref or HEAD).
+    /// Runs `work` on a blocking thread with a handle of the repository (kept between
+    /// calls: [`RepoHandles`]); under the repository's lock when `locked` (anything that
+    /// writes a ref or HEAD).
     fn blocking<T: Send + 'static>(
         &self,
         locked: bool,
         work: impl FnOnce(&git2::Repository, &Path) -> Result<T, RepoError> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, RepoError>> {
-        let path = self.repo.clone();
+        let handles = self.handles.clone();
         let scratch_root = self.scratch_root.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                let lock = locked.then(|| repo_lock(&path));
+                let lock = locked.then(|| repo_lock(handles.path()));
                 let _held = lock
                     .as_ref()
                     .map(|l| l.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
-                let repo = git2::Repository::open(&path)
-                    .map_err(|_| RepoError::NotARepository(path.clone()))?;
-                work(&repo, &scratch_root)
+                handles.with(|repo| work(repo, &scratch_root))?
             })
             .await
             .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
@@ -673,8 +677,17 @@ impl MergeGit for GitMerge {
         label: String,
     ) -> BoxFuture<'static, Result<ScratchTree, RepoError>> {
         // A scratch checkout flotilla's storage refuses is nobody's failure (ADR-024).
-        self.blocking(false, move |repo, root| {
-            scratch(repo, root, &commit, &label).map_err(RepoError::storage_or_self)
+        // It sets an in-memory index on its handle: one of its own, never a kept one.
+        let path = self.repo.clone();
+        let root = self.scratch_root.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let repo = git2::Repository::open(&path)
+                    .map_err(|_| RepoError::NotARepository(path.clone()))?;
+                scratch(&repo, &root, &commit, &label).map_err(RepoError::storage_or_self)
+            })
+            .await
+            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
         })
     }
 

@@ -11,6 +11,7 @@
 pub mod checkout;
 pub mod conflict_fix;
 pub mod diff;
+pub mod handles;
 pub mod index_lock;
 pub mod leftovers;
 pub mod markers;
@@ -44,12 +45,34 @@ pub const FLOTILLA_EMAIL: &str = "flotilla@localhost";
 /// two runs on it never race on a ref or on `.git/worktrees`.
 pub(crate) fn repo_lock(repo: &Path) -> Arc<Mutex<()>> {
     static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
-    let key = std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf());
-    let mut locks = LOCKS
+    // The path as given, then made real: the landing asks several times a cycle, and
+    // making a path real reads every component's link (ADR-041, "a cheaper cycle").
+    static SPELLED: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
+    let spelled = SPELLED.get_or_init(Default::default);
+    if let Some(lock) = spelled
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .get(repo)
+    {
+        return lock.clone();
+    }
+    let real = std::fs::canonicalize(repo).ok();
+    let key = real.clone().unwrap_or_else(|| repo.to_path_buf());
+    let lock = LOCKS
         .get_or_init(Default::default)
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    locks.entry(key).or_default().clone()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .entry(key)
+        .or_default()
+        .clone();
+    // A path not made real (not there yet) is made real again next time.
+    if real.is_some() {
+        spelled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(repo.to_path_buf(), lock.clone());
+    }
+    lock
 }
 
 pub(crate) fn signature() -> Result<git2::Signature<'static>, RepoError> {

@@ -6,6 +6,7 @@
 //! the merge queue's candidates.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use flotilla_actors::ports::{
     CommitLog, CommitShown, GrepQuery, GrepReport, MainRef, MainRefError, ReadBounds, RepoError,
@@ -13,19 +14,24 @@ use flotilla_actors::ports::{
 };
 use futures::future::BoxFuture;
 
+use super::handles::RepoHandles;
 use super::target::TargetBranch;
 use super::{git, main_commit, repo_lock};
 
 pub struct GitRepo {
     path: PathBuf,
     target: TargetBranch,
+    /// Opened handles kept between calls (ADR-041, "a cheaper cycle").
+    handles: Arc<RepoHandles>,
 }
 
 impl GitRepo {
     /// The repository at `path`, whose work lands on `target`.
     pub fn new(path: impl Into<PathBuf>, target: TargetBranch) -> Self {
+        let path = path.into();
         GitRepo {
-            path: path.into(),
+            handles: Arc::new(RepoHandles::new(&path)),
+            path,
             target,
         }
     }
@@ -38,16 +44,12 @@ impl GitRepo {
         &self,
         work: impl FnOnce(&git2::Repository, &TargetBranch) -> Result<T, RepoError> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, RepoError>> {
-        let path = self.path.clone();
+        let handles = self.handles.clone();
         let target = self.target.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                let repo = git2::Repository::open(&path)
-                    .map_err(|_| RepoError::NotARepository(path.clone()))?;
-                work(&repo, &target)
-            })
-            .await
-            .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
+            tokio::task::spawn_blocking(move || handles.with(|repo| work(repo, &target))?)
+                .await
+                .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
         })
     }
 }
@@ -218,54 +220,54 @@ impl MainRef for GitRepo {
         expected: String,
         new: String,
     ) -> BoxFuture<'static, Result<(), MainRefError>> {
-        let path = self.path.clone();
+        let (path, handles) = (self.path.clone(), self.handles.clone());
         let target = self.target.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                let repo = git2::Repository::open(&path)
-                    .map_err(|_| RepoError::NotARepository(path.clone()))?;
-                let oid = |s: &str| {
-                    git2::Oid::from_str(s).map_err(|e| RepoError::Git(git(e).to_string()))
-                };
-                let (from, to) = (oid(&expected)?, oid(&new)?);
-                let name = target.refname();
-                // A checked-out target moves only with its index and work tree (ADR-021),
-                // and what writes the user's checkout is serialized with the rest of `.git`.
-                let lock = repo_lock(&path);
-                let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                let (from_text, to_text) = (expected.clone(), new.clone());
-                super::checkout::move_main(&repo, &target, &from_text, &to_text, || {
-                    // git2 checks the ref's value and moves it under git's own ref lock.
-                    // A kill inside it leaves `<ref>.lock`: the record lets a later heal
-                    // remove it (ref_lock).
-                    let moved = super::ref_lock::guarded(&repo, &name, || {
-                        repo.reference_matching(&name, to, true, from, "flotilla: land")
-                    })?;
-                    match moved {
-                        Ok(_) => Ok(()),
-                        Err(e)
-                            if e.code() == git2::ErrorCode::Modified
-                                || e.code() == git2::ErrorCode::NotFound =>
-                        {
-                            let actual = repo
-                                .refname_to_id(&name)
-                                .map(|id| id.to_string())
-                                .unwrap_or_default();
-                            Err(MainRefError::Moved { expected, actual })
+                handles.with(|repo| {
+                    let oid = |s: &str| {
+                        git2::Oid::from_str(s).map_err(|e| RepoError::Git(git(e).to_string()))
+                    };
+                    let (from, to) = (oid(&expected)?, oid(&new)?);
+                    let name = target.refname();
+                    // A checked-out target moves only with its index and work tree (ADR-021),
+                    // and what writes the user's checkout is serialized with the rest of `.git`.
+                    let lock = repo_lock(&path);
+                    let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    let (from_text, to_text) = (expected.clone(), new.clone());
+                    super::checkout::move_main(repo, &target, &from_text, &to_text, || {
+                        // git2 checks the ref's value and moves it under git's own ref lock.
+                        // A kill inside it leaves `<ref>.lock`: the record lets a later heal
+                        // remove it (ref_lock).
+                        let moved = super::ref_lock::guarded(repo, &name, || {
+                            repo.reference_matching(&name, to, true, from, "flotilla: land")
+                        })?;
+                        match moved {
+                            Ok(_) => Ok(()),
+                            Err(e)
+                                if e.code() == git2::ErrorCode::Modified
+                                    || e.code() == git2::ErrorCode::NotFound =>
+                            {
+                                let actual = repo
+                                    .refname_to_id(&name)
+                                    .map(|id| id.to_string())
+                                    .unwrap_or_default();
+                                Err(MainRefError::Moved { expected, actual })
+                            }
+                            // Another writer holds `main.lock` (libgit2 says Locked; some
+                            // versions only say so in the message): contention (ADR-018).
+                            Err(e)
+                                if e.code() == git2::ErrorCode::Locked
+                                    || e.message().contains(".lock") =>
+                            {
+                                Err(MainRefError::Busy {
+                                    detail: e.message().to_string(),
+                                })
+                            }
+                            Err(e) => Err(MainRefError::Repo(git(e))),
                         }
-                        // Another writer holds `main.lock` (libgit2 says Locked; some
-                        // versions only say so in the message): contention (ADR-018).
-                        Err(e)
-                            if e.code() == git2::ErrorCode::Locked
-                                || e.message().contains(".lock") =>
-                        {
-                            Err(MainRefError::Busy {
-                                detail: e.message().to_string(),
-                            })
-                        }
-                        Err(e) => Err(MainRefError::Repo(git(e))),
-                    }
-                })
+                    })
+                })?
             })
             .await
             .map_err(|e| {
