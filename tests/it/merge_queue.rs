@@ -1262,3 +1262,266 @@ async fn without_a_gate_a_batch_takes_every_branch_waiting_unless_batch_max_says
         assert_eq!(f.history().len(), 7, "{case}: one commit a landing");
     }
 }
+
+/// git that records every build (onto, tasks), holds the first until the test lets it go,
+/// and says when the second starts; everything else is the real thing.
+struct RecordedBuilds {
+    real: Arc<GitMerge>,
+    builds: Mutex<Vec<(String, Vec<String>)>>,
+    first: Mutex<
+        Option<(
+            tokio::sync::oneshot::Sender<()>,
+            tokio::sync::oneshot::Receiver<()>,
+        )>,
+    >,
+    second: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl MergeGit for RecordedBuilds {
+    fn build(
+        &self,
+        onto: String,
+        items: Vec<LandItem>,
+        mode: LandMode,
+    ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>> {
+        let tasks = items.iter().map(|i| i.task.to_string()).collect();
+        let mut builds = self.builds.lock().unwrap();
+        builds.push((onto.clone(), tasks));
+        let held = self.first.lock().unwrap().take();
+        let second = (builds.len() == 2)
+            .then(|| self.second.lock().unwrap().take())
+            .flatten();
+        let real = self.real.clone();
+        Box::pin(async move {
+            if let Some((started, release)) = held {
+                let _ = started.send(());
+                let _ = release.await;
+            }
+            if let Some(second) = second {
+                let _ = second.send(());
+            }
+            real.build(onto, items, mode).await
+        })
+    }
+    fn find_on_main(
+        &self,
+        tip: String,
+        candidates: Vec<Vec<String>>,
+    ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>> {
+        self.real.find_on_main(tip, candidates)
+    }
+    fn contains(
+        &self,
+        tip: String,
+        ancestor: String,
+    ) -> BoxFuture<'static, Result<bool, RepoError>> {
+        self.real.contains(tip, ancestor)
+    }
+    fn scratch(
+        &self,
+        commit: String,
+        label: String,
+    ) -> BoxFuture<'static, Result<ScratchTree, RepoError>> {
+        self.real.scratch(commit, label)
+    }
+    fn remove_scratch(&self, tree: ScratchTree) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.real.remove_scratch(tree)
+    }
+    fn conflict_markers(
+        &self,
+        commit: String,
+        paths: Option<Vec<String>>,
+    ) -> BoxFuture<'static, Result<Vec<MarkerHit>, RepoError>> {
+        self.real.conflict_markers(commit, paths)
+    }
+    fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.real.delete_branch(branch)
+    }
+    fn sync_checkout(
+        &self,
+        old: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<CheckoutSync, RepoError>> {
+        self.real.sync_checkout(old, new)
+    }
+}
+
+/// main's ref whose first compare-and-swap waits until the test lets it go (and says when
+/// it started); then the real one.
+struct HeldFirstSwap {
+    real: Arc<GitRepo>,
+    first: Mutex<
+        Option<(
+            tokio::sync::oneshot::Sender<()>,
+            tokio::sync::oneshot::Receiver<()>,
+        )>,
+    >,
+}
+
+impl MainRef for HeldFirstSwap {
+    fn compare_and_swap(
+        &self,
+        expected: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<(), MainRefError>> {
+        let held = self.first.lock().unwrap().take();
+        let real = self.real.clone();
+        Box::pin(async move {
+            if let Some((started, release)) = held {
+                let _ = started.send(());
+                let _ = release.await;
+            }
+            real.compare_and_swap(expected, new).await
+        })
+    }
+}
+
+/// ADR-041 ("the queue pipelined"): while one batch's compare-and-swap runs, the next is
+/// built on the candidate main is moving to; it lands after, in order, each intent
+/// journaled before its move and naming the tip the one before left. When that
+/// compare-and-swap fails (someone else moved main meanwhile), the batch built ahead is
+/// discarded and built again on what main then is: never landed on a stale base.
+#[actix::test]
+async fn the_next_batch_is_built_while_main_moves_and_lands_after_it_never_on_a_stale_base() {
+    for cas_fails in [false, true] {
+        let case = if cas_fails {
+            "the swap fails"
+        } else {
+            "the swap succeeds"
+        };
+        let f = Fixture::new();
+        let (build_started_tx, build_started) = tokio::sync::oneshot::channel();
+        let (build_release, build_release_rx) = tokio::sync::oneshot::channel();
+        let (second_tx, second) = tokio::sync::oneshot::channel();
+        let git = Arc::new(RecordedBuilds {
+            real: Arc::new(f.git()),
+            builds: Mutex::default(),
+            first: Mutex::new(Some((build_started_tx, build_release_rx))),
+            second: Mutex::new(Some(second_tx)),
+        });
+        let (swap_started_tx, swap_started) = tokio::sync::oneshot::channel();
+        let (swap_release, swap_release_rx) = tokio::sync::oneshot::channel();
+        let main = Arc::new(HeldFirstSwap {
+            real: Arc::new(GitRepo::new(f.repo_path.clone(), main_branch())),
+            first: Mutex::new(Some((swap_started_tx, swap_release_rx))),
+        });
+        let (queue, mut inbox) =
+            f.queue_configured(MergeConfig::default(), main, git.clone(), None);
+        let request = |id: &str| f.branch(id, &[(&format!("src/{id}.txt"), &format!("{id}\n"))]);
+        queue.do_send(ToMergeQueue::Enqueue(Box::new(request("t1"))));
+        // t1 is being built: t2 and t3 arrive behind it.
+        build_started.await.unwrap();
+        for id in ["t2", "t3"] {
+            queue
+                .send(ToMergeQueue::Enqueue(Box::new(request(id))))
+                .await
+                .unwrap();
+        }
+        build_release.send(()).unwrap();
+        // t1's compare-and-swap is held: its intent is journaled, main has not moved, and
+        // t2 and t3 are being built on the candidate main is moving to.
+        swap_started.await.unwrap();
+        second.await.unwrap();
+        let first_intent = f.intents.lock().unwrap()[0].clone();
+        assert_eq!(first_intent.0, f.base.to_string(), "{case}");
+        let c1 = first_intent.1.clone();
+        assert_eq!(
+            f.main_tip(),
+            f.base,
+            "{case}: main moves only through the swap"
+        );
+        assert_eq!(
+            git.builds.lock().unwrap()[1],
+            (c1.clone(), vec!["t2".to_string(), "t3".to_string()]),
+            "{case}: the next batch is built on t1's candidate"
+        );
+        let user_tip = cas_fails.then(|| {
+            // Someone else moves main meanwhile: t1's swap fails.
+            let repo = f.repo();
+            let base = repo.find_commit(f.base).unwrap();
+            let sig = git2::Signature::now("user", "user@example.com").unwrap();
+            repo.commit(
+                Some("refs/heads/main"),
+                &sig,
+                &sig,
+                "the user's own commit",
+                &base.tree().unwrap(),
+                &[&base],
+            )
+            .unwrap()
+        });
+        swap_release.send(()).unwrap();
+
+        let seen = verdicts(&mut inbox, 3).await;
+        let moves: Vec<(String, String, Vec<String>)> = seen
+            .iter()
+            .filter_map(|m| match m {
+                FromMerging::MainMoved {
+                    from, to, landed, ..
+                } => Some((
+                    from.clone(),
+                    to.clone(),
+                    landed.iter().map(|(t, _, _)| t.to_string()).collect(),
+                )),
+                FromMerging::Note(_) => None,
+                other => panic!("{case}: nothing but landings expected, got {other:?}"),
+            })
+            .collect();
+        let batches: Vec<&[String]> = moves.iter().map(|(_, _, l)| l.as_slice()).collect();
+        assert_eq!(
+            batches,
+            [&["t1"][..], &["t2", "t3"][..]],
+            "{case}: in order"
+        );
+        // Each move starts where the one before ended, and each was journaled first.
+        assert_eq!(moves[1].0, moves[0].1, "{case}");
+        let intents: Vec<(String, String, Vec<String>)> = f
+            .intents
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(from, to, landed)| {
+                let tasks = landed.iter().map(|l| l.task.to_string()).collect();
+                (from.clone(), to.clone(), tasks)
+            })
+            .collect();
+        let builds = git.builds.lock().unwrap().clone();
+        let pair = vec!["t2".to_string(), "t3".to_string()];
+        match user_tip {
+            None => {
+                assert_eq!(moves[0].1, c1, "{case}");
+                assert_eq!(intents.len(), 2, "{case}: {intents:?}");
+                assert_eq!(intents[1], (c1.clone(), moves[1].1.clone(), pair), "{case}");
+                assert_eq!(
+                    builds.len(),
+                    2,
+                    "{case}: what was built ahead landed: {builds:?}"
+                );
+                assert_eq!(f.history().len(), 3, "{case}");
+            }
+            Some(user) => {
+                // t1 built again on the user's commit and landed there; the batch built
+                // on the candidate that never became main was discarded and built again.
+                let c1_again = moves[0].1.clone();
+                assert_ne!(c1_again, c1, "{case}");
+                assert_eq!(moves[0].0, user.to_string(), "{case}");
+                assert_eq!(intents.len(), 3, "{case}: {intents:?}");
+                assert_eq!(intents[1].0, user.to_string(), "{case}");
+                assert_eq!(
+                    intents[2],
+                    (c1_again.clone(), moves[1].1.clone(), pair.clone()),
+                    "{case}"
+                );
+                assert_eq!(builds.len(), 4, "{case}: {builds:?}");
+                assert_eq!(builds[3], (c1_again, pair), "{case}");
+                let history = f.history();
+                assert_eq!(history.len(), 4, "{case}");
+                assert!(
+                    !history.contains(&git2::Oid::from_str(&c1).unwrap()),
+                    "{case}"
+                );
+            }
+        }
+        assert_eq!(f.main_tip().to_string(), moves[1].1, "{case}");
+    }
+}

@@ -29,6 +29,33 @@ pub(super) struct Cycle {
     pub(super) reconciler: Option<Recipient<ToReconciler>>,
     pub(super) cancel: CancellationToken,
     pub(super) run: RunId,
+    /// Told, with the candidate, when main is about to move to it: the queue builds the
+    /// next batch on it meanwhile (ADR-041, "the queue pipelined").
+    pub(super) committing: Recipient<Committing>,
+    /// This cycle's number, said with `committing`.
+    pub(super) number: u64,
+}
+
+/// A batch built ahead, while the cycle before it moved main to `base`.
+pub(super) struct Prebuilt {
+    pub(super) base: String,
+    /// The branches it was built from, in order: each task and the head it had.
+    pub(super) heads: Vec<(TaskId, String)>,
+    pub(super) outcome: BuildOutcome,
+}
+
+impl Prebuilt {
+    /// Built on `tip` from exactly `items`: anything else is built again, never landed on
+    /// another base.
+    fn fits(&self, tip: &str, items: &[Queued]) -> bool {
+        self.base == tip
+            && self.heads.len() == items.len()
+            && self
+                .heads
+                .iter()
+                .zip(items)
+                .all(|((task, head), q)| *task == q.request.task && *head == q.request.head)
+    }
 }
 
 /// Why a build-and-gate round stopped.
@@ -42,7 +69,9 @@ enum Round {
 }
 
 impl Cycle {
-    pub(super) async fn land(self, batch: Vec<Queued>) -> CycleEnd {
+    /// `prebuilt`: this batch built while the cycle before moved main, used when main's
+    /// tip is still what it was built on.
+    pub(super) async fn land(self, batch: Vec<Queued>, prebuilt: Option<Prebuilt>) -> CycleEnd {
         let mut end = CycleEnd {
             requeue: Vec::new(),
             landed: Vec::new(),
@@ -56,7 +85,9 @@ impl Cycle {
             return end;
         }
         // Flaky check: a failing batch is tested once more before anyone is blamed.
-        if let Round::GateFailed { command, tail } = self.round(&batch, &mut end, true).await {
+        if let Round::GateFailed { command, tail } =
+            self.round(&batch, &mut end, true, prebuilt).await
+        {
             self.bisect(batch, (command, tail), &mut end).await;
         }
         end
@@ -116,7 +147,7 @@ impl Cycle {
         while let Some((mut items, known)) = pending.pop() {
             let verdict = match known {
                 Some((command, tail)) => Round::GateFailed { command, tail },
-                None => self.round(&items, end, false).await,
+                None => self.round(&items, end, false, None).await,
             };
             match verdict {
                 Round::Landed | Round::Again => {}
@@ -147,7 +178,13 @@ impl Cycle {
     }
 
     /// Builds `items` on main's tip, gates the candidate and moves main to it.
-    async fn round(&self, items: &[Queued], end: &mut CycleEnd, flaky_retry: bool) -> Round {
+    async fn round(
+        &self,
+        items: &[Queued],
+        end: &mut CycleEnd,
+        flaky_retry: bool,
+        mut prebuilt: Option<Prebuilt>,
+    ) -> Round {
         let mut items = items;
         let mut races = 0;
         let mut lock_waits = 0;
@@ -208,11 +245,15 @@ impl Cycle {
                 .iter()
                 .map(|q| land_item(self.run, &q.request))
                 .collect();
-            let built = self
-                .kit
-                .git
-                .build(tip.clone(), lands, self.kit.config.mode)
-                .await;
+            let built = match prebuilt.take().filter(|p| p.fits(&tip, items)) {
+                Some(ahead) => Ok(ahead.outcome),
+                None => {
+                    self.kit
+                        .git
+                        .build(tip.clone(), lands, self.kit.config.mode)
+                        .await
+                }
+            };
             let (candidate, commits) = match built {
                 Ok(BuildOutcome::Built { tip, commits }) => {
                     // Crash point: a candidate exists (commits written, no ref moved) and is
@@ -296,6 +337,12 @@ impl Cycle {
             // Crash point: the candidate passed its gate, main has not moved. The verdict is
             // kept nowhere: a restart gates again before main moves.
             fail::fail_point!("merge::after-gate", |_| crash_here("merge::after-gate"));
+            // The next batch may be built on this candidate while main moves to it; it
+            // lands only if main is then here (`Prebuilt::fits`), after this cycle's end.
+            self.committing.do_send(Committing {
+                cycle: self.number,
+                base: candidate.clone(),
+            });
             // Written ahead: the journal names the commits that will hold each task's work
             // before main moves, so that a restart can tell them on main (ADR-018).
             let intent = IntendLanding {
@@ -661,7 +708,7 @@ enum GateStop {
 const CHECKOUT_WAIT_FIRST: Duration = Duration::from_secs(1);
 const CHECKOUT_WAIT_MAX: Duration = Duration::from_secs(30);
 
-fn land_item(run: RunId, request: &LandRequest) -> LandItem {
+pub(super) fn land_item(run: RunId, request: &LandRequest) -> LandItem {
     LandItem {
         task: request.task.clone(),
         branch: request.branch.clone(),

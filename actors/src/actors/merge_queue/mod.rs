@@ -59,7 +59,7 @@ use crate::protocol::{
     ToMergeQueue, ToPlanner, ToReconciler, WorkOrder,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
-use cycle::Cycle;
+use cycle::{Cycle, Prebuilt};
 
 /// `[merge]` in flotilla.toml.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,6 +225,23 @@ pub struct MergeQueue {
     storage_wait: bool,
     /// Scratch checkouts refused in a row (the backoff's exponent).
     storage_refusals: u32,
+    /// The cycle in flight's number (each cycle says it with [`Committing`]).
+    cycle: u64,
+    /// The next batch, taken from `waiting` and being built (or built) on the candidate
+    /// the cycle in flight is moving main to (ADR-041, "the queue pipelined").
+    ahead: Option<Ahead>,
+}
+
+/// A batch built ahead of its cycle.
+struct Ahead {
+    /// Tells a late build's answer from a discarded one's.
+    number: u64,
+    /// The candidate main is moving to, which the batch is built on.
+    base: String,
+    /// The branches with the keys they waited under (they go back under them).
+    batch: Vec<(QueueKey, Queued)>,
+    /// The build's outcome, once there.
+    built: Option<Result<BuildOutcome, RepoError>>,
 }
 
 /// What one cycle did, for the actor to count and requeue.
@@ -269,6 +286,8 @@ impl MergeQueue {
             notices: None,
             storage_wait: false,
             storage_refusals: 0,
+            cycle: 0,
+            ahead: None,
         }
     }
 
@@ -320,8 +339,9 @@ impl MergeQueue {
     fn health(&self) -> MergeHealth {
         let mut waits = self.waits_ms.clone();
         waits.sort_unstable();
+        let ahead = self.ahead.as_ref().map_or(0, |a| a.batch.len());
         MergeHealth {
-            queued: self.waiting.len() + usize::from(self.busy),
+            queued: self.waiting.len() + ahead + usize::from(self.busy),
             landed: self.landed,
             failed: self.failed,
             median_wait_ms: waits.get(waits.len() / 2).copied().unwrap_or(0),
@@ -330,18 +350,58 @@ impl MergeQueue {
 
     /// Starts a landing cycle when none is in flight and a branch waits.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.busy || self.catching_up || self.storage_wait || self.waiting.is_empty() {
+        if self.busy || self.catching_up || self.storage_wait {
             return;
         }
-        let mut batch = Vec::new();
-        let limit = self.kit.config.batch_limit();
-        while batch.len() < limit {
-            let Some((_, queued)) = self.waiting.pop_first() else {
-                break;
-            };
-            batch.push(queued);
-        }
+        let prebuilt = match self.ahead.take() {
+            // Its build answers, then pumps.
+            Some(ahead) if ahead.built.is_none() => {
+                self.ahead = Some(ahead);
+                return;
+            }
+            // Built on where main now is (the cycle before landed there): this batch goes
+            // next, with what was built; the cycle still checks main's tip before using it.
+            Some(Ahead {
+                base,
+                batch,
+                built: Some(Ok(outcome)),
+                ..
+            }) if self.written.as_deref() == Some(base.as_str()) => {
+                let batch: Vec<Queued> = batch.into_iter().map(|(_, q)| q).collect();
+                let heads = batch
+                    .iter()
+                    .map(|q| (q.request.task.clone(), q.request.head.clone()))
+                    .collect();
+                Some((
+                    batch,
+                    Prebuilt {
+                        base,
+                        heads,
+                        outcome,
+                    },
+                ))
+            }
+            // main went elsewhere, or the build failed: built again in its turn.
+            Some(ahead) => {
+                self.waiting.extend(ahead.batch);
+                None
+            }
+            None => None,
+        };
+        let (batch, prebuilt) = match prebuilt {
+            Some((batch, prebuilt)) => (batch, Some(prebuilt)),
+            None => {
+                if self.waiting.is_empty() {
+                    return;
+                }
+                (
+                    self.take_batch().into_iter().map(|(_, q)| q).collect(),
+                    None,
+                )
+            }
+        };
         self.busy = true;
+        self.cycle = self.cycle.wrapping_add(1);
         let cycle = Cycle {
             written: self.written.clone(),
             dropped: self.dropped.clone(),
@@ -351,9 +411,11 @@ impl MergeQueue {
             reconciler: self.reconciler.clone(),
             cancel: self.cancel.clone(),
             run: self.run,
+            committing: ctx.address().recipient(),
+            number: self.cycle,
         };
         ctx.spawn(
-            async move { cycle.land(batch).await }
+            async move { cycle.land(batch, prebuilt).await }
                 .into_actor(self)
                 .map(|end, act, ctx| {
                     act.busy = false;
@@ -363,6 +425,11 @@ impl MergeQueue {
                     let diverged = end.diverged.clone();
                     let first_task = end.requeue.first().map(|q| q.request.task.clone());
                     let landed_some = !end.landed.is_empty();
+                    if !end.requeue.is_empty() {
+                        // What goes back may be more urgent than the batch built ahead,
+                        // which was taken after it: both wait in their order again.
+                        act.drop_ahead();
+                    }
                     for queued in end.requeue {
                         // Back in its place by urgency; a conflict's second try goes behind
                         // the first tries.
@@ -390,10 +457,12 @@ impl MergeQueue {
                             )));
                         }
                         act.diverged = Some(actual);
+                        act.drop_ahead();
                         return;
                     }
                     act.diverged = None;
                     if let Some(error) = end.storage {
+                        act.drop_ahead();
                         act.wait_for_storage(first_task, error, ctx);
                         return;
                     }
@@ -403,6 +472,67 @@ impl MergeQueue {
                     act.pump(ctx);
                 }),
         );
+    }
+
+    /// Up to a batch's worth of what waits, most urgent first, with their keys.
+    fn take_batch(&mut self) -> Vec<(QueueKey, Queued)> {
+        let limit = self.kit.config.batch_limit();
+        let mut batch = Vec::new();
+        while batch.len() < limit {
+            let Some(entry) = self.waiting.pop_first() else {
+                break;
+            };
+            batch.push(entry);
+        }
+        batch
+    }
+
+    /// The cycle in flight is about to move main to `base` (after its gate, before its
+    /// intent is journaled): the next batch is built on `base` meanwhile, off the actor.
+    /// Only the build: its gate, intent and compare-and-swap wait for its own cycle, after
+    /// this one's end, so main still moves one batch at a time and the journal's order of
+    /// events is as without it.
+    fn build_ahead(&mut self, cycle: u64, base: String, ctx: &mut Context<Self>) {
+        if !self.busy
+            || cycle != self.cycle
+            || self.ahead.is_some()
+            || self.catching_up
+            || self.storage_wait
+            || self.waiting.is_empty()
+        {
+            return;
+        }
+        let batch = self.take_batch();
+        let lands = batch
+            .iter()
+            .map(|(_, q)| cycle::land_item(self.run, &q.request))
+            .collect();
+        let number = cycle;
+        let building = self
+            .kit
+            .git
+            .build(base.clone(), lands, self.kit.config.mode);
+        self.ahead = Some(Ahead {
+            number,
+            base,
+            batch,
+            built: None,
+        });
+        ctx.spawn(building.into_actor(self).map(move |built, act, ctx| {
+            let Some(ahead) = act.ahead.as_mut().filter(|a| a.number == number) else {
+                return; // discarded meanwhile: its branches are back in the queue
+            };
+            ahead.built = Some(built);
+            act.pump(ctx);
+        }));
+    }
+
+    /// The batch built ahead goes back to the queue, under its keys; a build still running
+    /// is not waited for.
+    fn drop_ahead(&mut self) {
+        if let Some(ahead) = self.ahead.take() {
+            self.waiting.extend(ahead.batch);
+        }
     }
 
     /// The user adopts main as it is (ADR-024): reads main's tip and which of `landed`'s
@@ -544,9 +674,11 @@ impl Handler<ToMergeQueue> for MergeQueue {
     fn handle(&mut self, msg: ToMergeQueue, ctx: &mut Context<Self>) {
         match msg {
             ToMergeQueue::Enqueue(request) => {
+                let ahead = self.ahead.iter().flat_map(|a| a.batch.iter());
                 if self
                     .waiting
                     .values()
+                    .chain(ahead.map(|(_, q)| q))
                     .any(|q| q.request.task == request.task)
                 {
                     return;
@@ -567,6 +699,11 @@ impl Handler<ToMergeQueue> for MergeQueue {
                 ctx.notify(Pump);
             }
             ToMergeQueue::Withdraw { task } => {
+                let ahead = self.ahead.iter().flat_map(|a| a.batch.iter());
+                if ahead.map(|(_, q)| q).any(|q| q.request.task == task) {
+                    // Not landed with the rest: they are built again without it.
+                    self.drop_ahead();
+                }
                 self.waiting.retain(|_, q| q.request.task != task);
             }
             ToMergeQueue::AdoptMain { expected, landed } => self.adopt(expected, landed, ctx),
@@ -585,6 +722,22 @@ impl Handler<ToMergeQueue> for MergeQueue {
                 }
             }
         }
+    }
+}
+
+/// From the cycle in flight (its number): main is about to move to `base`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct Committing {
+    pub(super) cycle: u64,
+    pub(super) base: String,
+}
+
+impl Handler<Committing> for MergeQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: Committing, ctx: &mut Context<Self>) {
+        self.build_ahead(msg.cycle, msg.base, ctx);
     }
 }
 
