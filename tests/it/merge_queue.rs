@@ -1435,6 +1435,11 @@ async fn the_next_batch_is_built_while_main_moves_and_lands_after_it_never_on_a_
             (c1.clone(), vec!["t2".to_string(), "t3".to_string()]),
             "{case}: the next batch is built on t1's candidate"
         );
+        // t4 arrives while main moves: it joins the batch built ahead, built on top.
+        queue
+            .send(ToMergeQueue::Enqueue(Box::new(request("t4"))))
+            .await
+            .unwrap();
         let user_tip = cas_fails.then(|| {
             // Someone else moves main meanwhile: t1's swap fails.
             let repo = f.repo();
@@ -1452,7 +1457,7 @@ async fn the_next_batch_is_built_while_main_moves_and_lands_after_it_never_on_a_
         });
         swap_release.send(()).unwrap();
 
-        let seen = verdicts(&mut inbox, 3).await;
+        let seen = verdicts(&mut inbox, 4).await;
         let moves: Vec<(String, String, Vec<String>)> = seen
             .iter()
             .filter_map(|m| match m {
@@ -1470,7 +1475,7 @@ async fn the_next_batch_is_built_while_main_moves_and_lands_after_it_never_on_a_
         let batches: Vec<&[String]> = moves.iter().map(|(_, _, l)| l.as_slice()).collect();
         assert_eq!(
             batches,
-            [&["t1"][..], &["t2", "t3"][..]],
+            [&["t1"][..], &["t2", "t3", "t4"][..]],
             "{case}: in order"
         );
         // Each move starts where the one before ended, and each was journaled first.
@@ -1486,18 +1491,21 @@ async fn the_next_batch_is_built_while_main_moves_and_lands_after_it_never_on_a_
             })
             .collect();
         let builds = git.builds.lock().unwrap().clone();
-        let pair = vec!["t2".to_string(), "t3".to_string()];
+        let three: Vec<String> = ["t2", "t3", "t4"].map(String::from).to_vec();
         match user_tip {
             None => {
                 assert_eq!(moves[0].1, c1, "{case}");
                 assert_eq!(intents.len(), 2, "{case}: {intents:?}");
-                assert_eq!(intents[1], (c1.clone(), moves[1].1.clone(), pair), "{case}");
                 assert_eq!(
-                    builds.len(),
-                    2,
-                    "{case}: what was built ahead landed: {builds:?}"
+                    intents[1],
+                    (c1.clone(), moves[1].1.clone(), three),
+                    "{case}"
                 );
-                assert_eq!(f.history().len(), 3, "{case}");
+                // What was built ahead landed; only t4 was built after, on its candidate.
+                assert_eq!(builds.len(), 3, "{case}: {builds:?}");
+                assert_eq!(builds[2].1, ["t4"], "{case}");
+                assert_ne!(builds[2].0, c1, "{case}");
+                assert_eq!(f.history().len(), 4, "{case}");
             }
             Some(user) => {
                 // t1 built again on the user's commit and landed there; the batch built
@@ -1509,13 +1517,13 @@ async fn the_next_batch_is_built_while_main_moves_and_lands_after_it_never_on_a_
                 assert_eq!(intents[1].0, user.to_string(), "{case}");
                 assert_eq!(
                     intents[2],
-                    (c1_again.clone(), moves[1].1.clone(), pair.clone()),
+                    (c1_again.clone(), moves[1].1.clone(), three.clone()),
                     "{case}"
                 );
                 assert_eq!(builds.len(), 4, "{case}: {builds:?}");
-                assert_eq!(builds[3], (c1_again, pair), "{case}");
+                assert_eq!(builds[3], (c1_again, three), "{case}");
                 let history = f.history();
-                assert_eq!(history.len(), 4, "{case}");
+                assert_eq!(history.len(), 5, "{case}");
                 assert!(
                     !history.contains(&git2::Oid::from_str(&c1).unwrap()),
                     "{case}"

@@ -45,11 +45,11 @@ pub(super) struct Prebuilt {
 }
 
 impl Prebuilt {
-    /// Built on `tip` from exactly `items`: anything else is built again, never landed on
-    /// another base.
+    /// Built on `tip` from the first of `items` (those that arrived since are built on its
+    /// candidate): anything else is built again, never landed on another base.
     fn fits(&self, tip: &str, items: &[Queued]) -> bool {
         self.base == tip
-            && self.heads.len() == items.len()
+            && self.heads.len() <= items.len()
             && self
                 .heads
                 .iter()
@@ -246,7 +246,7 @@ impl Cycle {
                 .map(|q| land_item(self.run, &q.request))
                 .collect();
             let built = match prebuilt.take().filter(|p| p.fits(&tip, items)) {
-                Some(ahead) => Ok(ahead.outcome),
+                Some(ahead) => self.built_on(ahead, lands).await,
                 None => {
                     self.kit
                         .git
@@ -418,6 +418,54 @@ impl Cycle {
                 }
             }
         }
+    }
+
+    /// What was built ahead, with the branches that arrived since (the rest of `lands`)
+    /// built on its candidate: as one build of all of them would say, a conflict or an
+    /// unusable branch among those numbered in the whole batch (so never first: the ones
+    /// ahead of it go on alone).
+    async fn built_on(
+        &self,
+        ahead: Prebuilt,
+        mut lands: Vec<LandItem>,
+    ) -> Result<BuildOutcome, RepoError> {
+        let done = ahead.heads.len();
+        let (tip, mut commits) = match ahead.outcome {
+            BuildOutcome::Built { tip, commits } if lands.len() > done => (tip, commits),
+            BuildOutcome::Built { .. } if lands.len() == done => return Ok(ahead.outcome),
+            // Not built cleanly: the whole batch is built again, as without it.
+            _ => {
+                return self
+                    .kit
+                    .git
+                    .build(ahead.base, lands, self.kit.config.mode)
+                    .await;
+            }
+        };
+        let rest = lands.split_off(done);
+        Ok(
+            match self.kit.git.build(tip, rest, self.kit.config.mode).await? {
+                BuildOutcome::Built { tip, commits: more } => {
+                    commits.extend(more);
+                    BuildOutcome::Built { tip, commits }
+                }
+                BuildOutcome::Conflict {
+                    index,
+                    files,
+                    clashing,
+                    main_moved,
+                } => BuildOutcome::Conflict {
+                    index: index.saturating_add(done),
+                    files,
+                    clashing,
+                    main_moved,
+                },
+                BuildOutcome::Unusable { index, detail } => BuildOutcome::Unusable {
+                    index: index.saturating_add(done),
+                    detail,
+                },
+            },
+        )
     }
 
     /// The compare-and-swap of main, waiting while the user's checkout of main cannot follow

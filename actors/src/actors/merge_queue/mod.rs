@@ -367,11 +367,17 @@ impl MergeQueue {
                 built: Some(Ok(outcome)),
                 ..
             }) if self.written.as_deref() == Some(base.as_str()) => {
-                let batch: Vec<Queued> = batch.into_iter().map(|(_, q)| q).collect();
                 let heads = batch
                     .iter()
-                    .map(|q| (q.request.task.clone(), q.request.head.clone()))
+                    .map(|(_, q)| (q.request.task.clone(), q.request.head.clone()))
                     .collect();
+                // Topped up with what arrived since, built on its candidate: a batch
+                // still takes what waits, as without building ahead.
+                let room = self.kit.config.batch_limit().saturating_sub(batch.len());
+                let more: Vec<_> = std::iter::from_fn(|| self.waiting.pop_first())
+                    .take(room)
+                    .collect();
+                let batch: Vec<Queued> = batch.into_iter().chain(more).map(|(_, q)| q).collect();
                 Some((
                     batch,
                     Prebuilt {
