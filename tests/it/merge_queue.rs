@@ -1533,3 +1533,260 @@ async fn the_next_batch_is_built_while_main_moves_and_lands_after_it_never_on_a_
         assert_eq!(f.main_tip().to_string(), moves[1].1, "{case}");
     }
 }
+
+type Hold = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::sync::oneshot::Receiver<()>,
+);
+
+/// A hold on the `n`th call (1-based): says when the call started, waits to be let go.
+fn hold() -> (
+    Hold,
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (release, release_rx) = tokio::sync::oneshot::channel();
+    ((started_tx, release_rx), started, release)
+}
+
+/// git whose builds are numbered (1-based): a build with a hold waits to be let go, and a
+/// build with a `done` says when the real build returned; everything else is the real thing.
+struct NumberedBuilds {
+    real: Arc<GitMerge>,
+    count: Mutex<usize>,
+    holds: Mutex<std::collections::HashMap<usize, Hold>>,
+    done: Mutex<std::collections::HashMap<usize, tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl MergeGit for NumberedBuilds {
+    fn build(
+        &self,
+        onto: String,
+        items: Vec<LandItem>,
+        mode: LandMode,
+    ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>> {
+        let n = {
+            let mut count = self.count.lock().unwrap();
+            *count += 1;
+            *count
+        };
+        let held = self.holds.lock().unwrap().remove(&n);
+        let done = self.done.lock().unwrap().remove(&n);
+        let real = self.real.clone();
+        Box::pin(async move {
+            if let Some((started, release)) = held {
+                let _ = started.send(());
+                let _ = release.await;
+            }
+            let built = real.build(onto, items, mode).await;
+            if let Some(done) = done {
+                let _ = done.send(());
+            }
+            built
+        })
+    }
+    fn find_on_main(
+        &self,
+        tip: String,
+        candidates: Vec<Vec<String>>,
+    ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>> {
+        self.real.find_on_main(tip, candidates)
+    }
+    fn contains(
+        &self,
+        tip: String,
+        ancestor: String,
+    ) -> BoxFuture<'static, Result<bool, RepoError>> {
+        self.real.contains(tip, ancestor)
+    }
+    fn scratch(
+        &self,
+        commit: String,
+        label: String,
+    ) -> BoxFuture<'static, Result<ScratchTree, RepoError>> {
+        self.real.scratch(commit, label)
+    }
+    fn remove_scratch(&self, tree: ScratchTree) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.real.remove_scratch(tree)
+    }
+    fn conflict_markers(
+        &self,
+        commit: String,
+        paths: Option<Vec<String>>,
+    ) -> BoxFuture<'static, Result<Vec<MarkerHit>, RepoError>> {
+        self.real.conflict_markers(commit, paths)
+    }
+    fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.real.delete_branch(branch)
+    }
+    fn sync_checkout(
+        &self,
+        old: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<CheckoutSync, RepoError>> {
+        self.real.sync_checkout(old, new)
+    }
+}
+
+/// main's ref whose compare-and-swaps are numbered (1-based); one with a hold waits to be
+/// let go; then the real one.
+struct NumberedSwaps {
+    real: Arc<GitRepo>,
+    count: Mutex<usize>,
+    holds: Mutex<std::collections::HashMap<usize, Hold>>,
+}
+
+impl MainRef for NumberedSwaps {
+    fn compare_and_swap(
+        &self,
+        expected: String,
+        new: String,
+    ) -> BoxFuture<'static, Result<(), MainRefError>> {
+        let n = {
+            let mut count = self.count.lock().unwrap();
+            *count += 1;
+            *count
+        };
+        let held = self.holds.lock().unwrap().remove(&n);
+        let real = self.real.clone();
+        Box::pin(async move {
+            if let Some((started, release)) = held {
+                let _ = started.send(());
+                let _ = release.await;
+            }
+            real.compare_and_swap(expected, new).await
+        })
+    }
+}
+
+/// A review's scenario: a batch built ahead is dropped (its task withdrawn) while its build
+/// runs; the cycle in flight finds main moved by the user, builds again and starts a second
+/// batch ahead on its new candidate; the first build answers late. Its answer must never be
+/// taken for the second batch's (it once was: both were numbered by the cycle), which landed
+/// the withdrawn task on a candidate from before the user's commit, moving main off it.
+#[actix::test]
+async fn a_late_answer_of_a_dropped_batch_built_ahead_is_never_taken_for_the_next_one() {
+    let f = Fixture::new();
+    let (build1, build1_started, build1_release) = hold();
+    let (build2, build2_started, build2_release) = hold();
+    let (done2_tx, done2) = tokio::sync::oneshot::channel();
+    let (done4_tx, done4) = tokio::sync::oneshot::channel();
+    let git = Arc::new(NumberedBuilds {
+        real: Arc::new(f.git()),
+        count: Mutex::new(0),
+        holds: Mutex::new([(1, build1), (2, build2)].into_iter().collect()),
+        done: Mutex::new([(2, done2_tx), (4, done4_tx)].into_iter().collect()),
+    });
+    let (swap1, swap1_started, swap1_release) = hold();
+    let (swap2, swap2_started, swap2_release) = hold();
+    let main = Arc::new(NumberedSwaps {
+        real: Arc::new(GitRepo::new(f.repo_path.clone(), main_branch())),
+        count: Mutex::new(0),
+        holds: Mutex::new([(1, swap1), (2, swap2)].into_iter().collect()),
+    });
+    let (queue, mut inbox) = f.queue_configured(MergeConfig::default(), main, git.clone(), None);
+    let request = |id: &str| f.branch(id, &[(&format!("src/{id}.txt"), &format!("{id}\n"))]);
+
+    // t1 is being built; t2 waits behind it, and is built ahead on t1's candidate.
+    queue.do_send(ToMergeQueue::Enqueue(Box::new(request("t1"))));
+    build1_started.await.unwrap();
+    queue
+        .send(ToMergeQueue::Enqueue(Box::new(request("t2"))))
+        .await
+        .unwrap();
+    build1_release.send(()).unwrap();
+    build2_started.await.unwrap();
+    swap1_started.await.unwrap();
+    // t2 is withdrawn (its task cancelled) while its build runs; t3 arrives.
+    queue
+        .send(ToMergeQueue::Withdraw { task: task("t2") })
+        .await
+        .unwrap();
+    queue
+        .send(ToMergeQueue::Enqueue(Box::new(request("t3"))))
+        .await
+        .unwrap();
+    // The user commits on main: t1's swap fails, t1 is built again on the user's commit
+    // (build 3), and t3 is built ahead on that candidate (build 4), which returns.
+    let user_tip = {
+        let repo = f.repo();
+        let base = repo.find_commit(f.base).unwrap();
+        let sig = git2::Signature::now("user", "user@example.com").unwrap();
+        let mut index = repo.index().unwrap();
+        let blob = repo.blob(b"the user's\n").unwrap();
+        index.read_tree(&base.tree().unwrap()).unwrap();
+        index
+            .add(&git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: 0o100644,
+                uid: 0,
+                gid: 0,
+                file_size: 0,
+                id: blob,
+                flags: 0,
+                flags_extended: 0,
+                path: b"USER.md".to_vec(),
+            })
+            .unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        repo.commit(
+            Some("refs/heads/main"),
+            &sig,
+            &sig,
+            "the user's own commit",
+            &tree,
+            &[&base],
+        )
+        .unwrap()
+    };
+    swap1_release.send(()).unwrap();
+    swap2_started.await.unwrap();
+    done4.await.unwrap();
+    // Now t2's build answers, late, while t3's batch is the one built ahead.
+    build2_release.send(()).unwrap();
+    done2.await.unwrap();
+    // A round trip: the queue has taken the late answer in before t1's swap goes on.
+    queue
+        .send(ToMergeQueue::Enqueue(Box::new(request("t4"))))
+        .await
+        .unwrap();
+    swap2_release.send(()).unwrap();
+
+    let seen = verdicts(&mut inbox, 3).await;
+    let landed: Vec<Vec<String>> = seen
+        .iter()
+        .filter_map(|m| match m {
+            FromMerging::MainMoved { landed, .. } => {
+                Some(landed.iter().map(|(t, _, _)| t.to_string()).collect())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !landed.concat().contains(&"t2".to_string()),
+        "the withdrawn task never lands: {landed:?}"
+    );
+    let repo = f.repo();
+    let tip = f.main_tip();
+    assert!(
+        tip == user_tip || repo.graph_descendant_of(tip, user_tip).unwrap(),
+        "main keeps the user's commit: {landed:?}"
+    );
+    for (path, text) in [
+        ("USER.md", "the user's\n"),
+        ("src/t1.txt", "t1\n"),
+        ("src/t3.txt", "t3\n"),
+        ("src/t4.txt", "t4\n"),
+    ] {
+        assert_eq!(
+            file_at(&repo, tip, path).as_deref(),
+            Some(text),
+            "{path}: {landed:?}"
+        );
+    }
+    assert_eq!(file_at(&repo, tip, "src/t2.txt"), None, "{landed:?}");
+}

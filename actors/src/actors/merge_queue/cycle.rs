@@ -246,7 +246,7 @@ impl Cycle {
                 .map(|q| land_item(self.run, &q.request))
                 .collect();
             let built = match prebuilt.take().filter(|p| p.fits(&tip, items)) {
-                Some(ahead) => self.built_on(ahead, lands).await,
+                Some(ahead) => self.built_on_tip(ahead, lands, &tip).await,
                 None => {
                     self.kit
                         .git
@@ -418,6 +418,35 @@ impl Cycle {
                 }
             }
         }
+    }
+
+    /// [`Self::built_on`], used only when its candidate descends from `tip`: whatever went
+    /// wrong ahead, a candidate from another history is built again, never landed (the
+    /// compare-and-swap checks only main's old value, not ancestry).
+    async fn built_on_tip(
+        &self,
+        ahead: Prebuilt,
+        lands: Vec<LandItem>,
+        tip: &str,
+    ) -> Result<BuildOutcome, RepoError> {
+        let again = lands.clone();
+        let built = self.built_on(ahead, lands).await?;
+        if let BuildOutcome::Built { tip: candidate, .. } = &built {
+            let descends = self
+                .kit
+                .git
+                .contains(candidate.clone(), tip.to_string())
+                .await;
+            if !matches!(descends, Ok(true)) {
+                warn!(run = %self.run, %candidate, %tip, ?descends, "a batch built ahead is not on main's tip: built again");
+                return self
+                    .kit
+                    .git
+                    .build(tip.to_string(), again, self.kit.config.mode)
+                    .await;
+            }
+        }
+        Ok(built)
     }
 
     /// What was built ahead, with the branches that arrived since (the rest of `lands`)

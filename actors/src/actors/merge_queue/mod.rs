@@ -230,11 +230,16 @@ pub struct MergeQueue {
     /// The next batch, taken from `waiting` and being built (or built) on the candidate
     /// the cycle in flight is moving main to (ADR-041, "the queue pipelined").
     ahead: Option<Ahead>,
+    /// The last number given to a batch built ahead.
+    ahead_numbers: u64,
 }
 
 /// A batch built ahead of its cycle.
 struct Ahead {
-    /// Tells a late build's answer from a discarded one's.
+    /// This batch's own number: a build answers only the batch it was started for. (Numbered
+    /// by the cycle, a batch dropped by a withdrawal and a second one started by the same
+    /// cycle's retry shared a number, and the first build's late answer was taken for the
+    /// second's: a review found it could move main onto a stale candidate.)
     number: u64,
     /// The candidate main is moving to, which the batch is built on.
     base: String,
@@ -288,6 +293,7 @@ impl MergeQueue {
             storage_refusals: 0,
             cycle: 0,
             ahead: None,
+            ahead_numbers: 0,
         }
     }
 
@@ -513,7 +519,8 @@ impl MergeQueue {
             .iter()
             .map(|(_, q)| cycle::land_item(self.run, &q.request))
             .collect();
-        let number = cycle;
+        self.ahead_numbers = self.ahead_numbers.wrapping_add(1);
+        let number = self.ahead_numbers;
         let building = self
             .kit
             .git
