@@ -411,14 +411,23 @@ pub fn move_main(
     // Whatever happens below, a move that does not finish leaves no record behind it.
     let result = move_locked(&checkout, target, &mut lock, from, to, cas);
     if lock.held {
-        // Not committed: the index is as it was; the record goes before the lock.
-        remove_record(&gitdir);
+        // Not committed: the index is as it was.
         let _ = fs::remove_file(gitdir.join(NEW_INDEX_FILE));
-        drop(lock);
-    } else {
-        remove_record(&gitdir);
     }
+    release(lock, &gitdir);
     result
+}
+
+/// Releases `lock` (when not committed), then removes the record naming it. In this order:
+/// a kill between leaves a record naming no lock, which [`heal`] redoes under a lock of its
+/// own; the other way round it left an `index.lock` no record named, which the heal took
+/// for another git command's (every later landing busy, the user's git refused, for ever).
+fn release(lock: IndexLock, gitdir: &Path) {
+    drop(lock);
+    fail::fail_point!("checkout::released", |_| {
+        super::crash_here("checkout::released");
+    });
+    remove_record(gitdir);
 }
 
 fn move_locked(
@@ -703,8 +712,8 @@ pub fn sync(repo: &git2::Repository, target: &TargetBranch) -> Result<CheckoutSy
             return Err(e);
         }
     };
-    // Until the first file is written, every way out leaves nothing to heal: the record
-    // goes before the lock (dropped on return).
+    // Until the first file is written, every way out leaves nothing to heal: the lock goes,
+    // then the record ([`release`]).
     let planned = (|| {
         let (index, new_index) = index_copy(&checkout)?;
         let tip = checkout
@@ -740,12 +749,12 @@ pub fn sync(repo: &git2::Repository, target: &TargetBranch) -> Result<CheckoutSy
     let (mut index, new_index, changes) = match planned {
         Ok(Ok(plan)) => plan,
         Ok(Err(sync)) => {
-            remove_record(&gitdir);
+            release(lock, &gitdir);
             return Ok(sync);
         }
         Err(e) => {
             let _ = fs::remove_file(gitdir.join(NEW_INDEX_FILE));
-            remove_record(&gitdir);
+            release(lock, &gitdir);
             return Err(e);
         }
     };

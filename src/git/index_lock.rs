@@ -84,12 +84,29 @@ impl IndexLock {
             .then_some(IndexLock { path, held: true })
     }
 
-    /// Puts `new_index` in place as git does: into the lock, then the lock onto `index`.
+    /// Puts `new_index` in place (renamed onto `index`), then releases the lock.
+    ///
+    /// Why not as git does (the new index into the lock, the lock onto `index`): the first
+    /// rename replaced the file the record names by another, and a kill between the two
+    /// left an `index.lock` no record named, which `checkout::heal` took for another git
+    /// command's: every later landing was busy for ever, and the user's own git refused
+    /// to run. Renamed this way, a kill between the two leaves the recorded lock, and the
+    /// heal finds the index already at the move's end.
     pub(super) fn commit(&mut self, new_index: &Path) -> Result<(), RepoError> {
-        fs::rename(new_index, &self.path).map_err(|e| io("cannot write", &self.path, e))?;
         let index = self.path.with_file_name("index");
-        fs::rename(&self.path, &index).map_err(|e| io("cannot write", &index, e))?;
+        fs::rename(new_index, &index).map_err(|e| io("cannot write", &index, e))?;
+        fail::fail_point!("checkout::mid-commit", |_| {
+            super::crash_here("checkout::mid-commit");
+            Ok(())
+        });
+        // The index is committed whatever comes of the release.
         self.held = false;
+        match fs::remove_file(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(lock = %self.path.display(), error = %e, "cannot release git's index lock");
+            }
+            _ => {}
+        }
         Ok(())
     }
 }

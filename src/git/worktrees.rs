@@ -660,6 +660,20 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
             .insert(place.run);
     }
     let repo = place.open()?;
+    // Stale ref locks of the run's branches (a process killed while it moved one): a sweep
+    // runs before any attempt of a restarted run, or after the run, when nothing of it
+    // writes a ref; left there they would keep the branch from moving or going. First: a
+    // branch deleted below with its lock still there failed the whole sweep.
+    if keep.delivered.is_some() || keep.closing {
+        for path in run_ref_locks(&repo, place.run) {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(io("cannot remove the stale lock", &path, e));
+                }
+                _ => {}
+            }
+        }
+    }
     let mut swept = Swept::default();
     let prefix = place.name_prefix();
     let mut kept = Vec::new();
@@ -704,19 +718,6 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
             if !kept.contains(&path) && !swept.worktrees.contains(&path) {
                 super::slots::remove_workspace(&path)?;
                 swept.worktrees.push(path);
-            }
-        }
-    }
-    // Stale ref locks of the run's branches (a process killed while it moved one): a sweep
-    // runs before any attempt of a restarted run, or after the run, when nothing of it
-    // writes a ref; left there they would keep the branch from moving or going.
-    if keep.delivered.is_some() || keep.closing {
-        for path in run_ref_locks(&repo, place.run) {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(io("cannot remove the stale lock", &path, e));
-                }
-                _ => {}
             }
         }
     }

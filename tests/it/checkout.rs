@@ -466,6 +466,58 @@ async fn a_kill_while_the_new_index_is_written_is_healed() {
     .await;
 }
 
+/// A kill between the new index's rename onto `index` and the lock's release. Committed as
+/// git does (the new index into the lock, the lock onto `index`), a kill between those two
+/// renames left an `index.lock` that was no longer the file the record named: the heal took
+/// it for another git command's, and the run never ended.
+#[tokio::test]
+async fn a_kill_as_the_new_index_is_committed_is_healed() {
+    kill_inside_the_checkout_sync("checkout::mid-commit").await;
+}
+
+/// A landing refused by the user's own files releases git's lock, then its record: a kill
+/// between them (the other way round) once left an `index.lock` no record named, which
+/// every later landing took for another git command's and the user's own git refused.
+#[tokio::test]
+async fn a_kill_as_a_refused_landing_lets_go_of_the_index_lock_leaves_no_lock() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let path = repo.path();
+    // The user's own files where every task adds one: every landing is refused.
+    std::fs::create_dir_all(path.join("src")).unwrap();
+    for n in 1..=3 {
+        std::fs::write(path.join(format!("src/f{n}.txt")), "the user's own\n").unwrap();
+    }
+    let mut daemon =
+        DaemonProcess::start_with_env(state.path(), &[("FAILPOINTS", "checkout::released=return")]);
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, path, run_config(&scenario(), 3)).await;
+    let status = daemon.exited_within(Duration::from_secs(90)).await;
+    assert!(
+        status.is_some(),
+        "the daemon did not reach the point; log:\n{}",
+        daemon.log()
+    );
+    assert!(
+        !path.join(".git/index.lock").exists(),
+        "killed as the refused landing let go: an index.lock no record names"
+    );
+    drop(daemon);
+    // The user takes their files away; the run lands.
+    for n in 1..=3 {
+        std::fs::remove_file(path.join(format!("src/f{n}.txt"))).unwrap();
+    }
+    let daemon = DaemonProcess::start(state.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "{}",
+        daemon.log()
+    );
+    assert_checkout_healed(path, "checkout::released");
+}
+
 #[tokio::test]
 async fn a_kill_with_the_index_locked_before_anything_moved_is_healed() {
     kill_inside_the_checkout_sync("checkout::locked").await;

@@ -1251,6 +1251,35 @@ async fn a_half_written_worktree_record_does_not_block_the_attempt_or_the_sweep(
     assert_checkout_untouched_with_code(f.repo.path());
 }
 
+/// A kill inside a seal's ref update leaves `<branch>.lock` beside a worktree git still
+/// records. The sweep after the restart removed the stale lock only after it had pruned
+/// the worktrees and deleted their branches: the deletion failed on the lock, and the
+/// whole sweep with it (nothing after it ran; the run's worktrees and branches stayed).
+#[tokio::test]
+async fn a_stale_lock_on_a_recorded_worktrees_branch_does_not_stop_the_sweep() {
+    let f = fixture();
+    let ws = f.worktrees.prepare(f.request("t6", 1)).await.unwrap();
+    let lock = f
+        .repo
+        .path()
+        .join(".git/refs/heads")
+        .join(format!("{}.lock", ws.branch));
+    std::fs::write(&lock, format!("{}\n", f.main_tip())).unwrap();
+    let swept = f
+        .worktrees
+        .sweep(SweepKeep {
+            delivered: Some(Vec::new()),
+            ..SweepKeep::default()
+        })
+        .await
+        .unwrap();
+    assert!(!lock.exists(), "the stale lock goes");
+    assert!(swept.worktrees.contains(&ws.path), "{swept:?}");
+    assert!(swept.branches.contains(&ws.branch), "{swept:?}");
+    assert_eq!(f.branch_tip(&ws.branch), None);
+    assert!(!ws.path.exists());
+}
+
 /// M12 item 4 (ADR-041): a worker's checkout and seal run without the repository's lock,
 /// so the merge queue's steps that need it (main's compare-and-swap with the user's
 /// checkout, a batch's branch deletion, the checkout sync) go through while a worker is
