@@ -80,8 +80,11 @@ impl IndexLock {
     pub(super) fn left_by(record: &Record, gitdir: &Path) -> Option<IndexLock> {
         let path = gitdir.join(INDEX_LOCK);
         let meta = fs::symlink_metadata(&path).ok()?;
+        // Built only when it is ours: a dropped `IndexLock` removes its file, and one built
+        // for a lock that is not ours (`then_some` builds it either way) removed another git
+        // command's `index.lock` from under it.
         (meta.dev() == record.lock_dev && meta.ino() == record.lock_ino)
-            .then_some(IndexLock { path, held: true })
+            .then(|| IndexLock { path, held: true })
     }
 
     /// Puts `new_index` in place (renamed onto `index`), then releases the lock.

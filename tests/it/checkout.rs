@@ -249,6 +249,38 @@ async fn another_git_command_holding_the_index_lock_makes_the_landing_wait() {
     assert_eq!(main_tip(path), new);
 }
 
+/// The record of an interrupted move beside an `index.lock` that is not the file the move
+/// took (another git command's, taken since the kill): the heal leaves it to its owner and
+/// the landing waits. The heal once removed it from under that command (a lock built to be
+/// compared was dropped, and dropping one removes its file).
+#[tokio::test]
+async fn another_git_commands_index_lock_beside_an_interrupted_moves_record_is_left_alone() {
+    let repo = repository();
+    let path = repo.path();
+    let (old, new) = (main_tip(path), the_landing(path));
+    std::fs::write(path.join(".git/index.lock"), "").unwrap();
+    let record = serde_json::json!({
+        "from": old, "to": new, "lock_dev": 0, "lock_ino": 0, "branch": "main"
+    });
+    std::fs::write(path.join(".git/flotilla-checkout"), record.to_string()).unwrap();
+    let main = GitRepo::new(path, main_branch());
+    assert!(matches!(
+        main.compare_and_swap(old.clone(), new.clone()).await,
+        Err(MainRefError::CheckoutBusy { .. })
+    ));
+    assert!(
+        path.join(".git/index.lock").exists(),
+        "someone else's lock is theirs"
+    );
+    assert_eq!(main_tip(path), old);
+    // That command done, the heal and then the landing go through.
+    std::fs::remove_file(path.join(".git/index.lock")).unwrap();
+    main.compare_and_swap(old, new.clone()).await.unwrap();
+    assert_eq!(main_tip(path), new);
+    no_lock_left(path);
+    assert_eq!(status(path), []);
+}
+
 #[tokio::test]
 async fn a_users_commit_on_main_wins_the_race_and_is_kept() {
     let repo = repository();
