@@ -80,9 +80,30 @@ pub(crate) fn signature() -> Result<git2::Signature<'static>, RepoError> {
 }
 
 /// Deletes a local branch; `false` when there was none.
+///
+/// Recorded for `ref_lock` (a kill inside it leaves the ref's lock, or `packed-refs.lock`).
+/// A deletion refused for a lock heals the repository's ref locks and tries once more: a
+/// killed flotilla's (its record proves it) kept the branch for good, since a landed task's
+/// branch is deleted once, and nothing else would.
 pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
-    match repo.find_branch(branch, git2::BranchType::Local) {
-        Ok(mut b) => b.delete().map(|_| true).map_err(git),
+    let refname = format!("refs/heads/{branch}");
+    let delete = |repo: &git2::Repository| match repo.find_branch(branch, git2::BranchType::Local) {
+        Ok(mut b) => ref_lock::guarded_delete(repo, &refname, || b.delete()),
+        Err(e) => Ok(Err(e)),
+    };
+    let deleted = match delete(repo)? {
+        Err(e)
+            if e.code() == git2::ErrorCode::Locked
+                && !ref_lock::heal(repo.commondir()).is_empty() =>
+        {
+            // Opened again: libgit2 forgot a packed ref whose deletion failed on the lock
+            // (its cache of packed refs had dropped it), and would call it gone.
+            delete(&git2::Repository::open(repo.path()).map_err(git)?)?
+        }
+        deleted => deleted,
+    };
+    match deleted {
+        Ok(()) => Ok(true),
         Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
         Err(e) => Err(git(e)),
     }

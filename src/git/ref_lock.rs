@@ -109,16 +109,48 @@ pub fn guarded<T>(
     refname: &str,
     update: impl FnOnce() -> T,
 ) -> Result<T, RepoError> {
+    guarded_lock(repo, refname, update)
+}
+
+/// [`guarded`] for the deletion of `refname`: when the repository has a `packed-refs`
+/// file, libgit2 also rewrites it (through `packed-refs.lock`) if the ref is packed there
+/// (a user's `git gc` or `git pack-refs` packs task branches too), and a kill inside that
+/// write left a lock that failed every later deletion of a packed ref, flotilla's and the
+/// user's (`git branch -d`, `git pack-refs`, `git gc`): that lock is recorded too.
+pub fn guarded_delete<T>(
+    repo: &git2::Repository,
+    refname: &str,
+    delete: impl FnOnce() -> T,
+) -> Result<T, RepoError> {
+    guarded_lock(repo, refname, || {
+        if repo.commondir().join(PACKED_REFS).exists() {
+            guarded_lock(repo, PACKED_REFS, delete)
+        } else {
+            Ok(delete())
+        }
+    })?
+}
+
+/// git's file of packed refs, in the common git directory: its lock is the one lock outside
+/// `refs/` a record may name.
+const PACKED_REFS: &str = "packed-refs";
+
+/// Runs `update` with a record naming `<name>.lock` (relative to the common git directory).
+fn guarded_lock<T>(
+    repo: &git2::Repository,
+    name: &str,
+    update: impl FnOnce() -> T,
+) -> Result<T, RepoError> {
     let dir = repo.commondir().to_path_buf();
     let record = Record {
-        lock: PathBuf::from(format!("{refname}.lock")),
+        lock: PathBuf::from(format!("{name}.lock")),
         pid: std::process::id(),
         start_time: start_time(std::process::id()).unwrap_or(0),
         at_ms: now_ms(),
     };
     let path = write_record(&dir, &record).map_err(|e| {
         RepoError::Git(format!(
-            "cannot record the update of {refname} in {}: {e}",
+            "cannot record the update of {name} in {}: {e}",
             dir.display()
         ))
         .storage_or_self()
@@ -267,12 +299,13 @@ const MAX_RECORD_BYTES: u64 = 64 * 1024;
 /// refs and was made around the record's time.
 fn stale_lock(commondir: &Path, record: &Record) -> Option<PathBuf> {
     let lock = &record.lock;
-    // Only `refs/...*.lock`, never a path leaving the git directory.
-    let inside = lock.starts_with("refs")
+    // Only `refs/...*.lock` or `packed-refs.lock`, never a path leaving the git directory.
+    let inside = (lock.starts_with("refs")
         && lock
             .components()
             .all(|c| matches!(c, std::path::Component::Normal(_)))
-        && lock.extension().is_some_and(|e| e == "lock");
+        && lock.extension().is_some_and(|e| e == "lock"))
+        || lock.as_os_str() == format!("{PACKED_REFS}.lock").as_str();
     if !inside {
         tracing::warn!(lock = %lock.display(), "a record of a ref update names no ref lock: ignored");
         return None;
@@ -379,6 +412,24 @@ mod tests {
         assert!(heal(&git).is_empty());
         assert!(lock.exists());
         assert!(!record.exists());
+    }
+
+    #[test]
+    fn a_dead_process_packed_refs_lock_in_the_window_is_removed() {
+        let (_dir, git) = repo();
+        let lock = git.join("packed-refs.lock");
+        fs::write(&lock, "# pack-refs with: peeled fully-peeled sorted \n").unwrap();
+        let record = Record {
+            lock: PathBuf::from("packed-refs.lock"),
+            pid: dead_pid(),
+            start_time: 1,
+            at_ms: now_ms(),
+        };
+        let path = git.join(format!("{RECORD_PREFIX}7.0"));
+        fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+        assert_eq!(heal(&git), vec![PathBuf::from("packed-refs.lock")]);
+        assert!(!lock.exists());
+        assert!(!path.exists());
     }
 
     #[test]

@@ -287,7 +287,12 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         prune(&repo, &name, &path)?;
         if let Some(start) = start {
             let start = repo.find_commit(start).map_err(git)?;
-            repo.branch(&request.branch, &start, false).map_err(git)?;
+            // Recorded: a kill inside it leaves the branch's lock (`ref_lock`).
+            let refname = format!("refs/heads/{}", request.branch);
+            super::ref_lock::guarded(&repo, &refname, || {
+                repo.branch(&request.branch, &start, false)
+            })?
+            .map_err(git)?;
         }
         std::fs::create_dir_all(&place.root).map_err(|e| io("cannot create", &place.root, e))?;
         let reference = repo

@@ -43,6 +43,7 @@ mod planner;
 mod planner_tools;
 mod process;
 mod providers;
+mod ref_locks;
 mod retries;
 mod retry_in_place;
 mod reviewer;
