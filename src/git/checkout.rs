@@ -389,6 +389,7 @@ pub fn move_main(
         to: to.to_string(),
         lock_dev: 0,
         lock_ino: 0,
+        lock_mtime_ns: None,
         branch: Some(target.name().to_string()),
     };
     // `heal` left no record: the one written here is this move's alone.
@@ -694,6 +695,7 @@ pub fn sync(repo: &git2::Repository, target: &TargetBranch) -> Result<CheckoutSy
         to: tip.id().to_string(),
         lock_dev: 0,
         lock_ino: 0,
+        lock_mtime_ns: None,
         branch: Some(target.name().to_string()),
     };
     let mut lock = match IndexLock::take_recorded(&gitdir, &mut record) {

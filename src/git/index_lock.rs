@@ -57,6 +57,7 @@ impl IndexLock {
         drop(file);
         record.lock_dev = meta.dev();
         record.lock_ino = meta.ino();
+        record.lock_mtime_ns = Some(mtime_ns(&meta));
         let linked =
             write_record(gitdir, record).and_then(|()| match fs::hard_link(&staged, &path) {
                 Ok(()) => Ok(Some(IndexLock {
@@ -80,11 +81,17 @@ impl IndexLock {
     pub(super) fn left_by(record: &Record, gitdir: &Path) -> Option<IndexLock> {
         let path = gitdir.join(INDEX_LOCK);
         let meta = fs::symlink_metadata(&path).ok()?;
+        // The file's mtime too: a record may outlive its lock (a kill after the lock went),
+        // and the file system hands a freed inode to the next file made, maybe another git
+        // command's `index.lock`. The lock's content is never written, so its mtime stays
+        // its creation's. (A record of an older flotilla has none.)
+        let ours = meta.dev() == record.lock_dev
+            && meta.ino() == record.lock_ino
+            && record.lock_mtime_ns.is_none_or(|at| at == mtime_ns(&meta));
         // Built only when it is ours: a dropped `IndexLock` removes its file, and one built
         // for a lock that is not ours (`then_some` builds it either way) removed another git
         // command's `index.lock` from under it.
-        (meta.dev() == record.lock_dev && meta.ino() == record.lock_ino)
-            .then(|| IndexLock { path, held: true })
+        ours.then(|| IndexLock { path, held: true })
     }
 
     /// Puts `new_index` in place (renamed onto `index`), then releases the lock.
@@ -129,6 +136,10 @@ pub(super) struct Record {
     pub(super) to: String,
     pub(super) lock_dev: u64,
     pub(super) lock_ino: u64,
+    /// The lock file's mtime (ns since the epoch), which tells it from a later file given
+    /// the same inode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) lock_mtime_ns: Option<i128>,
     /// The branch that moved (ADR-022): `checkout::heal` needs no run to know it. A record of a
     /// flotilla before ADR-022 names none: `main`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,6 +152,11 @@ impl Record {
     pub(super) fn target(&self) -> Option<TargetBranch> {
         TargetBranch::of_run(self.branch.as_deref()).ok()
     }
+}
+
+/// A file's mtime in ns since the epoch.
+fn mtime_ns(meta: &fs::Metadata) -> i128 {
+    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
 }
 
 pub(super) fn write_record(gitdir: &Path, record: &Record) -> Result<(), RepoError> {

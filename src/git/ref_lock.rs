@@ -530,6 +530,7 @@ mod tests {
                 to: "b".into(),
                 lock_dev: 0,
                 lock_ino: 0,
+                lock_mtime_ns: None,
                 branch: None,
             };
             super::super::index_lock::write_record(&git, &record).unwrap();

@@ -281,6 +281,40 @@ async fn another_git_commands_index_lock_beside_an_interrupted_moves_record_is_l
     assert_eq!(status(path), []);
 }
 
+/// A record that outlived its lock (a kill after the lock went) names an inode the file
+/// system may give to the next file made: another git command's `index.lock` made on it is
+/// not the move's (its mtime says so), and is left to its owner.
+#[tokio::test]
+async fn an_index_lock_made_on_the_inode_a_record_names_is_not_taken_for_the_moves() {
+    use std::os::unix::fs::MetadataExt;
+    let repo = repository();
+    let path = repo.path();
+    let (old, new) = (main_tip(path), the_landing(path));
+    std::fs::write(path.join(".git/index.lock"), "").unwrap();
+    let meta = std::fs::metadata(path.join(".git/index.lock")).unwrap();
+    let made_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+    let record = serde_json::json!({
+        "from": old, "to": new, "lock_dev": meta.dev(), "lock_ino": meta.ino(),
+        "lock_mtime_ns": made_ns - 1_000_000_000, "branch": "main"
+    });
+    std::fs::write(path.join(".git/flotilla-checkout"), record.to_string()).unwrap();
+    let main = GitRepo::new(path, main_branch());
+    assert!(matches!(
+        main.compare_and_swap(old.clone(), new.clone()).await,
+        Err(MainRefError::CheckoutBusy { .. })
+    ));
+    assert!(
+        path.join(".git/index.lock").exists(),
+        "someone else's lock is theirs"
+    );
+    assert_eq!(main_tip(path), old);
+    std::fs::remove_file(path.join(".git/index.lock")).unwrap();
+    main.compare_and_swap(old, new.clone()).await.unwrap();
+    assert_eq!(main_tip(path), new);
+    no_lock_left(path);
+    assert_eq!(status(path), []);
+}
+
 #[tokio::test]
 async fn a_users_commit_on_main_wins_the_race_and_is_kept() {
     let repo = repository();
