@@ -239,7 +239,7 @@ impl MainRef for GitRepo {
                         // git2 checks the ref's value and moves it under git's own ref lock.
                         // A kill inside it leaves `<ref>.lock`: the record lets a later heal
                         // remove it (ref_lock).
-                        let moved = super::ref_lock::guarded(repo, &name, || {
+                        let moved = super::ref_lock::guarded_to(repo, &name, to, || {
                             repo.reference_matching(&name, to, true, from, "flotilla: land")
                         })?;
                         match moved {

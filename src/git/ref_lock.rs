@@ -99,6 +99,11 @@ pub struct Record {
     pub start_time: u64,
     /// When the record was written (ms since the Unix epoch).
     pub at_ms: i128,
+    /// The value the update writes (a commit id), when it writes one: libgit2 fills the
+    /// lock with it just before the rename, so a lock holding anything else (another git
+    /// command's, taken inside the window) is not this update's. A deletion writes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// Runs `update` (one ref update of `refname` in `repo`) with a record of it on disk, so
@@ -109,7 +114,18 @@ pub fn guarded<T>(
     refname: &str,
     update: impl FnOnce() -> T,
 ) -> Result<T, RepoError> {
-    guarded_lock(repo, refname, update)
+    guarded_lock(repo, refname, None, update)
+}
+
+/// [`guarded`] for an update that sets `refname` to `value`: the record names the value,
+/// and [`heal`] removes only a lock that is empty or holds it.
+pub fn guarded_to<T>(
+    repo: &git2::Repository,
+    refname: &str,
+    value: git2::Oid,
+    update: impl FnOnce() -> T,
+) -> Result<T, RepoError> {
+    guarded_lock(repo, refname, Some(value.to_string()), update)
 }
 
 /// [`guarded`] for the deletion of `refname`: when the repository has a `packed-refs`
@@ -122,9 +138,9 @@ pub fn guarded_delete<T>(
     refname: &str,
     delete: impl FnOnce() -> T,
 ) -> Result<T, RepoError> {
-    guarded_lock(repo, refname, || {
+    guarded_lock(repo, refname, None, || {
         if repo.commondir().join(PACKED_REFS).exists() {
-            guarded_lock(repo, PACKED_REFS, delete)
+            guarded_lock(repo, PACKED_REFS, None, delete)
         } else {
             Ok(delete())
         }
@@ -139,6 +155,7 @@ const PACKED_REFS: &str = "packed-refs";
 fn guarded_lock<T>(
     repo: &git2::Repository,
     name: &str,
+    value: Option<String>,
     update: impl FnOnce() -> T,
 ) -> Result<T, RepoError> {
     let dir = repo.commondir().to_path_buf();
@@ -147,6 +164,7 @@ fn guarded_lock<T>(
         pid: std::process::id(),
         start_time: start_time(std::process::id()).unwrap_or(0),
         at_ms: now_ms(),
+        value,
     };
     let path = write_record(&dir, &record).map_err(|e| {
         RepoError::Git(format!(
@@ -320,6 +338,14 @@ fn stale_lock(commondir: &Path, record: &Record) -> Option<PathBuf> {
     };
     let offset = modified_ms - record.at_ms;
     if (-WINDOW_BEFORE_MS..=WINDOW_AFTER_MS).contains(&offset) {
+        if let Some(value) = &record.value {
+            let held = read_record(&commondir.join(lock)).ok()?;
+            let held = String::from_utf8_lossy(&held);
+            if !held.trim().is_empty() && held.trim() != value {
+                tracing::info!(lock = %lock.display(), "a ref lock holding another value than a killed update's is someone else's: left");
+                return None;
+            }
+        }
         Some(lock.clone())
     } else {
         tracing::info!(lock = %lock.display(), offset_ms = %offset, "a ref lock taken long after a killed update's record is someone else's: left");
@@ -345,6 +371,7 @@ mod tests {
             pid,
             start_time,
             at_ms,
+            value: None,
         };
         let path = git.join(format!("{RECORD_PREFIX}{name}"));
         fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
@@ -424,12 +451,37 @@ mod tests {
             pid: dead_pid(),
             start_time: 1,
             at_ms: now_ms(),
+            value: None,
         };
         let path = git.join(format!("{RECORD_PREFIX}7.0"));
         fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
         assert_eq!(heal(&git), vec![PathBuf::from("packed-refs.lock")]);
         assert!(!lock.exists());
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_lock_holding_another_value_than_the_records_is_kept() {
+        let (_dir, git) = repo();
+        let ours = "0123456789012345678901234567890123456789";
+        let theirs = "9876543210987654321098765432109876543210";
+        let lock = git.join("refs/heads/main.lock");
+        for (held, removed) in [(theirs, false), (ours, true), ("", true)] {
+            fs::write(&lock, format!("{held}\n")).unwrap();
+            let record = Record {
+                lock: PathBuf::from("refs/heads/main.lock"),
+                pid: dead_pid(),
+                start_time: 1,
+                at_ms: now_ms(),
+                value: Some(ours.to_string()),
+            };
+            let path = git.join(format!("{RECORD_PREFIX}8.0"));
+            fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+            assert_eq!(heal(&git).is_empty(), !removed, "{held:?}");
+            assert_eq!(lock.exists(), !removed, "{held:?}");
+            assert!(!path.exists());
+            let _ = fs::remove_file(&lock);
+        }
     }
 
     #[test]
@@ -461,6 +513,7 @@ mod tests {
             pid: dead_pid(),
             start_time: 1,
             at_ms: now_ms(),
+            value: None,
         };
         let path = git.join(format!("{RECORD_PREFIX}6.0"));
         fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();

@@ -289,7 +289,7 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
             let start = repo.find_commit(start).map_err(git)?;
             // Recorded: a kill inside it leaves the branch's lock (`ref_lock`).
             let refname = format!("refs/heads/{}", request.branch);
-            super::ref_lock::guarded(&repo, &refname, || {
+            super::ref_lock::guarded_to(&repo, &refname, start.id(), || {
                 repo.branch(&request.branch, &start, false)
             })?
             .map_err(git)?;
@@ -447,7 +447,7 @@ fn commit_leftovers(
     // A kill inside it leaves `<ref>.lock` on the attempt's branch: recorded for the heal
     // (ref_lock).
     locked(&place.repo, || {
-        super::ref_lock::guarded(repo, &reference, || {
+        super::ref_lock::guarded_to(repo, &reference, commit, || {
             repo.reference_matching(
                 &reference,
                 commit,

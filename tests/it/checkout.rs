@@ -867,6 +867,7 @@ async fn a_ref_lock_a_killed_daemon_left_inside_the_ref_update_is_removed() {
         pid,
         start_time: 1,
         at_ms,
+        value: None,
     };
     std::fs::write(
         gitdir.join(format!("{}{pid}.0", flotilla::git::ref_lock::RECORD_PREFIX)),

@@ -24,6 +24,7 @@ fn plant_dead_record(gitdir: &Path, lock: &str) {
         pid,
         start_time: 1,
         at_ms,
+        value: None,
     };
     std::fs::write(
         gitdir.join(format!("{}{pid}.0", flotilla::git::ref_lock::RECORD_PREFIX)),
