@@ -68,6 +68,41 @@ pub(super) fn forget(repo: &git2::Repository, name: &str) -> Result<(), RepoErro
     }
 }
 
+/// Removes git's records of worktrees named `prefix…` that are not whole (a `commondir`,
+/// `gitdir` and `HEAD` file each): what a kill leaves while libgit2 makes or removes one.
+/// The caller holds the repository's lock, inside which every record is made and removed
+/// whole, so one not whole is a kill's leftover.
+///
+/// Why: libgit2 (1.9) lists worktrees skipping the entry after each one not whole, fails to
+/// look that one up, and its `git_branch_is_checked_out` takes the failure for "checked
+/// out". With two such records every worktree add and every branch deletion of the
+/// repository failed ("reference … is already checked out"): all of a run's attempts
+/// failed (the soak, after a kill with four worktrees being made).
+pub(super) fn remove_incomplete_records(
+    repo: &git2::Repository,
+    prefix: &str,
+) -> Result<(), RepoError> {
+    let Ok(entries) = std::fs::read_dir(repo.commondir().join("worktrees")) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let whole = ["commondir", "gitdir", "HEAD"]
+            .iter()
+            .all(|file| entry.path().join(file).is_file());
+        if whole || !entry.file_name().to_string_lossy().starts_with(prefix) {
+            continue;
+        }
+        let path = entry.path();
+        match std::fs::remove_dir_all(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io("cannot remove the worktree's record", &path, e));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Where git keeps its record of the worktree `name` (`.git/worktrees/<name>`).
 pub(super) fn admin_dir(repo: &git2::Repository, name: &str) -> PathBuf {
     repo.commondir().join("worktrees").join(name)

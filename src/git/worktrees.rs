@@ -30,7 +30,9 @@ use flotilla_actors::protocol::{
 use futures::future::BoxFuture;
 
 use super::conflict_fix::{conflict_fix_base, conflict_fix_commit};
-use super::leftovers::{forget, prune, recorded_worktrees, run_ref_locks};
+use super::leftovers::{
+    forget, prune, recorded_worktrees, remove_incomplete_records, run_ref_locks,
+};
 use super::target::TargetBranch;
 use super::{branch_tip, delete_branch, git, io, main_commit, repo_lock, signature};
 
@@ -283,7 +285,8 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
             return Err(run_has_ended());
         }
         // Whatever is at the path (a crash mid-way, a stale entry) goes before a fresh
-        // checkout.
+        // checkout, and so does any record of the run a kill left half made.
+        remove_incomplete_records(&repo, &place.name_prefix())?;
         prune(&repo, &name, &path)?;
         if let Some(start) = start {
             let start = repo.find_commit(start).map_err(git)?;
@@ -298,7 +301,10 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         let reference = repo
             .find_reference(&format!("refs/heads/{}", request.branch))
             .map_err(git)?;
-        add_unfilled(&repo, &name, &path, &reference)
+        add_unfilled(&repo, &name, &path, &reference).inspect_err(|_| {
+            // libgit2 leaves what it made before the failure (its record, half made).
+            let _ = prune(&repo, &name, &path);
+        })
     })?;
     let filled = super::slots::materialize(
         &place.root,
@@ -681,7 +687,11 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     }
     let mut swept = Swept::default();
     let prefix = place.name_prefix();
+    remove_incomplete_records(&repo, &prefix)?;
     let mut kept = Vec::new();
+    // Deleted once every record is pruned: libgit2 refuses to delete a branch while a
+    // record it cannot read is there (it takes it for the branch's checkout).
+    let mut unrecorded = Vec::new();
     for name in recorded_worktrees(&repo, &prefix)? {
         let name = name.as_str();
         let Some(dir_name) = name.strip_prefix(&prefix) else {
@@ -700,8 +710,12 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
         swept.worktrees.push(path);
         if let Some(branch) = branch
             && !keep.branches.contains(&branch)
-            && delete_branch(&repo, &branch)?
         {
+            unrecorded.push(branch);
+        }
+    }
+    for branch in unrecorded {
+        if delete_branch(&repo, &branch)? {
             swept.branches.push(branch);
         }
     }

@@ -1251,6 +1251,55 @@ async fn a_half_written_worktree_record_does_not_block_the_attempt_or_the_sweep(
     assert_checkout_untouched_with_code(f.repo.path());
 }
 
+/// A kill while libgit2 makes worktrees leaves their records half made (a directory under
+/// `.git/worktrees`, without its `HEAD`). With two of them libgit2 took every branch for
+/// checked out: every attempt failed ("reference … is already checked out"), and the
+/// restart's sweep stopped at its first branch deletion, leaving them (the soak: every task
+/// failed after a kill with four worktrees being made).
+#[tokio::test]
+async fn half_made_worktree_records_block_neither_an_attempt_nor_the_sweep() {
+    let f = fixture();
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    let main = git
+        .find_commit(git2::Oid::from_str(&f.main_tip()).unwrap())
+        .unwrap();
+    let half_made = |tasks: &[&str]| {
+        for task in tasks {
+            let request = f.request(task, 1);
+            git.branch(&request.branch, &main, false).unwrap();
+            let record = f
+                .repo
+                .path()
+                .join(".git/worktrees")
+                .join(format!("flotilla-{}-{task}-a1", f.run.as_uuid().simple()));
+            std::fs::create_dir_all(&record).unwrap();
+            std::fs::write(record.join("locked"), "").unwrap();
+        }
+    };
+    half_made(&["t7", "t8"]);
+    let ws = f.worktrees.prepare(f.request("t9", 1)).await.unwrap();
+    assert!(ws.path.join("src/lib.rs").exists());
+
+    half_made(&["t10", "t11", "t12"]);
+    let swept = f
+        .worktrees
+        .sweep(SweepKeep {
+            delivered: Some(Vec::new()),
+            ..SweepKeep::default()
+        })
+        .await
+        .unwrap();
+    let records: Vec<_> = std::fs::read_dir(f.repo.path().join(".git/worktrees"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert_eq!(records, Vec::<std::ffi::OsString>::new());
+    for task in ["t7", "t8", "t9", "t10", "t11", "t12"] {
+        let branch = f.request(task, 1).branch;
+        assert_eq!(f.branch_tip(&branch), None, "{branch}");
+        assert!(swept.branches.contains(&branch), "{branch}: {swept:?}");
+    }
+}
+
 /// A kill inside a seal's ref update leaves `<branch>.lock` beside a worktree git still
 /// records. The sweep after the restart removed the stale lock only after it had pruned
 /// the worktrees and deleted their branches: the deletion failed on the lock, and the
