@@ -81,9 +81,10 @@ pub(super) fn forget(repo: &git2::Repository, name: &str) -> Result<(), RepoErro
 pub(super) fn remove_incomplete_records(
     repo: &git2::Repository,
     prefix: &str,
-) -> Result<(), RepoError> {
+) -> Result<usize, RepoError> {
+    let mut removed = 0;
     let Ok(entries) = std::fs::read_dir(repo.commondir().join("worktrees")) else {
-        return Ok(());
+        return Ok(removed);
     };
     for entry in entries.flatten() {
         let whole = ["commondir", "gitdir", "HEAD"]
@@ -97,10 +98,10 @@ pub(super) fn remove_incomplete_records(
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(io("cannot remove the worktree's record", &path, e));
             }
-            _ => {}
+            _ => removed += 1,
         }
     }
-    Ok(())
+    Ok(removed)
 }
 
 /// Where git keeps its record of the worktree `name` (`.git/worktrees/<name>`).

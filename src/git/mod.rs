@@ -82,6 +82,7 @@ pub(crate) fn signature() -> Result<git2::Signature<'static>, RepoError> {
 /// Deletes a local branch; `false` when there was none.
 ///
 /// Recorded for `ref_lock` (a kill inside it leaves the ref's lock, or `packed-refs.lock`).
+/// The caller holds the repository's lock.
 /// A deletion refused for a lock heals the repository's ref locks and tries once more: a
 /// killed flotilla's (its record proves it) kept the branch for good, since a landed task's
 /// branch is deleted once, and nothing else would.
@@ -100,6 +101,14 @@ pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<boo
             // (its cache of packed refs had dropped it), and would call it gone.
             delete(&git2::Repository::open(repo.path()).map_err(git)?)?
         }
+        // libgit2 takes a worktree record it cannot read for the branch's checkout: a half
+        // made one of the branch's run (a kill's leftover, `leftovers`) goes, and once more.
+        Err(e)
+            if e.code() != git2::ErrorCode::NotFound
+                && half_made_records_removed(repo, branch)? =>
+        {
+            delete(&git2::Repository::open(repo.path()).map_err(git)?)?
+        }
         deleted => deleted,
     };
     match deleted {
@@ -107,6 +116,18 @@ pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<boo
         Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
         Err(e) => Err(git(e)),
     }
+}
+
+/// Removes the half-made worktree records of the run a task branch `flotilla/<run>/…`
+/// belongs to; whether there was any. The caller holds the repository's lock.
+fn half_made_records_removed(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
+    let Some((run, _)) = branch
+        .strip_prefix("flotilla/")
+        .and_then(|rest| rest.split_once('/'))
+    else {
+        return Ok(false);
+    };
+    Ok(leftovers::remove_incomplete_records(repo, &format!("flotilla-{run}-"))? > 0)
 }
 
 /// The commit local branch `branch` points at; `None` when there is no such branch.

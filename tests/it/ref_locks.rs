@@ -1,6 +1,7 @@
 //! What a kill inside git2's update or deletion of a ref leaves (`<ref>.lock`, and
-//! `packed-refs.lock` when the ref is packed) and how the next deletion heals it: only a
-//! lock a record of a process that is gone names (ADR-021, `git::ref_lock`).
+//! `packed-refs.lock` when the ref is packed), or while it makes a worktree (its record,
+//! half made), and how the next deletion of a branch heals it: only a lock a record of a
+//! process that is gone names, only records of the branch's run (ADR-021, `git::ref_lock`).
 
 use std::path::Path;
 
@@ -94,4 +95,38 @@ async fn a_lock_a_killed_deletion_left_is_healed_by_the_next_deletion() {
         })
         .count();
     assert_eq!(records, 0, "no record is left");
+}
+
+/// Half-made worktree records of a run (a kill while libgit2 made them) made libgit2 refuse
+/// to delete any branch ("the current HEAD of a linked repository"): a landed task's branch,
+/// deleted once, stayed for good. The deletion removes them (they are the branch's run's)
+/// and deletes.
+#[tokio::test]
+async fn half_made_worktree_records_of_the_run_do_not_keep_a_landed_branch() {
+    let repo = tempfile::tempdir().unwrap();
+    init_repo(repo.path());
+    let git = git2::Repository::open(repo.path()).unwrap();
+    commit_files(&git, &[("a.txt", "a\n")], "files");
+    let scratch = tempfile::tempdir().unwrap();
+    let merge = GitMerge::new(repo.path(), scratch.path().join("scratch"), main_branch());
+    let run = "0123456789abcdef0123456789abcdef";
+    let branch = format!("flotilla/{run}/t1");
+    let tip = git.head().unwrap().peel_to_commit().unwrap();
+    git.branch(&branch, &tip, false).unwrap();
+    for task in ["t2-a1", "t3-a1"] {
+        let record = repo
+            .path()
+            .join(".git/worktrees")
+            .join(format!("flotilla-{run}-{task}"));
+        std::fs::create_dir_all(&record).unwrap();
+        std::fs::write(record.join("locked"), "").unwrap();
+    }
+    merge.delete_branch(branch.clone()).await.unwrap();
+    assert!(git.find_branch(&branch, git2::BranchType::Local).is_err());
+    assert!(
+        std::fs::read_dir(repo.path().join(".git/worktrees"))
+            .unwrap()
+            .next()
+            .is_none()
+    );
 }
