@@ -190,6 +190,20 @@ pub(super) fn run_ref_locks(repo: &git2::Repository, run: RunId) -> Vec<PathBuf>
     found
 }
 
+/// Removes the stale ref locks of `run` ([`run_ref_locks`]): for a sweep, when no process
+/// of the run writes a ref.
+pub(super) fn remove_run_ref_locks(repo: &git2::Repository, run: RunId) -> Result<(), RepoError> {
+    for path in run_ref_locks(repo, run) {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io("cannot remove the stale lock", &path, e));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// What the runs in `over` left in the repository at `repo`; `root` is the state
 /// directory's `worktrees`, where each run's attempt directories are.
 pub fn leftovers(repo: &Path, root: &Path, over: &HashSet<RunId>) -> Result<Leftovers, RepoError> {

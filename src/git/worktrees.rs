@@ -31,7 +31,7 @@ use futures::future::BoxFuture;
 
 use super::conflict_fix::{conflict_fix_base, conflict_fix_commit};
 use super::leftovers::{
-    forget, prune, recorded_worktrees, remove_incomplete_records, run_ref_locks,
+    forget, prune, recorded_worktrees, remove_incomplete_records, remove_run_ref_locks,
 };
 use super::target::TargetBranch;
 use super::{branch_tip, delete_branch, git, io, main_commit, repo_lock, signature};
@@ -676,14 +676,7 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     // writes a ref; left there they would keep the branch from moving or going. First: a
     // branch deleted below with its lock still there failed the whole sweep.
     if keep.delivered.is_some() || keep.closing {
-        for path in run_ref_locks(&repo, place.run) {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(io("cannot remove the stale lock", &path, e));
-                }
-                _ => {}
-            }
-        }
+        remove_run_ref_locks(&repo, place.run)?;
     }
     let mut swept = Swept::default();
     let prefix = place.name_prefix();
