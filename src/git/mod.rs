@@ -82,10 +82,9 @@ pub(crate) fn signature() -> Result<git2::Signature<'static>, RepoError> {
 /// Deletes a local branch; `false` when there was none.
 ///
 /// Recorded for `ref_lock` (a kill inside it leaves the ref's lock, or `packed-refs.lock`).
-/// The caller holds the repository's lock.
 /// A deletion refused for a lock heals the repository's ref locks and tries once more: a
 /// killed flotilla's (its record proves it) kept the branch for good, since a landed task's
-/// branch is deleted once, and nothing else would.
+/// branch is deleted once, and nothing else would. The caller holds the repository's lock.
 pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
     let refname = format!("refs/heads/{branch}");
     let delete = |repo: &git2::Repository| match repo.find_branch(branch, git2::BranchType::Local) {
