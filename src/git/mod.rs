@@ -91,6 +91,17 @@ pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<boo
         Ok(mut b) => ref_lock::guarded_delete(repo, &refname, || b.delete()),
         Err(e) => Ok(Err(e)),
     };
+    // With packed refs, on a handle of its own: the caller's may be kept between calls
+    // (`handles`), and after a deletion failed on `packed-refs.lock` libgit2's cache of
+    // packed refs on that handle no longer matches the file (a later deletion there
+    // returned success and deleted nothing).
+    let opened;
+    let repo = if repo.commondir().join("packed-refs").exists() {
+        opened = git2::Repository::open(repo.path()).map_err(git)?;
+        &opened
+    } else {
+        repo
+    };
     let deleted = match delete(repo)? {
         Err(e)
             if e.code() == git2::ErrorCode::Locked
