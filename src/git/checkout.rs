@@ -349,7 +349,11 @@ fn write_staged(staged: &Path, content: &[u8], mode: i32) -> std::io::Result<()>
     });
     file.write_all(rest)?;
     let bits = if mode == 0o100755 { 0o755 } else { 0o644 };
-    file.set_permissions(fs::Permissions::from_mode(bits))
+    file.set_permissions(fs::Permissions::from_mode(bits))?;
+    // With `--journal-sync full`, on the disk before it is renamed into place: after a power
+    // loss an empty file would be neither side of the move, which the heal keeps as the
+    // user's.
+    super::ref_lock::sync_record(&file)
 }
 
 /// The paths, for a message: the first [`MAX_NAMED`] and how many more.
@@ -615,6 +619,12 @@ fn heal_locked(
         .workdir()
         .ok_or_else(|| RepoError::Git("the checkout has no work tree".into()))?
         .to_path_buf();
+    let changes = changes(checkout, &tree(&record.from)?, &tree(&record.to)?)?;
+    // Half a file a kill left on its way in (never the user's: the name is reserved), also
+    // when the checkout is left as it is below: `git add -A` would commit it.
+    for change in &changes {
+        let _ = fs::remove_file(staged_path(&workdir.join(rel(&change.path))));
+    }
     if !on_main(checkout, branch) {
         tracing::warn!(workdir = %workdir.display(), %branch, "an interrupted landing's checkout is no longer on its branch: left as it is");
         drop(lock);
@@ -627,12 +637,9 @@ fn heal_locked(
     } else {
         &record.from
     };
-    let changes = changes(checkout, &tree(&record.from)?, &tree(&record.to)?)?;
     let target_tree = tree(target)?;
     let (mut index, new_index) = index_copy(checkout)?;
     for change in &changes {
-        // Half a file a kill left on its way in (never the user's: the name is reserved).
-        let _ = fs::remove_file(staged_path(&workdir.join(rel(&change.path))));
         let now = worktree_blob(&workdir, rel(&change.path));
         let ours = [change.before, change.after]
             .iter()

@@ -1007,3 +1007,64 @@ fn the_sync_after_a_move_compares_no_index_with_a_tree() {
     );
     no_lock_left(path);
 }
+
+/// A kill while a landed file was half written, then the user switches to another branch
+/// (removing the stale lock by hand, as git tells them to): the heal leaves that checkout as
+/// it is, but not the half-written file under flotilla's staged name, which `git add -A`
+/// would commit.
+#[tokio::test]
+async fn a_half_written_file_is_removed_even_from_a_checkout_that_left_main() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let mut daemon = DaemonProcess::start_with_env(
+        state.path(),
+        &[("FAILPOINTS", "checkout::mid-write=return")],
+    );
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), run_config(&scenario(), 3)).await;
+    assert!(
+        daemon
+            .exited_within(Duration::from_secs(90))
+            .await
+            .is_some(),
+        "the daemon did not reach the point; log:\n{}",
+        daemon.log()
+    );
+    drop(daemon);
+    let staged: Vec<_> = ["src", "."]
+        .iter()
+        .map(|d| repo.path().join(d).join(".flotilla-landing-new"))
+        .filter(|p| p.exists())
+        .collect();
+    assert_eq!(
+        staged.len(),
+        1,
+        "the kill left half a file under the staged name"
+    );
+    // The user gives up on main's checkout: lock removed by hand, another branch checked out.
+    std::fs::remove_file(repo.path().join(".git/index.lock")).unwrap();
+    let switched = std::process::Command::new("git")
+        .args(["switch", "-q", "-c", "elsewhere"])
+        .current_dir(repo.path())
+        .output()
+        .unwrap();
+    assert!(switched.status.success(), "{switched:?}");
+    let daemon = DaemonProcess::start(state.path());
+    let events = follow_to_end(&client, &run, None).await;
+    assert_eq!(
+        outcome(&events),
+        Some(RunOutcome::Completed),
+        "{}",
+        daemon.log()
+    );
+    assert!(!staged[0].exists(), "the half-written file is gone");
+    assert_eq!(
+        git(repo.path())
+            .find_reference("HEAD")
+            .unwrap()
+            .symbolic_target()
+            .unwrap(),
+        Some("refs/heads/elsewhere"),
+        "the user's checkout is left where they put it"
+    );
+}
