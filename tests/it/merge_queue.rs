@@ -1009,76 +1009,6 @@ async fn a_gate_whose_scratch_checkout_the_storage_refuses_fails_nobody_and_land
     assert_eq!(f.history().len(), 2);
 }
 
-/// git whose first build waits until the test lets it go (and says when it started), so
-/// that the queue is busy while the test scripts what arrives; everything else is the real
-/// thing.
-struct HeldFirstBuild {
-    real: Arc<GitMerge>,
-    started: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-    release: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
-}
-
-impl MergeGit for HeldFirstBuild {
-    fn build(
-        &self,
-        onto: String,
-        items: Vec<LandItem>,
-        mode: LandMode,
-    ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>> {
-        let started = self.started.lock().unwrap().take();
-        let release = self.release.lock().unwrap().take();
-        let real = self.real.clone();
-        Box::pin(async move {
-            if let (Some(started), Some(release)) = (started, release) {
-                let _ = started.send(());
-                let _ = release.await;
-            }
-            real.build(onto, items, mode).await
-        })
-    }
-    fn find_on_main(
-        &self,
-        tip: String,
-        candidates: Vec<Vec<String>>,
-    ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>> {
-        self.real.find_on_main(tip, candidates)
-    }
-    fn contains(
-        &self,
-        tip: String,
-        ancestor: String,
-    ) -> BoxFuture<'static, Result<bool, RepoError>> {
-        self.real.contains(tip, ancestor)
-    }
-    fn scratch(
-        &self,
-        commit: String,
-        label: String,
-    ) -> BoxFuture<'static, Result<ScratchTree, RepoError>> {
-        self.real.scratch(commit, label)
-    }
-    fn remove_scratch(&self, tree: ScratchTree) -> BoxFuture<'static, Result<(), RepoError>> {
-        self.real.remove_scratch(tree)
-    }
-    fn conflict_markers(
-        &self,
-        commit: String,
-        paths: Option<Vec<String>>,
-    ) -> BoxFuture<'static, Result<Vec<MarkerHit>, RepoError>> {
-        self.real.conflict_markers(commit, paths)
-    }
-    fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>> {
-        self.real.delete_branch(branch)
-    }
-    fn sync_checkout(
-        &self,
-        old: String,
-        new: String,
-    ) -> BoxFuture<'static, Result<CheckoutSync, RepoError>> {
-        self.real.sync_checkout(old, new)
-    }
-}
-
 /// ADR-032: while a landing is in flight, branches arrive in an order that is not their
 /// urgency; the queue lands fix tasks first, then by priority, then by critical path (what
 /// a longer chain of dependents waits for first), then by age, a retry counted younger,
@@ -1088,11 +1018,7 @@ async fn landings_go_fix_first_then_by_priority_then_by_critical_path_as_dispatc
     let f = Fixture::new();
     let (started_tx, started) = tokio::sync::oneshot::channel();
     let (release, release_rx) = tokio::sync::oneshot::channel();
-    let git = Arc::new(HeldFirstBuild {
-        real: Arc::new(f.git()),
-        started: Mutex::new(Some(started_tx)),
-        release: Mutex::new(Some(release_rx)),
-    });
+    let git = Arc::new(NumberedBuilds::new(f.git()).holding(1, (started_tx, release_rx)));
     let config = MergeConfig {
         gate: vec!["test -f README.md".into()],
         batch_max: Some(1),
@@ -1216,11 +1142,7 @@ async fn without_a_gate_a_batch_takes_every_branch_waiting_unless_batch_max_says
         let f = Fixture::new();
         let (started_tx, started) = tokio::sync::oneshot::channel();
         let (release, release_rx) = tokio::sync::oneshot::channel();
-        let git = Arc::new(HeldFirstBuild {
-            real: Arc::new(f.git()),
-            started: Mutex::new(Some(started_tx)),
-            release: Mutex::new(Some(release_rx)),
-        });
+        let git = Arc::new(NumberedBuilds::new(f.git()).holding(1, (started_tx, release_rx)));
         let config = MergeConfig {
             gate,
             batch_max,
@@ -1263,119 +1185,6 @@ async fn without_a_gate_a_batch_takes_every_branch_waiting_unless_batch_max_says
     }
 }
 
-/// git that records every build (onto, tasks), holds the first until the test lets it go,
-/// and says when the second starts; everything else is the real thing.
-struct RecordedBuilds {
-    real: Arc<GitMerge>,
-    builds: Mutex<Vec<(String, Vec<String>)>>,
-    first: Mutex<
-        Option<(
-            tokio::sync::oneshot::Sender<()>,
-            tokio::sync::oneshot::Receiver<()>,
-        )>,
-    >,
-    second: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-}
-
-impl MergeGit for RecordedBuilds {
-    fn build(
-        &self,
-        onto: String,
-        items: Vec<LandItem>,
-        mode: LandMode,
-    ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>> {
-        let tasks = items.iter().map(|i| i.task.to_string()).collect();
-        let mut builds = self.builds.lock().unwrap();
-        builds.push((onto.clone(), tasks));
-        let held = self.first.lock().unwrap().take();
-        let second = (builds.len() == 2)
-            .then(|| self.second.lock().unwrap().take())
-            .flatten();
-        let real = self.real.clone();
-        Box::pin(async move {
-            if let Some((started, release)) = held {
-                let _ = started.send(());
-                let _ = release.await;
-            }
-            if let Some(second) = second {
-                let _ = second.send(());
-            }
-            real.build(onto, items, mode).await
-        })
-    }
-    fn find_on_main(
-        &self,
-        tip: String,
-        candidates: Vec<Vec<String>>,
-    ) -> BoxFuture<'static, Result<Vec<Option<String>>, RepoError>> {
-        self.real.find_on_main(tip, candidates)
-    }
-    fn contains(
-        &self,
-        tip: String,
-        ancestor: String,
-    ) -> BoxFuture<'static, Result<bool, RepoError>> {
-        self.real.contains(tip, ancestor)
-    }
-    fn scratch(
-        &self,
-        commit: String,
-        label: String,
-    ) -> BoxFuture<'static, Result<ScratchTree, RepoError>> {
-        self.real.scratch(commit, label)
-    }
-    fn remove_scratch(&self, tree: ScratchTree) -> BoxFuture<'static, Result<(), RepoError>> {
-        self.real.remove_scratch(tree)
-    }
-    fn conflict_markers(
-        &self,
-        commit: String,
-        paths: Option<Vec<String>>,
-    ) -> BoxFuture<'static, Result<Vec<MarkerHit>, RepoError>> {
-        self.real.conflict_markers(commit, paths)
-    }
-    fn delete_branch(&self, branch: String) -> BoxFuture<'static, Result<(), RepoError>> {
-        self.real.delete_branch(branch)
-    }
-    fn sync_checkout(
-        &self,
-        old: String,
-        new: String,
-    ) -> BoxFuture<'static, Result<CheckoutSync, RepoError>> {
-        self.real.sync_checkout(old, new)
-    }
-}
-
-/// main's ref whose first compare-and-swap waits until the test lets it go (and says when
-/// it started); then the real one.
-struct HeldFirstSwap {
-    real: Arc<GitRepo>,
-    first: Mutex<
-        Option<(
-            tokio::sync::oneshot::Sender<()>,
-            tokio::sync::oneshot::Receiver<()>,
-        )>,
-    >,
-}
-
-impl MainRef for HeldFirstSwap {
-    fn compare_and_swap(
-        &self,
-        expected: String,
-        new: String,
-    ) -> BoxFuture<'static, Result<(), MainRefError>> {
-        let held = self.first.lock().unwrap().take();
-        let real = self.real.clone();
-        Box::pin(async move {
-            if let Some((started, release)) = held {
-                let _ = started.send(());
-                let _ = release.await;
-            }
-            real.compare_and_swap(expected, new).await
-        })
-    }
-}
-
 /// ADR-041 ("the queue pipelined"): while one batch's compare-and-swap runs, the next is
 /// built on the candidate main is moving to; it lands after, in order, each intent
 /// journaled before its move and naming the tip the one before left. When that
@@ -1393,18 +1202,20 @@ async fn the_next_batch_is_built_while_main_moves_and_lands_after_it_never_on_a_
         let (build_started_tx, build_started) = tokio::sync::oneshot::channel();
         let (build_release, build_release_rx) = tokio::sync::oneshot::channel();
         let (second_tx, second) = tokio::sync::oneshot::channel();
-        let git = Arc::new(RecordedBuilds {
-            real: Arc::new(f.git()),
-            builds: Mutex::default(),
-            first: Mutex::new(Some((build_started_tx, build_release_rx))),
-            second: Mutex::new(Some(second_tx)),
-        });
+        // The second build is only said, not held.
+        let (second_release, second_release_rx) = tokio::sync::oneshot::channel();
+        second_release.send(()).unwrap();
+        let git = Arc::new(
+            NumberedBuilds::new(f.git())
+                .holding(1, (build_started_tx, build_release_rx))
+                .holding(2, (second_tx, second_release_rx)),
+        );
         let (swap_started_tx, swap_started) = tokio::sync::oneshot::channel();
         let (swap_release, swap_release_rx) = tokio::sync::oneshot::channel();
-        let main = Arc::new(HeldFirstSwap {
-            real: Arc::new(GitRepo::new(f.repo_path.clone(), main_branch())),
-            first: Mutex::new(Some((swap_started_tx, swap_release_rx))),
-        });
+        let main = Arc::new(
+            NumberedSwaps::new(GitRepo::new(f.repo_path.clone(), main_branch()))
+                .holding(1, (swap_started_tx, swap_release_rx)),
+        );
         let (queue, mut inbox) =
             f.queue_configured(MergeConfig::default(), main, git.clone(), None);
         let request = |id: &str| f.branch(id, &[(&format!("src/{id}.txt"), &format!("{id}\n"))]);
@@ -1554,9 +1365,33 @@ fn hold() -> (
 /// build with a `done` says when the real build returned; everything else is the real thing.
 struct NumberedBuilds {
     real: Arc<GitMerge>,
-    count: Mutex<usize>,
+    /// Every build, in order: onto what, which tasks.
+    builds: Mutex<Vec<(String, Vec<String>)>>,
     holds: Mutex<std::collections::HashMap<usize, Hold>>,
     done: Mutex<std::collections::HashMap<usize, tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl NumberedBuilds {
+    fn new(real: GitMerge) -> Self {
+        NumberedBuilds {
+            real: Arc::new(real),
+            builds: Mutex::default(),
+            holds: Mutex::default(),
+            done: Mutex::default(),
+        }
+    }
+
+    /// The `n`th build says when it starts, then waits to be let go.
+    fn holding(self, n: usize, hold: Hold) -> Self {
+        self.holds.lock().unwrap().insert(n, hold);
+        self
+    }
+
+    /// The `n`th build says when the real build returned.
+    fn saying_done(self, n: usize, done: tokio::sync::oneshot::Sender<()>) -> Self {
+        self.done.lock().unwrap().insert(n, done);
+        self
+    }
 }
 
 impl MergeGit for NumberedBuilds {
@@ -1567,9 +1402,10 @@ impl MergeGit for NumberedBuilds {
         mode: LandMode,
     ) -> BoxFuture<'static, Result<BuildOutcome, RepoError>> {
         let n = {
-            let mut count = self.count.lock().unwrap();
-            *count += 1;
-            *count
+            let mut builds = self.builds.lock().unwrap();
+            let tasks = items.iter().map(|i| i.task.to_string()).collect();
+            builds.push((onto.clone(), tasks));
+            builds.len()
         };
         let held = self.holds.lock().unwrap().remove(&n);
         let done = self.done.lock().unwrap().remove(&n);
@@ -1637,6 +1473,22 @@ struct NumberedSwaps {
     holds: Mutex<std::collections::HashMap<usize, Hold>>,
 }
 
+impl NumberedSwaps {
+    fn new(real: GitRepo) -> Self {
+        NumberedSwaps {
+            real: Arc::new(real),
+            count: Mutex::new(0),
+            holds: Mutex::default(),
+        }
+    }
+
+    /// The `n`th compare-and-swap says when it starts, then waits to be let go.
+    fn holding(self, n: usize, hold: Hold) -> Self {
+        self.holds.lock().unwrap().insert(n, hold);
+        self
+    }
+}
+
 impl MainRef for NumberedSwaps {
     fn compare_and_swap(
         &self,
@@ -1672,19 +1524,20 @@ async fn a_late_answer_of_a_dropped_batch_built_ahead_is_never_taken_for_the_nex
     let (build2, build2_started, build2_release) = hold();
     let (done2_tx, done2) = tokio::sync::oneshot::channel();
     let (done4_tx, done4) = tokio::sync::oneshot::channel();
-    let git = Arc::new(NumberedBuilds {
-        real: Arc::new(f.git()),
-        count: Mutex::new(0),
-        holds: Mutex::new([(1, build1), (2, build2)].into_iter().collect()),
-        done: Mutex::new([(2, done2_tx), (4, done4_tx)].into_iter().collect()),
-    });
+    let git = Arc::new(
+        NumberedBuilds::new(f.git())
+            .holding(1, build1)
+            .holding(2, build2)
+            .saying_done(2, done2_tx)
+            .saying_done(4, done4_tx),
+    );
     let (swap1, swap1_started, swap1_release) = hold();
     let (swap2, swap2_started, swap2_release) = hold();
-    let main = Arc::new(NumberedSwaps {
-        real: Arc::new(GitRepo::new(f.repo_path.clone(), main_branch())),
-        count: Mutex::new(0),
-        holds: Mutex::new([(1, swap1), (2, swap2)].into_iter().collect()),
-    });
+    let main = Arc::new(
+        NumberedSwaps::new(GitRepo::new(f.repo_path.clone(), main_branch()))
+            .holding(1, swap1)
+            .holding(2, swap2),
+    );
     let (queue, mut inbox) = f.queue_configured(MergeConfig::default(), main, git.clone(), None);
     let request = |id: &str| f.branch(id, &[(&format!("src/{id}.txt"), &format!("{id}\n"))]);
 

@@ -1208,16 +1208,14 @@ async fn a_provider_pause_is_journaled_once_shown_by_status_and_cleared_when_it_
     assert!(upto(seen[2].seq).provider_pauses.is_empty());
 }
 
-/// flotilla's storage refusing a write (a worktree, a scratch checkout) pauses the run as an
-/// unwritable journal does: its actors stop, `status` says why, and once a test write goes
-/// through it resumes from its journal; nothing is charged to a task (ADR-024).
-#[actix::test]
-async fn storage_that_refuses_a_write_pauses_the_run_which_resumes_uncharged_when_it_clears() {
-    use flotilla::daemon::supervisor::{RunProblem, RunProblems};
-    use flotilla_actors::protocol::Published;
-
-    let state = tempfile::tempdir().unwrap();
-    let (supervisor, journal, run, mut events) = supervised_run(state.path(), 3, 300).await;
+/// Waits for a task of `run` to start, then tells the supervisor, as a Worker does, that
+/// flotilla's storage refused a write for it with `error`.
+async fn storage_refuses_once_a_task_started(
+    supervisor: &actix::Addr<Supervisor>,
+    run: RunId,
+    events: &mut tokio::sync::broadcast::Receiver<Event>,
+    error: &str,
+) {
     let started = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             let e = events.recv().await.unwrap();
@@ -1228,16 +1226,33 @@ async fn storage_that_refuses_a_write_pauses_the_run_which_resumes_uncharged_whe
     })
     .await
     .expect("a task started");
-    supervisor.do_send(Published(Event {
+    supervisor.do_send(flotilla_actors::protocol::Published(Event {
         seq: 0,
         run,
         at_ms: 0,
         kind: EventKind::StorageUnavailable {
             task: started,
-            error: "cannot create /state/worktrees/r/t1-a1: Read-only file system (os error 30)"
-                .into(),
+            error: error.into(),
         },
     }));
+}
+
+/// flotilla's storage refusing a write (a worktree, a scratch checkout) pauses the run as an
+/// unwritable journal does: its actors stop, `status` says why, and once a test write goes
+/// through it resumes from its journal; nothing is charged to a task (ADR-024).
+#[actix::test]
+async fn storage_that_refuses_a_write_pauses_the_run_which_resumes_uncharged_when_it_clears() {
+    use flotilla::daemon::supervisor::{RunProblem, RunProblems};
+
+    let state = tempfile::tempdir().unwrap();
+    let (supervisor, journal, run, mut events) = supervised_run(state.path(), 3, 300).await;
+    storage_refuses_once_a_task_started(
+        &supervisor,
+        run,
+        &mut events,
+        "cannot create /state/worktrees/r/t1-a1: Read-only file system (os error 30)",
+    )
+    .await;
     let problems = supervisor.send(RunProblems).await.unwrap();
     match problems.get(&run) {
         Some(RunProblem::Paused(why)) => {
@@ -1305,29 +1320,16 @@ async fn storage_that_refuses_a_write_pauses_the_run_which_resumes_uncharged_whe
 #[actix::test]
 async fn a_run_paused_for_refused_storage_can_be_cancelled_while_the_storage_still_refuses() {
     use flotilla::daemon::supervisor::{CancelAnswer, CancelRun, RunProblem, RunProblems};
-    use flotilla_actors::protocol::Published;
 
     let state = tempfile::tempdir().unwrap();
     let (supervisor, journal, run, mut events) = supervised_run(state.path(), 3, 300).await;
-    let started = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let e = events.recv().await.unwrap();
-            if let EventKind::TaskStarted { task, .. } = e.kind {
-                return task;
-            }
-        }
-    })
-    .await
-    .expect("a task started");
-    supervisor.do_send(Published(Event {
-        seq: 0,
+    storage_refuses_once_a_task_started(
+        &supervisor,
         run,
-        at_ms: 0,
-        kind: EventKind::StorageUnavailable {
-            task: started,
-            error: "No space left on device (os error 28)".into(),
-        },
-    }));
+        &mut events,
+        "No space left on device (os error 28)",
+    )
+    .await;
     assert!(matches!(
         supervisor.send(RunProblems).await.unwrap().get(&run),
         Some(RunProblem::Paused(_))
