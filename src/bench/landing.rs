@@ -108,6 +108,8 @@ struct Moments {
     dispatched: Option<u64>,
     started: Option<u64>,
     landing: Option<u64>,
+    /// The journaled intent of the landing that moved main with it (ADR-018).
+    intended: Option<u64>,
     landed: Option<u64>,
 }
 
@@ -136,6 +138,15 @@ impl LandingClock {
             }
             EventKind::TaskLanding { task, .. } => {
                 first(&mut self.tasks.entry(task.clone()).or_default().landing)
+            }
+            EventKind::LandingIntended { landed, .. } => {
+                for intended in landed {
+                    // The last intent: an earlier one's move of main may have raced and failed.
+                    self.tasks
+                        .entry(intended.task.clone())
+                        .or_default()
+                        .intended = Some(at);
+                }
             }
             EventKind::TaskLanded { task, .. } => {
                 first(&mut self.tasks.entry(task.clone()).or_default().landed)
@@ -190,6 +201,8 @@ impl LandingClock {
         let dispatched_to_started = phase(|m| m.dispatched, |m| m.started);
         let started_to_landing = phase(|m| m.started, |m| m.landing);
         let landing_to_landed = phase(|m| m.landing, |m| m.landed);
+        let landing_to_intended = phase(|m| m.landing, |m| m.intended);
+        let intended_to_landed = phase(|m| m.intended, |m| m.landed);
         dispatch_to_landed.sort_unstable();
         let first = landed.iter().filter_map(|m| m.dispatched).min();
         let last = landed.iter().filter_map(|m| m.landed).max();
@@ -202,6 +215,8 @@ impl LandingClock {
             dispatched_to_started_ms: dispatched_to_started,
             started_to_landing_ms: started_to_landing,
             landing_to_landed_ms: landing_to_landed,
+            landing_to_intended_ms: landing_to_intended,
+            intended_to_landed_ms: intended_to_landed,
             daemon,
         })
     }
@@ -234,6 +249,10 @@ pub struct LandingResult {
     pub dispatched_to_started_ms: Vec<u64>,
     pub started_to_landing_ms: Vec<u64>,
     pub landing_to_landed_ms: Vec<u64>,
+    /// The merge queue's part split at the journaled intent: the wait for a cycle and its
+    /// build (and gate), then the move of main, the user's checkout and the branches.
+    pub landing_to_intended_ms: Vec<u64>,
+    pub intended_to_landed_ms: Vec<u64>,
     pub daemon: DaemonUsage,
 }
 
@@ -322,7 +341,7 @@ pub fn disk_bytes(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_actors::protocol::{Route, RunId};
+    use flotilla_actors::protocol::{IntendedLanding, Route, RunId};
 
     fn event(at_ms: u64, kind: EventKind) -> Event {
         Event {
@@ -402,6 +421,18 @@ mod tests {
             via: None,
         };
         let ready = |n| EventKind::TaskReady { task: t(n) };
+        let intended = |tasks: &[u32]| EventKind::LandingIntended {
+            from: "a".into(),
+            to: "b".into(),
+            landed: tasks
+                .iter()
+                .map(|n| IntendedLanding {
+                    task: t(*n),
+                    attempt: 1,
+                    commit: "c".into(),
+                })
+                .collect(),
+        };
         for e in [
             event(900, ready(1)),
             event(1_000, dispatched(1, 1)),
@@ -413,7 +444,11 @@ mod tests {
             event(2_050, started(2, 1)),
             event(1_500, landing(1)),
             event(2_300, landing(2)),
+            // Task 1's first intent raced a move of main; the second one landed it.
+            event(2_400, intended(&[1, 2])),
+            event(2_900, intended(&[1])),
             event(3_000, landed(1)),
+            event(3_800, intended(&[2])),
             event(4_000, landed(2)),
         ] {
             clock.observe(&e);
@@ -432,6 +467,8 @@ mod tests {
         assert_eq!(r.dispatched_to_started_ms, vec![10, 50]);
         assert_eq!(r.started_to_landing_ms, vec![250, 490]);
         assert_eq!(r.landing_to_landed_ms, vec![1_500, 1_700]);
+        assert_eq!(r.landing_to_intended_ms, vec![1_400, 1_500]);
+        assert_eq!(r.intended_to_landed_ms, vec![100, 200]);
         assert_eq!(r.elapsed_ms, 3_000);
         assert!((r.landed_per_s() - 2.0 / 3.0).abs() < 1e-9);
         // A run that landed fewer than its tasks measured nothing.

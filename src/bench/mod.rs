@@ -89,6 +89,10 @@ pub struct Measurement {
     pub ready_dispatched_p50_ms: Option<u64>,
     pub dispatched_started_p50_ms: Option<u64>,
     pub landing_landed_p50_ms: Option<u64>,
+    /// landing → landed split at the journaled intent (`landing_intended`): the queue's wait
+    /// and build, then moving main and what follows it.
+    pub landing_intended_p50_ms: Option<u64>,
+    pub intended_landed_p50_ms: Option<u64>,
     pub disk_bytes: Option<u64>,
     /// Making the case's repository (template from the cache, or generated, and checked out).
     pub prepare_ms: Option<u64>,
@@ -118,6 +122,8 @@ impl Measurement {
             ready_dispatched_p50_ms: Some(landing::quantile_ms(&r.ready_to_dispatched_ms, 0.5)),
             dispatched_started_p50_ms: Some(landing::quantile_ms(&r.dispatched_to_started_ms, 0.5)),
             landing_landed_p50_ms: Some(landing::quantile_ms(&r.landing_to_landed_ms, 0.5)),
+            landing_intended_p50_ms: Some(landing::quantile_ms(&r.landing_to_intended_ms, 0.5)),
+            intended_landed_p50_ms: Some(landing::quantile_ms(&r.intended_to_landed_ms, 0.5)),
             disk_bytes: Some(r.daemon.disk_bytes),
             prepare_ms: Some(prepare_ms),
             ..Measurement::default()

@@ -8,6 +8,7 @@
 //! It implements the actors' git ports; it must not know the actors, the daemon, the
 //! journal or the CLI.
 
+pub mod background;
 pub mod checkout;
 pub mod conflict_fix;
 pub mod diff;

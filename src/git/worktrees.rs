@@ -122,7 +122,8 @@ impl GitWorktrees {
             hook: self.hook.clone(),
         };
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || work(&place))
+            // Below the landing's priority (ADR-049): the queue never waits behind a worker.
+            super::background::spawn(move || work(&place))
                 .await
                 .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
         })

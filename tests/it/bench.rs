@@ -233,6 +233,15 @@ fn bench_landing_lands_every_task_on_each_size_and_reports_its_fields() {
         // So are the phases around it.
         assert!(number(m, "dispatched_started_p50_ms") <= p50, "{m}");
         assert!(number(m, "landing_landed_p50_ms") <= p50, "{m}");
+        // The queue's part, split at the journaled intent: both halves within it.
+        assert!(
+            number(m, "landing_intended_p50_ms") <= number(m, "landing_landed_p50_ms"),
+            "{m}"
+        );
+        assert!(
+            number(m, "intended_landed_p50_ms") <= number(m, "landing_landed_p50_ms"),
+            "{m}"
+        );
         // Before the dispatch: the wait for a slot, there for every row.
         assert!(number(m, "ready_dispatched_p50_ms") >= 0.0, "{m}");
         assert!(m["peak_rss_bytes"].as_u64().unwrap() > 1 << 20, "{m}");
