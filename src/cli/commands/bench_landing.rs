@@ -92,6 +92,11 @@ pub fn run(
         .map_err(LandingBenchError::Runtime)?;
     let mut printer = Printer::new(options.json, out);
     let mut rows = Vec::new();
+    // Each case's repository and state go once every case has run, not between two: on a
+    // file system without a journal (this VM's ext4) each new inode is slowed by every one
+    // freed in the last ~30 s, so deleting one case's trees charged the next case's
+    // checkouts for it (ADR-041).
+    let mut done = Vec::new();
     for &files in &options.files {
         for &tasks in &options.tasks {
             for _ in 0..options.repeat.max(1) {
@@ -101,12 +106,14 @@ pub fn run(
                     workers: options.workers,
                     gate: options.gate.clone(),
                 };
-                let row = runtime.block_on(one_case(&exe, &options.dir, &case))?;
+                let (row, work) = runtime.block_on(one_case(&exe, &options.dir, &case))?;
                 printer.landing(&row)?;
                 rows.push(row);
+                done.push(work);
             }
         }
     }
+    drop(done);
     Ok(rows)
 }
 
@@ -114,7 +121,7 @@ async fn one_case(
     exe: &Path,
     dir: &Path,
     case: &LandingCase,
-) -> Result<Measurement, LandingBenchError> {
+) -> Result<(Measurement, tempfile::TempDir), LandingBenchError> {
     let prepared = Instant::now();
     let template = landing_repo::template(dir, case.files)?;
     let work = tempfile::Builder::new()
@@ -170,7 +177,7 @@ async fn one_case(
             source,
             log,
         })?;
-    Ok(Measurement::of_landing(case, &result, prepare_ms))
+    Ok((Measurement::of_landing(case, &result, prepare_ms), work))
 }
 
 /// A `flotilla daemon` child on a state directory of the bench's. Stopped with SIGTERM
