@@ -250,7 +250,9 @@ pub struct LandingResult {
     pub started_to_landing_ms: Vec<u64>,
     pub landing_to_landed_ms: Vec<u64>,
     /// The merge queue's part split at the journaled intent: the wait for a cycle and its
-    /// build (and gate), then the move of main, the user's checkout and the branches.
+    /// build (and gate), then the move of main, the user's checkout and the branches. Of
+    /// the tasks with an intent: all of them here (a task found on main after a crash has
+    /// none, and the bench does not crash its daemon).
     pub landing_to_intended_ms: Vec<u64>,
     pub intended_to_landed_ms: Vec<u64>,
     pub daemon: DaemonUsage,

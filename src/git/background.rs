@@ -58,6 +58,31 @@ pub fn spawn<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Jo
     })
 }
 
+#[cfg(not(target_os = "linux"))]
+fn lower_this_thread() {}
+
+/// Where a workspace closure runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// An attempt's own work, below the landing's.
+    Lowered,
+    /// Work that holds the repository's lock for long (a sweep deletes whole trees under
+    /// it): at the daemon's priority, so the merge queue never waits on a lowered holder.
+    Daemon,
+}
+
+/// [`spawn`], or tokio's shared blocking pool for [`Priority::Daemon`].
+pub fn spawn_at<T: Send + 'static>(
+    priority: Priority,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    match priority {
+        Priority::Lowered => spawn(work),
+        Priority::Daemon => tokio::task::spawn_blocking(work),
+    }
+}
+
+#[cfg(target_os = "linux")]
 fn lower_this_thread() {
     // SAFETY: `gettid` and `__errno_location` have no preconditions; `getpriority` and
     // `setpriority` only read their arguments, and on Linux `PRIO_PROCESS` with a thread id
@@ -80,7 +105,7 @@ fn lower_this_thread() {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 

@@ -29,6 +29,7 @@ use flotilla_actors::protocol::{
 };
 use futures::future::BoxFuture;
 
+use super::background::Priority;
 use super::conflict_fix::{conflict_fix_base, conflict_fix_commit};
 use super::leftovers::{
     forget, prune, recorded_worktrees, remove_incomplete_records, remove_run_ref_locks,
@@ -114,6 +115,14 @@ impl GitWorktrees {
         &self,
         work: impl FnOnce(&Place) -> Result<T, RepoError> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, RepoError>> {
+        self.on(Priority::Lowered, work)
+    }
+
+    fn on<T: Send + 'static>(
+        &self,
+        priority: Priority,
+        work: impl FnOnce(&Place) -> Result<T, RepoError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, RepoError>> {
         let place = Place {
             repo: self.repo.clone(),
             run: self.run,
@@ -122,8 +131,9 @@ impl GitWorktrees {
             hook: self.hook.clone(),
         };
         Box::pin(async move {
-            // Below the landing's priority (ADR-049): the queue never waits behind a worker.
-            super::background::spawn(move || work(&place))
+            // Below the landing's priority, but a sweep (ADR-049): the queue never waits
+            // behind a worker.
+            super::background::spawn_at(priority, move || work(&place))
                 .await
                 .map_err(|e| RepoError::Git(format!("the git thread failed: {e}")))?
         })
@@ -788,7 +798,7 @@ impl Worktrees for GitWorktrees {
         let repo = self.repo.clone();
         let (base, head) = (work.base.clone(), work.head.clone());
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
+            super::background::spawn(move || {
                 super::diff::patch_text(&repo, &base, &head, max_bytes)
             })
             .await
@@ -805,7 +815,9 @@ impl Worktrees for GitWorktrees {
     }
 
     fn sweep(&self, keep: SweepKeep) -> BoxFuture<'static, Result<Swept, RepoError>> {
-        self.blocking(move |place| locked(&place.repo, || sweep(place, &keep)))
+        self.on(Priority::Daemon, move |place| {
+            locked(&place.repo, || sweep(place, &keep))
+        })
     }
 }
 
