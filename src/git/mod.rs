@@ -25,6 +25,7 @@ pub mod snapshot;
 pub mod target;
 pub mod tree_delta;
 mod tree_read;
+pub mod walk_record;
 pub mod warm;
 pub mod worktrees;
 

@@ -23,6 +23,7 @@ use git2::{Oid, Repository};
 use super::git;
 use super::snapshot::{Snapshot, is_dir, mtime_of, untouched};
 use super::tree_delta::{Update, changed_paths, with_updates};
+use super::walk_record::{Identity, WalkRecord};
 
 const GITLINK: u32 = 0o160000;
 
@@ -33,6 +34,8 @@ pub struct Sealed {
     pub too_large: Vec<String>,
     /// Files with more than one link (possibly a file outside the workspace): never read.
     pub hard_links: Vec<String>,
+    /// What the walk found not exactly as the snapshot recorded (for the next reset).
+    pub walk: WalkRecord,
 }
 
 fn text(path: &[u8]) -> String {
@@ -51,6 +54,14 @@ pub fn seal_tree(
 ) -> Result<Option<Sealed>, RepoError> {
     let (Ok(snapshot), Ok(stamp)) = (Snapshot::read(snap), mtime_of(snap)) else {
         return Ok(None);
+    };
+    let (Ok(snapshot_id), Ok(root_id)) = (Identity::of(snap), Identity::of(root)) else {
+        return Ok(None);
+    };
+    let mut walk = WalkRecord {
+        snapshot: snapshot_id,
+        root: root_id,
+        ..WalkRecord::default()
     };
     let recorded = &snapshot.entries;
     let dirs = snapshot.dirs();
@@ -92,17 +103,27 @@ pub fn seal_tree(
                     && recorded[i].mode == GITLINK
                 {
                     found[i] = true;
+                    // A submodule's directory is never trusted: the reset makes it again.
+                    walk.remove.push(path);
                     continue;
                 }
+                let in_tree = is_dir(&dirs, &path);
                 // A new directory git ignores is not walked (as `add_all`), unless the tip
                 // tracks something in it (then the whole add decides).
-                if !is_dir(&dirs, &path)
+                if !in_tree
                     && worktree
                         .is_path_ignored(Path::new(OsStr::from_bytes(&path)))
                         .map_err(git)?
                 {
+                    walk.remove.push(path.clone());
                     skipped_dirs.push(path);
                     continue;
+                }
+                if !in_tree {
+                    // Not the tree's: it goes whole (what is in it is listed too).
+                    walk.remove.push(path.clone());
+                } else if !plain_dir_mode(meta.mode()) {
+                    walk.modes.push(path.clone());
                 }
                 stack.push((entry.path(), path));
                 continue;
@@ -128,6 +149,9 @@ pub fn seal_tree(
         return Ok(None);
     }
     let deleted: Vec<Vec<u8>> = missing().map(|(e, _)| e.path.clone()).collect();
+    walk.missing.clone_from(&deleted);
+    walk.remove
+        .extend(candidates.iter().map(|(path, _)| path.clone()));
 
     let mut index = git2::Index::new().map_err(git)?;
     worktree.set_index(&mut index).map_err(git)?;
@@ -136,6 +160,7 @@ pub fn seal_tree(
         tree: tip.id(),
         too_large: Vec::new(),
         hard_links: Vec::new(),
+        walk,
     };
     let mut updates: Vec<Update> = Vec::new();
     let mut handled: HashSet<Vec<u8>> = HashSet::new();
@@ -215,6 +240,13 @@ pub fn seal_tree(
         };
     }
     Ok(Some(sealed))
+}
+
+/// A directory mode the reset keeps as it is: owner rwx, nothing writable by others, no
+/// set-id or sticky bit (`slots`' rule for the directories it keeps).
+pub fn plain_dir_mode(mode: u32) -> bool {
+    let mode = mode & 0o7777;
+    mode == (mode & 0o755) | 0o700
 }
 
 /// The seal's tree through libgit2's whole add (every file walked, twice), with the stat

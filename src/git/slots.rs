@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 
 use flotilla_actors::ports::RepoError;
 
+use super::seal_walk::plain_dir_mode;
 use super::snapshot::{Entry, Snapshot, Stat, is_dir, mtime_of, untouched, write_index};
+use super::walk_record::{Identity, WalkRecord};
 use super::{git, io};
 
 /// The run root's directory of parked attempt directories.
@@ -40,6 +42,8 @@ pub const SNAP_DIR: &str = ".snap";
 const CLAIM_PREFIX: &str = ".claim-";
 /// A parked entry being written: `.parked/<dir>.part` (only a crash leaves one).
 const PART_SUFFIX: &str = ".part";
+/// The seal's walk record of a live directory: `.snap/<dir>.walk` (ADR-046 step a).
+const WALK_SUFFIX: &str = ".walk";
 /// At most this many directories wait in a run's pool; a release past it deletes (the pool
 /// holds what the run's workers release between two prepares, a handful).
 pub const MAX_PARKED: usize = 16;
@@ -70,10 +74,11 @@ pub fn materialize(
     let snap = root.join(SNAP_DIR).join(dir_name);
     // A snapshot of an earlier life of this directory says nothing about the new one.
     remove_file(&snap)?;
+    forget_walk(root, path)?;
     let (made, record) = match claim(root, dir_name)? {
         Some(claimed) => {
-            let (claimed, old, stamp) = claimed;
-            let reset = reset(&claimed, old, stamp, path, open, started);
+            let (claimed, old, stamp, walk) = claimed;
+            let reset = reset(&claimed, old, stamp, walk, path, open, started);
             // What is left of the claim (its snapshot; the tree, if the reset failed early).
             let _ = remove_tree(&claimed);
             (Made::Reused, reset?)
@@ -99,8 +104,34 @@ pub fn materialize(
     Ok(made)
 }
 
-/// A claimed directory: its path, its snapshot and the snapshot's stamp.
-type Claimed = (PathBuf, Snapshot, (i64, u32));
+/// A claimed directory: its path, its snapshot, the snapshot's stamp and, when the seal's
+/// walk of it can be trusted, what that walk found.
+type Claimed = (PathBuf, Snapshot, (i64, u32), Option<WalkRecord>);
+
+/// The path of the seal's walk record of the live attempt directory `path`.
+pub fn walk_record_path(root: &Path, path: &Path) -> Option<PathBuf> {
+    let mut name = path.file_name()?.to_owned();
+    name.push(WALK_SUFFIX);
+    Some(root.join(SNAP_DIR).join(name))
+}
+
+/// Drops the seal's walk record of `path`: something may write into it after that walk.
+pub fn forget_walk(root: &Path, path: &Path) -> Result<(), RepoError> {
+    match walk_record_path(root, path) {
+        Some(record) => remove_file(&record),
+        None => Ok(()),
+    }
+}
+
+/// The walk record parked with `claimed`, if it is one and belongs to this snapshot and
+/// this tree (their inodes, sizes and mtimes, which the park's renames keep): anything
+/// else lends no trust, and the reset walks.
+fn parked_walk(claimed: &Path) -> Option<WalkRecord> {
+    let record = WalkRecord::read(&claimed.join("walk")).ok()?;
+    let snapshot = Identity::of(&claimed.join("index")).ok()?;
+    let tree = Identity::of(&claimed.join("tree")).ok()?;
+    (record.snapshot == snapshot && record.root == tree).then_some(record)
+}
 
 /// Takes a parked directory for the attempt `dir_name`: renamed to `.claim-<dir_name>`, so
 /// two attempts never take the same one. None when the pool is empty.
@@ -133,7 +164,8 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<Claimed>, RepoError> {
             && let Ok(snapshot) = Snapshot::read(&claimed.join("index"))
             && let Ok(stamp) = mtime_of(&claimed.join("index"))
         {
-            return Ok(Some((claimed, snapshot, stamp)));
+            let walk = parked_walk(&claimed);
+            return Ok(Some((claimed, snapshot, stamp, walk)));
         }
         remove_tree(&claimed).map_err(|e| io("cannot remove", &claimed, e))?;
     }
@@ -141,13 +173,15 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<Claimed>, RepoError> {
 }
 
 /// Moves the claimed tree to `path` (keeping the `.git` file git wrote there) and resets it
-/// to the worktree's HEAD; returns the record of what it holds then. One walk (`clean`);
-/// then only the paths the new start changes and those `clean` deleted are written, and
-/// the worktree's index and the record are made from what both already know.
+/// to the worktree's HEAD; returns the record of what it holds then. One walk (`clean`),
+/// or none when the seal's walk record is trusted (`apply_walk`); then only the paths the
+/// new start changes and those deleted are written, and the worktree's index and the
+/// record are made from what both already know.
 fn reset(
     claimed: &Path,
     old: Snapshot,
     stamp: (i64, u32),
+    walk: Option<WalkRecord>,
     path: &Path,
     open: &dyn Fn() -> Result<git2::Repository, RepoError>,
     started: &dyn Fn(),
@@ -157,7 +191,14 @@ fn reset(
     std::fs::remove_dir_all(path).map_err(|e| io("cannot remove", path, e))?;
     std::fs::rename(claimed.join("tree"), path).map_err(|e| io("cannot move to", path, e))?;
     started();
-    let mut kept = clean(path, &old, stamp)?;
+    let trusted = match walk {
+        Some(walk) => apply_walk(path, &old, &walk)?,
+        None => None,
+    };
+    let mut kept = match trusted {
+        Some(kept) => kept,
+        None => clean(path, &old, stamp)?,
+    };
     std::fs::write(&dot_git, link).map_err(|e| io("cannot write", &dot_git, e))?;
     let worktree = open()?;
     let new_tree = worktree
@@ -306,6 +347,82 @@ fn clean(root: &Path, snapshot: &Snapshot, stamp: (i64, u32)) -> Result<Vec<bool
     Ok(kept)
 }
 
+/// What `clean` does, from the seal's walk record instead of a walk (ADR-046 step a): the
+/// record's paths are deleted, the directories it names get a plain mode, the root's
+/// `.git` goes, and those the deletions emptied go. Says which of the snapshot's entries
+/// are still there; None when the directory is not what the record says (a link or a file
+/// where it saw a directory): nothing is done through it, and the caller walks.
+fn apply_walk(
+    root: &Path,
+    snapshot: &Snapshot,
+    walk: &WalkRecord,
+) -> Result<Option<Vec<bool>>, RepoError> {
+    keep_dir_mode(root)?;
+    let dot_git = root.join(".git");
+    remove_tree(&dot_git).map_err(|e| io("cannot remove", &dot_git, e))?;
+    let mut kept = vec![true; snapshot.entries.len()];
+    // Shallowest first: a directory goes before what the record lists in it.
+    let mut remove: Vec<&[u8]> = walk.remove.iter().map(Vec::as_slice).collect();
+    remove.sort_by_key(|p| (p.iter().filter(|b| **b == b'/').count(), *p));
+    for rel in remove {
+        if let Some(i) = snapshot.find(rel) {
+            kept[i] = false;
+        }
+        match through_real_dirs(root, rel)? {
+            Some(true) => {}
+            // Gone with a directory deleted before it.
+            Some(false) => continue,
+            None => return Ok(None),
+        }
+        let abs = root.join(OsStr::from_bytes(rel));
+        remove_tree(&abs).map_err(|e| io("cannot remove", &abs, e))?;
+        remove_empty_parents(root, rel);
+    }
+    for rel in &walk.missing {
+        if let Some(i) = snapshot.find(rel) {
+            kept[i] = false;
+        }
+        match through_real_dirs(root, rel)? {
+            Some(true) => remove_empty_parents(root, rel),
+            Some(false) => {}
+            None => return Ok(None),
+        }
+    }
+    for rel in &walk.modes {
+        let abs = root.join(OsStr::from_bytes(rel));
+        match through_real_dirs(root, rel)? {
+            Some(true) => match std::fs::symlink_metadata(&abs) {
+                Ok(meta) if meta.is_dir() => keep_dir_mode(&abs)?,
+                Ok(_) => return Ok(None),
+                Err(_) => {}
+            },
+            Some(false) => {}
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(kept))
+}
+
+/// Whether every directory above `rel` under `root` is a real one (no link, no file), so
+/// that a path built from it cannot lead outside: `Some(true)`; `Some(false)` when one is
+/// not there (deleted with a directory above); None when one is a link or a file (the
+/// record is not the directory's state).
+fn through_real_dirs(root: &Path, rel: &[u8]) -> Result<Option<bool>, RepoError> {
+    for (i, byte) in rel.iter().enumerate() {
+        if *byte != b'/' {
+            continue;
+        }
+        let dir = root.join(OsStr::from_bytes(&rel[..i]));
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(false)),
+            Err(e) => return Err(io("cannot read", &dir, e)),
+        }
+    }
+    Ok(Some(true))
+}
+
 /// A kept directory gets back a plain mode: owner rwx, nothing writable by others, no
 /// set-id or sticky bit (git records no directory modes; an agent may have set any).
 fn keep_dir_mode(dir: &Path) -> Result<(), RepoError> {
@@ -318,7 +435,7 @@ fn keep_dir_mode(dir: &Path) -> Result<(), RepoError> {
     }
     let mode = meta.mode() & 0o7777;
     let plain = (mode & 0o755) | 0o700;
-    if mode != plain {
+    if !plain_dir_mode(mode) {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(plain))
             .map_err(|e| io("cannot set the mode of", dir, e))?;
     }
@@ -361,11 +478,16 @@ fn snapshot_of_checkout(worktree: &git2::Repository, path: &Path) -> Result<Snap
 /// and says whether it did: not when it has no snapshot, is not a plain directory (a link
 /// put in its place) or the pool is full. Its worktree record is already gone. A few
 /// renames: the caller holds the repository's lock, so that the run's final sweep never
-/// misses a directory parked as it runs.
-pub fn park(root: &Path, path: &Path) -> bool {
+/// misses a directory parked as it runs. With `trusted` (nothing wrote into it since its
+/// seal's walk: ADR-046 step a) the walk's record goes with it; without, it is dropped.
+pub fn park(root: &Path, path: &Path, trusted: bool) -> bool {
     let Some(dir_name) = path.file_name() else {
         return false;
     };
+    let walk = walk_record_path(root, path).filter(|_| trusted);
+    if !trusted && forget_walk(root, path).is_err() {
+        return false;
+    }
     let snap = root.join(SNAP_DIR).join(dir_name);
     let parked = root.join(PARKED_DIR);
     let plain_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
@@ -375,7 +497,7 @@ pub fn park(root: &Path, path: &Path) -> bool {
         && room
         && snap.is_file()
         && keep_dir_mode(path).is_ok()
-        && park_renames(&snap, path, &parked, dir_name).is_ok()
+        && park_renames(&snap, walk.as_deref(), path, &parked, dir_name).is_ok()
 }
 
 /// Deletes the released attempt directory `path` that was not parked, and its snapshot.
@@ -383,19 +505,31 @@ pub fn discard(root: &Path, path: &Path) -> Result<(), RepoError> {
     if let Some(dir_name) = path.file_name() {
         let snaps = root.join(SNAP_DIR);
         remove_file(&snaps.join(dir_name))?;
+        forget_walk(root, path)?;
         // Gone once empty (an error only means another directory's snapshot is in it).
         let _ = std::fs::remove_dir(&snaps);
     }
     remove_workspace(path)
 }
 
-/// Snapshot and tree into `.parked/<dir>.part`, then that renamed to `.parked/<dir>`: a
-/// parked entry is whole or has the suffix claims skip.
-fn park_renames(snap: &Path, path: &Path, parked: &Path, dir_name: &OsStr) -> std::io::Result<()> {
+/// Snapshot (and the seal's walk record, if any) and tree into `.parked/<dir>.part`, then
+/// that renamed to `.parked/<dir>`: a parked entry is whole or has the suffix claims skip.
+fn park_renames(
+    snap: &Path,
+    walk: Option<&Path>,
+    path: &Path,
+    parked: &Path,
+    dir_name: &OsStr,
+) -> std::io::Result<()> {
     let mut part = dir_name.to_owned();
     part.push(PART_SUFFIX);
     let part = parked.join(part);
     std::fs::create_dir_all(&part)?;
+    if let Some(walk) = walk {
+        // No record (the seal fell back to the whole add, or this is not its directory's):
+        // the next reset walks.
+        let _ = std::fs::rename(walk, part.join("walk"));
+    }
     let moved = std::fs::rename(snap, part.join("index"))
         .and_then(|()| std::fs::rename(path, part.join("tree")))
         .and_then(|()| std::fs::rename(&part, parked.join(dir_name)));

@@ -55,6 +55,9 @@ pub struct GitWorktrees {
     /// The branch the run lands on (ADR-022): where attempts start from.
     target: TargetBranch,
     hook: Option<UnlockedHook>,
+    /// No process of a command outlives it (the run's sandbox is bwrap's): a seal's walk
+    /// may stand for the next reset's (ADR-046 step a).
+    trust_seals: bool,
 }
 
 /// The long parts of a worker's git work, done without the repository's lock.
@@ -92,7 +95,18 @@ impl GitWorktrees {
             root: root.into(),
             target,
             hook: None,
+            trust_seals: false,
         }
+    }
+
+    /// Whether every process of a command run in a workspace has ended when the command
+    /// returns (bwrap's pid namespace; never with `[sandbox] mode = "none"`, where a
+    /// process can leave its group and write later). Only then does a release the Worker
+    /// calls sealed ([`Worktrees::release_sealed`]) let the next reset trust the seal's
+    /// walk instead of walking again. Off unless set.
+    pub fn trusting_seals(mut self, processes_end_with_commands: bool) -> Self {
+        self.trust_seals = processes_end_with_commands;
+        self
     }
 
     /// Calls `hook` as each part done without the lock starts (tests).
@@ -129,6 +143,7 @@ impl GitWorktrees {
             root: self.root.clone(),
             target: self.target.clone(),
             hook: self.hook.clone(),
+            trust_seals: self.trust_seals,
         };
         Box::pin(async move {
             // Below the landing's priority, but a sweep (ADR-049): the queue never waits
@@ -147,6 +162,7 @@ struct Place {
     root: PathBuf,
     target: TargetBranch,
     hook: Option<UnlockedHook>,
+    trust_seals: bool,
 }
 
 impl Place {
@@ -283,6 +299,9 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
     };
     let continued_from = continued.map(|(branch, _)| branch.clone());
     if existing.is_some() && reusable(&repo, &name, &path, &request.branch) {
+        // Reopened (a synthesis, a restart): whatever its last seal's walk saw, it runs
+        // again now.
+        super::slots::forget_walk(&place.root, &path)?;
         return Ok(Workspace {
             path,
             branch: request.branch.clone(),
@@ -422,6 +441,10 @@ fn commit_leftovers(
         MAX_COMMITTED_FILE_BYTES,
     )? {
         Some(sealed) => {
+            // For the next reset, if nothing writes here before the release (ADR-046 a).
+            if let Some(record) = super::slots::walk_record_path(&place.root, &workspace.path) {
+                sealed.walk.write(&record)?;
+            }
             hard_links.extend(sealed.hard_links);
             (sealed.tree, sealed.too_large)
         }
@@ -608,6 +631,8 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     let name = place.worktree_name(&dir_name_of(&workspace.path));
     let worktree = open_worktree(&repo, &name, &workspace.path)?;
     let mut hard_links = Vec::new();
+    // An earlier seal's walk says nothing of what ran since; this one writes its own.
+    super::slots::forget_walk(&place.root, &workspace.path)?;
     place.unlocked(Unlocked::Seal);
     let (head, committed) =
         commit_leftovers(place, &repo, &worktree, workspace, subject, &mut hard_links)?;
@@ -649,7 +674,13 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
 /// The worktree's record and (with its fate) its branch go under the lock; then its
 /// directory is parked (renames, under the lock too) or deleted (after it, ADR-044). A
 /// kill in between leaves a directory git no longer knows, which the next sweep removes.
-fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(), RepoError> {
+/// `sealed`: the Worker's word that nothing ran in it since its seal's walk (ADR-046 a).
+fn release(
+    place: &Place,
+    workspace: &Workspace,
+    fate: BranchFate,
+    sealed: bool,
+) -> Result<(), RepoError> {
     let repo = place.open()?;
     let name = place.worktree_name(&dir_name_of(&workspace.path));
     locked(&place.repo, || {
@@ -665,7 +696,8 @@ fn release(place: &Place, workspace: &Workspace, fate: BranchFate) -> Result<(),
     })?;
     // Parked for a later attempt of the run (ADR-044), unless the run is over; else deleted.
     let parked = locked(&place.repo, || {
-        !run_closed(place.run) && super::slots::park(&place.root, &workspace.path)
+        let trusted = sealed && place.trust_seals;
+        !run_closed(place.run) && super::slots::park(&place.root, &workspace.path, trusted)
     });
     if parked {
         return Ok(());
@@ -811,7 +843,15 @@ impl Worktrees for GitWorktrees {
         workspace: Workspace,
         fate: BranchFate,
     ) -> BoxFuture<'static, Result<(), RepoError>> {
-        self.blocking(move |place| release(place, &workspace, fate))
+        self.blocking(move |place| release(place, &workspace, fate, false))
+    }
+
+    fn release_sealed(
+        &self,
+        workspace: Workspace,
+        fate: BranchFate,
+    ) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.blocking(move |place| release(place, &workspace, fate, true))
     }
 
     fn sweep(&self, keep: SweepKeep) -> BoxFuture<'static, Result<Swept, RepoError>> {

@@ -248,6 +248,18 @@ pub trait Worktrees: Send + Sync + 'static {
         workspace: Workspace,
         fate: BranchFate,
     ) -> BoxFuture<'static, Result<(), RepoError>>;
+    /// [`Worktrees::release`] of a workspace that is as its last seal found it: the
+    /// caller's word that nothing ran in it since that seal began (no agent call, no
+    /// verification) and that the seal began after every command before it had returned.
+    /// An implementation may then let the seal's walk stand for the next reset's
+    /// (ADR-046); by default it is a plain release.
+    fn release_sealed(
+        &self,
+        workspace: Workspace,
+        fate: BranchFate,
+    ) -> BoxFuture<'static, Result<(), RepoError>> {
+        self.release(workspace, fate)
+    }
     /// Removes every worktree of the run except those on `keep.worktrees` (parents waiting
     /// to synthesize), deleting their branches with them: an attempt that still has its
     /// worktree never delivered (a Worker releases the worktree of delivered work before it

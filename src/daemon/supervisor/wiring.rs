@@ -107,12 +107,17 @@ pub(super) fn start_run(
     let run_dir = daemon.worktrees.join(run.to_string());
     let kit = WorkerKit {
         agents,
-        worktrees: Arc::new(GitWorktrees::new(
-            entry_repo.to_path_buf(),
-            run,
-            run_dir.clone(),
-            target.clone(),
-        )),
+        // Under bwrap no process outlives its command (its pid namespace): a seal's walk
+        // may stand for the next reset's (ADR-046).
+        worktrees: Arc::new(
+            GitWorktrees::new(
+                entry_repo.to_path_buf(),
+                run,
+                run_dir.clone(),
+                target.clone(),
+            )
+            .trusting_seals(policy.mode == crate::sandbox::SandboxMode::Bwrap),
+        ),
         runner: runner.clone(),
         checks: Arc::new(checks),
         notices: Some(daemon.notices.clone()),

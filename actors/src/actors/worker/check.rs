@@ -16,6 +16,17 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::ScopePath;
+
+/// The most of a verification command's output a finding keeps (its end).
+const VERIFY_TAIL_CHARS: usize = 2_000;
+
+/// The last [`VERIFY_TAIL_CHARS`] characters (of a verification command's output).
+pub(super) fn tail(text: &str) -> String {
+    let count = text.chars().count();
+    text.chars()
+        .skip(count.saturating_sub(VERIFY_TAIL_CHARS))
+        .collect()
+}
 use crate::protocol::{BranchWork, ChangeKind, Finding, Handoff, HandoffStatus};
 
 /// What becomes of work that changes files outside its task's scope.

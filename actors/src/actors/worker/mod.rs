@@ -58,7 +58,7 @@ use crate::protocol::{
     SubtasksCompleted, TaskCompleted, TaskId, ToAgent, ToTaskGraph, commit_subject,
 };
 use crate::supervision::{Lifeline, StopCause, StopMember};
-use check::{Checks, check_work};
+use check::{Checks, check_work, tail};
 use review::{ReviewStep, Reviewer, reviewable};
 
 /// How long an agent that was called off (cancel, timeout) gets to stop what it started
@@ -73,8 +73,7 @@ pub const PREPARE_LIMIT: Duration = Duration::from_secs(300);
 pub const STORAGE_RETRY_FIRST: Duration = Duration::from_secs(1);
 pub const STORAGE_RETRY_MAX: Duration = Duration::from_secs(60);
 
-/// The most of a verification command's output a finding keeps (its end).
-const VERIFY_TAIL_CHARS: usize = 2_000;
+type ReleaseResult = Result<(), RepoError>;
 
 /// What a Worker was started for.
 #[derive(Debug, Clone)]
@@ -161,6 +160,8 @@ struct Finished {
     report: AgentReport,
     out_of_scope: Vec<String>,
     links_outside: Vec<String>,
+    /// The workspace is as the seal found it: nothing (no verification) ran in it since.
+    as_sealed: bool,
 }
 
 pub struct Worker {
@@ -179,6 +180,9 @@ pub struct Worker {
     subject: String,
     limit: Duration,
     workspace: Option<Workspace>,
+    /// Nothing ran in the workspace since its last seal, which began after every command
+    /// before it returned: its release may trust the seal's walk (ADR-046).
+    as_sealed: bool,
     session: Option<Box<dyn AgentSession>>,
     after: AfterAttempt,
     cancel: CancellationToken,
@@ -238,6 +242,7 @@ impl Worker {
             subject,
             limit,
             workspace: None,
+            as_sealed: false,
             session: None,
             after: AfterAttempt::Release(BranchFate::Delete),
             cancel: CancellationToken::new(),
@@ -452,6 +457,7 @@ impl Worker {
                         report,
                         out_of_scope: Vec::new(),
                         links_outside: Vec::new(),
+                        as_sealed: true,
                     });
                 };
                 let mut checked = check_work(handoff, work, &scope, &checks);
@@ -462,6 +468,7 @@ impl Worker {
                     .verify
                     .clone()
                     .filter(|_| report.subplan.is_none());
+                let as_sealed = verify.is_none();
                 if let Some(command) = verify {
                     let mut spec = CommandSpec::shell(command.clone(), path);
                     spec.limits.wall = Duration::from_secs(checks.config.verify_timeout_secs);
@@ -487,6 +494,7 @@ impl Worker {
                     report,
                     out_of_scope: checked.out_of_scope,
                     links_outside: checked.links_outside,
+                    as_sealed,
                 })
             })
         }
@@ -520,6 +528,7 @@ impl Worker {
     ) {
         // A call replaced before it ended still used the agent's time.
         self.charge_time();
+        self.as_sealed = false;
         self.call_started = Some(Instant::now());
         let limit = self
             .limit
@@ -578,6 +587,7 @@ impl Worker {
             attempt,
             failure,
         };
+        self.as_sealed = matches!(&result, Ok(finished) if finished.as_sealed);
         let (message, proposes) = match result {
             Err(failure) => {
                 self.after = self.after_failure(failure.continues_in_place());
@@ -642,12 +652,10 @@ impl Worker {
             self.graph.do_send(message);
             return self.finish(ctx);
         };
-        let release = self.workspace.take().map(|workspace| {
-            (
-                workspace.path.clone(),
-                self.kit.worktrees.release(workspace, fate),
-            )
-        });
+        let release = self
+            .workspace
+            .take()
+            .map(|workspace| (workspace.path.clone(), self.release(workspace, fate)));
         let released = async move {
             if let Some((path, release)) = release
                 && let Err(e) = release.await
@@ -664,6 +672,14 @@ impl Worker {
             act.finish(ctx);
         }));
         self.in_flight = Some(handle);
+    }
+
+    /// Releases the workspace; sealed when nothing ran in it since its last seal.
+    fn release(&self, workspace: Workspace, fate: BranchFate) -> BoxFuture<'static, ReleaseResult> {
+        match self.as_sealed {
+            true => self.kit.worktrees.release_sealed(workspace, fate),
+            false => self.kit.worktrees.release(workspace, fate),
+        }
     }
 
     /// What a failed attempt leaves: nothing, (`keep_failed`) its worktree and branch, or
@@ -684,14 +700,6 @@ impl Worker {
         }
         ctx.stop();
     }
-}
-
-/// The last [`VERIFY_TAIL_CHARS`] characters.
-fn tail(text: &str) -> String {
-    let count = text.chars().count();
-    text.chars()
-        .skip(count.saturating_sub(VERIFY_TAIL_CHARS))
-        .collect()
 }
 
 /// The typed failure the TaskGraph sees: it retries a crash or a timeout, not a budget stop
@@ -732,7 +740,7 @@ impl Actor for Worker {
         else {
             return;
         };
-        let release = self.kit.worktrees.release(workspace.clone(), fate);
+        let release = self.release(workspace.clone(), fate);
         actix::spawn(async move {
             if let Err(e) = release.await {
                 // The run's sweep (at its end, or at a restart) removes what is left.
