@@ -552,3 +552,104 @@ async fn a_synthesis_gets_only_what_its_parent_has_left() {
     // The pool's own cap is 60 s: the parent's 1.5 s left is what bounds it.
     assert_eq!(failure, AttemptFailure::TimedOut { limit_ms: 1_500 });
 }
+
+/// A port that records how each workspace was released: sealed (nothing ran in it since
+/// its seal, ADR-046) or not.
+struct RecordingWorktrees {
+    inner: flotilla_actors::ports::ScratchWorktrees,
+    releases: std::sync::Mutex<Vec<bool>>,
+}
+
+impl flotilla_actors::ports::Worktrees for RecordingWorktrees {
+    fn prepare(
+        &self,
+        request: flotilla_actors::ports::WorktreeRequest,
+    ) -> BoxFuture<'static, Result<Workspace, flotilla_actors::ports::RepoError>> {
+        self.inner.prepare(request)
+    }
+    fn seal(
+        &self,
+        workspace: Workspace,
+        subject: String,
+    ) -> BoxFuture<'static, Result<BranchWork, flotilla_actors::ports::RepoError>> {
+        self.inner.seal(workspace, subject)
+    }
+    fn release(
+        &self,
+        workspace: Workspace,
+        fate: flotilla_actors::ports::BranchFate,
+    ) -> BoxFuture<'static, Result<(), flotilla_actors::ports::RepoError>> {
+        self.releases.lock().unwrap().push(false);
+        self.inner.release(workspace, fate)
+    }
+    fn release_sealed(
+        &self,
+        workspace: Workspace,
+        fate: flotilla_actors::ports::BranchFate,
+    ) -> BoxFuture<'static, Result<(), flotilla_actors::ports::RepoError>> {
+        self.releases.lock().unwrap().push(true);
+        self.inner.release(workspace, fate)
+    }
+    fn sweep(
+        &self,
+        keep: flotilla_actors::ports::SweepKeep,
+    ) -> BoxFuture<'static, Result<flotilla_actors::ports::Swept, flotilla_actors::ports::RepoError>>
+    {
+        self.inner.sweep(keep)
+    }
+}
+
+/// Runs one attempt of `t1` under `scenario` (with `verify` as the run's verification
+/// command, run for real: on the real clock) to its end and says how its workspace was
+/// released.
+async fn released_sealed(scenario: &str, verify: Option<&str>, wall_ms: u64) -> Vec<bool> {
+    if verify.is_none() {
+        virtual_time();
+    }
+    let agent = Arc::new(ScriptedAgent::new(Scenario::from_toml(scenario).unwrap()));
+    let (graph, mut inbox) = probe::<ToTaskGraph>("task graph");
+    let dir = tempfile::tempdir().unwrap();
+    let worktrees = Arc::new(RecordingWorktrees {
+        inner: flotilla_actors::ports::ScratchWorktrees::new(dir.path()),
+        releases: Default::default(),
+    });
+    let mut kit = scratch_kit(agent, dir.path());
+    kit.worktrees = worktrees.clone();
+    let mut config = flotilla_actors::actors::worker::check::ChecksConfig::default();
+    config.verify = verify.map(String::from);
+    kit.checks = Arc::new(config.compile().unwrap());
+    let addr = WorkerPool::new(RunId::generate(), kit, graph, Duration::from_secs(60)).start();
+    addr.do_send(assign("t1", 1, wall_ms));
+    loop {
+        match next(&mut inbox).await {
+            ToTaskGraph::TaskCompleted(_) | ToTaskGraph::TaskFailed { .. } => break,
+            _ => continue,
+        }
+    }
+    // Released before the TaskGraph hears (the Worker's rule).
+    worktrees.releases.lock().unwrap().clone()
+}
+
+/// The reset of a parked directory may trust the seal's walk only when nothing ran in the
+/// workspace after that seal (ADR-046): the verification command runs there after it, and
+/// an agent call cut short by its time limit was never sealed.
+#[actix::test]
+async fn a_workspace_is_released_as_sealed_only_when_nothing_ran_in_it_after_the_seal() {
+    assert_eq!(released_sealed(DONE, None, 60_000).await, [true]);
+    let hang = "[tasks.t1]\noutcome = \"hang\"\n";
+    assert_eq!(
+        released_sealed(hang, None, 5_000).await,
+        [false],
+        "cut short: never sealed"
+    );
+}
+
+const DONE: &str = "[tasks.t1]\nsummary = \"done\"\n[tasks.t1.writes]\n\"a.rs\" = \"a\\n\"\n";
+
+#[actix::test]
+async fn a_workspace_the_verification_ran_in_after_the_seal_is_not_released_as_sealed() {
+    assert_eq!(
+        released_sealed(DONE, Some("echo built > out.txt"), 60_000).await,
+        [false]
+    );
+}
