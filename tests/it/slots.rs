@@ -32,6 +32,12 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_with(false)
+}
+
+/// `trust_seals`: the run's sandbox ends every process with its command (bwrap), so a
+/// release the Worker calls sealed may park the seal's walk record (ADR-046).
+fn fixture_with(trust_seals: bool) -> Fixture {
     let repo = tempfile::tempdir().unwrap();
     init_repo(repo.path());
     let git = git2::Repository::open(repo.path()).unwrap();
@@ -64,7 +70,8 @@ fn fixture() -> Fixture {
             if part == Unlocked::Checkout && armed.load(Ordering::SeqCst) {
                 panic!("killed in the middle of making a workspace");
             }
-        }));
+        }))
+        .trusting_seals(trust_seals);
     Fixture {
         repo,
         _state: state,
@@ -95,6 +102,31 @@ impl Fixture {
             .release(ws.clone(), BranchFate::Delete)
             .await
             .unwrap();
+    }
+
+    async fn seal(&self, ws: &Workspace) {
+        self.worktrees
+            .seal(ws.clone(), "the work".into())
+            .await
+            .unwrap();
+    }
+
+    /// The release the Worker makes when nothing ran in the workspace since its seal.
+    async fn release_sealed(&self, ws: &Workspace) {
+        self.worktrees
+            .release_sealed(ws.clone(), BranchFate::Delete)
+            .await
+            .unwrap();
+    }
+
+    /// The seal's walk record parked with `ws`'s directory, if any.
+    fn parked_walk(&self, ws: &Workspace) -> Option<PathBuf> {
+        let walk = self
+            .root
+            .join(".parked")
+            .join(ws.path.file_name().unwrap())
+            .join("walk");
+        walk.exists().then_some(walk)
     }
 
     fn commit_on_main(&self, files: &[(&str, &str)]) -> git2::Oid {
@@ -688,4 +720,180 @@ async fn a_reused_directory_is_reset_by_the_bytes_of_names_that_are_not_utf8() {
     let paths: Vec<&str> = work.files.iter().map(|c| c.path.as_str()).collect();
     assert_eq!(paths, ["src/more.rs"], "only the agent's work");
     f.release(&second).await;
+}
+
+/// The reset that trusts the seal's walk (ADR-046 step a) undoes all an earlier agent did
+/// that the walk saw: whatever it left, the next attempt's workspace holds main's tree and
+/// nothing else, and nothing outside the workspace is touched through its links.
+#[tokio::test]
+async fn a_reset_that_trusts_the_seals_walk_undoes_everything_the_agent_left() {
+    let f = fixture_with(true);
+    let first = f.prepare("t1").await;
+    let root_ino = ino(&first.path);
+    let p = |rel: &str| first.path.join(rel);
+    std::fs::write(p("evil.txt"), "untracked\n").unwrap();
+    std::fs::create_dir_all(p("target/debug")).unwrap();
+    std::fs::write(p("target/debug/build-script"), "#!/bin/sh\nsteal\n").unwrap();
+    std::fs::create_dir_all(p("empty/deeper")).unwrap();
+    let lib = p("src/lib.rs");
+    let mtime = std::fs::metadata(&lib).unwrap().modified().unwrap();
+    std::fs::write(&lib, "pub fn x() {}\npub fn y() {}\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&lib)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    std::fs::remove_file(p("src/old.rs")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", p("src/old.rs")).unwrap();
+    std::fs::remove_dir_all(p("docs")).unwrap();
+    std::os::unix::fs::symlink(f.repo.path(), p("docs")).unwrap();
+    std::fs::set_permissions(p("tests/lib.rs"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    std::fs::set_permissions(p("tests"), std::fs::Permissions::from_mode(0o3777)).unwrap();
+    std::fs::set_permissions(p("many"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::hard_link(p(".gitignore"), p("linked")).unwrap();
+    std::fs::remove_file(p("many/f0001.txt")).unwrap();
+    std::fs::create_dir(p("many/f0001.txt")).unwrap();
+    std::fs::write(p("many/f0001.txt/inner"), "inner\n").unwrap();
+    std::fs::remove_file(p("many/f0002.txt")).unwrap();
+    std::fs::write(
+        p(".git"),
+        format!("gitdir: {}\n", f.repo.path().join(".git").display()),
+    )
+    .unwrap();
+    f.seal(&first).await;
+    f.release_sealed(&first).await;
+    assert!(
+        f.parked_walk(&first).is_some(),
+        "the walk's record is parked"
+    );
+
+    let second = f.prepare("t2").await;
+    assert_eq!(ino(&second.path), root_ino, "the same directory, reused");
+    assert_exactly_main(&f, &second);
+    assert!(f.repo.path().join("docs/deep/notes.md").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.repo.path().join("src/lib.rs")).unwrap(),
+        "pub fn a() {}\npub fn b() {}\n"
+    );
+    f.release(&second).await;
+    assert_checkout_untouched(f.repo.path());
+}
+
+/// What the trusting reset relies on: nothing writes into a directory between its seal's
+/// walk and its park. Every way that could fail drops the record, and the reset walks:
+/// a plain release (the Worker ran something after the seal), a run whose sandbox lets a
+/// process outlive its command, a later seal (its own record), a record of another
+/// directory or another snapshot, a damaged one, and one that leads through a link.
+#[tokio::test]
+async fn a_record_that_may_not_be_the_directorys_state_is_never_trusted() {
+    let late = |ws: &Workspace| {
+        std::fs::write(ws.path.join("late.txt"), "written after the seal\n").unwrap();
+        std::fs::write(ws.path.join("src/lib.rs"), "late\n").unwrap();
+    };
+    let check = |f: &Fixture, ws: &Workspace, why: &str| {
+        assert!(!ws.path.join("late.txt").exists(), "{why}");
+        assert_exactly_main(f, ws);
+    };
+
+    // What the trust means, and why it needs all the rest: a sealed release under a
+    // sandbox that ends every process parks the record, and the reset does not walk (a
+    // write nothing in flotilla lets happen after a seal goes unseen).
+    let f = fixture_with(true);
+    let ws = f.prepare("t1").await;
+    f.seal(&ws).await;
+    late(&ws);
+    f.release_sealed(&ws).await;
+    assert!(f.parked_walk(&ws).is_some());
+    let next = f.prepare("t2").await;
+    assert!(
+        next.path.join("late.txt").exists(),
+        "the trusted reset did not walk"
+    );
+    f.release(&next).await;
+
+    // The Worker ran something after the seal: a plain release.
+    let f = fixture_with(true);
+    let ws = f.prepare("t1").await;
+    f.seal(&ws).await;
+    late(&ws);
+    f.release(&ws).await;
+    assert!(f.parked_walk(&ws).is_none());
+    let next = f.prepare("t2").await;
+    check(&f, &next, "a plain release is walked");
+
+    // `[sandbox] mode = "none"`: a process may outlive its command.
+    let f = fixture_with(false);
+    let ws = f.prepare("t1").await;
+    f.seal(&ws).await;
+    late(&ws);
+    f.release_sealed(&ws).await;
+    assert!(f.parked_walk(&ws).is_none());
+    let next = f.prepare("t2").await;
+    check(&f, &next, "without a sandbox that ends every process");
+
+    // Sealed again after the write (a revision): that seal's record saw it.
+    let f = fixture_with(true);
+    let ws = f.prepare("t1").await;
+    f.seal(&ws).await;
+    late(&ws);
+    f.seal(&ws).await;
+    f.release_sealed(&ws).await;
+    let next = f.prepare("t2").await;
+    check(&f, &next, "the last seal's record");
+
+    // Another directory's record, of another snapshot, in its place.
+    let f = fixture_with(true);
+    let a = f.prepare("t1").await;
+    let b = f.prepare("t2").await;
+    f.seal(&a).await;
+    f.seal(&b).await;
+    late(&b);
+    let snap = f.root.join(".snap");
+    std::fs::copy(snap.join("t1-a1.walk"), snap.join("t2-a1.walk")).unwrap();
+    f.release(&a).await;
+    f.release_sealed(&b).await;
+    let c = f.prepare("t3").await;
+    let d = f.prepare("t4").await;
+    check(&f, &c, "a foreign record");
+    check(&f, &d, "a foreign record");
+
+    // A damaged record.
+    let f = fixture_with(true);
+    let ws = f.prepare("t1").await;
+    f.seal(&ws).await;
+    late(&ws);
+    f.release_sealed(&ws).await;
+    let walk = f.parked_walk(&ws).unwrap();
+    let bytes = std::fs::read(&walk).unwrap();
+    std::fs::write(&walk, &bytes[..bytes.len() - 2]).unwrap();
+    let next = f.prepare("t2").await;
+    check(&f, &next, "a damaged record");
+}
+
+/// A record is never followed through a link: one that names a path under a directory
+/// that is now a link (to the user's checkout) is not the directory's state, and the reset
+/// walks instead, touching nothing outside.
+#[tokio::test]
+async fn a_record_is_never_followed_through_a_link() {
+    use flotilla::git::walk_record::WalkRecord;
+    let f = fixture_with(true);
+    let ws = f.prepare("t1").await;
+    f.seal(&ws).await;
+    f.release_sealed(&ws).await;
+    let walk = f.parked_walk(&ws).unwrap();
+    let tree = walk.with_file_name("tree");
+    std::fs::remove_dir_all(tree.join("docs")).unwrap();
+    std::os::unix::fs::symlink(f.repo.path(), tree.join("docs")).unwrap();
+    let mut record = WalkRecord::read(&walk).unwrap();
+    record.remove.push(b"docs/src/lib.rs".to_vec());
+    record.missing.push(b"docs/deep/notes.md".to_vec());
+    record.modes.push(b"docs/src".to_vec());
+    record.write(&walk).unwrap();
+    let next = f.prepare("t2").await;
+    assert_exactly_main(&f, &next);
+    assert!(f.repo.path().join("src/lib.rs").exists());
+    assert!(f.repo.path().join("docs/deep/notes.md").exists());
+    f.release(&next).await;
+    assert_checkout_untouched(f.repo.path());
 }
