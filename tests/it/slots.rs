@@ -5,7 +5,7 @@
 //! leave nothing of the pool.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -896,4 +896,113 @@ async fn a_record_is_never_followed_through_a_link() {
     assert!(f.repo.path().join("docs/deep/notes.md").exists());
     f.release(&next).await;
     assert_checkout_untouched(f.repo.path());
+}
+
+/// A command in `ws` that leaves a process of its own session behind, holding the fifo
+/// `go` (in `fifos`) open for reading: once told (a line on `go`), it writes `late.txt`
+/// into its working directory and says `done`. The command returns once that process is
+/// up.
+fn leaves_a_writer_behind(ws: &Workspace, fifos: &Path) -> flotilla_actors::ports::CommandSpec {
+    for name in ["go", "ready", "done"] {
+        let fifo = std::ffi::CString::new(fifos.join(name).to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    }
+    let f = fifos.display();
+    flotilla_actors::ports::CommandSpec::shell(
+        format!(
+            "setsid sh -c 'exec 3<>{f}/go; echo up > {f}/ready; read x <&3; \
+             echo late > late.txt; echo done > {f}/done' & read x < {f}/ready"
+        ),
+        &ws.path,
+    )
+}
+
+/// Whether some process has `fifo` open for reading (the writer left behind is alive).
+fn has_reader(fifo: &Path) -> bool {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(fifo)
+        .is_ok()
+}
+
+/// Under bwrap (the default) every process a command started has ended when the command
+/// returns, one in a session of its own included: the pid namespace's init exits with the
+/// command, and the kernel ends the rest before bwrap can. So nothing can write into the
+/// workspace after its seal, and the reset may trust the seal's walk.
+#[tokio::test]
+async fn under_bwrap_no_process_of_a_command_outlives_it_so_the_seal_is_trusted() {
+    use flotilla::process::ConfinedRunner;
+    use flotilla::sandbox::{SandboxConfig, SandboxPolicy};
+    use flotilla_actors::ports::ProcessRunner;
+    let f = fixture_with(true);
+    let ws = f.prepare("t1").await;
+    let fifos = tempfile::tempdir().unwrap();
+    let config = SandboxConfig {
+        writable: vec![fifos.path().display().to_string()],
+        ..SandboxConfig::default()
+    };
+    let runner = ConfinedRunner::new(SandboxPolicy::for_run(&config, &[], f.repo.path()));
+    let spec = leaves_a_writer_behind(&ws, fifos.path());
+    let out = match runner
+        .run(spec, tokio_util::sync::CancellationToken::new(), None)
+        .await
+    {
+        Err(flotilla_actors::ports::ProcessError::SandboxUnavailable(_)) => {
+            eprintln!("bwrap is not installed here: nothing to check");
+            return;
+        }
+        out => out.unwrap(),
+    };
+    assert!(out.exit.success(), "{out:?}");
+    assert!(
+        !has_reader(&fifos.path().join("go")),
+        "the process left behind is gone the moment the command returned"
+    );
+    f.seal(&ws).await;
+    f.release_sealed(&ws).await;
+    assert!(f.parked_walk(&ws).is_some(), "its walk is trusted");
+    let next = f.prepare("t2").await;
+    assert_exactly_main(&f, &next);
+}
+
+/// With `[sandbox] mode = "none"` a process that left its group outlives the command and
+/// writes after the seal: the seal's walk is never trusted there, and the next reset
+/// walks and undoes the late write.
+#[tokio::test]
+async fn without_a_sandbox_a_process_outlives_its_command_and_the_reset_walks() {
+    use crate::process::unsandboxed;
+    use flotilla::sandbox::SandboxMode;
+    use flotilla_actors::ports::ProcessRunner;
+    let runner = unsandboxed();
+    // As the daemon wires it: trusted only where no process outlives its command.
+    let f = fixture_with(runner.policy().mode == SandboxMode::Bwrap);
+    let ws = f.prepare("t1").await;
+    let fifos = tempfile::tempdir().unwrap();
+    let spec = leaves_a_writer_behind(&ws, fifos.path());
+    let out = runner
+        .run(spec, tokio_util::sync::CancellationToken::new(), None)
+        .await
+        .unwrap();
+    assert!(out.exit.success(), "{out:?}");
+    assert!(
+        has_reader(&fifos.path().join("go")),
+        "it outlived the command"
+    );
+    f.seal(&ws).await;
+    f.release_sealed(&ws).await;
+    assert!(
+        f.parked_walk(&ws).is_none(),
+        "no record without a pid sandbox"
+    );
+    // It writes now, into the parked directory (its working directory moved with it).
+    std::fs::write(fifos.path().join("go"), "go\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(fifos.path().join("done")).unwrap(),
+        "done\n"
+    );
+    let next = f.prepare("t2").await;
+    assert!(!next.path.join("late.txt").exists());
+    assert_exactly_main(&f, &next);
 }
