@@ -29,6 +29,7 @@ use tokio::process::Command;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
+mod namespace;
 mod output;
 
 use output::Pipe;
@@ -200,7 +201,18 @@ async fn run(
             ),
         });
     }
-    let (program, args) = invocation(&spec, &policy).await?;
+    let (program, mut args) = invocation(&spec, &policy).await?;
+    // bwrap names its namespace's init, whose end a stopped command's run waits for.
+    let info = match policy.mode {
+        SandboxMode::Bwrap => {
+            Some(namespace::info_pipe().map_err(|e| io_error(&spec.program, &e.to_string()))?)
+        }
+        SandboxMode::None => None,
+    };
+    let info_fd = info.as_ref().map(|(_, write)| write.as_raw_fd());
+    if let Some(fd) = info_fd {
+        args.splice(0..0, ["--info-fd".into(), fd.to_string().into()]);
+    }
     // A command with the host's network gets the port allow-list, if there is one: a
     // Landlock domain it enters before exec, so bwrap and everything inside inherit it.
     let tcp_ruleset = if policy.gives_network(spec.sandbox == Sandbox::Network) {
@@ -239,6 +251,9 @@ async fn run(
             if let Some(fd) = tcp_fd {
                 restrict_self(fd)?;
             }
+            if let Some(fd) = info_fd {
+                namespace::inherit(fd)?;
+            }
             if unsandboxed {
                 // bwrap's --die-with-parent does this for sandboxed commands: a daemon
                 // killed with SIGKILL takes its commands with it.
@@ -269,6 +284,15 @@ async fn run(
         },
     })?;
     drop(tcp_ruleset);
+    let (init, info_reader) = match info {
+        Some((read, write)) => {
+            drop(write);
+            let (send, init) = tokio::sync::oneshot::channel();
+            let reader = tokio::spawn(namespace::namespace_init(read, send));
+            (Some(init), Some(reader))
+        }
+        None => (None, None),
+    };
     // `process_group(0)` made the child the leader of a new group whose id is its pid.
     let Some(pgid) = child.id().and_then(|id| libc::pid_t::try_from(id).ok()) else {
         return Err(io_error(&spec.program, "the child has no process id"));
@@ -347,9 +371,19 @@ async fn run(
             if !exited {
                 let _ = timeout(REAP, child.wait()).await;
             }
+            // bwrap went first: its namespace's processes end a moment later. Nothing of
+            // the command may still write once this returns (ADR-046).
+            if let Some(init) = init
+                && let Ok(Ok(pidfd)) = timeout(REAP, init).await
+            {
+                namespace::ended(pidfd, REAP).await;
+            }
             exit
         }
     };
+    if let Some(reader) = info_reader {
+        reader.abort();
+    }
 
     let drain_until = Instant::now() + DRAIN;
     while out.open() || err.open() {

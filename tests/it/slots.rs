@@ -1006,3 +1006,65 @@ async fn without_a_sandbox_a_process_outlives_its_command_and_the_reset_walks() 
     assert!(!next.path.join("late.txt").exists());
     assert_exactly_main(&f, &next);
 }
+
+/// A command flotilla stops (a cancel; a time or silence limit) has bwrap killed first, and
+/// the processes of its namespace end a moment later: its run returns only once they have,
+/// so nothing a tool command started can write into the workspace after an agent's call
+/// returned and its seal began.
+#[tokio::test]
+async fn under_bwrap_a_stopped_commands_processes_have_ended_when_its_run_returns() {
+    use flotilla::sandbox::{SandboxConfig, SandboxPolicy};
+    use flotilla_actors::ports::{Exit, ProcessRunner};
+    let dir = tempfile::tempdir().unwrap();
+    let fifos = tempfile::tempdir().unwrap();
+    for name in ["go", "ready"] {
+        let fifo = std::ffi::CString::new(fifos.path().join(name).to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    }
+    let config = SandboxConfig {
+        writable: vec![fifos.path().display().to_string()],
+        ..SandboxConfig::default()
+    };
+    let policy = SandboxPolicy::for_run(&config, &[], Path::new("/nonexistent"));
+    if flotilla::process::probe(&policy).await.is_err() {
+        eprintln!("bwrap is not installed here: nothing to check");
+        return;
+    }
+    let runner = flotilla::process::ConfinedRunner::new(policy);
+    let f = fifos.path().display();
+    let spec = flotilla_actors::ports::CommandSpec::shell(
+        format!(
+            "setsid sh -c 'exec 3<>{f}/go; echo up > {f}/ready; read x <&3; echo late > late.txt' & \
+             exec sleep 100000"
+        ),
+        dir.path(),
+    );
+    // Opened before the command starts (never blocking): its first line says the process
+    // left behind is up; the command ending first is a failure, not a wait.
+    let mut ready = tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(fifos.path().join("ready"))
+        .unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut running = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { runner.run(spec, cancel, None).await }
+    });
+    let mut up = [0u8; 3];
+    tokio::select! {
+        read = tokio::io::AsyncReadExt::read_exact(&mut ready, &mut up) => {
+            read.unwrap();
+        }
+        out = &mut running => panic!("the command ended first: {out:?}"),
+    }
+    assert_eq!(&up, b"up\n");
+    assert!(has_reader(&fifos.path().join("go")), "it is up");
+    cancel.cancel();
+    let out = running.await.unwrap().unwrap();
+    assert_eq!(out.exit, Exit::Cancelled);
+    assert!(
+        !has_reader(&fifos.path().join("go")),
+        "every process of the namespace ended before the run returned"
+    );
+}

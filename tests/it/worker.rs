@@ -615,8 +615,10 @@ async fn released_sealed(scenario: &str, verify: Option<&str>, wall_ms: u64) -> 
     });
     let mut kit = scratch_kit(agent, dir.path());
     kit.worktrees = worktrees.clone();
-    let mut config = flotilla_actors::actors::worker::check::ChecksConfig::default();
-    config.verify = verify.map(String::from);
+    let config = flotilla_actors::actors::worker::check::ChecksConfig {
+        verify: verify.map(String::from),
+        ..Default::default()
+    };
     kit.checks = Arc::new(config.compile().unwrap());
     let addr = WorkerPool::new(RunId::generate(), kit, graph, Duration::from_secs(60)).start();
     addr.do_send(assign("t1", 1, wall_ms));
