@@ -57,7 +57,7 @@ pub struct GitWorktrees {
     hook: Option<UnlockedHook>,
     /// No process of a command outlives it (the run's sandbox is bwrap's): a seal's walk
     /// may stand for the next reset's (ADR-046 step a).
-    trust_seals: bool,
+    trust_seals: Option<fn() -> bool>,
 }
 
 /// The long parts of a worker's git work, done without the repository's lock.
@@ -95,7 +95,7 @@ impl GitWorktrees {
             root: root.into(),
             target,
             hook: None,
-            trust_seals: false,
+            trust_seals: None,
         }
     }
 
@@ -103,9 +103,15 @@ impl GitWorktrees {
     /// returns (bwrap's pid namespace; never with `[sandbox] mode = "none"`, where a
     /// process can leave its group and write later). Only then does a release the Worker
     /// calls sealed ([`Worktrees::release_sealed`]) let the next reset trust the seal's
-    /// walk instead of walking again. Off unless set.
-    pub fn trusting_seals(mut self, processes_end_with_commands: bool) -> Self {
-        self.trust_seals = processes_end_with_commands;
+    /// walk instead of walking again, and only while `still` says so, asked at each
+    /// release (the daemon's: every sandboxed command seen to end, `process::every_end_seen`).
+    /// Off unless set.
+    pub fn trusting_seals(
+        mut self,
+        processes_end_with_commands: bool,
+        still: fn() -> bool,
+    ) -> Self {
+        self.trust_seals = processes_end_with_commands.then_some(still);
         self
     }
 
@@ -162,7 +168,7 @@ struct Place {
     root: PathBuf,
     target: TargetBranch,
     hook: Option<UnlockedHook>,
-    trust_seals: bool,
+    trust_seals: Option<fn() -> bool>,
 }
 
 impl Place {
@@ -696,7 +702,7 @@ fn release(
     })?;
     // Parked for a later attempt of the run (ADR-044), unless the run is over; else deleted.
     let parked = locked(&place.repo, || {
-        let trusted = sealed && place.trust_seals;
+        let trusted = sealed && place.trust_seals.is_some_and(|still| still());
         !run_closed(place.run) && super::slots::park(&place.root, &workspace.path, trusted)
     });
     if parked {

@@ -30,6 +30,8 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 mod namespace;
+
+pub use namespace::every_end_seen;
 mod output;
 
 use output::Pipe;
@@ -202,7 +204,7 @@ async fn run(
         });
     }
     let (program, mut args) = invocation(&spec, &policy).await?;
-    // bwrap names its namespace's init, whose end a stopped command's run waits for.
+    // bwrap names its namespace's init, whose end every sandboxed command's run waits for.
     let info = match policy.mode {
         SandboxMode::Bwrap => {
             Some(namespace::info_pipe().map_err(|e| io_error(&spec.program, &e.to_string()))?)
@@ -349,6 +351,11 @@ async fn run(
             // The child is gone, but what it started in the background is still in its
             // group (`sleep 1000 &`), and would hold the pipes open.
             group.kill();
+            // bwrap returns as soon as the command itself exits, while its namespace's init
+            // still waits for what the command left (a `setsid` daemon): those end only
+            // once the init dies of bwrap's death. Nothing of the command may still write
+            // once this returns (ADR-046).
+            namespace::wait_for_end(init).await;
             let status = status.map_err(|e| io_error(&spec.program, &e.to_string()))?;
             exit_of(status, !unsandboxed)
                 .ok_or_else(|| io_error(&spec.program, "it ended with an unknown status"))?
@@ -373,11 +380,7 @@ async fn run(
             }
             // bwrap went first: its namespace's processes end a moment later. Nothing of
             // the command may still write once this returns (ADR-046).
-            if let Some(init) = init
-                && let Ok(Ok(pidfd)) = timeout(REAP, init).await
-            {
-                namespace::ended(pidfd, REAP).await;
-            }
+            namespace::wait_for_end(init).await;
             exit
         }
     };

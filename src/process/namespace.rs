@@ -1,17 +1,67 @@
-//! The end of a sandboxed command's pid namespace. bwrap's own exit says that every process
-//! in the namespace has ended only when bwrap exits by itself: it waits for the namespace's
-//! init, whose exit the kernel completes only once it has ended every other process there.
-//! A command stopped by flotilla (its time, its silence, a cancel) has bwrap killed first:
-//! the namespace's init then dies of bwrap's death (`--die-with-parent`), and ends the rest,
-//! a moment after bwrap is reaped. The runner waits for that moment, through a pidfd of
-//! the init that bwrap names (`--info-fd`), so that nothing it started can still write when
-//! the command's run returns (the seal relies on it, ADR-046).
+//! The end of a sandboxed command's pid namespace. bwrap's exit does not say it: bwrap
+//! returns as soon as the command itself exits (its init reports that exit at once), while
+//! the init still waits for whatever the command left behind (a `setsid` daemon); and a
+//! command stopped by flotilla (its time, its silence, a cancel) has bwrap killed first.
+//! Either way the namespace's init dies of bwrap's death (`--die-with-parent`, or the
+//! group's kill), and the kernel completes its exit only once it has ended every other
+//! process there, a moment after bwrap is reaped. The runner waits for that moment, through
+//! a pidfd of the init that bwrap names (`--info-fd`), so that nothing a command started
+//! can still write when its run returns (the seal relies on it, ADR-046). Where that end
+//! cannot be seen (no pidfds on an old kernel or under a seccomp filter, bwrap's info
+//! missing, an init that outlives the wait), the daemon stops trusting any seal for the
+//! rest of its life: [`every_end_seen`].
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
+use tokio::sync::oneshot;
+use tracing::warn;
+
+/// How long a run waits for its namespace's init to be named, then for it to end.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Set, for good, the first time a sandboxed command's namespace could not be seen ending.
+static AN_END_UNSEEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether every sandboxed command this daemon has run so far was seen to end with all it
+/// started (its pid namespace gone) before its run returned. Read when a sealed workspace
+/// is released: once false, no seal is trusted again (the reset walks, ADR-046).
+pub fn every_end_seen() -> bool {
+    !AN_END_UNSEEN.load(Ordering::SeqCst)
+}
+
+/// The namespace's init, as bwrap named it.
+pub(super) enum Init {
+    /// A pidfd of it.
+    Open(OwnedFd),
+    /// Already gone when it was named (so is its namespace).
+    Gone,
+}
+
+/// Waits until the namespace of a sandboxed command (`init` from [`namespace_init`]; None
+/// for an unsandboxed one: nothing to wait for) has ended; if that cannot be seen, says so
+/// for the rest of the daemon's life ([`every_end_seen`]). Set before the run returns, so
+/// before any seal of what the command touched.
+pub(super) async fn wait_for_end(init: Option<oneshot::Receiver<Init>>) {
+    let Some(init) = init else {
+        return;
+    };
+    let seen = match tokio::time::timeout(WAIT, init).await {
+        Ok(Ok(Init::Open(pidfd))) => ended(pidfd, WAIT).await,
+        Ok(Ok(Init::Gone)) => true,
+        // Not named in time, or bwrap's info never came (or had no pid).
+        Ok(Err(_)) | Err(_) => false,
+    };
+    if !seen && !AN_END_UNSEEN.swap(true, Ordering::SeqCst) {
+        warn!(
+            "a sandboxed command's processes could not be seen ending (no pidfd, or bwrap \
+             named no init): from now on every reused workspace is walked again before reuse"
+        );
+    }
+}
 
 /// A pipe for bwrap's `--info-fd`: (read end, write end), both close-on-exec (the write end
 /// is handed to bwrap alone, between fork and exec).
@@ -54,7 +104,7 @@ pub(super) fn inherit(fd: RawFd) -> io::Result<()> {
 /// info pipe (`{"child-pid": N, ...}`): opened as soon as it is named, while bwrap, its
 /// parent, still lives to reap it (so the pid is still its own). Then reads the pipe to its
 /// end: bwrap writes more, and a pipe closed under it would end it (SIGPIPE).
-pub(super) async fn namespace_init(read: OwnedFd, init: tokio::sync::oneshot::Sender<OwnedFd>) {
+pub(super) async fn namespace_init(read: OwnedFd, init: oneshot::Sender<Init>) {
     let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(read) else {
         return;
     };
@@ -67,9 +117,17 @@ pub(super) async fn namespace_init(read: OwnedFd, init: tokio::sync::oneshot::Se
         {
             // SAFETY: pidfd_open takes integers; its result is a new descriptor we own.
             let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            if let Some(fd) = RawFd::try_from(fd).ok().filter(|fd| *fd >= 0) {
+            match RawFd::try_from(fd).ok().filter(|fd| *fd >= 0) {
                 // SAFETY: just opened, owned by nothing else.
-                let _ = init.send(unsafe { OwnedFd::from_raw_fd(fd) });
+                Some(fd) => {
+                    let _ = init.send(Init::Open(unsafe { OwnedFd::from_raw_fd(fd) }));
+                }
+                // No such process: its namespace is gone too. Any other failure (no pidfds
+                // here) sends nothing, and the end goes unseen.
+                None if io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) => {
+                    let _ = init.send(Init::Gone);
+                }
+                None => {}
             }
         }
         match pipe.read(&mut chunk).await {
@@ -137,7 +195,27 @@ pub(super) async fn ended(pidfd: OwnedFd, limit: Duration) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::child_pid;
+    use super::{Init, child_pid, every_end_seen, wait_for_end};
+
+    #[tokio::test]
+    async fn an_init_bwrap_never_named_leaves_every_later_end_unseen() {
+        // Unsandboxed: nothing to wait for, nothing doubted.
+        wait_for_end(None).await;
+        // Named as gone already: seen.
+        let (send, init) = tokio::sync::oneshot::channel();
+        let _ = send.send(Init::Gone);
+        wait_for_end(Some(init)).await;
+        assert!(every_end_seen());
+        // bwrap's info ended without a pid (or no pidfd here): unseen, for good.
+        let (send, init) = tokio::sync::oneshot::channel::<Init>();
+        drop(send);
+        wait_for_end(Some(init)).await;
+        assert!(!every_end_seen());
+        let (send, init) = tokio::sync::oneshot::channel();
+        let _ = send.send(Init::Gone);
+        wait_for_end(Some(init)).await;
+        assert!(!every_end_seen(), "never trusted again");
+    }
 
     #[test]
     fn the_pid_is_read_once_bwrap_has_written_all_of_it() {

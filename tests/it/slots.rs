@@ -71,7 +71,7 @@ fn fixture_with(trust_seals: bool) -> Fixture {
                 panic!("killed in the middle of making a workspace");
             }
         }))
-        .trusting_seals(trust_seals);
+        .trusting_seals(trust_seals, || true);
     Fixture {
         repo,
         _state: state,
@@ -901,7 +901,8 @@ async fn a_record_is_never_followed_through_a_link() {
 /// A command in `ws` that leaves a process of its own session behind, holding the fifo
 /// `go` (in `fifos`) open for reading: once told (a line on `go`), it writes `late.txt`
 /// into its working directory and says `done`. The command returns once that process is
-/// up.
+/// up. The process holds none of the command's pipes: the runner's wait for them to close
+/// must not be what ends it.
 fn leaves_a_writer_behind(ws: &Workspace, fifos: &Path) -> flotilla_actors::ports::CommandSpec {
     for name in ["go", "ready", "done"] {
         let fifo = std::ffi::CString::new(fifos.join(name).to_str().unwrap()).unwrap();
@@ -912,7 +913,8 @@ fn leaves_a_writer_behind(ws: &Workspace, fifos: &Path) -> flotilla_actors::port
     flotilla_actors::ports::CommandSpec::shell(
         format!(
             "setsid sh -c 'exec 3<>{f}/go; echo up > {f}/ready; read x <&3; \
-             echo late > late.txt; echo done > {f}/done' & read x < {f}/ready"
+             echo late > late.txt; echo done > {f}/done' </dev/null >/dev/null 2>&1 & \
+             read x < {f}/ready"
         ),
         &ws.path,
     )

@@ -116,7 +116,10 @@ pub(super) fn start_run(
                 run_dir.clone(),
                 target.clone(),
             )
-            .trusting_seals(policy.mode == crate::sandbox::SandboxMode::Bwrap),
+            .trusting_seals(
+                policy.mode == crate::sandbox::SandboxMode::Bwrap,
+                crate::process::every_end_seen,
+            ),
         ),
         runner: runner.clone(),
         checks: Arc::new(checks),
