@@ -265,6 +265,68 @@ async fn the_handoff_honours_binary_and_no_diff_attributes_without_reading_the_u
     }
 }
 
+/// A fresh workspace's files go through git's conversions wherever the repository asks for
+/// any (attributes in the tree or `info/attributes`, `core.autocrlf`); only a repository
+/// that asks for none is written without them (ADR-046, "the fresh checkout").
+#[tokio::test]
+async fn a_fresh_workspace_gets_the_files_converted_where_attributes_or_config_ask() {
+    // `.gitattributes` in the tree.
+    let f = fixture();
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    commit_files(
+        &git,
+        &[
+            (".gitattributes", "*.txt text eol=crlf\n"),
+            ("notes.txt", "one\ntwo\n"),
+        ],
+        "attributes",
+    );
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    assert_eq!(
+        std::fs::read(ws.path.join("notes.txt")).unwrap(),
+        b"one\r\ntwo\r\n"
+    );
+    assert_eq!(
+        std::fs::read(ws.path.join("src/old.rs")).unwrap(),
+        b"one\ntwo\nthree\nfour\nfive\n"
+    );
+
+    // `info/attributes`, nothing in the tree.
+    let f = fixture();
+    std::fs::create_dir_all(f.repo.path().join(".git/info")).unwrap();
+    std::fs::write(
+        f.repo.path().join(".git/info/attributes"),
+        "*.rs text eol=crlf\n",
+    )
+    .unwrap();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    assert_eq!(
+        std::fs::read(ws.path.join("src/old.rs")).unwrap(),
+        b"one\r\ntwo\r\nthree\r\nfour\r\nfive\r\n"
+    );
+
+    // `core.autocrlf`, nothing in the tree.
+    let f = fixture();
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    git.config()
+        .unwrap()
+        .set_bool("core.autocrlf", true)
+        .unwrap();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    assert_eq!(
+        std::fs::read(ws.path.join("src/old.rs")).unwrap(),
+        b"one\r\ntwo\r\nthree\r\nfour\r\nfive\r\n"
+    );
+
+    // None of it: the blobs' bytes.
+    let f = fixture();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    assert_eq!(
+        std::fs::read(ws.path.join("src/old.rs")).unwrap(),
+        b"one\ntwo\nthree\nfour\nfive\n"
+    );
+}
+
 #[tokio::test]
 async fn a_retry_starts_fresh_from_main_and_a_failed_attempt_leaves_nothing() {
     let f = fixture();
