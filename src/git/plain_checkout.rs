@@ -51,19 +51,21 @@ pub fn checkout_plain(
     }
     let mut builder = std::fs::DirBuilder::new();
     // libgit2's checkout makes directories 0755 (less the umask), not 0777, and only
-    // those a file needs (a hand-made tree may hold an empty one).
-    builder.mode(0o755).recursive(true);
+    // those a file needs (a hand-made tree may hold an empty one); one level at a time
+    // below `path`, never `path` or above it: a worktree removed meanwhile (a sweep, a
+    // cancel) is not made again.
+    builder.mode(0o755);
     let mut made: HashSet<&[u8]> = HashSet::new();
     let mut entries = Vec::with_capacity(files.len());
     for (rel, id, mode) in &files {
         let (rel, id, mode) = (rel.as_slice(), *id, *mode);
-        if let Some(slash) = rel.iter().rposition(|b| *b == b'/')
-            && made.insert(&rel[..slash])
-        {
-            let dir = path.join(OsStr::from_bytes(&rel[..slash]));
-            builder
-                .create(&dir)
-                .map_err(|e| io("cannot create", &dir, e))?;
+        for (i, _) in rel.iter().enumerate().filter(|(_, b)| **b == b'/') {
+            if made.insert(&rel[..i]) {
+                let dir = path.join(OsStr::from_bytes(&rel[..i]));
+                builder
+                    .create(&dir)
+                    .map_err(|e| io("cannot create", &dir, e))?;
+            }
         }
         let abs = path.join(OsStr::from_bytes(rel));
         let blob = worktree.find_blob(id).map_err(git)?;

@@ -268,3 +268,12 @@ fn names_libgit2_might_refuse_are_not_plain() {
     );
     assert!(plain_name(b"lib", true));
 }
+
+#[test]
+fn a_worktree_removed_before_its_checkout_is_not_made_again() {
+    let (_dir, _repo, path) = emptied_worktree(FILES);
+    let worktree = git2::Repository::open(&path).unwrap();
+    std::fs::remove_dir_all(&path).unwrap();
+    assert!(checkout_plain(&worktree, &path).unwrap().is_none());
+    assert!(!path.exists());
+}
