@@ -35,7 +35,7 @@ use flotilla_actors::ports::{CheckoutSync, MainRefError, RepoError};
 
 use super::index_lock::{
     INDEX_LOCK, IndexLock, NEW_INDEX_FILE, RECORD_FILE, Record, STAGED_LOCK_FILE, index_copy,
-    remove_record, write_record,
+    index_for_move, keep_index, remove_record, write_record,
 };
 use super::target::TargetBranch;
 use super::tree_delta::{PathChange as Change, changed_paths};
@@ -471,7 +471,7 @@ fn move_locked(
         .and_then(|c| c.tree())
         .map_err(git)?;
     let changes = changes(checkout, &from_tree, &to_tree)?;
-    let (mut index, new_index) = index_copy(checkout)?;
+    let (mut index, new_index) = index_for_move(checkout)?;
     if index.has_conflicts() {
         return Err(MainRefError::CheckoutBusy {
             detail: format!(
@@ -511,11 +511,15 @@ fn move_locked(
         super::crash_here("checkout::after-ref");
         Ok(())
     });
-    lock.commit(&new_index)?;
+    let stamp = lock.commit(&new_index)?;
     // What else the index holds is the user's own staging, which a sync leaves alone.
     if let Ok(to) = git2::Oid::from_str(to) {
         let gitdir = checkout.path();
         remember_in_step(gitdir, index_checksum(gitdir), to);
+    }
+    // The next move starts from this index, unless something writes the file first.
+    if let Some(stamp) = stamp {
+        keep_index(checkout, index, stamp);
     }
     Ok(())
 }

@@ -3,10 +3,13 @@
 //! crash in the middle of a landing leaves, so that `checkout::heal` can put the checkout
 //! right. It must not know what a move changes or how it is healed.
 
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 use flotilla_actors::ports::RepoError;
 use serde::{Deserialize, Serialize};
@@ -102,13 +105,17 @@ impl IndexLock {
     /// command's: every later landing was busy for ever, and the user's own git refused
     /// to run. Renamed this way, a kill between the two leaves the recorded lock, and the
     /// heal finds the index already at the move's end.
-    pub(super) fn commit(&mut self, new_index: &Path) -> Result<(), RepoError> {
+    ///
+    /// Returns the committed index file's stamp, taken while the lock still keeps every
+    /// other git command from replacing it (`None`: it has no checksum to tell it by).
+    pub(super) fn commit(&mut self, new_index: &Path) -> Result<Option<IndexStamp>, RepoError> {
         let index = self.path.with_file_name("index");
         fs::rename(new_index, &index).map_err(|e| io("cannot write", &index, e))?;
         fail::fail_point!("checkout::mid-commit", |_| {
             super::crash_here("checkout::mid-commit");
-            Ok(())
+            Ok(None)
         });
+        let stamp = index_stamp(&index);
         // The index is committed whatever comes of the release.
         self.held = false;
         match fs::remove_file(&self.path) {
@@ -117,7 +124,7 @@ impl IndexLock {
             }
             _ => {}
         }
-        Ok(())
+        Ok(stamp)
     }
 }
 
@@ -174,6 +181,113 @@ pub(super) fn write_record(gitdir: &Path, record: &Record) -> Result<(), RepoErr
 
 pub(super) fn remove_record(gitdir: &Path) {
     let _ = fs::remove_file(gitdir.join(RECORD_FILE));
+}
+
+// ---------------------------------------------------------------------------------------
+// the index a move last committed, kept parsed
+
+/// What an index file is: where it lives (device, inode), its size, times and the checksum
+/// git ends it with (a hash of all its bytes). The same stamp is the same bytes: every git
+/// command replaces the index by a new file (a new inode, a new checksum for new content).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct IndexStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    sum: [u8; 20],
+}
+
+/// The stamp of the index file at `path`; `None` without a checksum (no file, a short one,
+/// or git's `index.skipHash`, which writes zeros).
+pub(super) fn index_stamp(path: &Path) -> Option<IndexStamp> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = fs::File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    // A header (12 bytes) and the checksum at least.
+    if meta.len() < 32 {
+        return None;
+    }
+    file.seek(SeekFrom::End(-20)).ok()?;
+    let mut sum = [0u8; 20];
+    file.read_exact(&mut sum).ok()?;
+    (sum != [0u8; 20]).then_some(IndexStamp {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        len: meta.len(),
+        mtime_ns: mtime_ns(&meta),
+        ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        sum,
+    })
+}
+
+/// The index a move committed, parsed, with the stamp of the file it became.
+struct Kept {
+    stamp: IndexStamp,
+    index: git2::Index,
+}
+
+// SAFETY: a kept index is owned by nothing else: [`keep_index`] detaches it from the
+// repository it served first (libgit2 then holds no other reference to it), and it is only
+// ever used by the thread that took it out of the map, under the map's lock until then.
+unsafe impl Send for Kept {}
+
+/// Per checkout (its git directory): the index flotilla's last move committed there.
+fn kept() -> &'static Mutex<HashMap<PathBuf, Kept>> {
+    static KEPT: OnceLock<Mutex<HashMap<PathBuf, Kept>>> = OnceLock::new();
+    KEPT.get_or_init(Mutex::default)
+}
+
+thread_local! {
+    static INDEX_READS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many times this thread read a checkout's whole index for a move: a counter for
+/// tests.
+pub fn index_reads() -> u64 {
+    INDEX_READS.with(Cell::get)
+}
+
+/// The checkout's index for a move, made the repository's index in memory, writing to
+/// [`NEW_INDEX_FILE`]: the one the last move committed when the file is still exactly the
+/// one it became (nothing wrote it since), else a copy of the file, read whole.
+pub(super) fn index_for_move(
+    checkout: &git2::Repository,
+) -> Result<(git2::Index, PathBuf), RepoError> {
+    let gitdir = checkout.path();
+    let copy = gitdir.join(NEW_INDEX_FILE);
+    let taken = kept()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(gitdir);
+    if let Some(Kept { stamp, mut index }) = taken
+        && index_stamp(&gitdir.join("index")) == Some(stamp)
+        && index.path() == Some(copy.as_path())
+    {
+        // What a kill left of a copy and its lock (see `index_copy`).
+        let _ = fs::remove_file(gitdir.join(format!("{NEW_INDEX_FILE}.lock")));
+        let _ = fs::remove_file(&copy);
+        checkout.set_index(&mut index).map_err(git)?;
+        return Ok((index, copy));
+    }
+    INDEX_READS.with(|n| n.set(n.get() + 1));
+    index_copy(checkout)
+}
+
+/// Keeps `index`, which the move just committed as the checkout's index file `stamp`, for
+/// the next move (taken off the repository first: it must be nobody else's).
+pub(super) fn keep_index(checkout: &git2::Repository, index: git2::Index, stamp: IndexStamp) {
+    let Ok(mut nothing) = git2::Index::new() else {
+        return;
+    };
+    if checkout.set_index(&mut nothing).is_err() {
+        return;
+    }
+    kept()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(checkout.path().to_path_buf(), Kept { stamp, index });
 }
 
 /// A copy of the checkout's index, made the repository's index in memory, that writes to

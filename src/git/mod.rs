@@ -17,6 +17,7 @@ pub mod index_lock;
 pub mod leftovers;
 pub mod markers;
 pub mod merge;
+pub mod plain_checkout;
 pub mod reader;
 pub mod ref_lock;
 pub mod seal_walk;

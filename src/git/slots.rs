@@ -86,14 +86,21 @@ pub fn materialize(
         None => {
             started();
             let worktree = open()?;
-            worktree
-                .checkout_head(Some(
-                    git2::build::CheckoutBuilder::new()
-                        .force()
-                        .recreate_missing(true),
-                ))
-                .map_err(git)?;
-            (Made::Fresh, snapshot_of_checkout(&worktree, path)?)
+            // Written directly where no filter can apply (ADR-046, "the fresh checkout").
+            let record = match super::plain_checkout::checkout_plain(&worktree, path)? {
+                Some(record) => record,
+                None => {
+                    worktree
+                        .checkout_head(Some(
+                            git2::build::CheckoutBuilder::new()
+                                .force()
+                                .recreate_missing(true),
+                        ))
+                        .map_err(git)?;
+                    snapshot_of_checkout(&worktree, path)?
+                }
+            };
+            (Made::Fresh, record)
         }
     };
     let parent = snap

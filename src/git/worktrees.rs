@@ -532,8 +532,35 @@ pub fn branch_work(
 ) -> Result<BranchWork, RepoError> {
     let tree = |id| repo.find_commit(id).and_then(|c| c.tree()).map_err(git);
     let (old, new) = (tree(base)?, tree(head)?);
+    // libgit2's diff of the two trees, limited to the paths that differ (found with equal
+    // subtrees skipped by id): its iterators then read only the directories on those
+    // paths, and its deltas, renames and line counts are those of the whole diff.
+    let changed = super::tree_delta::changed_paths(repo, &old, &new).map_err(git)?;
+    let mut options = git2::DiffOptions::new();
+    options.disable_pathspec_match(true);
+    for change in &changed {
+        options.pathspec(change.path.as_slice());
+    }
+    let mut files = Vec::new();
+    let mut links_outside = Vec::new();
+    let (mut added, mut removed, mut omitted) = (0u64, 0u64, 0u64);
+    let work = |files, links_outside, added, removed, omitted| BranchWork {
+        branch: branch.to_string(),
+        base: base.to_string(),
+        head: head.to_string(),
+        files,
+        files_omitted: omitted,
+        lines_added: added,
+        lines_removed: removed,
+        committed_for_agent: false,
+        links_outside,
+    };
+    if changed.is_empty() {
+        // An empty path list would mean every path to libgit2.
+        return Ok(work(files, links_outside, added, removed, omitted));
+    }
     let mut diff = repo
-        .diff_tree_to_tree(Some(&old), Some(&new), None)
+        .diff_tree_to_tree(Some(&old), Some(&new), Some(&mut options))
         .map_err(git)?;
     diff.find_similar(Some(
         git2::DiffFindOptions::new()
@@ -541,9 +568,6 @@ pub fn branch_work(
             .rename_limit(1000),
     ))
     .map_err(git)?;
-    let mut files = Vec::new();
-    let mut links_outside = Vec::new();
-    let (mut added, mut removed, mut omitted) = (0u64, 0u64, 0u64);
     let path_of =
         |file: git2::DiffFile<'_>| file.path().map(|p| p.to_string_lossy().replace('\\', "/"));
     for (i, delta) in diff.deltas().enumerate() {
@@ -589,17 +613,7 @@ pub fn branch_work(
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     links_outside.sort();
-    Ok(BranchWork {
-        branch: branch.to_string(),
-        base: base.to_string(),
-        head: head.to_string(),
-        files,
-        files_omitted: omitted,
-        lines_added: added,
-        lines_removed: removed,
-        committed_for_agent: false,
-        links_outside,
-    })
+    Ok(work(files, links_outside, added, removed, omitted))
 }
 
 /// A link at `path` (repo-relative) whose `target` is absolute or climbs above the
@@ -656,6 +670,12 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
             repo.merge_base(main, head).map_err(git)?
         }
     };
+    // The diff's attribute lookups (a file's `diff` driver: `binary`, `-diff`) read the
+    // work tree's `.gitattributes`, `info/attributes` and the config's files; libgit2 also
+    // loads the handle's index for them, which is the user's checkout's, read whole on this
+    // fresh handle each seal. An empty in-memory one instead (ADR-046).
+    let mut no_index = git2::Index::new().map_err(git)?;
+    repo.set_index(&mut no_index).map_err(git)?;
     let mut work = branch_work(&repo, &workspace.branch, base, head)?;
     work.committed_for_agent = committed;
     // Hard links: those left out of the commit above, and those the agent committed itself

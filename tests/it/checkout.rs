@@ -1068,3 +1068,87 @@ async fn a_half_written_file_is_removed_even_from_a_checkout_that_left_main() {
         "the user's checkout is left where they put it"
     );
 }
+
+/// A move starts from the index the last move committed, parsed, while the file is still
+/// the one it became; anything that writes the index in between (the user's `git add`) is
+/// seen, and the next move reads the file again (ADR-045).
+#[test]
+fn a_move_reuses_the_index_it_wrote_and_sees_a_git_add_in_between() {
+    use flotilla::git::checkout::move_main;
+    use flotilla::git::index_lock::index_reads;
+    let repo = repository();
+    let path = repo.path();
+    let target = main_branch();
+    let moved = |from: &str, to: &str| {
+        // A fresh handle each time, as the merge queue's.
+        let handle = git(path);
+        move_main(&handle, &target, from, to, || {
+            handle
+                .reference_matching(
+                    "refs/heads/main",
+                    git2::Oid::from_str(to).unwrap(),
+                    true,
+                    git2::Oid::from_str(from).unwrap(),
+                    "t",
+                )
+                .unwrap();
+            Ok(())
+        })
+        .unwrap()
+    };
+    let (old, new) = (main_tip(path), the_landing(path));
+    moved(&old, &new);
+    let next = landing(path, &[("one.txt", Some("one\n"))]);
+    let before = index_reads();
+    moved(&new, &next);
+    assert_eq!(
+        index_reads(),
+        before,
+        "the index flotilla wrote was read again"
+    );
+    assert_eq!(status(path), []);
+
+    // The user stages a file of their own with git itself.
+    std::fs::write(path.join("mine.txt"), "mine\n").unwrap();
+    let added = std::process::Command::new("git")
+        .args(["add", "mine.txt"])
+        .current_dir(path)
+        .output()
+        .expect("the git command line is installed");
+    assert!(added.status.success(), "{added:?}");
+    let after = landing(path, &[("two.txt", Some("two\n"))]);
+    let before = index_reads();
+    moved(&next, &after);
+    assert_eq!(index_reads(), before + 1, "a changed index is read");
+    assert_eq!(
+        status(path),
+        [("mine.txt".to_string(), git2::Status::INDEX_NEW)],
+        "the user's staging is carried"
+    );
+    assert_eq!(read(path, "two.txt").as_deref(), Some("two\n"));
+
+    // Then the user unstages it again, the same size and the same second as before: still
+    // another file, read again.
+    let reset = std::process::Command::new("git")
+        .args(["reset", "-q", "mine.txt"])
+        .current_dir(path)
+        .output()
+        .unwrap();
+    assert!(reset.status.success(), "{reset:?}");
+    let last = landing(path, &[("three.txt", Some("three\n"))]);
+    let before = index_reads();
+    moved(&after, &last);
+    assert_eq!(index_reads(), before + 1);
+    assert_eq!(
+        status(path),
+        [("mine.txt".to_string(), git2::Status::WT_NEW)]
+    );
+    // And the landed files are in the index as on main: git itself finds nothing staged.
+    let cached = std::process::Command::new("git")
+        .args(["diff", "--cached", "--name-only"])
+        .current_dir(path)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&cached.stdout), "");
+    no_lock_left(path);
+}

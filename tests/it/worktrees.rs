@@ -211,6 +211,122 @@ async fn an_attempt_works_on_its_own_branch_from_main_and_the_handoff_is_what_gi
     assert_checkout_untouched(f.repo.path());
 }
 
+/// The handoff's line counts honour the diff attributes git reads (the work tree's
+/// `.gitattributes`, `info/attributes`) and read no index: the user's index is not the
+/// handoff's business, and reading it whole cost every seal (ADR-046).
+#[tokio::test]
+async fn the_handoff_honours_binary_and_no_diff_attributes_without_reading_the_users_index() {
+    let f = fixture();
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    commit_files(
+        &git,
+        &[(".gitattributes", "*.dat binary\n*.gen -diff\n")],
+        "attributes",
+    );
+    std::fs::create_dir_all(f.repo.path().join(".git/info")).unwrap();
+    std::fs::write(f.repo.path().join(".git/info/attributes"), "*.raw binary\n").unwrap();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    for name in ["data.dat", "out.gen", "sub/dump.raw", "plain.txt"] {
+        let full = ws.path.join(name);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, "one\ntwo\n").unwrap();
+    }
+    // A user's index libgit2 cannot read: reading it failed the seal.
+    let index = f.repo.path().join(".git/index");
+    let garbage = b"DIRC not an index at all".to_vec();
+    std::fs::write(&index, &garbage).unwrap();
+    let work = f.worktrees.seal(ws, "t1: data".into()).await.unwrap();
+    let files: Vec<(&str, bool, u64)> = work
+        .files
+        .iter()
+        .map(|c| (c.path.as_str(), c.binary, c.lines_added))
+        .collect();
+    assert_eq!(
+        files,
+        [
+            ("data.dat", true, 0),
+            ("out.gen", true, 0),
+            ("plain.txt", false, 2),
+            ("sub/dump.raw", true, 0),
+        ]
+    );
+    assert_eq!(
+        std::fs::read(&index).unwrap(),
+        garbage,
+        "the index is the user's"
+    );
+    if let Some(cli) = git_cli_numstat(f.repo.path(), &work.base, &work.head) {
+        let ours: Vec<(String, u64, u64)> = work
+            .files
+            .iter()
+            .map(|c| (c.path.clone(), c.lines_added, c.lines_removed))
+            .collect();
+        assert_eq!(ours, cli, "the handoff's numbers are git's");
+    }
+}
+
+/// A fresh workspace's files go through git's conversions wherever the repository asks for
+/// any (attributes in the tree or `info/attributes`, `core.autocrlf`); only a repository
+/// that asks for none is written without them (ADR-046, "the fresh checkout").
+#[tokio::test]
+async fn a_fresh_workspace_gets_the_files_converted_where_attributes_or_config_ask() {
+    // `.gitattributes` in the tree.
+    let f = fixture();
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    commit_files(
+        &git,
+        &[
+            (".gitattributes", "*.txt text eol=crlf\n"),
+            ("notes.txt", "one\ntwo\n"),
+        ],
+        "attributes",
+    );
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    assert_eq!(
+        std::fs::read(ws.path.join("notes.txt")).unwrap(),
+        b"one\r\ntwo\r\n"
+    );
+    assert_eq!(
+        std::fs::read(ws.path.join("src/old.rs")).unwrap(),
+        b"one\ntwo\nthree\nfour\nfive\n"
+    );
+
+    // `info/attributes`, nothing in the tree.
+    let f = fixture();
+    std::fs::create_dir_all(f.repo.path().join(".git/info")).unwrap();
+    std::fs::write(
+        f.repo.path().join(".git/info/attributes"),
+        "*.rs text eol=crlf\n",
+    )
+    .unwrap();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    assert_eq!(
+        std::fs::read(ws.path.join("src/old.rs")).unwrap(),
+        b"one\r\ntwo\r\nthree\r\nfour\r\nfive\r\n"
+    );
+
+    // `core.autocrlf`, nothing in the tree.
+    let f = fixture();
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    git.config()
+        .unwrap()
+        .set_bool("core.autocrlf", true)
+        .unwrap();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    assert_eq!(
+        std::fs::read(ws.path.join("src/old.rs")).unwrap(),
+        b"one\r\ntwo\r\nthree\r\nfour\r\nfive\r\n"
+    );
+
+    // None of it: the blobs' bytes.
+    let f = fixture();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    assert_eq!(
+        std::fs::read(ws.path.join("src/old.rs")).unwrap(),
+        b"one\ntwo\nthree\nfour\nfive\n"
+    );
+}
+
 #[tokio::test]
 async fn a_retry_starts_fresh_from_main_and_a_failed_attempt_leaves_nothing() {
     let f = fixture();

@@ -1,0 +1,206 @@
+//! A fresh attempt directory's checkout without libgit2's per-file attribute lookups, where
+//! they provably change nothing (ADR-046, "the fresh checkout"). libgit2's checkout asks,
+//! for every file it writes, which filters apply (`text`, `eol`, `ident`, `filter`: a walk
+//! up the file's directories through the attribute cache); at 10,000 files that was half of
+//! a fresh checkout's CPU. When no attribute can be set anywhere (no `.gitattributes` in
+//! the tree, no `info/attributes`, no attributes file in the config's, the user's or the
+//! system's place) and the config asks for no conversion (`core.autocrlf`, `core.eol`,
+//! `filter.*`), every filter passes each blob through unchanged: the files are the blobs'
+//! bytes, with git's modes, written here directly. Anything else (a submodule, a mode
+//! other than git's three, a name libgit2's path checks might refuse, a directory not
+//! empty) is left to libgit2's checkout, as before.
+//!
+//! The worktree's index and the snapshot are written from the same entries, with the stat
+//! of each file taken from its open handle (ADR-046's reset does the same for its writes).
+//! It must not know worktree records, the pool or the actors.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+
+use flotilla_actors::ports::RepoError;
+
+use super::snapshot::{Entry, Snapshot, Stat, write_index};
+use super::{git, io};
+
+const FILE: i32 = 0o100644;
+const EXECUTABLE: i32 = 0o100755;
+const LINK: i32 = 0o120000;
+const TREE: i32 = 0o040000;
+
+/// Checks out the worktree's HEAD into `path` (holding only its `.git` file) when that
+/// provably needs no filter; returns the snapshot of what it wrote (the worktree's index
+/// written), or `None`, having written nothing, when libgit2's checkout must do it.
+pub fn checkout_plain(
+    worktree: &git2::Repository,
+    path: &Path,
+) -> Result<Option<Snapshot>, RepoError> {
+    if !no_attributes_or_conversions(worktree) || !holds_only_dot_git(path) {
+        return Ok(None);
+    }
+    let tree = worktree
+        .head()
+        .and_then(|h| h.peel_to_tree())
+        .map_err(git)?;
+    let mut files = Vec::new();
+    if !plain_entries(worktree, &tree, &[], &mut files)? {
+        return Ok(None);
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    // libgit2's checkout makes directories 0755 (less the umask), not 0777, and only
+    // those a file needs (a hand-made tree may hold an empty one); one level at a time
+    // below `path`, never `path` or above it: a worktree removed meanwhile (a sweep, a
+    // cancel) is not made again.
+    builder.mode(0o755);
+    let mut made: HashSet<&[u8]> = HashSet::new();
+    let mut entries = Vec::with_capacity(files.len());
+    for (rel, id, mode) in &files {
+        let (rel, id, mode) = (rel.as_slice(), *id, *mode);
+        for (i, _) in rel.iter().enumerate().filter(|(_, b)| **b == b'/') {
+            if made.insert(&rel[..i]) {
+                let dir = path.join(OsStr::from_bytes(&rel[..i]));
+                builder
+                    .create(&dir)
+                    .map_err(|e| io("cannot create", &dir, e))?;
+            }
+        }
+        let abs = path.join(OsStr::from_bytes(rel));
+        let blob = worktree.find_blob(id).map_err(git)?;
+        let meta = if mode == LINK {
+            std::os::unix::fs::symlink(OsStr::from_bytes(blob.content()), &abs)
+                .and_then(|()| std::fs::symlink_metadata(&abs))
+        } else {
+            // The modes libgit2 gives (less the umask, as its `open` does).
+            let bits = if mode == EXECUTABLE { 0o755 } else { 0o644 };
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(bits)
+                .open(&abs)
+                .and_then(|mut file| {
+                    file.write_all(blob.content())?;
+                    file.metadata()
+                })
+        }
+        .map_err(|e| io("cannot write", &abs, e))?;
+        entries.push(Entry {
+            path: rel.to_vec(),
+            id,
+            mode: mode as u32,
+            stat: Stat::of(&meta),
+        });
+    }
+    // The index's order (bytes of the whole path), not the tree's (a directory sorts as
+    // if its name ended in '/').
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    write_index(&worktree.path().join("index"), &entries)?;
+    Ok(Some(Snapshot {
+        tree: tree.id(),
+        entries,
+    }))
+}
+
+/// The files of `tree` under `prefix`, in the tree's order; false when an
+/// entry needs libgit2's checkout (an attributes file, a submodule, another mode, a name
+/// that is not plain).
+fn plain_entries(
+    repo: &git2::Repository,
+    tree: &git2::Tree<'_>,
+    prefix: &[u8],
+    files: &mut Vec<(Vec<u8>, git2::Oid, i32)>,
+) -> Result<bool, RepoError> {
+    for entry in tree.iter() {
+        let name = entry.name_bytes();
+        let mode = entry.filemode();
+        if !plain_name(name, mode == LINK) || name.eq_ignore_ascii_case(b".gitattributes") {
+            return Ok(false);
+        }
+        let mut rel = prefix.to_vec();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(name);
+        match mode {
+            TREE => {
+                let sub = repo.find_tree(entry.id()).map_err(git)?;
+                if !plain_entries(repo, &sub, &rel, files)? {
+                    return Ok(false);
+                }
+            }
+            FILE | EXECUTABLE | LINK => files.push((rel, entry.id(), mode)),
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+/// A name every path check of libgit2's accepts on any platform setting: printable ASCII
+/// (no HFS-ignorable code points), none of `/ \ : ~` (NTFS streams and short names such
+/// as `GIT~1`), no trailing dot or space (NTFS trims them), never `.git` in any case, and
+/// no link named like git's own files (`.gitmodules`...).
+fn plain_name(name: &[u8], link: bool) -> bool {
+    !name.is_empty()
+        && name != b"."
+        && name != b".."
+        && name
+            .iter()
+            .all(|b| (0x20..0x7f).contains(b) && !matches!(b, b'/' | b'\\' | b':' | b'~'))
+        && !matches!(name.last(), Some(b'.' | b' '))
+        && !name.eq_ignore_ascii_case(b".git")
+        && !(link && name.len() >= 4 && name[..4].eq_ignore_ascii_case(b".git"))
+}
+
+/// The worktree's directory holds nothing but the `.git` file git wrote.
+fn holds_only_dot_git(path: &Path) -> bool {
+    std::fs::read_dir(path).is_ok_and(|entries| {
+        entries
+            .map(|e| e.map(|e| e.file_name()))
+            .all(|name| name.is_ok_and(|name| name == ".git"))
+    })
+}
+
+/// No attribute can apply to any path but from the tree (checked as it is read), and the
+/// config asks for no conversion: what libgit2's filters then do is nothing. Whatever
+/// cannot be read counts as "maybe".
+fn no_attributes_or_conversions(repo: &git2::Repository) -> bool {
+    let Ok(config) = repo.config().and_then(|mut c| c.snapshot()) else {
+        return false;
+    };
+    let absent = |key: &str| matches!(config.get_entry(key), Err(e) if e.code() == git2::ErrorCode::NotFound);
+    let bool_or_absent =
+        |key: &str, want: bool| absent(key) || config.get_bool(key).ok() == Some(want);
+    let filters = config
+        .entries(Some("filter\\..*"))
+        .map(|mut entries| entries.next().is_none());
+    absent("core.attributesfile")
+        && absent("core.eol")
+        && bool_or_absent("core.autocrlf", false)
+        && bool_or_absent("core.symlinks", true)
+        && bool_or_absent("core.ignorecase", false)
+        && filters.unwrap_or(false)
+        && !repo.commondir().join("info/attributes").exists()
+        && !repo.path().join("info/attributes").exists()
+        && no_file_in_search_path(git2::ConfigLevel::System, "gitattributes")
+        && no_file_in_search_path(git2::ConfigLevel::XDG, "attributes")
+}
+
+/// None of libgit2's directories for `level` (where it looks for the system's
+/// `gitattributes` and the user's `attributes`) holds `name`.
+fn no_file_in_search_path(level: git2::ConfigLevel, name: &str) -> bool {
+    // SAFETY: reads libgit2's search paths; flotilla never sets them, so no write races
+    // this read.
+    let Ok(paths) = (unsafe { git2::opts::get_search_path(level) }) else {
+        return false;
+    };
+    paths
+        .as_bytes()
+        .split(|b| *b == b':')
+        .filter(|dir| !dir.is_empty())
+        .all(|dir| std::fs::symlink_metadata(Path::new(OsStr::from_bytes(dir)).join(name)).is_err())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,279 @@
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+
+fn commit(repo: &git2::Repository, files: &[(&str, &[u8], i32)]) -> git2::Oid {
+    let mut index = git2::Index::new().unwrap();
+    for (path, content, mode) in files {
+        let id = repo.blob(content).unwrap();
+        index
+            .add(&git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: *mode as u32,
+                uid: 0,
+                gid: 0,
+                file_size: 0,
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path: path.as_bytes().to_vec(),
+            })
+            .unwrap();
+    }
+    let tree = repo.find_tree(index.write_tree_to(repo).unwrap()).unwrap();
+    let sig = git2::Signature::now("t", "t@example.com").unwrap();
+    let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+    let parents: Vec<&git2::Commit> = parent.iter().collect();
+    repo.commit(Some("HEAD"), &sig, &sig, "files", &tree, &parents)
+        .unwrap()
+}
+
+/// A repository with `files` committed, and a worktree of it emptied but for its `.git`
+/// file (as flotilla's are before their checkout).
+fn emptied_worktree(
+    files: &[(&str, &[u8], i32)],
+) -> (tempfile::TempDir, git2::Repository, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = git2::Repository::init(dir.path().join("repo")).unwrap();
+    commit(&repo, files);
+    let path = dir.path().join("empty");
+    repo.worktree("empty", &path, None).unwrap();
+    for entry in std::fs::read_dir(&path).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != ".git" {
+            let p = entry.path();
+            if p.is_dir() && !p.is_symlink() {
+                std::fs::remove_dir_all(p).unwrap();
+            } else {
+                std::fs::remove_file(p).unwrap();
+            }
+        }
+    }
+    let _ = std::fs::remove_file(repo.path().join("worktrees/empty/index"));
+    (dir, repo, path)
+}
+
+const FILES: &[(&str, &[u8], i32)] = &[
+    ("a.txt", b"one\ntwo\n", FILE),
+    ("crlf.txt", b"x\r\ny\r\n", FILE),
+    ("bin/run.sh", b"#!/bin/sh\necho hi\n", EXECUTABLE),
+    ("link", b"a.txt", LINK),
+    ("dir/sub/deep.txt", b"deep\n", FILE),
+    ("with space.md", b"# doc\n", FILE),
+    (".gitignore", b"target/\n", FILE),
+    (
+        "a-b/c",
+        b"sorted after a.txt in the tree, before it in the index\n",
+        FILE,
+    ),
+];
+
+#[test]
+fn a_plain_checkout_writes_what_libgit2s_would_and_an_index_git_finds_clean() {
+    let (dir, repo, path) = emptied_worktree(FILES);
+    // libgit2's own checkout of the same commit, beside it.
+    let theirs = dir.path().join("theirs");
+    repo.worktree("theirs", &theirs, None).unwrap();
+
+    let worktree = git2::Repository::open(&path).unwrap();
+    let snapshot = checkout_plain(&worktree, &path).unwrap().expect("plain");
+    assert_eq!(
+        snapshot.tree,
+        worktree.head().unwrap().peel_to_tree().unwrap().id()
+    );
+
+    for (file, _, _) in FILES {
+        let (ours, theirs) = (path.join(file), theirs.join(file));
+        let (m1, m2) = (
+            std::fs::symlink_metadata(&ours).unwrap(),
+            std::fs::symlink_metadata(&theirs).unwrap(),
+        );
+        assert_eq!(m1.file_type(), m2.file_type(), "{file}");
+        assert_eq!(m1.permissions().mode(), m2.permissions().mode(), "{file}");
+        if m1.file_type().is_symlink() {
+            assert_eq!(
+                std::fs::read_link(&ours).unwrap(),
+                std::fs::read_link(&theirs).unwrap()
+            );
+        } else {
+            assert_eq!(
+                std::fs::read(&ours).unwrap(),
+                std::fs::read(&theirs).unwrap(),
+                "{file}"
+            );
+        }
+    }
+    for dir_name in ["bin", "dir", "dir/sub", "a-b"] {
+        assert_eq!(
+            std::fs::metadata(path.join(dir_name))
+                .unwrap()
+                .permissions()
+                .mode(),
+            std::fs::metadata(theirs.join(dir_name))
+                .unwrap()
+                .permissions()
+                .mode(),
+            "{dir_name}"
+        );
+    }
+
+    // The index: libgit2's entries (path, blob, mode), in its order; the snapshot's stat
+    // is each file's.
+    let entries = |index: git2::Index| {
+        index
+            .iter()
+            .map(|e| (e.path, e.id, e.mode))
+            .collect::<Vec<_>>()
+    };
+    let ours_index = git2::Index::open(&worktree.path().join("index")).unwrap();
+    let theirs_index = git2::Repository::open(&theirs).unwrap().index().unwrap();
+    assert_eq!(entries(ours_index), entries(theirs_index));
+    for entry in &snapshot.entries {
+        let meta = std::fs::symlink_metadata(path.join(OsStr::from_bytes(&entry.path))).unwrap();
+        assert_eq!(entry.stat, Stat::of(&meta));
+    }
+    // git finds nothing to report: the work tree, the index and HEAD agree.
+    let statuses = worktree
+        .statuses(Some(git2::StatusOptions::new().include_untracked(true)))
+        .unwrap();
+    let dirty: Vec<_> = statuses
+        .iter()
+        .map(|s| (s.path().map(str::to_owned), s.status()))
+        .collect();
+    assert!(dirty.is_empty(), "{dirty:?}");
+}
+
+#[test]
+fn an_attributes_file_or_a_conversion_in_the_config_leaves_the_checkout_to_libgit2() {
+    let with = |extra: &[(&str, &[u8], i32)]| {
+        let mut files = FILES.to_vec();
+        files.extend_from_slice(extra);
+        emptied_worktree(&files)
+    };
+    let untouched = |path: &Path| {
+        let names: Vec<_> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [".git"], "nothing written");
+    };
+    // A `.gitattributes` anywhere in the tree.
+    let (_dir, _repo, path) = with(&[("dir/.gitattributes", b"*.txt eol=crlf\n", FILE)]);
+    let worktree = git2::Repository::open(&path).unwrap();
+    assert!(checkout_plain(&worktree, &path).unwrap().is_none());
+    untouched(&path);
+    // A submodule.
+    let gitlink = [("vendor/lib", b"" as &[u8], 0o160000)];
+    let (_dir, repo, path) = emptied_worktree(&[FILES[0]]);
+    {
+        let mut index = git2::Index::new().unwrap();
+        let tree = repo.head().unwrap().peel_to_tree().unwrap();
+        index.read_tree(&tree).unwrap();
+        let mut entry = index.get_path(Path::new("a.txt"), 0).unwrap();
+        entry.mode = gitlink[0].2 as u32;
+        entry.path = gitlink[0].0.as_bytes().to_vec();
+        index.add(&entry).unwrap();
+        let tree = repo.find_tree(index.write_tree_to(&repo).unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let head = repo.head().unwrap().peel_to_commit().unwrap();
+        let id = repo
+            .commit(None, &sig, &sig, "submodule", &tree, &[&head])
+            .unwrap();
+        let worktree = git2::Repository::open(&path).unwrap();
+        worktree.set_head_detached(id).unwrap();
+        assert!(checkout_plain(&worktree, &path).unwrap().is_none());
+        untouched(&path);
+    }
+    // `info/attributes`, `core.autocrlf`, `core.eol`, a filter driver, a file already there.
+    type Spoil = fn(&git2::Repository, &Path);
+    let spoils: [(&str, Spoil); 5] = [
+        ("info/attributes", |repo, _| {
+            std::fs::create_dir_all(repo.path().join("info")).unwrap();
+            std::fs::write(repo.path().join("info/attributes"), "*.txt text\n").unwrap();
+        }),
+        ("core.autocrlf", |repo, _| {
+            repo.config()
+                .unwrap()
+                .set_bool("core.autocrlf", true)
+                .unwrap();
+        }),
+        ("core.eol", |repo, _| {
+            repo.config().unwrap().set_str("core.eol", "crlf").unwrap();
+        }),
+        ("filter", |repo, _| {
+            repo.config()
+                .unwrap()
+                .set_str("filter.lfs.smudge", "git-lfs smudge -- %f")
+                .unwrap();
+        }),
+        ("a file", |_, path| {
+            std::fs::write(path.join("left.txt"), "left\n").unwrap();
+        }),
+    ];
+    for (what, spoil) in spoils {
+        let (_dir, repo, path) = with(&[]);
+        spoil(&repo, &path);
+        let worktree = git2::Repository::open(&path).unwrap();
+        assert!(
+            checkout_plain(&worktree, &path).unwrap().is_none(),
+            "{what}"
+        );
+        if what != "a file" {
+            untouched(&path);
+        }
+    }
+}
+
+#[test]
+fn names_libgit2_might_refuse_are_not_plain() {
+    for name in [
+        &b".git"[..],
+        b".GIT",
+        b"git~1",
+        b"a.",
+        b"a ",
+        b"caf\xc3\xa9",
+        b"a:b",
+        b"a\\b",
+        b"",
+        b".",
+        b"..",
+        b"tab\there",
+    ] {
+        assert!(
+            !plain_name(name, false),
+            "{:?}",
+            String::from_utf8_lossy(name)
+        );
+    }
+    for name in [
+        &b".gitignore"[..],
+        b".github",
+        b"with space",
+        b"a.b",
+        b"Makefile",
+    ] {
+        assert!(
+            plain_name(name, false),
+            "{:?}",
+            String::from_utf8_lossy(name)
+        );
+    }
+    assert!(
+        !plain_name(b".gitmodules", true),
+        "a link named like git's own file"
+    );
+    assert!(plain_name(b"lib", true));
+}
+
+#[test]
+fn a_worktree_removed_before_its_checkout_is_not_made_again() {
+    let (_dir, _repo, path) = emptied_worktree(FILES);
+    let worktree = git2::Repository::open(&path).unwrap();
+    std::fs::remove_dir_all(&path).unwrap();
+    assert!(checkout_plain(&worktree, &path).unwrap().is_none());
+    assert!(!path.exists());
+}
