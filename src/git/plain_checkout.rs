@@ -29,6 +29,8 @@ use super::{git, io};
 const FILE: i32 = 0o100644;
 const EXECUTABLE: i32 = 0o100755;
 const LINK: i32 = 0o120000;
+/// The longest path (and link target) written here: Linux's `PATH_MAX`.
+const MAX_PLAIN_PATH: usize = 4096;
 const TREE: i32 = 0o040000;
 
 /// Checks out the worktree's HEAD into `path` (holding only its `.git` file) when that
@@ -115,7 +117,12 @@ fn plain_entries(
     for entry in tree.iter() {
         let name = entry.name_bytes();
         let mode = entry.filemode();
-        if !plain_name(name, mode == LINK) || name.eq_ignore_ascii_case(b".gitattributes") {
+        // A raw mode git would not write (an agent's hand-made tree: `0120755`) is read
+        // one way here and another by libgit2: libgit2 decides.
+        if !plain_name(name, mode == LINK)
+            || name.eq_ignore_ascii_case(b".gitattributes")
+            || entry.filemode_raw() != mode
+        {
             return Ok(false);
         }
         let mut rel = prefix.to_vec();
@@ -123,6 +130,19 @@ fn plain_entries(
             rel.push(b'/');
         }
         rel.extend_from_slice(name);
+        // A hand-made tree thousands of levels deep: libgit2's, not this recursion's.
+        if rel.len() > MAX_PLAIN_PATH {
+            return Ok(false);
+        }
+        // A link target the system call refuses (empty, a NUL, too long) that libgit2
+        // writes cut short: libgit2's way, or every fresh checkout of it would fail.
+        if mode == LINK {
+            let target = repo.find_blob(entry.id()).map_err(git)?;
+            let target = target.content();
+            if target.is_empty() || target.contains(&0) || target.len() >= MAX_PLAIN_PATH {
+                return Ok(false);
+            }
+        }
         match mode {
             TREE => {
                 let sub = repo.find_tree(entry.id()).map_err(git)?;

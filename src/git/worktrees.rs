@@ -524,6 +524,24 @@ pub const MAX_SEALED_FILES: usize = 100_000;
 
 /// What the branch changed between `base` and `head`: `git diff --stat base head` (renames
 /// detected as git does by default, with git's rename limit).
+/// Whether `diff` (before renames are found) has every change of `changed`: each old path
+/// among its old sides, each new path among its new sides.
+fn covers(diff: &git2::Diff<'_>, changed: &[super::tree_delta::PathChange]) -> bool {
+    let (mut old, mut new) = (HashSet::new(), HashSet::new());
+    for delta in diff.deltas() {
+        if delta.status() != git2::Delta::Added {
+            old.extend(delta.old_file().path_bytes());
+        }
+        if delta.status() != git2::Delta::Deleted {
+            new.extend(delta.new_file().path_bytes());
+        }
+    }
+    changed.iter().all(|c| {
+        (c.before.is_none() || old.contains(c.path.as_slice()))
+            && (c.after.is_none() || new.contains(c.path.as_slice()))
+    })
+}
+
 pub fn branch_work(
     repo: &git2::Repository,
     branch: &str,
@@ -562,6 +580,14 @@ pub fn branch_work(
     let mut diff = repo
         .diff_tree_to_tree(Some(&old), Some(&new), Some(&mut options))
         .map_err(git)?;
+    if !covers(&diff, &changed) {
+        // The limited walk lost a path: a tree out of git's order (an agent can write one;
+        // libgit2's one-pass match assumes the order) or a submodule's path it reads as a
+        // pattern (`#x`). The whole diff, as before, lists everything.
+        diff = repo
+            .diff_tree_to_tree(Some(&old), Some(&new), None)
+            .map_err(git)?;
+    }
     diff.find_similar(Some(
         git2::DiffFindOptions::new()
             .renames(true)

@@ -1629,3 +1629,55 @@ async fn the_seal_sees_same_size_edits_made_at_once_after_the_checkout() {
         Some("#[test]\nfn u() {}\n")
     );
 }
+
+/// A tree whose entries are out of git's order (an agent can write one: `git hash-object
+/// -t tree --literally`) still shows every change in the handoff: libgit2's diff limited to
+/// the changed paths walks trees once, in the order it assumes, and would lose a path the
+/// walk has passed (a link pointing out of the repository among them).
+#[test]
+fn a_tree_out_of_gits_order_hides_no_change_from_the_handoff() {
+    use flotilla::git::worktrees::branch_work;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = git2::Repository::init(dir.path()).unwrap();
+    let blob = |text: &str| repo.blob(text.as_bytes()).unwrap();
+    let (keep, x, extra) = (blob("keep\n"), blob("x\n"), blob("one\ntwo\n"));
+    let link = blob("/etc");
+    let mut src = repo.treebuilder(None).unwrap();
+    src.insert("x.rs", x, 0o100644).unwrap();
+    let src = src.write().unwrap();
+    let mut base = repo.treebuilder(None).unwrap();
+    base.insert("b0", keep, 0o100644).unwrap();
+    base.insert("keep.txt", keep, 0o100644).unwrap();
+    base.insert("src", src, 0o040000).unwrap();
+    let base_tree = base.write().unwrap();
+    // The head adds `a-added.txt` and `a-link` after `src/`: out of order.
+    let mut raw = Vec::new();
+    for (mode, name, id) in [
+        ("100644", "b0", keep),
+        ("100644", "keep.txt", keep),
+        ("40000", "src", src),
+        ("100644", "a-added.txt", extra),
+        ("120000", "a-link", link),
+    ] {
+        raw.extend_from_slice(format!("{mode} {name}\0").as_bytes());
+        raw.extend_from_slice(id.as_bytes());
+    }
+    let head_tree = repo
+        .odb()
+        .unwrap()
+        .write(git2::ObjectType::Tree, &raw)
+        .unwrap();
+    let sig = git2::Signature::now("t", "t@example.com").unwrap();
+    let commit = |tree, parents: &[&git2::Commit<'_>]| {
+        let tree = repo.find_tree(tree).unwrap();
+        repo.commit(None, &sig, &sig, "c", &tree, parents).unwrap()
+    };
+    let base = commit(base_tree, &[]);
+    let head = commit(head_tree, &[&repo.find_commit(base).unwrap()]);
+    let work = branch_work(&repo, "b", base, head).unwrap();
+    let paths: Vec<&str> = work.files.iter().map(|f| f.path.as_str()).collect();
+    assert!(paths.contains(&"a-added.txt"), "{paths:?}");
+    assert!(paths.contains(&"a-link"), "{paths:?}");
+    assert_eq!(work.links_outside, vec!["a-link".to_string()]);
+    assert_eq!(work.lines_added, 2 + 1, "{work:?}");
+}

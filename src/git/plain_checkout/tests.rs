@@ -277,3 +277,24 @@ fn a_worktree_removed_before_its_checkout_is_not_made_again() {
     assert!(checkout_plain(&worktree, &path).unwrap().is_none());
     assert!(!path.exists());
 }
+
+#[test]
+fn a_link_target_the_system_call_refuses_leaves_the_checkout_to_libgit2() {
+    // libgit2 writes a target with a NUL cut short; `symlink` would refuse it.
+    let (_dir, _repo, path) = emptied_worktree(&[("a.txt", b"x\n", FILE), ("l", b"a\0b", LINK)]);
+    let worktree = git2::Repository::open(&path).unwrap();
+    assert!(checkout_plain(&worktree, &path).unwrap().is_none());
+    // Empty or too long: not plain either (libgit2 decides, and fails as it would).
+    let long = vec![b'a'; 4096];
+    for target in [&b""[..], &long] {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let head = commit(&repo, &[("l", target, LINK)]);
+        let tree = repo.find_commit(head).unwrap().tree().unwrap();
+        let mut files = Vec::new();
+        assert!(!plain_entries(&repo, &tree, &[], &mut files).unwrap());
+    }
+    let (_dir, _repo, path) = emptied_worktree(&[("a.txt", b"x\n", FILE), ("l", b"a.txt", LINK)]);
+    let worktree = git2::Repository::open(&path).unwrap();
+    assert!(checkout_plain(&worktree, &path).unwrap().is_some());
+}
