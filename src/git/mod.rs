@@ -1,5 +1,5 @@
 //! Everything flotilla does to a git repository, on git2: reading the target branch
-//! ([`reader`]), attempt worktrees ([`worktrees`]), merging and the merge gate's scratch
+//! ([`reader`]), attempt worktrees ([`worktrees`]) and what a branch changed ([`branch_work`]), merging and the merge gate's scratch
 //! checkouts ([`merge`]), moving main and keeping the user's checkout whole ([`checkout`]),
 //! the records that let a killed daemon's ref locks be healed ([`ref_lock`]), and the
 //! branch names ([`target`]). Here: what they all share (the repository lock, flotilla's
@@ -9,6 +9,7 @@
 //! journal or the CLI.
 
 pub mod background;
+pub mod branch_work;
 pub mod checkout;
 pub mod conflict_fix;
 pub mod diff;
