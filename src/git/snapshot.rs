@@ -100,6 +100,66 @@ pub fn mtime_of(path: &Path) -> Result<(i64, u32), RepoError> {
     Ok((meta.mtime(), meta.mtime_nsec() as u32))
 }
 
+/// The bytes of a record file flotilla wrote (a snapshot, a walk record), read in order;
+/// past the end, each reader's own kind of damage.
+pub(super) struct RecordBytes<'p> {
+    bytes: Vec<u8>,
+    at: usize,
+    path: &'p Path,
+    damaged: fn(&Path, &str) -> RepoError,
+}
+
+impl<'p> RecordBytes<'p> {
+    /// The file at `path`; `damaged` says what is wrong with it, in its reader's words.
+    pub(super) fn read(
+        path: &'p Path,
+        damaged: fn(&Path, &str) -> RepoError,
+    ) -> Result<Self, RepoError> {
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_to_end(&mut bytes))
+            .map_err(|e| io("cannot read", path, e))?;
+        Ok(RecordBytes {
+            bytes,
+            at: 0,
+            path,
+            damaged,
+        })
+    }
+
+    /// The next `n` bytes; damaged when the file is cut short.
+    pub(super) fn take(&mut self, n: usize) -> Result<&[u8], RepoError> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|end| *end <= self.bytes.len());
+        let end = end.ok_or_else(|| (self.damaged)(self.path, "cut short"))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether every byte was taken.
+    pub(super) fn all_read(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+}
+
+/// Little-endian integers of a record (`b` holds at least their bytes).
+pub(super) fn le_u32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+pub(super) fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
 fn damaged(path: &Path, what: &str) -> RepoError {
     RepoError::Git(format!(
         "{} is not a workspace snapshot: {what}",
@@ -110,51 +170,35 @@ fn damaged(path: &Path, what: &str) -> RepoError {
 impl Snapshot {
     /// Reads a record [`Snapshot::write`] wrote; anything else is a typed error.
     pub fn read(path: &Path) -> Result<Snapshot, RepoError> {
-        let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .and_then(|mut f| f.read_to_end(&mut bytes))
-            .map_err(|e| io("cannot read", path, e))?;
-        let mut at = 0usize;
-        let mut take = |n: usize| -> Result<&[u8], RepoError> {
-            let end = at.checked_add(n).filter(|end| *end <= bytes.len());
-            let end = end.ok_or_else(|| damaged(path, "cut short"))?;
-            let out = &bytes[at..end];
-            at = end;
-            Ok(out)
-        };
-        let u32_of = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let u64_of = |b: &[u8]| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(b);
-            u64::from_le_bytes(a)
-        };
-        if take(MAGIC.len())? != MAGIC {
+        let mut record = RecordBytes::read(path, damaged)?;
+        if record.take(MAGIC.len())? != MAGIC {
             return Err(damaged(path, "no header"));
         }
-        let tree = Oid::from_bytes(take(20)?).map_err(|_| damaged(path, "a bad tree id"))?;
-        let count = u64_of(take(8)?);
+        let tree = Oid::from_bytes(record.take(20)?).map_err(|_| damaged(path, "a bad tree id"))?;
+        let count = le_u64(record.take(8)?);
         if count > MAX_ENTRIES {
             return Err(damaged(path, "too many entries"));
         }
         // No more than the file's bytes can hold: a damaged count allocates nothing big.
-        let mut entries = Vec::with_capacity((count as usize).min(bytes.len() / MIN_ENTRY_BYTES));
+        let mut entries = Vec::with_capacity((count as usize).min(record.len() / MIN_ENTRY_BYTES));
         for _ in 0..count {
-            let len = u32_of(take(4)?);
+            let len = le_u32(record.take(4)?);
             if len == 0 || len > MAX_PATH {
                 return Err(damaged(path, "a bad path length"));
             }
-            let entry_path = take(len as usize)?.to_vec();
-            let id = Oid::from_bytes(take(20)?).map_err(|_| damaged(path, "a bad blob id"))?;
-            let mode = u32_of(take(4)?);
-            let fixed = take(8 + 4 + 8 + 4 + 8 + 8 + 4 + 4 + 8)?;
+            let entry_path = record.take(len as usize)?.to_vec();
+            let id =
+                Oid::from_bytes(record.take(20)?).map_err(|_| damaged(path, "a bad blob id"))?;
+            let mode = le_u32(record.take(4)?);
+            let fixed = record.take(8 + 4 + 8 + 4 + 8 + 8 + 4 + 4 + 8)?;
             let stat = Stat {
-                ctime: (u64_of(&fixed[0..8]) as i64, u32_of(&fixed[8..12])),
-                mtime: (u64_of(&fixed[12..20]) as i64, u32_of(&fixed[20..24])),
-                dev: u64_of(&fixed[24..32]),
-                ino: u64_of(&fixed[32..40]),
-                uid: u32_of(&fixed[40..44]),
-                gid: u32_of(&fixed[44..48]),
-                size: u64_of(&fixed[48..56]),
+                ctime: (le_u64(&fixed[0..8]) as i64, le_u32(&fixed[8..12])),
+                mtime: (le_u64(&fixed[12..20]) as i64, le_u32(&fixed[20..24])),
+                dev: le_u64(&fixed[24..32]),
+                ino: le_u64(&fixed[32..40]),
+                uid: le_u32(&fixed[40..44]),
+                gid: le_u32(&fixed[44..48]),
+                size: le_u64(&fixed[48..56]),
             };
             entries.push(Entry {
                 path: entry_path,
@@ -163,7 +207,7 @@ impl Snapshot {
                 stat,
             });
         }
-        if at != bytes.len() {
+        if !record.all_read() {
             return Err(damaged(path, "bytes after its entries"));
         }
         // Looked up by binary search: sorted, each path once.

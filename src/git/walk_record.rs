@@ -14,13 +14,13 @@
 //! directory (their inodes, which renames keep): a foreign, damaged or missing one means
 //! the full walk. It must not know worktree records, the journal or the actors.
 
-use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use flotilla_actors::ports::RepoError;
 
 use super::io;
+use super::snapshot::{RecordBytes, le_u32, le_u64};
 
 const MAGIC: &[u8; 8] = b"FLOWALK1";
 /// More paths than a record could hold for any tree: a longer count is a damaged file.
@@ -101,30 +101,14 @@ impl WalkRecord {
 
     /// Reads a record [`WalkRecord::write`] wrote; anything else is a typed error.
     pub fn read(path: &Path) -> Result<WalkRecord, RepoError> {
-        let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .and_then(|mut f| f.read_to_end(&mut bytes))
-            .map_err(|e| io("cannot read", path, e))?;
-        let mut at = 0usize;
-        let mut take = |n: usize| -> Result<&[u8], RepoError> {
-            let end = at.checked_add(n).filter(|end| *end <= bytes.len());
-            let end = end.ok_or_else(|| damaged(path, "cut short"))?;
-            let out = &bytes[at..end];
-            at = end;
-            Ok(out)
-        };
-        let u64_of = |b: &[u8]| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(b);
-            u64::from_le_bytes(a)
-        };
-        let u32_of = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        if take(MAGIC.len())? != MAGIC {
+        let mut record = RecordBytes::read(path, damaged)?;
+        let (u64_of, u32_of) = (le_u64, le_u32);
+        if record.take(MAGIC.len())? != MAGIC {
             return Err(damaged(path, "no header"));
         }
         let mut ids = [Identity::default(); 2];
         for id in &mut ids {
-            let b = take(36)?;
+            let b = record.take(36)?;
             *id = Identity {
                 dev: u64_of(&b[0..8]),
                 ino: u64_of(&b[8..16]),
@@ -134,16 +118,16 @@ impl WalkRecord {
         }
         let mut lists: [Vec<Vec<u8>>; 3] = Default::default();
         for list in &mut lists {
-            let count = u64_of(take(8)?);
+            let count = u64_of(record.take(8)?);
             if count > MAX_PATHS {
                 return Err(damaged(path, "too many paths"));
             }
             for _ in 0..count {
-                let len = u32_of(take(4)?);
+                let len = u32_of(record.take(4)?);
                 if len == 0 || len > MAX_PATH {
                     return Err(damaged(path, "a bad path length"));
                 }
-                let p = take(len as usize)?;
+                let p = record.take(len as usize)?;
                 // Relative, plain components only: a record never names a path outside.
                 if p.starts_with(b"/")
                     || p.split(|b| *b == b'/')
@@ -154,7 +138,7 @@ impl WalkRecord {
                 list.push(p.to_vec());
             }
         }
-        if at != bytes.len() {
+        if !record.all_read() {
             return Err(damaged(path, "bytes after its paths"));
         }
         let [remove, missing, modes] = lists;
