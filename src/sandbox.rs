@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::process::left_behind::DaemonMark;
+
 /// What to install when no sandbox can be set up.
 pub const INSTALL_HINT: &str = "install bubblewrap (`apt-get install bubblewrap`), or set \
      [sandbox] mode = \"none\" in flotilla.toml to run agents and gate commands unsandboxed \
@@ -292,6 +294,9 @@ pub struct SandboxPolicy {
     pub limits: ResourceLimits,
     /// The only TCP ports a command with the host's network may connect to (`None`: all).
     pub allow_tcp_ports: Option<Vec<u16>>,
+    /// The daemon's mark, put in bwrap's environment (not the command's) or, unsandboxed,
+    /// the command's: what the next daemon ends if this one dies (`process::left_behind`).
+    pub mark: Option<DaemonMark>,
 }
 
 impl Default for SandboxPolicy {
@@ -361,7 +366,14 @@ impl SandboxPolicy {
                 ports.dedup();
                 ports
             }),
+            mark: None,
         }
+    }
+
+    /// The same policy, its commands carrying `mark` (the daemon's state directory's).
+    pub fn marked(mut self, mark: DaemonMark) -> Self {
+        self.mark = Some(mark);
+        self
     }
 
     /// One line for `status` and the run's first event.

@@ -37,6 +37,7 @@ use tracing::{info, warn};
 use crate::config::RunConfig;
 use crate::journal::{JournalSync, SqliteJournal};
 use crate::paths;
+use crate::process::left_behind::{DaemonMark, end_left_behind};
 use crate::providers::ProviderRegistry;
 use state_lock::StateLock;
 use supervisor::{RunDamaged, StartRun, Supervisor};
@@ -92,6 +93,21 @@ pub async fn serve(
     })?;
     // Before anything is opened for writing or resumed: one daemon per state directory.
     let lock = StateLock::acquire(&options.state_dir)?;
+    // With the lock held no other daemon here is alive: whatever still carries this state
+    // directory's mark was started for one that died (a SIGKILL can leave a sandbox's
+    // namespace running, process/left_behind.rs). Ended before any command of ours starts.
+    let mark = DaemonMark::of(&options.state_dir);
+    let scan = mark.clone();
+    let ended = tokio::task::spawn_blocking(move || end_left_behind(&scan))
+        .await
+        .unwrap_or_default();
+    if !ended.killed.is_empty() {
+        warn!(
+            count = ended.killed.len(),
+            pids = ?ended.killed,
+            "ended what a previous daemon on this state directory left running"
+        );
+    }
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     // Records beside git's locks reach the disk first only where the journal's commits do
     // (ADR-041 amended, ADR-010).
@@ -136,6 +152,7 @@ pub async fn serve(
         paths::worktrees_dir(&options.state_dir),
         Arc::new(providers),
     )
+    .marking(mark)
     .hiding(match &options.listen {
         Listen::Unix(socket) => Some(socket.clone()),
         Listen::Tcp(_) => None,

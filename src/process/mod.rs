@@ -29,6 +29,7 @@ use tokio::process::Command;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
+pub mod left_behind;
 mod namespace;
 
 pub use namespace::every_end_seen;
@@ -215,6 +216,15 @@ async fn run(
     if let Some(fd) = info_fd {
         args.splice(0..0, ["--info-fd".into(), fd.to_string().into()]);
     }
+    // The daemon's mark, for the next daemon to end what a dead one left (left_behind.rs):
+    // in bwrap's environment, which its namespace's init keeps, and not in the command's.
+    let mark = policy.mark.as_ref().map(left_behind::variable);
+    if mark.is_some() && info_fd.is_some() {
+        args.splice(
+            0..0,
+            ["--unsetenv".into(), left_behind::MARK_VARIABLE.into()],
+        );
+    }
     // A command with the host's network gets the port allow-list, if there is one: a
     // Landlock domain it enters before exec, so bwrap and everything inside inherit it.
     let tcp_ruleset = if policy.gives_network(spec.sandbox == Sandbox::Network) {
@@ -229,6 +239,7 @@ async fn run(
         .args(&args)
         .env_clear()
         .envs(spec.env.iter().map(|(name, value)| (name, value)))
+        .envs(mark)
         .current_dir(&spec.cwd)
         .stdin(if spec.stdin.is_some() {
             Stdio::piped()

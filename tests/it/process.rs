@@ -562,3 +562,86 @@ async fn a_hidden_path_is_empty_inside_the_sandbox() {
         "{hidden:?}"
     );
 }
+
+/// A daemon killed outright can leave a sandbox's namespace running (bwrap's init asks for
+/// its parent's death signal only after it was forked). Every command carries the daemon's
+/// mark where its sandbox's init keeps it, not where the command sees it; and the next
+/// daemon's `end_left_behind` ends the namespace, with what the command left in it, and
+/// nothing of another daemon's.
+#[tokio::test]
+async fn a_sandbox_carries_its_daemons_mark_and_the_next_daemon_ends_it() {
+    use flotilla::process::left_behind::{DaemonMark, MARK_VARIABLE, end_left_behind};
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mark = DaemonMark::of(state.path());
+    let runner = ConfinedRunner::new(
+        SandboxPolicy::for_run(
+            &SandboxConfig::default(),
+            &[],
+            std::path::Path::new("/nonexistent"),
+        )
+        .marked(mark.clone()),
+    );
+    let token = format!("4001.{}", std::process::id());
+    let spec = sh(
+        &format!("env > seen; setsid sleep {token} & echo started > started; sleep {token}"),
+        dir.path(),
+    );
+    let running =
+        tokio::spawn(async move { runner.run(spec, CancellationToken::new(), None).await });
+    written(&dir.path().join("started")).await;
+    let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
+    assert!(
+        !seen.contains(MARK_VARIABLE),
+        "the command does not see the mark: {seen}"
+    );
+    // Another state directory's mark ends nothing of this one.
+    let other = DaemonMark::of(dir.path());
+    assert!(end_left_behind(&other).killed.is_empty());
+
+    let ended = end_left_behind(&mark);
+    assert!(
+        !ended.killed.is_empty(),
+        "bwrap and its init carry the mark"
+    );
+    let out = within(PATIENCE, || async { running.is_finished().then_some(()) }).await;
+    assert!(out.is_some(), "the run ended once its sandbox was ended");
+    assert!(
+        none_runs(&token).await,
+        "what the command left in its namespace is gone"
+    );
+}
+
+/// Unsandboxed, the command itself carries the mark, and so does all it starts.
+#[tokio::test]
+async fn an_unsandboxed_command_and_its_children_carry_the_mark() {
+    use flotilla::process::left_behind::{DaemonMark, end_left_behind};
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mark = DaemonMark::of(state.path());
+    let config = SandboxConfig {
+        mode: SandboxMode::None,
+        ..SandboxConfig::default()
+    };
+    let runner = ConfinedRunner::new(
+        SandboxPolicy::for_run(&config, &[], std::path::Path::new("/nonexistent"))
+            .marked(mark.clone()),
+    );
+    let token = format!("4002.{}", std::process::id());
+    let spec = sh(
+        &format!("setsid sleep {token} & echo started > started; sleep {token}"),
+        dir.path(),
+    );
+    let running =
+        tokio::spawn(async move { runner.run(spec, CancellationToken::new(), None).await });
+    written(&dir.path().join("started")).await;
+    // The shell, its sleep and the one in a session of its own.
+    let ended = end_left_behind(&mark);
+    assert!(ended.killed.len() >= 3, "killed {:?}", ended.killed);
+    assert!(
+        within(PATIENCE, || async { running.is_finished().then_some(()) })
+            .await
+            .is_some()
+    );
+    assert!(none_runs(&token).await);
+}

@@ -96,6 +96,7 @@ impl Supervisor {
             providers: &self.providers,
             worktrees: &self.worktrees,
             daemon_paths: &self.daemon_paths,
+            mark: self.mark.as_ref(),
             notices: ctx.address().recipient(),
             transcripts: self
                 .transcripts

@@ -62,6 +62,7 @@ pub use crate::api::gc::GcReport;
 use crate::config::{RunConfig, RunConfigError};
 use crate::git::target::TargetBranch;
 use crate::journal::SqliteJournal;
+use crate::process::left_behind::DaemonMark;
 use crate::providers::ProviderRegistry;
 
 /// Which actor of a run.
@@ -176,6 +177,9 @@ pub struct Supervisor {
     /// What no command of a run may see (ADR-015): the state directory (journal, token,
     /// every attempt's worktree), the socket wherever it is.
     daemon_paths: Vec<PathBuf>,
+    /// What every command of every run carries for the next daemon to end, should this one
+    /// die with them still running (`process::left_behind`).
+    mark: Option<DaemonMark>,
     runs: HashMap<RunId, RunEntry>,
     /// Runs that ended, until their actors have stopped (then their thread is stopped; after
     /// a deadline it is stopped anyway).
@@ -228,6 +232,7 @@ impl Supervisor {
             daemon_paths: vec![worktrees.parent().unwrap_or(&worktrees).to_path_buf()],
             worktrees,
             providers,
+            mark: None,
             runs: HashMap::new(),
             retiring: HashMap::new(),
             joining: Vec::new(),
@@ -239,6 +244,12 @@ impl Supervisor {
     /// Keeps every attempt's transcript in `store`.
     pub fn with_transcripts(mut self, store: TranscriptStore) -> Self {
         self.transcripts = Some(store);
+        self
+    }
+
+    /// Puts `mark` on every command of every run.
+    pub fn marking(mut self, mark: DaemonMark) -> Self {
+        self.mark = Some(mark);
         self
     }
 

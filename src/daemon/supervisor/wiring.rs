@@ -31,6 +31,7 @@ use crate::git::reader::GitRepo;
 use crate::git::target::TargetBranch;
 use crate::git::worktrees::{GitWorktrees, SCRATCH_DIR};
 use crate::process::ConfinedRunner;
+use crate::process::left_behind::DaemonMark;
 use crate::prompts;
 use crate::providers::ProviderRegistry;
 use crate::sandbox::SandboxPolicy;
@@ -54,6 +55,8 @@ pub(super) struct Daemon<'a> {
     pub worktrees: &'a Path,
     /// What no command of a run may see (ADR-015).
     pub daemon_paths: &'a [PathBuf],
+    /// What every command of the run carries (`process::left_behind`).
+    pub mark: Option<&'a DaemonMark>,
     /// Where the run's actors send live notices (the Supervisor).
     pub notices: Recipient<Published>,
     /// Where attempts' transcripts go (ADR-036).
@@ -95,7 +98,10 @@ pub(super) fn start_run(
     let llm: Arc<dyn Llm> = Arc::new(daemon.providers.llm_for(&config.models, Some(scripted)));
     // One sandbox policy for every command of the run: agents, verification, the merge
     // gate and the Reconciler's sweeps (ADR-015).
-    let policy = SandboxPolicy::for_run(&config.sandbox, daemon.daemon_paths, entry_repo);
+    let mut policy = SandboxPolicy::for_run(&config.sandbox, daemon.daemon_paths, entry_repo);
+    if let Some(mark) = daemon.mark {
+        policy = policy.marked(mark.clone());
+    }
     let runner: Arc<dyn ProcessRunner> = Arc::new(ConfinedRunner::new(policy.clone()));
     let agents = agent_set(config, llm.clone(), runner.clone(), &policy);
     let checks = config
