@@ -35,6 +35,12 @@ pub fn lock_path(state_dir: &Path) -> PathBuf {
     state_dir.join("daemon.lock")
 }
 
+/// The mark every command of this state directory's daemons carries (random, made once):
+/// what the next daemon ends if one dies with commands running (`process::left_behind`).
+pub fn daemon_mark_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("daemon.mark")
+}
+
 /// Written once the journal exists: a journal that later goes missing or empty is then a
 /// loss to report, not a first start.
 pub fn journal_marker_path(state_dir: &Path) -> PathBuf {

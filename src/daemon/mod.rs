@@ -95,19 +95,14 @@ pub async fn serve(
     let lock = StateLock::acquire(&options.state_dir)?;
     // With the lock held no other daemon here is alive: whatever still carries this state
     // directory's mark was started for one that died (a SIGKILL can leave a sandbox's
-    // namespace running, process/left_behind.rs). Ended before any command of ours starts.
-    let mark = DaemonMark::of(&options.state_dir);
-    let scan = mark.clone();
-    let ended = tokio::task::spawn_blocking(move || end_left_behind(&scan))
-        .await
-        .unwrap_or_default();
-    if !ended.killed.is_empty() {
-        warn!(
-            count = ended.killed.len(),
-            pids = ?ended.killed,
-            "ended what a previous daemon on this state directory left running"
-        );
-    }
+    // namespace running, ADR-050). Ended before any command of ours starts.
+    let mark = DaemonMark::of(&options.state_dir).with_context(|| {
+        format!(
+            "cannot keep the daemon's mark in {}",
+            options.state_dir.display()
+        )
+    })?;
+    end_what_a_dead_daemon_left(&mark).await;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     // Records beside git's locks reach the disk first only where the journal's commits do
     // (ADR-041 amended, ADR-010).
@@ -411,6 +406,50 @@ async fn bind(options: &DaemonOptions) -> anyhow::Result<(Listener, Bound, Optio
                 Some(Arc::new(token)),
             ))
         }
+    }
+}
+
+/// How long start-up waits for the scan of what a dead daemon left: reading a process's
+/// environment waits on its memory's lock, which a process stuck in the kernel can hold.
+const LEFT_BEHIND_SCAN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Ends, and logs, what carries `mark`: processes a previous daemon on this state directory
+/// left running when it died (`process::left_behind`). Bounded: past its time the daemon
+/// starts anyway and says so.
+async fn end_what_a_dead_daemon_left(mark: &DaemonMark) {
+    let scan = mark.clone();
+    let scanned = tokio::time::timeout(
+        LEFT_BEHIND_SCAN,
+        tokio::task::spawn_blocking(move || end_left_behind(&scan)),
+    )
+    .await;
+    let found = match scanned {
+        Ok(Ok(found)) => found,
+        Ok(Err(e)) => {
+            warn!(error = %e, "the scan for what a previous daemon left running failed");
+            return;
+        }
+        Err(_) => {
+            warn!(
+                "the scan for what a previous daemon left running took over {}s; starting without it",
+                LEFT_BEHIND_SCAN.as_secs()
+            );
+            return;
+        }
+    };
+    if !found.killed.is_empty() {
+        warn!(
+            count = found.killed.len(),
+            pids = ?found.killed,
+            "ended what a previous daemon on this state directory left running"
+        );
+    }
+    if !found.unended.is_empty() {
+        warn!(
+            pids = ?found.unended,
+            "a previous daemon on this state directory left processes running that cannot be \
+             ended safely here (no pidfds): end them by hand"
+        );
     }
 }
 

@@ -1,61 +1,81 @@
 //! What a daemon killed outright (SIGKILL, the OOM killer, a crash) may leave running, and
-//! how the next daemon on the same state directory ends it.
+//! how the next daemon on the same state directory ends it (ADR-050).
 //!
 //! A sandboxed command's processes live in a pid namespace whose init bwrap forks; they end
 //! with that init, and the init ends with bwrap (`--die-with-parent`), which ends with the
-//! daemon. That chain has a gap: the init asks for its parent's death signal only after it
-//! was forked, so a bwrap killed in that moment (the daemon died just after starting a
-//! command) leaves the init, and the command it goes on to start, running under the host's
-//! init with nobody to stop them. Nothing in that namespace is then bounded by anything.
+//! daemon. That chain has gaps: bwrap and its init each ask for their parent's death signal
+//! only some time after they were forked, so a daemon that dies in that moment leaves the
+//! init, and the command it goes on to start, running under the host's init with nobody to
+//! stop them.
 //!
-//! So every command flotilla starts carries a mark in bwrap's environment (its own, not the
-//! command's: bwrap is told to unset it), naming the daemon's state directory: the marked
-//! processes are bwrap and that namespace's init. Unsandboxed commands, and whatever they
-//! start, carry it too. A daemon starting on a state directory, once it holds the state
-//! lock (so no other daemon there is alive), ends every process of this user that carries
-//! its mark: they were started for a daemon that is gone. Ending a namespace's init ends
-//! every process in the namespace (the kernel sees to it).
+//! So every command flotilla starts carries a mark in bwrap's environment (not the
+//! command's: bwrap is told to unset it), a random id kept in the state directory: the
+//! marked processes are bwrap and its namespace's init. Unsandboxed commands carry it
+//! themselves, and so does what they start with the environment they were given. A daemon
+//! starting on a state directory, once it holds the state lock (so no other daemon there is
+//! alive), ends every process of its user that carries its mark: they were started for a
+//! daemon that is gone. Ending a namespace's init ends every process in the namespace.
 //!
-//! The environment a process was started with is what `/proc/<pid>/environ` shows; a
-//! process cannot take the mark out of it afterwards, only its children can start without
-//! it, and a sandboxed command's children are in the init's namespace. The same way Jenkins
-//! finds a build's processes (its `BUILD_ID` mark).
+//! The mark is read from `/proc/<pid>/environ`: the environment a process was started with.
+//! Jenkins finds a build's processes the same way (its `BUILD_ID` mark).
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fs;
-use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 /// The variable that carries the mark.
 pub const MARK_VARIABLE: &str = "FLOTILLA_DAEMON_MARK";
 
 /// At most this much of a process's environment is read when looking for the mark (Linux
-/// allows a few megabytes; the mark comes early, as the environment is sorted by name).
+/// allows a few megabytes; what flotilla starts has a small one).
 const ENVIRON_CAP: u64 = 4 * 1024 * 1024;
 
-/// The mark of one daemon's state directory: a digest of its absolute path, so that two
-/// daemons on two state directories never end each other's commands, and the path itself
-/// is not shown to an unsandboxed command.
+/// A process that forks as it is ended can leave a child the pass did not list: passes are
+/// repeated until one ends nothing, at most this many.
+const MAX_PASSES: usize = 5;
+
+/// The mark of one state directory's daemons: a random id made once and kept in the state
+/// directory (`daemon.mark`), so that it is the directory's however its path is spelled, and
+/// two state directories never end each other's commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DaemonMark(String);
 
 impl DaemonMark {
-    /// The mark of the daemon whose state directory is `state_dir` (made absolute; the
-    /// same directory always gives the same mark).
-    pub fn of(state_dir: &Path) -> Self {
-        let absolute = std::path::absolute(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
-        let digest = ring::digest::digest(&ring::digest::SHA256, absolute.as_os_str().as_bytes());
-        let hex: String = digest.as_ref()[..12]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        DaemonMark(hex)
+    /// The mark of the state directory `state_dir`, made (and kept) if it has none or a
+    /// damaged one. Call with the state lock held (or in a test's own directory).
+    pub fn of(state_dir: &Path) -> io::Result<Self> {
+        let path = crate::paths::daemon_mark_path(state_dir);
+        if let Ok(kept) = fs::read_to_string(&path)
+            && let Some(mark) = Self::parse(kept.trim())
+        {
+            return Ok(mark);
+        }
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
+        let mark = DaemonMark(bytes.iter().map(|b| format!("{b:02x}")).collect());
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.write_all(mark.0.as_bytes())?;
+        file.sync_all()?;
+        Ok(mark)
     }
 
-    /// The value the variable carries.
-    pub fn value(&self) -> &str {
-        &self.0
+    fn parse(text: &str) -> Option<Self> {
+        (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| DaemonMark(text.to_string()))
+    }
+
+    /// The variable and value to put in the environment of a command started for the
+    /// daemon marked so.
+    pub fn variable(&self) -> (OsString, OsString) {
+        (MARK_VARIABLE.into(), self.0.clone().into())
     }
 
     /// The whole `NAME=value` entry, as it appears in an environment block.
@@ -66,47 +86,112 @@ impl DaemonMark {
 
 /// What [`end_left_behind`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Ended {
+pub struct LeftBehind {
     /// Processes carrying the mark, sent SIGKILL.
     pub killed: Vec<libc::pid_t>,
+    /// Processes carrying the mark that could not be ended (no pidfds on this kernel).
+    pub unended: Vec<libc::pid_t>,
 }
 
-/// Ends (SIGKILL) every process that carries `mark`, other than this one: processes started
-/// for a daemon on the same state directory that is no longer alive. Call only while
-/// holding the state directory's lock, before any command of this daemon has started.
-/// Processes of other users cannot be read, and are not ours: skipped.
-pub fn end_left_behind(mark: &DaemonMark) -> Ended {
-    let own = std::process::id();
+/// Ends (SIGKILL) every process of this user that carries `mark`, other than this one:
+/// processes started for a daemon on the same state directory that is no longer alive.
+/// Call only while holding the state directory's lock, before any command of this daemon
+/// has started. Each process is pinned (a pidfd) before its environment is read, so a pid
+/// reused in between is never the one signalled.
+pub fn end_left_behind(mark: &DaemonMark) -> LeftBehind {
     let entry = mark.entry();
-    let mut ended = Ended::default();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return ended;
-    };
-    for process in entries.flatten() {
-        let Some(pid) = pid_of(&process.file_name()) else {
-            continue;
-        };
-        if u32::try_from(pid).is_ok_and(|pid| pid == own) {
-            continue;
+    let mut result = LeftBehind::default();
+    for _ in 0..MAX_PASSES {
+        let before = result.killed.len();
+        one_pass(&entry, &mut result);
+        if result.killed.len() == before {
+            break;
         }
-        if carries(pid, &entry) {
-            // SAFETY: kill(2) takes plain integers. A process gone since it was read gives
-            // ESRCH; its pid cannot have been reused for another process carrying the mark
-            // but one of ours, which is as good a target.
-            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
-                ended.killed.push(pid);
+    }
+    result
+}
+
+fn one_pass(entry: &[u8], result: &mut LeftBehind) {
+    for_each_carrying(entry, &result.killed.clone(), |pid, pidfd| match pidfd {
+        Some(pidfd) if kill(&pidfd) => result.killed.push(pid),
+        // Gone since it was read: nothing to end.
+        Some(_) => {}
+        None => {
+            if !result.unended.contains(&pid) {
+                result.unended.push(pid);
             }
         }
-    }
-    ended
+    });
 }
 
-fn pid_of(name: &OsStr) -> Option<libc::pid_t> {
-    let name = name.to_str()?;
-    if !name.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+/// The processes of this user, other than this one, that carry `mark`, as they are now
+/// (what the next daemon would end; nothing is signalled).
+pub fn carrying(mark: &DaemonMark) -> Vec<libc::pid_t> {
+    let mut found = Vec::new();
+    for_each_carrying(&mark.entry(), &[], |pid, _| found.push(pid));
+    found
+}
+
+/// Calls `each` with every process of this user, other than this one and `skip`, whose
+/// environment holds `entry`, and a pidfd of it taken before the environment was read
+/// (None without pidfds).
+fn for_each_carrying(
+    entry: &[u8],
+    skip: &[libc::pid_t],
+    mut each: impl FnMut(libc::pid_t, Option<OwnedFd>),
+) {
+    let own = std::process::id();
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let user = unsafe { libc::geteuid() };
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return;
+    };
+    for process in entries.flatten() {
+        let Some(pid) = process
+            .file_name()
+            .to_str()
+            .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|name| name.parse::<libc::pid_t>().ok())
+            .filter(|pid| *pid > 0)
+        else {
+            continue;
+        };
+        // Only this user's: another's is not ours to end, and reading it could wait on a
+        // process of anyone's (its environment is read under its memory's lock). One ended
+        // in an earlier pass can still be dying (its environment still readable).
+        if u32::try_from(pid).is_ok_and(|pid| pid == own)
+            || skip.contains(&pid)
+            || !process.metadata().is_ok_and(|meta| meta.uid() == user)
+        {
+            continue;
+        }
+        let pidfd = pidfd_open(pid);
+        if carries(pid, entry) {
+            each(pid, pidfd);
+        }
     }
-    name.parse().ok().filter(|pid| *pid > 0)
+}
+
+fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes integers; its result is a new descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = RawFd::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: just opened, owned by nothing else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// SIGKILL to the process behind `pidfd`; whether it was sent.
+fn kill(pidfd: &OwnedFd) -> bool {
+    // SAFETY: pidfd_send_signal takes a descriptor we own, a signal, no siginfo, no flags.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        ) == 0
+    }
 }
 
 /// Whether `pid`'s environment holds exactly `entry` (`NAME=value`) as one of its entries.
@@ -119,12 +204,6 @@ fn carries(pid: libc::pid_t, entry: &[u8]) -> bool {
         return false;
     }
     environ.split(|b| *b == 0).any(|one| one == entry)
-}
-
-/// The variable and value to put in the environment of a command started for the daemon
-/// marked `mark`.
-pub fn variable(mark: &DaemonMark) -> (OsString, OsString) {
-    (MARK_VARIABLE.into(), mark.value().into())
 }
 
 #[cfg(test)]
@@ -144,42 +223,47 @@ mod tests {
     }
 
     #[test]
-    fn the_same_state_directory_gives_the_same_mark_and_another_does_not() {
-        let a = DaemonMark::of(Path::new("/var/tmp/state-a"));
-        assert_eq!(a, DaemonMark::of(Path::new("/var/tmp/state-a")));
-        assert_ne!(a, DaemonMark::of(Path::new("/var/tmp/state-b")));
-        assert_eq!(a.value().len(), 24);
-        assert!(a.value().bytes().all(|b| b.is_ascii_hexdigit()));
+    fn a_state_directory_keeps_its_mark_and_another_has_another() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let mark = DaemonMark::of(a.path()).unwrap();
+        assert_eq!(mark, DaemonMark::of(a.path()).unwrap());
+        assert_ne!(mark, DaemonMark::of(b.path()).unwrap());
+        // However the directory is named.
+        let link = b.path().join("link");
+        std::os::unix::fs::symlink(a.path(), &link).unwrap();
+        assert_eq!(mark, DaemonMark::of(&link).unwrap());
+        // A damaged one is made again.
+        fs::write(crate::paths::daemon_mark_path(a.path()), "not a mark").unwrap();
+        let again = DaemonMark::of(a.path()).unwrap();
+        assert_ne!(again, mark);
+        assert_eq!(again, DaemonMark::of(a.path()).unwrap());
     }
 
     #[test]
     fn only_processes_carrying_this_mark_are_ended() {
-        let ours = DaemonMark::of(Path::new("/var/tmp/left-behind-test-ours"));
-        let theirs = DaemonMark::of(Path::new("/var/tmp/left-behind-test-theirs"));
-        let start = |mark: Option<&DaemonMark>| {
+        let dirs = [(); 2].map(|()| tempfile::tempdir().unwrap());
+        let ours = DaemonMark::of(dirs[0].path()).unwrap();
+        let theirs = DaemonMark::of(dirs[1].path()).unwrap();
+        let start = |env: Option<(OsString, OsString)>| {
             let mut command = Command::new("sleep");
             command
                 .arg("300")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null());
-            if let Some(mark) = mark {
-                let (name, value) = variable(mark);
-                command.env(name, value);
-            }
+            command.envs(env);
             command.spawn().unwrap()
         };
-        let mut marked = start(Some(&ours));
-        let mut other = start(Some(&theirs));
+        let mut marked = start(Some(ours.variable()));
+        let mut other = start(Some(theirs.variable()));
         let mut unmarked = start(None);
         // A mark that only starts with ours is another mark.
-        let mut longer = Command::new("sleep")
-            .arg("300")
-            .env(MARK_VARIABLE, format!("{}0", ours.value()))
-            .spawn()
-            .unwrap();
+        let (name, value) = ours.variable();
+        let mut longer = start(Some((name, format!("{}0", value.to_str().unwrap()).into())));
 
         let ended = end_left_behind(&ours);
         assert_eq!(ended.killed, vec![marked.id() as libc::pid_t]);
+        assert!(ended.unended.is_empty());
         let deadline = Instant::now() + Duration::from_secs(5);
         while !gone(marked.id()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));

@@ -218,8 +218,8 @@ async fn run(
     }
     // The daemon's mark, for the next daemon to end what a dead one left (left_behind.rs):
     // in bwrap's environment, which its namespace's init keeps, and not in the command's.
-    let mark = policy.mark.as_ref().map(left_behind::variable);
-    if mark.is_some() && info_fd.is_some() {
+    let mark = policy.mark.as_ref().map(left_behind::DaemonMark::variable);
+    if mark.is_some() && policy.mode == SandboxMode::Bwrap {
         args.splice(
             0..0,
             ["--unsetenv".into(), left_behind::MARK_VARIABLE.into()],

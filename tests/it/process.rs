@@ -564,16 +564,16 @@ async fn a_hidden_path_is_empty_inside_the_sandbox() {
 }
 
 /// A daemon killed outright can leave a sandbox's namespace running (bwrap's init asks for
-/// its parent's death signal only after it was forked). Every command carries the daemon's
-/// mark where its sandbox's init keeps it, not where the command sees it; and the next
-/// daemon's `end_left_behind` ends the namespace, with what the command left in it, and
-/// nothing of another daemon's.
+/// its parent's death signal only a while after it was forked). Every command carries the
+/// daemon's mark where bwrap and its namespace's init keep it, not where the command sees
+/// it; and the next daemon's `end_left_behind` ends that namespace, with what the command
+/// left in it, and nothing of another daemon's.
 #[tokio::test]
 async fn a_sandbox_carries_its_daemons_mark_and_the_next_daemon_ends_it() {
-    use flotilla::process::left_behind::{DaemonMark, MARK_VARIABLE, end_left_behind};
+    use flotilla::process::left_behind::{DaemonMark, MARK_VARIABLE, carrying, end_left_behind};
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let mark = DaemonMark::of(state.path());
+    let mark = DaemonMark::of(state.path()).unwrap();
     let runner = ConfinedRunner::new(
         SandboxPolicy::for_run(
             &SandboxConfig::default(),
@@ -596,14 +596,30 @@ async fn a_sandbox_carries_its_daemons_mark_and_the_next_daemon_ends_it() {
         "the command does not see the mark: {seen}"
     );
     // Another state directory's mark ends nothing of this one.
-    let other = DaemonMark::of(dir.path());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = DaemonMark::of(elsewhere.path()).unwrap();
     assert!(end_left_behind(&other).killed.is_empty());
 
-    let ended = end_left_behind(&mark);
+    // bwrap (the runner's child) and its namespace's init, its child, which outlives
+    // bwrap when the daemon dies at the wrong moment: the one that matters.
+    let marked = carrying(&mark);
+    assert_eq!(marked.len(), 2, "carrying the mark: {marked:?}");
+    let parent_of = |pid: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after = stat.rsplit_once(')').unwrap().1.to_string();
+        after
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<i32>()
+            .unwrap()
+    };
     assert!(
-        !ended.killed.is_empty(),
-        "bwrap and its init carry the mark"
+        parent_of(marked[1]) == marked[0] || parent_of(marked[0]) == marked[1],
+        "one is the other's child: {marked:?}"
     );
+    let ended = end_left_behind(&mark);
+    assert!(!ended.killed.is_empty());
     let out = within(PATIENCE, || async { running.is_finished().then_some(()) }).await;
     assert!(out.is_some(), "the run ended once its sandbox was ended");
     assert!(
@@ -612,13 +628,14 @@ async fn a_sandbox_carries_its_daemons_mark_and_the_next_daemon_ends_it() {
     );
 }
 
-/// Unsandboxed, the command itself carries the mark, and so does all it starts.
+/// Unsandboxed, the command itself carries the mark, and so does what it starts, even in a
+/// session of its own.
 #[tokio::test]
 async fn an_unsandboxed_command_and_its_children_carry_the_mark() {
     use flotilla::process::left_behind::{DaemonMark, end_left_behind};
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let mark = DaemonMark::of(state.path());
+    let mark = DaemonMark::of(state.path()).unwrap();
     let config = SandboxConfig {
         mode: SandboxMode::None,
         ..SandboxConfig::default()
@@ -629,15 +646,18 @@ async fn an_unsandboxed_command_and_its_children_carry_the_mark() {
     );
     let token = format!("4002.{}", std::process::id());
     let spec = sh(
-        &format!("setsid sleep {token} & echo started > started; sleep {token}"),
+        &format!("setsid sleep {token} & echo $! > started; sleep {token}"),
         dir.path(),
     );
     let running =
         tokio::spawn(async move { runner.run(spec, CancellationToken::new(), None).await });
-    written(&dir.path().join("started")).await;
-    // The shell, its sleep and the one in a session of its own.
+    let detached = pid_in(&dir.path().join("started")).await;
     let ended = end_left_behind(&mark);
-    assert!(ended.killed.len() >= 3, "killed {:?}", ended.killed);
+    assert!(
+        ended.killed.contains(&detached),
+        "the child in its own session carries the mark: killed {:?}",
+        ended.killed
+    );
     assert!(
         within(PATIENCE, || async { running.is_finished().then_some(()) })
             .await
