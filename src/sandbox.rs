@@ -370,6 +370,12 @@ impl SandboxPolicy {
         }
     }
 
+    /// What the policy shows writable besides the command's own directory (`[sandbox]
+    /// writable`): where a sandboxed command can put files on the host.
+    pub(crate) fn writable(&self) -> &[PathBuf] {
+        &self.writable
+    }
+
     /// The same policy, its commands carrying `mark` (the daemon's state directory's).
     pub fn marked(mut self, mark: DaemonMark) -> Self {
         self.mark = Some(mark);

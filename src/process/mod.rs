@@ -15,7 +15,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -541,7 +541,7 @@ async fn invocation(
                 .find(|(name, _)| name == "PATH")
                 .map(|(_, value)| OsString::from(value))
                 .or_else(|| std::env::var_os("PATH"));
-            let Some(bwrap) = find_on_path("bwrap", path.clone()).await else {
+            let Some(bwrap) = find_sandbox(path.clone(), &spec.cwd, policy).await else {
                 return Err(ProcessError::SandboxUnavailable(format!(
                     "bwrap is not installed; {INSTALL_HINT}"
                 )));
@@ -575,6 +575,45 @@ async fn invocation(
             Ok((bwrap.into_os_string(), args))
         }
     }
+}
+
+/// The bwrap to start, from `path`'s absolute directories, as its real path: never one a
+/// sandboxed command could have put there. A relative entry (`.`, `bin`, `node_modules/.bin`)
+/// would be found from the daemon's directory but started from the command's, its
+/// workspace; and a bwrap in the workspace or a directory the policy makes writable is an
+/// agent's, which would run everything after it unsandboxed. Those are passed over.
+async fn find_sandbox(
+    path: Option<OsString>,
+    cwd: &Path,
+    policy: &SandboxPolicy,
+) -> Option<PathBuf> {
+    let path = path?;
+    let mut writable = Vec::new();
+    for dir in std::iter::once(cwd).chain(policy.writable().iter().map(PathBuf::as_path)) {
+        writable.push(
+            tokio::fs::canonicalize(dir)
+                .await
+                .unwrap_or_else(|_| dir.to_path_buf()),
+        );
+    }
+    for dir in std::env::split_paths(&path) {
+        if !dir.is_absolute() {
+            continue;
+        }
+        let Ok(real) = tokio::fs::canonicalize(dir.join("bwrap")).await else {
+            continue;
+        };
+        if writable.iter().any(|w| real.starts_with(w)) {
+            continue;
+        }
+        if let Ok(meta) = tokio::fs::metadata(&real).await
+            && meta.is_file()
+            && meta.permissions().mode() & 0o111 != 0
+        {
+            return Some(real);
+        }
+    }
+    None
 }
 
 /// The first executable file called `name` in `path`'s directories.

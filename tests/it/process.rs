@@ -450,6 +450,59 @@ async fn a_command_whose_path_has_no_bwrap_is_refused_with_what_to_install() {
     }
 }
 
+/// An agent can write its workspace and the directories `[sandbox] writable` shows (say
+/// `~/.cargo`, whose `bin` is on the PATH): a `bwrap` it puts there must never be the one
+/// that starts the next command, or that command, and all after it, would run on the host
+/// unsandboxed. Nor may a relative PATH entry (`.`, `bin`) pick one: it is found from the
+/// daemon's directory but started from the workspace.
+#[tokio::test]
+async fn a_bwrap_an_agent_planted_on_the_path_is_never_started() {
+    use std::os::unix::fs::PermissionsExt;
+    let workspace = tempfile::tempdir().unwrap();
+    let shown = tempfile::tempdir().unwrap();
+    let escaped = std::env::temp_dir().join(format!("flotilla-escaped.{}", std::process::id()));
+    let _ = std::fs::remove_file(&escaped);
+    let planted = format!("#!/bin/sh\ntouch {}\nexec \"$@\"\n", escaped.display());
+    for dir in [
+        workspace.path().to_path_buf(),
+        workspace.path().join("bin"),
+        shown.path().join("bin"),
+    ] {
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("bwrap");
+        std::fs::write(&fake, &planted).unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let config = SandboxConfig {
+        writable: vec![shown.path().display().to_string()],
+        ..SandboxConfig::default()
+    };
+    let runner = ConfinedRunner::new(SandboxPolicy::for_run(
+        &config,
+        &[],
+        std::path::Path::new("/nonexistent"),
+    ));
+    let system = std::env::var("PATH").unwrap();
+    for path in [
+        format!("{}:{system}", shown.path().join("bin").display()),
+        format!("{}:{system}", workspace.path().display()),
+        format!(".:bin:{system}"),
+    ] {
+        let mut spec = sh("echo ran", workspace.path());
+        spec.env = vec![("PATH".into(), path.clone())];
+        let out = runner
+            .run(spec, CancellationToken::new(), None)
+            .await
+            .unwrap();
+        assert_eq!(out.exit, Exit::Code { code: 0 }, "PATH {path}: {out:?}");
+        assert_eq!(out.stdout.text.trim(), "ran");
+        assert!(
+            !escaped.exists(),
+            "PATH {path}: the planted bwrap was started"
+        );
+    }
+}
+
 /// `[sandbox] allow_tcp_ports`: a command with the host's network connects to an allowed
 /// port and is refused on another (Landlock, put in force before exec, so bwrap and the
 /// shell inside inherit it), with and without bwrap. Without the allow-list both connect:
