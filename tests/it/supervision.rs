@@ -1335,10 +1335,20 @@ async fn a_run_paused_for_refused_storage_can_be_cancelled_while_the_storage_sti
         Some(RunProblem::Paused(_))
     ));
     // The storage keeps refusing: where the pause's look writes, a file stands in the way.
+    // The task's workspace is released on a thread of its own (ADR-049), which can make
+    // the run's directory again between the removal and the write: tried until the file
+    // stands (a directory cannot be made where it is).
     let probe = state.path().join("workspaces").join(run.to_string());
-    let _ = std::fs::remove_dir_all(&probe);
-    std::fs::create_dir_all(probe.parent().unwrap()).unwrap();
-    std::fs::write(&probe, "in the way").unwrap();
+    let stands = within(PATIENCE, || async {
+        let _ = std::fs::remove_dir_all(&probe);
+        std::fs::create_dir_all(probe.parent().unwrap()).unwrap();
+        std::fs::write(&probe, "in the way").ok()
+    })
+    .await;
+    assert!(
+        stands.is_some(),
+        "a file stands where the run's workspaces go"
+    );
 
     let answer = supervisor
         .send(CancelRun {
