@@ -38,6 +38,7 @@ pub mod cli;
 pub mod config;
 pub mod confine;
 pub mod daemon;
+pub mod daemon_mark;
 pub mod git;
 pub mod graph_export;
 pub mod journal;

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::process::left_behind::DaemonMark;
+use crate::daemon_mark::DaemonMark;
 
 /// What to install when no sandbox can be set up.
 pub const INSTALL_HINT: &str = "install bubblewrap (`apt-get install bubblewrap`), or set \

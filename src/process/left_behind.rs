@@ -19,15 +19,12 @@
 //! The mark is read from `/proc/<pid>/environ`: the environment a process was started with.
 //! Jenkins finds a build's processes the same way (its `BUILD_ID` mark).
 
-use std::ffi::OsString;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
 
-/// The variable that carries the mark.
-pub const MARK_VARIABLE: &str = "FLOTILLA_DAEMON_MARK";
+pub use crate::daemon_mark::{DaemonMark, MARK_VARIABLE};
 
 /// At most this much of a process's environment is read when looking for the mark (Linux
 /// allows a few megabytes; what flotilla starts has a small one).
@@ -36,53 +33,6 @@ const ENVIRON_CAP: u64 = 4 * 1024 * 1024;
 /// A process that forks as it is ended can leave a child the pass did not list: passes are
 /// repeated until one ends nothing, at most this many.
 const MAX_PASSES: usize = 5;
-
-/// The mark of one state directory's daemons: a random id made once and kept in the state
-/// directory (`daemon.mark`), so that it is the directory's however its path is spelled, and
-/// two state directories never end each other's commands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DaemonMark(String);
-
-impl DaemonMark {
-    /// The mark of the state directory `state_dir`, made (and kept) if it has none or a
-    /// damaged one. Call with the state lock held (or in a test's own directory).
-    pub fn of(state_dir: &Path) -> io::Result<Self> {
-        let path = crate::paths::daemon_mark_path(state_dir);
-        if let Ok(kept) = fs::read_to_string(&path)
-            && let Some(mark) = Self::parse(kept.trim())
-        {
-            return Ok(mark);
-        }
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
-        let mark = DaemonMark(bytes.iter().map(|b| format!("{b:02x}")).collect());
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path)?;
-        file.write_all(mark.0.as_bytes())?;
-        file.sync_all()?;
-        Ok(mark)
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| DaemonMark(text.to_string()))
-    }
-
-    /// The variable and value to put in the environment of a command started for the
-    /// daemon marked so.
-    pub fn variable(&self) -> (OsString, OsString) {
-        (MARK_VARIABLE.into(), self.0.clone().into())
-    }
-
-    /// The whole `NAME=value` entry, as it appears in an environment block.
-    fn entry(&self) -> Vec<u8> {
-        format!("{MARK_VARIABLE}={}", self.0).into_bytes()
-    }
-}
 
 /// What [`end_left_behind`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -209,6 +159,7 @@ fn carries(pid: libc::pid_t, entry: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsString;
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
@@ -220,24 +171,6 @@ mod tests {
                 .rsplit(')')
                 .next()
                 .is_some_and(|s| s.trim_start().starts_with('Z'))
-    }
-
-    #[test]
-    fn a_state_directory_keeps_its_mark_and_another_has_another() {
-        let a = tempfile::tempdir().unwrap();
-        let b = tempfile::tempdir().unwrap();
-        let mark = DaemonMark::of(a.path()).unwrap();
-        assert_eq!(mark, DaemonMark::of(a.path()).unwrap());
-        assert_ne!(mark, DaemonMark::of(b.path()).unwrap());
-        // However the directory is named.
-        let link = b.path().join("link");
-        std::os::unix::fs::symlink(a.path(), &link).unwrap();
-        assert_eq!(mark, DaemonMark::of(&link).unwrap());
-        // A damaged one is made again.
-        fs::write(crate::paths::daemon_mark_path(a.path()), "not a mark").unwrap();
-        let again = DaemonMark::of(a.path()).unwrap();
-        assert_ne!(again, mark);
-        assert_eq!(again, DaemonMark::of(a.path()).unwrap());
     }
 
     #[test]

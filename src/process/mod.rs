@@ -218,7 +218,10 @@ async fn run(
     }
     // The daemon's mark, for the next daemon to end what a dead one left (left_behind.rs):
     // in bwrap's environment, which its namespace's init keeps, and not in the command's.
-    let mark = policy.mark.as_ref().map(left_behind::DaemonMark::variable);
+    let mark = policy
+        .mark
+        .as_ref()
+        .map(crate::daemon_mark::DaemonMark::variable);
     if mark.is_some() && policy.mode == SandboxMode::Bwrap {
         args.splice(
             0..0,

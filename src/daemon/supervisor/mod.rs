@@ -60,9 +60,9 @@ pub use self::gc::GcError;
 use super::transcripts::TranscriptStore;
 pub use crate::api::gc::GcReport;
 use crate::config::{RunConfig, RunConfigError};
+use crate::daemon_mark::DaemonMark;
 use crate::git::target::TargetBranch;
 use crate::journal::SqliteJournal;
-use crate::process::left_behind::DaemonMark;
 use crate::providers::ProviderRegistry;
 
 /// Which actor of a run.
