@@ -370,10 +370,22 @@ impl SandboxPolicy {
         }
     }
 
-    /// What the policy shows writable besides the command's own directory (`[sandbox]
-    /// writable`): where a sandboxed command can put files on the host.
-    pub(crate) fn writable(&self) -> &[PathBuf] {
-        &self.writable
+    /// Where a sandboxed command could have put a file on the host, besides its own
+    /// directory: what the policy shows writable (`[sandbox] writable`), and what it hides
+    /// (the state directory with every workspace and tree, the home directory, `/run`, the
+    /// user's checkout), which other runs, with other settings, may show writable.
+    pub(crate) fn not_trusted_for_programs(&self) -> impl Iterator<Item = &Path> {
+        // `/run` is hidden for its sockets, and no command can write it; a system's own
+        // programs may be found through it (NixOS's `/run/current-system/sw/bin`).
+        self.writable
+            .iter()
+            .chain(
+                self.hide
+                    .iter()
+                    .filter(|p| p.as_path() != Path::new("/run")),
+            )
+            .chain(&self.hidden)
+            .map(PathBuf::as_path)
     }
 
     /// The same policy, its commands carrying `mark` (the daemon's state directory's).

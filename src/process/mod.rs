@@ -13,7 +13,7 @@
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -581,37 +581,46 @@ async fn invocation(
 }
 
 /// The bwrap to start, from `path`'s absolute directories, as its real path: never one a
-/// sandboxed command could have put there. A relative entry (`.`, `bin`, `node_modules/.bin`)
-/// would be found from the daemon's directory but started from the command's, its
-/// workspace; and a bwrap in the workspace or a directory the policy makes writable is an
-/// agent's, which would run everything after it unsandboxed. Those are passed over.
+/// sandboxed command could have put there, for this run or an earlier one. Passed over: a
+/// relative entry (`.`, `bin`: found from the daemon's directory but started from the
+/// command's, its workspace); a PATH directory or a real path inside the command's
+/// directory, a writable one or a hidden one (the state directory, home, the checkout:
+/// another run may show them writable), which also catches a link planted in a writable
+/// directory and pointing anywhere; and, for a daemon not run by root, a file its own user
+/// owns (an agent writes as that user).
 async fn find_sandbox(
     path: Option<OsString>,
     cwd: &Path,
     policy: &SandboxPolicy,
 ) -> Option<PathBuf> {
     let path = path?;
-    let mut writable = Vec::new();
-    for dir in std::iter::once(cwd).chain(policy.writable().iter().map(PathBuf::as_path)) {
-        writable.push(
-            tokio::fs::canonicalize(dir)
-                .await
-                .unwrap_or_else(|_| dir.to_path_buf()),
-        );
+    let mut untrusted = Vec::new();
+    for dir in std::iter::once(cwd).chain(policy.not_trusted_for_programs()) {
+        untrusted.push(dir.to_path_buf());
+        if let Ok(real) = tokio::fs::canonicalize(dir).await {
+            untrusted.push(real);
+        }
     }
+    let inside = |p: &Path| untrusted.iter().any(|u| p.starts_with(u));
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let user = unsafe { libc::geteuid() };
     for dir in std::env::split_paths(&path) {
-        if !dir.is_absolute() {
+        if !dir.is_absolute() || inside(&dir) {
             continue;
         }
+        let real_dir = tokio::fs::canonicalize(&dir)
+            .await
+            .unwrap_or_else(|_| dir.clone());
         let Ok(real) = tokio::fs::canonicalize(dir.join("bwrap")).await else {
             continue;
         };
-        if writable.iter().any(|w| real.starts_with(w)) {
+        if inside(&real_dir) || inside(&real) {
             continue;
         }
         if let Ok(meta) = tokio::fs::metadata(&real).await
             && meta.is_file()
             && meta.permissions().mode() & 0o111 != 0
+            && (user == 0 || meta.uid() != user)
         {
             return Some(real);
         }

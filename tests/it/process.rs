@@ -451,30 +451,45 @@ async fn a_command_whose_path_has_no_bwrap_is_refused_with_what_to_install() {
 }
 
 /// An agent can write its workspace and the directories `[sandbox] writable` shows (say
-/// `~/.cargo`, whose `bin` is on the PATH): a `bwrap` it puts there must never be the one
-/// that starts the next command, or that command, and all after it, would run on the host
-/// unsandboxed. Nor may a relative PATH entry (`.`, `bin`) pick one: it is found from the
-/// daemon's directory but started from the workspace.
+/// `~/.cargo`, whose `bin` is on the PATH): a `bwrap` it puts there, or a link there to a
+/// file of its own anywhere, must never be the one that starts a command, or that command,
+/// and all after it, would run on the host unsandboxed. Nor one in a directory the run
+/// hides (another run may show it writable), nor through a relative PATH entry (`.`,
+/// `bin`), which is found from the daemon's directory but started from the workspace.
 #[tokio::test]
 async fn a_bwrap_an_agent_planted_on_the_path_is_never_started() {
     use std::os::unix::fs::PermissionsExt;
     let workspace = tempfile::tempdir().unwrap();
     let shown = tempfile::tempdir().unwrap();
+    let hidden = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let linked = tempfile::tempdir().unwrap();
     let escaped = std::env::temp_dir().join(format!("flotilla-escaped.{}", std::process::id()));
     let _ = std::fs::remove_file(&escaped);
     let planted = format!("#!/bin/sh\ntouch {}\nexec \"$@\"\n", escaped.display());
-    for dir in [
-        workspace.path().to_path_buf(),
-        workspace.path().join("bin"),
-        shown.path().join("bin"),
-    ] {
-        std::fs::create_dir_all(&dir).unwrap();
-        let fake = dir.join("bwrap");
-        std::fs::write(&fake, &planted).unwrap();
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let plant = |file: &std::path::Path| {
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, &planted).unwrap();
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    plant(&workspace.path().join("bwrap"));
+    plant(&workspace.path().join("bin/bwrap"));
+    plant(&shown.path().join("bin/bwrap"));
+    plant(&hidden.path().join("bin/bwrap"));
+    // A link in the writable directory to a file outside every place the check knows.
+    plant(&elsewhere.path().join("evil"));
+    std::fs::create_dir_all(linked.path().join("bin")).unwrap();
+    std::os::unix::fs::symlink(
+        elsewhere.path().join("evil"),
+        linked.path().join("bin/bwrap"),
+    )
+    .unwrap();
     let config = SandboxConfig {
-        writable: vec![shown.path().display().to_string()],
+        writable: vec![
+            shown.path().display().to_string(),
+            linked.path().display().to_string(),
+        ],
+        hidden: vec![hidden.path().display().to_string()],
         ..SandboxConfig::default()
     };
     let runner = ConfinedRunner::new(SandboxPolicy::for_run(
@@ -485,6 +500,8 @@ async fn a_bwrap_an_agent_planted_on_the_path_is_never_started() {
     let system = std::env::var("PATH").unwrap();
     for path in [
         format!("{}:{system}", shown.path().join("bin").display()),
+        format!("{}:{system}", linked.path().join("bin").display()),
+        format!("{}:{system}", hidden.path().join("bin").display()),
         format!("{}:{system}", workspace.path().display()),
         format!(".:bin:{system}"),
     ] {
