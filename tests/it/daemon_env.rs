@@ -403,13 +403,21 @@ pub async fn submit(client: &Client, repo: &Path, config: serde_json::Value) -> 
 
 /// Follows a run's stream to its end (bounded by a timeout) and returns every event.
 pub async fn follow_to_end(client: &Client, run: &str, since: Option<u64>) -> Vec<Event> {
+    follow_to_end_within(client, run, since, Duration::from_secs(60)).await
+}
+
+/// [`follow_to_end`] for a run that takes long by design: `limit` only bounds a hang (a
+/// loaded machine must not fail a run that is merely slow).
+pub async fn follow_to_end_within(
+    client: &Client,
+    run: &str,
+    since: Option<u64>,
+    limit: Duration,
+) -> Vec<Event> {
     let stream = client.events(run, since).await.unwrap();
-    let events = tokio::time::timeout(
-        Duration::from_secs(60),
-        stream.map(|e| e.unwrap()).collect::<Vec<_>>(),
-    )
-    .await
-    .expect("the run did not finish within 60 s");
+    let events = tokio::time::timeout(limit, stream.map(|e| e.unwrap()).collect::<Vec<_>>())
+        .await
+        .unwrap_or_else(|_| panic!("the run did not finish within {limit:?}"));
     assert!(
         matches!(
             events.last().map(|e| &e.kind),
