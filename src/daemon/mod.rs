@@ -186,13 +186,15 @@ pub async fn serve(
     };
     // What runs that ended while no daemon watched (a crash, a kill) left behind, and a
     // checkout of main a landing was interrupted in: collected in the background once the
-    // daemon listens (a big collection took minutes), with progress in the log.
+    // daemon listens (a big collection took minutes), with progress in the log. Finished
+    // runs' transcripts stay: after a crash is when they are read (`flotilla gc` takes them).
     let collector = state.supervisor.clone();
     tokio::spawn(async move {
         match collector
             .send(supervisor::CollectGarbage {
                 dry_run: false,
                 progress: true,
+                transcripts: false,
             })
             .await
         {

@@ -105,6 +105,21 @@ writes = { "src/lex.rs" = "pub fn lex() {}\n" }
         "{error}"
     );
 
+    // A restart, after a crash above all, is when a transcript is read: the start-up
+    // collection keeps it.
+    daemon.kill();
+    let daemon = DaemonProcess::start(&state);
+    assert!(
+        daemon
+            .logged_within("collection done", std::time::Duration::from_secs(30))
+            .await,
+        "{}",
+        daemon.log()
+    );
+    assert!(file.exists(), "kept across a restart");
+    let (after_restart, _) = output(&state, &["log", &run, "t1"], 0);
+    assert_eq!(after_restart, text);
+
     let (collected, _) = output(&state, &["gc"], 0);
     assert!(
         collected.contains("the transcripts of 1 run(s)"),

@@ -383,6 +383,7 @@ pub(super) async fn collect_garbage(
         .send(CollectGarbage {
             dry_run: q.dry_run,
             progress: false,
+            transcripts: true,
         })
         .await
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?

@@ -43,13 +43,14 @@ impl Handler<CollectGarbage> for Supervisor {
         Box::pin(async move {
             let records = records.await.map_err(GcError::ReadRuns)?;
             let dry_run = msg.dry_run;
+            let with_transcripts = msg.transcripts;
             // Known runs, and whether each is over (finished and not live).
             let runs: HashMap<RunId, bool> = records
                 .iter()
                 .map(|(r, _)| (r.id, r.outcome.is_some() && !live.contains(&r.id)))
                 .collect();
             let mut report = collect_garbage(live, records, root, msg).await?;
-            if let Some(transcripts) = transcripts {
+            if let Some(transcripts) = transcripts.filter(|_| with_transcripts) {
                 collect_transcripts(&transcripts, &runs, dry_run, &mut report).await;
             }
             Ok(report)

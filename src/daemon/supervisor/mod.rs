@@ -439,9 +439,12 @@ pub struct AdoptMain {
 /// it would remove: the same list a collection then removes, when nothing changed between.
 /// Also heals the checkouts of main of every repository the journal knows (not in a dry
 /// run). `progress`: log each repository as it is done (the daemon's start-up collection).
+/// `transcripts`: finished runs' transcripts go too (`flotilla gc`); the start-up
+/// collection keeps them, as a restart after a crash is when they are read (ADR-036).
 #[derive(Debug, Message)]
 #[rtype(result = "Result<GcReport, GcError>")]
 pub struct CollectGarbage {
     pub dry_run: bool,
     pub progress: bool,
+    pub transcripts: bool,
 }
