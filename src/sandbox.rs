@@ -294,6 +294,10 @@ pub struct SandboxPolicy {
     pub limits: ResourceLimits,
     /// The only TCP ports a command with the host's network may connect to (`None`: all).
     pub allow_tcp_ports: Option<Vec<u16>>,
+    /// Python virtual environments whose `bin` is on the daemon's `PATH` under the home
+    /// directory: shown read-only when they hold a `pyvenv.cfg` (their `lib` is where their
+    /// tools' code is; showing only `bin` starts a CLI that cannot import itself).
+    venvs: Vec<PathBuf>,
     /// The daemon's mark, put in bwrap's environment (not the command's) or, unsandboxed,
     /// the command's: what the next daemon ends if this one dies (`process::left_behind`).
     pub mark: Option<DaemonMark>,
@@ -327,9 +331,13 @@ impl SandboxPolicy {
         if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
             hide.push(runtime);
         }
+        let mut venvs = Vec::new();
         if let Some(home) = &home {
             hide.push(home.clone());
             read_only.extend(toolchain_dirs(home));
+            if let Some(path) = std::env::var_os("PATH") {
+                venvs = venv_candidates(home, &path);
+            }
         }
         hide.extend(daemon_paths.iter().cloned());
         if let Some(repo) = repo {
@@ -366,6 +374,7 @@ impl SandboxPolicy {
                 ports.dedup();
                 ports
             }),
+            venvs,
             mark: None,
         }
     }
@@ -621,6 +630,15 @@ impl SandboxPolicy {
                 push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
             }
         }
+        for venv in &self.venvs {
+            if tokio::fs::symlink_metadata(venv.join("pyvenv.cfg"))
+                .await
+                .is_ok_and(|m| m.is_file())
+                && let Some(path) = existing(venv).await
+            {
+                push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+            }
+        }
         // The program flotilla was told to run (an agent CLI by its path) stays runnable
         // wherever it lives, read-only.
         if program.starts_with('/')
@@ -741,6 +759,25 @@ fn shown_path_dirs(home: &Path, path: &std::ffi::OsStr) -> Vec<PathBuf> {
                 .unwrap_or(dir)
         })
         .collect()
+}
+
+/// The directories of `path` under `home` called `bin` (outside a version manager's root,
+/// shown whole already), whose parent may be a Python virtual environment (`pyvenv.cfg`,
+/// looked for when a command starts): `~/.venvs/aider/bin` gives `~/.venvs/aider`.
+fn venv_candidates(home: &Path, path: &std::ffi::OsStr) -> Vec<PathBuf> {
+    let mut venvs: Vec<PathBuf> = std::env::split_paths(path)
+        .filter(|d| d.is_absolute() && d.starts_with(home) && d.file_name() == Some("bin".as_ref()))
+        .filter(|d| {
+            !VERSION_MANAGERS
+                .iter()
+                .any(|root| d.starts_with(home.join(root)))
+        })
+        .filter_map(|d| d.parent().map(Path::to_path_buf))
+        .filter(|venv| venv != home)
+        .collect();
+    venvs.sort();
+    venvs.dedup();
+    venvs
 }
 
 /// Version managers whose commands on `PATH` need their whole root: toolchains, no
@@ -896,6 +933,56 @@ mod tests {
             last("--ro-bind", &shown) < last("--tmpfs", &secret),
             "{args:?}"
         );
+    }
+
+    #[test]
+    fn a_virtualenvs_bin_on_path_under_home_is_a_candidate_and_home_itself_never() {
+        let home = Path::new("/home/u");
+        let path = std::ffi::OsString::from(
+            "/home/u/.venvs/aider/bin:/home/u/bin:/usr/bin:/home/u/.pyenv/versions/3.11/bin:/home/u/.local/bin:/opt/v/bin",
+        );
+        assert_eq!(
+            venv_candidates(home, &path),
+            [
+                PathBuf::from("/home/u/.local"),
+                PathBuf::from("/home/u/.venvs/aider"),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_virtualenv_on_path_is_shown_whole_read_only_and_only_if_it_is_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let venv = root.join("venvs/aider");
+        let not_venv = root.join("local");
+        let cwd = root.join("work");
+        for dir in [
+            venv.join("bin"),
+            venv.join("lib"),
+            not_venv.join("bin"),
+            cwd.clone(),
+        ] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        let mut policy = SandboxPolicy::default();
+        policy.venvs = vec![venv.clone(), not_venv.clone()];
+        let args: Vec<String> = policy
+            .bwrap_args(&cwd, "aider", false)
+            .await
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let bound = |path: &Path| {
+            args.windows(3).any(|w| {
+                w[0] == "--ro-bind"
+                    && w[1] == path.to_string_lossy()
+                    && w[2] == path.to_string_lossy()
+            })
+        };
+        assert!(bound(&venv), "{args:?}");
+        assert!(!bound(&not_venv), "{args:?}");
     }
 
     #[test]
