@@ -966,8 +966,10 @@ mod tests {
             std::fs::create_dir_all(dir).unwrap();
         }
         std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
-        let mut policy = SandboxPolicy::default();
-        policy.venvs = vec![venv.clone(), not_venv.clone()];
+        let policy = SandboxPolicy {
+            venvs: vec![venv.clone(), not_venv.clone()],
+            ..SandboxPolicy::default()
+        };
         let args: Vec<String> = policy
             .bwrap_args(&cwd, "aider", false)
             .await
