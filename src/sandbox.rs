@@ -630,11 +630,26 @@ impl SandboxPolicy {
                 push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
             }
         }
+        // A virtualenv is shown only strictly inside the home directory, as it really is
+        // (a link to `~` or `/` is no virtualenv to show), and never around something the
+        // policy hides (the state directory with its token and socket, the checkout): a
+        // bind made now would show them again.
+        let real_home = match &self.home {
+            Some(home) => existing(home).await,
+            None => None,
+        };
+        let mut hidden_inside = Vec::new();
+        for path in self.hide.iter().filter(|p| Some(*p) != self.home.as_ref()) {
+            hidden_inside.push(existing(path).await.unwrap_or_else(|| path.clone()));
+        }
         for venv in &self.venvs {
-            if tokio::fs::symlink_metadata(venv.join("pyvenv.cfg"))
-                .await
-                .is_ok_and(|m| m.is_file())
-                && let Some(path) = existing(venv).await
+            if let (Some(home), Some(path)) = (&real_home, existing(venv).await)
+                && path.starts_with(home)
+                && path != *home
+                && !hidden_inside.iter().any(|hidden| hidden.starts_with(&path))
+                && tokio::fs::symlink_metadata(path.join("pyvenv.cfg"))
+                    .await
+                    .is_ok_and(|m| m.is_file())
             {
                 push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
             }
@@ -966,8 +981,23 @@ mod tests {
             std::fs::create_dir_all(dir).unwrap();
         }
         std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        // One holding what the policy hides (a state directory), and a link to the home
+        // directory itself: neither is shown.
+        let around_state = root.join("dotlocal");
+        std::fs::create_dir_all(around_state.join("state/flotilla")).unwrap();
+        std::fs::write(around_state.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        std::fs::write(root.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        let to_home = root.join("venvs/linked");
+        std::os::unix::fs::symlink(&root, &to_home).unwrap();
         let policy = SandboxPolicy {
-            venvs: vec![venv.clone(), not_venv.clone()],
+            venvs: vec![
+                venv.clone(),
+                not_venv.clone(),
+                around_state.clone(),
+                to_home.clone(),
+            ],
+            home: Some(root.clone()),
+            hide: vec![root.clone(), around_state.join("state/flotilla")],
             ..SandboxPolicy::default()
         };
         let args: Vec<String> = policy
@@ -985,6 +1015,8 @@ mod tests {
         };
         assert!(bound(&venv), "{args:?}");
         assert!(!bound(&not_venv), "{args:?}");
+        assert!(!bound(&around_state), "{args:?}");
+        assert!(!bound(&root), "{args:?}");
     }
 
     #[test]

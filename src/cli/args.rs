@@ -180,7 +180,8 @@ pub enum Command {
     ///
     /// Branches holding delivered work stay (`git branch --list 'flotilla/*'` in the
     /// repository lists them). The daemon does this by itself at every start; this is for
-    /// when you want it now.
+    /// when you want it now. Finished runs' transcripts (`flotilla log`) go only here: a
+    /// daemon's start keeps them.
     Gc {
         #[command(flatten)]
         address: ClientAddress,
