@@ -635,11 +635,15 @@ impl SandboxPolicy {
         // policy hides (the state directory with its token and socket, the checkout): a
         // bind made now would show them again.
         let real_home = match &self.home {
-            Some(home) => existing(home).await,
-            None => None,
+            Some(home) if !self.venvs.is_empty() => existing(home).await,
+            _ => None,
         };
         let mut hidden_inside = Vec::new();
-        for path in self.hide.iter().filter(|p| Some(*p) != self.home.as_ref()) {
+        for path in self
+            .hide
+            .iter()
+            .filter(|p| real_home.is_some() && Some(*p) != self.home.as_ref())
+        {
             hidden_inside.push(existing(path).await.unwrap_or_else(|| path.clone()));
         }
         for venv in &self.venvs {

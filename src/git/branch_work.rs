@@ -91,12 +91,7 @@ pub fn branch_work(
             .diff_tree_to_tree(Some(&old), Some(&new), None)
             .map_err(git)?;
     }
-    diff.find_similar(Some(
-        git2::DiffFindOptions::new()
-            .renames(true)
-            .rename_limit(1000),
-    ))
-    .map_err(git)?;
+    super::diff::find_renames(&mut diff)?;
     let path_of =
         |file: git2::DiffFile<'_>| file.path().map(|p| p.to_string_lossy().replace('\\', "/"));
     for (i, delta) in diff.deltas().enumerate() {

@@ -46,12 +46,7 @@ fn patch_text_with(
     let mut diff = repo
         .diff_tree_to_tree(Some(&old), Some(&new), None)
         .map_err(git)?;
-    diff.find_similar(Some(
-        git2::DiffFindOptions::new()
-            .renames(true)
-            .rename_limit(1000),
-    ))
-    .map_err(git)?;
+    find_renames(&mut diff)?;
     let odb = repo.odb().map_err(git)?;
     let mut out = DiffText::default();
     for (i, delta) in diff.deltas().enumerate() {
@@ -96,6 +91,17 @@ fn patch_text_with(
 /// The size of one side's blob, read from its object header (the blob is not loaded); 0
 /// for a side that does not exist (an added or deleted file) or is not a blob here (a
 /// submodule's commit lives in another repository).
+/// Pairs deletions with additions of similar content as renames (at most 1,000 files
+/// compared): how the handoff and the reviewer's diff both read a branch's change.
+pub(super) fn find_renames(diff: &mut git2::Diff<'_>) -> Result<(), RepoError> {
+    diff.find_similar(Some(
+        git2::DiffFindOptions::new()
+            .renames(true)
+            .rename_limit(1000),
+    ))
+    .map_err(git)
+}
+
 fn blob_size(odb: &git2::Odb<'_>, file: &git2::DiffFile<'_>) -> Result<usize, RepoError> {
     let is_blob = matches!(
         file.mode(),
