@@ -1,27 +1,32 @@
 //! Opened handles of one repository, kept between blocking calls (ADR-041, "a cheaper
-//! cycle"). Opening a repository costs about fifty system calls (the path made real
-//! component by component, `.git` found, three config files read and parsed); a landing
-//! cycle made about seven such opens on its serial path (main's tip, the build, the
-//! compare-and-swap, the checkout sync, the deletions). A handle is taken for one call and
-//! given back after it, so two calls at once each have their own (`git2::Repository` is
-//! not `Sync`).
+//! cycle"; ADR-051). Opening a repository costs about fifty system calls (the path made
+//! real component by component, `.git` found, three config files read and parsed), and a
+//! fresh handle starts with an empty object cache, so main's trees were inflated and
+//! parsed again by every step of every task. One pool per repository path serves the
+//! merge queue, the reader and every worker's steps ([`RepoHandles::shared`]); a handle is
+//! taken for one call and given back after it, so two calls at once each have their own
+//! (`git2::Repository` is not `Sync`).
 //!
 //! A handle is reused only while the repository's config file is the one it read (device,
 //! inode, size and modification time): a repository replaced at the same path, or a config
 //! the user changed, gets a fresh open. Everything else libgit2 reads from disk each time
 //! it is asked (refs, the packed-refs file when it changed, loose objects, new packs on a
-//! miss), so a kept handle sees what other processes wrote. A call that changes the
-//! handle's own state (an in-memory index set on it) must not use the pool.
+//! miss), so a kept handle sees what other processes wrote; what it caches is objects, by
+//! id, which never change. A call that changes the handle's own state must give it back
+//! as it found it: an in-memory index goes through [`with_own_index`].
 
+use std::collections::HashMap;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::SystemTime;
 
 use flotilla_actors::ports::RepoError;
 
-/// Handles kept idle at most: the queue's calls overlap by two or three.
-const MAX_IDLE: usize = 4;
+/// Handles kept idle at most: the queue's calls and the workers' steps overlap by a few.
+const MAX_IDLE: usize = 8;
 
 /// What the config file was when a handle read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,12 +52,59 @@ pub struct RepoHandles {
     idle: Mutex<Vec<(git2::Repository, Stamp)>>,
 }
 
+/// A handle taken from a pool; given back when dropped (if its config was readable).
+pub struct KeptRepo {
+    repo: ManuallyDrop<git2::Repository>,
+    stamp: Option<Stamp>,
+    pool: Arc<RepoHandles>,
+}
+
+impl Deref for KeptRepo {
+    type Target = git2::Repository;
+
+    fn deref(&self) -> &git2::Repository {
+        &self.repo
+    }
+}
+
+impl Drop for KeptRepo {
+    fn drop(&mut self) {
+        // SAFETY: `repo` is taken once, here, and never used again: `self` is being
+        // dropped.
+        let repo = unsafe { ManuallyDrop::take(&mut self.repo) };
+        if let Some(stamp) = self.stamp.take() {
+            let mut idle = self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.len() < MAX_IDLE {
+                idle.push((repo, stamp));
+            }
+        }
+    }
+}
+
 impl RepoHandles {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         RepoHandles {
             path: path.into(),
             idle: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The process's pool for the repository at `path` (as given: the daemon names a
+    /// repository by one path), made on first use and dropped with its last user, so a
+    /// finished run's handles and caches go with it.
+    pub fn shared(path: &Path) -> Arc<RepoHandles> {
+        static POOLS: OnceLock<Mutex<HashMap<PathBuf, Weak<RepoHandles>>>> = OnceLock::new();
+        let mut pools = POOLS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(pool) = pools.get(path).and_then(Weak::upgrade) {
+            return pool;
+        }
+        pools.retain(|_, pool| pool.strong_count() > 0);
+        let pool = Arc::new(RepoHandles::new(path));
+        pools.insert(path.to_path_buf(), Arc::downgrade(&pool));
+        pool
     }
 
     pub fn path(&self) -> &Path {
@@ -73,6 +125,17 @@ impl RepoHandles {
         Ok(result)
     }
 
+    /// A handle of the repository, kept or freshly opened, given back when dropped
+    /// (blocking: use it on a blocking thread).
+    pub fn open(self: &Arc<Self>) -> Result<KeptRepo, RepoError> {
+        let (repo, stamp) = self.take()?;
+        Ok(KeptRepo {
+            repo: ManuallyDrop::new(repo),
+            stamp,
+            pool: self.clone(),
+        })
+    }
+
     /// A kept handle whose config is unchanged, or a fresh open; with the stamp to keep it
     /// under (`None`: not kept, the config could not be read).
     fn take(&self) -> Result<(git2::Repository, Option<Stamp>), RepoError> {
@@ -90,6 +153,23 @@ impl RepoHandles {
         let now = stamp(repo.path());
         Ok((repo, now))
     }
+}
+
+/// Runs `work` with `index` as `repo`'s index, then gives the handle back its own (read
+/// from disk again when next asked for), so a kept handle never carries it to another call.
+pub fn with_own_index<T>(
+    repo: &git2::Repository,
+    index: &mut git2::Index,
+    work: impl FnOnce() -> T,
+) -> Result<T, RepoError> {
+    repo.set_index(index).map_err(super::git)?;
+    let result = work();
+    use git2::Binding;
+    // SAFETY: a live repository; libgit2 takes NULL as "no index set" (`set_index` in
+    // repository.c: the old one is released, the next `git_repository_index` loads the
+    // file again).
+    unsafe { libgit2_sys::git_repository_set_index(repo.raw(), std::ptr::null_mut()) };
+    Ok(result)
 }
 
 #[cfg(test)]
@@ -166,6 +246,69 @@ mod tests {
             head(&handles),
             two,
             "the kept handle reads the ref from disk"
+        );
+    }
+
+    #[test]
+    fn one_pool_per_repository_keeps_handles_given_back_and_an_own_index_never_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let blob = repo.blob(b"x").unwrap();
+        let mut index = repo.index().unwrap();
+        index
+            .add(&git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: 0o100644,
+                uid: 0,
+                gid: 0,
+                file_size: 1,
+                id: blob,
+                flags: 0,
+                flags_extended: 0,
+                path: b"on-disk.txt".to_vec(),
+            })
+            .unwrap();
+        index.write().unwrap();
+
+        let pool = RepoHandles::shared(dir.path());
+        assert!(Arc::ptr_eq(&pool, &RepoHandles::shared(dir.path())));
+        let other = tempfile::tempdir().unwrap();
+        assert!(!Arc::ptr_eq(&pool, &RepoHandles::shared(other.path())));
+
+        {
+            let kept = pool.open().unwrap();
+            let mut own = git2::Index::new().unwrap();
+            let seen = with_own_index(&kept, &mut own, || kept.index().unwrap().len()).unwrap();
+            assert_eq!(seen, 0, "the call sees the index it set");
+        }
+        assert_eq!(
+            pool.idle.lock().unwrap().len(),
+            1,
+            "given back when dropped"
+        );
+        let kept = pool.open().unwrap();
+        assert_eq!(
+            pool.idle.lock().unwrap().len(),
+            0,
+            "the same handle taken again"
+        );
+        assert_eq!(
+            kept.index().unwrap().len(),
+            1,
+            "the next call reads the repository's own index"
+        );
+        drop(kept);
+
+        // Dropped with its last user: a later one starts a new pool.
+        let weak = Arc::downgrade(&pool);
+        drop(pool);
+        assert!(weak.upgrade().is_none());
+        assert_eq!(
+            RepoHandles::shared(dir.path()).idle.lock().unwrap().len(),
+            0
         );
     }
 }

@@ -70,7 +70,7 @@ impl GitMerge {
     ) -> Self {
         let repo = repo.into();
         GitMerge {
-            handles: Arc::new(RepoHandles::new(&repo)),
+            handles: RepoHandles::shared(&repo),
             repo,
             scratch_root: scratch_root.into(),
             target,

@@ -30,7 +30,7 @@ impl GitRepo {
     pub fn new(path: impl Into<PathBuf>, target: TargetBranch) -> Self {
         let path = path.into();
         GitRepo {
-            handles: Arc::new(RepoHandles::new(&path)),
+            handles: RepoHandles::shared(&path),
             path,
             target,
         }

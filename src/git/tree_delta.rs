@@ -218,7 +218,7 @@ pub fn with_updates(
     if merged.is_empty() {
         return Ok(None);
     }
-    write(repo, &merged).map(Some)
+    write_over(repo, base, &full, &merged).map(Some)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -228,6 +228,34 @@ fn write(repo: &Repository, entries: &BTreeMap<Vec<u8>, Entry>) -> Result<Oid, g
     let mut builder = repo.treebuilder(None)?;
     for (name, (id, mode)) in entries {
         builder.insert(name.as_slice(), *id, *mode)?;
+    }
+    builder.write()
+}
+
+/// `entries` written as a tree, starting from `source` (whose entries are `was`): only the
+/// names that differ are inserted or removed. libgit2 checks each inserted entry's object
+/// exists (a read of its header: for a loose object, an open and an inflate), but takes a
+/// source tree's entries as they are, so a directory of N files that one task changed
+/// costs one check, not N (ADR-051).
+fn write_over(
+    repo: &Repository,
+    source: Option<&Tree<'_>>,
+    was: &BTreeMap<Vec<u8>, Entry>,
+    entries: &BTreeMap<Vec<u8>, Entry>,
+) -> Result<Oid, git2::Error> {
+    let Some(source) = source else {
+        return write(repo, entries);
+    };
+    let mut builder = repo.treebuilder(Some(source))?;
+    for name in was.keys() {
+        if !entries.contains_key(name) {
+            builder.remove(name.as_slice())?;
+        }
+    }
+    for (name, entry) in entries {
+        if was.get(name) != Some(entry) {
+            builder.insert(name.as_slice(), entry.0, entry.1)?;
+        }
     }
     builder.write()
 }
@@ -319,7 +347,7 @@ fn graft(
     if merged.is_empty() {
         return Ok(None);
     }
-    write(repo, &merged).map(Some)
+    write_over(repo, ours, &full, &merged).map(Some)
 }
 
 /// What a three-way merge gave.
@@ -632,5 +660,54 @@ mod tests {
         // Eight times the files, the same trees read.
         assert_eq!(reads[0], reads[1], "{reads:?}");
         assert!(reads[0].0 < 40 && reads[0].1 < 10, "{reads:?}");
+    }
+
+    #[test]
+    fn a_tree_written_over_its_source_checks_only_the_entries_that_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let kept = repo.blob(b"kept").unwrap();
+        let changed = repo.blob(b"changed").unwrap();
+        // A blob id no object has: libgit2's strict creation refuses an entry naming it.
+        let missing = Oid::from_str("0123456789abcdef0123456789abcdef01234567").unwrap();
+        let mut builder = repo.treebuilder(None).unwrap();
+        builder.insert("a.txt", kept, 0o100644).unwrap();
+        builder.insert("b.txt", kept, 0o100644).unwrap();
+        let source = repo.find_tree(builder.write().unwrap()).unwrap();
+        let was = entries(&source);
+
+        // b.txt changes, c.txt comes, a.txt goes: the same tree as written whole.
+        let mut now = was.clone();
+        now.remove(b"a.txt".as_slice());
+        now.insert(b"b.txt".to_vec(), (changed, 0o100644));
+        now.insert(b"c.txt".to_vec(), (kept, 0o100755));
+        let over = write_over(&repo, Some(&source), &was, &now).unwrap();
+        assert_eq!(over, write(&repo, &now).unwrap());
+
+        // An entry that changed is checked: one naming no object is refused.
+        let mut bad = now.clone();
+        bad.insert(b"d.txt".to_vec(), (missing, 0o100644));
+        assert!(write_over(&repo, Some(&source), &was, &bad).is_err());
+        assert!(write(&repo, &bad).is_err());
+
+        // An entry carried over from the source is taken as it is, not read again: a
+        // source (written raw) whose a.txt names no object still takes a change to b.txt,
+        // where writing every entry checks a.txt and fails.
+        let mut raw = b"100644 a.txt\0".to_vec();
+        raw.extend_from_slice(missing.as_bytes());
+        raw.extend_from_slice(b"100644 b.txt\0");
+        raw.extend_from_slice(kept.as_bytes());
+        let odd = repo
+            .odb()
+            .unwrap()
+            .write(git2::ObjectType::Tree, &raw)
+            .unwrap();
+        let odd = repo.find_tree(odd).unwrap();
+        let was = entries(&odd);
+        let mut now = was.clone();
+        now.insert(b"b.txt".to_vec(), (changed, 0o100644));
+        let over = write_over(&repo, Some(&odd), &was, &now).unwrap();
+        assert_eq!(entries(&repo.find_tree(over).unwrap()), now);
+        assert!(write(&repo, &now).is_err());
     }
 }

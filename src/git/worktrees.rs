@@ -32,6 +32,7 @@ use futures::future::BoxFuture;
 use super::background::Priority;
 pub use super::branch_work::{MAX_SEALED_FILES, branch_work};
 use super::conflict_fix::{conflict_fix_base, conflict_fix_commit};
+use super::handles::{KeptRepo, RepoHandles, with_own_index};
 use super::leftovers::{
     forget, prune, recorded_worktrees, remove_incomplete_records, remove_run_ref_locks,
 };
@@ -50,6 +51,8 @@ pub const SCRATCH_DIR: &str = "scratch";
 
 pub struct GitWorktrees {
     repo: PathBuf,
+    /// Kept handles of `repo`, shared with its merge queue (ADR-051).
+    handles: Arc<RepoHandles>,
     run: RunId,
     /// This run's worktrees: `<state>/worktrees/<run>`.
     root: PathBuf,
@@ -90,8 +93,10 @@ impl GitWorktrees {
         root: impl Into<PathBuf>,
         target: TargetBranch,
     ) -> Self {
+        let repo = repo.into();
         GitWorktrees {
-            repo: repo.into(),
+            handles: RepoHandles::shared(&repo),
+            repo,
             run,
             root: root.into(),
             target,
@@ -146,6 +151,7 @@ impl GitWorktrees {
     ) -> BoxFuture<'static, Result<T, RepoError>> {
         let place = Place {
             repo: self.repo.clone(),
+            handles: self.handles.clone(),
             run: self.run,
             root: self.root.clone(),
             target: self.target.clone(),
@@ -165,6 +171,7 @@ impl GitWorktrees {
 /// What a blocking call needs to know.
 struct Place {
     repo: PathBuf,
+    handles: Arc<RepoHandles>,
     run: RunId,
     root: PathBuf,
     target: TargetBranch,
@@ -173,8 +180,9 @@ struct Place {
 }
 
 impl Place {
-    fn open(&self) -> Result<git2::Repository, RepoError> {
-        git2::Repository::open(&self.repo).map_err(|_| RepoError::NotARepository(self.repo.clone()))
+    /// A kept handle of the repository (ADR-051), given back when dropped.
+    fn open(&self) -> Result<KeptRepo, RepoError> {
+        self.handles.open()
     }
 
     /// git's name for a worktree (`.git/worktrees/<name>`): unique per run and attempt.
@@ -543,8 +551,9 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     // loads the handle's index for them, which is the user's checkout's, read whole on this
     // fresh handle each seal. An empty in-memory one instead (ADR-046).
     let mut no_index = git2::Index::new().map_err(git)?;
-    repo.set_index(&mut no_index).map_err(git)?;
-    let mut work = branch_work(&repo, &workspace.branch, base, head)?;
+    let mut work = with_own_index(&repo, &mut no_index, || {
+        branch_work(&repo, &workspace.branch, base, head)
+    })??;
     work.committed_for_agent = committed;
     // Hard links: those left out of the commit above, and those the agent committed itself
     // (git cannot tell them from files; the worktree can).
