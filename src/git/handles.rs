@@ -11,9 +11,11 @@
 //! inode, size and modification time): a repository replaced at the same path, or a config
 //! the user changed, gets a fresh open. Everything else libgit2 reads from disk each time
 //! it is asked (refs, the packed-refs file when it changed, loose objects, new packs on a
-//! miss), so a kept handle sees what other processes wrote; what it caches is objects, by
-//! id, which never change. A call that changes the handle's own state must give it back
-//! as it found it: an in-memory index goes through [`with_own_index`].
+//! miss), so a kept handle sees what other processes wrote. What a handle keeps is
+//! objects by id, which never change, the global and system config as first read (a
+//! change there reaches kept handles only when the repository's own config changes), and
+//! whatever index a call loaded onto it, which is dropped each time the handle is given
+//! back. A call that sets an index of its own goes through [`with_own_index`].
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
@@ -72,13 +74,23 @@ impl Drop for KeptRepo {
         // SAFETY: `repo` is taken once, here, and never used again: `self` is being
         // dropped.
         let repo = unsafe { ManuallyDrop::take(&mut self.repo) };
-        if let Some(stamp) = self.stamp.take() {
-            let mut idle = self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
-            if idle.len() < MAX_IDLE {
-                idle.push((repo, stamp));
-            }
+        // A call that panicked may have left anything set on it: not kept.
+        if let Some(stamp) = self.stamp.take()
+            && !std::thread::panicking()
+        {
+            self.pool.give_back(repo, stamp);
         }
     }
+}
+
+/// Drops whatever index a handle holds in memory (libgit2 reads the file again when next
+/// asked): an attribute lookup or a merge loads the repository's index onto the handle
+/// whole, and a kept handle must not carry it, stale, to a later call.
+fn forget_index(repo: &git2::Repository) {
+    use git2::Binding;
+    // SAFETY: a live repository, used by this thread alone; libgit2 takes NULL as "no
+    // index set" (`set_index` in repository.c: the old one is released).
+    unsafe { libgit2_sys::git_repository_set_index(repo.raw(), std::ptr::null_mut()) };
 }
 
 impl RepoHandles {
@@ -117,12 +129,17 @@ impl RepoHandles {
         let (repo, opened) = self.take()?;
         let result = work(&repo);
         if let Some(opened) = opened {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            if idle.len() < MAX_IDLE {
-                idle.push((repo, opened));
-            }
+            self.give_back(repo, opened);
         }
         Ok(result)
+    }
+
+    fn give_back(&self, repo: git2::Repository, stamp: Stamp) {
+        forget_index(&repo);
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < MAX_IDLE {
+            idle.push((repo, stamp));
+        }
     }
 
     /// A handle of the repository, kept or freshly opened, given back when dropped
@@ -156,20 +173,22 @@ impl RepoHandles {
 }
 
 /// Runs `work` with `index` as `repo`'s index, then gives the handle back its own (read
-/// from disk again when next asked for), so a kept handle never carries it to another call.
+/// from disk again when next asked for), so a kept handle never carries it to another
+/// call, a panicking `work` included.
 pub fn with_own_index<T>(
     repo: &git2::Repository,
     index: &mut git2::Index,
     work: impl FnOnce() -> T,
 ) -> Result<T, RepoError> {
+    struct Forget<'r>(&'r git2::Repository);
+    impl Drop for Forget<'_> {
+        fn drop(&mut self) {
+            forget_index(self.0);
+        }
+    }
     repo.set_index(index).map_err(super::git)?;
-    let result = work();
-    use git2::Binding;
-    // SAFETY: a live repository; libgit2 takes NULL as "no index set" (`set_index` in
-    // repository.c: the old one is released, the next `git_repository_index` loads the
-    // file again).
-    unsafe { libgit2_sys::git_repository_set_index(repo.raw(), std::ptr::null_mut()) };
-    Ok(result)
+    let _forget = Forget(repo);
+    Ok(work())
 }
 
 #[cfg(test)]
@@ -299,6 +318,23 @@ mod tests {
             kept.index().unwrap().len(),
             1,
             "the next call reads the repository's own index"
+        );
+        // An index a call loaded is not kept with the handle: a later call reads the file
+        // as it is then.
+        {
+            let other = git2::Repository::open(dir.path()).unwrap();
+            let mut index = other.index().unwrap();
+            let mut entry = index.get(0).unwrap();
+            entry.path = b"second.txt".to_vec();
+            index.add(&entry).unwrap();
+            index.write().unwrap();
+        }
+        drop(kept);
+        let kept = pool.open().unwrap();
+        assert_eq!(
+            kept.index().unwrap().len(),
+            2,
+            "the index file as it is now"
         );
         drop(kept);
 

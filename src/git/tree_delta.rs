@@ -95,6 +95,36 @@ fn whole(
     Ok(())
 }
 
+/// git's order of a tree's entries: by name, a directory's as if it ended in `/`.
+fn git_order(a: &[u8], a_dir: bool, b: &[u8], b_dir: bool) -> std::cmp::Ordering {
+    let n = a.len().min(b.len());
+    let end = |name: &[u8], dir: bool| name.get(n).copied().unwrap_or(if dir { b'/' } else { 0 });
+    a[..n]
+        .cmp(&b[..n])
+        .then(end(a, a_dir).cmp(&end(b, b_dir)))
+        .then(a.len().cmp(&b.len()))
+}
+
+/// Every entry of `tree` strictly after the one before it in git's order (as git writes
+/// trees; one written by other means need not be).
+fn in_git_order(tree: &Tree<'_>) -> bool {
+    let mut previous: Option<git2::TreeEntry<'_>> = None;
+    for entry in tree.iter() {
+        if let Some(previous) = &previous
+            && git_order(
+                previous.name_bytes(),
+                previous.filemode() == TREE,
+                entry.name_bytes(),
+                entry.filemode() == TREE,
+            ) != std::cmp::Ordering::Less
+        {
+            return false;
+        }
+        previous = Some(entry);
+    }
+    true
+}
+
 fn walk(
     repo: &Repository,
     from: &Tree<'_>,
@@ -102,39 +132,87 @@ fn walk(
     prefix: &[u8],
     out: &mut Vec<PathChange>,
 ) -> Result<(), git2::Error> {
+    // Both in git's order: one pass over both trees' entries, side by side, copying none
+    // (a directory of N files changed by one costs N comparisons, not 2N copies and a
+    // sort: ADR-051). A name that is a file on one side and a directory on the other sits
+    // at two places in that order and comes as two changes, which say what one would.
+    if in_git_order(from) && in_git_order(to) {
+        let (mut old, mut new) = (from.iter().peekable(), to.iter().peekable());
+        loop {
+            let order = match (old.peek(), new.peek()) {
+                (None, None) => break,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some(b), Some(a)) => git_order(
+                    b.name_bytes(),
+                    b.filemode() == TREE,
+                    a.name_bytes(),
+                    a.filemode() == TREE,
+                ),
+            };
+            let (b, a) = match order {
+                std::cmp::Ordering::Less => (old.next(), None),
+                std::cmp::Ordering::Greater => (None, new.next()),
+                std::cmp::Ordering::Equal => (old.next(), new.next()),
+            };
+            let entry =
+                |e: &Option<git2::TreeEntry<'_>>| e.as_ref().map(|e| (e.id(), e.filemode()));
+            let (before, after) = (entry(&b), entry(&a));
+            if before != after
+                && let Some(named) = b.as_ref().or(a.as_ref())
+            {
+                differ(repo, prefix, named.name_bytes(), before, after, out)?;
+            }
+        }
+        return Ok(());
+    }
+    // A tree out of git's order (an agent's): by name, whatever the order.
     let (old, new) = (entries(from), entries(to));
     let mut names: Vec<&Vec<u8>> = old.keys().chain(new.keys()).collect();
     names.sort();
     names.dedup();
     for name in names {
         let (before, after) = (old.get(name).copied(), new.get(name).copied());
-        if before == after {
-            continue;
+        if before != after {
+            differ(repo, prefix, name, before, after, out)?;
         }
-        let path = join(prefix, name);
-        let dir = dir_of(&path);
-        match (before, after) {
-            (Some(b), Some(a)) if is_tree(&b) && is_tree(&a) => {
-                let (b, a) = (read_tree(repo, b.0)?, read_tree(repo, a.0)?);
-                walk(repo, &b, &a, &dir, out)?;
+    }
+    Ok(())
+}
+
+/// The files under `prefix` + `name`, whose entry is `before` in one tree and `after` in
+/// the other (not the same).
+fn differ(
+    repo: &Repository,
+    prefix: &[u8],
+    name: &[u8],
+    before: Option<Entry>,
+    after: Option<Entry>,
+    out: &mut Vec<PathChange>,
+) -> Result<(), git2::Error> {
+    let path = join(prefix, name);
+    let dir = dir_of(&path);
+    match (before, after) {
+        (Some(b), Some(a)) if is_tree(&b) && is_tree(&a) => {
+            let (b, a) = (read_tree(repo, b.0)?, read_tree(repo, a.0)?);
+            walk(repo, &b, &a, &dir, out)?;
+        }
+        (b, a) => {
+            // A directory on one side only, or replaced by a file (or the reverse):
+            // its files go or come one by one, as git's diff lists them.
+            let (b_file, a_file) = (b.filter(|e| !is_tree(e)), a.filter(|e| !is_tree(e)));
+            if b_file.is_some() || a_file.is_some() {
+                out.push(PathChange {
+                    path: path.clone(),
+                    before: b_file,
+                    after: a_file,
+                });
             }
-            (b, a) => {
-                // A directory on one side only, or replaced by a file (or the reverse):
-                // its files go or come one by one, as git's diff lists them.
-                let (b_file, a_file) = (b.filter(|e| !is_tree(e)), a.filter(|e| !is_tree(e)));
-                if b_file.is_some() || a_file.is_some() {
-                    out.push(PathChange {
-                        path: path.clone(),
-                        before: b_file,
-                        after: a_file,
-                    });
-                }
-                if let Some(b) = b.filter(is_tree) {
-                    whole(repo, b.0, &dir, false, out)?;
-                }
-                if let Some(a) = a.filter(is_tree) {
-                    whole(repo, a.0, &dir, true, out)?;
-                }
+            if let Some(b) = b.filter(is_tree) {
+                whole(repo, b.0, &dir, false, out)?;
+            }
+            if let Some(a) = a.filter(is_tree) {
+                whole(repo, a.0, &dir, true, out)?;
             }
         }
     }
@@ -170,7 +248,7 @@ pub fn with_updates(
     base: Option<&Tree<'_>>,
     updates: &[Update],
 ) -> Result<Option<Oid>, git2::Error> {
-    let full = base.map(entries).unwrap_or_default();
+    let source = Source::of(base);
     let mut direct: BTreeMap<&[u8], Option<Entry>> = BTreeMap::new();
     let mut nested: BTreeMap<&[u8], Vec<Update>> = BTreeMap::new();
     for (path, entry) in updates {
@@ -184,41 +262,107 @@ pub fn with_updates(
             }
         }
     }
-    let mut merged = full.clone();
+    let mut changes: BTreeMap<Vec<u8>, Option<Entry>> = BTreeMap::new();
     for (name, sub) in &nested {
         // A file written at the directory's own name wins (a disk holds one or the other).
         if matches!(direct.get(name), Some(Some(_))) {
             continue;
         }
-        let sub_base = full
-            .get(*name)
-            .filter(|e| is_tree(e))
+        let sub_base = source
+            .get(name)
+            .filter(is_tree)
             .map(|e| read_tree(repo, e.0))
             .transpose()?;
-        match with_updates(repo, sub_base.as_ref(), sub)? {
-            Some(id) => merged.insert(name.to_vec(), (id, TREE)),
-            None => merged.remove(*name),
-        };
+        let sub = with_updates(repo, sub_base.as_ref(), sub)?;
+        changes.insert(name.to_vec(), sub.map(|id| (id, TREE)));
     }
     for (name, entry) in direct {
         match entry {
             Some(entry) => {
-                merged.insert(name.to_vec(), entry);
+                changes.insert(name.to_vec(), Some(entry));
             }
             // A removed file whose name is now a directory's keeps the directory.
             None if nested.contains_key(name) => {}
             None => {
-                merged.remove(name);
+                changes.insert(name.to_vec(), None);
             }
         }
     }
-    if merged == full {
-        return Ok(base.map(Tree::id));
+    apply(repo, &source, &changes)
+}
+
+/// A tree whose entries are looked up by name: through libgit2's search when the tree is
+/// in git's order (as git writes trees), else through a map of all its entries (a tree an
+/// agent wrote out of order or with a name twice, where that search can miss an entry).
+struct Source<'t, 'r> {
+    tree: Option<&'t Tree<'r>>,
+    listed: Option<BTreeMap<Vec<u8>, Entry>>,
+}
+
+impl<'t, 'r> Source<'t, 'r> {
+    fn of(tree: Option<&'t Tree<'r>>) -> Self {
+        let listed = tree.filter(|t| !in_git_order(t)).map(entries);
+        Source { tree, listed }
     }
-    if merged.is_empty() {
+
+    fn get(&self, name: &[u8]) -> Option<Entry> {
+        match &self.listed {
+            Some(listed) => listed.get(name).copied(),
+            None => self
+                .tree?
+                .get_name_bytes(name)
+                .map(|e| (e.id(), e.filemode())),
+        }
+    }
+}
+
+/// The source tree with `changes` (a name's new entry, or its removal) applied: the
+/// source's own id when none changes anything, `None` when nothing is left. Only the
+/// changed names are looked up and inserted or removed: libgit2 checks each inserted
+/// entry's object exists (a read of its header: for a loose object, an open and an
+/// inflate) but takes the source's entries as they are, so a directory of N files that
+/// one task changed costs one check and no copy of its entries here, not N (ADR-051).
+fn apply(
+    repo: &Repository,
+    source: &Source<'_, '_>,
+    changes: &BTreeMap<Vec<u8>, Option<Entry>>,
+) -> Result<Option<Oid>, git2::Error> {
+    let mut changed = changes
+        .iter()
+        .filter(|(name, change)| source.get(name) != **change)
+        .peekable();
+    if changed.peek().is_none() {
+        return Ok(source.tree.map(Tree::id));
+    }
+    if let Some(listed) = &source.listed {
+        // A tree out of git's order, or with a name twice (an agent's): written whole,
+        // every entry inserted and so checked, as before ADR-051 (libgit2's builder, started
+        // from it, would carry a duplicate and leak the entry it replaces).
+        let mut merged = listed.clone();
+        for (name, change) in changed {
+            match change {
+                Some(entry) => merged.insert(name.clone(), *entry),
+                None => merged.remove(name),
+            };
+        }
+        if merged.is_empty() {
+            return Ok(None);
+        }
+        return write(repo, &merged).map(Some);
+    }
+    let mut builder = repo.treebuilder(source.tree)?;
+    for (name, change) in changed {
+        match change {
+            Some((id, mode)) => {
+                builder.insert(name.as_slice(), *id, *mode)?;
+            }
+            None => builder.remove(name.as_slice())?,
+        }
+    }
+    if builder.is_empty() {
         return Ok(None);
     }
-    write_over(repo, base, &full, &merged).map(Some)
+    builder.write().map(Some)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -228,34 +372,6 @@ fn write(repo: &Repository, entries: &BTreeMap<Vec<u8>, Entry>) -> Result<Oid, g
     let mut builder = repo.treebuilder(None)?;
     for (name, (id, mode)) in entries {
         builder.insert(name.as_slice(), *id, *mode)?;
-    }
-    builder.write()
-}
-
-/// `entries` written as a tree, starting from `source` (whose entries are `was`): only the
-/// names that differ are inserted or removed. libgit2 checks each inserted entry's object
-/// exists (a read of its header: for a loose object, an open and an inflate), but takes a
-/// source tree's entries as they are, so a directory of N files that one task changed
-/// costs one check, not N (ADR-051).
-fn write_over(
-    repo: &Repository,
-    source: Option<&Tree<'_>>,
-    was: &BTreeMap<Vec<u8>, Entry>,
-    entries: &BTreeMap<Vec<u8>, Entry>,
-) -> Result<Oid, git2::Error> {
-    let Some(source) = source else {
-        return write(repo, entries);
-    };
-    let mut builder = repo.treebuilder(Some(source))?;
-    for name in was.keys() {
-        if !entries.contains_key(name) {
-            builder.remove(name.as_slice())?;
-        }
-    }
-    for (name, entry) in entries {
-        if was.get(name) != Some(entry) {
-            builder.insert(name.as_slice(), entry.0, entry.1)?;
-        }
     }
     builder.write()
 }
@@ -310,10 +426,10 @@ fn graft(
     reduced_ours: Option<&Tree<'_>>,
     result: Option<&Tree<'_>>,
 ) -> Result<Option<Oid>, git2::Error> {
-    let full = ours.map(entries).unwrap_or_default();
+    let source = Source::of(ours);
     let was = reduced_ours.map(entries).unwrap_or_default();
     let now = result.map(entries).unwrap_or_default();
-    let mut merged = full.clone();
+    let mut changes: BTreeMap<Vec<u8>, Option<Entry>> = BTreeMap::new();
     let mut names: Vec<&Vec<u8>> = was.keys().chain(now.keys()).collect();
     names.sort();
     names.dedup();
@@ -322,32 +438,21 @@ fn graft(
         if w == n {
             continue;
         }
-        let ours_dir = full.get(name).filter(|e| is_tree(e));
+        let ours_dir = source.get(name).filter(is_tree);
         match (w, n) {
             (Some(w), n) if is_tree(w) && ours_dir.is_some() && n.is_none_or(is_tree) => {
                 let sub_full = ours_dir.map(|e| read_tree(repo, e.0)).transpose()?;
                 let sub_was = read_tree(repo, w.0)?;
                 let sub_now = n.map(|e| read_tree(repo, e.0)).transpose()?;
-                match graft(repo, sub_full.as_ref(), Some(&sub_was), sub_now.as_ref())? {
-                    Some(id) => merged.insert(name.clone(), (id, TREE)),
-                    None => merged.remove(name),
-                };
+                let sub = graft(repo, sub_full.as_ref(), Some(&sub_was), sub_now.as_ref())?;
+                changes.insert(name.clone(), sub.map(|id| (id, TREE)));
             }
-            (_, Some(n)) => {
-                merged.insert(name.clone(), *n);
-            }
-            (_, None) => {
-                merged.remove(name);
+            (_, n) => {
+                changes.insert(name.clone(), n.copied());
             }
         }
     }
-    if merged == full {
-        return Ok(ours.map(Tree::id));
-    }
-    if merged.is_empty() {
-        return Ok(None);
-    }
-    write_over(repo, ours, &full, &merged).map(Some)
+    apply(repo, &source, &changes)
 }
 
 /// What a three-way merge gave.
@@ -670,44 +775,219 @@ mod tests {
         let changed = repo.blob(b"changed").unwrap();
         // A blob id no object has: libgit2's strict creation refuses an entry naming it.
         let missing = Oid::from_str("0123456789abcdef0123456789abcdef01234567").unwrap();
-        let mut builder = repo.treebuilder(None).unwrap();
-        builder.insert("a.txt", kept, 0o100644).unwrap();
-        builder.insert("b.txt", kept, 0o100644).unwrap();
-        let source = repo.find_tree(builder.write().unwrap()).unwrap();
-        let was = entries(&source);
+        let raw_tree = |entries: &[(&[u8], Oid)]| {
+            let mut raw = Vec::new();
+            for (name, id) in entries {
+                raw.extend_from_slice(b"100644 ");
+                raw.extend_from_slice(name);
+                raw.push(0);
+                raw.extend_from_slice(id.as_bytes());
+            }
+            let id = repo
+                .odb()
+                .unwrap()
+                .write(git2::ObjectType::Tree, &raw)
+                .unwrap();
+            repo.find_tree(id).unwrap()
+        };
+        let change = |list: &[(&[u8], Option<Entry>)]| -> BTreeMap<Vec<u8>, Option<Entry>> {
+            list.iter().map(|(n, e)| (n.to_vec(), *e)).collect()
+        };
+        let source = raw_tree(&[(b"a.txt", kept), (b"b.txt", kept)]);
 
         // b.txt changes, c.txt comes, a.txt goes: the same tree as written whole.
-        let mut now = was.clone();
+        let changes = change(&[
+            (b"a.txt", None),
+            (b"b.txt", Some((changed, 0o100644))),
+            (b"c.txt", Some((kept, 0o100755))),
+        ]);
+        let over = apply(&repo, &Source::of(Some(&source)), &changes).unwrap();
+        let mut now = entries(&source);
         now.remove(b"a.txt".as_slice());
         now.insert(b"b.txt".to_vec(), (changed, 0o100644));
         now.insert(b"c.txt".to_vec(), (kept, 0o100755));
-        let over = write_over(&repo, Some(&source), &was, &now).unwrap();
-        assert_eq!(over, write(&repo, &now).unwrap());
+        assert_eq!(over, Some(write(&repo, &now).unwrap()));
+        // Nothing that changes anything: the source itself; everything gone: nothing.
+        let same = change(&[(b"a.txt", Some((kept, 0o100644))), (b"z.txt", None)]);
+        let gone = change(&[(b"a.txt", None), (b"b.txt", None)]);
+        let source_of = || Source::of(Some(&source));
+        assert_eq!(
+            apply(&repo, &source_of(), &same).unwrap(),
+            Some(source.id())
+        );
+        assert_eq!(apply(&repo, &source_of(), &gone).unwrap(), None);
 
         // An entry that changed is checked: one naming no object is refused.
-        let mut bad = now.clone();
-        bad.insert(b"d.txt".to_vec(), (missing, 0o100644));
-        assert!(write_over(&repo, Some(&source), &was, &bad).is_err());
-        assert!(write(&repo, &bad).is_err());
+        let bad = change(&[(b"d.txt", Some((missing, 0o100644)))]);
+        assert!(apply(&repo, &source_of(), &bad).is_err());
 
         // An entry carried over from the source is taken as it is, not read again: a
         // source (written raw) whose a.txt names no object still takes a change to b.txt,
         // where writing every entry checks a.txt and fails.
-        let mut raw = b"100644 a.txt\0".to_vec();
-        raw.extend_from_slice(missing.as_bytes());
-        raw.extend_from_slice(b"100644 b.txt\0");
-        raw.extend_from_slice(kept.as_bytes());
-        let odd = repo
-            .odb()
+        let odd = raw_tree(&[(b"a.txt", missing), (b"b.txt", kept)]);
+        let changes = change(&[(b"b.txt", Some((changed, 0o100644)))]);
+        let over = apply(&repo, &Source::of(Some(&odd)), &changes)
             .unwrap()
-            .write(git2::ObjectType::Tree, &raw)
             .unwrap();
-        let odd = repo.find_tree(odd).unwrap();
-        let was = entries(&odd);
-        let mut now = was.clone();
+        let mut now = entries(&odd);
         now.insert(b"b.txt".to_vec(), (changed, 0o100644));
-        let over = write_over(&repo, Some(&odd), &was, &now).unwrap();
         assert_eq!(entries(&repo.find_tree(over).unwrap()), now);
         assert!(write(&repo, &now).is_err());
+
+        // A source out of git's order (a.txt last): its entries are still found by name,
+        // so a.txt's removal is not lost (libgit2's search alone misses it).
+        let unordered = raw_tree(&[
+            (b"b.txt", kept),
+            (b"c.txt", kept),
+            (b"d.txt", kept),
+            (b"a.txt", kept),
+        ]);
+        assert!(!in_git_order(&unordered));
+        assert!(unordered.get_name_bytes(b"a.txt").is_none());
+        let drop_a = change(&[(b"a.txt", None)]);
+        let over = apply(&repo, &Source::of(Some(&unordered)), &drop_a)
+            .unwrap()
+            .unwrap();
+        let left = entries(&repo.find_tree(over).unwrap());
+        let names: Vec<&[u8]> = left.keys().map(Vec::as_slice).collect();
+        assert_eq!(names, [b"b.txt".as_slice(), b"c.txt", b"d.txt"]);
+        // And such a tree is written whole, every entry checked: one naming no object is
+        // refused, as before.
+        let unordered = raw_tree(&[(b"b.txt", missing), (b"a.txt", kept)]);
+        assert!(apply(&repo, &Source::of(Some(&unordered)), &drop_a).is_err());
+    }
+
+    #[test]
+    fn the_walk_in_gits_order_matches_libgit2_where_names_sort_apart_by_type() {
+        // `a` as a directory sorts as `a/`: after `a-b` and `a.txt`, before `a0`; as a file,
+        // before all three. Each side in turn: a file, a directory, gone.
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let others = ["a-b", "a.txt", "a0", "b"];
+        let shapes: [&[&str]; 3] = [&["a"], &["a/x", "a/y"], &[]];
+        for from_shape in shapes {
+            for to_shape in shapes {
+                let files = |shape: &[&str], content: &[u8]| {
+                    let mut files = Files::new();
+                    for name in others {
+                        files.insert(name.to_string(), (content.to_vec(), 0o100644));
+                    }
+                    for path in shape {
+                        files.insert(path.to_string(), (b"in a\n".to_vec(), 0o100644));
+                    }
+                    files
+                };
+                let from = repo
+                    .find_tree(tree_of(&repo, &files(from_shape, b"one\n")))
+                    .unwrap();
+                let to = repo
+                    .find_tree(tree_of(&repo, &files(to_shape, b"two\n")))
+                    .unwrap();
+                assert!(in_git_order(&from) && in_git_order(&to));
+                let mut options = git2::DiffOptions::new();
+                options.include_typechange(true);
+                let diff = repo
+                    .diff_tree_to_tree(Some(&from), Some(&to), Some(&mut options))
+                    .unwrap();
+                let side = |f: git2::DiffFile<'_>| {
+                    (!f.id().is_zero()).then(|| (f.id(), i32::from(f.mode())))
+                };
+                let want: Vec<PathChange> = diff
+                    .deltas()
+                    .map(|d| PathChange {
+                        path: d
+                            .new_file()
+                            .path_bytes()
+                            .or(d.old_file().path_bytes())
+                            .unwrap()
+                            .to_vec(),
+                        before: side(d.old_file()),
+                        after: side(d.new_file()),
+                    })
+                    .collect();
+                assert_eq!(
+                    changed_paths(&repo, &from, &to).unwrap(),
+                    want,
+                    "{from_shape:?} -> {to_shape:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_tree_out_of_gits_order_is_walked_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let (one, two) = (repo.blob(b"1").unwrap(), repo.blob(b"2").unwrap());
+        // Written raw: b.txt before a.txt, as no git writes a tree.
+        let raw = |first: Oid, second: Oid| {
+            let mut raw = b"100644 b.txt\0".to_vec();
+            raw.extend_from_slice(first.as_bytes());
+            raw.extend_from_slice(b"100644 a.txt\0");
+            raw.extend_from_slice(second.as_bytes());
+            let id = repo
+                .odb()
+                .unwrap()
+                .write(git2::ObjectType::Tree, &raw)
+                .unwrap();
+            repo.find_tree(id).unwrap()
+        };
+        let (from, to) = (raw(one, one), raw(one, two));
+        assert!(!in_git_order(&to));
+        let mut builder = repo.treebuilder(None).unwrap();
+        builder.insert("a.txt", one, 0o100644).unwrap();
+        builder.insert("b.txt", one, 0o100644).unwrap();
+        let ordered = repo.find_tree(builder.write().unwrap()).unwrap();
+        for from in [&from, &ordered] {
+            assert_eq!(
+                changed_paths(&repo, from, &to).unwrap(),
+                vec![PathChange {
+                    path: b"a.txt".to_vec(),
+                    before: Some((one, 0o100644)),
+                    after: Some((two, 0o100644)),
+                }]
+            );
+        }
+    }
+
+    #[test]
+    fn what_a_branch_brings_into_a_directory_all_three_share_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let (one, two) = (repo.blob(b"1").unwrap(), repo.blob(b"2").unwrap());
+        let missing = Oid::from_str("0123456789abcdef0123456789abcdef01234567").unwrap();
+        let raw = |entries: &[(&[u8], Oid)]| {
+            let mut raw = Vec::new();
+            for (name, id) in entries {
+                raw.extend_from_slice(b"100644 ");
+                raw.extend_from_slice(name);
+                raw.push(0);
+                raw.extend_from_slice(id.as_bytes());
+            }
+            repo.odb()
+                .unwrap()
+                .write(git2::ObjectType::Tree, &raw)
+                .unwrap()
+        };
+        let root = |d: Oid| {
+            let mut builder = repo.treebuilder(None).unwrap();
+            builder.insert("d", d, 0o040000).unwrap();
+            builder.insert("top.txt", one, 0o100644).unwrap();
+            repo.find_tree(builder.write().unwrap()).unwrap()
+        };
+        let base = root(raw(&[(b"a.txt", one), (b"b.txt", one)]));
+        let ours = root(raw(&[(b"a.txt", two), (b"b.txt", one)]));
+        // What no git would write, brought by the branch beside files main also changed.
+        for (name, id) in [(b"x.txt".as_slice(), missing), (b".git".as_slice(), one)] {
+            let mut entries = vec![(b"a.txt".as_slice(), one), (b"b.txt".as_slice(), one)];
+            entries.push((name, id));
+            entries.sort();
+            let theirs = root(raw(&entries));
+            assert!(
+                merge_trees(&repo, &base, &ours, &theirs).is_err(),
+                "{}",
+                String::from_utf8_lossy(name)
+            );
+        }
     }
 }
