@@ -119,7 +119,7 @@ pub fn branch_work(
         };
         let new_file = delta.new_file();
         if change != ChangeKind::Deleted
-            && new_file.mode() == git2::FileMode::Link
+            && super::diff::file_mode(&new_file) == git2::FileMode::Link
             && repo
                 .find_blob(new_file.id())
                 .is_ok_and(|target| link_leaves(&path, target.content()))
@@ -166,7 +166,44 @@ fn link_leaves(path: &str, target: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::link_leaves;
+    use super::{branch_work, link_leaves};
+
+    #[test]
+    fn a_tree_with_modes_git2_has_no_name_for_is_read_not_panicked_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_bare(dir.path()).unwrap();
+        let file = repo.blob(b"text\n").unwrap();
+        let target = repo.blob(b"/etc").unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let commit = |tree: git2::Oid, parents: &[&git2::Commit<'_>]| {
+            let tree = repo.find_tree(tree).unwrap();
+            repo.commit(None, &sig, &sig, "c", &tree, parents).unwrap()
+        };
+        let base = commit(repo.treebuilder(None).unwrap().write().unwrap(), &[]);
+        // Written raw, as an agent can: a file of mode 100600 and a link of mode 120755
+        // (git checks it out as a link).
+        let mut raw = Vec::new();
+        for (mode, name, id) in [
+            (b"100600".as_slice(), b"f.txt".as_slice(), file),
+            (b"120755", b"l", target),
+        ] {
+            raw.extend_from_slice(mode);
+            raw.push(b' ');
+            raw.extend_from_slice(name);
+            raw.push(0);
+            raw.extend_from_slice(id.as_bytes());
+        }
+        let tree = repo
+            .odb()
+            .unwrap()
+            .write(git2::ObjectType::Tree, &raw)
+            .unwrap();
+        let head = commit(tree, &[&repo.find_commit(base).unwrap()]);
+        let work = branch_work(&repo, "b", base, head).unwrap();
+        let paths: Vec<&str> = work.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["f.txt", "l"]);
+        assert_eq!(work.links_outside, ["l"], "the link to /etc is seen as one");
+    }
 
     #[test]
     fn links_that_leave_the_repository_are_told_from_those_that_stay() {

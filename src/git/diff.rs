@@ -102,9 +102,28 @@ pub(super) fn find_renames(diff: &mut git2::Diff<'_>) -> Result<(), RepoError> {
     .map_err(git)
 }
 
+/// A diff side's mode as git reads it (`canon_mode`: by its type bits; a file executable
+/// when its owner may run it), never a panic: libgit2 passes a tree's raw modes through,
+/// `DiffFile::mode` panics on one it has no name for, and a tree an agent wrote can hold
+/// `100600`, or `120755`, which git checks out as a link.
+pub(super) fn file_mode(file: &git2::DiffFile<'_>) -> git2::FileMode {
+    use git2::Binding;
+    // SAFETY: `raw()` points at the diff's file, alive as long as `file`; `mode` is plain
+    // data.
+    let raw = u32::from(unsafe { (*file.raw()).mode });
+    match raw & 0o170000 {
+        0 => git2::FileMode::Unreadable,
+        0o040000 => git2::FileMode::Tree,
+        0o120000 => git2::FileMode::Link,
+        0o100000 if raw & 0o100 != 0 => git2::FileMode::BlobExecutable,
+        0o100000 => git2::FileMode::Blob,
+        _ => git2::FileMode::Commit,
+    }
+}
+
 fn blob_size(odb: &git2::Odb<'_>, file: &git2::DiffFile<'_>) -> Result<usize, RepoError> {
     let is_blob = matches!(
-        file.mode(),
+        file_mode(file),
         git2::FileMode::Blob | git2::FileMode::BlobExecutable | git2::FileMode::Link
     );
     if !is_blob || file.id().is_zero() {

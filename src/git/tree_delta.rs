@@ -125,6 +125,17 @@ fn in_git_order(tree: &Tree<'_>) -> bool {
     true
 }
 
+/// No name twice in `tree` (a file and a directory of one name are in git's order, but
+/// libgit2's search finds one and its builder keeps the other). Names are compared by a
+/// hash: a collision only sends the tree the slower, always right way.
+fn names_once(tree: &Tree<'_>) -> bool {
+    use std::hash::BuildHasher;
+    let hasher = std::collections::hash_map::RandomState::new();
+    let mut seen = std::collections::HashSet::with_capacity(tree.len());
+    tree.iter()
+        .all(|entry| seen.insert(hasher.hash_one(entry.name_bytes())))
+}
+
 fn walk(
     repo: &Repository,
     from: &Tree<'_>,
@@ -301,7 +312,9 @@ struct Source<'t, 'r> {
 
 impl<'t, 'r> Source<'t, 'r> {
     fn of(tree: Option<&'t Tree<'r>>) -> Self {
-        let listed = tree.filter(|t| !in_git_order(t)).map(entries);
+        let listed = tree
+            .filter(|t| !in_git_order(t) || !names_once(t))
+            .map(entries);
         Source { tree, listed }
     }
 
@@ -851,6 +864,45 @@ mod tests {
         let left = entries(&repo.find_tree(over).unwrap());
         let names: Vec<&[u8]> = left.keys().map(Vec::as_slice).collect();
         assert_eq!(names, [b"b.txt".as_slice(), b"c.txt", b"d.txt"]);
+        // A file and a directory of one name (in git's order, but named twice): the
+        // directory's files are found by name, not lost to libgit2's search finding the
+        // file.
+        let inner = raw_tree(&[(b"old.txt", kept)]);
+        let mut twice = Vec::new();
+        for (mode, name, id) in [
+            (b"100644".as_slice(), b"0".as_slice(), kept),
+            (b"100644", b"1", kept),
+            (b"100644", b"a", kept),
+            (b"40000", b"a", inner.id()),
+            (b"100644", b"b", kept),
+        ] {
+            twice.extend_from_slice(mode);
+            twice.push(b' ');
+            twice.extend_from_slice(name);
+            twice.push(0);
+            twice.extend_from_slice(id.as_bytes());
+        }
+        let twice = repo
+            .odb()
+            .unwrap()
+            .write(git2::ObjectType::Tree, &twice)
+            .unwrap();
+        let twice = repo.find_tree(twice).unwrap();
+        assert!(in_git_order(&twice) && !names_once(&twice));
+        // libgit2's search finds the file.
+        assert_eq!(twice.get_name("a").unwrap().filemode(), 0o100644);
+        let added = with_updates(
+            &repo,
+            Some(&twice),
+            &[(b"a/new.txt".to_vec(), Some((changed, 0o100644)))],
+        )
+        .unwrap()
+        .unwrap();
+        let a = repo.find_tree(added).unwrap().get_name("a").unwrap().id();
+        let a = entries(&repo.find_tree(a).unwrap());
+        let names: Vec<&[u8]> = a.keys().map(Vec::as_slice).collect();
+        assert_eq!(names, [b"new.txt".as_slice(), b"old.txt"]);
+
         // And such a tree is written whole, every entry checked: one naming no object is
         // refused, as before.
         let unordered = raw_tree(&[(b"b.txt", missing), (b"a.txt", kept)]);
