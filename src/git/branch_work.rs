@@ -182,22 +182,10 @@ mod tests {
         let base = commit(repo.treebuilder(None).unwrap().write().unwrap(), &[]);
         // Written raw, as an agent can: a file of mode 100600 and a link of mode 120755
         // (git checks it out as a link).
-        let mut raw = Vec::new();
-        for (mode, name, id) in [
-            (b"100600".as_slice(), b"f.txt".as_slice(), file),
-            (b"120755", b"l", target),
-        ] {
-            raw.extend_from_slice(mode);
-            raw.push(b' ');
-            raw.extend_from_slice(name);
-            raw.push(0);
-            raw.extend_from_slice(id.as_bytes());
-        }
-        let tree = repo
-            .odb()
-            .unwrap()
-            .write(git2::ObjectType::Tree, &raw)
-            .unwrap();
+        let tree = crate::git::tree_delta::raw_tree(
+            &repo,
+            &[("100600", b"f.txt", file), ("120755", b"l", target)],
+        );
         let head = commit(tree, &[&repo.find_commit(base).unwrap()]);
         let work = branch_work(&repo, "b", base, head).unwrap();
         let paths: Vec<&str> = work.files.iter().map(|f| f.path.as_str()).collect();

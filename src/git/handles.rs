@@ -272,25 +272,13 @@ mod tests {
     fn one_pool_per_repository_keeps_handles_given_back_and_an_own_index_never_stays() {
         let dir = tempfile::tempdir().unwrap();
         let repo = git2::Repository::init(dir.path()).unwrap();
-        let blob = repo.blob(b"x").unwrap();
-        let mut index = repo.index().unwrap();
-        index
-            .add(&git2::IndexEntry {
-                ctime: git2::IndexTime::new(0, 0),
-                mtime: git2::IndexTime::new(0, 0),
-                dev: 0,
-                ino: 0,
-                mode: 0o100644,
-                uid: 0,
-                gid: 0,
-                file_size: 1,
-                id: blob,
-                flags: 0,
-                flags_extended: 0,
-                path: b"on-disk.txt".to_vec(),
-            })
-            .unwrap();
-        index.write().unwrap();
+        let add = |repo: &git2::Repository, name: &str| {
+            std::fs::write(dir.path().join(name), "x").unwrap();
+            let mut index = repo.index().unwrap();
+            index.add_path(Path::new(name)).unwrap();
+            index.write().unwrap();
+        };
+        add(&repo, "on-disk.txt");
 
         let pool = RepoHandles::shared(dir.path());
         assert!(Arc::ptr_eq(&pool, &RepoHandles::shared(dir.path())));
@@ -321,14 +309,7 @@ mod tests {
         );
         // An index a call loaded is not kept with the handle: a later call reads the file
         // as it is then.
-        {
-            let other = git2::Repository::open(dir.path()).unwrap();
-            let mut index = other.index().unwrap();
-            let mut entry = index.get(0).unwrap();
-            entry.path = b"second.txt".to_vec();
-            index.add(&entry).unwrap();
-            index.write().unwrap();
-        }
+        add(&git2::Repository::open(dir.path()).unwrap(), "second.txt");
         drop(kept);
         let kept = pool.open().unwrap();
         assert_eq!(

@@ -520,6 +520,23 @@ pub fn pick_base<'r>(
     parent.tree().map(Some)
 }
 
+/// A tree written as given, in any order and with any modes, as no git writes one but an
+/// agent can (`hash-object --literally`): `(mode, name, id)` each.
+#[cfg(test)]
+pub(crate) fn raw_tree(repo: &Repository, entries: &[(&str, &[u8], Oid)]) -> Oid {
+    let mut raw = Vec::new();
+    for (mode, name, id) in entries {
+        raw.extend_from_slice(mode.as_bytes());
+        raw.push(b' ');
+        raw.extend_from_slice(name);
+        raw.push(0);
+        raw.extend_from_slice(id.as_bytes());
+    }
+    repo.odb()
+        .and_then(|odb| odb.write(git2::ObjectType::Tree, &raw))
+        .expect("a raw tree is written")
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
@@ -708,28 +725,34 @@ mod tests {
             let o = mutate(&mut rng, &b);
             let (from, to) = (tree_of(&repo, &b), tree_of(&repo, &o));
             let (from, to) = (repo.find_tree(from).unwrap(), repo.find_tree(to).unwrap());
-            let mut options = git2::DiffOptions::new();
-            options.include_typechange(true);
-            let diff = repo
-                .diff_tree_to_tree(Some(&from), Some(&to), Some(&mut options))
-                .unwrap();
-            let side =
-                |f: git2::DiffFile<'_>| (!f.id().is_zero()).then(|| (f.id(), i32::from(f.mode())));
-            let want: Vec<PathChange> = diff
-                .deltas()
-                .map(|d| PathChange {
-                    path: d
-                        .new_file()
-                        .path_bytes()
-                        .or(d.old_file().path_bytes())
-                        .unwrap()
-                        .to_vec(),
-                    before: side(d.old_file()),
-                    after: side(d.new_file()),
-                })
-                .collect();
-            assert_eq!(changed_paths(&repo, &from, &to).unwrap(), want);
+            assert_eq!(
+                changed_paths(&repo, &from, &to).unwrap(),
+                libgit2_changes(&repo, &from, &to)
+            );
         }
+    }
+
+    /// What libgit2's diff of the two trees lists, as [`changed_paths`] says it.
+    fn libgit2_changes(repo: &Repository, from: &Tree<'_>, to: &Tree<'_>) -> Vec<PathChange> {
+        let mut options = git2::DiffOptions::new();
+        options.include_typechange(true);
+        let diff = repo
+            .diff_tree_to_tree(Some(from), Some(to), Some(&mut options))
+            .unwrap();
+        let side =
+            |f: git2::DiffFile<'_>| (!f.id().is_zero()).then(|| (f.id(), i32::from(f.mode())));
+        diff.deltas()
+            .map(|d| PathChange {
+                path: d
+                    .new_file()
+                    .path_bytes()
+                    .or(d.old_file().path_bytes())
+                    .unwrap()
+                    .to_vec(),
+                before: side(d.old_file()),
+                after: side(d.new_file()),
+            })
+            .collect()
     }
 
     /// `dirs` directories of `per_dir` files each.
@@ -789,19 +812,8 @@ mod tests {
         // A blob id no object has: libgit2's strict creation refuses an entry naming it.
         let missing = Oid::from_str("0123456789abcdef0123456789abcdef01234567").unwrap();
         let raw_tree = |entries: &[(&[u8], Oid)]| {
-            let mut raw = Vec::new();
-            for (name, id) in entries {
-                raw.extend_from_slice(b"100644 ");
-                raw.extend_from_slice(name);
-                raw.push(0);
-                raw.extend_from_slice(id.as_bytes());
-            }
-            let id = repo
-                .odb()
-                .unwrap()
-                .write(git2::ObjectType::Tree, &raw)
-                .unwrap();
-            repo.find_tree(id).unwrap()
+            let entries: Vec<_> = entries.iter().map(|(n, id)| ("100644", *n, *id)).collect();
+            repo.find_tree(raw_tree(&repo, &entries)).unwrap()
         };
         let change = |list: &[(&[u8], Option<Entry>)]| -> BTreeMap<Vec<u8>, Option<Entry>> {
             list.iter().map(|(n, e)| (n.to_vec(), *e)).collect()
@@ -868,25 +880,16 @@ mod tests {
         // directory's files are found by name, not lost to libgit2's search finding the
         // file.
         let inner = raw_tree(&[(b"old.txt", kept)]);
-        let mut twice = Vec::new();
-        for (mode, name, id) in [
-            (b"100644".as_slice(), b"0".as_slice(), kept),
-            (b"100644", b"1", kept),
-            (b"100644", b"a", kept),
-            (b"40000", b"a", inner.id()),
-            (b"100644", b"b", kept),
-        ] {
-            twice.extend_from_slice(mode);
-            twice.push(b' ');
-            twice.extend_from_slice(name);
-            twice.push(0);
-            twice.extend_from_slice(id.as_bytes());
-        }
-        let twice = repo
-            .odb()
-            .unwrap()
-            .write(git2::ObjectType::Tree, &twice)
-            .unwrap();
+        let twice = super::raw_tree(
+            &repo,
+            &[
+                ("100644", b"0", kept),
+                ("100644", b"1", kept),
+                ("100644", b"a", kept),
+                ("40000", b"a", inner.id()),
+                ("100644", b"b", kept),
+            ],
+        );
         let twice = repo.find_tree(twice).unwrap();
         assert!(in_git_order(&twice) && !names_once(&twice));
         // libgit2's search finds the file.
@@ -936,30 +939,9 @@ mod tests {
                     .find_tree(tree_of(&repo, &files(to_shape, b"two\n")))
                     .unwrap();
                 assert!(in_git_order(&from) && in_git_order(&to));
-                let mut options = git2::DiffOptions::new();
-                options.include_typechange(true);
-                let diff = repo
-                    .diff_tree_to_tree(Some(&from), Some(&to), Some(&mut options))
-                    .unwrap();
-                let side = |f: git2::DiffFile<'_>| {
-                    (!f.id().is_zero()).then(|| (f.id(), i32::from(f.mode())))
-                };
-                let want: Vec<PathChange> = diff
-                    .deltas()
-                    .map(|d| PathChange {
-                        path: d
-                            .new_file()
-                            .path_bytes()
-                            .or(d.old_file().path_bytes())
-                            .unwrap()
-                            .to_vec(),
-                        before: side(d.old_file()),
-                        after: side(d.new_file()),
-                    })
-                    .collect();
                 assert_eq!(
                     changed_paths(&repo, &from, &to).unwrap(),
-                    want,
+                    libgit2_changes(&repo, &from, &to),
                     "{from_shape:?} -> {to_shape:?}"
                 );
             }
@@ -973,16 +955,11 @@ mod tests {
         let (one, two) = (repo.blob(b"1").unwrap(), repo.blob(b"2").unwrap());
         // Written raw: b.txt before a.txt, as no git writes a tree.
         let raw = |first: Oid, second: Oid| {
-            let mut raw = b"100644 b.txt\0".to_vec();
-            raw.extend_from_slice(first.as_bytes());
-            raw.extend_from_slice(b"100644 a.txt\0");
-            raw.extend_from_slice(second.as_bytes());
-            let id = repo
-                .odb()
-                .unwrap()
-                .write(git2::ObjectType::Tree, &raw)
-                .unwrap();
-            repo.find_tree(id).unwrap()
+            let entries = [
+                ("100644", b"b.txt".as_slice(), first),
+                ("100644", b"a.txt", second),
+            ];
+            repo.find_tree(raw_tree(&repo, &entries)).unwrap()
         };
         let (from, to) = (raw(one, one), raw(one, two));
         assert!(!in_git_order(&to));
@@ -1009,17 +986,8 @@ mod tests {
         let (one, two) = (repo.blob(b"1").unwrap(), repo.blob(b"2").unwrap());
         let missing = Oid::from_str("0123456789abcdef0123456789abcdef01234567").unwrap();
         let raw = |entries: &[(&[u8], Oid)]| {
-            let mut raw = Vec::new();
-            for (name, id) in entries {
-                raw.extend_from_slice(b"100644 ");
-                raw.extend_from_slice(name);
-                raw.push(0);
-                raw.extend_from_slice(id.as_bytes());
-            }
-            repo.odb()
-                .unwrap()
-                .write(git2::ObjectType::Tree, &raw)
-                .unwrap()
+            let entries: Vec<_> = entries.iter().map(|(n, id)| ("100644", *n, *id)).collect();
+            raw_tree(&repo, &entries)
         };
         let root = |d: Oid| {
             let mut builder = repo.treebuilder(None).unwrap();
