@@ -88,9 +88,6 @@ fn patch_text_with(
     Ok(out)
 }
 
-/// The size of one side's blob, read from its object header (the blob is not loaded); 0
-/// for a side that does not exist (an added or deleted file) or is not a blob here (a
-/// submodule's commit lives in another repository).
 /// Pairs deletions with additions of similar content as renames (at most 1,000 files
 /// compared): how the handoff and the reviewer's diff both read a branch's change.
 pub(super) fn find_renames(diff: &mut git2::Diff<'_>) -> Result<(), RepoError> {
@@ -121,6 +118,9 @@ pub(super) fn file_mode(file: &git2::DiffFile<'_>) -> git2::FileMode {
     }
 }
 
+/// The size of one side's blob, read from its object header (the blob is not loaded); 0
+/// for a side that does not exist (an added or deleted file) or is not a blob here (a
+/// submodule's commit lives in another repository).
 fn blob_size(odb: &git2::Odb<'_>, file: &git2::DiffFile<'_>) -> Result<usize, RepoError> {
     let is_blob = matches!(
         file_mode(file),

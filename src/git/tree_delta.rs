@@ -105,18 +105,23 @@ fn git_order(a: &[u8], a_dir: bool, b: &[u8], b_dir: bool) -> std::cmp::Ordering
         .then(a.len().cmp(&b.len()))
 }
 
+/// Two tree entries in git's order.
+fn entry_order(a: &git2::TreeEntry<'_>, b: &git2::TreeEntry<'_>) -> std::cmp::Ordering {
+    git_order(
+        a.name_bytes(),
+        a.filemode() == TREE,
+        b.name_bytes(),
+        b.filemode() == TREE,
+    )
+}
+
 /// Every entry of `tree` strictly after the one before it in git's order (as git writes
 /// trees; one written by other means need not be).
 fn in_git_order(tree: &Tree<'_>) -> bool {
     let mut previous: Option<git2::TreeEntry<'_>> = None;
     for entry in tree.iter() {
         if let Some(previous) = &previous
-            && git_order(
-                previous.name_bytes(),
-                previous.filemode() == TREE,
-                entry.name_bytes(),
-                entry.filemode() == TREE,
-            ) != std::cmp::Ordering::Less
+            && entry_order(previous, &entry) != std::cmp::Ordering::Less
         {
             return false;
         }
@@ -154,12 +159,7 @@ fn walk(
                 (None, None) => break,
                 (Some(_), None) => std::cmp::Ordering::Less,
                 (None, Some(_)) => std::cmp::Ordering::Greater,
-                (Some(b), Some(a)) => git_order(
-                    b.name_bytes(),
-                    b.filemode() == TREE,
-                    a.name_bytes(),
-                    a.filemode() == TREE,
-                ),
+                (Some(b), Some(a)) => entry_order(b, a),
             };
             let (b, a) = match order {
                 std::cmp::Ordering::Less => (old.next(), None),

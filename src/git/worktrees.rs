@@ -548,8 +548,9 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
     };
     // The diff's attribute lookups (a file's `diff` driver: `binary`, `-diff`) read the
     // work tree's `.gitattributes`, `info/attributes` and the config's files; libgit2 also
-    // loads the handle's index for them, which is the user's checkout's, read whole on this
-    // fresh handle each seal. An empty in-memory one instead (ADR-046).
+    // loads the handle's index for them, which is the user's checkout's, read whole each
+    // seal (a kept handle drops it when given back). An empty in-memory one instead
+    // (ADR-046).
     let mut no_index = git2::Index::new().map_err(git)?;
     let mut work = with_own_index(&repo, &mut no_index, || {
         branch_work(&repo, &workspace.branch, base, head)

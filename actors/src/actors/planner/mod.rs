@@ -467,6 +467,8 @@ impl Planner {
         ctx: &mut Context<Self>,
     ) {
         self.phase = Phase::Idle;
+        // Calls count from 0 here and from 1 in the log, as tail and status show them.
+        let number = call.saturating_add(1);
         match result {
             Ok(response) => {
                 let mut tasks = parse_json_answer::<PlannerOutput>(
@@ -507,12 +509,12 @@ impl Planner {
                     })));
                 match failed {
                     Some(_) if remind => {
-                        info!(run = %self.run, call = call.saturating_add(1), "an empty first sprint; asking once more");
+                        info!(run = %self.run, call = number, "an empty first sprint; asking once more");
                         self.remind_empty = true;
                         self.plan(ctx);
                     }
                     Some(error) => {
-                        warn!(run = %self.run, call = call.saturating_add(1), %error, "the planner's answer was unusable");
+                        warn!(run = %self.run, call = number, %error, "the planner's answer was unusable");
                         self.last_error = Some(error.clone());
                         self.back_off(error, ctx);
                     }
@@ -526,23 +528,23 @@ impl Planner {
             }
             // Too long for the model's context: asked again at once, with less.
             Err(error) if error.is_context_too_long() && self.conversation.compact() => {
-                info!(run = %self.run, call = call.saturating_add(1), %error, compactions = self.conversation.compactions(), "the planner's request was too long; compacting");
+                info!(run = %self.run, call = number, %error, compactions = self.conversation.compactions(), "the planner's request was too long; compacting");
                 self.send(call, prompt, ctx);
             }
             // Still too long at the smallest size: an error like an unusable answer.
             Err(error) if error.is_context_too_long() => {
-                warn!(run = %self.run, call = call.saturating_add(1), %error, "the planner's request is too long even compacted");
+                warn!(run = %self.run, call = number, %error, "the planner's request is too long even compacted");
                 self.back_off(error.to_string(), ctx);
             }
             // A refusal (bad key, unknown model) or a missing model will be the same on
             // every try: the run fails now, with the provider's reason, instead of after
             // max_consecutive_errors backoffs.
             Err(error) if !error.is_retryable() => {
-                warn!(run = %self.run, call = call.saturating_add(1), %error, "the planner's LLM call failed for good");
+                warn!(run = %self.run, call = number, %error, "the planner's LLM call failed for good");
                 self.give_up(format!("the planner's model cannot be used: {error}"));
             }
             Err(error) => {
-                warn!(run = %self.run, call = call.saturating_add(1), %error, "the planner's LLM call failed");
+                warn!(run = %self.run, call = number, %error, "the planner's LLM call failed");
                 let delay = match error {
                     LlmError::RateLimited { retry_after_ms } => Some(retry_after_ms),
                     _ => None,

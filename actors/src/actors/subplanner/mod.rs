@@ -477,6 +477,8 @@ impl Subplanner {
             sent,
             reported,
         } = asked;
+        // Calls count from 0 here and from 1 in the log, as tail and status show them.
+        let number = call.saturating_add(1);
         let max_bytes = self.config.max_answer_bytes;
         let max_path_bytes = self.limits.max_path_bytes;
         let Some(conv) = self
@@ -491,13 +493,13 @@ impl Subplanner {
             Ok(response) => response,
             // Too long for the model's context: asked again at once, with less.
             Err(error) if error.is_context_too_long() && conv.history.compact() => {
-                info!(run = %self.run, %task, call = call.saturating_add(1), %error, "a Subplanner request was too long; compacting");
+                info!(run = %self.run, %task, call = number, %error, "a Subplanner request was too long; compacting");
                 self.send(task, attempt, call, prompt, reported, ctx);
                 return;
             }
             Err(error) => {
                 // What the prompt carried was not read: it goes into the next one.
-                warn!(run = %self.run, %task, call = call.saturating_add(1), %error, "a Subplanner call failed");
+                warn!(run = %self.run, %task, call = number, %error, "a Subplanner call failed");
                 conv.phase = Phase::Idle;
                 // Still too long at the smallest size: an error like an unusable answer.
                 if !error.is_retryable() && !error.is_context_too_long() {
@@ -563,7 +565,7 @@ impl Subplanner {
         )));
         match error {
             Some(error) => {
-                warn!(run = %self.run, %task, call = call.saturating_add(1), %error, "the Subplanner's answer was unusable");
+                warn!(run = %self.run, %task, call = number, %error, "the Subplanner's answer was unusable");
                 conv.phase = Phase::Idle;
                 push_notes(&mut conv.notes, [format!("It could not be used: {error}")]);
                 self.back_off(task, error, None, ctx);
