@@ -23,6 +23,7 @@ use std::fs;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
 
 pub use crate::daemon_mark::{DaemonMark, MARK_VARIABLE};
 
@@ -33,6 +34,10 @@ const ENVIRON_CAP: u64 = 4 * 1024 * 1024;
 /// A process that forks as it is ended can leave a child the pass did not list: passes are
 /// repeated until one ends nothing, at most this many.
 const MAX_PASSES: usize = 5;
+
+/// How long a process caught in the middle of an exec (its environment not yet readable) is
+/// looked at again before it is passed by. An exec takes well under a millisecond.
+const MID_EXEC_WAIT: Duration = Duration::from_millis(200);
 
 /// What [`end_left_behind`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -96,6 +101,7 @@ fn for_each_carrying(
     let Ok(entries) = fs::read_dir("/proc") else {
         return;
     };
+    let mut mid_exec = Vec::new();
     for process in entries.flatten() {
         let Some(pid) = process
             .file_name()
@@ -116,9 +122,26 @@ fn for_each_carrying(
             continue;
         }
         let pidfd = pidfd_open(pid);
-        if carries(pid, entry) {
-            each(pid, pidfd);
+        match carries(pid, entry) {
+            Carries::Yes => each(pid, pidfd),
+            Carries::No => {}
+            Carries::NotYetKnown => mid_exec.push((pid, pidfd)),
         }
+    }
+    // A process in the middle of an exec shows an empty environment until the kernel has
+    // laid out the new program's: looked at again, briefly, instead of passed by.
+    let deadline = Instant::now() + MID_EXEC_WAIT;
+    while !mid_exec.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        let mut still = Vec::new();
+        for (pid, pidfd) in mid_exec {
+            match carries(pid, entry) {
+                Carries::Yes => each(pid, pidfd),
+                Carries::No => {}
+                Carries::NotYetKnown => still.push((pid, pidfd)),
+            }
+        }
+        mid_exec = still;
     }
 }
 
@@ -144,16 +167,54 @@ fn kill(pidfd: &OwnedFd) -> bool {
     }
 }
 
+/// What a process's environment says about the mark.
+enum Carries {
+    Yes,
+    No,
+    /// Empty, from a process that is neither a kernel thread nor a zombie: one in the
+    /// middle of an exec, whose new environment the kernel has not placed yet.
+    NotYetKnown,
+}
+
 /// Whether `pid`'s environment holds exactly `entry` (`NAME=value`) as one of its entries.
-fn carries(pid: libc::pid_t, entry: &[u8]) -> bool {
+fn carries(pid: libc::pid_t, entry: &[u8]) -> Carries {
     let Ok(file) = fs::File::open(format!("/proc/{pid}/environ")) else {
-        return false;
+        return Carries::No;
     };
     let mut environ = Vec::new();
     if file.take(ENVIRON_CAP).read_to_end(&mut environ).is_err() {
-        return false;
+        return Carries::No;
     }
-    environ.split(|b| *b == 0).any(|one| one == entry)
+    if environ.is_empty() {
+        return if has_no_environment(pid) {
+            Carries::No
+        } else {
+            Carries::NotYetKnown
+        };
+    }
+    if environ.split(|b| *b == 0).any(|one| one == entry) {
+        Carries::Yes
+    } else {
+        Carries::No
+    }
+}
+
+/// Whether `pid` is a kernel thread or a zombie (or gone): processes whose environment is
+/// empty for good. From `/proc/<pid>/stat`: the state (third field) and the flags (ninth),
+/// counted after the command name's closing parenthesis, which the name itself may hold.
+fn has_no_environment(pid: libc::pid_t) -> bool {
+    /// The kernel's PF_KTHREAD flag (include/linux/sched.h).
+    const KERNEL_THREAD: u64 = 0x0020_0000;
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let Some((_, after_name)) = stat.rsplit_once(')') else {
+        return true;
+    };
+    let mut fields = after_name.split_ascii_whitespace();
+    let state = fields.next().unwrap_or("");
+    let flags = fields.nth(5).and_then(|flags| flags.parse::<u64>().ok());
+    matches!(state, "Z" | "X" | "x") || flags.is_none_or(|flags| flags & KERNEL_THREAD != 0)
 }
 
 #[cfg(test)]
@@ -161,7 +222,6 @@ mod tests {
     use super::*;
     use std::ffi::OsString;
     use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant};
 
     fn gone(pid: u32) -> bool {
         // A killed child stays a zombie until reaped; reaped by the test below.
@@ -210,5 +270,65 @@ mod tests {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    #[test]
+    fn processes_caught_in_the_middle_of_their_exec_are_ended_too() {
+        // spawn returns once the child's exec has begun; until the kernel has laid out the
+        // new program's environment, /proc/<pid>/environ reads empty. Swept at once, a
+        // child is often caught there.
+        let dir = tempfile::tempdir().unwrap();
+        let ours = DaemonMark::of(dir.path()).unwrap();
+        let mut missed = 0;
+        for _ in 0..50 {
+            let mut child = Command::new("sleep")
+                .arg("300")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .envs(Some(ours.variable()))
+                .spawn()
+                .unwrap();
+            let ended = end_left_behind(&ours);
+            if ended.killed != vec![child.id() as libc::pid_t] {
+                missed += 1;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert_eq!(missed, 0, "sweeps that passed a marked process by");
+    }
+
+    #[test]
+    fn a_process_in_the_middle_of_its_exec_is_never_taken_for_an_unmarked_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = DaemonMark::of(dir.path()).unwrap();
+        let entry = ours.entry();
+        for _ in 0..200 {
+            let mut child = Command::new("sleep")
+                .arg("300")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .envs(Some(ours.variable()))
+                .spawn()
+                .unwrap();
+            let pid = child.id() as libc::pid_t;
+            // Read at once: usually still in the exec, its environment not yet readable.
+            let first = carries(pid, &entry);
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(
+                matches!(first, Carries::Yes | Carries::NotYetKnown),
+                "a marked process read in its exec was taken for an unmarked one"
+            );
+        }
+        // A zombie's environment is empty for good.
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id() as libc::pid_t;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !gone(child.id()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(matches!(carries(pid, &entry), Carries::No));
+        let _ = child.wait();
     }
 }
