@@ -10,13 +10,18 @@
 //! once per file and never reaches the attempt. After each batch of writes the writer bumps
 //! a watch channel: `flotilla log --follow` waits on it (the API's long poll) rather than
 //! polling the file.
+//!
+//! The store also knows which attempts still have a sink whose last entry may be on its
+//! way ([`TranscriptStore::is_open`]): a run's outcome is journaled before its Workers are
+//! told to stop, so "the run is over" alone does not say that an attempt's `end` is in
+//! its file yet.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 
 use flotilla_actors::ports::{
     Clock, SystemClock, TranscriptKind, TranscriptSink, TranscriptWriter, Transcripts,
@@ -44,7 +49,15 @@ enum Write_ {
     End {
         path: PathBuf,
     },
+    /// A sink was dropped: after what it queued, its attempt is no longer open.
+    Closed {
+        path: PathBuf,
+    },
 }
+
+/// How many live sinks each attempt's file has (one, but a resumed attempt can open its
+/// file again while the old sink's last entries are still queued).
+type OpenSinks = Arc<Mutex<HashMap<PathBuf, usize>>>;
 
 /// Where transcripts live, and the thread that writes them. Cheap to clone; the writer
 /// thread ends when the last clone (and every sink) is gone.
@@ -54,6 +67,7 @@ pub struct TranscriptStore {
     cap: u64,
     queue: mpsc::Sender<Write_>,
     written: watch::Receiver<u64>,
+    sinks: OpenSinks,
 }
 
 impl TranscriptStore {
@@ -61,10 +75,12 @@ impl TranscriptStore {
     pub fn start(root: PathBuf, cap: u64) -> std::io::Result<Self> {
         let (queue, requests) = mpsc::channel();
         let (bump, written) = watch::channel(0u64);
+        let sinks = OpenSinks::default();
         let writer = FileWriter {
             cap,
             open: HashMap::new(),
             bump,
+            sinks: sinks.clone(),
         };
         std::thread::Builder::new()
             .name("flotilla-transcripts".into())
@@ -74,7 +90,15 @@ impl TranscriptStore {
             cap,
             queue,
             written,
+            sinks,
         })
+    }
+
+    /// Whether the attempt whose transcript is at `path` has a sink still open, or one
+    /// whose entries are not all written yet: its file may still grow. When this says no,
+    /// everything its sinks queued (their `end` included) is in the file.
+    pub fn is_open(&self, path: &Path) -> bool {
+        lock(&self.sinks).contains_key(path)
     }
 
     pub fn root(&self) -> &Path {
@@ -96,8 +120,10 @@ impl TranscriptStore {
     pub fn transcripts(&self) -> Transcripts {
         let store = self.clone();
         Transcripts::new(move |run, task, attempt| {
+            let path = store.path(run, task, attempt);
+            *lock(&store.sinks).entry(path.clone()).or_default() += 1;
             TranscriptSink::new(Arc::new(AttemptWriter {
-                path: store.path(run, task, attempt),
+                path,
                 cap: store.cap,
                 queue: store.queue.clone(),
                 queued: AtomicU64::new(0),
@@ -145,6 +171,22 @@ impl TranscriptWriter for AttemptWriter {
     }
 }
 
+impl Drop for AttemptWriter {
+    fn drop(&mut self) {
+        // Through the queue, so that it counts only once what this sink queued is written.
+        let _ = self.queue.send(Write_::Closed {
+            path: std::mem::take(&mut self.path),
+        });
+    }
+}
+
+/// The map of open sinks, whatever a panic elsewhere left it as (counts only).
+fn lock(sinks: &OpenSinks) -> std::sync::MutexGuard<'_, HashMap<PathBuf, usize>> {
+    sinks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn entry_line(kind: TranscriptKind, text: &str) -> String {
     let entry = TranscriptLine {
         at_ms: SystemClock.now_ms(),
@@ -185,6 +227,7 @@ struct FileWriter {
     cap: u64,
     open: HashMap<PathBuf, OpenFile>,
     bump: watch::Sender<u64>,
+    sinks: OpenSinks,
 }
 
 impl FileWriter {
@@ -226,6 +269,15 @@ impl FileWriter {
             Write_::End { path } => {
                 let mut file = self.open.remove(&path).unwrap_or_else(|| open(&path));
                 write(&path, &mut file, &marker(TranscriptKind::End, self.cap));
+            }
+            Write_::Closed { path } => {
+                let mut sinks = lock(&self.sinks);
+                if let Some(count) = sinks.get_mut(&path) {
+                    *count -= 1;
+                    if *count == 0 {
+                        sinks.remove(&path);
+                    }
+                }
             }
         }
     }

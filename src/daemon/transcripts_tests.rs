@@ -99,3 +99,57 @@ async fn a_write_error_does_not_reach_the_agent() {
     written.changed().await.unwrap();
     assert!(read_from(&store.path(run, &task, 1), 0).is_err());
 }
+
+#[tokio::test]
+async fn an_attempt_stays_open_until_its_last_sink_is_gone_and_its_end_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TranscriptStore::start(dir.path().join("transcripts"), DEFAULT_CAP_BYTES).unwrap();
+    let (run, task) = (RunId::generate(), "t3".parse::<TaskId>().unwrap());
+    let path = store.path(run, &task, 1);
+    assert!(!store.is_open(&path), "nothing opened yet");
+    let sink = store.transcripts().open(run, &task, 1);
+    let clone = sink.clone();
+    assert!(store.is_open(&path));
+    sink.record(TranscriptKind::Step, "hang");
+    sink.end();
+    drop(sink);
+    // A clone (an agent's task) still holds the writer: still open, whatever is written.
+    when_ended(&store, &path).await;
+    assert!(store.is_open(&path));
+    drop(clone);
+    // Once it says closed, the `end` is already in the file: read at once, no waiting.
+    let mut written = store.subscribe();
+    while store.is_open(&path) {
+        written.changed().await.expect("the writer is alive");
+    }
+    let back = read_from(&path, 0).unwrap();
+    assert!(back.ended);
+    // Another attempt of the same task is its own.
+    let second = store.transcripts().open(run, &task, 2);
+    assert!(!store.is_open(&path));
+    assert!(store.is_open(&store.path(run, &task, 2)));
+    drop(second);
+}
+
+#[tokio::test]
+async fn closed_is_only_said_after_every_queued_entry_is_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TranscriptStore::start(dir.path().join("transcripts"), DEFAULT_CAP_BYTES).unwrap();
+    let (run, task) = (RunId::generate(), "t1".parse::<TaskId>().unwrap());
+    for attempt in 1..=50 {
+        let path = store.path(run, &task, attempt);
+        let sink = store.transcripts().open(run, &task, attempt);
+        for i in 0..20 {
+            sink.record(TranscriptKind::Stdout, &format!("line {i}"));
+        }
+        sink.end();
+        drop(sink);
+        // Polled without the watch: the first moment it says closed, all of it is there.
+        while store.is_open(&path) {
+            tokio::task::yield_now().await;
+        }
+        let back = read_from(&path, 0).unwrap();
+        assert_eq!(back.entries.len(), 21, "attempt {attempt}");
+        assert!(back.ended, "attempt {attempt}");
+    }
+}

@@ -36,8 +36,13 @@ const ENVIRON_CAP: u64 = 4 * 1024 * 1024;
 const MAX_PASSES: usize = 5;
 
 /// How long a process caught in the middle of an exec (its environment not yet readable) is
-/// looked at again before it is passed by. An exec takes well under a millisecond.
-const MID_EXEC_WAIT: Duration = Duration::from_millis(200);
+/// looked at again before it is passed by. An exec takes well under a millisecond, but a
+/// loaded machine may not run the process for a while; the wait costs only when one is met.
+const MID_EXEC_WAIT: Duration = Duration::from_secs(2);
+
+/// A process with an empty environment forked longer ago than this is not in an exec the
+/// sweep could wait out: its environment is empty for good (or the exec is stuck).
+const RECENT_FORK: Duration = Duration::from_secs(10);
 
 /// What [`end_left_behind`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -171,8 +176,8 @@ fn kill(pidfd: &OwnedFd) -> bool {
 enum Carries {
     Yes,
     No,
-    /// Empty, from a process that is neither a kernel thread nor a zombie: one in the
-    /// middle of an exec, whose new environment the kernel has not placed yet.
+    /// Empty, from a process that may be in the middle of an exec, whose new environment
+    /// the kernel has not placed yet ([`may_be_in_an_exec`]).
     NotYetKnown,
 }
 
@@ -186,10 +191,10 @@ fn carries(pid: libc::pid_t, entry: &[u8]) -> Carries {
         return Carries::No;
     }
     if environ.is_empty() {
-        return if has_no_environment(pid) {
-            Carries::No
-        } else {
+        return if may_be_in_an_exec(pid) {
             Carries::NotYetKnown
+        } else {
+            Carries::No
         };
     }
     if environ.split(|b| *b == 0).any(|one| one == entry) {
@@ -199,22 +204,44 @@ fn carries(pid: libc::pid_t, entry: &[u8]) -> Carries {
     }
 }
 
-/// Whether `pid` is a kernel thread or a zombie (or gone): processes whose environment is
-/// empty for good. From `/proc/<pid>/stat`: the state (third field) and the flags (ninth),
-/// counted after the command name's closing parenthesis, which the name itself may hold.
-fn has_no_environment(pid: libc::pid_t) -> bool {
+/// Whether `pid`, whose environment read empty, may be in the middle of an exec: neither a
+/// kernel thread nor a zombie (empty for good), and forked in the last
+/// [`RECENT_FORK`] (a process whose environment is empty by its own doing, such as an init
+/// started without one, is not waited for at every daemon start). From `/proc/<pid>/stat`:
+/// the state (third field), the flags (ninth) and the start time (22nd, in clock ticks
+/// since boot), counted after the command name's closing parenthesis, which the name
+/// itself may hold.
+fn may_be_in_an_exec(pid: libc::pid_t) -> bool {
     /// The kernel's PF_KTHREAD flag (include/linux/sched.h).
     const KERNEL_THREAD: u64 = 0x0020_0000;
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
+        return false;
     };
     let Some((_, after_name)) = stat.rsplit_once(')') else {
-        return true;
+        return false;
     };
-    let mut fields = after_name.split_ascii_whitespace();
-    let state = fields.next().unwrap_or("");
-    let flags = fields.nth(5).and_then(|flags| flags.parse::<u64>().ok());
-    matches!(state, "Z" | "X" | "x") || flags.is_none_or(|flags| flags & KERNEL_THREAD != 0)
+    let fields: Vec<&str> = after_name.split_ascii_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+    let (Some(state), Some(flags), Some(started)) = (fields.first(), field(9), field(22)) else {
+        return false;
+    };
+    if matches!(*state, "Z" | "X" | "x") || flags & KERNEL_THREAD != 0 {
+        return false;
+    }
+    // SAFETY: sysconf takes an integer and returns one.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let uptime = fs::read_to_string("/proc/uptime").ok().and_then(|up| {
+        up.split_ascii_whitespace()
+            .next()
+            .and_then(|secs| secs.parse::<f64>().ok())
+    });
+    match (u64::try_from(ticks).ok().filter(|t| *t > 0), uptime) {
+        (Some(ticks), Some(uptime)) => {
+            uptime - (started as f64 / ticks as f64) < RECENT_FORK.as_secs_f64()
+        }
+        // Cannot tell how old it is: looked at again, as if it were new.
+        _ => true,
+    }
 }
 
 #[cfg(test)]
@@ -320,6 +347,14 @@ mod tests {
                 matches!(first, Carries::Yes | Carries::NotYetKnown),
                 "a marked process read in its exec was taken for an unmarked one"
             );
+        }
+        // The init, forked at boot, is never waited for, whatever its environment.
+        if fs::read_to_string("/proc/uptime")
+            .ok()
+            .and_then(|up| up.split('.').next().and_then(|s| s.parse::<u64>().ok()))
+            .is_some_and(|up| up > 60)
+        {
+            assert!(!may_be_in_an_exec(1));
         }
         // A zombie's environment is empty for good.
         let mut child = Command::new("true").spawn().unwrap();

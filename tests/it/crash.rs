@@ -858,8 +858,17 @@ async fn a_restarted_daemon_ends_what_the_dead_one_left_running() {
             Duration::from_secs(10),
         )
         .await;
-    // The scan is over once it logged: what it did not end by then, it never will.
-    let status = left.try_wait().unwrap();
+    // The scan is over once it logged: what it did not end by then, it never will. A
+    // SIGKILL is sent by then, but the process dies only once it is next scheduled: waited
+    // for, up to a bound.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        match left.try_wait().unwrap() {
+            Some(status) => break Some(status),
+            None if std::time::Instant::now() >= deadline => break None,
+            None => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    };
     let alive = other.try_wait().unwrap().is_none();
     for child in [&mut left, &mut other] {
         let _ = child.kill();

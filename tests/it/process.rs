@@ -121,7 +121,8 @@ async fn a_command_past_its_time_is_killed_with_everything_it_started() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let mut spec = sh("sleep 300 & echo $! > pid; sleep 300", dir.path());
-    spec.limits.wall = Duration::from_millis(300);
+    // Long enough for a loaded machine's shell to write the pid file before it is killed.
+    spec.limits.wall = Duration::from_secs(2);
     let started = Instant::now();
     let out = run_unsandboxed(spec).await;
     assert_eq!(out.exit, Exit::TimedOut);
@@ -153,7 +154,9 @@ async fn a_command_that_exits_leaves_no_background_child_behind() {
 async fn silence_past_the_stall_limit_kills_and_steady_output_does_not() {
     let dir = tempfile::tempdir().unwrap();
     let mut quiet = sh("echo started; sleep 300", dir.path());
-    quiet.limits.stall = Some(Duration::from_millis(500));
+    // The stall clock starts before bwrap sets up its namespaces: long enough for a loaded
+    // machine to print the first line.
+    quiet.limits.stall = Some(Duration::from_secs(2));
     let out = run(quiet).await;
     assert_eq!(out.exit, Exit::Stalled);
     assert_eq!(out.stdout.text, "started\n");

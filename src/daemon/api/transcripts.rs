@@ -52,9 +52,11 @@ pub(super) async fn transcript(
     };
     let mut written = store.subscribe();
     let deadline = tokio::time::Instant::now() + LONG_POLL;
-    // A run that is over writes nothing more, whether or not its attempts said `end`.
+    // A run that is over writes nothing more, whether or not its attempts said `end`, once
+    // the attempt's sink is gone: the outcome is journaled before the Workers are told to
+    // stop, and their `end` entries follow.
     let run_over = record.outcome.is_some();
-    let (attempts, attempt, back) = loop {
+    let (attempts, attempt, back, finished) = loop {
         written.borrow_and_update();
         let (root, run, wanted) = (store.root().to_path_buf(), record.id, task.clone());
         let attempts =
@@ -66,6 +68,9 @@ pub(super) async fn transcript(
             None => attempts.iter().copied().max(),
             Some(_) => None,
         };
+        // Asked before the file is read: an attempt no longer open has all of it there.
+        let finished =
+            run_over && attempt.is_none_or(|n| !store.is_open(&store.path(record.id, &task, n)));
         let back = match attempt {
             Some(n) => {
                 let path = store.path(record.id, &task, n);
@@ -89,13 +94,15 @@ pub(super) async fn transcript(
                 ));
             }
         };
-        if !query.wait || !back.entries.is_empty() || back.ended || run_over {
-            break (attempts, attempt, back);
+        if !query.wait || !back.entries.is_empty() || back.ended || finished {
+            break (attempts, attempt, back, finished);
         }
         tokio::select! {
-            changed = written.changed() => if changed.is_err() { break (attempts, attempt, back) },
-            _ = tokio::time::sleep_until(deadline) => break (attempts, attempt, back),
-            _ = state.shutdown.cancelled() => break (attempts, attempt, back),
+            changed = written.changed() => if changed.is_err() { break (attempts, attempt, back, finished) },
+            // A sink that outlived its run without an `end` (a Worker that died) does not
+            // hold a follow forever: after a whole long poll, the run's outcome decides.
+            _ = tokio::time::sleep_until(deadline) => break (attempts, attempt, back, run_over),
+            _ = state.shutdown.cancelled() => break (attempts, attempt, back, finished),
         }
     };
     Ok(Json(Transcript {
@@ -104,7 +111,7 @@ pub(super) async fn transcript(
         // 0: no attempt has written yet (a follow that started early).
         attempt: attempt.unwrap_or(0),
         attempts,
-        ended: back.ended || run_over,
+        ended: back.ended || finished,
         next: back.next,
         entries: back.entries,
     }))
