@@ -276,6 +276,8 @@ impl FileWriter {
                     *count -= 1;
                     if *count == 0 {
                         sinks.remove(&path);
+                        // Nothing more comes for it (an `end` already closed it).
+                        self.open.remove(&path);
                     }
                 }
             }

@@ -35,14 +35,11 @@ const ENVIRON_CAP: u64 = 4 * 1024 * 1024;
 /// repeated until one ends nothing, at most this many.
 const MAX_PASSES: usize = 5;
 
-/// How long a process caught in the middle of an exec (its environment not yet readable) is
-/// looked at again before it is passed by. An exec takes well under a millisecond, but a
-/// loaded machine may not run the process for a while; the wait costs only when one is met.
+/// How long, over a whole sweep, processes caught in the middle of an exec (their
+/// environment not yet readable) are looked at again before they are passed by. An exec
+/// takes well under a millisecond, but a loaded machine may not run the process for a
+/// while; the wait costs only when one is met.
 const MID_EXEC_WAIT: Duration = Duration::from_secs(2);
-
-/// A process with an empty environment forked longer ago than this is not in an exec the
-/// sweep could wait out: its environment is empty for good (or the exec is stuck).
-const RECENT_FORK: Duration = Duration::from_secs(10);
 
 /// What [`end_left_behind`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -61,9 +58,10 @@ pub struct LeftBehind {
 pub fn end_left_behind(mark: &DaemonMark) -> LeftBehind {
     let entry = mark.entry();
     let mut result = LeftBehind::default();
+    let mut sweep = Sweep::new();
     for _ in 0..MAX_PASSES {
         let before = result.killed.len();
-        one_pass(&entry, &mut result);
+        one_pass(&entry, &mut sweep, &mut result);
         if result.killed.len() == before {
             break;
         }
@@ -71,8 +69,24 @@ pub fn end_left_behind(mark: &DaemonMark) -> LeftBehind {
     result
 }
 
-fn one_pass(entry: &[u8], result: &mut LeftBehind) {
-    for_each_carrying(entry, &result.killed.clone(), |pid, pidfd| match pidfd {
+/// What the passes of one sweep share: one deadline for every wait on a process in an
+/// exec, and the processes already ended or given up on (not read again).
+struct Sweep {
+    mid_exec_deadline: Instant,
+    skip: Vec<libc::pid_t>,
+}
+
+impl Sweep {
+    fn new() -> Self {
+        Sweep {
+            mid_exec_deadline: Instant::now() + MID_EXEC_WAIT,
+            skip: Vec::new(),
+        }
+    }
+}
+
+fn one_pass(entry: &[u8], sweep: &mut Sweep, result: &mut LeftBehind) {
+    for_each_carrying(entry, sweep, |pid, pidfd| match pidfd {
         Some(pidfd) if kill(&pidfd) => result.killed.push(pid),
         // Gone since it was read: nothing to end.
         Some(_) => {}
@@ -86,18 +100,20 @@ fn one_pass(entry: &[u8], result: &mut LeftBehind) {
 
 /// The processes of this user, other than this one, that carry `mark`, as they are now
 /// (what the next daemon would end; nothing is signalled).
+/// A process caught in the middle of an exec is waited for, up to [`MID_EXEC_WAIT`].
 pub fn carrying(mark: &DaemonMark) -> Vec<libc::pid_t> {
     let mut found = Vec::new();
-    for_each_carrying(&mark.entry(), &[], |pid, _| found.push(pid));
+    for_each_carrying(&mark.entry(), &mut Sweep::new(), |pid, _| found.push(pid));
     found
 }
 
-/// Calls `each` with every process of this user, other than this one and `skip`, whose
-/// environment holds `entry`, and a pidfd of it taken before the environment was read
-/// (None without pidfds).
+/// Calls `each` with every process of this user, other than this one and the sweep's
+/// skipped ones, whose environment holds `entry`, and a pidfd of it taken before the
+/// environment was read (None without pidfds). Each one passed to `each`, or given up on
+/// in an exec, is skipped by the sweep's later passes.
 fn for_each_carrying(
     entry: &[u8],
-    skip: &[libc::pid_t],
+    sweep: &mut Sweep,
     mut each: impl FnMut(libc::pid_t, Option<OwnedFd>),
 ) {
     let own = std::process::id();
@@ -121,33 +137,40 @@ fn for_each_carrying(
         // process of anyone's (its environment is read under its memory's lock). One ended
         // in an earlier pass can still be dying (its environment still readable).
         if u32::try_from(pid).is_ok_and(|pid| pid == own)
-            || skip.contains(&pid)
+            || sweep.skip.contains(&pid)
             || !process.metadata().is_ok_and(|meta| meta.uid() == user)
         {
             continue;
         }
         let pidfd = pidfd_open(pid);
         match carries(pid, entry) {
-            Carries::Yes => each(pid, pidfd),
+            Carries::Yes => {
+                sweep.skip.push(pid);
+                each(pid, pidfd);
+            }
             Carries::No => {}
             Carries::NotYetKnown => mid_exec.push((pid, pidfd)),
         }
     }
     // A process in the middle of an exec shows an empty environment until the kernel has
     // laid out the new program's: looked at again, briefly, instead of passed by.
-    let deadline = Instant::now() + MID_EXEC_WAIT;
-    while !mid_exec.is_empty() && Instant::now() < deadline {
+    while !mid_exec.is_empty() && Instant::now() < sweep.mid_exec_deadline {
         std::thread::sleep(Duration::from_millis(1));
         let mut still = Vec::new();
         for (pid, pidfd) in mid_exec {
             match carries(pid, entry) {
-                Carries::Yes => each(pid, pidfd),
+                Carries::Yes => {
+                    sweep.skip.push(pid);
+                    each(pid, pidfd);
+                }
                 Carries::No => {}
                 Carries::NotYetKnown => still.push((pid, pidfd)),
             }
         }
         mid_exec = still;
     }
+    // Still in its exec past the deadline: given up on, not waited for again.
+    sweep.skip.extend(mid_exec.into_iter().map(|(pid, _)| pid));
 }
 
 fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
@@ -176,27 +199,28 @@ fn kill(pidfd: &OwnedFd) -> bool {
 enum Carries {
     Yes,
     No,
-    /// Empty, from a process that may be in the middle of an exec, whose new environment
-    /// the kernel has not placed yet ([`may_be_in_an_exec`]).
+    /// Empty, from a process in the middle of an exec, whose new environment the kernel
+    /// has not placed yet ([`in_an_exec`]).
     NotYetKnown,
 }
 
 /// Whether `pid`'s environment holds exactly `entry` (`NAME=value`) as one of its entries.
 fn carries(pid: libc::pid_t, entry: &[u8]) -> Carries {
-    let Ok(file) = fs::File::open(format!("/proc/{pid}/environ")) else {
+    let Some(environ) = environment(pid) else {
         return Carries::No;
     };
-    let mut environ = Vec::new();
-    if file.take(ENVIRON_CAP).read_to_end(&mut environ).is_err() {
-        return Carries::No;
-    }
-    if environ.is_empty() {
-        return if may_be_in_an_exec(pid) {
-            Carries::NotYetKnown
-        } else {
-            Carries::No
-        };
-    }
+    let environ = if environ.is_empty() {
+        if in_an_exec(pid) {
+            return Carries::NotYetKnown;
+        }
+        // Placed by now: empty for good, or an exec that ended between the two reads.
+        match environment(pid) {
+            Some(environ) => environ,
+            None => return Carries::No,
+        }
+    } else {
+        environ
+    };
     if environ.split(|b| *b == 0).any(|one| one == entry) {
         Carries::Yes
     } else {
@@ -204,44 +228,38 @@ fn carries(pid: libc::pid_t, entry: &[u8]) -> Carries {
     }
 }
 
-/// Whether `pid`, whose environment read empty, may be in the middle of an exec: neither a
-/// kernel thread nor a zombie (empty for good), and forked in the last
-/// [`RECENT_FORK`] (a process whose environment is empty by its own doing, such as an init
-/// started without one, is not waited for at every daemon start). From `/proc/<pid>/stat`:
-/// the state (third field), the flags (ninth) and the start time (22nd, in clock ticks
-/// since boot), counted after the command name's closing parenthesis, which the name
-/// itself may hold.
-fn may_be_in_an_exec(pid: libc::pid_t) -> bool {
-    /// The kernel's PF_KTHREAD flag (include/linux/sched.h).
-    const KERNEL_THREAD: u64 = 0x0020_0000;
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+/// `pid`'s environment as `/proc` shows it (at most [`ENVIRON_CAP`]); None if unreadable.
+fn environment(pid: libc::pid_t) -> Option<Vec<u8>> {
+    let file = fs::File::open(format!("/proc/{pid}/environ")).ok()?;
+    let mut environ = Vec::new();
+    file.take(ENVIRON_CAP).read_to_end(&mut environ).ok()?;
+    Some(environ)
+}
+
+/// Whether `pid`, whose environment read empty, is in the middle of an exec: it has a
+/// memory map (not a zombie, not a kernel thread) in which the kernel has not yet placed
+/// an environment. From `/proc/<pid>/stat`: the virtual size (23rd field) and the end of
+/// the environment (51st, shown to whoever may read the environment), counted after the
+/// command name's closing parenthesis, which the name itself may hold. A process whose
+/// environment is empty by its own doing (`env -i`) has it placed, at an address.
+fn in_an_exec(pid: libc::pid_t) -> bool {
+    let Ok(stat) = fs::read(format!("/proc/{pid}/stat")) else {
         return false;
     };
-    let Some((_, after_name)) = stat.rsplit_once(')') else {
+    let Some(close) = stat.iter().rposition(|b| *b == b')') else {
         return false;
     };
-    let fields: Vec<&str> = after_name.split_ascii_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
-    let (Some(state), Some(flags), Some(started)) = (fields.first(), field(9), field(22)) else {
-        return false;
+    let fields: Vec<&[u8]> = stat[close + 1..]
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty())
+        .collect();
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|f| std::str::from_utf8(f).ok())
+            .and_then(|f| f.parse::<u64>().ok())
     };
-    if matches!(*state, "Z" | "X" | "x") || flags & KERNEL_THREAD != 0 {
-        return false;
-    }
-    // SAFETY: sysconf takes an integer and returns one.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let uptime = fs::read_to_string("/proc/uptime").ok().and_then(|up| {
-        up.split_ascii_whitespace()
-            .next()
-            .and_then(|secs| secs.parse::<f64>().ok())
-    });
-    match (u64::try_from(ticks).ok().filter(|t| *t > 0), uptime) {
-        (Some(ticks), Some(uptime)) => {
-            uptime - (started as f64 / ticks as f64) < RECENT_FORK.as_secs_f64()
-        }
-        // Cannot tell how old it is: looked at again, as if it were new.
-        _ => true,
-    }
+    matches!((field(23), field(51)), (Some(vsize), Some(0)) if vsize > 0)
 }
 
 #[cfg(test)]
@@ -348,14 +366,27 @@ mod tests {
                 "a marked process read in its exec was taken for an unmarked one"
             );
         }
-        // The init, forked at boot, is never waited for, whatever its environment.
-        if fs::read_to_string("/proc/uptime")
-            .ok()
-            .and_then(|up| up.split('.').next().and_then(|s| s.parse::<u64>().ok()))
-            .is_some_and(|up| up > 60)
+        // An environment empty by the process's own doing is not waited for.
+        let mut bare = Command::new("env")
+            .args(["-i", "sleep", "300"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !fs::read(format!("/proc/{}/cmdline", bare.id()))
+            .is_ok_and(|c| c.starts_with(b"sleep"))
+            && Instant::now() < deadline
         {
-            assert!(!may_be_in_an_exec(1));
+            std::thread::sleep(Duration::from_millis(1));
         }
+        let bare_pid = bare.id() as libc::pid_t;
+        let judged = carries(bare_pid, &entry);
+        let _ = bare.kill();
+        let _ = bare.wait();
+        assert!(
+            matches!(judged, Carries::No),
+            "an empty environment of its own"
+        );
         // A zombie's environment is empty for good.
         let mut child = Command::new("true").spawn().unwrap();
         let pid = child.id() as libc::pid_t;

@@ -9,12 +9,13 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use flotilla_actors::protocol::TaskId;
+use flotilla_actors::protocol::{RunId, TaskId};
 use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
 
 use super::{ApiError, AppState, resolve};
 use crate::api::transcript::Transcript;
-use crate::daemon::transcripts::{self, ReadBack};
+use crate::daemon::transcripts::{self, ReadBack, TranscriptStore};
 
 /// The longest an answer is held (below the CLI's request timeout).
 pub const LONG_POLL: Duration = Duration::from_secs(20);
@@ -50,15 +51,39 @@ pub(super) async fn transcript(
             "this daemon keeps no transcripts (its writer could not start; see its log)",
         ));
     };
+    let run_over = record.outcome.is_some();
+    answer(
+        &store,
+        record.id,
+        run_over,
+        task,
+        &query,
+        &state.shutdown,
+        LONG_POLL,
+    )
+    .await
+    .map(Json)
+}
+
+/// The answer for `task` of `run` (over or not): read, and with `wait` held as the
+/// module's comment says, for at most `long_poll`.
+async fn answer(
+    store: &TranscriptStore,
+    run: RunId,
+    run_over: bool,
+    task: TaskId,
+    query: &TranscriptQuery,
+    shutdown: &CancellationToken,
+    long_poll: Duration,
+) -> Result<Transcript, ApiError> {
     let mut written = store.subscribe();
-    let deadline = tokio::time::Instant::now() + LONG_POLL;
+    let deadline = tokio::time::Instant::now() + long_poll;
     // A run that is over writes nothing more, whether or not its attempts said `end`, once
     // the attempt's sink is gone: the outcome is journaled before the Workers are told to
     // stop, and their `end` entries follow.
-    let run_over = record.outcome.is_some();
     let (attempts, attempt, back, finished) = loop {
         written.borrow_and_update();
-        let (root, run, wanted) = (store.root().to_path_buf(), record.id, task.clone());
+        let (root, wanted) = (store.root().to_path_buf(), task.clone());
         let attempts =
             tokio::task::spawn_blocking(move || transcripts::attempts(&root, run, &wanted))
                 .await
@@ -70,11 +95,12 @@ pub(super) async fn transcript(
         };
         // Asked before the file is read: an attempt no longer open has all of it there.
         let finished =
-            run_over && attempt.is_none_or(|n| !store.is_open(&store.path(record.id, &task, n)));
+            run_over && attempt.is_none_or(|n| !store.is_open(&store.path(run, &task, n)));
+        let from = query.from;
         let back = match attempt {
             Some(n) => {
-                let path = store.path(record.id, &task, n);
-                tokio::task::spawn_blocking(move || transcripts::read_from(&path, query.from))
+                let path = store.path(run, &task, n);
+                tokio::task::spawn_blocking(move || transcripts::read_from(&path, from))
                     .await
                     .map_err(internal)?
                     .map_err(|e| internal(format!("cannot read the transcript: {e}")))?
@@ -89,7 +115,7 @@ pub(super) async fn transcript(
                     StatusCode::NOT_FOUND,
                     format!(
                         "run {} has no transcript of task {task}{which} (attempts with one: {attempts:?})",
-                        record.id
+                        run
                     ),
                 ));
             }
@@ -98,15 +124,16 @@ pub(super) async fn transcript(
             break (attempts, attempt, back, finished);
         }
         tokio::select! {
-            changed = written.changed() => if changed.is_err() { break (attempts, attempt, back, finished) },
+            // The writer is gone (the daemon is stopping): nothing more will be written.
+            changed = written.changed() => if changed.is_err() { break (attempts, attempt, back, run_over) },
             // A sink that outlived its run without an `end` (a Worker that died) does not
             // hold a follow forever: after a whole long poll, the run's outcome decides.
             _ = tokio::time::sleep_until(deadline) => break (attempts, attempt, back, run_over),
-            _ = state.shutdown.cancelled() => break (attempts, attempt, back, finished),
+            _ = shutdown.cancelled() => break (attempts, attempt, back, finished),
         }
     };
-    Ok(Json(Transcript {
-        run: record.id.to_string(),
+    Ok(Transcript {
+        run: run.to_string(),
         task: task.to_string(),
         // 0: no attempt has written yet (a follow that started early).
         attempt: attempt.unwrap_or(0),
@@ -114,5 +141,91 @@ pub(super) async fn transcript(
         ended: back.ended || finished,
         next: back.next,
         entries: back.entries,
-    }))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::transcripts::DEFAULT_CAP_BYTES;
+    use flotilla_actors::ports::TranscriptKind;
+
+    fn query(from: u64) -> TranscriptQuery {
+        TranscriptQuery {
+            attempt: None,
+            from,
+            wait: true,
+        }
+    }
+
+    /// A run's outcome is journaled before its Workers queue their `end` entries: a follow
+    /// of the finished run still gets them.
+    #[tokio::test]
+    async fn a_follow_of_a_finished_run_waits_for_the_attempts_last_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TranscriptStore::start(dir.path().join("t"), DEFAULT_CAP_BYTES).unwrap();
+        let (run, task) = (RunId::generate(), "t1".parse::<TaskId>().unwrap());
+        let shutdown = CancellationToken::new();
+        let poll = Duration::from_secs(20);
+        let sink = store.transcripts().open(run, &task, 1);
+        sink.record(TranscriptKind::Step, "hang");
+        let first = answer(&store, run, false, task.clone(), &query(0), &shutdown, poll)
+            .await
+            .unwrap();
+        assert_eq!(first.entries.len(), 1);
+        assert!(!first.ended);
+
+        // The run is over; the attempt's sink is still open, its `end` not yet queued.
+        let pending = tokio::spawn({
+            let (store, task, shutdown) = (store.clone(), task.clone(), shutdown.clone());
+            async move { answer(&store, run, true, task, &query(first.next), &shutdown, poll).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sink.record(TranscriptKind::Step, "the last step");
+        sink.end();
+        drop(sink);
+        let second = pending.await.unwrap().unwrap();
+        let mut entries = second.entries;
+        let mut ended = second.ended;
+        let mut next = second.next;
+        // The last step may come in an answer of its own; the follow asks again.
+        while !ended {
+            let more = answer(
+                &store,
+                run,
+                true,
+                task.clone(),
+                &query(next),
+                &shutdown,
+                poll,
+            )
+            .await
+            .unwrap();
+            entries.extend(more.entries);
+            (ended, next) = (more.ended, more.next);
+        }
+        let kinds: Vec<_> = entries.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [TranscriptKind::Step, TranscriptKind::End]);
+    }
+
+    #[tokio::test]
+    async fn a_finished_run_whose_attempts_are_closed_ends_a_follow_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TranscriptStore::start(dir.path().join("t"), DEFAULT_CAP_BYTES).unwrap();
+        let (run, task) = (RunId::generate(), "t1".parse::<TaskId>().unwrap());
+        let shutdown = CancellationToken::new();
+        let sink = store.transcripts().open(run, &task, 1);
+        sink.record(TranscriptKind::Step, "interrupted");
+        drop(sink);
+        let mut written = store.subscribe();
+        while store.is_open(&store.path(run, &task, 1)) {
+            written.changed().await.unwrap();
+        }
+        // No `end` entry (a daemon that died mid-attempt): the run's outcome ends it.
+        let got = answer(&store, run, true, task, &query(0), &shutdown, LONG_POLL)
+            .await
+            .unwrap();
+        assert!(got.ended);
+        assert_eq!(got.entries.len(), 1);
+    }
 }
