@@ -41,6 +41,9 @@ const MAX_PASSES: usize = 5;
 /// while; the wait costs only when one is met.
 const MID_EXEC_WAIT: Duration = Duration::from_secs(2);
 
+/// The least a pass waits on a process in an exec, the sweep's deadline passed or not.
+const MIN_PASS_WAIT: Duration = Duration::from_millis(50);
+
 /// What [`end_left_behind`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct LeftBehind {
@@ -69,19 +72,37 @@ pub fn end_left_behind(mark: &DaemonMark) -> LeftBehind {
     result
 }
 
-/// What the passes of one sweep share: one deadline for every wait on a process in an
-/// exec, and the processes already ended or given up on (not read again).
+/// What the passes of one sweep share.
 struct Sweep {
-    mid_exec_deadline: Instant,
-    skip: Vec<libc::pid_t>,
+    /// Whether this kernel's `/proc/<pid>/stat` shows where an environment ends (gVisor
+    /// shows 0 for every process): without it no process is taken to be in an exec.
+    sees_execs: bool,
+    /// The end of the waits on processes in an exec, from the first one met.
+    mid_exec_deadline: Option<Instant>,
+    /// Processes passed to be ended: not read again (one can still be dying, readable).
+    ended: Vec<libc::pid_t>,
+    /// Processes still in an exec when a wait ended: read again, not waited for again.
+    given_up: Vec<libc::pid_t>,
 }
 
 impl Sweep {
     fn new() -> Self {
         Sweep {
-            mid_exec_deadline: Instant::now() + MID_EXEC_WAIT,
-            skip: Vec::new(),
+            sees_execs: environment_end(std::process::id() as libc::pid_t)
+                .is_some_and(|end| end > 0),
+            mid_exec_deadline: None,
+            ended: Vec::new(),
+            given_up: Vec::new(),
         }
+    }
+
+    /// How long this pass waits on processes in an exec: to the sweep's deadline, and at
+    /// least [`MIN_PASS_WAIT`], so that a pass that met a stuck exec leaves the next one
+    /// room for a process that is only slow.
+    fn wait_until(&mut self) -> Instant {
+        let now = Instant::now();
+        let deadline = *self.mid_exec_deadline.get_or_insert(now + MID_EXEC_WAIT);
+        deadline.max(now + MIN_PASS_WAIT)
     }
 }
 
@@ -137,30 +158,35 @@ fn for_each_carrying(
         // process of anyone's (its environment is read under its memory's lock). One ended
         // in an earlier pass can still be dying (its environment still readable).
         if u32::try_from(pid).is_ok_and(|pid| pid == own)
-            || sweep.skip.contains(&pid)
+            || sweep.ended.contains(&pid)
             || !process.metadata().is_ok_and(|meta| meta.uid() == user)
         {
             continue;
         }
         let pidfd = pidfd_open(pid);
-        match carries(pid, entry) {
+        match carries(pid, entry, sweep.sees_execs) {
             Carries::Yes => {
-                sweep.skip.push(pid);
+                sweep.ended.push(pid);
                 each(pid, pidfd);
             }
             Carries::No => {}
+            Carries::NotYetKnown if sweep.given_up.contains(&pid) => {}
             Carries::NotYetKnown => mid_exec.push((pid, pidfd)),
         }
     }
+    if mid_exec.is_empty() {
+        return;
+    }
     // A process in the middle of an exec shows an empty environment until the kernel has
     // laid out the new program's: looked at again, briefly, instead of passed by.
-    while !mid_exec.is_empty() && Instant::now() < sweep.mid_exec_deadline {
+    let until = sweep.wait_until();
+    while !mid_exec.is_empty() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(1));
         let mut still = Vec::new();
         for (pid, pidfd) in mid_exec {
-            match carries(pid, entry) {
+            match carries(pid, entry, sweep.sees_execs) {
                 Carries::Yes => {
-                    sweep.skip.push(pid);
+                    sweep.ended.push(pid);
                     each(pid, pidfd);
                 }
                 Carries::No => {}
@@ -169,8 +195,9 @@ fn for_each_carrying(
         }
         mid_exec = still;
     }
-    // Still in its exec past the deadline: given up on, not waited for again.
-    sweep.skip.extend(mid_exec.into_iter().map(|(pid, _)| pid));
+    sweep
+        .given_up
+        .extend(mid_exec.into_iter().map(|(pid, _)| pid));
 }
 
 fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
@@ -205,15 +232,19 @@ enum Carries {
 }
 
 /// Whether `pid`'s environment holds exactly `entry` (`NAME=value`) as one of its entries.
-fn carries(pid: libc::pid_t, entry: &[u8]) -> Carries {
+/// `sees_execs`: whether this kernel shows an exec in progress (see [`Sweep`]).
+fn carries(pid: libc::pid_t, entry: &[u8], sees_execs: bool) -> Carries {
     let Some(environ) = environment(pid) else {
         return Carries::No;
     };
     let environ = if environ.is_empty() {
-        if in_an_exec(pid) {
+        if sees_execs && in_an_exec(pid) {
             return Carries::NotYetKnown;
         }
-        // Placed by now: empty for good, or an exec that ended between the two reads.
+        // Placed by now: empty for good, or an exec that ended between the two reads, or
+        // one whose environment the kernel is copying in (it says where it ends only once
+        // all of it is in): read again a moment later.
+        std::thread::sleep(Duration::from_millis(1));
         match environment(pid) {
             Some(environ) => environ,
             None => return Carries::No,
@@ -243,16 +274,9 @@ fn environment(pid: libc::pid_t) -> Option<Vec<u8>> {
 /// command name's closing parenthesis, which the name itself may hold. A process whose
 /// environment is empty by its own doing (`env -i`) has it placed, at an address.
 fn in_an_exec(pid: libc::pid_t) -> bool {
-    let Ok(stat) = fs::read(format!("/proc/{pid}/stat")) else {
+    let Some(fields) = stat_fields(pid) else {
         return false;
     };
-    let Some(close) = stat.iter().rposition(|b| *b == b')') else {
-        return false;
-    };
-    let fields: Vec<&[u8]> = stat[close + 1..]
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty())
-        .collect();
     let field = |n: usize| {
         fields
             .get(n - 3)
@@ -260,6 +284,26 @@ fn in_an_exec(pid: libc::pid_t) -> bool {
             .and_then(|f| f.parse::<u64>().ok())
     };
     matches!((field(23), field(51)), (Some(vsize), Some(0)) if vsize > 0)
+}
+
+/// Where `pid`'s environment ends, as its `/proc/<pid>/stat` says (51st field).
+fn environment_end(pid: libc::pid_t) -> Option<u64> {
+    let fields = stat_fields(pid)?;
+    std::str::from_utf8(fields.get(51 - 3)?).ok()?.parse().ok()
+}
+
+/// The fields of `/proc/<pid>/stat` from the third on: those after the command name's
+/// closing parenthesis (the name itself may hold one, or bytes that are not UTF-8).
+fn stat_fields(pid: libc::pid_t) -> Option<Vec<Vec<u8>>> {
+    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    Some(
+        stat[close + 1..]
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|f| !f.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -358,7 +402,7 @@ mod tests {
                 .unwrap();
             let pid = child.id() as libc::pid_t;
             // Read at once: usually still in the exec, its environment not yet readable.
-            let first = carries(pid, &entry);
+            let first = carries(pid, &entry, true);
             let _ = child.kill();
             let _ = child.wait();
             assert!(
@@ -380,7 +424,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         let bare_pid = bare.id() as libc::pid_t;
-        let judged = carries(bare_pid, &entry);
+        let judged = carries(bare_pid, &entry, true);
         let _ = bare.kill();
         let _ = bare.wait();
         assert!(
@@ -394,7 +438,7 @@ mod tests {
         while !gone(child.id()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert!(matches!(carries(pid, &entry), Carries::No));
+        assert!(matches!(carries(pid, &entry, true), Carries::No));
         let _ = child.wait();
     }
 }

@@ -190,21 +190,38 @@ fn note() -> Notification {
     }
 }
 
+/// Writes an executable script from a child process. Written by this process, its open
+/// descriptor would be copied into any child another test thread forks meanwhile, until
+/// that child's exec, and running the script then fails with "text file busy".
+fn write_program(path: &std::path::Path, text: &str) {
+    use std::io::Write;
+    let mut writer = std::process::Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    writer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    assert!(writer.wait().unwrap().success());
+}
+
 #[tokio::test]
 async fn the_desktop_notification_runs_notify_send_with_its_text_escaped() {
     let dir = tempfile::tempdir().unwrap();
     let args = dir.path().join("args");
     let program = dir.path().join("notify-send");
-    std::fs::write(
+    write_program(
         &program,
-        format!(
+        &format!(
             "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n--\\n' \"$a\"; done > {}\n",
             args.display()
         ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let path = std::env::join_paths([std::path::Path::new("/nonexistent"), dir.path()]).unwrap();
     assert_eq!(notify::find_notify_send(Some(&path)), Some(program.clone()));
     assert_eq!(
@@ -221,7 +238,7 @@ async fn the_desktop_notification_runs_notify_send_with_its_text_escaped() {
     );
 
     // A notify-send that fails is an error, not a hang or a panic.
-    std::fs::write(&program, "#!/bin/sh\nexit 3\n").unwrap();
+    write_program(&program, "#!/bin/sh\nexit 3\n");
     assert!(notify::desktop(&program, &note()).await.is_err());
 }
 

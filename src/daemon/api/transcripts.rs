@@ -124,8 +124,15 @@ async fn answer(
             break (attempts, attempt, back, finished);
         }
         tokio::select! {
-            // The writer is gone (the daemon is stopping): nothing more will be written.
-            changed = written.changed() => if changed.is_err() { break (attempts, attempt, back, run_over) },
+            changed = written.changed() => if changed.is_err() {
+                // The writer thread is gone (it panicked): nothing more will be written.
+                // Held like an answer with nothing new, so a follow does not spin.
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = shutdown.cancelled() => {}
+                }
+                break (attempts, attempt, back, run_over);
+            },
             // A sink that outlived its run without an `end` (a Worker that died) does not
             // hold a follow forever: after a whole long poll, the run's outcome decides.
             _ = tokio::time::sleep_until(deadline) => break (attempts, attempt, back, run_over),
@@ -218,13 +225,23 @@ mod tests {
         sink.record(TranscriptKind::Step, "interrupted");
         drop(sink);
         let mut written = store.subscribe();
-        while store.is_open(&store.path(run, &task, 1)) {
-            written.changed().await.unwrap();
-        }
-        // No `end` entry (a daemon that died mid-attempt): the run's outcome ends it.
-        let got = answer(&store, run, true, task, &query(0), &shutdown, LONG_POLL)
+        let closed = async {
+            while store.is_open(&store.path(run, &task, 1)) {
+                written.changed().await.unwrap();
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), closed)
             .await
-            .unwrap();
+            .expect("the dropped sink's attempt is closed");
+        // No `end` entry (a daemon that died mid-attempt): the run's outcome ends it, at
+        // once, not after a long poll.
+        let got = tokio::time::timeout(
+            Duration::from_secs(10),
+            answer(&store, run, true, task, &query(0), &shutdown, LONG_POLL),
+        )
+        .await
+        .expect("answered at once")
+        .unwrap();
         assert!(got.ended);
         assert_eq!(got.entries.len(), 1);
     }
