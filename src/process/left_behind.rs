@@ -312,6 +312,17 @@ mod tests {
     use std::ffi::OsString;
     use std::process::{Command, Stdio};
 
+    /// A `sleep 300` with `env` added to this process's environment.
+    fn sleeper(env: Option<(OsString, OsString)>) -> std::process::Child {
+        Command::new("sleep")
+            .arg("300")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .envs(env)
+            .spawn()
+            .unwrap()
+    }
+
     fn gone(pid: u32) -> bool {
         // A killed child stays a zombie until reaped; reaped by the test below.
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -327,15 +338,7 @@ mod tests {
         let dirs = [(); 2].map(|()| tempfile::tempdir().unwrap());
         let ours = DaemonMark::of(dirs[0].path()).unwrap();
         let theirs = DaemonMark::of(dirs[1].path()).unwrap();
-        let start = |env: Option<(OsString, OsString)>| {
-            let mut command = Command::new("sleep");
-            command
-                .arg("300")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null());
-            command.envs(env);
-            command.spawn().unwrap()
-        };
+        let start = sleeper;
         let mut marked = start(Some(ours.variable()));
         let mut other = start(Some(theirs.variable()));
         let mut unmarked = start(None);
@@ -370,13 +373,7 @@ mod tests {
         let ours = DaemonMark::of(dir.path()).unwrap();
         let mut missed = 0;
         for _ in 0..50 {
-            let mut child = Command::new("sleep")
-                .arg("300")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .envs(Some(ours.variable()))
-                .spawn()
-                .unwrap();
+            let mut child = sleeper(Some(ours.variable()));
             let ended = end_left_behind(&ours);
             if ended.killed != vec![child.id() as libc::pid_t] {
                 missed += 1;
@@ -393,13 +390,7 @@ mod tests {
         let ours = DaemonMark::of(dir.path()).unwrap();
         let entry = ours.entry();
         for _ in 0..200 {
-            let mut child = Command::new("sleep")
-                .arg("300")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .envs(Some(ours.variable()))
-                .spawn()
-                .unwrap();
+            let mut child = sleeper(Some(ours.variable()));
             let pid = child.id() as libc::pid_t;
             // Read at once: usually still in the exec, its environment not yet readable.
             let first = carries(pid, &entry, true);
