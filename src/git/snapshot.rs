@@ -227,13 +227,21 @@ impl Snapshot {
     /// Every directory that holds an entry, sorted (for [`is_dir`]).
     pub fn dirs(&self) -> Vec<&[u8]> {
         let mut dirs = Vec::new();
+        let mut last: &[u8] = &[];
         for entry in &self.entries {
-            for (i, byte) in entry.path.iter().enumerate() {
+            let path = entry.path.as_slice();
+            // The directories this path shares with the one before were listed for it:
+            // in the record's order, a directory's entries are side by side, so each
+            // directory is listed about once instead of once per file under it.
+            let shared = path.iter().zip(last).take_while(|(a, b)| a == b).count();
+            for (i, byte) in path.iter().enumerate().skip(shared) {
                 if *byte == b'/' {
-                    dirs.push(&entry.path[..i]);
+                    dirs.push(&path[..i]);
                 }
             }
+            last = path;
         }
+        // Whatever the order (a record is read from disk), sorted and listed once.
         dirs.sort_unstable();
         dirs.dedup();
         dirs
@@ -389,5 +397,49 @@ mod tests {
             assert_eq!(theirs.file_size, 12);
         }
         assert!(!dir.path().join("index.lock").exists());
+    }
+
+    #[test]
+    fn the_directories_are_every_parent_once_in_any_order_of_entries() {
+        use rand::{Rng, SeedableRng, seq::SliceRandom};
+        // Every directory of every path, the slow way.
+        fn every_parent(entries: &[Entry]) -> Vec<Vec<u8>> {
+            let mut dirs = Vec::new();
+            for entry in entries {
+                for (i, byte) in entry.path.iter().enumerate() {
+                    if *byte == b'/' {
+                        dirs.push(entry.path[..i].to_vec());
+                    }
+                }
+            }
+            dirs.sort_unstable();
+            dirs.dedup();
+            dirs
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        // Names chosen to sort around '/': "a-b" < "a/" < "a0", and a file "a" beside "a/".
+        let parts = ["a", "a-b", "a0", "b", "ab", "a.c"];
+        for round in 0..300 {
+            let mut paths: Vec<String> = (0..rng.gen_range(0..40))
+                .map(|_| {
+                    let depth = rng.gen_range(1..5);
+                    (0..depth)
+                        .map(|_| parts[rng.gen_range(0..parts.len())])
+                        .collect::<Vec<_>>()
+                        .join("/")
+                })
+                .collect();
+            paths.sort();
+            paths.dedup();
+            if round % 2 == 1 {
+                paths.shuffle(&mut rng);
+            }
+            let snap = Snapshot {
+                tree: Oid::from_bytes(&[1; 20]).unwrap(),
+                entries: paths.iter().map(|p| entry(p, 0)).collect(),
+            };
+            let got: Vec<Vec<u8>> = snap.dirs().into_iter().map(<[u8]>::to_vec).collect();
+            assert_eq!(got, every_parent(&snap.entries), "paths {paths:?}");
+        }
     }
 }
