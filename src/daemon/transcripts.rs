@@ -414,6 +414,21 @@ pub fn attempts(root: &Path, run: RunId, task: &TaskId) -> Vec<u32> {
     found
 }
 
+/// Returns once the attempt at `path` is no longer open ([`TranscriptStore::is_open`]),
+/// waking on the writer's watch; at most 10 s.
+#[cfg(test)]
+pub(crate) async fn until_closed(store: &TranscriptStore, path: &Path) {
+    let mut written = store.subscribe();
+    let closed = async {
+        while store.is_open(path) {
+            written.changed().await.expect("the writer is alive");
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), closed)
+        .await
+        .expect("the attempt was closed");
+}
+
 #[cfg(test)]
 #[path = "transcripts_tests.rs"]
 mod tests;

@@ -118,10 +118,7 @@ async fn an_attempt_stays_open_until_its_last_sink_is_gone_and_its_end_is_writte
     assert!(store.is_open(&path));
     drop(clone);
     // Once it says closed, the `end` is already in the file: read at once, no waiting.
-    let mut written = store.subscribe();
-    while store.is_open(&path) {
-        written.changed().await.expect("the writer is alive");
-    }
+    until_closed(&store, &path).await;
     let back = read_from(&path, 0).unwrap();
     assert!(back.ended);
     // Another attempt of the same task is its own.

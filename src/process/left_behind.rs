@@ -120,8 +120,8 @@ fn one_pass(entry: &[u8], sweep: &mut Sweep, result: &mut LeftBehind) {
 }
 
 /// The processes of this user, other than this one, that carry `mark`, as they are now
-/// (what the next daemon would end; nothing is signalled).
-/// A process caught in the middle of an exec is waited for, up to [`MID_EXEC_WAIT`].
+/// (what the next daemon would end; nothing is signalled). A process caught in the middle
+/// of an exec is waited for, up to [`MID_EXEC_WAIT`].
 pub fn carrying(mark: &DaemonMark) -> Vec<libc::pid_t> {
     let mut found = Vec::new();
     for_each_carrying(&mark.entry(), &mut Sweep::new(), |pid, _| found.push(pid));
@@ -274,36 +274,38 @@ fn environment(pid: libc::pid_t) -> Option<Vec<u8>> {
 /// command name's closing parenthesis, which the name itself may hold. A process whose
 /// environment is empty by its own doing (`env -i`) has it placed, at an address.
 fn in_an_exec(pid: libc::pid_t) -> bool {
-    let Some(fields) = stat_fields(pid) else {
-        return false;
-    };
-    let field = |n: usize| {
-        fields
-            .get(n - 3)
-            .and_then(|f| std::str::from_utf8(f).ok())
-            .and_then(|f| f.parse::<u64>().ok())
-    };
-    matches!((field(23), field(51)), (Some(vsize), Some(0)) if vsize > 0)
+    matches!(
+        stat_numbers(pid, [VSIZE_FIELD, ENV_END_FIELD]),
+        Some([vsize, 0]) if vsize > 0
+    )
 }
 
-/// Where `pid`'s environment ends, as its `/proc/<pid>/stat` says (51st field).
+/// Where `pid`'s environment ends, as its `/proc/<pid>/stat` says.
 fn environment_end(pid: libc::pid_t) -> Option<u64> {
-    let fields = stat_fields(pid)?;
-    std::str::from_utf8(fields.get(51 - 3)?).ok()?.parse().ok()
+    stat_numbers(pid, [ENV_END_FIELD]).map(|[end]| end)
 }
 
-/// The fields of `/proc/<pid>/stat` from the third on: those after the command name's
-/// closing parenthesis (the name itself may hold one, or bytes that are not UTF-8).
-fn stat_fields(pid: libc::pid_t) -> Option<Vec<Vec<u8>>> {
+/// `/proc/<pid>/stat`'s fields (numbered from 1, as proc(5) numbers them) that hold a
+/// virtual memory size and where the environment ends.
+const VSIZE_FIELD: usize = 23;
+const ENV_END_FIELD: usize = 51;
+
+/// The numbers in `/proc/<pid>/stat`'s fields `wanted` (numbered from 1; each past the
+/// command name, the second), counted after the name's closing parenthesis, which the name
+/// itself may hold, with bytes that are not UTF-8. None if any is missing.
+fn stat_numbers<const N: usize>(pid: libc::pid_t, wanted: [usize; N]) -> Option<[u64; N]> {
     let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
     let close = stat.iter().rposition(|b| *b == b')')?;
-    Some(
-        stat[close + 1..]
-            .split(|b| b.is_ascii_whitespace())
-            .filter(|f| !f.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect(),
-    )
+    let fields: Vec<&[u8]> = stat[close + 1..]
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty())
+        .collect();
+    let mut numbers = [0; N];
+    for (number, field) in numbers.iter_mut().zip(wanted) {
+        let text = fields.get(field.checked_sub(3)?)?;
+        *number = std::str::from_utf8(text).ok()?.parse().ok()?;
+    }
+    Some(numbers)
 }
 
 #[cfg(test)]
@@ -338,13 +340,12 @@ mod tests {
         let dirs = [(); 2].map(|()| tempfile::tempdir().unwrap());
         let ours = DaemonMark::of(dirs[0].path()).unwrap();
         let theirs = DaemonMark::of(dirs[1].path()).unwrap();
-        let start = sleeper;
-        let mut marked = start(Some(ours.variable()));
-        let mut other = start(Some(theirs.variable()));
-        let mut unmarked = start(None);
+        let mut marked = sleeper(Some(ours.variable()));
+        let mut other = sleeper(Some(theirs.variable()));
+        let mut unmarked = sleeper(None);
         // A mark that only starts with ours is another mark.
         let (name, value) = ours.variable();
-        let mut longer = start(Some((name, format!("{}0", value.to_str().unwrap()).into())));
+        let mut longer = sleeper(Some((name, format!("{}0", value.to_str().unwrap()).into())));
 
         let ended = end_left_behind(&ours);
         assert_eq!(ended.killed, vec![marked.id() as libc::pid_t]);
@@ -389,6 +390,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ours = DaemonMark::of(dir.path()).unwrap();
         let entry = ours.entry();
+        let mut caught_in_exec = 0;
         for _ in 0..200 {
             let mut child = sleeper(Some(ours.variable()));
             let pid = child.id() as libc::pid_t;
@@ -400,7 +402,18 @@ mod tests {
                 matches!(first, Carries::Yes | Carries::NotYetKnown),
                 "a marked process read in its exec was taken for an unmarked one"
             );
+            caught_in_exec += usize::from(matches!(first, Carries::NotYetKnown));
         }
+        // The exec check itself (not only the read again a millisecond later) saw some:
+        // right after spawn most reads here find the child in its exec.
+        assert!(
+            caught_in_exec > 0,
+            "no read of 200 found a child in its exec"
+        );
+        // This process's own environment is placed: not in an exec, and its end is shown.
+        let own = std::process::id() as libc::pid_t;
+        assert!(!in_an_exec(own));
+        assert!(environment_end(own).is_some_and(|end| end > 0));
         // An environment empty by the process's own doing is not waited for.
         let mut bare = Command::new("env")
             .args(["-i", "sleep", "300"])

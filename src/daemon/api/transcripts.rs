@@ -224,15 +224,7 @@ mod tests {
         let sink = store.transcripts().open(run, &task, 1);
         sink.record(TranscriptKind::Step, "interrupted");
         drop(sink);
-        let mut written = store.subscribe();
-        let closed = async {
-            while store.is_open(&store.path(run, &task, 1)) {
-                written.changed().await.unwrap();
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), closed)
-            .await
-            .expect("the dropped sink's attempt is closed");
+        crate::daemon::transcripts::until_closed(&store, &store.path(run, &task, 1)).await;
         // No `end` entry (a daemon that died mid-attempt): the run's outcome ends it, at
         // once, not after a long poll.
         let got = tokio::time::timeout(
