@@ -92,7 +92,9 @@ pub(crate) fn signature() -> Result<git2::Signature<'static>, RepoError> {
 pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
     let refname = format!("refs/heads/{branch}");
     let delete = |repo: &git2::Repository| match repo.find_branch(branch, git2::BranchType::Local) {
-        Ok(mut b) => ref_lock::guarded_delete(repo, &refname, || b.delete()),
+        Ok(b) => ref_lock::guarded_delete(repo, &refname, || {
+            delete_unless_checked_out(repo, b.into_reference())
+        }),
         Err(e) => Ok(Err(e)),
     };
     // With packed refs, on a handle of its own: the caller's may be kept between calls
@@ -130,6 +132,91 @@ pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<boo
         Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
         Err(e) => Err(git(e)),
     }
+}
+
+/// `git_branch_delete`'s check and deletion, at a fraction of its cost: to see whether a
+/// worktree has the branch checked out, libgit2 opens every worktree's repository (its
+/// configs, its paths made real), milliseconds a branch with a run's worktrees, and a landing
+/// deletes its branches under the repository's lock, which the next landing's move of main
+/// waits for (ADR-041). Here the same question is asked of each worktree's `HEAD` file, as
+/// libgit2 asks it (a symbolic `HEAD` naming the branch). One difference: libgit2 also
+/// removes the branch's `branch.<name>.*` config section, which flotilla never writes for its
+/// task branches.
+fn delete_unless_checked_out(
+    repo: &git2::Repository,
+    mut reference: git2::Reference<'_>,
+) -> Result<(), git2::Error> {
+    if let Some(holder) = checked_out_in(repo.commondir(), reference.name_bytes())? {
+        return Err(git2::Error::new(
+            git2::ErrorCode::GenericError,
+            git2::ErrorClass::Reference,
+            format!(
+                "cannot delete branch {:?}: it is the current HEAD of {holder}",
+                String::from_utf8_lossy(reference.name_bytes())
+            ),
+        ));
+    }
+    reference.delete()
+}
+
+/// The most of a `HEAD` file read: a symbolic one is `ref: ` and a ref name.
+const MAX_HEAD_BYTES: u64 = 4096;
+
+/// Which of the repository's checkouts (its own, or a worktree under `commondir/worktrees`)
+/// has `refname` checked out, if one does. A worktree record without a `HEAD` is an error,
+/// as it is to libgit2: a half-made record a kill left (`half_made_records_removed`).
+fn checked_out_in(commondir: &Path, refname: &[u8]) -> Result<Option<String>, git2::Error> {
+    use std::io::Read;
+    let names = |head: &[u8]| {
+        head.strip_prefix(b"ref:")
+            .map(|target| target.trim_ascii() == refname)
+            .unwrap_or(false)
+    };
+    let read_head = |path: &Path| -> std::io::Result<Vec<u8>> {
+        let mut head = Vec::new();
+        std::fs::File::open(path)?
+            .take(MAX_HEAD_BYTES)
+            .read_to_end(&mut head)?;
+        Ok(head)
+    };
+    let failed = |what: &Path, e: std::io::Error| {
+        git2::Error::new(
+            git2::ErrorCode::GenericError,
+            git2::ErrorClass::Worktree,
+            format!("cannot read {}: {e}", what.display()),
+        )
+    };
+    let own = commondir.join("HEAD");
+    match read_head(&own) {
+        Ok(head) if names(&head) => return Ok(Some("the repository".into())),
+        Ok(_) => {}
+        Err(e) => return Err(failed(&own, e)),
+    }
+    let records = commondir.join("worktrees");
+    let entries = match std::fs::read_dir(&records) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(failed(&records, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| failed(&records, e))?;
+        // As libgit2 lists worktrees: a stray file there is none.
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let head = entry.path().join("HEAD");
+        match read_head(&head) {
+            Ok(text) if names(&text) => {
+                return Ok(Some(format!(
+                    "worktree {:?}",
+                    entry.file_name().to_string_lossy()
+                )));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(failed(&head, e)),
+        }
+    }
+    Ok(None)
 }
 
 /// Removes the half-made worktree records of the run a task branch `flotilla/<run>/…`

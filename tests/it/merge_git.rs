@@ -826,6 +826,78 @@ async fn delete_branch_deletes_flotillas_branches_and_refuses_any_other() {
     }
 }
 
+/// A branch some checkout has as its `HEAD` is not deleted, whichever checkout: a linked
+/// worktree's or the repository's own (flotilla reads their `HEAD` files itself rather than
+/// have libgit2 open every worktree, ADR-041). A worktree on another branch or detached does
+/// not hold it, and once nothing has it checked out, it goes.
+#[tokio::test]
+async fn a_branch_checked_out_anywhere_is_not_deleted() {
+    let f = fixture();
+    let git = f.git();
+    for branch in ["flotilla/r/t1", "flotilla/r/t2", "flotilla/r/t3"] {
+        f.branch(branch, None);
+    }
+    let trees = tempfile::tempdir().unwrap();
+    let worktree_on = |name: &str, branch: &str| {
+        let reference = git.find_reference(&format!("refs/heads/{branch}")).unwrap();
+        git.worktree(
+            name,
+            &trees.path().join(name),
+            Some(git2::WorktreeAddOptions::new().reference(Some(&reference))),
+        )
+        .unwrap()
+    };
+    let holder = worktree_on("holder", "flotilla/r/t1");
+    worktree_on("other", "flotilla/r/t3");
+    // Detached: names no branch.
+    let detached = worktree_on("detached", "flotilla/r/t2");
+    git2::Repository::open(trees.path().join("detached"))
+        .unwrap()
+        .set_head_detached(oid(&f.main_tip()))
+        .unwrap();
+    let e = f
+        .merge
+        .delete_branch("flotilla/r/t1".into())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("worktree \"holder\""), "{e}");
+    assert!(
+        f.tip("flotilla/r/t1").is_some(),
+        "the checked-out branch stays"
+    );
+    f.merge.delete_branch("flotilla/r/t2".into()).await.unwrap();
+    assert_eq!(
+        f.tip("flotilla/r/t2"),
+        None,
+        "a detached worktree holds nothing"
+    );
+    // The repository's own HEAD (git refuses that while a worktree has the branch).
+    drop(detached);
+    std::fs::remove_dir_all(trees.path().join("other")).unwrap();
+    git.find_worktree("other")
+        .unwrap()
+        .prune(Some(git2::WorktreePruneOptions::new().valid(true)))
+        .unwrap();
+    git.set_head("refs/heads/flotilla/r/t3").unwrap();
+    let e = f
+        .merge
+        .delete_branch("flotilla/r/t3".into())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("the repository"), "{e}");
+    assert!(f.tip("flotilla/r/t3").is_some());
+    git.set_head("refs/heads/main").unwrap();
+    f.merge.delete_branch("flotilla/r/t3".into()).await.unwrap();
+    assert_eq!(f.tip("flotilla/r/t3"), None);
+    // Once its worktree is gone, the first one goes too.
+    std::fs::remove_dir_all(holder.path()).unwrap();
+    holder
+        .prune(Some(git2::WorktreePruneOptions::new().valid(true)))
+        .unwrap();
+    f.merge.delete_branch("flotilla/r/t1".into()).await.unwrap();
+    assert_eq!(f.tip("flotilla/r/t1"), None);
+}
+
 /// `git status` of the user's checkout: (path, status) of everything not clean, untracked
 /// files included.
 fn status(path: &Path) -> Vec<(String, git2::Status)> {
