@@ -165,7 +165,10 @@ const MAX_HEAD_BYTES: u64 = 4096;
 /// Which of the repository's checkouts (its own, or a worktree under `commondir/worktrees`)
 /// has `refname` checked out, if one does. A worktree record without a `HEAD` is an error,
 /// as it is to libgit2: a half-made record a kill left (`half_made_records_removed`).
-fn checked_out_in(commondir: &Path, refname: &[u8]) -> Result<Option<String>, git2::Error> {
+pub(crate) fn checked_out_in(
+    commondir: &Path,
+    refname: &[u8],
+) -> Result<Option<String>, git2::Error> {
     use std::io::Read;
     let names = |head: &[u8]| {
         head.strip_prefix(b"ref:")

@@ -343,10 +343,7 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
             .map_err(git)?;
         }
         std::fs::create_dir_all(&place.root).map_err(|e| io("cannot create", &place.root, e))?;
-        let reference = repo
-            .find_reference(&format!("refs/heads/{}", request.branch))
-            .map_err(git)?;
-        add_unfilled(&repo, &name, &path, &reference).inspect_err(|_| {
+        add_record(&repo, &name, &path, &request.branch).inspect_err(|_| {
             // libgit2 leaves what it made before the failure (its record, half made).
             let _ = prune(&repo, &name, &path);
         })
@@ -379,48 +376,74 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
     })
 }
 
-/// Records worktree `name` at `path` on `reference`, locked, without checking it out: git2
-/// offers no way to choose `git_worktree_add`'s checkout, so this calls libgit2 itself
-/// with git2's own options and the checkout strategy `NONE`.
-fn add_unfilled(
+/// Records worktree `name` at `path` on `branch`, locked, with nothing checked out: the
+/// files `git_worktree_add` writes, in its order, so that a kill leaves the half-made
+/// records [`remove_incomplete_records`] heals. Not libgit2's own call: it opens every
+/// worktree's repository to see whether one has the branch checked out, then the new one
+/// to check out nothing, all under the repository's lock, which the landing's move of main
+/// waits for (ADR-041, stop 38's amendment). The check reads the `HEAD` files instead.
+fn add_record(
     repo: &git2::Repository,
     name: &str,
     path: &Path,
-    reference: &git2::Reference<'_>,
+    branch: &str,
 ) -> Result<git2::Worktree, RepoError> {
-    use git2::Binding;
+    use std::io::Write;
     use std::os::unix::ffi::OsStrExt;
-    let bad = |what: &str| RepoError::Git(format!("{what} holds a NUL byte"));
-    let name_c = std::ffi::CString::new(name).map_err(|_| bad("a worktree name"))?;
-    let path_c =
-        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| bad("a worktree path"))?;
-    let mut options = git2::WorktreeAddOptions::new();
-    options.reference(Some(reference)).lock(true);
-    // SAFETY: `options.raw()` points at git2's initialized options (plain C data; the
-    // reference it names is `reference`, alive for this call). The copy is read, never
-    // freed: it owns nothing.
-    let mut raw = unsafe { std::ptr::read(options.raw()) };
-    // `NONE` skips the writes, not the planning: libgit2 still diffs the whole tree (under
-    // the lock). A literal path no tree holds limits that to nothing (ADR-044).
-    let nothing = std::ffi::CString::new(".flotilla-no-checkout").map_err(|_| bad("a path"))?;
-    let mut paths = [nothing.as_ptr().cast_mut()];
-    raw.checkout_options.paths = libgit2_sys::git_strarray {
-        strings: paths.as_mut_ptr(),
-        count: 1,
-    };
-    raw.checkout_options.checkout_strategy =
-        libgit2_sys::GIT_CHECKOUT_NONE | libgit2_sys::GIT_CHECKOUT_DISABLE_PATHSPEC_MATCH;
-    let mut out = std::ptr::null_mut();
-    // SAFETY: a live repository, NUL-terminated strings and the options above (`paths`
-    // points at `nothing`, both alive until the call returns; libgit2 only reads them); libgit2 was initialized when the repository was opened.
-    let code = unsafe {
-        libgit2_sys::git_worktree_add(&mut out, repo.raw(), name_c.as_ptr(), path_c.as_ptr(), &raw)
-    };
-    if code < 0 {
-        return Err(git(git2::Error::last_error(code)));
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let refname = format!("refs/heads/{branch}");
+    // The branch is there (the caller made it or found it): a `HEAD` never names nothing.
+    repo.find_reference(&refname).map_err(git)?;
+    if let Some(holder) =
+        super::checked_out_in(repo.commondir(), refname.as_bytes()).map_err(git)?
+    {
+        return Err(RepoError::Git(format!(
+            "reference {refname} is already checked out in {holder}"
+        )));
     }
-    // SAFETY: on success `out` is a worktree libgit2 made for us; the Worktree frees it.
-    Ok(unsafe { git2::Worktree::from_raw(out) })
+    let mkdir = |dir: &Path| {
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(dir)
+            .map_err(|e| io("cannot create", dir, e))
+    };
+    let write_new = |file: &Path, parts: &[&[u8]]| {
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(file)
+            .and_then(|mut f| parts.iter().try_for_each(|part| f.write_all(part)));
+        written.map_err(|e| io("cannot write", file, e))
+    };
+    let real = |p: &Path| std::fs::canonicalize(p).map_err(|e| io("cannot resolve", p, e));
+    let records = repo.commondir().join("worktrees");
+    match std::fs::DirBuilder::new().mode(0o755).create(&records) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(io("cannot create", &records, e));
+        }
+        _ => {}
+    }
+    let record = records.join(name);
+    mkdir(&record)?;
+    mkdir(path)?;
+    let (record_real, path_real) = (real(&record)?, real(path)?);
+    let common_real = real(repo.commondir())?;
+    write_new(&record.join("locked"), &[])?;
+    write_new(
+        &path.join(".git"),
+        &[b"gitdir: ", record_real.as_os_str().as_bytes(), b"/\n"],
+    )?;
+    write_new(
+        &record.join("commondir"),
+        &[common_real.as_os_str().as_bytes(), b"/\n"],
+    )?;
+    write_new(
+        &record.join("gitdir"),
+        &[path_real.as_os_str().as_bytes(), b"/.git\n"],
+    )?;
+    write_new(&record.join("HEAD"), &[b"ref: ", refname.as_bytes(), b"\n"])?;
+    repo.find_worktree(name).map_err(git)
 }
 
 /// Commits what is in the worktree on top of the branch's tip (as flotilla), whatever the

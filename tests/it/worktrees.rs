@@ -327,6 +327,74 @@ async fn a_fresh_workspace_gets_the_files_converted_where_attributes_or_config_a
     );
 }
 
+/// flotilla writes an attempt's worktree record itself (not with `git_worktree_add`, which
+/// opens every worktree under the repository's lock: ADR-041): git must read it as its own.
+/// And, as git would, it refuses a branch some other checkout has, leaving no record.
+#[tokio::test]
+async fn git_reads_an_attempts_worktree_as_its_own_and_a_branch_checked_out_elsewhere_is_refused() {
+    let f = fixture();
+    let ws = f.worktrees.prepare(f.request("t1", 1)).await.unwrap();
+    let git_cli = |dir: &Path, args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed = git_cli(f.repo.path(), &["worktree", "list", "--porcelain"]);
+    let real = std::fs::canonicalize(&ws.path).unwrap();
+    assert!(
+        listed.contains(&format!(
+            "worktree {}\nHEAD {}\nbranch refs/heads/{}\n",
+            real.display(),
+            f.main_tip(),
+            ws.branch
+        )),
+        "{listed}"
+    );
+    assert!(!listed.contains("locked"), "unlocked once filled: {listed}");
+    assert_eq!(
+        git_cli(&ws.path, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        ws.branch
+    );
+    assert_eq!(git_cli(&ws.path, &["status", "--porcelain"]), "");
+    assert_eq!(
+        git_cli(&ws.path, &["rev-parse", "--git-common-dir"]).trim(),
+        std::fs::canonicalize(f.repo.path().join(".git"))
+            .unwrap()
+            .display()
+            .to_string()
+    );
+
+    // The next attempt's branch, checked out by hand in a worktree of the user's.
+    let request = f.request("t2", 1);
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    let main = git.head().unwrap().peel_to_commit().unwrap();
+    let branch = git.branch(&request.branch, &main, false).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    git.worktree(
+        "users",
+        &elsewhere.path().join("users"),
+        Some(git2::WorktreeAddOptions::new().reference(Some(branch.get()))),
+    )
+    .unwrap();
+    let e = f.worktrees.prepare(request).await.unwrap_err();
+    assert!(e.to_string().contains("already checked out"), "{e}");
+    let records: Vec<String> = std::fs::read_dir(f.repo.path().join(".git/worktrees"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        records.len(),
+        2,
+        "the first attempt's and the user's only: {records:?}"
+    );
+    assert!(records.contains(&"users".to_string()), "{records:?}");
+}
+
 #[tokio::test]
 async fn a_retry_starts_fresh_from_main_and_a_failed_attempt_leaves_nothing() {
     let f = fixture();
