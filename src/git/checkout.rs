@@ -383,8 +383,7 @@ pub fn move_main(
     cas: impl FnOnce() -> Result<(), MainRefError>,
 ) -> Result<(), MainRefError> {
     // What a crash left first: its lock would otherwise keep this move out for good.
-    heal(repo)?;
-    let Some(checkout) = checkout_of_main(repo, target) else {
+    let Some(checkout) = healed_checkout_of_main(repo, target)? else {
         return cas();
     };
     let gitdir = checkout.path().to_path_buf();
@@ -544,11 +543,33 @@ fn undo(checkout: &git2::Repository, index: &mut git2::Index, written: &[&Change
 /// is no longer the one the move took is someone else's: the record waits, and the next
 /// move says the checkout is busy.
 pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
+    heal_in(repo, &checkouts(repo))
+}
+
+/// [`heal`], then the checkout that has main checked out: one opening of the checkouts for
+/// both on every landing (each opening reads their configs and makes their paths real).
+/// Opened afresh when one was healed: the healed index is read from the file again.
+fn healed_checkout_of_main(
+    repo: &git2::Repository,
+    target: &TargetBranch,
+) -> Result<Option<git2::Repository>, MainRefError> {
+    let found = checkouts(repo);
+    if !heal_in(repo, &found)?.is_empty() {
+        return Ok(checkout_of_main(repo, target));
+    }
+    Ok(found.into_iter().find(|checkout| on_main(checkout, target)))
+}
+
+/// [`heal`] of the checkouts `found` (the repository's, as [`checkouts`] lists them).
+fn heal_in(
+    repo: &git2::Repository,
+    found: &[git2::Repository],
+) -> Result<Vec<String>, MainRefError> {
     // A ref lock a killed landing left would keep every landing (and the user's own git)
     // out of the branch for good.
     super::ref_lock::heal(repo.commondir());
     let mut healed = Vec::new();
-    for checkout in checkouts(repo) {
+    for checkout in found {
         let gitdir = checkout.path().to_path_buf();
         // A kill right after a lock was taken may leave its staged name (a second link to
         // `index.lock`, or nothing): it holds nothing.
@@ -584,7 +605,7 @@ pub fn heal(repo: &git2::Repository) -> Result<Vec<String>, MainRefError> {
                 }
             },
         };
-        let at = heal_locked(&checkout, &target, lock, &record)?;
+        let at = heal_locked(checkout, &target, lock, &record)?;
         remove_record(&gitdir);
         // Said once nothing of the move is left (a test waits for these words).
         if let Some(at) = at {
@@ -673,11 +694,11 @@ fn heal_locked(
 /// is read from the ref, never taken from the caller: a user who reset main meanwhile has
 /// their index where they put it.
 pub fn sync(repo: &git2::Repository, target: &TargetBranch) -> Result<CheckoutSync, RepoError> {
-    heal(repo).map_err(|e| match e {
+    let healed = healed_checkout_of_main(repo, target).map_err(|e| match e {
         MainRefError::Repo(e) => e,
         other => RepoError::Git(other.to_string()),
     })?;
-    let Some(checkout) = checkout_of_main(repo, target) else {
+    let Some(checkout) = healed else {
         return Ok(CheckoutSync::NotCheckedOut);
     };
     let main = target.refname();
