@@ -101,6 +101,11 @@ pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<boo
     // (`handles`), and after a deletion failed on `packed-refs.lock` libgit2's cache of
     // packed refs on that handle no longer matches the file (a later deletion there
     // returned success and deleted nothing).
+    // A kill's half-made records of the branch's run go first (the caller holds the
+    // repository's lock, inside which every record is made whole): libgit2 took one for
+    // the branch's checkout and kept a landed branch for good, and git's own commands
+    // still stumble on them. A readdir and a few stats.
+    half_made_records_removed(repo, branch)?;
     let opened;
     let repo = if repo.commondir().join("packed-refs").exists() {
         opened = git2::Repository::open(repo.path()).map_err(git)?;
@@ -115,14 +120,6 @@ pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<boo
         {
             // Opened again: libgit2 forgot a packed ref whose deletion failed on the lock
             // (its cache of packed refs had dropped it), and would call it gone.
-            delete(&git2::Repository::open(repo.path()).map_err(git)?)?
-        }
-        // libgit2 takes a worktree record it cannot read for the branch's checkout: a half
-        // made one of the branch's run (a kill's leftover, `leftovers`) goes, and once more.
-        Err(e)
-            if e.code() != git2::ErrorCode::NotFound
-                && half_made_records_removed(repo, branch)? =>
-        {
             delete(&git2::Repository::open(repo.path()).map_err(git)?)?
         }
         deleted => deleted,
@@ -163,23 +160,32 @@ fn delete_unless_checked_out(
 const MAX_HEAD_BYTES: u64 = 4096;
 
 /// Which of the repository's checkouts (its own, or a worktree under `commondir/worktrees`)
-/// has `refname` checked out, if one does. A worktree record without a `HEAD` is an error,
-/// as it is to libgit2: a half-made record a kill left (`half_made_records_removed`).
+/// has `refname` checked out, if one does. A worktree record without a `HEAD` holds
+/// nothing (git and libgit2 list no such worktree; both write `HEAD` last); a `HEAD` that
+/// cannot be read, or is no plain file, is an error: what it names is unknown.
 pub(crate) fn checked_out_in(
     commondir: &Path,
     refname: &[u8],
 ) -> Result<Option<String>, git2::Error> {
     use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let names = |head: &[u8]| {
         head.strip_prefix(b"ref:")
             .map(|target| target.trim_ascii() == refname)
             .unwrap_or(false)
     };
+    // Never followed, never waited on: a FIFO put there would otherwise hold this read,
+    // and the repository's lock with it, for ever.
     let read_head = |path: &Path| -> std::io::Result<Vec<u8>> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::other("not a plain file"));
+        }
         let mut head = Vec::new();
-        std::fs::File::open(path)?
-            .take(MAX_HEAD_BYTES)
-            .read_to_end(&mut head)?;
+        file.take(MAX_HEAD_BYTES).read_to_end(&mut head)?;
         Ok(head)
     };
     let failed = |what: &Path, e: std::io::Error| {
@@ -203,8 +209,9 @@ pub(crate) fn checked_out_in(
     };
     for entry in entries {
         let entry = entry.map_err(|e| failed(&records, e))?;
-        // As libgit2 lists worktrees: a stray file there is none.
-        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+        // As git lists worktrees: a stray file there is none; a link to a directory is
+        // followed.
+        if !std::fs::metadata(entry.path()).is_ok_and(|m| m.is_dir()) {
             continue;
         }
         let head = entry.path().join("HEAD");
@@ -216,6 +223,7 @@ pub(crate) fn checked_out_in(
                 )));
             }
             Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(failed(&head, e)),
         }
     }
@@ -283,4 +291,118 @@ pub(crate) fn crash_here(point: &str) {
         libc::kill(libc::getpid(), libc::SIGKILL);
     }
     std::process::abort()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BRANCH: &[u8] = b"refs/heads/flotilla/r/t1";
+
+    fn commondir_with_head(head: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("HEAD"), head).unwrap();
+        dir
+    }
+
+    fn record(commondir: &Path, name: &str, head: Option<&str>) -> PathBuf {
+        let record = commondir.join("worktrees").join(name);
+        std::fs::create_dir_all(&record).unwrap();
+        if let Some(head) = head {
+            std::fs::write(record.join("HEAD"), head).unwrap();
+        }
+        record
+    }
+
+    #[test]
+    fn a_head_names_the_branch_however_its_line_ends() {
+        for head in [
+            "ref: refs/heads/flotilla/r/t1\n",
+            "ref: refs/heads/flotilla/r/t1\r\n",
+            "ref: refs/heads/flotilla/r/t1",
+            "ref:refs/heads/flotilla/r/t1\n",
+        ] {
+            let dir = commondir_with_head(head);
+            assert_eq!(
+                checked_out_in(dir.path(), BRANCH).unwrap().as_deref(),
+                Some("the repository"),
+                "{head:?}"
+            );
+        }
+        for head in [
+            "ref: refs/heads/flotilla/r/t10\n",
+            "ref: refs/heads/flotilla/r\n",
+            "0123456789abcdef0123456789abcdef01234567\n",
+            "",
+        ] {
+            let dir = commondir_with_head(head);
+            assert_eq!(
+                checked_out_in(dir.path(), BRANCH).unwrap(),
+                None,
+                "{head:?}"
+            );
+        }
+    }
+
+    /// A record without `HEAD` (a kill's, or a `git worktree add` under way) holds nothing:
+    /// it must not stop every worktree add and branch deletion of the repository. A
+    /// worktree's `HEAD` that is a FIFO is an error at once, not a read that never ends
+    /// under the repository's lock; a record reached through a link is read.
+    #[test]
+    fn half_made_records_hold_nothing_a_fifo_is_refused_and_a_linked_record_is_read() {
+        let dir = commondir_with_head("ref: refs/heads/main\n");
+        record(dir.path(), "half", None);
+        assert_eq!(checked_out_in(dir.path(), BRANCH).unwrap(), None);
+
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(
+            elsewhere.path().join("HEAD"),
+            "ref: refs/heads/flotilla/r/t1\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("worktrees/linked")).unwrap();
+        assert_eq!(
+            checked_out_in(dir.path(), BRANCH).unwrap().as_deref(),
+            Some("worktree \"linked\"")
+        );
+        std::fs::remove_file(dir.path().join("worktrees/linked")).unwrap();
+
+        let fifo = record(dir.path(), "fifo", None).join("HEAD");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path; mkfifo only reads it.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+        let e = checked_out_in(dir.path(), BRANCH).unwrap_err();
+        assert!(e.message().contains("not a plain file"), "{e}");
+    }
+
+    /// Deleting a task branch removes its own run's half-made records, and no one else's.
+    #[test]
+    fn a_deletion_heals_its_runs_half_made_records_and_leaves_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let tree = repo
+            .find_tree(repo.index().unwrap().write_tree().unwrap())
+            .unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let commit = repo
+            .commit(Some("HEAD"), &sig, &sig, "first", &tree, &[])
+            .unwrap();
+        let commit = repo.find_commit(commit).unwrap();
+        repo.branch("flotilla/run1/t1", &commit, false).unwrap();
+        let commondir = repo.commondir().to_path_buf();
+        record(&commondir, "flotilla-run1-t2-a1", None);
+        record(&commondir, "flotilla-run2-t1-a1", None);
+        record(&commondir, "users-half", None);
+        assert!(delete_branch(&repo, "flotilla/run1/t1").unwrap());
+        assert!(
+            repo.find_branch("flotilla/run1/t1", git2::BranchType::Local)
+                .is_err()
+        );
+        let mut left: Vec<String> = std::fs::read_dir(commondir.join("worktrees"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["flotilla-run2-t1-a1", "users-half"]);
+    }
 }

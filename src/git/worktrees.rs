@@ -407,13 +407,14 @@ fn add_record(
             .create(dir)
             .map_err(|e| io("cannot create", dir, e))
     };
+    // Each file in one write, as libgit2 writes them.
     let write_new = |file: &Path, parts: &[&[u8]]| {
         let written = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o644)
             .open(file)
-            .and_then(|mut f| parts.iter().try_for_each(|part| f.write_all(part)));
+            .and_then(|mut f| f.write_all(&parts.concat()));
         written.map_err(|e| io("cannot write", file, e))
     };
     let real = |p: &Path| std::fs::canonicalize(p).map_err(|e| io("cannot resolve", p, e));
@@ -442,7 +443,12 @@ fn add_record(
         &record.join("gitdir"),
         &[path_real.as_os_str().as_bytes(), b"/.git\n"],
     )?;
-    write_new(&record.join("HEAD"), &[b"ref: ", refname.as_bytes(), b"\n"])?;
+    // Through `HEAD.lock`, as libgit2 writes it: a record a kill leaves has a whole `HEAD`
+    // or none (and so is healed, `remove_incomplete_records`).
+    let staged = record.join("HEAD.lock");
+    write_new(&staged, &[b"ref: ", refname.as_bytes(), b"\n"])?;
+    let head = record.join("HEAD");
+    std::fs::rename(&staged, &head).map_err(|e| io("cannot write", &head, e))?;
     repo.find_worktree(name).map_err(git)
 }
 
