@@ -87,10 +87,15 @@ pub(super) fn remove_incomplete_records(
         return Ok(removed);
     };
     for entry in entries.flatten() {
+        // The name first: another run's or the user's records cost no stat (a deletion
+        // asks this of every record, under the repository's lock).
+        if !entry.file_name().to_string_lossy().starts_with(prefix) {
+            continue;
+        }
         let whole = ["commondir", "gitdir", "HEAD"]
             .iter()
             .all(|file| entry.path().join(file).is_file());
-        if whole || !entry.file_name().to_string_lossy().starts_with(prefix) {
+        if whole {
             continue;
         }
         let path = entry.path();

@@ -105,7 +105,10 @@ pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<boo
     // repository's lock, inside which every record is made whole): libgit2 took one for
     // the branch's checkout and kept a landed branch for good, and git's own commands
     // still stumble on them. A readdir and a few stats.
-    half_made_records_removed(repo, branch)?;
+    // One that cannot go is said, not fatal: it holds nothing (`checked_out_in`).
+    if let Err(e) = half_made_records_removed(repo, branch) {
+        tracing::warn!(%branch, error = %e, "removing a kill's half-made worktree records");
+    }
     let opened;
     let repo = if repo.commondir().join("packed-refs").exists() {
         opened = git2::Repository::open(repo.path()).map_err(git)?;
@@ -174,12 +177,18 @@ pub(crate) fn checked_out_in(
             .map(|target| target.trim_ascii() == refname)
             .unwrap_or(false)
     };
-    // Never followed, never waited on: a FIFO put there would otherwise hold this read,
-    // and the repository's lock with it, for ever.
+    // Never waited on: a FIFO put there would otherwise hold this read, and the
+    // repository's lock with it, for ever. A `HEAD` that is a link is a symbolic ref to its
+    // target (git's `core.preferSymlinkRefs`).
     let read_head = |path: &Path| -> std::io::Result<Vec<u8>> {
+        if std::fs::symlink_metadata(path)?.is_symlink() {
+            use std::os::unix::ffi::OsStrExt;
+            let target = std::fs::read_link(path)?;
+            return Ok([b"ref: ", target.as_os_str().as_bytes()].concat());
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)?;
         if !file.metadata()?.is_file() {
             return Err(std::io::Error::other("not a plain file"));
@@ -371,8 +380,31 @@ mod tests {
         let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a NUL-terminated path; mkfifo only reads it.
         assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
-        let e = checked_out_in(dir.path(), BRANCH).unwrap_err();
-        assert!(e.message().contains("not a plain file"), "{e}");
+        // On a thread: a read that waits on the FIFO fails the test instead of hanging it
+        // (a writer opened and closed gives the reader its end).
+        let commondir = dir.path().to_path_buf();
+        let (answer, answered) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = answer.send(checked_out_in(&commondir, BRANCH).map_err(|e| e.to_string()));
+        });
+        let result = match answered.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(result) => result,
+            Err(_) => {
+                drop(std::fs::OpenOptions::new().write(true).open(&fifo));
+                panic!("the read of a FIFO HEAD waited");
+            }
+        };
+        let e = result.unwrap_err();
+        assert!(e.contains("not a plain file"), "{e}");
+        std::fs::remove_file(&fifo).unwrap();
+
+        // A `HEAD` that is a link (git's `core.preferSymlinkRefs`) names its target.
+        let linked_head = record(dir.path(), "symref", None).join("HEAD");
+        std::os::unix::fs::symlink("refs/heads/flotilla/r/t1", &linked_head).unwrap();
+        assert_eq!(
+            checked_out_in(dir.path(), BRANCH).unwrap().as_deref(),
+            Some("worktree \"symref\"")
+        );
     }
 
     /// Deleting a task branch removes its own run's half-made records, and no one else's.
@@ -391,6 +423,13 @@ mod tests {
         repo.branch("flotilla/run1/t1", &commit, false).unwrap();
         let commondir = repo.commondir().to_path_buf();
         record(&commondir, "flotilla-run1-t2-a1", None);
+        // A kill's half-made record of the branch's own run that names it (no `gitdir`):
+        // it would hold the branch if it were not removed first.
+        record(
+            &commondir,
+            "flotilla-run1-t1-a1",
+            Some("ref: refs/heads/flotilla/run1/t1\n"),
+        );
         record(&commondir, "flotilla-run2-t1-a1", None);
         record(&commondir, "users-half", None);
         assert!(delete_branch(&repo, "flotilla/run1/t1").unwrap());

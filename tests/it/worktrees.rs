@@ -394,7 +394,7 @@ async fn git_reads_an_attempts_worktree_as_its_own_and_a_branch_checked_out_else
     );
     assert!(records.contains(&"users".to_string()), "{records:?}");
     let dir = f.state.path().join(f.run.to_string()).join("t2-a1");
-    assert!(!dir.exists(), "no directory made: {}", dir.display());
+    assert!(!dir.exists(), "no directory left: {}", dir.display());
     assert!(
         f.state
             .path()
