@@ -97,18 +97,18 @@ pub(crate) fn delete_branch(repo: &git2::Repository, branch: &str) -> Result<boo
         }),
         Err(e) => Ok(Err(e)),
     };
+    // A kill's half-made records of the branch's run go first (the caller holds the
+    // repository's lock, inside which every record is made whole): libgit2 took one for
+    // the branch's checkout and kept a landed branch for good, and git's own commands
+    // still stumble on them. A readdir and a few stats. One that cannot go is said, not
+    // fatal: it holds nothing (`checked_out_in`).
+    if let Err(e) = remove_half_made_records(repo, branch) {
+        tracing::warn!(%branch, error = %e, "removing a kill's half-made worktree records");
+    }
     // With packed refs, on a handle of its own: the caller's may be kept between calls
     // (`handles`), and after a deletion failed on `packed-refs.lock` libgit2's cache of
     // packed refs on that handle no longer matches the file (a later deletion there
     // returned success and deleted nothing).
-    // A kill's half-made records of the branch's run go first (the caller holds the
-    // repository's lock, inside which every record is made whole): libgit2 took one for
-    // the branch's checkout and kept a landed branch for good, and git's own commands
-    // still stumble on them. A readdir and a few stats.
-    // One that cannot go is said, not fatal: it holds nothing (`checked_out_in`).
-    if let Err(e) = half_made_records_removed(repo, branch) {
-        tracing::warn!(%branch, error = %e, "removing a kill's half-made worktree records");
-    }
     let opened;
     let repo = if repo.commondir().join("packed-refs").exists() {
         opened = git2::Repository::open(repo.path()).map_err(git)?;
@@ -240,15 +240,15 @@ pub(crate) fn checked_out_in(
 }
 
 /// Removes the half-made worktree records of the run a task branch `flotilla/<run>/…`
-/// belongs to; whether there was any. The caller holds the repository's lock.
-fn half_made_records_removed(repo: &git2::Repository, branch: &str) -> Result<bool, RepoError> {
-    let Some((run, _)) = branch
+/// belongs to. The caller holds the repository's lock.
+fn remove_half_made_records(repo: &git2::Repository, branch: &str) -> Result<(), RepoError> {
+    if let Some((run, _)) = branch
         .strip_prefix("flotilla/")
         .and_then(|rest| rest.split_once('/'))
-    else {
-        return Ok(false);
-    };
-    Ok(leftovers::remove_incomplete_records(repo, &format!("flotilla-{run}-"))? > 0)
+    {
+        leftovers::remove_incomplete_records(repo, &format!("flotilla-{run}-"))?;
+    }
+    Ok(())
 }
 
 /// The commit local branch `branch` points at; `None` when there is no such branch.

@@ -344,7 +344,7 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         }
         std::fs::create_dir_all(&place.root).map_err(|e| io("cannot create", &place.root, e))?;
         add_record(&repo, &name, &path, &request.branch).inspect_err(|_| {
-            // libgit2 leaves what it made before the failure (its record, half made).
+            // What was made before the failure (the record, half made) goes.
             let _ = prune(&repo, &name, &path);
         })
     })?;
@@ -401,12 +401,7 @@ fn add_record(
             "reference {refname} is already checked out in {holder}"
         )));
     }
-    let mkdir = |dir: &Path| {
-        std::fs::DirBuilder::new()
-            .mode(0o755)
-            .create(dir)
-            .map_err(|e| io("cannot create", dir, e))
-    };
+    let mkdir = |dir: &Path| std::fs::DirBuilder::new().mode(0o755).create(dir);
     // Each file in one write, as libgit2 writes them.
     let write_new = |file: &Path, parts: &[&[u8]]| {
         let written = std::fs::OpenOptions::new()
@@ -419,15 +414,15 @@ fn add_record(
     };
     let real = |p: &Path| std::fs::canonicalize(p).map_err(|e| io("cannot resolve", p, e));
     let records = repo.commondir().join("worktrees");
-    match std::fs::DirBuilder::new().mode(0o755).create(&records) {
+    match mkdir(&records) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
             return Err(io("cannot create", &records, e));
         }
         _ => {}
     }
     let record = records.join(name);
-    mkdir(&record)?;
-    mkdir(path)?;
+    mkdir(&record).map_err(|e| io("cannot create", &record, e))?;
+    mkdir(path).map_err(|e| io("cannot create", path, e))?;
     let (record_real, path_real) = (real(&record)?, real(path)?);
     let common_real = real(repo.commondir())?;
     write_new(&record.join("locked"), &[])?;
