@@ -29,6 +29,7 @@ pub mod tree_delta;
 mod tree_read;
 pub mod walk_record;
 pub mod warm;
+pub mod watch;
 pub mod worktrees;
 
 use std::collections::HashMap;

@@ -11,7 +11,7 @@
 //! changed, no snapshot) makes the caller fall back to it. It must not know refs, the
 //! worktree records or the journal.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -24,6 +24,7 @@ use super::git;
 use super::snapshot::{Snapshot, is_dir, mtime_of, untouched};
 use super::tree_delta::{Update, changed_paths, with_updates};
 use super::walk_record::{Identity, WalkRecord};
+use super::watch::Changes;
 
 const GITLINK: u32 = 0o160000;
 
@@ -43,8 +44,8 @@ fn text(path: &[u8]) -> String {
 }
 
 /// What the workspace at `root` (the worktree `worktree`) holds, as a tree on top of
-/// `tip`, judged against the snapshot at `snap`. `Ok(None)`: the caller must take the
-/// whole add instead (see the module's comment).
+/// `tip`, judged against the snapshot at `snap`, by one walk of the whole workspace.
+/// `Ok(None)`: the caller must take the whole add instead (see the module's comment).
 pub fn seal_tree(
     worktree: &Repository,
     root: &Path,
@@ -52,99 +53,360 @@ pub fn seal_tree(
     tip: &git2::Tree<'_>,
     max_bytes: u64,
 ) -> Result<Option<Sealed>, RepoError> {
+    seal_tree_with(worktree, root, snap, tip, max_bytes, None)
+}
+
+/// Where the search stands on one of the snapshot's entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Not looked at: with events, nothing named it, so it is as the snapshot says.
+    Unchecked,
+    Found,
+    Gone,
+}
+
+/// What the search for changes found, whichever way it looked.
+struct Search<'a> {
+    snapshot: &'a Snapshot,
+    dirs: Vec<&'a [u8]>,
+    stamp: (i64, u32),
+    seen: Vec<Seen>,
+    /// Files whose stat is not the snapshot's.
+    candidates: Vec<(Vec<u8>, std::fs::Metadata)>,
+    /// Directories read whole (real ones only).
+    walked: HashSet<Vec<u8>>,
+    /// New directories git ignores, not read.
+    skipped_dirs: Vec<Vec<u8>>,
+    walk: WalkRecord,
+}
+
+impl Search<'_> {
+    fn mark(&mut self, path: &[u8], seen: Seen) {
+        if let Some(i) = self.snapshot.find(path) {
+            self.seen[i] = seen;
+        }
+    }
+
+    /// The snapshot's entries below the directory `dir`, by position.
+    fn below(&self, dir: &[u8]) -> std::ops::Range<usize> {
+        let mut prefix = dir.to_vec();
+        prefix.push(b'/');
+        let entries = &self.snapshot.entries;
+        let start = entries.partition_point(|e| e.path.as_slice() < prefix.as_slice());
+        let end = start + entries[start..].partition_point(|e| e.path.starts_with(&prefix));
+        start..end
+    }
+
+    /// `path` is not there (nor anything below it, if it was a directory).
+    fn gone(&mut self, path: &[u8]) {
+        self.mark(path, Seen::Gone);
+        for i in self.below(path) {
+            self.seen[i] = Seen::Gone;
+        }
+    }
+
+    /// Reads every directory of `stack` and all below it. False: only the whole add can
+    /// take what it met.
+    fn walk_from(
+        &mut self,
+        worktree: &Repository,
+        mut stack: Vec<(PathBuf, Vec<u8>)>,
+    ) -> Result<bool, RepoError> {
+        let recorded = &self.snapshot.entries;
+        while let Some((dir, rel)) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                return Ok(false);
+            };
+            for entry in entries {
+                let Ok(entry) = entry else {
+                    return Ok(false);
+                };
+                let name = entry.file_name();
+                if name == ".git" {
+                    if rel.is_empty() {
+                        continue;
+                    }
+                    // A nested repository: libgit2 adds it as a submodule, or refuses.
+                    return Ok(false);
+                }
+                let mut path = rel.clone();
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(name.as_bytes());
+                // Never followed: a link is judged as a link.
+                // Relative to the directory read: no walk of the whole path again.
+                let Ok(meta) = entry.metadata() else {
+                    return Ok(false);
+                };
+                if meta.is_dir() {
+                    if let Some(i) = self.snapshot.find(&path)
+                        && recorded[i].mode == GITLINK
+                    {
+                        self.seen[i] = Seen::Found;
+                        // A submodule's directory is never trusted: the reset makes it again.
+                        self.walk.remove.push(path);
+                        continue;
+                    }
+                    let in_tree = is_dir(&self.dirs, &path);
+                    // A new directory git ignores is not walked (as `add_all`), unless the
+                    // tip tracks something in it (then the whole add decides).
+                    if !in_tree
+                        && worktree
+                            .is_path_ignored(Path::new(OsStr::from_bytes(&path)))
+                            .map_err(git)?
+                    {
+                        self.walk.remove.push(path.clone());
+                        self.skipped_dirs.push(path);
+                        continue;
+                    }
+                    if !in_tree {
+                        // Not the tree's: it goes whole (what is in it is listed too).
+                        self.walk.remove.push(path.clone());
+                    } else if !plain_dir_mode(meta.mode()) {
+                        self.walk.modes.push(path.clone());
+                    }
+                    stack.push((entry.path(), path));
+                    continue;
+                }
+                if !meta.is_file() && !meta.file_type().is_symlink() {
+                    return Ok(false);
+                }
+                match self.snapshot.find(&path) {
+                    Some(i) => {
+                        self.seen[i] = Seen::Found;
+                        if !untouched(&recorded[i], &meta, self.stamp) {
+                            self.candidates.push((path, meta));
+                        }
+                    }
+                    None => self.candidates.push((path, meta)),
+                }
+            }
+            self.walked.insert(rel);
+        }
+        Ok(true)
+    }
+
+    /// Looks at the paths the workspace's watch named (ADR-052), and walks only the
+    /// directories made during the attempt. Reaches what [`Self::walk_from`] from the root
+    /// would, for a workspace whose every change an event named. False: only the whole add
+    /// can take what it met.
+    fn by_changes(
+        &mut self,
+        worktree: &Repository,
+        root: &Path,
+        changes: &Changes,
+    ) -> Result<bool, RepoError> {
+        let mut real_dirs: HashMap<Vec<u8>, bool> = HashMap::new();
+        let mut stack: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+        let mut walked_roots: Vec<Vec<u8>> = Vec::new();
+        for path in &changes.paths {
+            let path = path.as_slice();
+            if path.is_empty() || path == b".git" {
+                continue;
+            }
+            // Below a directory walked whole: the walk sees it.
+            if walked_roots
+                .iter()
+                .any(|d| path.starts_with(d) && path.get(d.len()) == Some(&b'/'))
+            {
+                continue;
+            }
+            let meta = match through_real_dirs(root, path, &mut real_dirs) {
+                Some(true) => match std::fs::symlink_metadata(root.join(OsStr::from_bytes(path))) {
+                    Ok(meta) => Some(meta),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(_) => return Ok(false),
+                },
+                // A directory above it is gone, or is a link or a file now (itself named).
+                Some(false) | None => None,
+            };
+            let is_git = path.split(|b| *b == b'/').any(|c| c == b".git");
+            let Some(meta) = meta else {
+                self.gone(path);
+                continue;
+            };
+            if is_git {
+                // A nested repository (or something named .git in it).
+                return Ok(false);
+            }
+            let entry = self.snapshot.find(path);
+            if entry.is_some_and(|i| self.snapshot.entries[i].mode == GITLINK) {
+                // Submodules are looked at below, each of them.
+                continue;
+            }
+            if meta.is_dir() {
+                if let Some(i) = entry {
+                    // A file of the snapshot is a directory now.
+                    self.seen[i] = Seen::Gone;
+                }
+                let in_tree = is_dir(&self.dirs, path);
+                if in_tree && !changes.new_dirs.contains(path) {
+                    // Watched since the reset: what changed in it was named on its own.
+                    if !plain_dir_mode(meta.mode()) {
+                        self.walk.modes.push(path.to_vec());
+                    }
+                    continue;
+                }
+                if !in_tree
+                    && worktree
+                        .is_path_ignored(Path::new(OsStr::from_bytes(path)))
+                        .map_err(git)?
+                {
+                    self.walk.remove.push(path.to_vec());
+                    self.skipped_dirs.push(path.to_vec());
+                    continue;
+                }
+                if !in_tree {
+                    self.walk.remove.push(path.to_vec());
+                } else if !plain_dir_mode(meta.mode()) {
+                    self.walk.modes.push(path.to_vec());
+                }
+                // Made during the attempt (perhaps where one of the tree's was): nothing
+                // watched what went into it.
+                walked_roots.push(path.to_vec());
+                stack.push((root.join(OsStr::from_bytes(path)), path.to_vec()));
+                continue;
+            }
+            if !meta.is_file() && !meta.file_type().is_symlink() {
+                return Ok(false);
+            }
+            if is_dir(&self.dirs, path) {
+                // A directory of the snapshot is a file or a link now.
+                for i in self.below(path) {
+                    self.seen[i] = Seen::Gone;
+                }
+            }
+            match entry {
+                Some(i) => {
+                    self.seen[i] = Seen::Found;
+                    if !untouched(&self.snapshot.entries[i], &meta, self.stamp) {
+                        self.candidates.push((path.to_vec(), meta));
+                    }
+                }
+                None => self.candidates.push((path.to_vec(), meta)),
+            }
+        }
+        if !self.walk_from(worktree, stack)? {
+            return Ok(false);
+        }
+        // What a directory walked whole did not hold is gone.
+        for dir in &walked_roots {
+            for i in self.below(dir) {
+                if self.seen[i] == Seen::Unchecked {
+                    self.seen[i] = Seen::Gone;
+                }
+            }
+        }
+        // Every submodule's directory, named or not, as the walk meets each: never trusted.
+        for i in 0..self.snapshot.entries.len() {
+            let entry = &self.snapshot.entries[i];
+            if entry.mode != GITLINK || self.seen[i] != Seen::Unchecked {
+                continue;
+            }
+            let path = entry.path.clone();
+            let there = through_real_dirs(root, &path, &mut real_dirs) == Some(true)
+                && std::fs::symlink_metadata(root.join(OsStr::from_bytes(&path)))
+                    .is_ok_and(|m| m.is_dir());
+            if !there {
+                return Ok(false);
+            }
+            self.seen[i] = Seen::Found;
+            self.walk.remove.push(path);
+        }
+        Ok(true)
+    }
+}
+
+/// Whether every directory above `rel` under `root` is a real one: `Some(true)`;
+/// `Some(false)` when one is not there; None when one is a link or a file. `known`
+/// keeps what was found of each.
+fn through_real_dirs(root: &Path, rel: &[u8], known: &mut HashMap<Vec<u8>, bool>) -> Option<bool> {
+    for (i, byte) in rel.iter().enumerate() {
+        if *byte != b'/' {
+            continue;
+        }
+        let dir = &rel[..i];
+        let real = match known.get(dir) {
+            Some(real) => *real,
+            None => {
+                let real = match std::fs::symlink_metadata(root.join(OsStr::from_bytes(dir))) {
+                    Ok(meta) if meta.is_dir() => true,
+                    Ok(_) => return None,
+                    Err(_) => false,
+                };
+                known.insert(dir.to_vec(), real);
+                real
+            }
+        };
+        if !real {
+            return Some(false);
+        }
+    }
+    Some(true)
+}
+
+/// [`seal_tree`], from the paths a watch named (`changes`, ADR-052) instead of a walk of
+/// every file when there are some.
+pub fn seal_tree_with(
+    worktree: &Repository,
+    root: &Path,
+    snap: &Path,
+    tip: &git2::Tree<'_>,
+    max_bytes: u64,
+    changes: Option<&Changes>,
+) -> Result<Option<Sealed>, RepoError> {
     let (Ok(snapshot), Ok(stamp)) = (Snapshot::read(snap), mtime_of(snap)) else {
         return Ok(None);
     };
     let (Ok(snapshot_id), Ok(root_id)) = (Identity::of(snap), Identity::of(root)) else {
         return Ok(None);
     };
-    let mut walk = WalkRecord {
-        snapshot: snapshot_id,
-        root: root_id,
-        ..WalkRecord::default()
+    let mut search = Search {
+        snapshot: &snapshot,
+        dirs: snapshot.dirs(),
+        stamp,
+        seen: vec![Seen::Unchecked; snapshot.entries.len()],
+        candidates: Vec::new(),
+        walked: HashSet::new(),
+        skipped_dirs: Vec::new(),
+        walk: WalkRecord {
+            snapshot: snapshot_id,
+            root: root_id,
+            ..WalkRecord::default()
+        },
     };
-    let recorded = &snapshot.entries;
-    let dirs = snapshot.dirs();
-    // Which of the snapshot's entries the walk found (a directory for a submodule).
-    let mut found = vec![false; recorded.len()];
-    // Files whose stat is not the snapshot's, and directories walked (real ones only).
-    let mut candidates: Vec<(Vec<u8>, std::fs::Metadata)> = Vec::new();
-    let mut walked: HashSet<Vec<u8>> = HashSet::new();
-    let mut skipped_dirs: Vec<Vec<u8>> = Vec::new();
-    let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(root.to_path_buf(), Vec::new())];
-    while let Some((dir, rel)) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Ok(None);
-        };
-        for entry in entries {
-            let Ok(entry) = entry else {
-                return Ok(None);
-            };
-            let name = entry.file_name();
-            if name == ".git" {
-                if rel.is_empty() {
-                    continue;
-                }
-                // A nested repository: libgit2 adds it as a submodule, or refuses.
-                return Ok(None);
-            }
-            let mut path = rel.clone();
-            if !path.is_empty() {
-                path.push(b'/');
-            }
-            path.extend_from_slice(name.as_bytes());
-            // Never followed: a link is judged as a link.
-            // Relative to the directory read: no walk of the whole path again.
-            let Ok(meta) = entry.metadata() else {
-                return Ok(None);
-            };
-            if meta.is_dir() {
-                if let Some(i) = snapshot.find(&path)
-                    && recorded[i].mode == GITLINK
-                {
-                    found[i] = true;
-                    // A submodule's directory is never trusted: the reset makes it again.
-                    walk.remove.push(path);
-                    continue;
-                }
-                let in_tree = is_dir(&dirs, &path);
-                // A new directory git ignores is not walked (as `add_all`), unless the tip
-                // tracks something in it (then the whole add decides).
-                if !in_tree
-                    && worktree
-                        .is_path_ignored(Path::new(OsStr::from_bytes(&path)))
-                        .map_err(git)?
-                {
-                    walk.remove.push(path.clone());
-                    skipped_dirs.push(path);
-                    continue;
-                }
-                if !in_tree {
-                    // Not the tree's: it goes whole (what is in it is listed too).
-                    walk.remove.push(path.clone());
-                } else if !plain_dir_mode(meta.mode()) {
-                    walk.modes.push(path.clone());
-                }
-                stack.push((entry.path(), path));
-                continue;
-            }
-            if !meta.is_file() && !meta.file_type().is_symlink() {
-                return Ok(None);
-            }
-            match snapshot.find(&path) {
-                Some(i) => {
-                    found[i] = true;
-                    if !untouched(&recorded[i], &meta, stamp) {
-                        candidates.push((path, meta));
-                    }
-                }
-                None => candidates.push((path, meta)),
+    let complete = match changes {
+        Some(changes) => search.by_changes(worktree, root, changes)?,
+        None => search.walk_from(worktree, vec![(root.to_path_buf(), Vec::new())])?,
+    };
+    if !complete {
+        return Ok(None);
+    }
+    if changes.is_none() {
+        // Every real directory was read: what was not found is gone.
+        for seen in &mut search.seen {
+            if *seen == Seen::Unchecked {
+                *seen = Seen::Gone;
             }
         }
-        walked.insert(rel);
     }
+    let Search {
+        seen,
+        candidates,
+        walked,
+        skipped_dirs,
+        mut walk,
+        ..
+    } = search;
+    let recorded = &snapshot.entries;
     // What is still wanted was not found: deleted (a submodule's directory gone: fall back).
-    let missing = || recorded.iter().zip(&found).filter(|(_, found)| !**found);
+    let missing = || {
+        recorded
+            .iter()
+            .zip(&seen)
+            .filter(|(_, seen)| **seen == Seen::Gone)
+    };
     if missing().any(|(e, _)| e.mode == GITLINK) {
         return Ok(None);
     }
@@ -219,7 +481,13 @@ pub fn seal_tree(
                     Some(slash) => path[..slash].to_vec(),
                     None => Vec::new(),
                 };
-                let there = walked.contains(&parent)
+                // With events, only the directories made during the attempt were read:
+                // look at the path itself, through real directories only.
+                let parent_real = match changes {
+                    None => walked.contains(&parent),
+                    Some(_) => through_real_dirs(root, &path, &mut HashMap::new()) == Some(true),
+                };
+                let there = parent_real
                     && std::fs::symlink_metadata(root.join(OsStr::from_bytes(&path))).is_ok();
                 if there {
                     // An entry the walk saw as new and left out (ignored, too large): the

@@ -1070,3 +1070,172 @@ async fn under_bwrap_a_stopped_commands_processes_have_ended_when_its_run_return
         "every process of the namespace ended before the run returned"
     );
 }
+
+/// A watch on every directory and file of `ws`'s workspace, as its snapshot lists them
+/// (ADR-052), with what was queued before discarded.
+fn watch_workspace(f: &Fixture, ws: &Workspace) -> flotilla::git::watch::WorkspaceWatch {
+    let snap = f.root.join(".snap").join(ws.path.file_name().unwrap());
+    let snapshot = flotilla::git::snapshot::Snapshot::read(&snap).unwrap();
+    let mut watch = flotilla::git::watch::WorkspaceWatch::new().unwrap();
+    watch.watch(&ws.path, b"", true);
+    for dir in snapshot.dirs() {
+        watch.watch(&ws.path, dir, true);
+    }
+    for entry in &snapshot.entries {
+        watch.watch(&ws.path, &entry.path, false);
+    }
+    assert!(watch.take().is_some(), "{:?}", watch.broken());
+    watch
+}
+
+/// The seal of `ws` twice: by the one walk, and from what `watch` named. Both must find the
+/// same tree, the same files left out, the same deletions and modes; the walk may list
+/// more to remove (files written in the snapshot's own tick, never trusted by a stat),
+/// never fewer, and each of those extra ones is exactly the snapshot's file.
+fn both_seals_agree(
+    f: &Fixture,
+    ws: &Workspace,
+    watch: &mut flotilla::git::watch::WorkspaceWatch,
+) -> bool {
+    use flotilla::git::seal_walk::{seal_tree, seal_tree_with};
+    use std::os::unix::ffi::OsStrExt;
+    let snap = f.root.join(".snap").join(ws.path.file_name().unwrap());
+    let worktree = git2::Repository::open(&ws.path).unwrap();
+    let tip = worktree.head().unwrap().peel_to_tree().unwrap();
+    let walked = seal_tree(&worktree, &ws.path, &snap, &tip, 1 << 20).unwrap();
+    let changes = watch.take();
+    let by_events = match &changes {
+        Some(changes) => {
+            seal_tree_with(&worktree, &ws.path, &snap, &tip, 1 << 20, Some(changes)).unwrap()
+        }
+        None => None,
+    };
+    let sorted = |mut v: Vec<Vec<u8>>| {
+        v.sort();
+        v.dedup();
+        v
+    };
+    match (walked, by_events) {
+        (Some(walked), Some(events)) => {
+            assert_eq!(walked.tree, events.tree, "the trees differ: {changes:?}");
+            assert_eq!(
+                sorted_strings(walked.too_large),
+                sorted_strings(events.too_large)
+            );
+            assert_eq!(
+                sorted_strings(walked.hard_links),
+                sorted_strings(events.hard_links)
+            );
+            assert_eq!(sorted(walked.walk.missing), sorted(events.walk.missing));
+            assert_eq!(sorted(walked.walk.modes), sorted(events.walk.modes));
+            let walk_remove = sorted(walked.walk.remove);
+            let event_remove = sorted(events.walk.remove);
+            for path in &event_remove {
+                assert!(
+                    walk_remove.contains(path),
+                    "only the events remove {}",
+                    String::from_utf8_lossy(path)
+                );
+            }
+            let snapshot = flotilla::git::snapshot::Snapshot::read(&snap).unwrap();
+            for path in walk_remove.iter().filter(|p| !event_remove.contains(p)) {
+                let i = snapshot.find(path).unwrap_or_else(|| {
+                    panic!("only the walk removes {}", String::from_utf8_lossy(path))
+                });
+                let on_disk =
+                    std::fs::read(ws.path.join(std::ffi::OsStr::from_bytes(path))).unwrap();
+                let id = git2::Oid::hash_object(git2::ObjectType::Blob, &on_disk).unwrap();
+                assert_eq!(
+                    id,
+                    snapshot.entries[i].id,
+                    "{}",
+                    String::from_utf8_lossy(path)
+                );
+            }
+            true
+        }
+        // The walk itself leaves it to the whole add: so must the events.
+        (None, events) => {
+            assert!(events.is_none(), "only the events took it");
+            false
+        }
+        (Some(_), None) => {
+            assert!(
+                changes.is_none(),
+                "the events left to the whole add what the walk took"
+            );
+            false
+        }
+    }
+}
+
+fn sorted_strings(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn the_seal_from_a_watchs_events_finds_what_the_walk_finds() {
+    let f = fixture();
+    // Each case: what an agent does in a fresh workspace, by a shell script.
+    let cases: &[(&str, &str)] = &[
+        ("an edit", "echo changed >> src/lib.rs"),
+        ("a mode", "chmod +x src/old.rs"),
+        ("deletions", "rm src/old.rs && rm -r docs"),
+        (
+            "new files",
+            "echo n > src/new.rs && mkdir -p a/b/c && echo d > a/b/c/deep.txt",
+        ),
+        (
+            "a hard link written through, then removed",
+            "mkdir side && ln src/lib.rs side/l && echo via-link >> side/l && rm -r side",
+        ),
+        ("a hard link kept", "ln tests/lib.rs tests/twin.rs"),
+        (
+            "a file made a link, a directory made a file",
+            "rm src/old.rs && ln -s lib.rs src/old.rs && rm -r docs && echo file > docs",
+        ),
+        (
+            "a directory removed and made again",
+            "rm -r many && mkdir many && echo again > many/f0001.txt",
+        ),
+        (
+            "ignored work",
+            "mkdir -p target/debug && echo bin > target/debug/x && echo junk > src/x.o",
+        ),
+        ("a rename", "mv src/old.rs src/renamed.rs"),
+        (
+            "the same size and an old mtime",
+            "printf 'ONE\\nTWO\\nTHREE\\n' > src/old.rs && touch -d 2001-01-01 src/old.rs",
+        ),
+        ("a directory's mode", "chmod 0777 docs/deep"),
+        ("a truncation", "truncate -s 0 tests/lib.rs"),
+        ("a directory moved", "mv docs documents"),
+        ("a nested repository", "mkdir sub && git -C sub init -q"),
+        (
+            "a write through a mapping",
+            "python3 -c \"import mmap;f=open('src/lib.rs','r+b');m=mmap.mmap(f.fileno(),0);m[0:3]=b'PUB';m.close();f.close()\"",
+        ),
+    ];
+    for (i, (case, script)) in cases.iter().enumerate() {
+        let ws = f.prepare(&format!("t{}", i + 1)).await;
+        let mut watch = watch_workspace(&f, &ws);
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&ws.path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{case}: {out:?}");
+        let taken = both_seals_agree(&f, &ws, &mut watch);
+        eprintln!(
+            "{case}: {}",
+            if taken {
+                "sealed by both"
+            } else {
+                "left to the whole add or the walk"
+            }
+        );
+        f.release(&ws).await;
+    }
+}

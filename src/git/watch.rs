@@ -1,0 +1,331 @@
+//! A workspace followed by inotify (ADR-052): a watch on every directory and every file, so
+//! that the seal learns from the events which paths an attempt touched instead of stating
+//! every file (`seal_walk`).
+//!
+//! A directory's watch names what is done to its entries by the name used; a file's own
+//! watch reports what is done to its inode through any name (a hard link, a mapping). So a
+//! path whose content or entries changed is always named, by its directory's watch or its
+//! own. What a watch cannot follow makes the watch **broken**, for good: a queue overflow,
+//! a directory moved (the paths of its watches are then wrong, for this attempt and every
+//! later one), a watch that could not be added (`ENOSPC`, `EEXIST`: one inode under two
+//! paths), the root's watch gone, an event of a watch it does not know, more events than
+//! [`MAX_EVENT_BYTES`]. A broken watch names nothing, and its caller walks.
+//!
+//! It reads events only when asked (non-blocking): the kernel queues them meanwhile, and a
+//! full queue is an overflow. It must not know snapshots, git or the actors.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsStr;
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::io::Errno;
+
+/// Events read in one attempt's life, at most (a build that reads the whole tree makes a
+/// few per file): past it the watch is broken rather than the daemon's memory spent.
+pub const MAX_EVENT_BYTES: usize = 64 << 20;
+
+/// What a directory's watch reports: its entries made, removed, renamed, written or
+/// changed in mode, and itself removed or renamed.
+fn dir_mask() -> WatchFlags {
+    WatchFlags::CREATE
+        | WatchFlags::DELETE
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::MOVED_TO
+        | WatchFlags::MODIFY
+        | WatchFlags::ATTRIB
+        | WatchFlags::CLOSE_WRITE
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::ONLYDIR
+        | WatchFlags::DONT_FOLLOW
+        | WatchFlags::MASK_CREATE
+}
+
+/// What a file's own watch reports, whatever name was used: written, changed in mode or
+/// links, opened (a write through a mapping reports no `MODIFY`, and its `CLOSE_WRITE` may
+/// come after the writer ended), renamed or removed.
+fn file_mask() -> WatchFlags {
+    WatchFlags::MODIFY
+        | WatchFlags::ATTRIB
+        | WatchFlags::CLOSE_WRITE
+        | WatchFlags::OPEN
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::DONT_FOLLOW
+        | WatchFlags::MASK_CREATE
+}
+
+/// The paths an attempt touched, relative to the workspace's root.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// Every path an event named (a file, a link, a directory; perhaps gone since).
+    pub paths: BTreeSet<Vec<u8>>,
+    /// Directories made while watched: nothing watched what went into them, so the seal
+    /// looks at them whole.
+    pub new_dirs: BTreeSet<Vec<u8>>,
+}
+
+/// One workspace's watches and what they reported since the last [`WorkspaceWatch::take`].
+#[derive(Debug)]
+pub struct WorkspaceWatch {
+    fd: OwnedFd,
+    /// Each watch's path relative to the root (empty for the root) and whether it is a
+    /// directory's.
+    watched: HashMap<i32, (Vec<u8>, bool)>,
+    root: Option<i32>,
+    broken: Option<&'static str>,
+    changes: Changes,
+    read: usize,
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = dir.to_vec();
+    if !path.is_empty() {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    path
+}
+
+impl WorkspaceWatch {
+    /// A watch with nothing watched yet; an error where inotify is unavailable (`EMFILE`:
+    /// `max_user_instances`).
+    pub fn new() -> std::io::Result<WorkspaceWatch> {
+        let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
+        Ok(WorkspaceWatch {
+            fd,
+            watched: HashMap::new(),
+            root: None,
+            broken: None,
+            changes: Changes::default(),
+            read: 0,
+        })
+    }
+
+    /// Why it names nothing, if it is broken.
+    pub fn broken(&self) -> Option<&'static str> {
+        self.broken
+    }
+
+    fn break_for(&mut self, why: &'static str) {
+        if self.broken.is_none() {
+            self.broken = Some(why);
+        }
+    }
+
+    /// Watches the directory or file `rel` under `root` (empty: the root itself, first).
+    /// Only for a tree nothing else writes into meanwhile (flotilla's own, between a reset
+    /// and the next command): the path's directories are followed as they are.
+    pub fn watch(&mut self, root: &Path, rel: &[u8], dir: bool) {
+        if self.broken.is_some() {
+            return;
+        }
+        let path = root.join(OsStr::from_bytes(rel));
+        let mask = if dir { dir_mask() } else { file_mask() };
+        match inotify::add_watch(&self.fd, &path, mask) {
+            Ok(wd) => {
+                if rel.is_empty() {
+                    self.root = Some(wd);
+                }
+                self.watched.insert(wd, (rel.to_vec(), dir));
+            }
+            // A directory watched already (the checkout made it on the way to a file).
+            Err(Errno::EXIST) if dir && self.watched.values().any(|(p, d)| *d && p == rel) => {}
+            Err(Errno::NOSPC) => self.break_for("the user's inotify watches are used up"),
+            Err(Errno::EXIST) => self.break_for("one inode under two paths"),
+            Err(_) => self.break_for("a path could not be watched"),
+        }
+    }
+
+    /// Reads what is queued. Never waits.
+    pub fn drain(&mut self) {
+        for (wd, flags, name) in self.queued() {
+            self.apply(wd, flags, name);
+        }
+    }
+
+    /// The events queued now, read out (at most [`MAX_EVENT_BYTES`] in a period).
+    fn queued(&mut self) -> Vec<(i32, ReadFlags, Option<Vec<u8>>)> {
+        let mut events = Vec::new();
+        let mut buf = vec![MaybeUninit::<u8>::uninit(); 64 << 10];
+        let mut reader = inotify::Reader::new(&self.fd, &mut buf);
+        let mut failed = None;
+        loop {
+            if self.read > MAX_EVENT_BYTES {
+                failed = Some("more events than an attempt may queue");
+                break;
+            }
+            match reader.next() {
+                Ok(event) => {
+                    let name = event.file_name().map(|n| n.to_bytes().to_vec());
+                    self.read += 16 + name.as_ref().map_or(0, |n| n.len() + 1);
+                    events.push((event.wd(), event.events(), name));
+                }
+                Err(Errno::AGAIN) => break,
+                Err(Errno::INTR) => continue,
+                Err(_) => {
+                    failed = Some("the events could not be read");
+                    break;
+                }
+            }
+        }
+        if let Some(why) = failed {
+            self.break_for(why);
+        }
+        events
+    }
+
+    fn apply(&mut self, wd: i32, flags: ReadFlags, name: Option<Vec<u8>>) {
+        if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+            self.break_for("the event queue overflowed");
+            return;
+        }
+        if flags.contains(ReadFlags::IGNORED) {
+            // The watch is gone (its inode removed, or its watch taken off).
+            if self.root == Some(wd) {
+                self.break_for("the root's watch is gone");
+            }
+            self.watched.remove(&wd);
+            return;
+        }
+        let Some((path, dir)) = self.watched.get(&wd).cloned() else {
+            self.break_for("an event of an unknown watch");
+            return;
+        };
+        match (dir, name) {
+            (true, Some(name)) => {
+                let child = join(&path, &name);
+                if flags.contains(ReadFlags::ISDIR)
+                    && flags.intersects(ReadFlags::MOVED_FROM | ReadFlags::MOVED_TO)
+                {
+                    self.break_for("a directory was moved");
+                } else if flags.contains(ReadFlags::ISDIR) && flags.contains(ReadFlags::CREATE) {
+                    self.changes.new_dirs.insert(child.clone());
+                }
+                self.changes.paths.insert(child);
+            }
+            (true, None) => {
+                if flags.contains(ReadFlags::MOVE_SELF) {
+                    // The root is renamed by flotilla alone (parking, claiming): the
+                    // sandbox binds it, so a command cannot rename it.
+                    if self.root != Some(wd) {
+                        self.break_for("a directory was moved");
+                    }
+                } else {
+                    self.changes.paths.insert(path);
+                }
+            }
+            (false, _) => {
+                if flags.contains(ReadFlags::MOVE_SELF) {
+                    // Its path is stale now: the renames are named by the directories'
+                    // watches, and the inode is not followed further under this path.
+                    let _ = inotify::remove_watch(&self.fd, wd);
+                }
+                self.changes.paths.insert(path);
+            }
+        }
+    }
+
+    /// What was reported since the last call, or None when the watch is broken (the caller
+    /// walks). Starts the next period empty.
+    pub fn take(&mut self) -> Option<Changes> {
+        self.drain();
+        let changes = std::mem::take(&mut self.changes);
+        self.read = 0;
+        match self.broken {
+            Some(_) => None,
+            None => Some(changes),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(changes: &Changes) -> Vec<String> {
+        changes
+            .paths
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect()
+    }
+
+    /// A tree `a/f`, `b/g`, watched whole, with what its own making reported discarded.
+    fn watched() -> (tempfile::TempDir, WorkspaceWatch) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::create_dir_all(root.join("b")).unwrap();
+        std::fs::write(root.join("a/f"), "f").unwrap();
+        std::fs::write(root.join("b/g"), "g").unwrap();
+        let mut watch = WorkspaceWatch::new().unwrap();
+        watch.watch(root, b"", true);
+        for (rel, dir) in [("a", true), ("b", true), ("a/f", false), ("b/g", false)] {
+            watch.watch(root, rel.as_bytes(), dir);
+        }
+        assert_eq!(watch.take(), Some(Changes::default()));
+        (dir, watch)
+    }
+
+    #[test]
+    fn a_write_through_a_hard_link_names_the_linked_file() {
+        let (dir, mut watch) = watched();
+        let root = dir.path();
+        std::fs::hard_link(root.join("a/f"), root.join("b/l")).unwrap();
+        std::fs::write(root.join("b/l"), "changed").unwrap();
+        std::fs::remove_file(root.join("b/l")).unwrap();
+        let changes = watch.take().unwrap();
+        assert!(paths(&changes).contains(&"a/f".to_string()), "{changes:?}");
+        assert!(paths(&changes).contains(&"b/l".to_string()), "{changes:?}");
+    }
+
+    #[test]
+    fn new_directories_are_listed_and_a_moved_directory_breaks_the_watch() {
+        let (dir, mut watch) = watched();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/new/deeper")).unwrap();
+        std::fs::write(root.join("a/new/deeper/x"), "x").unwrap();
+        let changes = watch.take().unwrap();
+        assert_eq!(paths(&changes), ["a/new"]);
+        assert_eq!(changes.new_dirs.len(), 1);
+        std::fs::rename(root.join("b"), root.join("c")).unwrap();
+        assert_eq!(watch.take(), None);
+        assert_eq!(watch.broken(), Some("a directory was moved"));
+        // Broken for good: later periods name nothing either.
+        std::fs::write(root.join("a/f"), "later").unwrap();
+        assert_eq!(watch.take(), None);
+    }
+
+    #[test]
+    fn a_mode_a_truncation_and_a_replaced_file_are_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, mut watch) = watched();
+        let root = dir.path();
+        std::fs::set_permissions(root.join("a/f"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(root.join("b/g"))
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        assert_eq!(paths(&watch.take().unwrap()), ["a/f", "b/g"]);
+        std::fs::write(root.join("a/tmp"), "new").unwrap();
+        std::fs::rename(root.join("a/tmp"), root.join("a/f")).unwrap();
+        assert_eq!(paths(&watch.take().unwrap()), ["a/f", "a/tmp"]);
+    }
+
+    #[test]
+    fn the_roots_watch_gone_breaks_it_and_the_roots_rename_does_not() {
+        let (dir, mut watch) = watched();
+        let moved = dir.path().with_extension("moved");
+        std::fs::rename(dir.path(), &moved).unwrap();
+        assert_eq!(watch.take(), Some(Changes::default()));
+        std::fs::remove_dir_all(&moved).unwrap();
+        assert_eq!(watch.take(), None);
+    }
+}
