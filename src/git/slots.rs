@@ -21,17 +21,19 @@
 //! The snapshot and the pool live under the run's root, which an agent's sandbox hides
 //! (only the workspace is writable, ADR-015). It must not know the journal or the actors.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 use flotilla_actors::ports::RepoError;
 
 use super::seal_walk::plain_dir_mode;
 use super::snapshot::{Entry, Snapshot, Stat, is_dir, mtime_of, untouched, write_index};
 use super::walk_record::{Identity, WalkRecord};
+use super::watch::{Changes, WorkspaceWatch};
 use super::{git, io};
 
 /// The run root's directory of parked attempt directories.
@@ -108,6 +110,13 @@ pub fn materialize(
         .ok_or_else(|| RepoError::Git(format!("{} has no parent", snap.display())))?;
     std::fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
     record.write(&snap)?;
+    if made == Made::Fresh {
+        // Watched from now on, for the seals of this attempt and of those that reuse it.
+        forget_watch(path);
+        if let Some(watch) = watch_whole(path, &record) {
+            keep_watch(path, watch);
+        }
+    }
     Ok(made)
 }
 
@@ -188,11 +197,20 @@ fn reset(
     claimed: &Path,
     old: Snapshot,
     stamp: (i64, u32),
-    walk: Option<WalkRecord>,
+    mut walk: Option<WalkRecord>,
     path: &Path,
     open: &dyn Fn() -> Result<git2::Repository, RepoError>,
     started: &dyn Fn(),
 ) -> Result<Snapshot, RepoError> {
+    // The tree's watch (ADR-052), if it kept one: anything written since its last seal
+    // (a descriptor of the attempt closed late) means the seal's record is not the whole
+    // story, and the reset walks.
+    let mut watch = take_watch(&claimed.join("tree"));
+    if let Some(watch) = watch.as_mut()
+        && watch.wrote_since_seal() == Some(true)
+    {
+        walk = None;
+    }
     let dot_git = path.join(".git");
     let link = std::fs::read(&dot_git).map_err(|e| io("cannot read", &dot_git, e))?;
     std::fs::remove_dir_all(path).map_err(|e| io("cannot remove", path, e))?;
@@ -245,6 +263,7 @@ fn reset(
         .zip(kept)
         .filter_map(|(entry, kept)| kept.then_some(entry))
         .collect();
+    let written: Vec<Vec<u8>> = write.iter().map(|(rel, _, _)| rel.clone()).collect();
     if !write.is_empty() {
         // libgit2 writes them (its filters, modes, links, submodule directories): each is
         // missing on disk, so a checkout limited to these paths writes exactly them (an
@@ -282,10 +301,12 @@ fn reset(
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     write_index(&worktree.path().join("index"), &entries)?;
-    Ok(Snapshot {
+    let snapshot = Snapshot {
         tree: new_tree.id(),
         entries,
-    })
+    };
+    rewatch(path, watch, &written, &snapshot);
+    Ok(snapshot)
 }
 
 /// Removes the directories above `rel` that its removal left empty (a fresh checkout
@@ -449,6 +470,113 @@ fn keep_dir_mode(dir: &Path) -> Result<(), RepoError> {
     Ok(())
 }
 
+/// The daemon's watches of its workspaces (ADR-052), by the tree directory's device and
+/// inode, which the park's and claim's renames keep. A tree removed leaves its entry broken
+/// (its root's watch gone), and the oldest go past [`MAX_WATCHED_TREES`].
+fn watches() -> &'static Mutex<HashMap<(u64, u64), WorkspaceWatch>> {
+    static WATCHES: OnceLock<Mutex<HashMap<(u64, u64), WorkspaceWatch>>> = OnceLock::new();
+    WATCHES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Trees watched at once, at most: the live attempts and the parked ones, with room.
+const MAX_WATCHED_TREES: usize = 4 * MAX_PARKED;
+
+fn tree_key(path: &Path) -> Option<(u64, u64)> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    meta.is_dir().then(|| (meta.dev(), meta.ino()))
+}
+
+/// Takes the watch of the tree at `path` out of the registry, if it has one.
+fn take_watch(path: &Path) -> Option<WorkspaceWatch> {
+    let key = tree_key(path)?;
+    watches().lock().ok()?.remove(&key)
+}
+
+/// Keeps `watch` for the tree at `path` (a broken one is dropped).
+fn keep_watch(path: &Path, watch: WorkspaceWatch) {
+    let (Some(key), Ok(mut all)) = (tree_key(path), watches().lock()) else {
+        return;
+    };
+    if watch.broken().is_some() {
+        return;
+    }
+    if all.len() >= MAX_WATCHED_TREES {
+        // Broken ones first (their trees are gone), then any: the cost is one walk.
+        let victim = all
+            .iter_mut()
+            .find_map(|(key, w)| w.wrote_since_seal().is_none().then_some(*key))
+            .or_else(|| all.keys().next().copied());
+        if let Some(victim) = victim {
+            all.remove(&victim);
+        }
+    }
+    all.insert(key, watch);
+}
+
+/// Drops the watch of the tree at `path` (it is being removed).
+pub fn forget_watch(path: &Path) {
+    drop(take_watch(path));
+}
+
+/// What the watch of the workspace at `path` reported since its reset, for the seal
+/// (ADR-052); None when it has no watch or its watch broke (the seal walks).
+pub fn changes_for_seal(path: &Path) -> Option<Changes> {
+    // Out of the registry while its events are read: other workers' trees wait for none.
+    let mut watch = take_watch(path)?;
+    let changes = watch.seal_view();
+    keep_watch(path, watch);
+    changes
+}
+
+/// A watch on every directory and file of the tree at `path`, which holds exactly
+/// `snapshot` (flotilla's checkout, before any command ran). None where inotify cannot.
+fn watch_whole(path: &Path, snapshot: &Snapshot) -> Option<WorkspaceWatch> {
+    let mut watch = WorkspaceWatch::new().ok()?;
+    watch.watch(path, b"", true);
+    for dir in snapshot.dirs() {
+        watch.watch(path, dir, true);
+    }
+    for entry in &snapshot.entries {
+        // A submodule's directory is made again by every reset, never trusted.
+        if entry.mode != 0o160000 {
+            watch.watch(path, &entry.path, false);
+        }
+    }
+    watch.restart().then_some(watch)
+}
+
+/// After a reset that wrote `written` into the tree at `path`: the watch of the tree (if
+/// it had one and it held) follows the new files and the directories made for them, and
+/// starts the attempt's period; else the whole tree is watched anew.
+fn rewatch(path: &Path, watch: Option<WorkspaceWatch>, written: &[Vec<u8>], snapshot: &Snapshot) {
+    let watch = match watch {
+        Some(mut watch) if watch.broken().is_none() => {
+            // The reset's removals first: a directory it removed and the checkout made
+            // again is a new inode, to be watched anew.
+            watch.drain();
+            for rel in written {
+                let mut end = 0;
+                while let Some(slash) = rel[end..].iter().position(|b| *b == b'/') {
+                    end += slash;
+                    watch.watch(path, &rel[..end], true);
+                    end += 1;
+                }
+                if snapshot
+                    .find(rel)
+                    .is_some_and(|i| snapshot.entries[i].mode != 0o160000)
+                {
+                    watch.watch(path, rel, false);
+                }
+            }
+            watch.restart().then_some(watch)
+        }
+        _ => None,
+    };
+    if let Some(watch) = watch.or_else(|| watch_whole(path, snapshot)) {
+        keep_watch(path, watch);
+    }
+}
+
 /// The record of a fresh checkout: what the worktree's index (libgit2's, just written)
 /// lists, with each file's stat read now.
 fn snapshot_of_checkout(worktree: &git2::Repository, path: &Path) -> Result<Snapshot, RepoError> {
@@ -516,6 +644,7 @@ pub fn discard(root: &Path, path: &Path) -> Result<(), RepoError> {
         // Gone once empty (an error only means another directory's snapshot is in it).
         let _ = std::fs::remove_dir(&snaps);
     }
+    forget_watch(path);
     remove_workspace(path)
 }
 

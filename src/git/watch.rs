@@ -69,16 +69,32 @@ pub struct Changes {
     pub new_dirs: BTreeSet<Vec<u8>>,
 }
 
-/// One workspace's watches and what they reported since the last [`WorkspaceWatch::take`].
+impl Changes {
+    fn add(&mut self, other: &Changes) {
+        self.paths.extend(other.paths.iter().cloned());
+        self.new_dirs.extend(other.new_dirs.iter().cloned());
+    }
+}
+
+/// One workspace's watches and what they reported: since the last [`WorkspaceWatch::restart`]
+/// (a reset's own writes are behind it), and since the last [`WorkspaceWatch::seal_view`].
 #[derive(Debug)]
 pub struct WorkspaceWatch {
     fd: OwnedFd,
     /// Each watch's path relative to the root (empty for the root) and whether it is a
     /// directory's.
     watched: HashMap<i32, (Vec<u8>, bool)>,
+    /// The directories watched, by path.
+    dirs: std::collections::HashSet<Vec<u8>>,
     root: Option<i32>,
     broken: Option<&'static str>,
+    /// Since the last restart, up to the last seal's view.
+    sealed: Changes,
+    /// Since the last seal's view (or restart).
     changes: Changes,
+    /// Whether anything but an opening was reported since the last seal's view (the
+    /// seal's own reads open files).
+    wrote: bool,
     read: usize,
 }
 
@@ -99,9 +115,12 @@ impl WorkspaceWatch {
         Ok(WorkspaceWatch {
             fd,
             watched: HashMap::new(),
+            dirs: std::collections::HashSet::new(),
             root: None,
             broken: None,
+            sealed: Changes::default(),
             changes: Changes::default(),
+            wrote: false,
             read: 0,
         })
     }
@@ -121,7 +140,7 @@ impl WorkspaceWatch {
     /// Only for a tree nothing else writes into meanwhile (flotilla's own, between a reset
     /// and the next command): the path's directories are followed as they are.
     pub fn watch(&mut self, root: &Path, rel: &[u8], dir: bool) {
-        if self.broken.is_some() {
+        if self.broken.is_some() || (dir && self.dirs.contains(rel)) {
             return;
         }
         let path = root.join(OsStr::from_bytes(rel));
@@ -131,10 +150,11 @@ impl WorkspaceWatch {
                 if rel.is_empty() {
                     self.root = Some(wd);
                 }
+                if dir {
+                    self.dirs.insert(rel.to_vec());
+                }
                 self.watched.insert(wd, (rel.to_vec(), dir));
             }
-            // A directory watched already (the checkout made it on the way to a file).
-            Err(Errno::EXIST) if dir && self.watched.values().any(|(p, d)| *d && p == rel) => {}
             Err(Errno::NOSPC) => self.break_for("the user's inotify watches are used up"),
             Err(Errno::EXIST) => self.break_for("one inode under two paths"),
             Err(_) => self.break_for("a path could not be watched"),
@@ -189,13 +209,21 @@ impl WorkspaceWatch {
             if self.root == Some(wd) {
                 self.break_for("the root's watch is gone");
             }
-            self.watched.remove(&wd);
+            if let Some((path, true)) = self.watched.remove(&wd) {
+                self.dirs.remove(&path);
+            }
             return;
         }
         let Some((path, dir)) = self.watched.get(&wd).cloned() else {
             self.break_for("an event of an unknown watch");
             return;
         };
+        // The root's `.git` file is flotilla's to write (each reset): never the agent's
+        // work, and never taken from disk by the seal.
+        let root_git = dir && path.is_empty() && name.as_deref() == Some(b".git".as_slice());
+        if !root_git && (flags - ReadFlags::OPEN - ReadFlags::ISDIR) != ReadFlags::empty() {
+            self.wrote = true;
+        }
         match (dir, name) {
             (true, Some(name)) => {
                 let child = join(&path, &name);
@@ -230,16 +258,47 @@ impl WorkspaceWatch {
         }
     }
 
-    /// What was reported since the last call, or None when the watch is broken (the caller
-    /// walks). Starts the next period empty.
-    pub fn take(&mut self) -> Option<Changes> {
+    /// Everything reported since the last restart, for a seal, or None when the watch is
+    /// broken (the caller walks). What comes after is told apart ([`Self::wrote_since_seal`]).
+    pub fn seal_view(&mut self) -> Option<Changes> {
         self.drain();
-        let changes = std::mem::take(&mut self.changes);
-        self.read = 0;
+        let since = std::mem::take(&mut self.changes);
+        self.sealed.add(&since);
+        self.wrote = false;
         match self.broken {
             Some(_) => None,
-            None => Some(changes),
+            None => Some(self.sealed.clone()),
         }
+    }
+
+    /// Whether anything was written since the last seal's view (a late event of the
+    /// attempt: a descriptor closed after its process ended), or None when the watch is
+    /// broken and cannot say.
+    pub fn wrote_since_seal(&mut self) -> Option<bool> {
+        self.drain();
+        match self.broken {
+            Some(_) => None,
+            None => Some(self.wrote),
+        }
+    }
+
+    /// Starts a new attempt's period: what was reported so far (a reset's own writes) is
+    /// dropped. False when the watch is broken.
+    pub fn restart(&mut self) -> bool {
+        self.drain();
+        self.sealed = Changes::default();
+        self.changes = Changes::default();
+        self.wrote = false;
+        self.read = 0;
+        self.broken.is_none()
+    }
+
+    /// Everything reported since the last restart (a test's view), or None when broken;
+    /// then a restart.
+    pub fn take(&mut self) -> Option<Changes> {
+        let view = self.seal_view();
+        self.restart();
+        view
     }
 }
 

@@ -472,12 +472,20 @@ fn commit_leftovers(
         .join(super::slots::SNAP_DIR)
         .join(dir_name_of(&workspace.path));
     let tip_tree = tip.tree().map_err(git)?;
-    let (tree_id, mut too_large) = match super::seal_walk::seal_tree(
+    // What the workspace's watch named (ADR-052), where no process of a command outlives
+    // it: the events are then complete when the seal reads them. Else the one walk.
+    let changes = if place.trust_seals.is_some_and(|still| still()) {
+        super::slots::changes_for_seal(&workspace.path)
+    } else {
+        None
+    };
+    let (tree_id, mut too_large) = match super::seal_walk::seal_tree_with(
         worktree,
         &workspace.path,
         &snap,
         &tip_tree,
         MAX_COMMITTED_FILE_BYTES,
+        changes.as_ref(),
     )? {
         Some(sealed) => {
             // For the next reset, if nothing writes here before the release (ADR-046 a).

@@ -797,11 +797,13 @@ async fn a_record_that_may_not_be_the_directorys_state_is_never_trusted() {
     };
 
     // What the trust means, and why it needs all the rest: a sealed release under a
-    // sandbox that ends every process parks the record, and the reset does not walk (a
-    // write nothing in flotilla lets happen after a seal goes unseen).
+    // sandbox that ends every process parks the record, and without a watch of the tree
+    // (a daemon restarted since its reset) the reset does not walk (a write nothing in
+    // flotilla lets happen after a seal goes unseen).
     let f = fixture_with(true);
     let ws = f.prepare("t1").await;
     f.seal(&ws).await;
+    flotilla::git::slots::forget_watch(&ws.path);
     late(&ws);
     f.release_sealed(&ws).await;
     assert!(f.parked_walk(&ws).is_some());
@@ -811,6 +813,16 @@ async fn a_record_that_may_not_be_the_directorys_state_is_never_trusted() {
         "the trusted reset did not walk"
     );
     f.release(&next).await;
+
+    // With the tree's watch (ADR-052), the same late write is seen, and the reset walks.
+    let f = fixture_with(true);
+    let ws = f.prepare("t1").await;
+    f.seal(&ws).await;
+    late(&ws);
+    f.release_sealed(&ws).await;
+    assert!(f.parked_walk(&ws).is_some());
+    let next = f.prepare("t2").await;
+    check(&f, &next, "a write after the seal, which the watch saw");
 
     // The Worker ran something after the seal: a plain release.
     let f = fixture_with(true);
@@ -1238,4 +1250,63 @@ async fn the_seal_from_a_watchs_events_finds_what_the_walk_finds() {
         );
         f.release(&ws).await;
     }
+}
+
+/// Through the worker's own calls, under a sandbox that ends every process (ADR-052): the
+/// seal takes the watch's events, commits what the agent did (a file changed through a
+/// hard link since removed included), and the reused directory the next attempt gets is
+/// exactly main's, by the record that seal wrote.
+#[tokio::test]
+async fn a_seal_by_events_commits_the_agents_work_and_the_next_reset_undoes_it() {
+    let f = fixture_with(true);
+    let first = f.prepare("t1").await;
+    f.release_sealed(&first).await;
+    // Reused and watched: its watch followed the reset.
+    let ws = f.prepare("t2").await;
+    let script = "mkdir side && ln src/lib.rs side/l && echo via-link >> side/l && rm -r side \
+                  && echo new > src/new.rs && rm -r docs && mkdir -p a/b && echo d > a/b/c.txt";
+    let out = std::process::Command::new("sh")
+        .args(["-c", script])
+        .current_dir(&ws.path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let named = flotilla::git::slots::changes_for_seal(&ws.path).expect("the tree is watched");
+    let named: Vec<String> = named
+        .paths
+        .iter()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    for path in ["src/lib.rs", "src/new.rs", "docs", "a"] {
+        assert!(named.contains(&path.to_string()), "{path} in {named:?}");
+    }
+    assert!(
+        !named.iter().any(|p| p.starts_with("many/")),
+        "only what changed is named: {named:?}"
+    );
+    let work = f
+        .worktrees
+        .seal(ws.clone(), "t2: the work".into())
+        .await
+        .unwrap();
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    let tree = git
+        .find_commit(git2::Oid::from_str(&work.head).unwrap())
+        .unwrap()
+        .tree()
+        .unwrap();
+    // git's own add of everything makes the very same tree.
+    git_cli(&ws.path, &["add", "-A"]);
+    assert_eq!(
+        git_cli(&ws.path, &["write-tree"]).trim(),
+        tree.id().to_string()
+    );
+    let lib = tree.get_path(Path::new("src/lib.rs")).unwrap();
+    let lib = git.find_blob(lib.id()).unwrap();
+    assert!(String::from_utf8_lossy(lib.content()).ends_with("via-link\n"));
+    assert!(tree.get_path(Path::new("docs/deep/notes.md")).is_err());
+    f.release_sealed(&ws).await;
+    assert!(f.parked_walk(&ws).is_some());
+    let next = f.prepare("t3").await;
+    assert_exactly_main(&f, &next);
 }
