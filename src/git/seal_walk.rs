@@ -197,7 +197,7 @@ impl Search<'_> {
         root: &Path,
         changes: &Changes,
     ) -> Result<bool, RepoError> {
-        let mut real_dirs: HashMap<Vec<u8>, bool> = HashMap::new();
+        let mut real_dirs: HashMap<Vec<u8>, Above> = HashMap::new();
         let mut stack: Vec<(PathBuf, Vec<u8>)> = Vec::new();
         let mut walked_roots: Vec<Vec<u8>> = Vec::new();
         for path in &changes.paths {
@@ -213,13 +213,16 @@ impl Search<'_> {
                 continue;
             }
             let meta = match through_real_dirs(root, path, &mut real_dirs) {
-                Some(true) => match std::fs::symlink_metadata(root.join(OsStr::from_bytes(path))) {
-                    Ok(meta) => Some(meta),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                    Err(_) => return Ok(false),
-                },
+                Above::Dirs => {
+                    match std::fs::symlink_metadata(root.join(OsStr::from_bytes(path))) {
+                        Ok(meta) => Some(meta),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                        Err(_) => return Ok(false),
+                    }
+                }
                 // A directory above it is gone, or is a link or a file now (itself named).
-                Some(false) | None => None,
+                Above::Gone | Above::NotDir => None,
+                Above::Unreadable => return Ok(false),
             };
             let is_git = path.split(|b| *b == b'/').any(|c| c == b".git");
             let Some(meta) = meta else {
@@ -236,6 +239,10 @@ impl Search<'_> {
                 continue;
             }
             if meta.is_dir() {
+                if !searchable(&root.join(OsStr::from_bytes(path))) {
+                    // The walk could not read it either.
+                    return Ok(false);
+                }
                 if let Some(i) = entry {
                     // A file of the snapshot is a directory now.
                     self.seen[i] = Seen::Gone;
@@ -305,7 +312,7 @@ impl Search<'_> {
                 continue;
             }
             let path = entry.path.clone();
-            let there = through_real_dirs(root, &path, &mut real_dirs) == Some(true)
+            let there = through_real_dirs(root, &path, &mut real_dirs) == Above::Dirs
                 && std::fs::symlink_metadata(root.join(OsStr::from_bytes(&path)))
                     .is_ok_and(|m| m.is_dir());
             if !there {
@@ -318,32 +325,54 @@ impl Search<'_> {
     }
 }
 
-/// Whether every directory above `rel` under `root` is a real one: `Some(true)`;
-/// `Some(false)` when one is not there; None when one is a link or a file. `known`
-/// keeps what was found of each.
-fn through_real_dirs(root: &Path, rel: &[u8], known: &mut HashMap<Vec<u8>, bool>) -> Option<bool> {
+/// What is above a path: every directory a real, searchable one ([`Above::Dirs`]), one not
+/// there ([`Above::Gone`]), one a link or a file ([`Above::NotDir`]), or one that cannot be
+/// looked into ([`Above::Unreadable`]: only the whole add decides, as for the walk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Above {
+    Dirs,
+    Gone,
+    NotDir,
+    Unreadable,
+}
+
+/// Whether a directory can be listed and looked into (the walk's `read_dir` needs both).
+fn searchable(dir: &Path) -> bool {
+    rustix::fs::access(
+        dir,
+        rustix::fs::Access::READ_OK | rustix::fs::Access::EXEC_OK,
+    )
+    .is_ok()
+}
+
+/// What is above `rel` under `root` (see [`Above`]). `known` keeps what was found of each
+/// directory.
+fn through_real_dirs(root: &Path, rel: &[u8], known: &mut HashMap<Vec<u8>, Above>) -> Above {
     for (i, byte) in rel.iter().enumerate() {
         if *byte != b'/' {
             continue;
         }
         let dir = &rel[..i];
-        let real = match known.get(dir) {
-            Some(real) => *real,
+        let above = match known.get(dir) {
+            Some(above) => *above,
             None => {
-                let real = match std::fs::symlink_metadata(root.join(OsStr::from_bytes(dir))) {
-                    Ok(meta) if meta.is_dir() => true,
-                    Ok(_) => return None,
-                    Err(_) => false,
+                let abs = root.join(OsStr::from_bytes(dir));
+                let above = match std::fs::symlink_metadata(&abs) {
+                    Ok(meta) if meta.is_dir() && searchable(&abs) => Above::Dirs,
+                    Ok(meta) if meta.is_dir() => Above::Unreadable,
+                    Ok(_) => Above::NotDir,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Above::Gone,
+                    Err(_) => Above::Unreadable,
                 };
-                known.insert(dir.to_vec(), real);
-                real
+                known.insert(dir.to_vec(), above);
+                above
             }
         };
-        if !real {
-            return Some(false);
+        if above != Above::Dirs {
+            return above;
         }
     }
-    Some(true)
+    Above::Dirs
 }
 
 /// [`seal_tree`], from the paths a watch named (`changes`, ADR-052) instead of a walk of
@@ -485,10 +514,19 @@ pub fn seal_tree_with(
                 // look at the path itself, through real directories only.
                 let parent_real = match changes {
                     None => walked.contains(&parent),
-                    Some(_) => through_real_dirs(root, &path, &mut HashMap::new()) == Some(true),
+                    Some(_) => match through_real_dirs(root, &path, &mut HashMap::new()) {
+                        Above::Dirs => true,
+                        Above::Gone | Above::NotDir => false,
+                        Above::Unreadable => return Ok(None),
+                    },
                 };
                 let there = parent_real
-                    && std::fs::symlink_metadata(root.join(OsStr::from_bytes(&path))).is_ok();
+                    && match std::fs::symlink_metadata(root.join(OsStr::from_bytes(&path))) {
+                        Ok(_) => true,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                        // Not known to be gone: only the whole add decides.
+                        Err(_) => return Ok(None),
+                    };
                 if there {
                     // An entry the walk saw as new and left out (ignored, too large): the
                     // whole add decides what an ignored tracked file is.
