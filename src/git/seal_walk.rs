@@ -197,6 +197,10 @@ impl Search<'_> {
         root: &Path,
         changes: &Changes,
     ) -> Result<bool, RepoError> {
+        if changes.paths.contains(b"".as_slice()) && !searchable(root) {
+            // The root itself made unreadable: the walk could not read it either.
+            return Ok(false);
+        }
         let mut real_dirs: HashMap<Vec<u8>, Above> = HashMap::new();
         let mut stack: Vec<(PathBuf, Vec<u8>)> = Vec::new();
         let mut walked_roots: Vec<Vec<u8>> = Vec::new();

@@ -63,12 +63,14 @@ pub enum Made {
 /// wrote) hold exactly its HEAD's tree, from a parked directory of the run at `root` when
 /// there is one; then writes the snapshot a later park needs. `open` opens the worktree
 /// through the repository's records; `started` is called as the long part starts (the
-/// worker's unlocked checkout, ADR-041).
+/// worker's unlocked checkout, ADR-041). `watched`: the tree is watched for the seals
+/// (ADR-052), where they may use the events (the run's sandbox ends every process).
 pub fn materialize(
     root: &Path,
     path: &Path,
     open: &dyn Fn() -> Result<git2::Repository, RepoError>,
     started: &dyn Fn(),
+    watched: bool,
 ) -> Result<Made, RepoError> {
     let dir_name = path
         .file_name()
@@ -79,10 +81,10 @@ pub fn materialize(
     forget_walk(root, path)?;
     let (made, record) = match claim(root, dir_name)? {
         Some(claimed) => {
-            let (claimed, old, stamp, walk) = claimed;
-            let reset = reset(&claimed, old, stamp, walk, path, open, started);
+            let claimed_dir = claimed.0.clone();
+            let reset = reset(claimed, path, open, started, watched);
             // What is left of the claim (its snapshot; the tree, if the reset failed early).
-            let _ = remove_tree(&claimed);
+            let _ = remove_tree(&claimed_dir);
             (Made::Reused, reset?)
         }
         None => {
@@ -110,7 +112,7 @@ pub fn materialize(
         .ok_or_else(|| RepoError::Git(format!("{} has no parent", snap.display())))?;
     std::fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
     record.write(&snap)?;
-    if made == Made::Fresh {
+    if made == Made::Fresh && watched {
         // Watched from now on, for the seals of this attempt and of those that reuse it.
         forget_watch(path);
         if let Some(watch) = watch_whole(path, &record) {
@@ -183,6 +185,7 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<Claimed>, RepoError> {
             let walk = parked_walk(&claimed);
             return Ok(Some((claimed, snapshot, stamp, walk)));
         }
+        forget_watch(&claimed.join("tree"));
         remove_tree(&claimed).map_err(|e| io("cannot remove", &claimed, e))?;
     }
     Ok(None)
@@ -194,20 +197,18 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<Claimed>, RepoError> {
 /// new start changes and those deleted are written, and the worktree's index and the
 /// record are made from what both already know.
 fn reset(
-    claimed: &Path,
-    old: Snapshot,
-    stamp: (i64, u32),
-    mut walk: Option<WalkRecord>,
+    (claimed, old, stamp, mut walk): Claimed,
     path: &Path,
     open: &dyn Fn() -> Result<git2::Repository, RepoError>,
     started: &dyn Fn(),
+    watched: bool,
 ) -> Result<Snapshot, RepoError> {
     // The tree's watch (ADR-052), if it kept one: anything written since its last seal
     // (a descriptor of the attempt closed late) means the seal's record is not the whole
     // story, and the reset walks.
     let mut watch = take_watch(&claimed.join("tree"));
     if let Some(watch) = watch.as_mut()
-        && watch.wrote_since_seal() == Some(true)
+        && watch.wrote_since_seal() != Some(false)
     {
         walk = None;
     }
@@ -305,7 +306,9 @@ fn reset(
         tree: new_tree.id(),
         entries,
     };
-    rewatch(path, watch, &written, &snapshot);
+    if watched {
+        rewatch(path, watch, &written, &snapshot);
+    }
     Ok(snapshot)
 }
 
@@ -471,15 +474,47 @@ fn keep_dir_mode(dir: &Path) -> Result<(), RepoError> {
 }
 
 /// The daemon's watches of its workspaces (ADR-052), by the tree directory's device and
-/// inode, which the park's and claim's renames keep. A tree removed leaves its entry broken
-/// (its root's watch gone), and the oldest go past [`MAX_WATCHED_TREES`].
-fn watches() -> &'static Mutex<HashMap<(u64, u64), WorkspaceWatch>> {
-    static WATCHES: OnceLock<Mutex<HashMap<(u64, u64), WorkspaceWatch>>> = OnceLock::new();
-    WATCHES.get_or_init(|| Mutex::new(HashMap::new()))
+/// inode, which the park's and claim's renames keep, each with when it was kept (the
+/// oldest go first past [`MAX_WATCHED_TREES`]). A tree removed without
+/// [`forget_watch`] leaves its entry broken (its root's watch gone) until it is evicted.
+struct Registry {
+    trees: HashMap<(u64, u64), (u64, WorkspaceWatch)>,
+    kept: u64,
+    /// Until when no new watch is made: the user's watches or instances ran out.
+    exhausted_until: Option<std::time::Instant>,
+}
+
+fn watches() -> &'static Mutex<Registry> {
+    static WATCHES: OnceLock<Mutex<Registry>> = OnceLock::new();
+    WATCHES.get_or_init(|| {
+        Mutex::new(Registry {
+            trees: HashMap::new(),
+            kept: 0,
+            exhausted_until: None,
+        })
+    })
 }
 
 /// Trees watched at once, at most: the live attempts and the parked ones, with room.
 const MAX_WATCHED_TREES: usize = 4 * MAX_PARKED;
+
+/// The share of the user's `max_user_watches` the daemon takes, at most: the rest is the
+/// user's editors' and the agents' own watchers'.
+const WATCH_SHARE: usize = 4;
+
+/// After the user's watches ran out, no new watch for this long (the seals walk).
+const EXHAUSTED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The user's inotify watch limit (`fs.inotify.max_user_watches`), read once.
+fn max_user_watches() -> usize {
+    static LIMIT: OnceLock<usize> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(8192)
+    })
+}
 
 fn tree_key(path: &Path) -> Option<(u64, u64)> {
     let meta = std::fs::symlink_metadata(path).ok()?;
@@ -489,28 +524,62 @@ fn tree_key(path: &Path) -> Option<(u64, u64)> {
 /// Takes the watch of the tree at `path` out of the registry, if it has one.
 fn take_watch(path: &Path) -> Option<WorkspaceWatch> {
     let key = tree_key(path)?;
-    watches().lock().ok()?.remove(&key)
+    watches().lock().ok()?.trees.remove(&key).map(|(_, w)| w)
 }
 
-/// Keeps `watch` for the tree at `path` (a broken one is dropped).
+/// Keeps `watch` for the tree at `path` (a broken one is dropped; one that ran out of the
+/// user's watches stops new ones for a while).
 fn keep_watch(path: &Path, watch: WorkspaceWatch) {
     let (Some(key), Ok(mut all)) = (tree_key(path), watches().lock()) else {
         return;
     };
-    if watch.broken().is_some() {
+    if let Some(why) = watch.broken() {
+        if why == super::watch::EXHAUSTED {
+            all.exhausted_until = Some(std::time::Instant::now() + EXHAUSTED_FOR);
+        }
         return;
     }
-    if all.len() >= MAX_WATCHED_TREES {
-        // Broken ones first (their trees are gone), then any: the cost is one walk.
-        let victim = all
-            .iter_mut()
-            .find_map(|(key, w)| w.wrote_since_seal().is_none().then_some(*key))
-            .or_else(|| all.keys().next().copied());
-        if let Some(victim) = victim {
-            all.remove(&victim);
+    if !all.trees.contains_key(&key) && all.trees.len() >= MAX_WATCHED_TREES {
+        // The oldest kept: its seal walks, nothing worse.
+        let oldest = all
+            .trees
+            .iter()
+            .min_by_key(|(_, (kept, _))| *kept)
+            .map(|(key, _)| *key);
+        if let Some(oldest) = oldest {
+            all.trees.remove(&oldest);
         }
     }
-    all.insert(key, watch);
+    all.kept += 1;
+    let kept = all.kept;
+    all.trees.insert(key, (kept, watch));
+}
+
+/// Whether a new watch of `entries` paths fits the daemon's share of the user's watches,
+/// and the user's watches have not run out lately.
+fn room_for_watches(entries: usize) -> bool {
+    let Ok(all) = watches().lock() else {
+        return false;
+    };
+    if all
+        .exhausted_until
+        .is_some_and(|until| std::time::Instant::now() < until)
+    {
+        return false;
+    }
+    let held: usize = all.trees.values().map(|(_, w)| w.len()).sum();
+    held.saturating_add(entries) <= max_user_watches() / WATCH_SHARE
+}
+
+/// Drops the watches of the trees in the pool directory or claim at `path` (`.parked`:
+/// `<dir>/tree` each; a claim: `tree`).
+fn forget_watches_below(path: &Path) {
+    forget_watch(&path.join("tree"));
+    if let Ok(entries) = std::fs::read_dir(path) {
+        for entry in entries.flatten() {
+            forget_watch(&entry.path().join("tree"));
+        }
+    }
 }
 
 /// Drops the watch of the tree at `path` (it is being removed).
@@ -531,6 +600,9 @@ pub fn changes_for_seal(path: &Path) -> Option<Changes> {
 /// A watch on every directory and file of the tree at `path`, which holds exactly
 /// `snapshot` (flotilla's checkout, before any command ran). None where inotify cannot.
 fn watch_whole(path: &Path, snapshot: &Snapshot) -> Option<WorkspaceWatch> {
+    if !room_for_watches(snapshot.entries.len().saturating_mul(2)) {
+        return None;
+    }
     let mut watch = WorkspaceWatch::new().ok()?;
     watch.watch(path, b"", true);
     for dir in snapshot.dirs() {
@@ -542,7 +614,13 @@ fn watch_whole(path: &Path, snapshot: &Snapshot) -> Option<WorkspaceWatch> {
             watch.watch(path, &entry.path, false);
         }
     }
-    watch.restart().then_some(watch)
+    if watch.restart() {
+        Some(watch)
+    } else {
+        // Kept broken for a moment, to say why (the user's watches may have run out).
+        keep_watch(path, watch);
+        None
+    }
 }
 
 /// After a reset that wrote `written` into the tree at `path`: the watch of the tree (if
@@ -554,11 +632,14 @@ fn rewatch(path: &Path, watch: Option<WorkspaceWatch>, written: &[Vec<u8>], snap
             // The reset's removals first: a directory it removed and the checkout made
             // again is a new inode, to be watched anew.
             watch.drain();
+            let mut seen: HashSet<&[u8]> = HashSet::new();
             for rel in written {
                 let mut end = 0;
                 while let Some(slash) = rel[end..].iter().position(|b| *b == b'/') {
                     end += slash;
-                    watch.watch(path, &rel[..end], true);
+                    if seen.insert(&rel[..end]) {
+                        watch.watch(path, &rel[..end], true);
+                    }
                     end += 1;
                 }
                 if snapshot
@@ -568,7 +649,12 @@ fn rewatch(path: &Path, watch: Option<WorkspaceWatch>, written: &[Vec<u8>], snap
                     watch.watch(path, rel, false);
                 }
             }
-            watch.restart().then_some(watch)
+            if watch.restart() {
+                Some(watch)
+            } else {
+                keep_watch(path, watch);
+                None
+            }
         }
         _ => None,
     };
@@ -679,6 +765,7 @@ fn park_renames(
 
 /// Removes an attempt's directory, whatever an agent did to its modes or put in its place.
 pub fn remove_workspace(path: &Path) -> Result<(), RepoError> {
+    forget_watch(path);
     remove_tree(path).map_err(|e| io("cannot remove the worktree", path, e))
 }
 
@@ -723,6 +810,7 @@ pub fn sweep(root: &Path, kept: &[PathBuf]) -> Result<(), RepoError> {
         let name = entry.file_name();
         let path = entry.path();
         if name == PARKED_DIR || name.as_bytes().starts_with(CLAIM_PREFIX.as_bytes()) {
+            forget_watches_below(&path);
             remove_tree(&path).map_err(|e| io("cannot remove", &path, e))?;
         }
     }

@@ -24,6 +24,9 @@ use std::path::Path;
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::io::Errno;
 
+/// Why a watch broke when the user's inotify watches or instances ran out.
+pub const EXHAUSTED: &str = "the user's inotify watches are used up";
+
 /// Events read in one attempt's life, at most (a build that reads the whole tree makes a
 /// few per file): past it the watch is broken rather than the daemon's memory spent.
 pub const MAX_EVENT_BYTES: usize = 64 << 20;
@@ -84,8 +87,9 @@ pub struct WorkspaceWatch {
     /// Each watch's path relative to the root (empty for the root) and whether it is a
     /// directory's.
     watched: HashMap<i32, (Vec<u8>, bool)>,
-    /// The directories watched, by path.
-    dirs: std::collections::HashSet<Vec<u8>>,
+    /// The directories watched, by path (the newest watch of each path: a directory
+    /// removed keeps its watch until its last reference goes).
+    dirs: HashMap<Vec<u8>, i32>,
     root: Option<i32>,
     broken: Option<&'static str>,
     /// Since the last restart, up to the last seal's view.
@@ -115,7 +119,7 @@ impl WorkspaceWatch {
         Ok(WorkspaceWatch {
             fd,
             watched: HashMap::new(),
-            dirs: std::collections::HashSet::new(),
+            dirs: HashMap::new(),
             root: None,
             broken: None,
             sealed: Changes::default(),
@@ -123,6 +127,16 @@ impl WorkspaceWatch {
             wrote: false,
             read: 0,
         })
+    }
+
+    /// How many watches it holds (of the user's `max_user_watches`).
+    pub fn len(&self) -> usize {
+        self.watched.len()
+    }
+
+    /// Whether it holds no watch.
+    pub fn is_empty(&self) -> bool {
+        self.watched.is_empty()
     }
 
     /// Why it names nothing, if it is broken.
@@ -140,7 +154,7 @@ impl WorkspaceWatch {
     /// Only for a tree nothing else writes into meanwhile (flotilla's own, between a reset
     /// and the next command): the path's directories are followed as they are.
     pub fn watch(&mut self, root: &Path, rel: &[u8], dir: bool) {
-        if self.broken.is_some() || (dir && self.dirs.contains(rel)) {
+        if self.broken.is_some() {
             return;
         }
         let path = root.join(OsStr::from_bytes(rel));
@@ -151,11 +165,15 @@ impl WorkspaceWatch {
                     self.root = Some(wd);
                 }
                 if dir {
-                    self.dirs.insert(rel.to_vec());
+                    self.dirs.insert(rel.to_vec(), wd);
                 }
                 self.watched.insert(wd, (rel.to_vec(), dir));
             }
-            Err(Errno::NOSPC) => self.break_for("the user's inotify watches are used up"),
+            // This very directory is watched already (a checkout made a file in it).
+            Err(Errno::EXIST) if dir && self.dirs.contains_key(rel) => {}
+            Err(Errno::NOSPC | Errno::MFILE) => {
+                self.break_for(EXHAUSTED);
+            }
             Err(Errno::EXIST) => self.break_for("one inode under two paths"),
             Err(_) => self.break_for("a path could not be watched"),
         }
@@ -209,7 +227,9 @@ impl WorkspaceWatch {
             if self.root == Some(wd) {
                 self.break_for("the root's watch is gone");
             }
-            if let Some((path, true)) = self.watched.remove(&wd) {
+            if let Some((path, true)) = self.watched.remove(&wd)
+                && self.dirs.get(&path) == Some(&wd)
+            {
                 self.dirs.remove(&path);
             }
             return;
@@ -218,10 +238,15 @@ impl WorkspaceWatch {
             self.break_for("an event of an unknown watch");
             return;
         };
-        // The root's `.git` file is flotilla's to write (each reset): never the agent's
-        // work, and never taken from disk by the seal.
-        let root_git = dir && path.is_empty() && name.as_deref() == Some(b".git".as_slice());
-        if !root_git && (flags - ReadFlags::OPEN - ReadFlags::ISDIR) != ReadFlags::empty() {
+        // Not what an attempt wrote: the root's `.git` file, which flotilla writes at each
+        // reset and the seal never takes from disk, and the root's own mode and name,
+        // which flotilla sets (parking makes it writable, each reset plain) and renames.
+        let root_own = dir
+            && path.is_empty()
+            && name
+                .as_deref()
+                .is_none_or(|name| name == b".git".as_slice());
+        if !root_own && (flags - ReadFlags::OPEN - ReadFlags::ISDIR) != ReadFlags::empty() {
             self.wrote = true;
         }
         match (dir, name) {
@@ -376,6 +401,42 @@ mod tests {
         std::fs::write(root.join("a/tmp"), "new").unwrap();
         std::fs::rename(root.join("a/tmp"), root.join("a/f")).unwrap();
         assert_eq!(paths(&watch.take().unwrap()), ["a/f", "a/tmp"]);
+    }
+
+    #[test]
+    fn after_a_seal_only_an_attempts_writes_count_not_flotillas_own_or_openings() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, mut watch) = watched();
+        let root = dir.path();
+        std::fs::write(root.join("a/f"), "the attempt's").unwrap();
+        let view = watch.seal_view().unwrap();
+        assert!(view.paths.contains(b"a/f".as_slice()));
+        // The seal reads files; parking sets the root's mode; a reset writes `.git`.
+        std::fs::read(root.join("b/g")).unwrap();
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(root.join(".git"), "gitdir: x\n").unwrap();
+        assert_eq!(watch.wrote_since_seal(), Some(false));
+        // A second seal still sees everything since the restart.
+        assert!(watch.seal_view().unwrap().paths.contains(b"a/f".as_slice()));
+        std::fs::write(root.join("b/g"), "late").unwrap();
+        assert_eq!(watch.wrote_since_seal(), Some(true));
+    }
+
+    #[test]
+    fn a_directory_made_again_while_the_old_one_is_held_open_is_watched_anew() {
+        let (dir, mut watch) = watched();
+        let root = dir.path();
+        // Something holds the old directory: its watch lives on, its IGNORED waits.
+        let held = std::fs::File::open(root.join("b")).unwrap();
+        std::fs::remove_dir_all(root.join("b")).unwrap();
+        std::fs::create_dir(root.join("b")).unwrap();
+        watch.drain();
+        watch.watch(root, b"b", true);
+        assert!(watch.restart(), "{:?}", watch.broken());
+        std::fs::write(root.join("b/new"), "unseen unless watched").unwrap();
+        drop(held);
+        let changes = watch.take().unwrap();
+        assert!(changes.paths.contains(b"b/new".as_slice()), "{changes:?}");
     }
 
     #[test]

@@ -353,6 +353,7 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
         &path,
         &|| open_worktree(&repo, &name, &path),
         &|| place.unlocked(Unlocked::Checkout),
+        place.trust_seals.is_some(),
     )
     .map(|_| ());
     locked(&place.repo, || {
