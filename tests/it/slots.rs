@@ -111,6 +111,28 @@ impl Fixture {
             .unwrap();
     }
 
+    /// Seals `ws` as the Worker does: what it reports, the repository, and its commit's tree.
+    async fn seal_for_its_tree(
+        &self,
+        ws: &Workspace,
+    ) -> (
+        flotilla_actors::protocol::BranchWork,
+        git2::Repository,
+        git2::Oid,
+    ) {
+        let work = self
+            .worktrees
+            .seal(ws.clone(), "t2: the work".into())
+            .await
+            .unwrap();
+        let git = git2::Repository::open(self.repo.path()).unwrap();
+        let tree = git
+            .find_commit(git2::Oid::from_str(&work.head).unwrap())
+            .unwrap()
+            .tree_id();
+        (work, git, tree)
+    }
+
     /// The release the Worker makes when nothing ran in the workspace since its seal.
     async fn release_sealed(&self, ws: &Workspace) {
         self.worktrees
@@ -525,17 +547,8 @@ async fn the_seal_finds_every_change_an_agent_hides_from_its_one_walk() {
     std::fs::write(&outside, "secret\n").unwrap();
     std::fs::hard_link(&outside, p("stolen")).unwrap();
 
-    let work = f
-        .worktrees
-        .seal(ws.clone(), "t2: the work".into())
-        .await
-        .unwrap();
-    let git = git2::Repository::open(f.repo.path()).unwrap();
-    let tree = git
-        .find_commit(git2::Oid::from_str(&work.head).unwrap())
-        .unwrap()
-        .tree()
-        .unwrap();
+    let (work, git, tree) = f.seal_for_its_tree(&ws).await;
+    let tree = git.find_tree(tree).unwrap();
     let at = |rel: &str| {
         tree.get_path(Path::new(rel)).ok().map(|e| {
             let blob = git.find_blob(e.id()).unwrap();
@@ -1321,17 +1334,8 @@ async fn a_seal_by_events_commits_the_agents_work_and_the_next_reset_undoes_it()
         !named.iter().any(|p| p.starts_with("many/")),
         "only what changed is named: {named:?}"
     );
-    let work = f
-        .worktrees
-        .seal(ws.clone(), "t2: the work".into())
-        .await
-        .unwrap();
-    let git = git2::Repository::open(f.repo.path()).unwrap();
-    let tree = git
-        .find_commit(git2::Oid::from_str(&work.head).unwrap())
-        .unwrap()
-        .tree()
-        .unwrap();
+    let (_, git, tree) = f.seal_for_its_tree(&ws).await;
+    let tree = git.find_tree(tree).unwrap();
     // git's own add of everything makes the very same tree.
     git_cli(&ws.path, &["add", "-A"]);
     assert_eq!(
