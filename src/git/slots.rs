@@ -475,7 +475,7 @@ fn keep_dir_mode(dir: &Path) -> Result<(), RepoError> {
 
 /// The daemon's watches of its workspaces (ADR-052), by the tree directory's device and
 /// inode, which the park's and claim's renames keep, each with when it was kept (the
-/// oldest go first past [`MAX_WATCHED_TREES`]). A tree removed without
+/// oldest go first past [`max_watched_trees`]). A tree removed without
 /// [`forget_watch`] leaves its entry broken (its root's watch gone) until it is evicted.
 struct Registry {
     trees: HashMap<(u64, u64), (u64, WorkspaceWatch)>,
@@ -495,8 +495,19 @@ fn watches() -> &'static Mutex<Registry> {
     })
 }
 
-/// Trees watched at once, at most: the live attempts and the parked ones, with room.
-const MAX_WATCHED_TREES: usize = 4 * MAX_PARKED;
+/// Trees watched at once, at most: the live attempts and the parked ones, with room, and
+/// no more than a quarter of the user's inotify instances (one a tree; the rest are the
+/// user's editors' and the agents' own watchers').
+fn max_watched_trees() -> usize {
+    static LIMIT: OnceLock<usize> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let instances = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(128);
+        (4 * MAX_PARKED).min(instances / WATCH_SHARE)
+    })
+}
 
 /// The share of the user's `max_user_watches` the daemon takes, at most: the rest is the
 /// user's editors' and the agents' own watchers'.
@@ -539,7 +550,22 @@ fn keep_watch(path: &Path, watch: WorkspaceWatch) {
         }
         return;
     }
-    if !all.trees.contains_key(&key) && all.trees.len() >= MAX_WATCHED_TREES {
+    drop_if_over(&mut all, key);
+    all.kept += 1;
+    let kept = all.kept;
+    all.trees.insert(key, (kept, watch));
+}
+
+/// No new watch for a while: the user's inotify watches or instances ran out.
+fn exhausted() {
+    if let Ok(mut all) = watches().lock() {
+        all.exhausted_until = Some(std::time::Instant::now() + EXHAUSTED_FOR);
+    }
+}
+
+/// Makes room for `key` among at most [`max_watched_trees`].
+fn drop_if_over(all: &mut Registry, key: (u64, u64)) {
+    if !all.trees.contains_key(&key) && all.trees.len() >= max_watched_trees() {
         // The oldest kept: its seal walks, nothing worse.
         let oldest = all
             .trees
@@ -550,9 +576,6 @@ fn keep_watch(path: &Path, watch: WorkspaceWatch) {
             all.trees.remove(&oldest);
         }
     }
-    all.kept += 1;
-    let kept = all.kept;
-    all.trees.insert(key, (kept, watch));
 }
 
 /// Whether a new watch of `entries` paths fits the daemon's share of the user's watches,
@@ -600,12 +623,21 @@ pub fn changes_for_seal(path: &Path) -> Option<Changes> {
 /// A watch on every directory and file of the tree at `path`, which holds exactly
 /// `snapshot` (flotilla's checkout, before any command ran). None where inotify cannot.
 fn watch_whole(path: &Path, snapshot: &Snapshot) -> Option<WorkspaceWatch> {
-    if !room_for_watches(snapshot.entries.len().saturating_mul(2)) {
+    let dirs = snapshot.dirs();
+    // The root, each directory, each file.
+    if !room_for_watches(1 + dirs.len() + snapshot.entries.len()) {
         return None;
     }
-    let mut watch = WorkspaceWatch::new().ok()?;
+    let mut watch = match WorkspaceWatch::new() {
+        Ok(watch) => watch,
+        Err(_) => {
+            // No instance left (`max_user_instances`): none tried for a while.
+            exhausted();
+            return None;
+        }
+    };
     watch.watch(path, b"", true);
-    for dir in snapshot.dirs() {
+    for dir in dirs {
         watch.watch(path, dir, true);
     }
     for entry in &snapshot.entries {
@@ -617,7 +649,7 @@ fn watch_whole(path: &Path, snapshot: &Snapshot) -> Option<WorkspaceWatch> {
     if watch.restart() {
         Some(watch)
     } else {
-        // Kept broken for a moment, to say why (the user's watches may have run out).
+        // Dropped; if the user's watches ran out, none is tried for a while.
         keep_watch(path, watch);
         None
     }

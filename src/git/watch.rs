@@ -171,9 +171,7 @@ impl WorkspaceWatch {
             }
             // This very directory is watched already (a checkout made a file in it).
             Err(Errno::EXIST) if dir && self.dirs.contains_key(rel) => {}
-            Err(Errno::NOSPC | Errno::MFILE) => {
-                self.break_for(EXHAUSTED);
-            }
+            Err(Errno::NOSPC) => self.break_for(EXHAUSTED),
             Err(Errno::EXIST) => self.break_for("one inode under two paths"),
             Err(_) => self.break_for("a path could not be watched"),
         }
