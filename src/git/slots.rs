@@ -762,7 +762,6 @@ pub fn discard(root: &Path, path: &Path) -> Result<(), RepoError> {
         // Gone once empty (an error only means another directory's snapshot is in it).
         let _ = std::fs::remove_dir(&snaps);
     }
-    forget_watch(path);
     remove_workspace(path)
 }
 
