@@ -31,7 +31,9 @@ use std::sync::{Mutex, OnceLock};
 use flotilla_actors::ports::RepoError;
 
 use super::seal_walk::plain_dir_mode;
-use super::snapshot::{Entry, Snapshot, Stat, is_dir, mtime_of, untouched, write_index};
+use super::snapshot::{
+    Entry, Snapshot, Stat, forget_records_below, is_dir, mtime_of, untouched, write_index,
+};
 use super::walk_record::{Identity, WalkRecord};
 use super::watch::{Changes, WorkspaceWatch};
 use super::{git, io};
@@ -111,7 +113,7 @@ pub fn materialize(
         .parent()
         .ok_or_else(|| RepoError::Git(format!("{} has no parent", snap.display())))?;
     std::fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
-    record.write(&snap)?;
+    let record = record.write(&snap)?;
     if made == Made::Fresh && watched {
         // Watched from now on, for the seals of this attempt and of those that reuse it.
         forget_watch(path);
@@ -179,7 +181,7 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<Claimed>, RepoError> {
         }
         // A snapshot this build cannot read (damaged, or another version's) lends no trust.
         if std::fs::symlink_metadata(claimed.join("tree")).is_ok_and(|m| m.is_dir())
-            && let Ok(snapshot) = Snapshot::read(&claimed.join("index"))
+            && let Ok(snapshot) = Snapshot::take(&claimed.join("index"))
             && let Ok(stamp) = mtime_of(&claimed.join("index"))
         {
             let walk = parked_walk(&claimed);
@@ -856,6 +858,7 @@ pub fn sweep(root: &Path, kept: &[PathBuf]) -> Result<(), RepoError> {
     }
     // Gone once empty (an error only means a kept directory's snapshot is in it).
     let _ = std::fs::remove_dir(&snaps);
+    forget_records_below(root);
     Ok(())
 }
 

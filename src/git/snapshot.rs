@@ -7,18 +7,30 @@
 //! stat fields, and the tree id the reset diffs the next start against. The worktree's own
 //! index (for the agent's git) is written from the same entries by [`write_index`], in
 //! git's format, without libgit2 parsing, sorting and hashing an index entry by entry.
+//!
+//! The daemon keeps the records it wrote or read last in memory ([`Snapshot::read`]): each
+//! file holds a random nonce, and a file whose nonce and length are those of a kept record
+//! is that record (only flotilla writes these files, each write with a new nonce, where no
+//! agent can reach). A 10,000-file record took 2.5 ms to read and parse, twice a task.
 //! It must not know worktree records, the journal or the actors.
 
+use std::collections::HashMap;
 use std::io::{BufWriter, Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use flotilla_actors::ports::RepoError;
 use git2::Oid;
 
 use super::io;
 
-const MAGIC: &[u8; 8] = b"FLOSNAP1";
+const MAGIC: &[u8; 8] = b"FLOSNAP2";
+/// The random bytes after the magic that name one write of a record.
+const NONCE_BYTES: usize = 16;
+/// At most this many entries, over all the records kept in memory (about 150 bytes each:
+/// some 60 MB); the least recently used go first.
+const MAX_KEPT_ENTRIES: usize = 400_000;
 /// More entries than any tree this could record: a longer count is a damaged file.
 const MAX_ENTRIES: u64 = 50_000_000;
 /// The fewest bytes an entry takes in the file (a one-byte path): caps what a count
@@ -168,12 +180,49 @@ fn damaged(path: &Path, what: &str) -> RepoError {
 }
 
 impl Snapshot {
-    /// Reads a record [`Snapshot::write`] wrote; anything else is a typed error.
-    pub fn read(path: &Path) -> Result<Snapshot, RepoError> {
+    /// Reads a record [`Snapshot::write`] wrote; anything else is a typed error. The one
+    /// kept in memory when the file is that write of it (its nonce and length).
+    pub fn read(path: &Path) -> Result<Arc<Snapshot>, RepoError> {
+        if let Some((nonce, len)) = header(path)
+            && let Some(kept) = kept_records()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&nonce, len, path)
+        {
+            return Ok(kept);
+        }
+        let (snapshot, nonce, len) = Snapshot::read_file(path)?;
+        let snapshot = Arc::new(snapshot);
+        kept_records()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keep(nonce, len, path, &snapshot);
+        Ok(snapshot)
+    }
+
+    /// [`Snapshot::read`], for a caller that consumes the record: the memory's copy goes
+    /// with it (the file is about to go too).
+    pub fn take(path: &Path) -> Result<Snapshot, RepoError> {
+        let kept = header(path).and_then(|(nonce, len)| {
+            kept_records()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(&nonce, len)
+        });
+        match kept {
+            Some(kept) => Ok(Arc::unwrap_or_clone(kept)),
+            None => Snapshot::read_file(path).map(|(snapshot, _, _)| snapshot),
+        }
+    }
+
+    /// The record in the file at `path`, its nonce and the file's length.
+    fn read_file(path: &Path) -> Result<(Snapshot, [u8; NONCE_BYTES], u64), RepoError> {
         let mut record = RecordBytes::read(path, damaged)?;
         if record.take(MAGIC.len())? != MAGIC {
             return Err(damaged(path, "no header"));
         }
+        let mut nonce = [0u8; NONCE_BYTES];
+        nonce.copy_from_slice(record.take(NONCE_BYTES)?);
         let tree = Oid::from_bytes(record.take(20)?).map_err(|_| damaged(path, "a bad tree id"))?;
         let count = le_u64(record.take(8)?);
         if count > MAX_ENTRIES {
@@ -214,7 +263,7 @@ impl Snapshot {
         if entries.windows(2).any(|w| w[0].path >= w[1].path) {
             return Err(damaged(path, "entries out of order"));
         }
-        Ok(Snapshot { tree, entries })
+        Ok((Snapshot { tree, entries }, nonce, record.len() as u64))
     }
 
     /// The position of the entry at `path` (the entries are sorted by path).
@@ -247,16 +296,25 @@ impl Snapshot {
         dirs
     }
 
-    /// Writes the record to `path` (through `<path>.part` and a rename: whole or absent).
-    pub fn write(&self, path: &Path) -> Result<(), RepoError> {
+    /// Writes the record to `path` (through `<path>.part` and a rename: whole or absent),
+    /// and keeps it in memory for the reads of that file.
+    pub fn write(self, path: &Path) -> Result<Arc<Snapshot>, RepoError> {
         let mut part = path.as_os_str().to_owned();
         part.push(".part");
         let part = PathBuf::from(part);
+        let mut nonce = [0u8; NONCE_BYTES];
+        getrandom::fill(&mut nonce)
+            .map_err(|e| RepoError::Git(format!("no random bytes for a snapshot: {e}")))?;
         let file = std::fs::File::create(&part).map_err(|e| io("cannot write", &part, e))?;
         let mut out = BufWriter::with_capacity(1 << 16, file);
-        let mut put = |bytes: &[u8]| out.write_all(bytes);
+        let mut len = 0u64;
+        let mut put = |bytes: &[u8]| {
+            len += bytes.len() as u64;
+            out.write_all(bytes)
+        };
         let written = (|| {
             put(MAGIC)?;
+            put(&nonce)?;
             put(self.tree.as_bytes())?;
             put(&(self.entries.len() as u64).to_le_bytes())?;
             for e in &self.entries {
@@ -280,7 +338,119 @@ impl Snapshot {
             .and_then(|()| out.flush())
             .map_err(|e| io("cannot write", &part, e))?;
         drop(out);
-        std::fs::rename(&part, path).map_err(|e| io("cannot write", path, e))
+        std::fs::rename(&part, path).map_err(|e| io("cannot write", path, e))?;
+        let snapshot = Arc::new(self);
+        kept_records()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keep(nonce, len, path, &snapshot);
+        Ok(snapshot)
+    }
+}
+
+/// Drops from memory the records last seen under `root` (a run's sweep removes them).
+pub fn forget_records_below(root: &Path) {
+    kept_records()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .forget_below(root);
+}
+
+/// The nonce and length of the record file at `path`, if it has this format's header.
+fn header(path: &Path) -> Option<([u8; NONCE_BYTES], u64)> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let mut head = [0u8; MAGIC.len() + NONCE_BYTES];
+    file.read_exact(&mut head).ok()?;
+    if &head[..MAGIC.len()] != MAGIC {
+        return None;
+    }
+    let mut nonce = [0u8; NONCE_BYTES];
+    nonce.copy_from_slice(&head[MAGIC.len()..]);
+    Some((nonce, len))
+}
+
+/// The records in memory, by nonce.
+#[derive(Default)]
+struct KeptRecords {
+    by_nonce: HashMap<[u8; NONCE_BYTES], Kept>,
+    entries: usize,
+    clock: u64,
+}
+
+struct Kept {
+    len: u64,
+    /// Where it was last written or read (parking renames it within the run's root).
+    path: PathBuf,
+    used: u64,
+    snapshot: Arc<Snapshot>,
+}
+
+fn kept_records() -> &'static Mutex<KeptRecords> {
+    static KEPT: OnceLock<Mutex<KeptRecords>> = OnceLock::new();
+    KEPT.get_or_init(Mutex::default)
+}
+
+impl KeptRecords {
+    fn get(&mut self, nonce: &[u8; NONCE_BYTES], len: u64, path: &Path) -> Option<Arc<Snapshot>> {
+        self.clock += 1;
+        let kept = self.by_nonce.get_mut(nonce).filter(|k| k.len == len)?;
+        kept.used = self.clock;
+        if kept.path != path {
+            kept.path = path.to_path_buf();
+        }
+        Some(kept.snapshot.clone())
+    }
+
+    fn take(&mut self, nonce: &[u8; NONCE_BYTES], len: u64) -> Option<Arc<Snapshot>> {
+        if self.by_nonce.get(nonce)?.len != len {
+            return None;
+        }
+        let kept = self.by_nonce.remove(nonce)?;
+        self.entries -= kept.snapshot.entries.len();
+        Some(kept.snapshot)
+    }
+
+    fn keep(&mut self, nonce: [u8; NONCE_BYTES], len: u64, path: &Path, snapshot: &Arc<Snapshot>) {
+        let size = snapshot.entries.len();
+        if size > MAX_KEPT_ENTRIES {
+            return;
+        }
+        while self.entries + size > MAX_KEPT_ENTRIES {
+            let Some(oldest) = self
+                .by_nonce
+                .iter()
+                .min_by_key(|(_, k)| k.used)
+                .map(|(n, _)| *n)
+            else {
+                break;
+            };
+            if let Some(gone) = self.by_nonce.remove(&oldest) {
+                self.entries -= gone.snapshot.entries.len();
+            }
+        }
+        self.clock += 1;
+        let kept = Kept {
+            len,
+            path: path.to_path_buf(),
+            used: self.clock,
+            snapshot: snapshot.clone(),
+        };
+        if let Some(old) = self.by_nonce.insert(nonce, kept) {
+            self.entries -= old.snapshot.entries.len();
+        }
+        self.entries += size;
+    }
+
+    fn forget_below(&mut self, root: &Path) {
+        let entries = &mut self.entries;
+        self.by_nonce.retain(|_, kept| {
+            let below = kept.path.starts_with(root);
+            if below {
+                *entries -= kept.snapshot.entries.len();
+            }
+            !below
+        });
     }
 }
 
@@ -321,9 +491,9 @@ pub fn write_index(path: &Path, entries: &[Entry]) -> Result<(), RepoError> {
         let padded = (len + 8) & !7;
         bytes.resize(bytes.len() + (padded - len), 0);
     }
-    // git's trailer: the SHA-1 of everything before it (ring is already rustls's).
-    let sum = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &bytes);
-    bytes.extend_from_slice(sum.as_ref());
+    // git's trailer: the SHA-1 of everything before it.
+    let sum = <sha1::Sha1 as sha1::Digest>::digest(&bytes);
+    bytes.extend_from_slice(&sum);
     match std::fs::remove_file(&lock) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             return Err(io("cannot remove", &lock, e));
@@ -368,13 +538,85 @@ mod tests {
             tree: Oid::from_bytes(&[9; 20]).unwrap(),
             entries: vec![entry("a", 1), entry("dir/b", 2)],
         };
-        snap.write(&path).unwrap();
-        assert_eq!(Snapshot::read(&path).unwrap(), snap);
+        snap.clone().write(&path).unwrap();
+        assert_eq!(*Snapshot::read(&path).unwrap(), snap);
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
         assert!(Snapshot::read(&path).is_err());
         std::fs::write(&path, b"FLOSNAP1").unwrap();
         assert!(Snapshot::read(&path).is_err());
+    }
+
+    #[test]
+    fn a_record_is_read_from_memory_only_while_its_file_is_that_write_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("snap");
+        let a = Snapshot {
+            tree: Oid::from_bytes(&[1; 20]).unwrap(),
+            entries: vec![entry("a", 1), entry("dir/b", 2)],
+        };
+        let written = a.clone().write(&path).unwrap();
+        assert!(Arc::ptr_eq(&written, &Snapshot::read(&path).unwrap()));
+        // The tree id changed in place, header and length kept: only flotilla writes these
+        // files, so this write's record is still the one in memory.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let tree_at = MAGIC.len() + NONCE_BYTES;
+        bytes[tree_at..tree_at + 20].copy_from_slice(&[2; 20]);
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(*Snapshot::read(&path).unwrap(), a);
+        // Taken, it is no longer in memory: the next read is the file's.
+        assert_eq!(Snapshot::take(&path).unwrap(), a);
+        assert_eq!(
+            Snapshot::read(&path).unwrap().tree,
+            Oid::from_bytes(&[2; 20]).unwrap()
+        );
+        // A new write is a new nonce, whatever was kept of the old one.
+        let b = Snapshot {
+            tree: Oid::from_bytes(&[3; 20]).unwrap(),
+            entries: vec![entry("c", 3)],
+        };
+        let kept = b.clone().write(&path).unwrap();
+        assert_eq!(*Snapshot::read(&path).unwrap(), b);
+        // A sweep of the run's root drops what was kept of it; the file still reads.
+        forget_records_below(dir.path());
+        let reread = Snapshot::read(&path).unwrap();
+        assert!(!Arc::ptr_eq(&kept, &reread));
+        assert_eq!(*reread, b);
+        // A file cut short is never the kept record.
+        std::fs::write(&path, &std::fs::read(&path).unwrap()[..40]).unwrap();
+        assert!(Snapshot::read(&path).is_err());
+        assert!(Snapshot::take(&path).is_err());
+    }
+
+    #[test]
+    fn the_records_kept_in_memory_stay_within_their_bound() {
+        let mut kept = KeptRecords::default();
+        let big = Arc::new(Snapshot {
+            tree: Oid::from_bytes(&[1; 20]).unwrap(),
+            entries: vec![entry("a", 1); MAX_KEPT_ENTRIES / 2],
+        });
+        let dir = Path::new("/run/x");
+        kept.keep([1; NONCE_BYTES], 10, dir, &big);
+        kept.keep([2; NONCE_BYTES], 10, dir, &big);
+        assert!(kept.get(&[1; NONCE_BYTES], 10, dir).is_some());
+        // A third goes in; the least recently used (the second) goes out.
+        kept.keep([3; NONCE_BYTES], 10, dir, &big);
+        assert_eq!(kept.entries, MAX_KEPT_ENTRIES);
+        assert!(kept.get(&[2; NONCE_BYTES], 10, dir).is_none());
+        assert!(kept.get(&[1; NONCE_BYTES], 10, dir).is_some());
+        // A length that is not the write's is not the record.
+        assert!(kept.get(&[3; NONCE_BYTES], 11, dir).is_none());
+        assert!(kept.take(&[3; NONCE_BYTES], 11).is_none());
+        // One larger than the bound is not kept at all.
+        let huge = Arc::new(Snapshot {
+            tree: big.tree,
+            entries: vec![entry("a", 1); MAX_KEPT_ENTRIES + 1],
+        });
+        kept.keep([4; NONCE_BYTES], 10, dir, &huge);
+        assert!(kept.get(&[4; NONCE_BYTES], 10, dir).is_none());
+        assert_eq!(kept.entries, MAX_KEPT_ENTRIES);
+        kept.forget_below(Path::new("/run"));
+        assert_eq!((kept.entries, kept.by_nonce.len()), (0, 0));
     }
 
     #[test]
