@@ -492,7 +492,7 @@ fn move_locked(
         written.push(change);
         put(checkout, &mut index, &change.path, change.after)
     });
-    let applied = applied.and_then(|()| index.write().map_err(git));
+    let applied = applied.and_then(|()| write_index(checkout, &mut index));
     if let Err(e) = applied {
         undo(checkout, &mut index, &written);
         return Err(e.into());
@@ -521,6 +521,19 @@ fn move_locked(
         keep_index(checkout, index, stamp);
     }
     Ok(())
+}
+
+/// Writes `index`, the copy of the checkout's index a move or sync changed, to its own file
+/// (flotilla's writer, ADR-052): an entry as new as the index file it replaces is looked at
+/// again, as git's racily clean rule needs.
+fn write_index(checkout: &git2::Repository, index: &mut git2::Index) -> Result<(), RepoError> {
+    let since = fs::symlink_metadata(checkout.path().join("index"))
+        .ok()
+        .map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.mtime(), m.mtime_nsec() as u32)
+        });
+    super::index_file::write_user_index(checkout, index, since)
 }
 
 /// Puts back what a move that did not happen wrote in the work tree (`index`, our copy, is
@@ -679,7 +692,7 @@ fn heal_locked(
             .map(|e| (e.id(), e.filemode()));
         put(checkout, &mut index, &change.path, wanted)?;
     }
-    index.write().map_err(git)?;
+    write_index(checkout, &mut index)?;
     lock.commit(&new_index)?;
     Ok(Some(target.clone()))
 }
@@ -795,7 +808,7 @@ pub fn sync(repo: &git2::Repository, target: &TargetBranch) -> Result<CheckoutSy
     for change in &changes {
         put(&checkout, &mut index, &change.path, change.after)?;
     }
-    index.write().map_err(git)?;
+    write_index(&checkout, &mut index)?;
     lock.commit(&new_index)?;
     remove_record(&gitdir);
     if let Ok(tip) = git2::Oid::from_str(&record.to) {

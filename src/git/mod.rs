@@ -14,6 +14,7 @@ pub mod checkout;
 pub mod conflict_fix;
 pub mod diff;
 pub mod handles;
+pub mod index_file;
 pub mod index_lock;
 pub mod leftovers;
 pub mod markers;

@@ -23,7 +23,8 @@ use std::path::Path;
 
 use flotilla_actors::ports::RepoError;
 
-use super::snapshot::{Entry, Snapshot, Stat, write_index};
+use super::index_file::write_index;
+use super::snapshot::{Entry, Snapshot, Stat};
 use super::{git, io};
 
 const FILE: i32 = 0o100644;

@@ -30,10 +30,9 @@ use std::sync::{Mutex, OnceLock};
 
 use flotilla_actors::ports::RepoError;
 
+use super::index_file::write_index;
 use super::seal_walk::plain_dir_mode;
-use super::snapshot::{
-    Entry, Snapshot, Stat, forget_records_below, is_dir, mtime_of, untouched, write_index,
-};
+use super::snapshot::{Entry, Snapshot, Stat, forget_records_below, is_dir, mtime_of, untouched};
 use super::walk_record::{Identity, WalkRecord};
 use super::watch::{Changes, WorkspaceWatch};
 use super::{git, io};

@@ -5,7 +5,7 @@
 //!
 //! Its own file format (not git's index): read and written whole in one pass, with 64-bit
 //! stat fields, and the tree id the reset diffs the next start against. The worktree's own
-//! index (for the agent's git) is written from the same entries by [`write_index`], in
+//! index (for the agent's git) is written from the same entries by `index_file::write_index`, in
 //! git's format, without libgit2 parsing, sorting and hashing an index entry by entry.
 //!
 //! The daemon keeps the records it wrote or read last in memory ([`Snapshot::read`]): each
@@ -454,61 +454,6 @@ impl KeptRecords {
     }
 }
 
-/// Writes `entries` (sorted by path, stage 0) as a git index file (version 2) at `path`,
-/// through git's own lock file (`<path>.lock`) and a rename, as git does.
-pub fn write_index(path: &Path, entries: &[Entry]) -> Result<(), RepoError> {
-    let mut lock = path.as_os_str().to_owned();
-    lock.push(".lock");
-    let lock = PathBuf::from(lock);
-    let mut bytes = Vec::with_capacity(12 + entries.len() * 128 + 20);
-    bytes.extend_from_slice(b"DIRC");
-    bytes.extend_from_slice(&2u32.to_be_bytes());
-    let count = u32::try_from(entries.len())
-        .map_err(|_| RepoError::Git("too many files for a git index".into()))?;
-    bytes.extend_from_slice(&count.to_be_bytes());
-    for e in entries {
-        // git's index keeps the low 32 bits of each stat field.
-        for field in [
-            e.stat.ctime.0 as u32,
-            e.stat.ctime.1,
-            e.stat.mtime.0 as u32,
-            e.stat.mtime.1,
-            e.stat.dev as u32,
-            e.stat.ino as u32,
-            e.mode,
-            e.stat.uid,
-            e.stat.gid,
-            e.stat.size as u32,
-        ] {
-            bytes.extend_from_slice(&field.to_be_bytes());
-        }
-        bytes.extend_from_slice(e.id.as_bytes());
-        let flags = e.path.len().min(0xfff) as u16;
-        bytes.extend_from_slice(&flags.to_be_bytes());
-        bytes.extend_from_slice(&e.path);
-        // NUL-padded to a multiple of 8, at least one NUL.
-        let len = 62 + e.path.len();
-        let padded = (len + 8) & !7;
-        bytes.resize(bytes.len() + (padded - len), 0);
-    }
-    // git's trailer: the SHA-1 of everything before it.
-    let sum = <sha1::Sha1 as sha1::Digest>::digest(&bytes);
-    bytes.extend_from_slice(&sum);
-    match std::fs::remove_file(&lock) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(io("cannot remove", &lock, e));
-        }
-        _ => {}
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&lock)
-        .and_then(|mut f| f.write_all(&bytes))
-        .map_err(|e| io("cannot write", &lock, e))?;
-    std::fs::rename(&lock, path).map_err(|e| io("cannot write", path, e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -617,28 +562,6 @@ mod tests {
         assert_eq!(kept.entries, MAX_KEPT_ENTRIES);
         kept.forget_below(Path::new("/run"));
         assert_eq!((kept.entries, kept.by_nonce.len()), (0, 0));
-    }
-
-    #[test]
-    fn the_index_written_is_one_libgit2_reads_entry_for_entry() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("index");
-        let mut long = entry(&"x/".repeat(40), 3);
-        long.mode = 0o100755;
-        let entries = vec![entry("a", 1), long, entry("z", 2)];
-        write_index(&path, &entries).unwrap();
-        let index = git2::Index::open(&path).unwrap();
-        let read: Vec<_> = index.iter().collect();
-        assert_eq!(read.len(), 3);
-        for (theirs, ours) in read.iter().zip(&entries) {
-            assert_eq!(theirs.path, ours.path);
-            assert_eq!(theirs.id, ours.id);
-            assert_eq!(theirs.mode, ours.mode);
-            assert_eq!(theirs.ino, ours.stat.ino as u32);
-            assert_eq!(theirs.mtime.nanoseconds(), 7);
-            assert_eq!(theirs.file_size, 12);
-        }
-        assert!(!dir.path().join("index.lock").exists());
     }
 
     #[test]

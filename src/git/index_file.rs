@@ -1,0 +1,429 @@
+//! git's index file, written by flotilla (format versions 2 and 3, no extensions): the
+//! index of an attempt's workspace, from flotilla's snapshot ([`write_index`]), and the
+//! index of the user's checkout after a move of main, from libgit2's in-memory index
+//! ([`write_user_index`]).
+//!
+//! Why not libgit2's `git_index_write`: it hashes with SHA-1DC (collision detection), 4.5
+//! times slower here than RustCrypto's `sha1` on the CPU's SHA extensions, and a
+//! 10,000-file index is written whole at every landing (ADR-052, decision 3). The
+//! extensions git and libgit2 keep are caches (`TREE`, `UNTR`) that git rebuilds when it
+//! needs them; an index with anything this writer would lose (resolve-undo records,
+//! conflicts, a version 4 index) is left to libgit2.
+//!
+//! It must not know the journal or the actors.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use flotilla_actors::ports::RepoError;
+use git2::Binding;
+
+use super::snapshot::Entry;
+use super::{git, io};
+
+/// An entry's flags: assume-valid, the extended bit, its stage, its name's length.
+const ASSUME_VALID: u16 = 0x8000;
+const EXTENDED: u16 = 0x4000;
+const STAGE_MASK: u16 = 0x3000;
+const NAME_MASK: u16 = 0x0fff;
+/// The extended flags git writes (intent-to-add, skip-worktree); the others are libgit2's
+/// in memory only.
+const EXTENDED_ON_DISK: u16 = 0x6000;
+
+// libgit2's (include/git2/sys/index.h), which libgit2-sys does not declare: how many
+// resolve-undo records the index holds, which only libgit2's write keeps.
+unsafe extern "C" {
+    fn git_index_reuc_entrycount(index: *mut libgit2_sys::git_index) -> libc::size_t;
+}
+
+/// One entry, as the file holds it.
+struct DiskEntry<'e> {
+    /// ctime s, ns; mtime s, ns; dev; ino; mode; uid; gid; size (git keeps 32 bits).
+    stat: [u32; 10],
+    id: &'e [u8],
+    flags: u16,
+    flags_extended: u16,
+    path: &'e [u8],
+}
+
+/// The bytes of an index holding `entries` (sorted by path, then stage), trailer included:
+/// version 3 when an entry has extended flags, else 2.
+fn index_bytes<'e>(
+    entries: impl ExactSizeIterator<Item = DiskEntry<'e>>,
+) -> Result<Vec<u8>, RepoError> {
+    let count = u32::try_from(entries.len())
+        .map_err(|_| RepoError::Git("too many files for a git index".into()))?;
+    let mut bytes = Vec::with_capacity(12 + entries.len() * 128 + 20);
+    bytes.extend_from_slice(b"DIRC");
+    bytes.extend_from_slice(&2u32.to_be_bytes());
+    bytes.extend_from_slice(&count.to_be_bytes());
+    let mut version = 2u32;
+    for e in entries {
+        for field in e.stat {
+            bytes.extend_from_slice(&field.to_be_bytes());
+        }
+        bytes.extend_from_slice(e.id);
+        let extended = e.flags_extended & EXTENDED_ON_DISK;
+        let mut flags =
+            (e.flags & (ASSUME_VALID | STAGE_MASK)) | e.path.len().min(NAME_MASK.into()) as u16;
+        if extended != 0 {
+            flags |= EXTENDED;
+            version = 3;
+        }
+        bytes.extend_from_slice(&flags.to_be_bytes());
+        let mut len = 62 + e.path.len();
+        if extended != 0 {
+            bytes.extend_from_slice(&extended.to_be_bytes());
+            len += 2;
+        }
+        bytes.extend_from_slice(e.path);
+        // NUL-padded to a multiple of 8, at least one NUL.
+        let padded = (len + 8) & !7;
+        bytes.resize(bytes.len() + (padded - len), 0);
+    }
+    bytes[4..8].copy_from_slice(&version.to_be_bytes());
+    // git's trailer: the SHA-1 of everything before it.
+    let sum = <sha1::Sha1 as sha1::Digest>::digest(&bytes);
+    bytes.extend_from_slice(&sum);
+    Ok(bytes)
+}
+
+/// Writes `bytes` at `path` through git's own lock file (`<path>.lock`) and a rename, as
+/// git does.
+fn commit_bytes(path: &Path, bytes: &[u8]) -> Result<(), RepoError> {
+    let mut lock = path.as_os_str().to_owned();
+    lock.push(".lock");
+    let lock = PathBuf::from(lock);
+    match std::fs::remove_file(&lock) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io("cannot remove", &lock, e));
+        }
+        _ => {}
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&lock)
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(|e| io("cannot write", &lock, e))?;
+    std::fs::rename(&lock, path).map_err(|e| io("cannot write", path, e))
+}
+
+/// Writes `entries` (flotilla's snapshot of a workspace: sorted by path, stage 0) as the
+/// git index at `path`.
+pub fn write_index(path: &Path, entries: &[Entry]) -> Result<(), RepoError> {
+    let bytes = index_bytes(entries.iter().map(|e| DiskEntry {
+        // git's index keeps the low 32 bits of each stat field.
+        stat: [
+            e.stat.ctime.0 as u32,
+            e.stat.ctime.1,
+            e.stat.mtime.0 as u32,
+            e.stat.mtime.1,
+            e.stat.dev as u32,
+            e.stat.ino as u32,
+            e.mode,
+            e.stat.uid,
+            e.stat.gid,
+            e.stat.size as u32,
+        ],
+        id: e.id.as_bytes(),
+        flags: 0,
+        flags_extended: 0,
+        path: &e.path,
+    }))?;
+    commit_bytes(path, &bytes)
+}
+
+/// Writes libgit2's in-memory `index` of the checkout `repo` to the index's own file, as
+/// `git_index_write` would but for its caches: the entries whose stat is as new as the
+/// file it replaces (`racy_since`, that file's mtime) are compared with the work tree first
+/// and, where they differ, written with size 0 (here and in memory), so that git looks at
+/// them again (git's "racily clean" rule, as libgit2's write does it). An index this
+/// writer cannot write whole (resolve-undo records, conflicts, version 4) is written by
+/// libgit2.
+pub fn write_user_index(
+    repo: &git2::Repository,
+    index: &mut git2::Index,
+    racy_since: Option<(i64, u32)>,
+) -> Result<(), RepoError> {
+    let path = index
+        .path()
+        .ok_or_else(|| RepoError::Git("the index has no file".into()))?
+        .to_path_buf();
+    // SAFETY: `index.raw()` is the live index `index` owns; the call only reads it.
+    let undo_records = unsafe { git_index_reuc_entrycount(index.raw()) };
+    if undo_records != 0 || index.has_conflicts() || index.version() == 4 {
+        return index.write().map_err(git);
+    }
+    let mut entries: Vec<git2::IndexEntry> = index.iter().collect();
+    smudge_racily_clean(repo, index, &mut entries, racy_since)?;
+    let bytes = index_bytes(entries.iter().map(|e| DiskEntry {
+        stat: [
+            e.ctime.seconds() as u32,
+            e.ctime.nanoseconds(),
+            e.mtime.seconds() as u32,
+            e.mtime.nanoseconds(),
+            e.dev,
+            e.ino,
+            e.mode,
+            e.uid,
+            e.gid,
+            e.file_size,
+        ],
+        id: e.id.as_bytes(),
+        flags: e.flags,
+        flags_extended: e.flags_extended,
+        path: &e.path,
+    }))?;
+    commit_bytes(&path, &bytes)
+}
+
+/// Sets the size of every entry at least as new as `since` whose file differs from it to
+/// 0, in `entries` (the index's, in its order) and in `index` (`None`: there was no file,
+/// every entry is as new).
+fn smudge_racily_clean(
+    repo: &git2::Repository,
+    index: &mut git2::Index,
+    entries: &mut [git2::IndexEntry],
+    since: Option<(i64, u32)>,
+) -> Result<(), RepoError> {
+    let racy: Vec<usize> = (0..entries.len())
+        .filter(|&i| {
+            let e = &entries[i];
+            e.mode != 0o160000
+                && since.is_none_or(|(s, ns)| {
+                    let (es, ens) = (i64::from(e.mtime.seconds()), e.mtime.nanoseconds());
+                    es > s || (es == s && ens >= ns)
+                })
+        })
+        .collect();
+    if racy.is_empty() {
+        return Ok(());
+    }
+    let mut opts = git2::DiffOptions::new();
+    opts.include_typechange(true)
+        .ignore_submodules(true)
+        .disable_pathspec_match(true);
+    for &i in &racy {
+        opts.pathspec(entries[i].path.as_slice());
+    }
+    let changed: Vec<Vec<u8>> = {
+        let diff = repo
+            .diff_index_to_workdir(Some(index), Some(&mut opts))
+            .map_err(git)?;
+        diff.deltas()
+            .filter_map(|d| d.old_file().path_bytes().map(<[u8]>::to_vec))
+            .collect()
+    };
+    let at: std::collections::HashMap<Vec<u8>, usize> =
+        racy.iter().map(|&i| (entries[i].path.clone(), i)).collect();
+    for path in changed {
+        // Stage 0 only: an index with conflicts is left to libgit2's write.
+        if let Some(&i) = at.get(&path) {
+            entries[i].file_size = 0;
+            index.add(&entries[i]).map_err(git)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::snapshot::Stat;
+    use git2::Oid;
+
+    fn entry(path: &str, seed: u8) -> Entry {
+        Entry {
+            path: path.as_bytes().to_vec(),
+            id: Oid::from_bytes(&[seed; 20]).unwrap(),
+            mode: 0o100644,
+            stat: Stat {
+                ctime: (1_700_000_000 + i64::from(seed), 5),
+                mtime: (1_700_000_001, 7),
+                dev: 1 << 40,
+                ino: 42 + u64::from(seed),
+                uid: 1000,
+                gid: 1000,
+                size: 12,
+            },
+        }
+    }
+
+    #[test]
+    fn the_index_written_is_one_libgit2_reads_entry_for_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index");
+        let mut long = entry(&"x/".repeat(40), 3);
+        long.mode = 0o100755;
+        let entries = vec![entry("a", 1), long, entry("z", 2)];
+        write_index(&path, &entries).unwrap();
+        let index = git2::Index::open(&path).unwrap();
+        let read: Vec<_> = index.iter().collect();
+        assert_eq!(read.len(), 3);
+        for (theirs, ours) in read.iter().zip(&entries) {
+            assert_eq!(theirs.path, ours.path);
+            assert_eq!(theirs.id, ours.id);
+            assert_eq!(theirs.mode, ours.mode);
+            assert_eq!(theirs.ino, ours.stat.ino as u32);
+            assert_eq!(theirs.mtime.nanoseconds(), 7);
+            assert_eq!(theirs.file_size, 12);
+        }
+        assert!(!dir.path().join("index.lock").exists());
+    }
+
+    /// git's own reading of the index at `index` (a bad checksum fails it).
+    fn git_reads(repo: &Path, index: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(repo)
+            .env("GIT_INDEX_FILE", index)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn repo_with(files: &[(&str, &str)]) -> (tempfile::TempDir, git2::Repository) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        for (path, text) in files {
+            let full = dir.path().join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(full, text).unwrap();
+        }
+        (dir, repo)
+    }
+
+    fn set_mtime(path: &Path, secs: u64) {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_times(std::fs::FileTimes::new().set_modified(at))
+            .unwrap();
+    }
+
+    #[test]
+    fn the_users_index_reads_to_git_entry_for_entry_as_libgit2_wrote_it() {
+        let (dir, repo) = repo_with(&[
+            ("a.txt", "a\n"),
+            ("bin/run", "#!/bin/sh\n"),
+            ("deep/er/c.txt", "c\n"),
+            ("later.txt", "l\n"),
+        ]);
+        std::fs::set_permissions(
+            dir.path().join("bin/run"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("a.txt", dir.path().join("link")).unwrap();
+        let mut index = repo.index().unwrap();
+        for path in ["a.txt", "bin/run", "deep/er/c.txt", "link", "later.txt"] {
+            index.add_path(Path::new(path)).unwrap();
+        }
+        let long = "x/".repeat(2100) + "f";
+        let mut entry = index.get_path(Path::new("a.txt"), 0).unwrap();
+        entry.path = long.into_bytes();
+        index.add(&entry).unwrap();
+        // Flags git keeps: skip-worktree (extended: version 3), assume-valid, intent-to-add.
+        let mut skip = index.get_path(Path::new("deep/er/c.txt"), 0).unwrap();
+        skip.flags_extended |= 0x4000;
+        index.add(&skip).unwrap();
+        let mut valid = index.get_path(Path::new("bin/run"), 0).unwrap();
+        valid.flags |= ASSUME_VALID;
+        index.add(&valid).unwrap();
+        let mut intent = index.get_path(Path::new("later.txt"), 0).unwrap();
+        intent.flags_extended |= 0x2000;
+        index.add(&intent).unwrap();
+        index.write().unwrap();
+        let theirs = dir.path().join(".git/index");
+        let ours_path = dir.path().join(".git/ours");
+        std::fs::copy(&theirs, &ours_path).unwrap();
+        let mut ours = git2::Index::open(&ours_path).unwrap();
+        // As a move calls it: the index it replaces is the one libgit2 wrote.
+        let meta = std::fs::metadata(&theirs).unwrap();
+        let since = {
+            use std::os::unix::fs::MetadataExt;
+            (meta.mtime(), meta.mtime_nsec() as u32)
+        };
+        write_user_index(&repo, &mut ours, Some(since)).unwrap();
+        assert!(!dir.path().join(".git/ours.lock").exists());
+        for args in [
+            &["ls-files", "--stage", "--debug"][..],
+            &["ls-files", "-t", "-v"][..],
+        ] {
+            assert_eq!(
+                git_reads(dir.path(), &ours_path, args),
+                git_reads(dir.path(), &theirs, args),
+                "git {args:?}"
+            );
+        }
+        let bytes = std::fs::read(&ours_path).unwrap();
+        assert_eq!(&bytes[..8], b"DIRC\0\0\0\x03");
+        let again: Vec<_> = git2::Index::open(&ours_path).unwrap().iter().collect();
+        let before: Vec<_> = git2::Index::open(&theirs).unwrap().iter().collect();
+        assert_eq!(again.len(), before.len());
+        for (a, b) in again.iter().zip(&before) {
+            assert_eq!(
+                (&a.path, a.id, a.mode, a.file_size),
+                (&b.path, b.id, b.mode, b.file_size)
+            );
+            assert_eq!((a.flags, a.flags_extended), (b.flags, b.flags_extended));
+        }
+    }
+
+    #[test]
+    fn an_entry_as_new_as_the_index_it_replaces_is_looked_at_again_where_it_changed() {
+        let (dir, repo) =
+            repo_with(&[("f.txt", "aaaa"), ("same.txt", "ssss"), ("old.txt", "oooo")]);
+        let mut index = repo.index().unwrap();
+        for path in ["f.txt", "same.txt", "old.txt"] {
+            index.add_path(Path::new(path)).unwrap();
+        }
+        index.write().unwrap();
+        // `f.txt` changed (same size) in the clock tick its stat was taken in, after it:
+        // the entry's stat is the file's, its blob the old content. `same.txt` is as new
+        // but unchanged. `old.txt`'s entry names another blob too, but is older than the
+        // index it replaces: git trusts its stat, and so does the writer.
+        let racy_at = 1_800_000_000;
+        std::fs::write(dir.path().join("f.txt"), "bbbb").unwrap();
+        set_mtime(&dir.path().join("f.txt"), racy_at);
+        set_mtime(&dir.path().join("same.txt"), racy_at);
+        set_mtime(&dir.path().join("old.txt"), racy_at - 10);
+        let stale = index.get_path(Path::new("f.txt"), 0).unwrap().id;
+        for path in ["f.txt", "same.txt", "old.txt"] {
+            index.add_path(Path::new(path)).unwrap();
+        }
+        let mut entry = index.get_path(Path::new("f.txt"), 0).unwrap();
+        entry.id = stale;
+        index.add(&entry).unwrap();
+        let mut old_entry = index.get_path(Path::new("old.txt"), 0).unwrap();
+        old_entry.id = stale;
+        index.add(&old_entry).unwrap();
+
+        write_user_index(&repo, &mut index, Some((racy_at as i64, 0))).unwrap();
+        let size =
+            |index: &git2::Index, path: &str| index.get_path(Path::new(path), 0).unwrap().file_size;
+        // Looked at again: its size is 0 on disk and in memory, and git sees the change.
+        assert_eq!(size(&index, "f.txt"), 0);
+        let on_disk = git2::Index::open(&dir.path().join(".git/index")).unwrap();
+        assert_eq!(size(&on_disk, "f.txt"), 0);
+        assert_eq!(size(&on_disk, "same.txt"), 4);
+        // Older than the index it replaces: git's rule trusts its stat, as it would have.
+        assert_eq!(size(&on_disk, "old.txt"), 4);
+        let status = git_reads(
+            dir.path(),
+            &dir.path().join(".git/index"),
+            &["status", "--porcelain"],
+        );
+        // Staged (no commit yet), and changed in the work tree: git hashed it again.
+        assert!(status.lines().any(|l| l == "AM f.txt"), "{status}");
+        assert!(status.lines().any(|l| l == "A  same.txt"), "{status}");
+    }
+}
