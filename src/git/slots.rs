@@ -78,6 +78,7 @@ pub fn materialize(
         .ok_or_else(|| RepoError::Git(format!("{} names no directory", path.display())))?;
     let snap = root.join(SNAP_DIR).join(dir_name);
     // A snapshot of an earlier life of this directory says nothing about the new one.
+    super::snapshot::forget(&snap);
     remove_file(&snap)?;
     forget_walk(root, path)?;
     let (made, record) = match claim(root, dir_name)? {
@@ -758,6 +759,7 @@ pub fn park(root: &Path, path: &Path, trusted: bool) -> bool {
 pub fn discard(root: &Path, path: &Path) -> Result<(), RepoError> {
     if let Some(dir_name) = path.file_name() {
         let snaps = root.join(SNAP_DIR);
+        super::snapshot::forget(&snaps.join(dir_name));
         remove_file(&snaps.join(dir_name))?;
         forget_walk(root, path)?;
         // Gone once empty (an error only means another directory's snapshot is in it).
@@ -835,6 +837,8 @@ pub fn remove_tree(path: &Path) -> std::io::Result<()> {
 /// the snapshots of the directories in `kept` stay (a kept worktree can still be parked),
 /// the others go.
 pub fn sweep(root: &Path, kept: &[PathBuf]) -> Result<(), RepoError> {
+    // First, whatever fails below: memory is no place for what a sweep removes.
+    forget_records_below(root);
     let Ok(entries) = std::fs::read_dir(root) else {
         return Ok(());
     };
@@ -857,7 +861,6 @@ pub fn sweep(root: &Path, kept: &[PathBuf]) -> Result<(), RepoError> {
     }
     // Gone once empty (an error only means a kept directory's snapshot is in it).
     let _ = std::fs::remove_dir(&snaps);
-    forget_records_below(root);
     Ok(())
 }
 

@@ -8,7 +8,8 @@
 //! index (for the agent's git) is written from the same entries by `index_file::write_index`, in
 //! git's format, without libgit2 parsing, sorting and hashing an index entry by entry.
 //!
-//! The daemon keeps the records it wrote or read last in memory ([`Snapshot::read`]): each
+//! The daemon keeps the records it wrote or read last in memory ([`Snapshot::read`], bounded
+//! by [`MAX_KEPT_BYTES`], dropped with their files and their run's sweep): each
 //! file holds a random nonce, and a file whose nonce and length are those of a kept record
 //! is that record (only flotilla writes these files, each write with a new nonce, where no
 //! agent can reach). A 10,000-file record took 2.5 ms to read and parse, twice a task.
@@ -28,9 +29,10 @@ use super::io;
 const MAGIC: &[u8; 8] = b"FLOSNAP2";
 /// The random bytes after the magic that name one write of a record.
 const NONCE_BYTES: usize = 16;
-/// At most this many entries, over all the records kept in memory (about 150 bytes each:
-/// some 60 MB); the least recently used go first.
-const MAX_KEPT_ENTRIES: usize = 400_000;
+/// At most this much memory (as [`Snapshot::memory`] counts it) for the records kept in
+/// memory, all together; the least recently used go first. A 10,000-file record takes about
+/// 1.3 MB.
+const MAX_KEPT_BYTES: usize = 64 << 20;
 /// More entries than any tree this could record: a longer count is a damaged file.
 const MAX_ENTRIES: u64 = 50_000_000;
 /// The fewest bytes an entry takes in the file (a one-byte path): caps what a count
@@ -339,12 +341,46 @@ impl Snapshot {
             .map_err(|e| io("cannot write", &part, e))?;
         drop(out);
         std::fs::rename(&part, path).map_err(|e| io("cannot write", path, e))?;
-        let snapshot = Arc::new(self);
+        let mut this = self;
+        this.entries.shrink_to_fit();
+        let snapshot = Arc::new(this);
+        // Only a record its file's reader would take back is kept for it.
+        if snapshot.well_formed() {
+            kept_records()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keep(nonce, len, path, &snapshot);
+        }
+        Ok(snapshot)
+    }
+
+    /// What [`Snapshot::read_file`] checks of a record: entries sorted, each path once,
+    /// of a length it takes.
+    fn well_formed(&self) -> bool {
+        self.entries.len() as u64 <= MAX_ENTRIES
+            && self
+                .entries
+                .iter()
+                .all(|e| !e.path.is_empty() && e.path.len() <= MAX_PATH as usize)
+            && self.entries.windows(2).all(|w| w[0].path < w[1].path)
+    }
+
+    /// The memory the record takes, about: its entries, their paths, and a share for the
+    /// rest (so that a record of no entries still counts).
+    fn memory(&self) -> usize {
+        let paths: usize = self.entries.iter().map(|e| e.path.capacity()).sum();
+        256 + self.entries.capacity() * std::mem::size_of::<Entry>() + paths
+    }
+}
+
+/// Drops from memory the record kept for the file at `path`, if any (the file is about to
+/// go, or to be replaced).
+pub fn forget(path: &Path) {
+    if let Some((nonce, _)) = header(path) {
         kept_records()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .keep(nonce, len, path, &snapshot);
-        Ok(snapshot)
+            .forget(&nonce);
     }
 }
 
@@ -374,7 +410,8 @@ fn header(path: &Path) -> Option<([u8; NONCE_BYTES], u64)> {
 #[derive(Default)]
 struct KeptRecords {
     by_nonce: HashMap<[u8; NONCE_BYTES], Kept>,
-    entries: usize,
+    /// Their [`Snapshot::memory`], together.
+    bytes: usize,
     clock: u64,
 }
 
@@ -383,6 +420,7 @@ struct Kept {
     /// Where it was last written or read (parking renames it within the run's root).
     path: PathBuf,
     used: u64,
+    bytes: usize,
     snapshot: Arc<Snapshot>,
 }
 
@@ -406,17 +444,23 @@ impl KeptRecords {
         if self.by_nonce.get(nonce)?.len != len {
             return None;
         }
+        self.forget(nonce)
+    }
+
+    fn forget(&mut self, nonce: &[u8; NONCE_BYTES]) -> Option<Arc<Snapshot>> {
         let kept = self.by_nonce.remove(nonce)?;
-        self.entries -= kept.snapshot.entries.len();
+        self.bytes -= kept.bytes;
         Some(kept.snapshot)
     }
 
     fn keep(&mut self, nonce: [u8; NONCE_BYTES], len: u64, path: &Path, snapshot: &Arc<Snapshot>) {
-        let size = snapshot.entries.len();
-        if size > MAX_KEPT_ENTRIES {
+        self.forget(&nonce);
+        let bytes = snapshot.memory();
+        if bytes > MAX_KEPT_BYTES {
             return;
         }
-        while self.entries + size > MAX_KEPT_ENTRIES {
+        while self.bytes + bytes > MAX_KEPT_BYTES {
+            // A scan: the records kept are a handful (a run's workers and its pool).
             let Some(oldest) = self
                 .by_nonce
                 .iter()
@@ -425,29 +469,26 @@ impl KeptRecords {
             else {
                 break;
             };
-            if let Some(gone) = self.by_nonce.remove(&oldest) {
-                self.entries -= gone.snapshot.entries.len();
-            }
+            self.forget(&oldest);
         }
         self.clock += 1;
         let kept = Kept {
             len,
             path: path.to_path_buf(),
             used: self.clock,
+            bytes,
             snapshot: snapshot.clone(),
         };
-        if let Some(old) = self.by_nonce.insert(nonce, kept) {
-            self.entries -= old.snapshot.entries.len();
-        }
-        self.entries += size;
+        self.by_nonce.insert(nonce, kept);
+        self.bytes += bytes;
     }
 
     fn forget_below(&mut self, root: &Path) {
-        let entries = &mut self.entries;
+        let bytes = &mut self.bytes;
         self.by_nonce.retain(|_, kept| {
             let below = kept.path.starts_with(root);
             if below {
-                *entries -= kept.snapshot.entries.len();
+                *bytes -= kept.bytes;
             }
             !below
         });
@@ -515,13 +556,22 @@ mod tests {
             Snapshot::read(&path).unwrap().tree,
             Oid::from_bytes(&[2; 20]).unwrap()
         );
-        // A new write is a new nonce, whatever was kept of the old one.
+        // A new write is a new nonce, whatever was kept of the old one (the same length:
+        // only the nonce tells them apart).
         let b = Snapshot {
             tree: Oid::from_bytes(&[3; 20]).unwrap(),
-            entries: vec![entry("c", 3)],
+            entries: vec![entry("a", 3), entry("dir/c", 4)],
         };
         let kept = b.clone().write(&path).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len() as usize,
+            bytes.len()
+        );
         assert_eq!(*Snapshot::read(&path).unwrap(), b);
+        // Forgotten (the file is about to go): the next read is the file's.
+        forget(&path);
+        assert!(!Arc::ptr_eq(&kept, &Snapshot::read(&path).unwrap()));
+        let kept = Snapshot::read(&path).unwrap();
         // A sweep of the run's root drops what was kept of it; the file still reads.
         forget_records_below(dir.path());
         let reread = Snapshot::read(&path).unwrap();
@@ -536,32 +586,37 @@ mod tests {
     #[test]
     fn the_records_kept_in_memory_stay_within_their_bound() {
         let mut kept = KeptRecords::default();
-        let big = Arc::new(Snapshot {
-            tree: Oid::from_bytes(&[1; 20]).unwrap(),
-            entries: vec![entry("a", 1); MAX_KEPT_ENTRIES / 2],
-        });
+        let record = |n: usize| {
+            Arc::new(Snapshot {
+                tree: Oid::from_bytes(&[1; 20]).unwrap(),
+                entries: vec![entry("a", 1); n],
+            })
+        };
+        // Each entry: the struct and its one-byte path.
+        let per = std::mem::size_of::<Entry>() + 1;
+        let big = record((MAX_KEPT_BYTES / 2 - 256) / per);
+        assert!(big.memory() * 2 <= MAX_KEPT_BYTES && big.memory() * 3 > MAX_KEPT_BYTES);
         let dir = Path::new("/run/x");
         kept.keep([1; NONCE_BYTES], 10, dir, &big);
         kept.keep([2; NONCE_BYTES], 10, dir, &big);
         assert!(kept.get(&[1; NONCE_BYTES], 10, dir).is_some());
         // A third goes in; the least recently used (the second) goes out.
         kept.keep([3; NONCE_BYTES], 10, dir, &big);
-        assert_eq!(kept.entries, MAX_KEPT_ENTRIES);
+        assert_eq!(kept.bytes, 2 * big.memory());
         assert!(kept.get(&[2; NONCE_BYTES], 10, dir).is_none());
         assert!(kept.get(&[1; NONCE_BYTES], 10, dir).is_some());
         // A length that is not the write's is not the record.
         assert!(kept.get(&[3; NONCE_BYTES], 11, dir).is_none());
         assert!(kept.take(&[3; NONCE_BYTES], 11).is_none());
+        // Records of no entries count too.
+        assert!(record(0).memory() > 0);
         // One larger than the bound is not kept at all.
-        let huge = Arc::new(Snapshot {
-            tree: big.tree,
-            entries: vec![entry("a", 1); MAX_KEPT_ENTRIES + 1],
-        });
+        let huge = record(MAX_KEPT_BYTES / std::mem::size_of::<Entry>() + 1);
         kept.keep([4; NONCE_BYTES], 10, dir, &huge);
         assert!(kept.get(&[4; NONCE_BYTES], 10, dir).is_none());
-        assert_eq!(kept.entries, MAX_KEPT_ENTRIES);
+        assert_eq!(kept.bytes, 2 * big.memory());
         kept.forget_below(Path::new("/run"));
-        assert_eq!((kept.entries, kept.by_nonce.len()), (0, 0));
+        assert_eq!((kept.bytes, kept.by_nonce.len()), (0, 0));
     }
 
     #[test]

@@ -644,6 +644,9 @@ fn release(
 
 fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     if keep.closing {
+        // Before anything that may fail: the run's records kept in memory (ADR-052) go with
+        // it, or an idle daemon would hold them.
+        super::snapshot::forget_records_below(&place.root);
         // Under the repository's lock, like every prepare: none of this run's can follow.
         closed_runs()
             .lock()
