@@ -156,6 +156,11 @@ pub fn write_user_index(
         return index.write().map_err(git);
     }
     let mut entries: Vec<git2::IndexEntry> = index.iter().collect();
+    // git's order, byte by byte (libgit2 sorts an index that ignores case otherwise, and
+    // re-sorts it when it writes): anything else is left to libgit2.
+    if entries.windows(2).any(|w| w[0].path >= w[1].path) {
+        return index.write().map_err(git);
+    }
     smudge_racily_clean(repo, index, &mut entries, racy_since)?;
     let bytes = index_bytes(entries.iter().map(|e| DiskEntry {
         stat: [
@@ -180,7 +185,11 @@ pub fn write_user_index(
 
 /// Sets the size of every entry at least as new as `since` whose file differs from it to
 /// 0, in `entries` (the index's, in its order) and in `index` (`None`: there was no file,
-/// every entry is as new).
+/// every entry is as new). As git decides it: by whole seconds, as 32-bit values (what the
+/// file keeps). Whether an entry differs is decided by hashing its file: a scratch index of
+/// the racy entries, their mtime cleared, is compared with the work tree, never the
+/// in-memory index, whose own idea of when it was written (libgit2's stamp: the time its
+/// copy was made) would let libgit2 trust the very stat in question.
 fn smudge_racily_clean(
     repo: &git2::Repository,
     index: &mut git2::Index,
@@ -190,26 +199,39 @@ fn smudge_racily_clean(
     let racy: Vec<usize> = (0..entries.len())
         .filter(|&i| {
             let e = &entries[i];
-            e.mode != 0o160000
-                && since.is_none_or(|(s, ns)| {
-                    let (es, ens) = (i64::from(e.mtime.seconds()), e.mtime.nanoseconds());
-                    es > s || (es == s && ens >= ns)
-                })
+            e.mode != 0o160000 && since.is_none_or(|(s, _)| e.mtime.seconds() as u32 >= s as u32)
         })
         .collect();
     if racy.is_empty() {
         return Ok(());
     }
+    let mut scratch = git2::Index::new().map_err(git)?;
     let mut opts = git2::DiffOptions::new();
     opts.include_typechange(true)
         .ignore_submodules(true)
         .disable_pathspec_match(true);
     for &i in &racy {
+        let e = &entries[i];
+        let cleared = git2::IndexEntry {
+            ctime: e.ctime,
+            mtime: git2::IndexTime::new(0, 0),
+            dev: e.dev,
+            ino: e.ino,
+            mode: e.mode,
+            uid: e.uid,
+            gid: e.gid,
+            file_size: e.file_size,
+            id: e.id,
+            flags: e.flags,
+            flags_extended: e.flags_extended,
+            path: e.path.clone(),
+        };
+        scratch.add(&cleared).map_err(git)?;
         opts.pathspec(entries[i].path.as_slice());
     }
     let changed: Vec<Vec<u8>> = {
         let diff = repo
-            .diff_index_to_workdir(Some(index), Some(&mut opts))
+            .diff_index_to_workdir(Some(&scratch), Some(&mut opts))
             .map_err(git)?;
         diff.deltas()
             .filter_map(|d| d.old_file().path_bytes().map(<[u8]>::to_vec))
@@ -272,7 +294,7 @@ mod tests {
         assert!(!dir.path().join("index.lock").exists());
     }
 
-    /// git's own reading of the index at `index` (a bad checksum fails it).
+    /// git's own reading of the index at `index`.
     fn git_reads(repo: &Path, index: &Path, args: &[&str]) -> String {
         let out = std::process::Command::new("git")
             .args(args)
@@ -323,6 +345,16 @@ mod tests {
         )
         .unwrap();
         std::os::unix::fs::symlink("a.txt", dir.path().join("link")).unwrap();
+        // Older than any index written below, on any clock: no entry is racily clean, so
+        // both writers keep every stat as it is.
+        let old = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            - 1000;
+        for path in ["a.txt", "bin/run", "deep/er/c.txt", "later.txt"] {
+            set_mtime(&dir.path().join(path), old);
+        }
         let mut index = repo.index().unwrap();
         for path in ["a.txt", "bin/run", "deep/er/c.txt", "link", "later.txt"] {
             index.add_path(Path::new(path)).unwrap();
@@ -364,6 +396,12 @@ mod tests {
                 "git {args:?}"
             );
         }
+        // fsck checks the trailer and the order, which `ls-files` does not.
+        git_reads(
+            dir.path(),
+            &ours_path,
+            &["fsck", "--no-progress", "--no-dangling"],
+        );
         let bytes = std::fs::read(&ours_path).unwrap();
         assert_eq!(&bytes[..8], b"DIRC\0\0\0\x03");
         let again: Vec<_> = git2::Index::open(&ours_path).unwrap().iter().collect();
@@ -391,7 +429,13 @@ mod tests {
         // the entry's stat is the file's, its blob the old content. `same.txt` is as new
         // but unchanged. `old.txt`'s entry names another blob too, but is older than the
         // index it replaces: git trusts its stat, and so does the writer.
-        let racy_at = 1_800_000_000;
+        // Times well before now, so that libgit2's own idea of the index's age (the file's
+        // time) would trust every stat: only the writer's rule can catch `f.txt`.
+        let racy_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            - 1000;
         std::fs::write(dir.path().join("f.txt"), "bbbb").unwrap();
         set_mtime(&dir.path().join("f.txt"), racy_at);
         set_mtime(&dir.path().join("same.txt"), racy_at);

@@ -302,7 +302,17 @@ pub(super) fn index_copy(checkout: &git2::Repository) -> Result<(git2::Index, Pa
     // by us, so is its lock.
     let _ = fs::remove_file(gitdir.join(format!("{NEW_INDEX_FILE}.lock")));
     match fs::copy(&index, &copy) {
-        Ok(_) => {}
+        Ok(_) => {
+            // The copy as old as the index: libgit2 takes its file's time for when the
+            // index was written, and trusts the stat of any entry older than that (its
+            // racily clean rule), so a later time would trust too much.
+            if let Ok(written) = fs::metadata(&index).and_then(|m| m.modified()) {
+                let _ = fs::File::options()
+                    .write(true)
+                    .open(&copy)
+                    .and_then(|f| f.set_times(fs::FileTimes::new().set_modified(written)));
+            }
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let _ = fs::remove_file(&copy);
         }
