@@ -185,8 +185,10 @@ pub fn write_user_index(
 
 /// Sets the size of every entry at least as new as `since` whose file differs from it to
 /// 0, in `entries` (the index's, in its order) and in `index` (`None`: there was no file,
-/// every entry is as new). As git decides it: by whole seconds, as 32-bit values (what the
-/// file keeps). Whether an entry differs is decided by hashing its file: a scratch index of
+/// every entry is as new). As libgit2's own write decided it, to the nanosecond, with the
+/// seconds as the file keeps them (32 bits; git built without `USE_NSEC` compares whole
+/// seconds, which would hash every file landed in the last second at every landing).
+/// Whether an entry differs is decided by hashing its file: a scratch index of
 /// the racy entries, their mtime cleared, is compared with the work tree, never the
 /// in-memory index, whose own idea of when it was written (libgit2's stamp: the time its
 /// copy was made) would let libgit2 trust the very stat in question.
@@ -199,7 +201,11 @@ fn smudge_racily_clean(
     let racy: Vec<usize> = (0..entries.len())
         .filter(|&i| {
             let e = &entries[i];
-            e.mode != 0o160000 && since.is_none_or(|(s, _)| e.mtime.seconds() as u32 >= s as u32)
+            e.mode != 0o160000
+                && since.is_none_or(|(s, ns)| {
+                    let (es, ens) = (e.mtime.seconds() as u32, e.mtime.nanoseconds());
+                    es > s as u32 || (es == s as u32 && ens >= ns)
+                })
         })
         .collect();
     if racy.is_empty() {
