@@ -258,25 +258,7 @@ fn smudge_racily_clean(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::git::snapshot::Stat;
-    use git2::Oid;
-
-    fn entry(path: &str, seed: u8) -> Entry {
-        Entry {
-            path: path.as_bytes().to_vec(),
-            id: Oid::from_bytes(&[seed; 20]).unwrap(),
-            mode: 0o100644,
-            stat: Stat {
-                ctime: (1_700_000_000 + i64::from(seed), 5),
-                mtime: (1_700_000_001, 7),
-                dev: 1 << 40,
-                ino: 42 + u64::from(seed),
-                uid: 1000,
-                gid: 1000,
-                size: 12,
-            },
-        }
-    }
+    use crate::git::snapshot::tests::entry;
 
     #[test]
     fn the_index_written_is_one_libgit2_reads_entry_for_entry() {

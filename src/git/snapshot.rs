@@ -496,10 +496,11 @@ impl KeptRecords {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn entry(path: &str, seed: u8) -> Entry {
+    /// An entry at `path` with made-up blob and stat (`seed` varies them).
+    pub(crate) fn entry(path: &str, seed: u8) -> Entry {
         Entry {
             path: path.as_bytes().to_vec(),
             id: Oid::from_bytes(&[seed; 20]).unwrap(),

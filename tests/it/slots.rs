@@ -1302,6 +1302,140 @@ async fn the_seal_from_a_watchs_events_finds_what_the_walk_finds() {
     }
 }
 
+/// Links main holds (ADR-052's "to add"): to a directory, to a file, to a path outside the
+/// workspace. What an agent does through them or to them is sealed alike by the events and
+/// by the walk (a directory's watch is on the directory, never through a link to it).
+#[tokio::test]
+async fn checked_out_links_are_sealed_alike_by_the_events_and_by_the_walk() {
+    let f = fixture();
+    let outside = f._state.path().join("outside.txt");
+    std::fs::write(&outside, "not the workspace's\n").unwrap();
+    let repo = f.repo.path();
+    std::os::unix::fs::symlink("docs/deep", repo.join("linkdir")).unwrap();
+    std::os::unix::fs::symlink("../src/lib.rs", repo.join("tests/linkfile")).unwrap();
+    std::os::unix::fs::symlink(&outside, repo.join("linkout")).unwrap();
+    git_cli(repo, &["add", "linkdir", "tests/linkfile", "linkout"]);
+    git_cli(
+        repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-qm",
+            "links",
+        ],
+    );
+    let cases: &[(&str, &str)] = &[
+        (
+            "a write through a link to a directory",
+            "echo via >> linkdir/notes.md",
+        ),
+        (
+            "a new file through a link to a directory",
+            "echo n > linkdir/new.md",
+        ),
+        (
+            "a write through a link to a file",
+            "echo via >> tests/linkfile",
+        ),
+        ("a link retargeted", "ln -sfn src linkdir"),
+        (
+            "a link to outside made a file",
+            "rm linkout && echo mine > linkout",
+        ),
+        (
+            "a link made a directory",
+            "rm tests/linkfile && mkdir tests/linkfile && echo x > tests/linkfile/a",
+        ),
+    ];
+    for (i, (case, script)) in cases.iter().enumerate() {
+        let ws = f.prepare(&format!("t{}", i + 1)).await;
+        assert_exactly_main(&f, &ws);
+        let mut watch = watch_workspace(&f, &ws);
+        let out = std::process::Command::new("sh")
+            .args(["-c", script])
+            .current_dir(&ws.path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{case}: {out:?}");
+        assert_eq!(
+            both_seals_agree(&f, &ws, &mut watch),
+            SealedBy::Both,
+            "{case}"
+        );
+        f.release(&ws).await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "not the workspace's\n"
+    );
+}
+
+/// An agent swaps two directories: the watch's map from watch to path is stale, so it
+/// breaks and that seal walks; the next attempt in the same directory is reset over the
+/// swapped directories and watched anew, and its seal names its work by the right paths
+/// (a stale map would name `src`'s events as `tests/...`).
+#[tokio::test]
+async fn after_a_directory_swap_the_next_attempt_is_watched_by_the_right_paths() {
+    let f = fixture_with(true);
+    let first = f.prepare("t1").await;
+    f.release_sealed(&first).await;
+    let sh = |dir: &Path, script: &str| {
+        let out = std::process::Command::new("sh")
+            .args(["-c", script])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+    };
+    let ws = f.prepare("t2").await;
+    sh(&ws.path, "mv src swap && mv tests src && mv swap tests");
+    assert!(
+        flotilla::git::slots::changes_for_seal(&ws.path).is_none(),
+        "a directory moved: the watch is broken"
+    );
+    let (_, git, tree) = f.seal_for_its_tree(&ws).await;
+    git_cli(&ws.path, &["add", "-A"]);
+    assert_eq!(git_cli(&ws.path, &["write-tree"]).trim(), tree.to_string());
+    assert!(
+        git.find_tree(tree)
+            .unwrap()
+            .get_path(Path::new("src/swap"))
+            .is_err()
+    );
+    f.release_sealed(&ws).await;
+
+    let next = f.prepare("t3").await;
+    assert_exactly_main(&f, &next);
+    sh(
+        &next.path,
+        "echo more >> src/lib.rs && echo t >> tests/lib.rs",
+    );
+    let named = flotilla::git::slots::changes_for_seal(&next.path).expect("watched anew");
+    let named: Vec<String> = named
+        .paths
+        .iter()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    for path in ["src/lib.rs", "tests/lib.rs"] {
+        assert!(named.contains(&path.to_string()), "{path} in {named:?}");
+    }
+    let (_, git, tree) = f.seal_for_its_tree(&next).await;
+    git_cli(&next.path, &["add", "-A"]);
+    assert_eq!(
+        git_cli(&next.path, &["write-tree"]).trim(),
+        tree.to_string()
+    );
+    let tree = git.find_tree(tree).unwrap();
+    let lib = git
+        .find_blob(tree.get_path(Path::new("src/lib.rs")).unwrap().id())
+        .unwrap();
+    assert!(String::from_utf8_lossy(lib.content()).ends_with("more\n"));
+    f.release_sealed(&next).await;
+}
+
 /// Through the worker's own calls, under a sandbox that ends every process (ADR-052): the
 /// seal takes the watch's events, commits what the agent did (a file changed through a
 /// hard link since removed included), and the reused directory the next attempt gets is
