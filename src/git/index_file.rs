@@ -13,6 +13,7 @@
 //! It must not know the journal or the actors.
 
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use flotilla_actors::ports::RepoError;
@@ -100,13 +101,20 @@ fn commit_bytes(path: &Path, bytes: &[u8]) -> Result<(), RepoError> {
         }
         _ => {}
     }
-    std::fs::OpenOptions::new()
+    let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&lock)
-        .and_then(|mut f| f.write_all(bytes))
         .map_err(|e| io("cannot write", &lock, e))?;
-    std::fs::rename(&lock, path).map_err(|e| io("cannot write", path, e))
+    let written = file
+        .write_all(bytes)
+        .map_err(|e| io("cannot write", &lock, e))
+        .and_then(|()| std::fs::rename(&lock, path).map_err(|e| io("cannot write", path, e)));
+    if written.is_err() {
+        // A lock left behind would keep git (the agent's, the user's) out of the index.
+        let _ = std::fs::remove_file(&lock);
+    }
+    written
 }
 
 /// Writes `entries` (flotilla's snapshot of a workspace: sorted by path, stage 0) as the
@@ -186,9 +194,11 @@ pub fn write_user_index(
 /// Sets the size of every entry at least as new as `since` whose file differs from it to
 /// 0, in `entries` (the index's, in its order) and in `index` (`None`: there was no file,
 /// every entry is as new). As libgit2's own write decided it, to the nanosecond, with the
-/// seconds as the file keeps them (32 bits; git built without `USE_NSEC` compares whole
-/// seconds, which would hash every file landed in the last second at every landing).
-/// Whether an entry differs is decided by hashing its file: a scratch index of
+/// seconds as the file keeps them (32 bits). git built without `USE_NSEC` (Debian's) also
+/// compares whole seconds: an older entry of `since`'s second is looked at again too, by
+/// its stat alone (hashing every file landed in the last second at every landing cost
+/// 3 to 6 ms a task). Whether an as-new entry differs is decided by hashing its file: a
+/// scratch index of
 /// the racy entries, their mtime cleared, is compared with the work tree, never the
 /// in-memory index, whose own idea of when it was written (libgit2's stamp: the time its
 /// copy was made) would let libgit2 trust the very stat in question.
@@ -198,15 +208,50 @@ fn smudge_racily_clean(
     entries: &mut [git2::IndexEntry],
     since: Option<(i64, u32)>,
 ) -> Result<(), RepoError> {
-    let racy: Vec<usize> = (0..entries.len())
+    // In `since`'s second or later: what git built without `USE_NSEC` (which also matches
+    // stats by whole seconds) takes for racy only while the index is of that second.
+    let same_second: Vec<usize> = (0..entries.len())
         .filter(|&i| {
             let e = &entries[i];
-            e.mode != 0o160000
-                && since.is_none_or(|(s, ns)| {
-                    let (es, ens) = (e.mtime.seconds() as u32, e.mtime.nanoseconds());
-                    es > s as u32 || (es == s as u32 && ens >= ns)
-                })
+            e.mode != 0o160000 && since.is_none_or(|(s, _)| e.mtime.seconds() as u32 >= s as u32)
         })
+        .collect();
+    let as_new = |e: &git2::IndexEntry| {
+        since.is_none_or(|(s, ns)| {
+            let (es, ens) = (e.mtime.seconds() as u32, e.mtime.nanoseconds());
+            es > s as u32 || (es == s as u32 && ens >= ns)
+        })
+    };
+    // Older than the index to the nanosecond, but of its second: a file whose stat is not
+    // the entry's to the nanosecond changed since (a whole-second git would trust it once
+    // the index is of a later second). Looked at again; no hashing needed.
+    let workdir = repo.workdir().map(Path::to_path_buf);
+    let older: Vec<usize> = same_second
+        .iter()
+        .copied()
+        .filter(|&i| !as_new(&entries[i]))
+        .collect();
+    for i in older {
+        let e = &entries[i];
+        let Some(workdir) = &workdir else { break };
+        let file = workdir.join(std::ffi::OsStr::from_bytes(&e.path));
+        let same = std::fs::symlink_metadata(&file).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.mtime() as u32 == e.mtime.seconds() as u32
+                && m.mtime_nsec() as u32 == e.mtime.nanoseconds()
+                && m.ctime() as u32 == e.ctime.seconds() as u32
+                && m.ctime_nsec() as u32 == e.ctime.nanoseconds()
+                && m.size() as u32 == e.file_size
+                && m.ino() as u32 == e.ino
+        });
+        if !same {
+            entries[i].file_size = 0;
+            index.add(&entries[i]).map_err(git)?;
+        }
+    }
+    let racy: Vec<usize> = same_second
+        .into_iter()
+        .filter(|&i| as_new(&entries[i]))
         .collect();
     if racy.is_empty() {
         return Ok(());
@@ -310,7 +355,11 @@ mod tests {
     }
 
     fn set_mtime(path: &Path, secs: u64) {
-        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        set_mtime_ns(path, secs, 0);
+    }
+
+    fn set_mtime_ns(path: &Path, secs: u64, nanos: u32) {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos);
         std::fs::File::options()
             .write(true)
             .open(path)
@@ -455,6 +504,51 @@ mod tests {
             &["status", "--porcelain"],
         );
         // Staged (no commit yet), and changed in the work tree: git hashed it again.
+        assert!(status.lines().any(|l| l == "AM f.txt"), "{status}");
+        assert!(status.lines().any(|l| l == "A  same.txt"), "{status}");
+    }
+
+    #[test]
+    fn an_entry_of_the_replaced_indexs_second_whose_file_changed_is_looked_at_again() {
+        let (dir, repo) = repo_with(&[("f.txt", "aaaa"), ("same.txt", "ssss")]);
+        // git without USE_NSEC matches stats by whole seconds; without ctime too, only the
+        // size and the mtime's second tell it a file changed.
+        repo.config()
+            .unwrap()
+            .set_bool("core.trustctime", false)
+            .unwrap();
+        let second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            - 1000;
+        for path in ["f.txt", "same.txt"] {
+            set_mtime_ns(&dir.path().join(path), second, 100_000_000);
+        }
+        let mut index = repo.index().unwrap();
+        for path in ["f.txt", "same.txt"] {
+            index.add_path(Path::new(path)).unwrap();
+        }
+        index.write().unwrap();
+        // The index it replaces was written at .3 of that second; `f.txt` changed at .4,
+        // same size: the entry (.1) is older than that index, to the nanosecond.
+        std::fs::write(dir.path().join("f.txt"), "bbbb").unwrap();
+        set_mtime_ns(&dir.path().join("f.txt"), second, 400_000_000);
+        write_user_index(&repo, &mut index, Some((second as i64, 300_000_000))).unwrap();
+        let on_disk = git2::Index::open(&dir.path().join(".git/index")).unwrap();
+        let size =
+            |index: &git2::Index, path: &str| index.get_path(Path::new(path), 0).unwrap().file_size;
+        assert_eq!((size(&index, "f.txt"), size(&on_disk, "f.txt")), (0, 0));
+        assert_eq!(
+            size(&on_disk, "same.txt"),
+            4,
+            "its stat is the entry's: trusted"
+        );
+        let status = git_reads(
+            dir.path(),
+            &dir.path().join(".git/index"),
+            &["status", "--porcelain"],
+        );
         assert!(status.lines().any(|l| l == "AM f.txt"), "{status}");
         assert!(status.lines().any(|l| l == "A  same.txt"), "{status}");
     }

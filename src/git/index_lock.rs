@@ -306,12 +306,18 @@ pub(super) fn index_copy(checkout: &git2::Repository) -> Result<(git2::Index, Pa
             // The copy as old as the index: libgit2 takes its file's time for when the
             // index was written, and trusts the stat of any entry older than that (its
             // racily clean rule), so a later time would trust too much.
-            if let Ok(written) = fs::metadata(&index).and_then(|m| m.modified()) {
-                let _ = fs::File::options()
-                    .write(true)
-                    .open(&copy)
-                    .and_then(|f| f.set_times(fs::FileTimes::new().set_modified(written)));
-            }
+            fs::metadata(&index)
+                .and_then(|m| m.modified())
+                .and_then(|written| {
+                    fs::File::options()
+                        .write(true)
+                        .open(&copy)?
+                        .set_times(fs::FileTimes::new().set_modified(written))
+                })
+                .map_err(|e| {
+                    let _ = fs::remove_file(&copy);
+                    io("cannot keep the time of", &index, e)
+                })?;
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let _ = fs::remove_file(&copy);

@@ -582,8 +582,11 @@ fn drop_if_over(all: &mut Registry, key: (u64, u64)) {
 
 /// Whether a new watch of `entries` paths fits the daemon's share of the user's watches,
 /// and the user's watches have not run out lately.
+/// The oldest trees kept give way to it (their seals walk, nothing worse), as a tree past
+/// the count does: a tree removed without its watch dropped would otherwise hold the budget
+/// for good.
 fn room_for_watches(entries: usize) -> bool {
-    let Ok(all) = watches().lock() else {
+    let Ok(mut all) = watches().lock() else {
         return false;
     };
     if all
@@ -592,8 +595,24 @@ fn room_for_watches(entries: usize) -> bool {
     {
         return false;
     }
-    let held: usize = all.trees.values().map(|(_, w)| w.len()).sum();
-    held.saturating_add(entries) <= max_user_watches() / WATCH_SHARE
+    let budget = max_user_watches() / WATCH_SHARE;
+    loop {
+        let held: usize = all.trees.values().map(|(_, w)| w.len()).sum();
+        if held.saturating_add(entries) <= budget {
+            return true;
+        }
+        let oldest = all
+            .trees
+            .iter()
+            .min_by_key(|(_, (kept, _))| *kept)
+            .map(|(key, _)| *key);
+        match oldest {
+            Some(oldest) => {
+                all.trees.remove(&oldest);
+            }
+            None => return false,
+        }
+    }
 }
 
 /// Drops the watches of the trees in the pool directory or claim at `path` (`.parked`:

@@ -1345,6 +1345,7 @@ async fn checked_out_links_are_sealed_alike_by_the_events_and_by_the_walk() {
             "a link to outside made a file",
             "rm linkout && echo mine > linkout",
         ),
+        ("a write through a link to outside", "echo x >> linkout"),
         (
             "a link made a directory",
             "rm tests/linkfile && mkdir tests/linkfile && echo x > tests/linkfile/a",
@@ -1365,11 +1366,25 @@ async fn checked_out_links_are_sealed_alike_by_the_events_and_by_the_walk() {
             SealedBy::Both,
             "{case}"
         );
+        // And both are what git's own add of everything makes.
+        let snap = f.root.join(".snap").join(ws.path.file_name().unwrap());
+        let worktree = git2::Repository::open(&ws.path).unwrap();
+        let tip = worktree.head().unwrap().peel_to_tree().unwrap();
+        let walked = flotilla::git::seal_walk::seal_tree(&worktree, &ws.path, &snap, &tip, 1 << 20)
+            .unwrap()
+            .expect("sealed");
+        git_cli(&ws.path, &["add", "-A"]);
+        assert_eq!(
+            git_cli(&ws.path, &["write-tree"]).trim(),
+            walked.tree.to_string(),
+            "{case}"
+        );
         f.release(&ws).await;
     }
+    // The one write through it went outside (no sandbox here); no reset wrote there.
     assert_eq!(
         std::fs::read_to_string(&outside).unwrap(),
-        "not the workspace's\n"
+        "not the workspace's\nx\n"
     );
 }
 
@@ -1391,6 +1406,11 @@ async fn after_a_directory_swap_the_next_attempt_is_watched_by_the_right_paths()
         assert!(out.status.success(), "{script}: {out:?}");
     };
     let ws = f.prepare("t2").await;
+    let reused = ino(&ws.path);
+    assert!(
+        flotilla::git::slots::changes_for_seal(&ws.path).is_some(),
+        "reused and watched"
+    );
     sh(&ws.path, "mv src swap && mv tests src && mv swap tests");
     assert!(
         flotilla::git::slots::changes_for_seal(&ws.path).is_none(),
@@ -1408,6 +1428,7 @@ async fn after_a_directory_swap_the_next_attempt_is_watched_by_the_right_paths()
     f.release_sealed(&ws).await;
 
     let next = f.prepare("t3").await;
+    assert_eq!(ino(&next.path), reused, "the swapped directory, reset");
     assert_exactly_main(&f, &next);
     sh(
         &next.path,
