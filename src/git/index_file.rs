@@ -147,8 +147,8 @@ pub fn write_index(path: &Path, entries: &[Entry]) -> Result<(), RepoError> {
 /// file it replaces (`racy_since`, that file's mtime) are compared with the work tree first
 /// and, where they differ, written with size 0 (here and in memory), so that git looks at
 /// them again (git's "racily clean" rule, as libgit2's write does it). An index this
-/// writer cannot write whole (resolve-undo records, conflicts, version 4) is written by
-/// libgit2.
+/// writer cannot write whole (resolve-undo records, conflicts, version 4, entries out of
+/// git's byte order) is written by libgit2.
 pub fn write_user_index(
     repo: &git2::Repository,
     index: &mut git2::Index,
@@ -198,8 +198,8 @@ pub fn write_user_index(
 /// compares whole seconds: an older entry of `since`'s second is looked at again too, by
 /// its stat alone (hashing every file landed in the last second at every landing cost
 /// 3 to 6 ms a task). Whether an as-new entry differs is decided by hashing its file: a
-/// scratch index of
-/// the racy entries, their mtime cleared, is compared with the work tree, never the
+/// scratch index of the racy entries, their mtime cleared, is compared with the work tree,
+/// never the
 /// in-memory index, whose own idea of when it was written (libgit2's stamp: the time its
 /// copy was made) would let libgit2 trust the very stat in question.
 fn smudge_racily_clean(
@@ -225,34 +225,28 @@ fn smudge_racily_clean(
     // Older than the index to the nanosecond, but of its second: a file whose stat is not
     // the entry's to the nanosecond changed since (a whole-second git would trust it once
     // the index is of a later second). Looked at again; no hashing needed.
-    let workdir = repo.workdir().map(Path::to_path_buf);
-    let older: Vec<usize> = same_second
-        .iter()
-        .copied()
-        .filter(|&i| !as_new(&entries[i]))
-        .collect();
-    for i in older {
-        let e = &entries[i];
-        let Some(workdir) = &workdir else { break };
-        let file = workdir.join(std::ffi::OsStr::from_bytes(&e.path));
-        let same = std::fs::symlink_metadata(&file).is_ok_and(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.mtime() as u32 == e.mtime.seconds() as u32
-                && m.mtime_nsec() as u32 == e.mtime.nanoseconds()
-                && m.ctime() as u32 == e.ctime.seconds() as u32
-                && m.ctime_nsec() as u32 == e.ctime.nanoseconds()
-                && m.size() as u32 == e.file_size
-                && m.ino() as u32 == e.ino
-        });
-        if !same {
-            entries[i].file_size = 0;
-            index.add(&entries[i]).map_err(git)?;
+    let (racy, older): (Vec<usize>, Vec<usize>) =
+        same_second.into_iter().partition(|&i| as_new(&entries[i]));
+    // Without a work tree (never a checkout's) there is nothing on disk to compare with.
+    if let Some(workdir) = repo.workdir() {
+        for i in older {
+            let e = &entries[i];
+            let file = workdir.join(std::ffi::OsStr::from_bytes(&e.path));
+            let same = std::fs::symlink_metadata(&file).is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.mtime() as u32 == e.mtime.seconds() as u32
+                    && m.mtime_nsec() as u32 == e.mtime.nanoseconds()
+                    && m.ctime() as u32 == e.ctime.seconds() as u32
+                    && m.ctime_nsec() as u32 == e.ctime.nanoseconds()
+                    && m.size() as u32 == e.file_size
+                    && m.ino() as u32 == e.ino
+            });
+            if !same {
+                entries[i].file_size = 0;
+                index.add(&entries[i]).map_err(git)?;
+            }
         }
     }
-    let racy: Vec<usize> = same_second
-        .into_iter()
-        .filter(|&i| as_new(&entries[i]))
-        .collect();
     if racy.is_empty() {
         return Ok(());
     }
@@ -354,6 +348,20 @@ mod tests {
         (dir, repo)
     }
 
+    /// Whole seconds since the epoch, `n` seconds ago: older than any index a test writes.
+    fn seconds_ago(n: u64) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            - n
+    }
+
+    /// The size `index` holds for `path`.
+    fn size(index: &git2::Index, path: &str) -> u32 {
+        index.get_path(Path::new(path), 0).unwrap().file_size
+    }
+
     fn set_mtime(path: &Path, secs: u64) {
         set_mtime_ns(path, secs, 0);
     }
@@ -384,11 +392,7 @@ mod tests {
         std::os::unix::fs::symlink("a.txt", dir.path().join("link")).unwrap();
         // Older than any index written below, on any clock: no entry is racily clean, so
         // both writers keep every stat as it is.
-        let old = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            - 1000;
+        let old = seconds_ago(1000);
         for path in ["a.txt", "bin/run", "deep/er/c.txt", "later.txt"] {
             set_mtime(&dir.path().join(path), old);
         }
@@ -468,11 +472,7 @@ mod tests {
         // index it replaces: git trusts its stat, and so does the writer.
         // Times well before now, so that libgit2's own idea of the index's age (the file's
         // time) would trust every stat: only the writer's rule can catch `f.txt`.
-        let racy_at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            - 1000;
+        let racy_at = seconds_ago(1000);
         std::fs::write(dir.path().join("f.txt"), "bbbb").unwrap();
         set_mtime(&dir.path().join("f.txt"), racy_at);
         set_mtime(&dir.path().join("same.txt"), racy_at);
@@ -489,8 +489,6 @@ mod tests {
         index.add(&old_entry).unwrap();
 
         write_user_index(&repo, &mut index, Some((racy_at as i64, 0))).unwrap();
-        let size =
-            |index: &git2::Index, path: &str| index.get_path(Path::new(path), 0).unwrap().file_size;
         // Looked at again: its size is 0 on disk and in memory, and git sees the change.
         assert_eq!(size(&index, "f.txt"), 0);
         let on_disk = git2::Index::open(&dir.path().join(".git/index")).unwrap();
@@ -517,11 +515,7 @@ mod tests {
             .unwrap()
             .set_bool("core.trustctime", false)
             .unwrap();
-        let second = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            - 1000;
+        let second = seconds_ago(1000);
         for path in ["f.txt", "same.txt"] {
             set_mtime_ns(&dir.path().join(path), second, 100_000_000);
         }
@@ -536,8 +530,6 @@ mod tests {
         set_mtime_ns(&dir.path().join("f.txt"), second, 400_000_000);
         write_user_index(&repo, &mut index, Some((second as i64, 300_000_000))).unwrap();
         let on_disk = git2::Index::open(&dir.path().join(".git/index")).unwrap();
-        let size =
-            |index: &git2::Index, path: &str| index.get_path(Path::new(path), 0).unwrap().file_size;
         assert_eq!((size(&index, "f.txt"), size(&on_disk, "f.txt")), (0, 0));
         assert_eq!(
             size(&on_disk, "same.txt"),

@@ -581,10 +581,10 @@ fn drop_if_over(all: &mut Registry, key: (u64, u64)) {
 }
 
 /// Whether a new watch of `entries` paths fits the daemon's share of the user's watches,
-/// and the user's watches have not run out lately.
-/// The oldest trees kept give way to it (their seals walk, nothing worse), as a tree past
-/// the count does: a tree removed without its watch dropped would otherwise hold the budget
-/// for good.
+/// and the user's watches have not run out lately. Trees removed without their watch
+/// dropped (their root's watch is gone: the queue says so) hold none of it; live trees are
+/// never evicted for a new one (a tree past the budget seals by the walk, and evicting
+/// would make every reset watch its tree whole again).
 fn room_for_watches(entries: usize) -> bool {
     let Ok(mut all) = watches().lock() else {
         return false;
@@ -595,24 +595,12 @@ fn room_for_watches(entries: usize) -> bool {
     {
         return false;
     }
-    let budget = max_user_watches() / WATCH_SHARE;
-    loop {
-        let held: usize = all.trees.values().map(|(_, w)| w.len()).sum();
-        if held.saturating_add(entries) <= budget {
-            return true;
-        }
-        let oldest = all
-            .trees
-            .iter()
-            .min_by_key(|(_, (kept, _))| *kept)
-            .map(|(key, _)| *key);
-        match oldest {
-            Some(oldest) => {
-                all.trees.remove(&oldest);
-            }
-            None => return false,
-        }
-    }
+    all.trees.retain(|_, (_, watch)| {
+        watch.drain();
+        watch.broken().is_none()
+    });
+    let held: usize = all.trees.values().map(|(_, w)| w.len()).sum();
+    held.saturating_add(entries) <= max_user_watches() / WATCH_SHARE
 }
 
 /// Drops the watches of the trees in the pool directory or claim at `path` (`.parked`:
