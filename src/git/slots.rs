@@ -50,6 +50,14 @@ const WALK_SUFFIX: &str = ".walk";
 /// At most this many directories wait in a run's pool; a release past it deletes (the pool
 /// holds what the run's workers release between two prepares, a handful).
 pub const MAX_PARKED: usize = 16;
+/// The worktrees directory's pools of parked directories finished runs left for the next
+/// run of their repository: `<worktrees>/.pool/<key>/<run>-<dir>` (ADR-052, decision 3), so
+/// that a run's first attempts need not write every file of the tree.
+pub const POOL_DIR: &str = ".pool";
+/// At most this many directories wait in a repository's pool between its runs.
+pub const MAX_POOLED: usize = 4;
+/// A repository pool's file holding the repository's path (what gc checks).
+const POOL_REPO_FILE: &str = ".repo";
 
 /// How an attempt's directory was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +76,7 @@ pub enum Made {
 /// (ADR-052), where they may use the events (the run's sandbox ends every process).
 pub fn materialize(
     root: &Path,
+    pool: Option<&Path>,
     path: &Path,
     open: &dyn Fn() -> Result<git2::Repository, RepoError>,
     started: &dyn Fn(),
@@ -81,7 +90,17 @@ pub fn materialize(
     super::snapshot::forget(&snap);
     remove_file(&snap)?;
     forget_walk(root, path)?;
-    let (made, record) = match claim(root, dir_name)? {
+    // One an earlier run left is of this repository, but git may have pruned its tree since
+    // (a history rewritten, the repository cloned anew at its path): then it is no use.
+    let claimed = match claim(root, pool, dir_name)? {
+        Some((claimed, true)) if open()?.find_tree(claimed.1.tree).is_err() => {
+            forget_watch(&claimed.0.join("tree"));
+            remove_tree(&claimed.0).map_err(|e| io("cannot remove", &claimed.0, e))?;
+            None
+        }
+        other => other.map(|(claimed, _)| claimed),
+    };
+    let (made, record) = match claimed {
         Some(claimed) => {
             let claimed_dir = claimed.0.clone();
             let reset = reset(claimed, path, open, started, watched);
@@ -153,27 +172,39 @@ fn parked_walk(claimed: &Path) -> Option<WalkRecord> {
     (record.snapshot == snapshot && record.root == tree).then_some(record)
 }
 
-/// Takes a parked directory for the attempt `dir_name`: renamed to `.claim-<dir_name>`, so
-/// two attempts never take the same one. None when the pool is empty.
-fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<Claimed>, RepoError> {
-    let parked = root.join(PARKED_DIR);
-    let Ok(entries) = std::fs::read_dir(&parked) else {
-        return Ok(None);
-    };
+/// Takes a parked directory for the attempt `dir_name`, from the run's pool or else from
+/// the repository's (`pool`; then `true`): renamed to `.claim-<dir_name>`, so two attempts
+/// never take the same one. None when both are empty.
+fn claim(
+    root: &Path,
+    pool: Option<&Path>,
+    dir_name: &OsStr,
+) -> Result<Option<(Claimed, bool)>, RepoError> {
     let mut claim_name = CLAIM_PREFIX.as_bytes().to_vec();
     claim_name.extend_from_slice(dir_name.as_bytes());
     let claimed = root.join(OsStr::from_bytes(&claim_name));
     // What an earlier try of this attempt left of its claim (it was cut short).
     remove_tree(&claimed).map_err(|e| io("cannot remove", &claimed, e))?;
+    if let Some(found) = claim_from(&root.join(PARKED_DIR), &claimed)? {
+        return Ok(Some((found, false)));
+    }
+    match pool {
+        Some(pool) => Ok(claim_from(pool, &claimed)?.map(|found| (found, true))),
+        None => Ok(None),
+    }
+}
+
+/// [`claim`] from the pool directory `parked`, into `claimed`.
+fn claim_from(parked: &Path, claimed: &Path) -> Result<Option<Claimed>, RepoError> {
+    let Ok(entries) = std::fs::read_dir(parked) else {
+        return Ok(None);
+    };
     for entry in entries.flatten() {
-        if entry
-            .file_name()
-            .as_bytes()
-            .ends_with(PART_SUFFIX.as_bytes())
-        {
+        let name = entry.file_name();
+        if name.as_bytes().ends_with(PART_SUFFIX.as_bytes()) || name == POOL_REPO_FILE {
             continue;
         }
-        match std::fs::rename(entry.path(), &claimed) {
+        match std::fs::rename(entry.path(), claimed) {
             Ok(()) => {}
             // Another attempt took it first.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -184,11 +215,11 @@ fn claim(root: &Path, dir_name: &OsStr) -> Result<Option<Claimed>, RepoError> {
             && let Ok(snapshot) = Snapshot::take(&claimed.join("index"))
             && let Ok(stamp) = mtime_of(&claimed.join("index"))
         {
-            let walk = parked_walk(&claimed);
-            return Ok(Some((claimed, snapshot, stamp, walk)));
+            let walk = parked_walk(claimed);
+            return Ok(Some((claimed.to_path_buf(), snapshot, stamp, walk)));
         }
         forget_watch(&claimed.join("tree"));
-        remove_tree(&claimed).map_err(|e| io("cannot remove", &claimed, e))?;
+        remove_tree(claimed).map_err(|e| io("cannot remove", claimed, e))?;
     }
     Ok(None)
 }
@@ -842,13 +873,22 @@ pub fn remove_tree(path: &Path) -> std::io::Result<()> {
 
 /// The directory side of a sweep of the run at `root`: the pool and half-done claims go;
 /// the snapshots of the directories in `kept` stay (a kept worktree can still be parked),
-/// the others go.
-pub fn sweep(root: &Path, kept: &[PathBuf]) -> Result<(), RepoError> {
+/// the others go. `leave_for`: the run is over, and its parked directories may wait in
+/// this repository pool for the next run of the repository (up to [`MAX_POOLED`]; the
+/// repository's path, for gc).
+pub fn sweep(
+    root: &Path,
+    kept: &[PathBuf],
+    leave_for: Option<(&Path, &Path)>,
+) -> Result<(), RepoError> {
     // First, whatever fails below: memory is no place for what a sweep removes.
     forget_records_below(root);
     let Ok(entries) = std::fs::read_dir(root) else {
         return Ok(());
     };
+    if let Some((pool, repo)) = leave_for {
+        leave_parked(root, pool, repo);
+    }
     for entry in entries.flatten() {
         let name = entry.file_name();
         let path = entry.path();
@@ -869,6 +909,83 @@ pub fn sweep(root: &Path, kept: &[PathBuf]) -> Result<(), RepoError> {
     // Gone once empty (an error only means a kept directory's snapshot is in it).
     let _ = std::fs::remove_dir(&snaps);
     Ok(())
+}
+
+/// Moves the run's parked directories (each whole: its tree, snapshot and walk record) into
+/// the repository's `pool`, while it holds fewer than [`MAX_POOLED`]. Best effort: what is
+/// not moved is removed with the run. Their watches go (an idle daemon holds none); the
+/// next run's reset watches anew.
+fn leave_parked(root: &Path, pool: &Path, repo: &Path) {
+    let parked = root.join(PARKED_DIR);
+    let Ok(entries) = std::fs::read_dir(&parked) else {
+        return;
+    };
+    let held = |pool: &Path| {
+        std::fs::read_dir(pool).map_or(0, |e| {
+            e.flatten()
+                .filter(|e| e.file_name() != POOL_REPO_FILE)
+                .count()
+        })
+    };
+    if held(pool) >= MAX_POOLED || std::fs::create_dir_all(pool).is_err() {
+        return;
+    }
+    let repo_file = pool.join(POOL_REPO_FILE);
+    if !repo_file.is_file() && std::fs::write(&repo_file, repo.as_os_str().as_bytes()).is_err() {
+        return;
+    }
+    let run = root.file_name().unwrap_or_default();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.as_bytes().ends_with(PART_SUFFIX.as_bytes()) {
+            continue;
+        }
+        if held(pool) >= MAX_POOLED {
+            return;
+        }
+        let mut pooled = run.to_owned();
+        pooled.push("-");
+        pooled.push(&name);
+        forget_watch(&entry.path().join("tree"));
+        let _ = std::fs::rename(entry.path(), pool.join(pooled));
+    }
+}
+
+/// The pool of the repository at `repo` in the worktrees directory `worktrees`: named by
+/// the SHA-1 of the repository's canonical path.
+pub fn repository_pool(worktrees: &Path, repo: &Path) -> Option<PathBuf> {
+    let canonical = std::fs::canonicalize(repo).ok()?;
+    let sum = <sha1::Sha1 as sha1::Digest>::digest(canonical.as_os_str().as_bytes());
+    let key: String = sum[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Some(worktrees.join(POOL_DIR).join(key))
+}
+
+/// The repository pools in the worktrees directory `worktrees` whose repository is gone
+/// (its path no repository, or its pool no longer the one its path names): what gc
+/// removes. With `remove`, they are removed too.
+pub fn stale_pools(worktrees: &Path, remove: bool) -> Vec<PathBuf> {
+    let mut stale = Vec::new();
+    let Ok(entries) = std::fs::read_dir(worktrees.join(POOL_DIR)) else {
+        return stale;
+    };
+    for entry in entries.flatten() {
+        let pool = entry.path();
+        let repo = std::fs::read(pool.join(POOL_REPO_FILE))
+            .ok()
+            .map(|bytes| PathBuf::from(OsStr::from_bytes(&bytes)));
+        let live = repo.is_some_and(|repo| {
+            git2::Repository::open(&repo).is_ok()
+                && repository_pool(worktrees, &repo).as_deref() == Some(pool.as_path())
+        });
+        if !live {
+            if remove {
+                forget_watches_below(&pool);
+                let _ = remove_tree(&pool);
+            }
+            stale.push(pool);
+        }
+    }
+    stale
 }
 
 /// Whether `name`, an entry of a run's root, is the slots' own (not an attempt's directory).

@@ -56,6 +56,8 @@ pub struct GitWorktrees {
     run: RunId,
     /// This run's worktrees: `<state>/worktrees/<run>`.
     root: PathBuf,
+    /// The repository's pool of parked directories earlier runs left (ADR-052), beside it.
+    pool: Option<PathBuf>,
     /// The branch the run lands on (ADR-022): where attempts start from.
     target: TargetBranch,
     hook: Option<UnlockedHook>,
@@ -94,11 +96,15 @@ impl GitWorktrees {
         target: TargetBranch,
     ) -> Self {
         let repo = repo.into();
+        let root = root.into();
         GitWorktrees {
             handles: RepoHandles::shared(&repo),
+            pool: root
+                .parent()
+                .and_then(|worktrees| super::slots::repository_pool(worktrees, &repo)),
             repo,
             run,
-            root: root.into(),
+            root,
             target,
             hook: None,
             trust_seals: None,
@@ -154,6 +160,7 @@ impl GitWorktrees {
             handles: self.handles.clone(),
             run: self.run,
             root: self.root.clone(),
+            pool: self.pool.clone(),
             target: self.target.clone(),
             hook: self.hook.clone(),
             trust_seals: self.trust_seals,
@@ -174,6 +181,7 @@ struct Place {
     handles: Arc<RepoHandles>,
     run: RunId,
     root: PathBuf,
+    pool: Option<PathBuf>,
     target: TargetBranch,
     hook: Option<UnlockedHook>,
     trust_seals: Option<fn() -> bool>,
@@ -350,6 +358,7 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
     })?;
     let filled = super::slots::materialize(
         &place.root,
+        place.pool.as_deref(),
         &path,
         &|| open_worktree(&repo, &name, &path),
         &|| place.unlocked(Unlocked::Checkout),
@@ -699,7 +708,17 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     // registering it). The scratch checkouts' directory is in use while the run lives.
     // The pool of parked directories and what a crash left of parking or claiming.
     // Once the run is over no directory is parked again: every snapshot goes.
-    super::slots::sweep(&place.root, if keep.closing { &[] } else { &kept })?;
+    // A run that is over leaves a few to the next run of the repository (ADR-052).
+    let leave_for = place
+        .pool
+        .as_deref()
+        .filter(|_| keep.closing)
+        .map(|pool| (pool, place.repo.as_path()));
+    super::slots::sweep(
+        &place.root,
+        if keep.closing { &[] } else { &kept },
+        leave_for,
+    )?;
     if let Ok(entries) = std::fs::read_dir(&place.root) {
         for entry in entries.flatten() {
             let path = entry.path();

@@ -22,8 +22,8 @@ use crate::supervision::assert_checkout_untouched;
 const MANY: usize = 2000;
 
 struct Fixture {
-    repo: tempfile::TempDir,
-    _state: tempfile::TempDir,
+    repo: Arc<tempfile::TempDir>,
+    _state: Arc<tempfile::TempDir>,
     root: PathBuf,
     run: RunId,
     worktrees: GitWorktrees,
@@ -73,8 +73,8 @@ fn fixture_with(trust_seals: bool) -> Fixture {
         }))
         .trusting_seals(trust_seals, || true);
     Fixture {
-        repo,
-        _state: state,
+        repo: Arc::new(repo),
+        _state: Arc::new(state),
         root,
         run,
         worktrees,
@@ -83,6 +83,46 @@ fn fixture_with(trust_seals: bool) -> Fixture {
 }
 
 impl Fixture {
+    /// The next run of the same repository, in the same state directory.
+    fn next_run(&self) -> Fixture {
+        let run = RunId::generate();
+        let root = self._state.path().join(run.to_string());
+        Fixture {
+            repo: self.repo.clone(),
+            _state: self._state.clone(),
+            worktrees: GitWorktrees::new(self.repo.path(), run, root.clone(), main_branch()),
+            root,
+            run,
+            crash: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The directories in the repository's pool (ADR-052): what a next run may reuse.
+    fn pooled(&self) -> Vec<PathBuf> {
+        let pool =
+            flotilla::git::slots::repository_pool(self._state.path(), self.repo.path()).unwrap();
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&pool)
+            .map(|e| {
+                e.flatten()
+                    .filter(|e| e.file_name() != ".repo")
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        found
+    }
+
+    async fn close(&self) {
+        self.worktrees
+            .sweep(SweepKeep {
+                closing: true,
+                ..SweepKeep::default()
+            })
+            .await
+            .unwrap();
+    }
+
     fn request(&self, task: &str) -> WorktreeRequest {
         let task: TaskId = task.parse().unwrap();
         WorktreeRequest {
@@ -476,6 +516,97 @@ async fn the_end_of_the_run_leaves_no_parked_directory() {
     assert!(!f.root.exists(), "nothing of the run is left");
     assert!(f.worktrees.prepare(f.request("t4")).await.is_err());
     assert_checkout_untouched(f.repo.path());
+}
+
+/// A run's parked directories wait for the next run of the repository (ADR-052, decision 3):
+/// its first attempts reuse them, reset to main as it is then, whatever an agent left.
+#[tokio::test]
+async fn a_finished_runs_directories_wait_for_the_next_run_of_the_repository() {
+    let f = fixture();
+    let a = f.prepare("t1").await;
+    let b = f.prepare("t2").await;
+    let inodes = [ino(&a.path), ino(&b.path)];
+    std::fs::write(a.path.join("src/lib.rs"), "pub fn forged() {}\n").unwrap();
+    std::fs::write(a.path.join("left.txt"), "an agent's\n").unwrap();
+    f.seal(&a).await;
+    f.release(&a).await;
+    f.release(&b).await;
+    f.close().await;
+    assert!(
+        !f.root.exists(),
+        "nothing of the run is left in its own directory"
+    );
+    assert_eq!(f.pooled().len(), 2, "both wait for the next run");
+    f.commit_on_main(&[("src/lib.rs", "pub fn c() {}\n"), ("src/new.rs", "new\n")]);
+
+    let g = f.next_run();
+    let first = g.prepare("t1").await;
+    assert!(
+        inodes.contains(&ino(&first.path)),
+        "a directory of the last run"
+    );
+    assert_exactly_main(&g, &first);
+    assert_eq!(g.pooled().len(), 1);
+    let second = g.prepare("t2").await;
+    assert!(inodes.contains(&ino(&second.path)));
+    assert_exactly_main(&g, &second);
+    assert!(g.pooled().is_empty());
+    // The pool holds at most MAX_POOLED between runs.
+    let more: Vec<Workspace> = futures::future::join_all(
+        (3..10).map(|n| g.worktrees.prepare(g.request(&format!("t{n}")))),
+    )
+    .await
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
+    for ws in more.iter().chain([&first, &second]) {
+        g.release(ws).await;
+    }
+    g.close().await;
+    assert_eq!(g.pooled().len(), flotilla::git::slots::MAX_POOLED);
+    assert_checkout_untouched(f.repo.path());
+}
+
+/// A pooled directory whose tree the repository no longer has (cloned anew at the same
+/// path) is not used, and gc removes the pool of a repository that is gone.
+#[tokio::test]
+async fn a_pooled_directory_the_repository_cannot_reset_is_not_used() {
+    let f = fixture();
+    let a = f.prepare("t1").await;
+    let pooled_ino = ino(&a.path);
+    f.release(&a).await;
+    f.close().await;
+    assert_eq!(f.pooled().len(), 1);
+    // The repository made anew at its path: other objects, other history.
+    std::fs::remove_dir_all(f.repo.path().join(".git")).unwrap();
+    init_repo(f.repo.path());
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    commit_files(&git, &[("other.txt", "another project\n")], "anew");
+    for entry in std::fs::read_dir(f.repo.path()).unwrap().flatten() {
+        let name = entry.file_name();
+        if name != ".git" && name != "other.txt" {
+            let _ = std::fs::remove_dir_all(entry.path());
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+
+    let g = f.next_run();
+    let ws = g.prepare("t1").await;
+    assert_ne!(ino(&ws.path), pooled_ino, "written fresh");
+    assert_exactly_main(&g, &ws);
+    assert!(g.pooled().is_empty(), "the useless one is gone");
+    g.release(&ws).await;
+    g.close().await;
+    assert_eq!(g.pooled().len(), 1);
+
+    // gc: a live repository's pool stays; a gone one's goes.
+    let worktrees = f._state.path();
+    assert!(flotilla::git::slots::stale_pools(worktrees, true).is_empty());
+    assert_eq!(g.pooled().len(), 1);
+    std::fs::remove_dir_all(f.repo.path().join(".git")).unwrap();
+    let stale = flotilla::git::slots::stale_pools(worktrees, true);
+    assert_eq!(stale.len(), 1);
+    assert!(!stale[0].exists());
 }
 
 fn git_cli(dir: &Path, args: &[&str]) -> String {

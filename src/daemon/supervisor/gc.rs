@@ -169,8 +169,22 @@ async fn collect_garbage(
         return Ok(report); // nothing was ever made
     };
     let mut doomed: Vec<PathBuf> = Vec::new();
+    // The repositories' pools of parked directories (ADR-052): only those of repositories
+    // that are gone.
+    let (pools, remove_pools) = (root.clone(), !msg.dry_run);
+    if let Ok(stale) =
+        tokio::task::spawn_blocking(move || crate::git::slots::stale_pools(&pools, remove_pools))
+            .await
+    {
+        report
+            .unknown
+            .extend(stale.iter().map(|p| p.display().to_string()));
+    }
     while let Ok(Some(entry)) = entries.next_entry().await {
         let dir = entry.path();
+        if entry.file_name() == crate::git::slots::POOL_DIR {
+            continue;
+        }
         let uuid = entry
             .file_name()
             .to_str()
