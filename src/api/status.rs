@@ -32,6 +32,10 @@ pub struct RunStatus {
     /// absent before the gate or a sweep first ran in one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<String>,
+    /// What the repository's pool holds for its next run (ADR-052): how many workspaces,
+    /// their disk against the budget; absent when it holds none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     /// Landing is paused because main no longer holds what the run landed (`MainDiverged`,
     /// until main moves again or the user adopts it: ADR-024).
     #[serde(default, skip_serializing_if = "Option::is_none")]

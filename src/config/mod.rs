@@ -159,7 +159,7 @@ pub struct RunConfig {
 }
 
 /// `[worktrees]`: what becomes of attempts' worktrees.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorktreesConfig {
     /// A failed attempt's worktree and branch stay, for someone to look at what the agent
@@ -170,6 +170,20 @@ pub struct WorktreesConfig {
     /// tip, and the scope check covers both attempts' changes (ADR-031). Off: every retry
     /// starts again from the target branch's tip.
     pub retry_in_place: bool,
+    /// The disk (MiB) the workspaces a finished run leaves for the repository's next run
+    /// may take, with those already waiting (at most eight): that run's first attempts
+    /// reset one to their start instead of writing every file (ADR-052). 0: none are left.
+    pub pool_budget_mb: u64,
+}
+
+impl Default for WorktreesConfig {
+    fn default() -> Self {
+        WorktreesConfig {
+            keep_failed: false,
+            retry_in_place: false,
+            pool_budget_mb: 2048,
+        }
+    }
 }
 
 /// `workers`: the worker profiles, an array of tables (`[[workers]]`). A `[workers]` table

@@ -167,6 +167,7 @@ impl StatusReplay {
             damage_noted: self.damage.is_some(),
             sandbox: self.sandbox.clone(),
             warm: None,
+            pool: None,
             main_diverged: self.main_diverged.clone(),
             provider_pauses: self.provider_pauses.values().cloned().collect(),
             main_untested: untested(&record.config),

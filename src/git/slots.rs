@@ -54,10 +54,17 @@ pub const MAX_PARKED: usize = 16;
 /// run of their repository: `<worktrees>/.pool/<key>/<run>-<dir>` (ADR-052, decision 3), so
 /// that a run's first attempts need not write every file of the tree.
 pub const POOL_DIR: &str = ".pool";
-/// At most this many directories wait in a repository's pool between its runs.
-pub const MAX_POOLED: usize = 4;
-/// A repository pool's file holding the repository's path (what gc checks).
+/// At most this many directories wait in a repository's pool between its runs (its disk
+/// budget, `[worktrees] pool_budget_mb`, binds first for a large tree).
+pub const MAX_POOLED: usize = 8;
+/// A repository pool's file holding the repository's path (what gc checks). The pool's own
+/// files start with a dot; its directories, with the run that left them.
 const POOL_REPO_FILE: &str = ".repo";
+/// A repository pool's file holding its disk budget, as the last run that left a
+/// directory there set it (what `status` shows).
+const POOL_BUDGET_FILE: &str = ".budget";
+/// A pooled directory's file holding the disk it took as it was pooled.
+const POOLED_BYTES_FILE: &str = "bytes";
 
 /// How an attempt's directory was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +105,8 @@ pub fn materialize(
             remove_tree(&claimed.0).map_err(|e| io("cannot remove", &claimed.0, e))?;
             None
         }
+        // Its seal's walk record lends no trust across runs: the reset walks it.
+        Some(((dir, snapshot, stamp, _), true)) => Some((dir, snapshot, stamp, None)),
         other => other.map(|(claimed, _)| claimed),
     };
     let (made, record) = match claimed {
@@ -201,7 +210,8 @@ fn claim_from(parked: &Path, claimed: &Path) -> Result<Option<Claimed>, RepoErro
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        if name.as_bytes().ends_with(PART_SUFFIX.as_bytes()) || name == POOL_REPO_FILE {
+        // (A repository pool's own files start with a dot; a run's parked ones never do.)
+        if name.as_bytes().ends_with(PART_SUFFIX.as_bytes()) || name.as_bytes().starts_with(b".") {
             continue;
         }
         match std::fs::rename(entry.path(), claimed) {
@@ -874,20 +884,20 @@ pub fn remove_tree(path: &Path) -> std::io::Result<()> {
 /// The directory side of a sweep of the run at `root`: the pool and half-done claims go;
 /// the snapshots of the directories in `kept` stay (a kept worktree can still be parked),
 /// the others go. `leave_for`: the run is over, and its parked directories may wait in
-/// this repository pool for the next run of the repository (up to [`MAX_POOLED`]; the
-/// repository's path, for gc).
+/// this repository pool for the next run of the repository (the pool, the repository's
+/// path for gc, the pool's disk budget in bytes; see [`leave_parked`]).
 pub fn sweep(
     root: &Path,
     kept: &[PathBuf],
-    leave_for: Option<(&Path, &Path)>,
+    leave_for: Option<(&Path, &Path, u64)>,
 ) -> Result<(), RepoError> {
     // First, whatever fails below: memory is no place for what a sweep removes.
     forget_records_below(root);
     let Ok(entries) = std::fs::read_dir(root) else {
         return Ok(());
     };
-    if let Some((pool, repo)) = leave_for {
-        leave_parked(root, pool, repo);
+    if let Some((pool, repo, budget_bytes)) = leave_for {
+        leave_parked(root, pool, repo, budget_bytes);
     }
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -912,43 +922,94 @@ pub fn sweep(
 }
 
 /// Moves the run's parked directories (each whole: its tree, snapshot and walk record) into
-/// the repository's `pool`, while it holds fewer than [`MAX_POOLED`]. Best effort: what is
-/// not moved is removed with the run. Their watches go (an idle daemon holds none); the
-/// next run's reset watches anew.
-fn leave_parked(root: &Path, pool: &Path, repo: &Path) {
+/// the repository's `pool`, while it holds fewer than [`MAX_POOLED`] and the disk they take
+/// (measured now, links not followed: an agent's build outputs count) stays within
+/// `budget_bytes` with what is there. Best effort: what is not moved is removed with the
+/// run. Their watches go (an idle daemon holds none); the next run's reset watches anew.
+/// Two runs of one repository ending at once may each fill the pool to its bounds.
+fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
     let parked = root.join(PARKED_DIR);
     let Ok(entries) = std::fs::read_dir(&parked) else {
         return;
     };
-    let held = |pool: &Path| {
-        std::fs::read_dir(pool).map_or(0, |e| {
-            e.flatten()
-                .filter(|e| e.file_name() != POOL_REPO_FILE)
-                .count()
-        })
-    };
-    if held(pool) >= MAX_POOLED || std::fs::create_dir_all(pool).is_err() {
+    let (mut count, mut held_bytes) = pool_usage(pool);
+    if count >= MAX_POOLED || std::fs::create_dir_all(pool).is_err() {
         return;
     }
     let repo_file = pool.join(POOL_REPO_FILE);
     if !repo_file.is_file() && std::fs::write(&repo_file, repo.as_os_str().as_bytes()).is_err() {
         return;
     }
+    let _ = std::fs::write(pool.join(POOL_BUDGET_FILE), budget_bytes.to_string());
     let run = root.file_name().unwrap_or_default();
     for entry in entries.flatten() {
         let name = entry.file_name();
         if name.as_bytes().ends_with(PART_SUFFIX.as_bytes()) {
             continue;
         }
-        if held(pool) >= MAX_POOLED {
+        if count >= MAX_POOLED {
             return;
+        }
+        let bytes = super::warm::disk_usage(&entry.path());
+        // Another, smaller one may still fit.
+        if held_bytes.saturating_add(bytes) > budget_bytes
+            || std::fs::write(entry.path().join(POOLED_BYTES_FILE), bytes.to_string()).is_err()
+        {
+            continue;
         }
         let mut pooled = run.to_owned();
         pooled.push("-");
         pooled.push(&name);
         forget_watch(&entry.path().join("tree"));
-        let _ = std::fs::rename(entry.path(), pool.join(pooled));
+        if std::fs::rename(entry.path(), pool.join(pooled)).is_ok() {
+            count += 1;
+            held_bytes = held_bytes.saturating_add(bytes);
+        }
     }
+}
+
+/// How many directories the repository pool `pool` holds, and the disk they took as they
+/// were pooled (one whose measure is unreadable is measured again).
+fn pool_usage(pool: &Path) -> (usize, u64) {
+    let Ok(entries) = std::fs::read_dir(pool) else {
+        return (0, 0);
+    };
+    let mut count = 0;
+    let mut bytes: u64 = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.as_bytes().starts_with(b".") {
+            continue;
+        }
+        let measured = std::fs::read_to_string(entry.path().join(POOLED_BYTES_FILE))
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| super::warm::disk_usage(&entry.path()));
+        count += 1;
+        bytes = bytes.saturating_add(measured);
+    }
+    (count, bytes)
+}
+
+/// One line for `status`: what the pool of the repository at `repo` (in the worktrees
+/// directory `worktrees`) holds for its next run, against its budget; `None` when empty.
+pub fn describe_pool(worktrees: &Path, repo: &Path) -> Option<String> {
+    let pool = repository_pool(worktrees, repo)?;
+    let (count, bytes) = pool_usage(&pool);
+    if count == 0 {
+        return None;
+    }
+    let budget = std::fs::read_to_string(pool.join(POOL_BUDGET_FILE))
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let mib = |b: u64| b.div_ceil(1024 * 1024);
+    Some(format!(
+        "{count} workspace{} kept for the repository's next run, {} MiB of {} MiB",
+        if count == 1 { "" } else { "s" },
+        mib(bytes),
+        mib(budget)
+    ))
 }
 
 /// The pool of the repository at `repo` in the worktrees directory `worktrees`: named by

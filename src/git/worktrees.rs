@@ -58,6 +58,9 @@ pub struct GitWorktrees {
     root: PathBuf,
     /// The repository's pool of parked directories earlier runs left (ADR-052), beside it.
     pool: Option<PathBuf>,
+    /// The disk the directories this run leaves there may take with the others (bytes;
+    /// 0: it leaves none).
+    pool_budget_bytes: u64,
     /// The branch the run lands on (ADR-022): where attempts start from.
     target: TargetBranch,
     hook: Option<UnlockedHook>,
@@ -102,6 +105,7 @@ impl GitWorktrees {
             pool: root
                 .parent()
                 .and_then(|worktrees| super::slots::repository_pool(worktrees, &repo)),
+            pool_budget_bytes: 0,
             repo,
             run,
             root,
@@ -124,6 +128,14 @@ impl GitWorktrees {
         still: fn() -> bool,
     ) -> Self {
         self.trust_seals = processes_end_with_commands.then_some(still);
+        self
+    }
+
+    /// The directories parked when the run ends may wait for the repository's next run, in
+    /// its pool, while they take at most `budget_mb` MiB of disk with what the pool holds
+    /// (`[worktrees] pool_budget_mb`; ADR-052). None are left unless set.
+    pub fn leaving_for_next_run(mut self, budget_mb: u64) -> Self {
+        self.pool_budget_bytes = budget_mb.saturating_mul(1024 * 1024);
         self
     }
 
@@ -161,6 +173,7 @@ impl GitWorktrees {
             run: self.run,
             root: self.root.clone(),
             pool: self.pool.clone(),
+            pool_budget_bytes: self.pool_budget_bytes,
             target: self.target.clone(),
             hook: self.hook.clone(),
             trust_seals: self.trust_seals,
@@ -182,6 +195,7 @@ struct Place {
     run: RunId,
     root: PathBuf,
     pool: Option<PathBuf>,
+    pool_budget_bytes: u64,
     target: TargetBranch,
     hook: Option<UnlockedHook>,
     trust_seals: Option<fn() -> bool>,
@@ -712,8 +726,8 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     let leave_for = place
         .pool
         .as_deref()
-        .filter(|_| keep.closing)
-        .map(|pool| (pool, place.repo.as_path()));
+        .filter(|_| keep.closing && place.pool_budget_bytes > 0)
+        .map(|pool| (pool, place.repo.as_path(), place.pool_budget_bytes));
     super::slots::sweep(
         &place.root,
         if keep.closing { &[] } else { &kept },

@@ -20,6 +20,9 @@ use crate::daemon_env::{commit_files, init_repo, main_branch};
 use crate::supervision::assert_checkout_untouched;
 
 const MANY: usize = 2000;
+/// The disk budget of the repository's pool in these runs (`[worktrees] pool_budget_mb`'s
+/// default).
+const POOL_MB: u64 = 2048;
 
 struct Fixture {
     repo: Arc<tempfile::TempDir>,
@@ -71,7 +74,8 @@ fn fixture_with(trust_seals: bool) -> Fixture {
                 panic!("killed in the middle of making a workspace");
             }
         }))
-        .trusting_seals(trust_seals, || true);
+        .trusting_seals(trust_seals, || true)
+        .leaving_for_next_run(POOL_MB);
     Fixture {
         repo: Arc::new(repo),
         _state: Arc::new(state),
@@ -85,12 +89,19 @@ fn fixture_with(trust_seals: bool) -> Fixture {
 impl Fixture {
     /// The next run of the same repository, in the same state directory.
     fn next_run(&self) -> Fixture {
+        self.next_run_leaving(POOL_MB)
+    }
+
+    /// [`Fixture::next_run`], leaving at most `budget_mb` MiB for the run after it.
+    fn next_run_leaving(&self, budget_mb: u64) -> Fixture {
         let run = RunId::generate();
         let root = self._state.path().join(run.to_string());
         Fixture {
             repo: self.repo.clone(),
             _state: self._state.clone(),
-            worktrees: GitWorktrees::new(self.repo.path(), run, root.clone(), main_branch()),
+            worktrees: GitWorktrees::new(self.repo.path(), run, root.clone(), main_branch())
+                .trusting_seals(true, || true)
+                .leaving_for_next_run(budget_mb),
             root,
             run,
             crash: Arc::new(AtomicBool::new(false)),
@@ -104,7 +115,7 @@ impl Fixture {
         let mut found: Vec<PathBuf> = std::fs::read_dir(&pool)
             .map(|e| {
                 e.flatten()
-                    .filter(|e| e.file_name() != ".repo")
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
                     .map(|e| e.path())
                     .collect()
             })
@@ -607,6 +618,87 @@ async fn a_pooled_directory_the_repository_cannot_reset_is_not_used() {
     let stale = flotilla::git::slots::stale_pools(worktrees, true);
     assert_eq!(stale.len(), 1);
     assert!(!stale[0].exists());
+}
+
+/// A pooled directory's seal lends no trust to the next run (ADR-052): whatever wrote into
+/// it between the runs (a process of a run without a sandbox that ends them, the user) is
+/// found by the reset's walk, not kept because the last seal's record did not list it.
+#[tokio::test]
+async fn the_next_run_walks_a_pooled_directory_whatever_its_last_seal_said() {
+    let f = fixture_with(true);
+    let ws = f.prepare("t1").await;
+    f.seal(&ws).await;
+    f.release_sealed(&ws).await;
+    assert!(f.parked_walk(&ws).is_some(), "trusted within its run");
+    f.close().await;
+    let pooled = f.pooled();
+    assert_eq!(pooled.len(), 1);
+    let tree = pooled[0].join("tree");
+    std::fs::write(tree.join("src/lib.rs"), "pub fn forged() {}\n").unwrap();
+    std::fs::write(tree.join("many/planted.txt"), "planted\n").unwrap();
+
+    let pooled_ino = ino(&tree);
+    let g = f.next_run();
+    let next = g.prepare("t1").await;
+    assert_eq!(ino(&next.path), pooled_ino, "the pooled directory, reused");
+    assert!(!next.path.join("many/planted.txt").exists());
+    assert_exactly_main(&g, &next);
+}
+
+/// The pool keeps within its disk budget (`[worktrees] pool_budget_mb`): a directory that
+/// would take it over is removed with its run, 0 leaves none, and `status`'s line says what
+/// is kept against the budget.
+#[tokio::test]
+async fn the_pool_keeps_within_its_disk_budget() {
+    let f = fixture();
+    // Each directory holds MANY files, over 1 MiB of disk.
+    let g = f.next_run_leaving(1);
+    let a = g.prepare("t1").await;
+    g.release(&a).await;
+    g.close().await;
+    assert!(g.pooled().is_empty(), "over the budget");
+    assert_eq!(
+        flotilla::git::slots::describe_pool(f._state.path(), f.repo.path()),
+        None
+    );
+
+    let g = f.next_run_leaving(0);
+    let a = g.prepare("t1").await;
+    g.release(&a).await;
+    g.close().await;
+    assert!(g.pooled().is_empty(), "0: none");
+
+    let g = f.next_run();
+    let a = g.prepare("t1").await;
+    let b = g.prepare("t2").await;
+    g.release(&a).await;
+    g.release(&b).await;
+    g.close().await;
+    assert_eq!(g.pooled().len(), 2);
+    let line = flotilla::git::slots::describe_pool(f._state.path(), f.repo.path()).unwrap();
+    assert!(
+        line.starts_with("2 workspaces kept for the repository's next run, ")
+            && line.ends_with(" MiB of 2048 MiB"),
+        "{line}"
+    );
+    // What they took as they were pooled (each over 8 MiB), the budget binding on it: a
+    // run with room for about two leaves two of its three.
+    let mib: u64 = line
+        .split(", ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let h = f.next_run_leaving(mib + 1);
+    let c = h.prepare("t1").await;
+    let d = h.prepare("t2").await;
+    let e = h.prepare("t3").await;
+    assert!(h.pooled().is_empty(), "both taken");
+    for ws in [&c, &d, &e] {
+        h.release(ws).await;
+    }
+    h.close().await;
+    assert_eq!(h.pooled().len(), 2, "no more than the budget holds");
 }
 
 fn git_cli(dir: &Path, args: &[&str]) -> String {

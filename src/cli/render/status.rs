@@ -69,6 +69,9 @@ pub fn status_text(status: &RunStatus, style: &Style) -> String {
     if let Some(warm) = &status.warm {
         let _ = writeln!(out, "warm:    {}", safe(&shorten(warm, 200)));
     }
+    if let Some(pool) = &status.pool {
+        let _ = writeln!(out, "pool:    {}", safe(&shorten(pool, 200)));
+    }
     if status.main_untested {
         let _ = writeln!(out, "gate:    {}", style.bad(UNTESTED_MAIN));
     }

@@ -146,6 +146,7 @@ fn hostile_status() -> RunStatus {
         problem: Some(HOSTILE.into()),
         sandbox: Some(HOSTILE.into()),
         warm: Some(HOSTILE.into()),
+        pool: Some(HOSTILE.into()),
         branch: Some(HOSTILE.into()),
         main_untested: true,
         damage_noted: false,

@@ -277,9 +277,15 @@ pub(super) async fn run_status(state: &AppState, id: &str) -> Result<RunStatus, 
         .worktrees
         .join(run.to_string())
         .join(crate::git::worktrees::SCRATCH_DIR);
-    status.warm = tokio::task::spawn_blocking(move || crate::git::warm::describe(&scratch))
-        .await
-        .unwrap_or_default();
+    let (worktrees, repo) = (state.worktrees.clone(), record.repo.clone());
+    (status.warm, status.pool) = tokio::task::spawn_blocking(move || {
+        (
+            crate::git::warm::describe(&scratch),
+            crate::git::slots::describe_pool(&worktrees, &repo),
+        )
+    })
+    .await
+    .unwrap_or_default();
     if let Some(damage) = unreadable {
         status.mark_damaged(damage);
     } else if let Some(problem) = problem.filter(|_| status.outcome_is_open()) {

@@ -58,6 +58,7 @@ impl Supervisor {
             repo: entry.repo,
             keep_failed: entry.config.worktrees.keep_failed,
             retry_in_place: entry.config.worktrees.retry_in_place,
+            pool_budget_mb: entry.config.worktrees.pool_budget_mb,
             // A config whose branch does not pass never started: nothing of it to heal.
             target: entry.config.target_branch().ok(),
             cleaning: Cleaning::start(&self.cleaning),
@@ -125,7 +126,8 @@ impl Supervisor {
                 run,
                 self.worktrees.join(run.to_string()),
                 retiring.target.clone().unwrap_or_else(TargetBranch::legacy),
-            ),
+            )
+            .leaving_for_next_run(retiring.pool_budget_mb),
             retiring.target,
             run,
             journal,
