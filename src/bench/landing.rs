@@ -46,8 +46,10 @@ pub fn task_file(n: usize) -> String {
 }
 
 /// The run's config: the scripted planner answers the tasks in sprints of [`SPRINT`];
-/// task `tN`'s agent writes [`task_file`]`(N)` at once; node and worker limits fit.
-pub fn run_config(case: &LandingCase) -> RunConfig {
+/// task `tN`'s agent writes [`task_file`]`(N)` at once (what the run numbered `round` of
+/// the repository writes there: a next run's tasks change what the last one landed); node
+/// and worker limits fit.
+pub fn run_config(case: &LandingCase, round: usize) -> RunConfig {
     let mut scenario = Scenario {
         agent: AgentStep {
             delay_ms: Some(0),
@@ -82,7 +84,7 @@ pub fn run_config(case: &LandingCase) -> RunConfig {
             ..AgentStep::default()
         };
         step.writes
-            .insert(task_file(n), format!("the work of task {n}\n"));
+            .insert(task_file(n), format!("the work of task {n}, run {round}\n"));
         scenario.tasks.insert(
             format!("t{n}"),
             TaskScript {
@@ -365,10 +367,13 @@ mod tests {
 
     #[test]
     fn the_config_gives_every_task_a_file_of_its_own_in_sprints() {
-        let config = run_config(&LandingCase {
-            gate: Some("true".into()),
-            ..case(120)
-        });
+        let config = run_config(
+            &LandingCase {
+                gate: Some("true".into()),
+                ..case(120)
+            },
+            0,
+        );
         assert_eq!(config.scenario.planner.answers.len(), 3);
         let listed: usize = config
             .scenario

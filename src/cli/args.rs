@@ -315,6 +315,12 @@ pub enum Command {
         /// Runs of each landing case (report the median of several).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
         landing_repeat: u64,
+        /// Also measure each case's next run: once the first run has ended, the daemon is
+        /// stopped (its clean-up leaves the run's workspaces in the repository's pool,
+        /// `[worktrees] pool_budget_mb`), started again, and the same run submitted on the
+        /// same repository; reported as `landing/<N>-files/next-run`.
+        #[arg(long)]
+        landing_next_run: bool,
         /// Where generated repositories are cached and cases run [default: a
         /// `flotilla-bench-landing` directory in the system's temporary directory].
         #[arg(long, value_name = "DIR")]

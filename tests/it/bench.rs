@@ -261,6 +261,32 @@ fn bench_landing_lands_every_task_on_each_size_and_reports_its_fields() {
     );
 }
 
+/// `--landing-next-run`: each case's next run on the same repository, after a daemon
+/// restart, is measured and named apart; both land every task.
+#[test]
+fn bench_landing_measures_the_next_run_of_each_repository_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = bench(&[
+        "--landing",
+        "--landing-files",
+        "30",
+        "--landing-tasks",
+        "6",
+        "--landing-workers",
+        "2",
+        "--landing-next-run",
+        "--landing-dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    let names: Vec<&str> = rows.iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["landing/30-files", "landing/30-files/next-run"]);
+    for m in &rows {
+        assert_eq!(m["landed"].as_u64(), Some(6), "{m}");
+        assert!(number(m, "cpu_ms_per_task") >= 0.0, "{m}");
+    }
+}
+
 /// `flotilla bench --gate-timing PATH` end to end on a tiny project with a gate that only
 /// looks at the candidate: each mode gates every candidate, the report is one JSON object
 /// with both modes' times, their later medians and the ratio, and nothing is left behind.

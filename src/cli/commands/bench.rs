@@ -22,6 +22,7 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
         landing_workers,
         landing_gate,
         landing_repeat,
+        landing_next_run,
         landing_dir,
         gate_timing,
         gate_candidates,
@@ -61,6 +62,7 @@ pub fn run_bench(command: &Command) -> Result<Exit, CliError> {
             workers: *landing_workers as usize,
             gate: landing_gate.clone(),
             repeat: *landing_repeat as usize,
+            next_run: *landing_next_run,
             dir: bench_dir(),
             json: *json,
         };

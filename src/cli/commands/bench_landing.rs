@@ -27,6 +27,8 @@ pub struct LandingOptions {
     pub workers: usize,
     pub gate: Option<String>,
     pub repeat: usize,
+    /// Each case's next run on its repository is measured too (after a daemon restart).
+    pub next_run: bool,
     /// Templates are cached here, cases made (and removed) here.
     pub dir: PathBuf,
     pub json: bool,
@@ -106,9 +108,12 @@ pub fn run(
                     workers: options.workers,
                     gate: options.gate.clone(),
                 };
-                let (row, work) = runtime.block_on(one_case(&exe, &options.dir, &case))?;
-                printer.landing(&row)?;
-                rows.push(row);
+                let (measured, work) =
+                    runtime.block_on(one_case(&exe, &options.dir, &case, options.next_run))?;
+                for row in measured {
+                    printer.landing(&row)?;
+                    rows.push(row);
+                }
                 done.push(work);
             }
         }
@@ -117,11 +122,14 @@ pub fn run(
     Ok(rows)
 }
 
+/// One case: its repository, its first run and, with `next_run`, the run after it on the
+/// same repository and state (the first daemon stopped, a new one started).
 async fn one_case(
     exe: &Path,
     dir: &Path,
     case: &LandingCase,
-) -> Result<(Measurement, tempfile::TempDir), LandingBenchError> {
+    next_run: bool,
+) -> Result<(Vec<Measurement>, tempfile::TempDir), LandingBenchError> {
     let prepared = Instant::now();
     let template = landing_repo::template(dir, case.files)?;
     let work = tempfile::Builder::new()
@@ -136,10 +144,33 @@ async fn one_case(
     landing_repo::checkout_copy(&template, &repo)?;
     let prepare_ms = prepared.elapsed().as_millis() as u64;
 
-    let daemon = BenchDaemon::start(exe, &state)?;
+    let mut rows = vec![Measurement::of_landing(
+        case,
+        &one_run(exe, &state, &repo, case, 0).await?,
+        prepare_ms,
+    )];
+    if next_run {
+        let next = one_run(exe, &state, &repo, case, 1).await?;
+        let mut row = Measurement::of_landing(case, &next, 0);
+        row.name.push_str("/next-run");
+        rows.push(row);
+    }
+    Ok((rows, work))
+}
+
+/// One run of `case` (the repository's `round`th) on `repo` through a daemon of its own on `state`, followed to its
+/// end; the daemon is stopped (its clean-up of the run done) before this returns.
+async fn one_run(
+    exe: &Path,
+    state: &Path,
+    repo: &Path,
+    case: &LandingCase,
+    round: usize,
+) -> Result<landing::LandingResult, LandingBenchError> {
+    let daemon = BenchDaemon::start(exe, state)?;
     let client = Client::new(Endpoint::Unix(state.join("daemon.sock")));
-    let config =
-        serde_json::to_value(landing::run_config(case)).map_err(LandingBenchError::Config)?;
+    let config = serde_json::to_value(landing::run_config(case, round))
+        .map_err(LandingBenchError::Config)?;
     let body = serde_json::json!({
         "request": format!("flotilla bench --landing: {} tasks on {} files", case.tasks, case.files),
         "repo": repo,
@@ -167,17 +198,16 @@ async fn one_case(
     let usage = DaemonUsage {
         cpu_ms,
         peak_rss_bytes,
-        disk_bytes: landing::disk_bytes(&state) + landing::disk_bytes(&repo.join(".git")),
+        disk_bytes: landing::disk_bytes(state) + landing::disk_bytes(&repo.join(".git")),
     };
-    let result = clock
+    clock
         .result(case, usage)
         .map_err(|source| LandingBenchError::Case {
             files: case.files,
             tasks: case.tasks,
             source,
             log,
-        })?;
-    Ok((Measurement::of_landing(case, &result, prepare_ms), work))
+        })
 }
 
 /// A `flotilla daemon` child on a state directory of the bench's. Stopped with SIGTERM
