@@ -163,92 +163,129 @@ pub fn write_user_index(
     if undo_records != 0 || index.has_conflicts() || index.version() == 4 {
         return index.write().map_err(git);
     }
-    let mut entries: Vec<git2::IndexEntry> = index.iter().collect();
-    // git's order, byte by byte (libgit2 sorts an index that ignores case otherwise, and
-    // re-sorts it when it writes): anything else is left to libgit2.
-    if entries.windows(2).any(|w| w[0].path >= w[1].path) {
-        return index.write().map_err(git);
+    let (bytes, smudged) = {
+        let entries = borrowed_entries(index);
+        // git's order, byte by byte (libgit2 sorts an index that ignores case otherwise,
+        // and re-sorts it when it writes): anything else is left to libgit2.
+        if entries.windows(2).any(|w| w[0].path >= w[1].path) {
+            drop(entries);
+            return index.write().map_err(git);
+        }
+        let smudged = racily_clean(repo, &entries, racy_since)?;
+        let bytes = index_bytes(entries.iter().zip(&smudged).map(|(e, &smudged)| {
+            let raw = e.raw;
+            DiskEntry {
+                stat: [
+                    raw.ctime.seconds as u32,
+                    raw.ctime.nanoseconds,
+                    raw.mtime.seconds as u32,
+                    raw.mtime.nanoseconds,
+                    raw.dev,
+                    raw.ino,
+                    raw.mode,
+                    raw.uid,
+                    raw.gid,
+                    if smudged { 0 } else { raw.file_size },
+                ],
+                id: &raw.id.id,
+                flags: raw.flags,
+                flags_extended: raw.flags_extended,
+                path: e.path,
+            }
+        }))?;
+        (bytes, smudged)
+    };
+    // The same in memory (few: only entries of the index's own second can be).
+    for (i, _) in smudged.iter().enumerate().filter(|(_, s)| **s) {
+        if let Some(mut entry) = index.get(i) {
+            entry.file_size = 0;
+            index.add(&entry).map_err(git)?;
+        }
     }
-    smudge_racily_clean(repo, index, &mut entries, racy_since)?;
-    let bytes = index_bytes(entries.iter().map(|e| DiskEntry {
-        stat: [
-            e.ctime.seconds() as u32,
-            e.ctime.nanoseconds(),
-            e.mtime.seconds() as u32,
-            e.mtime.nanoseconds(),
-            e.dev,
-            e.ino,
-            e.mode,
-            e.uid,
-            e.gid,
-            e.file_size,
-        ],
-        id: e.id.as_bytes(),
-        flags: e.flags,
-        flags_extended: e.flags_extended,
-        path: &e.path,
-    }))?;
     commit_bytes(&path, &bytes)
 }
 
-/// Sets the size of every entry at least as new as `since` whose file differs from it to
-/// 0, in `entries` (the index's, in its order) and in `index` (`None`: there was no file,
-/// every entry is as new). As libgit2's own write decided it, to the nanosecond, with the
-/// seconds as the file keeps them (32 bits). git built without `USE_NSEC` (Debian's) also
-/// compares whole seconds: an older entry of `since`'s second is looked at again too, by
-/// its stat alone (hashing every file landed in the last second at every landing cost
-/// 3 to 6 ms a task). Whether an as-new entry differs is decided by hashing its file: a
-/// scratch index of the racy entries, their mtime cleared, is compared with the work tree,
-/// never the
+/// An entry of libgit2's in-memory index, read in place: git2's `IndexEntry` copies each
+/// path, 10,000 allocations at every move of main for a 10,000-file checkout.
+struct Borrowed<'i> {
+    raw: &'i libgit2_sys::git_index_entry,
+    path: &'i [u8],
+}
+
+/// Every entry of `index`, in its order. The borrow of `index` keeps it unchanged while
+/// they are read.
+fn borrowed_entries(index: &git2::Index) -> Vec<Borrowed<'_>> {
+    (0..index.len())
+        .filter_map(|i| {
+            // SAFETY: `i` is below the entry count; the entry and its path live in the
+            // index until it changes, which the shared borrow of `index` rules out.
+            unsafe {
+                let raw = libgit2_sys::git_index_get_byindex(index.raw(), i).as_ref()?;
+                if raw.path.is_null() {
+                    return None;
+                }
+                let path = std::ffi::CStr::from_ptr(raw.path).to_bytes();
+                Some(Borrowed { raw, path })
+            }
+        })
+        .collect()
+}
+
+/// Which of `entries` (the index's, in its order) are written with size 0: those at least
+/// as new as `since` whose file differs from them (`None`: there was no file, every entry
+/// is as new). As libgit2's own write decided it, to the nanosecond, with the seconds as
+/// the file keeps them (32 bits). git built without `USE_NSEC` (Debian's) also compares
+/// whole seconds: an older entry of `since`'s second is looked at again too, by its stat
+/// alone (hashing every file landed in the last second at every landing cost 3 to 6 ms a
+/// task). Whether an as-new entry differs is decided by hashing its file: a scratch index
+/// of the racy entries, their mtime cleared, is compared with the work tree, never the
 /// in-memory index, whose own idea of when it was written (libgit2's stamp: the time its
 /// copy was made) would let libgit2 trust the very stat in question.
-fn smudge_racily_clean(
+fn racily_clean(
     repo: &git2::Repository,
-    index: &mut git2::Index,
-    entries: &mut [git2::IndexEntry],
+    entries: &[Borrowed<'_>],
     since: Option<(i64, u32)>,
-) -> Result<(), RepoError> {
+) -> Result<Vec<bool>, RepoError> {
+    let mut smudged = vec![false; entries.len()];
     // In `since`'s second or later: what git built without `USE_NSEC` (which also matches
     // stats by whole seconds) takes for racy only while the index is of that second.
     let same_second: Vec<usize> = (0..entries.len())
         .filter(|&i| {
-            let e = &entries[i];
-            e.mode != 0o160000 && since.is_none_or(|(s, _)| e.mtime.seconds() as u32 >= s as u32)
+            let e = entries[i].raw;
+            e.mode != 0o160000 && since.is_none_or(|(s, _)| e.mtime.seconds as u32 >= s as u32)
         })
         .collect();
-    let as_new = |e: &git2::IndexEntry| {
+    let as_new = |e: &libgit2_sys::git_index_entry| {
         since.is_none_or(|(s, ns)| {
-            let (es, ens) = (e.mtime.seconds() as u32, e.mtime.nanoseconds());
+            let (es, ens) = (e.mtime.seconds as u32, e.mtime.nanoseconds);
             es > s as u32 || (es == s as u32 && ens >= ns)
         })
     };
     // Older than the index to the nanosecond, but of its second: a file whose stat is not
     // the entry's to the nanosecond changed since (a whole-second git would trust it once
     // the index is of a later second). Looked at again; no hashing needed.
-    let (racy, older): (Vec<usize>, Vec<usize>) =
-        same_second.into_iter().partition(|&i| as_new(&entries[i]));
+    let (racy, older): (Vec<usize>, Vec<usize>) = same_second
+        .into_iter()
+        .partition(|&i| as_new(entries[i].raw));
     // Without a work tree (never a checkout's) there is nothing on disk to compare with.
     if let Some(workdir) = repo.workdir() {
         for i in older {
-            let e = &entries[i];
-            let file = workdir.join(std::ffi::OsStr::from_bytes(&e.path));
+            let (e, rel) = (entries[i].raw, entries[i].path);
+            let file = workdir.join(std::ffi::OsStr::from_bytes(rel));
             let same = std::fs::symlink_metadata(&file).is_ok_and(|m| {
                 use std::os::unix::fs::MetadataExt;
-                m.mtime() as u32 == e.mtime.seconds() as u32
-                    && m.mtime_nsec() as u32 == e.mtime.nanoseconds()
-                    && m.ctime() as u32 == e.ctime.seconds() as u32
-                    && m.ctime_nsec() as u32 == e.ctime.nanoseconds()
+                m.mtime() as u32 == e.mtime.seconds as u32
+                    && m.mtime_nsec() as u32 == e.mtime.nanoseconds
+                    && m.ctime() as u32 == e.ctime.seconds as u32
+                    && m.ctime_nsec() as u32 == e.ctime.nanoseconds
                     && m.size() as u32 == e.file_size
                     && m.ino() as u32 == e.ino
             });
-            if !same {
-                entries[i].file_size = 0;
-                index.add(&entries[i]).map_err(git)?;
-            }
+            smudged[i] = !same;
         }
     }
     if racy.is_empty() {
-        return Ok(());
+        return Ok(smudged);
     }
     let mut scratch = git2::Index::new().map_err(git)?;
     let mut opts = git2::DiffOptions::new();
@@ -256,9 +293,9 @@ fn smudge_racily_clean(
         .ignore_submodules(true)
         .disable_pathspec_match(true);
     for &i in &racy {
-        let e = &entries[i];
+        let (e, rel) = (entries[i].raw, entries[i].path);
         let cleared = git2::IndexEntry {
-            ctime: e.ctime,
+            ctime: git2::IndexTime::new(e.ctime.seconds, e.ctime.nanoseconds),
             mtime: git2::IndexTime::new(0, 0),
             dev: e.dev,
             ino: e.ino,
@@ -266,32 +303,26 @@ fn smudge_racily_clean(
             uid: e.uid,
             gid: e.gid,
             file_size: e.file_size,
-            id: e.id,
+            id: git2::Oid::from_bytes(&e.id.id).map_err(git)?,
             flags: e.flags,
             flags_extended: e.flags_extended,
-            path: e.path.clone(),
+            path: rel.to_vec(),
         };
         scratch.add(&cleared).map_err(git)?;
-        opts.pathspec(entries[i].path.as_slice());
+        opts.pathspec(rel);
     }
-    let changed: Vec<Vec<u8>> = {
-        let diff = repo
-            .diff_index_to_workdir(Some(&scratch), Some(&mut opts))
-            .map_err(git)?;
-        diff.deltas()
-            .filter_map(|d| d.old_file().path_bytes().map(<[u8]>::to_vec))
-            .collect()
-    };
-    let at: std::collections::HashMap<Vec<u8>, usize> =
-        racy.iter().map(|&i| (entries[i].path.clone(), i)).collect();
-    for path in changed {
+    let diff = repo
+        .diff_index_to_workdir(Some(&scratch), Some(&mut opts))
+        .map_err(git)?;
+    let at: std::collections::HashMap<&[u8], usize> =
+        racy.iter().map(|&i| (entries[i].path, i)).collect();
+    for delta in diff.deltas() {
         // Stage 0 only: an index with conflicts is left to libgit2's write.
-        if let Some(&i) = at.get(&path) {
-            entries[i].file_size = 0;
-            index.add(&entries[i]).map_err(git)?;
+        if let Some(&i) = delta.old_file().path_bytes().and_then(|p| at.get(p)) {
+            smudged[i] = true;
         }
     }
-    Ok(())
+    Ok(smudged)
 }
 
 #[cfg(test)]
