@@ -60,9 +60,15 @@ pub const MAX_POOLED: usize = 8;
 /// A repository pool's file holding the repository's path (what gc checks). The pool's own
 /// files start with a dot; its directories, with the run that left them.
 const POOL_REPO_FILE: &str = ".repo";
-/// A repository pool's file holding its disk budget, as the last run that left a
-/// directory there set it (what `status` shows).
+/// In the pools' directory: a repository's pool being made (`.new-<key>-<nonce>`, renamed
+/// to `<key>` once its `.repo` is written) or being removed (`.doomed-<key>-<nonce>`).
+const POOL_NEW_PREFIX: &str = ".new-";
+const POOL_DOOMED_PREFIX: &str = ".doomed-";
+/// A repository pool's file holding its disk budget as the last run that left directories
+/// there had it (what `status` shows).
 const POOL_BUDGET_FILE: &str = ".budget";
+/// How old such a leftover must be before gc takes it for a crash's.
+const LEFT_POOL_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 /// A pooled directory's file holding the disk it took as it was pooled.
 const POOLED_BYTES_FILE: &str = "bytes";
 
@@ -99,42 +105,44 @@ pub fn materialize(
     forget_walk(root, path)?;
     // One an earlier run left is of this repository, but git may have pruned its tree since
     // (a history rewritten, the repository cloned anew at its path): then it is no use.
-    let claimed = match claim(root, pool, dir_name)? {
+    let (claimed, pooled) = match claim(root, pool, dir_name)? {
         Some((claimed, true)) if open()?.find_tree(claimed.1.tree).is_err() => {
             forget_watch(&claimed.0.join("tree"));
             remove_tree(&claimed.0).map_err(|e| io("cannot remove", &claimed.0, e))?;
-            None
+            (None, false)
         }
         // Its seal's walk record lends no trust across runs: the reset walks it.
-        Some(((dir, snapshot, stamp, _), true)) => Some((dir, snapshot, stamp, None)),
-        other => other.map(|(claimed, _)| claimed),
+        Some(((dir, snapshot, stamp, _), true)) => (Some((dir, snapshot, stamp, None)), true),
+        Some((claimed, false)) => (Some(claimed), false),
+        None => (None, false),
     };
     let (made, record) = match claimed {
         Some(claimed) => {
             let claimed_dir = claimed.0.clone();
+            // What git wrote there, for a fresh start if the reset of a pooled one fails.
+            let dot_git = path.join(".git");
+            let link = std::fs::read(&dot_git).map_err(|e| io("cannot read", &dot_git, e))?;
             let reset = reset(claimed, path, open, started, watched);
             // What is left of the claim (its snapshot; the tree, if the reset failed early).
             let _ = remove_tree(&claimed_dir);
-            (Made::Reused, reset?)
+            match reset {
+                Ok(record) => (Made::Reused, record),
+                // An earlier run's directory git cannot reset any more (an object of its
+                // old tree pruned since): made fresh instead of failing the attempt. Full
+                // storage is the attempt's to wait out, as for any other.
+                Err(RepoError::Git(_)) if pooled => {
+                    forget_watch(path);
+                    remove_tree(path).map_err(|e| io("cannot remove", path, e))?;
+                    std::fs::create_dir(path).map_err(|e| io("cannot create", path, e))?;
+                    std::fs::write(&dot_git, link).map_err(|e| io("cannot write", &dot_git, e))?;
+                    (Made::Fresh, fresh(path, open)?)
+                }
+                Err(e) => return Err(e),
+            }
         }
         None => {
             started();
-            let worktree = open()?;
-            // Written directly where no filter can apply (ADR-046, "the fresh checkout").
-            let record = match super::plain_checkout::checkout_plain(&worktree, path)? {
-                Some(record) => record,
-                None => {
-                    worktree
-                        .checkout_head(Some(
-                            git2::build::CheckoutBuilder::new()
-                                .force()
-                                .recreate_missing(true),
-                        ))
-                        .map_err(git)?;
-                    snapshot_of_checkout(&worktree, path)?
-                }
-            };
-            (Made::Fresh, record)
+            (Made::Fresh, fresh(path, open)?)
         }
     };
     let parent = snap
@@ -150,6 +158,29 @@ pub fn materialize(
         }
     }
     Ok(made)
+}
+
+/// Checks the worktree at `path` (holding only its `.git` file) out whole; the record of
+/// what it holds.
+fn fresh(
+    path: &Path,
+    open: &dyn Fn() -> Result<git2::Repository, RepoError>,
+) -> Result<Snapshot, RepoError> {
+    let worktree = open()?;
+    // Written directly where no filter can apply (ADR-046, "the fresh checkout").
+    match super::plain_checkout::checkout_plain(&worktree, path)? {
+        Some(record) => Ok(record),
+        None => {
+            worktree
+                .checkout_head(Some(
+                    git2::build::CheckoutBuilder::new()
+                        .force()
+                        .recreate_missing(true),
+                ))
+                .map_err(git)?;
+            snapshot_of_checkout(&worktree, path)
+        }
+    }
 }
 
 /// A claimed directory: its path, its snapshot, the snapshot's stamp and, when the seal's
@@ -923,21 +954,20 @@ pub fn sweep(
 
 /// Moves the run's parked directories (each whole: its tree, snapshot and walk record) into
 /// the repository's `pool`, while it holds fewer than [`MAX_POOLED`] and the disk they take
-/// (measured now, links not followed: an agent's build outputs count) stays within
-/// `budget_bytes` with what is there. Best effort: what is not moved is removed with the
-/// run. Their watches go (an idle daemon holds none); the next run's reset watches anew.
-/// Two runs of one repository ending at once may each fill the pool to its bounds.
+/// stays within `budget_bytes` with what is there. Each is first cleaned (`clean`: what an
+/// agent added or changed goes, every directory gets a plain mode, so that the next run
+/// resets only what flotilla wrote and its build outputs take no budget the next reset
+/// would free anyway), then measured, links not followed; one that cannot be measured
+/// whole is not pooled. Best effort: what is not moved is removed with the run. Their
+/// watches go (an idle daemon holds none); the next run's reset watches anew. The caller
+/// holds the repository's lock (two runs' sweeps of one repository never interleave).
 fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
     let parked = root.join(PARKED_DIR);
     let Ok(entries) = std::fs::read_dir(&parked) else {
         return;
     };
     let (mut count, mut held_bytes) = pool_usage(pool);
-    if count >= MAX_POOLED || std::fs::create_dir_all(pool).is_err() {
-        return;
-    }
-    let repo_file = pool.join(POOL_REPO_FILE);
-    if !repo_file.is_file() && std::fs::write(&repo_file, repo.as_os_str().as_bytes()).is_err() {
+    if count >= MAX_POOLED || !make_pool(pool, repo) {
         return;
     }
     let _ = std::fs::write(pool.join(POOL_BUDGET_FILE), budget_bytes.to_string());
@@ -950,7 +980,10 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
         if count >= MAX_POOLED {
             return;
         }
-        let bytes = super::warm::disk_usage(&entry.path());
+        forget_watch(&entry.path().join("tree"));
+        let Some(bytes) = cleaned_size(&entry.path()) else {
+            continue;
+        };
         // Another, smaller one may still fit.
         if held_bytes.saturating_add(bytes) > budget_bytes
             || std::fs::write(entry.path().join(POOLED_BYTES_FILE), bytes.to_string()).is_err()
@@ -960,7 +993,6 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
         let mut pooled = run.to_owned();
         pooled.push("-");
         pooled.push(&name);
-        forget_watch(&entry.path().join("tree"));
         if std::fs::rename(entry.path(), pool.join(pooled)).is_ok() {
             count += 1;
             held_bytes = held_bytes.saturating_add(bytes);
@@ -968,8 +1000,81 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
     }
 }
 
+/// The parked directory `dir` holding only what flotilla checked out and nothing an
+/// agent changed (`clean`, against its snapshot), and its walk record gone (it no longer
+/// describes the tree); then the disk it takes. None when any of it fails: a directory
+/// not measured whole is not pooled.
+fn cleaned_size(dir: &Path) -> Option<u64> {
+    let snapshot = Snapshot::read(&dir.join("index")).ok()?;
+    let stamp = mtime_of(&dir.join("index")).ok()?;
+    clean(&dir.join("tree"), &snapshot, stamp).ok()?;
+    remove_file(&dir.join("walk")).ok()?;
+    measured_disk(dir)
+}
+
+/// The disk the files under `path` take (allocated blocks), links not followed; None if
+/// a directory or an entry cannot be read (never counted as empty).
+fn measured_disk(path: &Path) -> Option<u64> {
+    let mut total: u64 = 0;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).ok()? {
+            let entry = entry.ok()?;
+            let meta = entry.path().symlink_metadata().ok()?;
+            total = total.saturating_add(meta.blocks().saturating_mul(512));
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Some(total)
+}
+
+/// Makes the repository's pool `pool` (its `.repo` naming the repository's canonical
+/// path) unless it is there: written under another name first and renamed into place, so
+/// that gc never finds a pool without its `.repo`. Whether it is there now.
+fn make_pool(pool: &Path, repo: &Path) -> bool {
+    let repo_file = pool.join(POOL_REPO_FILE);
+    if repo_file.is_file() {
+        return true;
+    }
+    let (Some(pools), Some(key), Ok(canonical)) =
+        (pool.parent(), pool.file_name(), std::fs::canonicalize(repo))
+    else {
+        return false;
+    };
+    let mut name = std::ffi::OsString::from(POOL_NEW_PREFIX);
+    name.push(key);
+    name.push(format!("-{:016x}", rand::random::<u64>()));
+    let new = pools.join(name);
+    let made = std::fs::create_dir_all(&new)
+        .and_then(|()| std::fs::write(new.join(POOL_REPO_FILE), canonical.as_os_str().as_bytes()))
+        .and_then(|()| std::fs::rename(&new, pool));
+    if made.is_err() {
+        // Another made it first, or the storage refused.
+        let _ = remove_tree(&new);
+    }
+    repo_file.is_file()
+}
+
+/// Empties the repository pool `pool` (a run with `pool_budget_mb = 0` ended): moved
+/// aside first, so that no claim takes from what is being removed.
+pub fn empty_pool(pool: &Path) {
+    let (Some(pools), Some(key)) = (pool.parent(), pool.file_name()) else {
+        return;
+    };
+    let mut name = std::ffi::OsString::from(POOL_DOOMED_PREFIX);
+    name.push(key);
+    name.push(format!("-{:016x}", rand::random::<u64>()));
+    let doomed = pools.join(name);
+    if std::fs::rename(pool, &doomed).is_ok() {
+        forget_watches_below(&doomed);
+        let _ = remove_tree(&doomed);
+    }
+}
+
 /// How many directories the repository pool `pool` holds, and the disk they took as they
-/// were pooled (one whose measure is unreadable is measured again).
+/// were pooled (one whose measure is unreadable counts as over any budget).
 fn pool_usage(pool: &Path) -> (usize, u64) {
     let Ok(entries) = std::fs::read_dir(pool) else {
         return (0, 0);
@@ -984,7 +1089,7 @@ fn pool_usage(pool: &Path) -> (usize, u64) {
         let measured = std::fs::read_to_string(entry.path().join(POOLED_BYTES_FILE))
             .ok()
             .and_then(|text| text.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| super::warm::disk_usage(&entry.path()));
+            .unwrap_or(u64::MAX);
         count += 1;
         bytes = bytes.saturating_add(measured);
     }
@@ -992,7 +1097,8 @@ fn pool_usage(pool: &Path) -> (usize, u64) {
 }
 
 /// One line for `status`: what the pool of the repository at `repo` (in the worktrees
-/// directory `worktrees`) holds for its next run, against its budget; `None` when empty.
+/// directory `worktrees`) holds for its next run, against the budget of the last run that
+/// left directories there; `None` when it holds nothing.
 pub fn describe_pool(worktrees: &Path, repo: &Path) -> Option<String> {
     let pool = repository_pool(worktrees, repo)?;
     let (count, bytes) = pool_usage(&pool);
@@ -1001,15 +1107,17 @@ pub fn describe_pool(worktrees: &Path, repo: &Path) -> Option<String> {
     }
     let budget = std::fs::read_to_string(pool.join(POOL_BUDGET_FILE))
         .ok()
-        .and_then(|text| text.trim().parse::<u64>().ok())
-        .unwrap_or(0);
+        .and_then(|text| text.trim().parse::<u64>().ok());
     let mib = |b: u64| b.div_ceil(1024 * 1024);
-    Some(format!(
-        "{count} workspace{} kept for the repository's next run, {} MiB of {} MiB",
+    let mut line = format!(
+        "{count} workspace{} kept for the repository's next run, {} MiB",
         if count == 1 { "" } else { "s" },
         mib(bytes),
-        mib(budget)
-    ))
+    );
+    if let Some(budget) = budget {
+        line.push_str(&format!(" of {} MiB", mib(budget)));
+    }
+    Some(line)
 }
 
 /// The pool of the repository at `repo` in the worktrees directory `worktrees`: named by
@@ -1031,6 +1139,24 @@ pub fn stale_pools(worktrees: &Path, remove: bool) -> Vec<PathBuf> {
     };
     for entry in entries.flatten() {
         let pool = entry.path();
+        let name = entry.file_name();
+        if name.as_bytes().starts_with(b".") {
+            // What a crash left of making or removing a pool, once surely not in use.
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > LEFT_POOL_AGE));
+            if (name.as_bytes().starts_with(POOL_NEW_PREFIX.as_bytes())
+                || name.as_bytes().starts_with(POOL_DOOMED_PREFIX.as_bytes()))
+                && old
+            {
+                if remove {
+                    let _ = remove_tree(&pool);
+                }
+                stale.push(pool);
+            }
+            continue;
+        }
         let repo = std::fs::read(pool.join(POOL_REPO_FILE))
             .ok()
             .map(|bytes| PathBuf::from(OsStr::from_bytes(&bytes)));
@@ -1040,8 +1166,7 @@ pub fn stale_pools(worktrees: &Path, remove: bool) -> Vec<PathBuf> {
         });
         if !live {
             if remove {
-                forget_watches_below(&pool);
-                let _ = remove_tree(&pool);
+                empty_pool(&pool);
             }
             stale.push(pool);
         }

@@ -59,8 +59,8 @@ pub struct GitWorktrees {
     /// The repository's pool of parked directories earlier runs left (ADR-052), beside it.
     pool: Option<PathBuf>,
     /// The disk the directories this run leaves there may take with the others (bytes;
-    /// 0: it leaves none).
-    pool_budget_bytes: u64,
+    /// 0: it leaves none and empties the pool; None: it leaves none, the pool as it is).
+    pool_budget_bytes: Option<u64>,
     /// The branch the run lands on (ADR-022): where attempts start from.
     target: TargetBranch,
     hook: Option<UnlockedHook>,
@@ -105,7 +105,7 @@ impl GitWorktrees {
             pool: root
                 .parent()
                 .and_then(|worktrees| super::slots::repository_pool(worktrees, &repo)),
-            pool_budget_bytes: 0,
+            pool_budget_bytes: None,
             repo,
             run,
             root,
@@ -133,9 +133,10 @@ impl GitWorktrees {
 
     /// The directories parked when the run ends may wait for the repository's next run, in
     /// its pool, while they take at most `budget_mb` MiB of disk with what the pool holds
-    /// (`[worktrees] pool_budget_mb`; ADR-052). None are left unless set.
+    /// (`[worktrees] pool_budget_mb`; ADR-052); 0 empties the pool. None are left unless
+    /// set.
     pub fn leaving_for_next_run(mut self, budget_mb: u64) -> Self {
-        self.pool_budget_bytes = budget_mb.saturating_mul(1024 * 1024);
+        self.pool_budget_bytes = Some(budget_mb.saturating_mul(1024 * 1024));
         self
     }
 
@@ -195,7 +196,7 @@ struct Place {
     run: RunId,
     root: PathBuf,
     pool: Option<PathBuf>,
-    pool_budget_bytes: u64,
+    pool_budget_bytes: Option<u64>,
     target: TargetBranch,
     hook: Option<UnlockedHook>,
     trust_seals: Option<fn() -> bool>,
@@ -723,11 +724,14 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     // The pool of parked directories and what a crash left of parking or claiming.
     // Once the run is over no directory is parked again: every snapshot goes.
     // A run that is over leaves a few to the next run of the repository (ADR-052).
-    let leave_for = place
-        .pool
-        .as_deref()
-        .filter(|_| keep.closing && place.pool_budget_bytes > 0)
-        .map(|pool| (pool, place.repo.as_path(), place.pool_budget_bytes));
+    let leave_for = match (place.pool.as_deref(), place.pool_budget_bytes) {
+        (Some(pool), Some(0)) if keep.closing => {
+            super::slots::empty_pool(pool);
+            None
+        }
+        (Some(pool), Some(budget)) if keep.closing => Some((pool, place.repo.as_path(), budget)),
+        _ => None,
+    };
     super::slots::sweep(
         &place.root,
         if keep.closing { &[] } else { &kept },

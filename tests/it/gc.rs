@@ -150,6 +150,58 @@ async fn a_dry_run_names_exactly_what_gc_removes_and_a_second_gc_finds_nothing()
     drop(daemon);
 }
 
+/// A finished run leaves its workspace for the repository's next run (ADR-052): `status`
+/// says so, and gc keeps a live repository's pool, neither removing it nor naming it.
+#[tokio::test]
+async fn a_finished_runs_workspace_waits_in_its_repositorys_pool_through_gc() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), run_config(ONE_TASK, 1)).await;
+    follow_to_end(&client, &run, None).await;
+    daemon
+        .logged_within("cleaned up after the run", Duration::from_secs(30))
+        .await;
+    let pool = flotilla::git::slots::repository_pool(&state.path().join("worktrees"), repo.path())
+        .unwrap();
+    let pooled = || {
+        std::fs::read_dir(&pool)
+            .map(|e| {
+                e.flatten()
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(pooled(), 1, "the run's one workspace waits");
+    let status = assert_cmd::Command::cargo_bin("flotilla")
+        .unwrap()
+        .arg("--state-dir")
+        .arg(state.path())
+        .env("NO_COLOR", "1")
+        .env_remove("FLOTILLA_SOCKET")
+        .args(["status", &run, "--json"])
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let line = status["pool"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        line.starts_with("1 workspace kept for the repository's next run, ")
+            && line.ends_with(" MiB of 2048 MiB"),
+        "{line}"
+    );
+
+    for dry_run in [true, false] {
+        let done = gc_json(state.path(), dry_run);
+        assert_eq!(sorted(&done, "unknown"), Vec::<String>::new(), "{done}");
+        assert_eq!(pooled(), 1, "kept by gc");
+    }
+    drop(daemon);
+}
+
 /// The start-up collection runs in the background once the daemon listens, logs its
 /// progress, and a kill in its middle (worktrees gone, branches not yet) leaves nothing the
 /// next start cannot collect.

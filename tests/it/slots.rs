@@ -645,60 +645,152 @@ async fn the_next_run_walks_a_pooled_directory_whatever_its_last_seal_said() {
     assert_exactly_main(&g, &next);
 }
 
-/// The pool keeps within its disk budget (`[worktrees] pool_budget_mb`): a directory that
-/// would take it over is removed with its run, 0 leaves none, and `status`'s line says what
-/// is kept against the budget.
+/// The pool keeps within its disk budget (`[worktrees] pool_budget_mb`), counting what it
+/// holds already: a directory that would take it over is removed with its run, 0 leaves
+/// none and empties the pool, and `status`'s line says what is kept against the budget.
 #[tokio::test]
 async fn the_pool_keeps_within_its_disk_budget() {
     let f = fixture();
+    let describe = || flotilla::git::slots::describe_pool(f._state.path(), f.repo.path());
     // Each directory holds MANY files, over 1 MiB of disk.
     let g = f.next_run_leaving(1);
     let a = g.prepare("t1").await;
     g.release(&a).await;
     g.close().await;
     assert!(g.pooled().is_empty(), "over the budget");
-    assert_eq!(
-        flotilla::git::slots::describe_pool(f._state.path(), f.repo.path()),
-        None
-    );
-
-    let g = f.next_run_leaving(0);
-    let a = g.prepare("t1").await;
-    g.release(&a).await;
-    g.close().await;
-    assert!(g.pooled().is_empty(), "0: none");
+    assert_eq!(describe(), None);
 
     let g = f.next_run();
+    // A run that ends after g, its directories made while g's were in use.
+    let late = f.next_run();
+    let c = late.prepare("t1").await;
+    let d = late.prepare("t2").await;
     let a = g.prepare("t1").await;
     let b = g.prepare("t2").await;
     g.release(&a).await;
     g.release(&b).await;
     g.close().await;
     assert_eq!(g.pooled().len(), 2);
-    let line = flotilla::git::slots::describe_pool(f._state.path(), f.repo.path()).unwrap();
+    let line = describe().unwrap();
     assert!(
         line.starts_with("2 workspaces kept for the repository's next run, ")
             && line.ends_with(" MiB of 2048 MiB"),
         "{line}"
     );
-    // What they took as they were pooled (each over 8 MiB), the budget binding on it: a
-    // run with room for about two leaves two of its three.
+    // What they took as they were pooled (each over 8 MiB) binds the next run to end: with
+    // room for about these two, it leaves none of its own beside them.
     let mib: u64 = line
         .split(", ")
         .nth(1)
         .and_then(|t| t.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap();
-    let h = f.next_run_leaving(mib + 1);
-    let c = h.prepare("t1").await;
-    let d = h.prepare("t2").await;
-    let e = h.prepare("t3").await;
-    assert!(h.pooled().is_empty(), "both taken");
-    for ws in [&c, &d, &e] {
-        h.release(ws).await;
-    }
+    let Fixture {
+        repo,
+        _state,
+        root,
+        run,
+        worktrees,
+        crash,
+    } = late;
+    let late = Fixture {
+        worktrees: worktrees.leaving_for_next_run(mib + 1),
+        repo,
+        _state,
+        root,
+        run,
+        crash,
+    };
+    late.release(&c).await;
+    late.release(&d).await;
+    late.close().await;
+    assert_eq!(late.pooled().len(), 2, "the two it found, none of its own");
+
+    let h = f.next_run_leaving(0);
+    let e = h.prepare("t1").await;
+    h.release(&e).await;
     h.close().await;
-    assert_eq!(h.pooled().len(), 2, "no more than the budget holds");
+    assert!(h.pooled().is_empty(), "0 leaves none and empties the pool");
+    assert_eq!(describe(), None);
+}
+
+/// What an agent left in its directory goes before it is pooled (ADR-052): a file it added
+/// under a directory it made unreadable is neither kept nor a way past the budget, and the
+/// directory gets a plain mode back.
+#[tokio::test]
+async fn a_directory_is_pooled_holding_only_what_flotilla_checked_out() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture();
+    let a = f.prepare("t1").await;
+    std::fs::write(a.path.join("many/big.bin"), vec![7u8; 24 << 20]).unwrap();
+    std::fs::write(a.path.join("src/lib.rs"), "pub fn forged() {}\n").unwrap();
+    std::fs::set_permissions(a.path.join("many"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    f.release(&a).await;
+    f.close().await;
+    let pooled = f.pooled();
+    assert_eq!(pooled.len(), 1);
+    let tree = pooled[0].join("tree");
+    let mode = std::fs::metadata(tree.join("many"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode & 0o700, 0o700, "a plain mode again: {mode:o}");
+    assert!(!tree.join("many/big.bin").exists());
+    assert!(
+        !tree.join("src/lib.rs").exists(),
+        "changed: gone, written again by the reset"
+    );
+    let bytes: u64 = std::fs::read_to_string(pooled[0].join("bytes"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // MANY small files, about 8 MiB; never the 24 MiB the agent added.
+    assert!(bytes > (MANY as u64) * 10 && bytes < 16 << 20, "{bytes}");
+
+    let g = f.next_run();
+    let next = g.prepare("t1").await;
+    assert_exactly_main(&g, &next);
+}
+
+/// A pooled directory git cannot reset any more (an object of its old tree pruned since)
+/// is made fresh instead of failing the attempt.
+#[tokio::test]
+async fn a_pooled_directory_whose_old_tree_is_partly_pruned_is_made_fresh() {
+    let f = fixture();
+    let a = f.prepare("t1").await;
+    let pooled_ino = ino(&a.path);
+    f.release(&a).await;
+    f.close().await;
+    assert_eq!(f.pooled().len(), 1);
+    // main drops `docs/`; the object of the old `docs/deep` tree is then pruned.
+    let git = git2::Repository::open(f.repo.path()).unwrap();
+    let old = git.head().unwrap().peel_to_tree().unwrap();
+    let deep = old
+        .get_path(Path::new("docs/deep"))
+        .unwrap()
+        .id()
+        .to_string();
+    let mut index = git.index().unwrap();
+    index.remove_dir(Path::new("docs"), 0).unwrap();
+    let tree = git.find_tree(index.write_tree().unwrap()).unwrap();
+    let sig = git2::Signature::now("t", "t@example.com").unwrap();
+    let parent = git.head().unwrap().peel_to_commit().unwrap();
+    git.commit(Some("HEAD"), &sig, &sig, "no docs", &tree, &[&parent])
+        .unwrap();
+    let loose = f
+        .repo
+        .path()
+        .join(".git/objects")
+        .join(&deep[..2])
+        .join(&deep[2..]);
+    std::fs::remove_file(&loose).unwrap();
+
+    let g = f.next_run();
+    let next = g.prepare("t1").await;
+    assert_ne!(ino(&next.path), pooled_ino, "made fresh");
+    assert!(g.pooled().is_empty(), "the broken one is gone");
+    assert_exactly_main(&g, &next);
 }
 
 fn git_cli(dir: &Path, args: &[&str]) -> String {

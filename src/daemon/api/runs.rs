@@ -245,8 +245,15 @@ pub(super) async fn run_status(state: &AppState, id: &str) -> Result<RunStatus, 
     // A finished run's status was folded once and kept (ADR-040): neither its config nor
     // its events are read again.
     if listed.outcome.is_some()
-        && let Some(status) = summary::stored(&state.journal, listed.id).await
+        && let Some(mut status) = summary::stored(&state.journal, listed.id).await
     {
+        // What waits in the repository's pool changes after the run (ADR-052).
+        let (worktrees, repo) = (state.worktrees.clone(), listed.repo.clone());
+        status.pool = tokio::task::spawn_blocking(move || {
+            crate::git::slots::describe_pool(&worktrees, &repo)
+        })
+        .await
+        .unwrap_or_default();
         return Ok(status);
     }
     let record = with_config(state, listed).await?;

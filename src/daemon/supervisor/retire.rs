@@ -58,7 +58,15 @@ impl Supervisor {
             repo: entry.repo,
             keep_failed: entry.config.worktrees.keep_failed,
             retry_in_place: entry.config.worktrees.retry_in_place,
-            pool_budget_mb: entry.config.worktrees.pool_budget_mb,
+            // Only where no process of the run can outlive it (bwrap's pid namespace) and
+            // write into a directory after it was pooled (ADR-052).
+            pool_budget_mb: if entry.config.sandbox.mode == crate::sandbox::SandboxMode::Bwrap
+                && crate::process::every_end_seen()
+            {
+                entry.config.worktrees.pool_budget_mb
+            } else {
+                0
+            },
             // A config whose branch does not pass never started: nothing of it to heal.
             target: entry.config.target_branch().ok(),
             cleaning: Cleaning::start(&self.cleaning),
