@@ -1005,7 +1005,8 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
 /// describes the tree); then the disk it takes. None when any of it fails: a directory
 /// not measured whole is not pooled.
 fn cleaned_size(dir: &Path) -> Option<u64> {
-    let snapshot = Snapshot::read(&dir.join("index")).ok()?;
+    // Not kept in memory: the closing sweep has just dropped its run's records.
+    let snapshot = Snapshot::take(&dir.join("index")).ok()?;
     let stamp = mtime_of(&dir.join("index")).ok()?;
     clean(&dir.join("tree"), &snapshot, stamp).ok()?;
     remove_file(&dir.join("walk")).ok()?;
