@@ -130,7 +130,12 @@ pub fn materialize(
                 // An earlier run's directory git cannot reset any more (an object of its
                 // old tree pruned since): made fresh instead of failing the attempt. Full
                 // storage is the attempt's to wait out, as for any other.
-                Err(RepoError::Git(_)) if pooled => {
+                Err(e) if pooled && matches!(e.clone().storage_or_self(), RepoError::Git(_)) => {
+                    tracing::warn!(
+                        path = %path.display(),
+                        error = %e,
+                        "a workspace an earlier run left could not be reset; checking out fresh"
+                    );
                     forget_watch(path);
                     remove_tree(path).map_err(|e| io("cannot remove", path, e))?;
                     std::fs::create_dir(path).map_err(|e| io("cannot create", path, e))?;
@@ -970,20 +975,24 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
     if count >= MAX_POOLED || !make_pool(pool, repo) {
         return;
     }
-    let _ = std::fs::write(pool.join(POOL_BUDGET_FILE), budget_bytes.to_string());
     let run = root.file_name().unwrap_or_default();
+    // The last directory's measure: the run's others hold the same tree, about as much.
+    let mut last: u64 = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
         if name.as_bytes().ends_with(PART_SUFFIX.as_bytes()) {
             continue;
         }
-        if count >= MAX_POOLED {
+        // Each one cleaned and measured is a walk under the repository's lock: none once
+        // another would not fit.
+        if count >= MAX_POOLED || held_bytes.saturating_add(last) > budget_bytes {
             return;
         }
         forget_watch(&entry.path().join("tree"));
         let Some(bytes) = cleaned_size(&entry.path()) else {
             continue;
         };
+        last = bytes;
         // Another, smaller one may still fit.
         if held_bytes.saturating_add(bytes) > budget_bytes
             || std::fs::write(entry.path().join(POOLED_BYTES_FILE), bytes.to_string()).is_err()
@@ -996,6 +1005,7 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
         if std::fs::rename(entry.path(), pool.join(pooled)).is_ok() {
             count += 1;
             held_bytes = held_bytes.saturating_add(bytes);
+            let _ = std::fs::write(pool.join(POOL_BUDGET_FILE), budget_bytes.to_string());
         }
     }
 }
@@ -1087,10 +1097,12 @@ fn pool_usage(pool: &Path) -> (usize, u64) {
         if name.as_bytes().starts_with(b".") {
             continue;
         }
-        let measured = std::fs::read_to_string(entry.path().join(POOLED_BYTES_FILE))
-            .ok()
-            .and_then(|text| text.trim().parse::<u64>().ok())
-            .unwrap_or(u64::MAX);
+        let measured = match std::fs::read_to_string(entry.path().join(POOLED_BYTES_FILE)) {
+            Ok(text) => text.trim().parse::<u64>().unwrap_or(u64::MAX),
+            // Claimed meanwhile (a run's claim takes no lock): no longer the pool's.
+            Err(_) if !entry.path().exists() => continue,
+            Err(_) => u64::MAX,
+        };
         count += 1;
         bytes = bytes.saturating_add(measured);
     }
@@ -1110,10 +1122,14 @@ pub fn describe_pool(worktrees: &Path, repo: &Path) -> Option<String> {
         .ok()
         .and_then(|text| text.trim().parse::<u64>().ok());
     let mib = |b: u64| b.div_ceil(1024 * 1024);
+    let size = if bytes == u64::MAX {
+        "not all measured".to_string()
+    } else {
+        format!("{} MiB", mib(bytes))
+    };
     let mut line = format!(
-        "{count} workspace{} kept for the repository's next run, {} MiB",
+        "{count} workspace{} kept for the repository's next run, {size}",
         if count == 1 { "" } else { "s" },
-        mib(bytes),
     );
     if let Some(budget) = budget {
         line.push_str(&format!(" of {} MiB", mib(budget)));

@@ -61,6 +61,7 @@ pub struct GitWorktrees {
     /// The disk the directories this run leaves there may take with the others (bytes;
     /// 0: it leaves none and empties the pool; None: it leaves none, the pool as it is).
     pool_budget_bytes: Option<u64>,
+    pool_still: fn() -> bool,
     /// The branch the run lands on (ADR-022): where attempts start from.
     target: TargetBranch,
     hook: Option<UnlockedHook>,
@@ -106,6 +107,7 @@ impl GitWorktrees {
                 .parent()
                 .and_then(|worktrees| super::slots::repository_pool(worktrees, &repo)),
             pool_budget_bytes: None,
+            pool_still: || true,
             repo,
             run,
             root,
@@ -133,10 +135,12 @@ impl GitWorktrees {
 
     /// The directories parked when the run ends may wait for the repository's next run, in
     /// its pool, while they take at most `budget_mb` MiB of disk with what the pool holds
-    /// (`[worktrees] pool_budget_mb`; ADR-052); 0 empties the pool. None are left unless
-    /// set.
-    pub fn leaving_for_next_run(mut self, budget_mb: u64) -> Self {
+    /// (`[worktrees] pool_budget_mb`; ADR-052), and only while `still` says so as the
+    /// closing sweep runs (the daemon's: every sandboxed command seen to end); 0 empties
+    /// the pool. None are left unless set.
+    pub fn leaving_for_next_run(mut self, budget_mb: u64, still: fn() -> bool) -> Self {
         self.pool_budget_bytes = Some(budget_mb.saturating_mul(1024 * 1024));
+        self.pool_still = still;
         self
     }
 
@@ -175,6 +179,7 @@ impl GitWorktrees {
             root: self.root.clone(),
             pool: self.pool.clone(),
             pool_budget_bytes: self.pool_budget_bytes,
+            pool_still: self.pool_still,
             target: self.target.clone(),
             hook: self.hook.clone(),
             trust_seals: self.trust_seals,
@@ -197,6 +202,7 @@ struct Place {
     root: PathBuf,
     pool: Option<PathBuf>,
     pool_budget_bytes: Option<u64>,
+    pool_still: fn() -> bool,
     target: TargetBranch,
     hook: Option<UnlockedHook>,
     trust_seals: Option<fn() -> bool>,
@@ -729,7 +735,9 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
             super::slots::empty_pool(pool);
             None
         }
-        (Some(pool), Some(budget)) if keep.closing => Some((pool, place.repo.as_path(), budget)),
+        (Some(pool), Some(budget)) if keep.closing && (place.pool_still)() => {
+            Some((pool, place.repo.as_path(), budget))
+        }
         _ => None,
     };
     super::slots::sweep(

@@ -210,8 +210,9 @@ struct Retiring {
     /// Failed attempts' branches kept for a retry in place (ADR-031): the sweep deletes
     /// every branch the journal does not record as delivered.
     retry_in_place: bool,
-    /// The disk the directories it leaves for the repository's next run may take (MiB).
-    pool_budget_mb: u64,
+    /// The disk the directories it leaves for the repository's next run may take (MiB; 0
+    /// empties the pool); None: it leaves none, the pool as it is.
+    pool_budget_mb: Option<u64>,
     target: Option<TargetBranch>,
     /// Counts the run in [`Supervisor::cleaning`] until its clean-up ends.
     cleaning: retire::Cleaning,

@@ -51,6 +51,8 @@ impl Supervisor {
             }
             Life::Restarting | Life::Damaged => Vec::new(),
         };
+        let budget = entry.config.worktrees.pool_budget_mb;
+        let stopping = !awaited.is_empty();
         let retiring = Retiring {
             generation: entry.generation,
             awaited,
@@ -58,14 +60,15 @@ impl Supervisor {
             repo: entry.repo,
             keep_failed: entry.config.worktrees.keep_failed,
             retry_in_place: entry.config.worktrees.retry_in_place,
-            // Only where no process of the run can outlive it (bwrap's pid namespace) and
-            // write into a directory after it was pooled (ADR-052).
-            pool_budget_mb: if entry.config.sandbox.mode == crate::sandbox::SandboxMode::Bwrap
-                && crate::process::every_end_seen()
-            {
-                entry.config.worktrees.pool_budget_mb
+            // Only where no process of the run can outlive it (bwrap's pid namespace), once
+            // its actors have stopped (not when they were not awaited or did not stop in
+            // time), may a directory wait for the next run (ADR-052); 0 empties the pool
+            // whatever the run was.
+            pool_budget_mb: if budget == 0 {
+                Some(0)
             } else {
-                0
+                (entry.config.sandbox.mode == crate::sandbox::SandboxMode::Bwrap && stopping)
+                    .then_some(budget)
             },
             // A config whose branch does not pass never started: nothing of it to heal.
             target: entry.config.target_branch().ok(),
@@ -82,6 +85,10 @@ impl Supervisor {
                 && let Some(retiring) = act.retiring.remove(&run)
             {
                 warn!(%run, still = ?retiring.awaited, "a finished run's actors did not stop: their thread is stopped under them");
+                let mut retiring = retiring;
+                if retiring.pool_budget_mb != Some(0) {
+                    retiring.pool_budget_mb = None;
+                }
                 act.retired(run, retiring);
             }
         });
@@ -127,15 +134,19 @@ impl Supervisor {
         // retry_in_place, the journal says which kept branches were never delivered.
         let journal =
             (retiring.keep_failed || retiring.retry_in_place).then(|| self.journal.read(run, 0));
+        let mut worktrees = GitWorktrees::new(
+            retiring.repo,
+            run,
+            self.worktrees.join(run.to_string()),
+            retiring.target.clone().unwrap_or_else(TargetBranch::legacy),
+        );
+        if let Some(budget) = retiring.pool_budget_mb {
+            // Asked again as the sweep runs: a sandboxed command not seen to end since.
+            worktrees = worktrees.leaving_for_next_run(budget, crate::process::every_end_seen);
+        }
         clean_up_after(
             self.journal.clone(),
-            GitWorktrees::new(
-                retiring.repo,
-                run,
-                self.worktrees.join(run.to_string()),
-                retiring.target.clone().unwrap_or_else(TargetBranch::legacy),
-            )
-            .leaving_for_next_run(retiring.pool_budget_mb),
+            worktrees,
             retiring.target,
             run,
             journal,
