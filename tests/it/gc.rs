@@ -81,6 +81,21 @@ async fn leave_leftovers(repo: &Path, state: &Path, run: &str, tag: &str) -> Vec
     branches
 }
 
+/// A daemon on a fresh state directory that ran `ONE_TASK` on a fresh repository to its
+/// end and cleaned up after it: the state, the repository, the daemon, the run's id.
+async fn one_finished_run() -> (tempfile::TempDir, tempfile::TempDir, DaemonProcess, String) {
+    let state = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let daemon = DaemonProcess::start(state.path());
+    let client = DaemonProcess::client(state.path());
+    let run = submit(&client, repo.path(), run_config(ONE_TASK, 1)).await;
+    follow_to_end(&client, &run, None).await;
+    daemon
+        .logged_within("cleaned up after the run", Duration::from_secs(30))
+        .await;
+    (state, repo, daemon, run)
+}
+
 fn gc_json(state: &Path, dry_run: bool) -> serde_json::Value {
     let mut cmd = assert_cmd::Command::cargo_bin("flotilla").unwrap();
     cmd.arg("--state-dir")
@@ -109,16 +124,8 @@ fn sorted(value: &serde_json::Value, key: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_dry_run_names_exactly_what_gc_removes_and_a_second_gc_finds_nothing() {
-    let state = tempfile::tempdir().unwrap();
-    let repo = git_repo();
-    let daemon = DaemonProcess::start(state.path());
-    let client = DaemonProcess::client(state.path());
-    let run = submit(&client, repo.path(), run_config(ONE_TASK, 1)).await;
-    follow_to_end(&client, &run, None).await;
     // The run's own end sweeps; what follows is what crashes leave past it.
-    daemon
-        .logged_within("cleaned up after the run", Duration::from_secs(30))
-        .await;
+    let (state, repo, daemon, run) = one_finished_run().await;
     let branches = leave_leftovers(repo.path(), state.path(), &run, "").await;
     assert_eq!(ref_locks(repo.path()).len(), 2);
 
@@ -154,15 +161,7 @@ async fn a_dry_run_names_exactly_what_gc_removes_and_a_second_gc_finds_nothing()
 /// says so, and gc keeps a live repository's pool, neither removing it nor naming it.
 #[tokio::test]
 async fn a_finished_runs_workspace_waits_in_its_repositorys_pool_through_gc() {
-    let state = tempfile::tempdir().unwrap();
-    let repo = git_repo();
-    let daemon = DaemonProcess::start(state.path());
-    let client = DaemonProcess::client(state.path());
-    let run = submit(&client, repo.path(), run_config(ONE_TASK, 1)).await;
-    follow_to_end(&client, &run, None).await;
-    daemon
-        .logged_within("cleaned up after the run", Duration::from_secs(30))
-        .await;
+    let (state, repo, daemon, run) = one_finished_run().await;
     let pool = flotilla::git::slots::repository_pool(&state.path().join("worktrees"), repo.path())
         .unwrap();
     let pooled = || {
@@ -207,15 +206,7 @@ async fn a_finished_runs_workspace_waits_in_its_repositorys_pool_through_gc() {
 /// next start cannot collect.
 #[tokio::test]
 async fn a_kill_in_the_middle_of_the_start_up_collection_leaves_nothing_for_good() {
-    let state = tempfile::tempdir().unwrap();
-    let repo = git_repo();
-    let daemon = DaemonProcess::start(state.path());
-    let client = DaemonProcess::client(state.path());
-    let run = submit(&client, repo.path(), run_config(ONE_TASK, 1)).await;
-    follow_to_end(&client, &run, None).await;
-    daemon
-        .logged_within("cleaned up after the run", Duration::from_secs(30))
-        .await;
+    let (state, repo, daemon, run) = one_finished_run().await;
     let branches = leave_leftovers(repo.path(), state.path(), &run, "").await;
     daemon.kill();
 
