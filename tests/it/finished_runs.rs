@@ -30,8 +30,8 @@ async fn a_finished_run_whose_config_no_longer_reads_breaks_no_start_up_status_o
     let status_path = format!("/v1/runs/{first}");
     // The finished run's status is folded once (as it retires, or by the first call) and
     // kept: every call says the same.
-    let folded: serde_json::Value = daemon.client.get(&status_path).await.unwrap();
-    let kept: serde_json::Value = daemon.client.get(&status_path).await.unwrap();
+    let folded = run_part(daemon.client.get(&status_path).await.unwrap());
+    let kept = run_part(daemon.client.get(&status_path).await.unwrap());
     assert_eq!(folded, kept);
     assert_eq!(folded["state"], "completed");
     assert_eq!(folded["counts"]["completed"], 2);
@@ -67,7 +67,7 @@ async fn a_finished_run_whose_config_no_longer_reads_breaks_no_start_up_status_o
     });
     let resumed = follow_to_end(&daemon.client, &second.to_string(), None).await;
     assert_eq!(outcome(&resumed), Some(RunOutcome::Completed));
-    let after: serde_json::Value = daemon.client.get(&status_path).await.unwrap();
+    let after = run_part(daemon.client.get(&status_path).await.unwrap());
     assert_eq!(after, folded, "the finished run's status, as before");
     assert_eq!(
         follow_to_end(&daemon.client, &first, None).await,
@@ -150,6 +150,19 @@ async fn a_finished_run_s_status_is_stored_as_it_retires_and_answered_from_after
     assert_eq!(status["request"], "from the stored row", "{status}");
     let mut unmarked = status.clone();
     unmarked["request"] = summary["request"].clone();
+    // What waits in the repository's pool is read as the status is asked for (ADR-052):
+    // the run left its workspaces there, the stored row says nothing of them.
+    let pool = unmarked
+        .as_object_mut()
+        .unwrap()
+        .remove("pool")
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        pool.as_str()
+            .is_some_and(|p| p.contains("kept for the repository's next run")),
+        "{pool}"
+    );
+    assert_eq!(summary.get("pool"), None);
     assert_eq!(unmarked, summary, "the stored status, whole");
     daemon.stop();
 }
@@ -186,6 +199,13 @@ async fn two_tasks_completed(daemon: &InProcessDaemon, repo: &tempfile::TempDir)
     assert_eq!(outcome(&events), Some(RunOutcome::Completed));
     let last_seq = events.iter().map(|e| e.seq).max().unwrap();
     (run, last_seq)
+}
+
+/// A run's status less what waits in its repository's pool, which is the repository's, read
+/// as the status is asked for (ADR-052): a later run of the repository takes from it.
+fn run_part(mut status: serde_json::Value) -> serde_json::Value {
+    status.as_object_mut().unwrap().remove("pool");
+    status
 }
 
 /// `run`'s stored status in `journal`: its format, the last seq it folded, its JSON.
