@@ -84,11 +84,18 @@ async fn leave_leftovers(repo: &Path, state: &Path, run: &str, tag: &str) -> Vec
 /// A daemon on a fresh state directory that ran `ONE_TASK` on a fresh repository to its
 /// end and cleaned up after it: the state, the repository, the daemon, the run's id.
 async fn one_finished_run() -> (tempfile::TempDir, tempfile::TempDir, DaemonProcess, String) {
+    one_finished_run_with(run_config(ONE_TASK, 1)).await
+}
+
+/// [`one_finished_run`] with `config`.
+async fn one_finished_run_with(
+    config: serde_json::Value,
+) -> (tempfile::TempDir, tempfile::TempDir, DaemonProcess, String) {
     let state = tempfile::tempdir().unwrap();
     let repo = git_repo();
     let daemon = DaemonProcess::start(state.path());
     let client = DaemonProcess::client(state.path());
-    let run = submit(&client, repo.path(), run_config(ONE_TASK, 1)).await;
+    let run = submit(&client, repo.path(), config).await;
     follow_to_end(&client, &run, None).await;
     daemon
         .logged_within("cleaned up after the run", Duration::from_secs(30))
@@ -198,6 +205,20 @@ async fn a_finished_runs_workspace_waits_in_its_repositorys_pool_through_gc() {
         assert_eq!(sorted(&done, "unknown"), Vec::<String>::new(), "{done}");
         assert_eq!(pooled(), 1, "kept by gc");
     }
+    drop(daemon);
+}
+
+/// Only a run whose sandbox ends every process leaves workspaces for the next run
+/// (ADR-052): without one (`[sandbox] mode = "none"`) a process may outlive the run and
+/// write into them after they were cleaned.
+#[tokio::test]
+async fn a_run_without_a_sandbox_leaves_no_workspace_for_the_next_run() {
+    let mut config = run_config(ONE_TASK, 1);
+    config["sandbox"]["mode"] = "none".into();
+    let (state, repo, daemon, _run) = one_finished_run_with(config).await;
+    let pool = flotilla::git::slots::repository_pool(&state.path().join("worktrees"), repo.path())
+        .unwrap();
+    assert!(!pool.exists(), "no pool made");
     drop(daemon);
 }
 
