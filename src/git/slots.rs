@@ -993,7 +993,8 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
             continue;
         };
         last = bytes;
-        // Another, smaller one may still fit.
+        // Over the budget: removed with the run, and (the others being about as large)
+        // the next turn stops.
         if held_bytes.saturating_add(bytes) > budget_bytes
             || std::fs::write(entry.path().join(POOLED_BYTES_FILE), bytes.to_string()).is_err()
         {
