@@ -389,6 +389,14 @@ mod tests {
     }
 
     /// The size `index` holds for `path`.
+    /// `git status` of the repository at `repo`, nothing committed: `f.txt` staged and
+    /// changed in the work tree since, `same.txt` staged as it is.
+    fn assert_git_sees_only_f_changed(repo: &Path) {
+        let status = git_reads(repo, &repo.join(".git/index"), &["status", "--porcelain"]);
+        assert!(status.lines().any(|l| l == "AM f.txt"), "{status}");
+        assert!(status.lines().any(|l| l == "A  same.txt"), "{status}");
+    }
+
     fn size(index: &git2::Index, path: &str) -> u32 {
         index.get_path(Path::new(path), 0).unwrap().file_size
     }
@@ -527,14 +535,8 @@ mod tests {
         assert_eq!(size(&on_disk, "same.txt"), 4);
         // Older than the index it replaces: git's rule trusts its stat, as it would have.
         assert_eq!(size(&on_disk, "old.txt"), 4);
-        let status = git_reads(
-            dir.path(),
-            &dir.path().join(".git/index"),
-            &["status", "--porcelain"],
-        );
         // Staged (no commit yet), and changed in the work tree: git hashed it again.
-        assert!(status.lines().any(|l| l == "AM f.txt"), "{status}");
-        assert!(status.lines().any(|l| l == "A  same.txt"), "{status}");
+        assert_git_sees_only_f_changed(dir.path());
     }
 
     #[test]
@@ -567,12 +569,6 @@ mod tests {
             4,
             "its stat is the entry's: trusted"
         );
-        let status = git_reads(
-            dir.path(),
-            &dir.path().join(".git/index"),
-            &["status", "--porcelain"],
-        );
-        assert!(status.lines().any(|l| l == "AM f.txt"), "{status}");
-        assert!(status.lines().any(|l| l == "A  same.txt"), "{status}");
+        assert_git_sees_only_f_changed(dir.path());
     }
 }

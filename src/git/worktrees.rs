@@ -58,10 +58,8 @@ pub struct GitWorktrees {
     root: PathBuf,
     /// The repository's pool of parked directories earlier runs left (ADR-052), beside it.
     pool: Option<PathBuf>,
-    /// The disk the directories this run leaves there may take with the others (bytes;
-    /// 0: it leaves none and empties the pool; None: it leaves none, the pool as it is).
-    pool_budget_bytes: Option<u64>,
-    pool_still: fn() -> bool,
+    /// What this run's closing sweep leaves there: None, nothing (the pool as it is).
+    leave: Option<Leave>,
     /// The branch the run lands on (ADR-022): where attempts start from.
     target: TargetBranch,
     hook: Option<UnlockedHook>,
@@ -106,8 +104,7 @@ impl GitWorktrees {
             pool: root
                 .parent()
                 .and_then(|worktrees| super::slots::repository_pool(worktrees, &repo)),
-            pool_budget_bytes: None,
-            pool_still: || true,
+            leave: None,
             repo,
             run,
             root,
@@ -139,8 +136,10 @@ impl GitWorktrees {
     /// closing sweep runs (the daemon's: every sandboxed command seen to end); 0 empties
     /// the pool. None are left unless set.
     pub fn leaving_for_next_run(mut self, budget_mb: u64, still: fn() -> bool) -> Self {
-        self.pool_budget_bytes = Some(budget_mb.saturating_mul(1024 * 1024));
-        self.pool_still = still;
+        self.leave = Some(Leave {
+            budget_bytes: budget_mb.saturating_mul(1024 * 1024),
+            still,
+        });
         self
     }
 
@@ -178,8 +177,7 @@ impl GitWorktrees {
             run: self.run,
             root: self.root.clone(),
             pool: self.pool.clone(),
-            pool_budget_bytes: self.pool_budget_bytes,
-            pool_still: self.pool_still,
+            leave: self.leave,
             target: self.target.clone(),
             hook: self.hook.clone(),
             trust_seals: self.trust_seals,
@@ -195,14 +193,23 @@ impl GitWorktrees {
 }
 
 /// What a blocking call needs to know.
+/// What a run's closing sweep leaves in its repository's pool
+/// ([`GitWorktrees::leaving_for_next_run`]).
+#[derive(Clone, Copy)]
+struct Leave {
+    /// The disk the directories may take with the others (0: none, and the pool emptied).
+    budget_bytes: u64,
+    /// Asked as the sweep runs: false, and the pool stays as it is.
+    still: fn() -> bool,
+}
+
 struct Place {
     repo: PathBuf,
     handles: Arc<RepoHandles>,
     run: RunId,
     root: PathBuf,
     pool: Option<PathBuf>,
-    pool_budget_bytes: Option<u64>,
-    pool_still: fn() -> bool,
+    leave: Option<Leave>,
     target: TargetBranch,
     hook: Option<UnlockedHook>,
     trust_seals: Option<fn() -> bool>,
@@ -730,13 +737,13 @@ fn sweep(place: &Place, keep: &SweepKeep) -> Result<Swept, RepoError> {
     // The pool of parked directories and what a crash left of parking or claiming.
     // Once the run is over no directory is parked again: every snapshot goes.
     // A run that is over leaves a few to the next run of the repository (ADR-052).
-    let leave_for = match (place.pool.as_deref(), place.pool_budget_bytes) {
-        (Some(pool), Some(0)) if keep.closing => {
+    let leave_for = match (place.pool.as_deref(), place.leave) {
+        (Some(pool), Some(leave)) if keep.closing && leave.budget_bytes == 0 => {
             super::slots::empty_pool(pool);
             None
         }
-        (Some(pool), Some(budget)) if keep.closing && (place.pool_still)() => {
-            Some((pool, place.repo.as_path(), budget))
+        (Some(pool), Some(leave)) if keep.closing && (leave.still)() => {
+            Some((pool, place.repo.as_path(), leave.budget_bytes))
         }
         _ => None,
     };

@@ -82,10 +82,9 @@ impl Supervisor {
         self.retiring.insert(run, retiring);
         ctx.run_later(RETIRE_LIMIT, move |act, _| {
             if act.retiring.get(&run).map(|r| r.generation) == Some(generation)
-                && let Some(retiring) = act.retiring.remove(&run)
+                && let Some(mut retiring) = act.retiring.remove(&run)
             {
                 warn!(%run, still = ?retiring.awaited, "a finished run's actors did not stop: their thread is stopped under them");
-                let mut retiring = retiring;
                 if retiring.pool_budget_mb != Some(0) {
                     retiring.pool_budget_mb = None;
                 }
