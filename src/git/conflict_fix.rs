@@ -34,7 +34,7 @@ pub(super) fn conflict_fix_commit(
         }
         Err(e) => return Err(git(e)),
     };
-    let ancestor = repo.merge_base(main.id(), task.id()).map_err(|e| {
+    let ancestor = super::ancestry::merge_base(repo, main.id(), task.id()).map_err(|e| {
         RepoError::Git(format!(
             "branch {branch} shares no history with {target}: {}",
             e.message()
@@ -79,7 +79,7 @@ pub(super) fn conflict_fix_base(
     tip: git2::Oid,
 ) -> Result<git2::Oid, RepoError> {
     let on_main = |id: git2::Oid| -> Result<bool, RepoError> {
-        Ok(id == main || repo.graph_descendant_of(main, id).map_err(git)?)
+        super::ancestry::descends(repo, main, id).map_err(git)
     };
     let mut first = None;
     let mut current = Some(repo.find_commit(tip).map_err(git)?);
@@ -94,7 +94,7 @@ pub(super) fn conflict_fix_base(
         first = Some(commit.id());
         current = commit.parent(0).ok();
     }
-    repo.merge_base(main, tip).map_err(git)
+    super::ancestry::merge_base(repo, main, tip).map_err(git)
 }
 
 /// A merge of three trees where every conflict is resolved by writing it out: both sides

@@ -217,9 +217,8 @@ fn build(
             }
             Err(BranchHead::Repo(e)) => return Err(e),
         };
-        let base = repo
-            .merge_base(builder.candidate.id(), head.id())
-            .map_err(|e| {
+        let base =
+            super::ancestry::merge_base(repo, builder.candidate.id(), head.id()).map_err(|e| {
                 RepoError::Git(format!(
                     "branch {} shares no history with {target}: {}",
                     item.branch,
@@ -243,7 +242,8 @@ fn build(
                     clashing: clashing(repo, builder.candidate.id(), base, &files)?,
                     // Whether main (`onto`) moved since the branch left it; the items before
                     // this one in the candidate are not main (yet).
-                    main_moved: repo.merge_base(builder.onto, head.id()).map_err(git)?
+                    main_moved: super::ancestry::merge_base(repo, builder.onto, head.id())
+                        .map_err(git)?
                         != builder.onto,
                     files,
                 });
@@ -352,12 +352,8 @@ impl<'r> Builder<'r> {
         head: &git2::Commit<'r>,
         base: git2::Oid,
     ) -> Result<Step<'r>, RepoError> {
-        let mut walk = self.repo.revwalk().map_err(git)?;
-        walk.set_sorting(git2::Sort::TOPOLOGICAL).map_err(git)?;
-        walk.push(head.id()).map_err(git)?;
-        walk.hide(base).map_err(git)?;
-        walk.simplify_first_parent().map_err(git)?;
-        let mut ids = walk.collect::<Result<Vec<_>, _>>().map_err(git)?;
+        let mut ids = super::ancestry::first_parent_since(self.repo, head.id(), base, usize::MAX)
+            .map_err(git)?;
         ids.reverse();
         let start = self.candidate.clone();
         let mut made = false;
@@ -459,19 +455,16 @@ fn clashing(
     base: git2::Oid,
     files: &[String],
 ) -> Result<Vec<String>, RepoError> {
-    let mut walk = repo.revwalk().map_err(git)?;
-    walk.set_sorting(git2::Sort::TOPOLOGICAL).map_err(git)?;
-    walk.push(tip).map_err(git)?;
-    walk.hide(base).map_err(git)?;
-    walk.simplify_first_parent().map_err(git)?;
+    let walk =
+        super::ancestry::first_parent_since(repo, tip, base, MAX_LANDED_WALK).map_err(git)?;
     let mut options = git2::DiffOptions::new();
     options.disable_pathspec_match(true);
     for file in files {
         options.pathspec(file);
     }
     let mut found = Vec::new();
-    for id in walk.take(MAX_LANDED_WALK) {
-        let commit = repo.find_commit(id.map_err(git)?).map_err(git)?;
+    for id in walk {
+        let commit = repo.find_commit(id).map_err(git)?;
         let tree = commit.tree().map_err(git)?;
         let parent = match commit.parent(0) {
             Ok(parent) => Some(parent.tree().map_err(git)?),
@@ -667,7 +660,7 @@ impl MergeGit for GitMerge {
     ) -> BoxFuture<'static, Result<bool, RepoError>> {
         self.blocking(false, move |repo, _| {
             let (tip, ancestor) = (oid(&tip)?, oid(&ancestor)?);
-            Ok(tip == ancestor || repo.graph_descendant_of(tip, ancestor).map_err(git)?)
+            super::ancestry::descends(repo, tip, ancestor).map_err(git)
         })
     }
 

@@ -8,6 +8,7 @@
 //! It implements the actors' git ports; it must not know the actors, the daemon, the
 //! journal or the CLI.
 
+pub mod ancestry;
 pub mod background;
 pub mod branch_work;
 pub mod checkout;

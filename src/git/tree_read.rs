@@ -279,10 +279,7 @@ pub fn show_commit(
         }
     };
     // Only main's history at the pinned tip: not another branch's work, nor a later main.
-    let reachable = shown.id() == tip.id()
-        || repo
-            .graph_descendant_of(tip.id(), shown.id())
-            .map_err(git)?;
+    let reachable = super::ancestry::descends(repo, tip.id(), shown.id()).map_err(git)?;
     if !reachable {
         return Ok(None);
     }

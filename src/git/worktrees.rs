@@ -29,6 +29,7 @@ use flotilla_actors::protocol::{
 };
 use futures::future::BoxFuture;
 
+use super::ancestry;
 use super::background::Priority;
 pub use super::branch_work::{MAX_SEALED_FILES, branch_work};
 use super::conflict_fix::{conflict_fix_base, conflict_fix_commit};
@@ -332,14 +333,16 @@ fn prepare(place: &Place, request: &WorktreeRequest) -> Result<Workspace, RepoEr
             (conflict_fix_base(&repo, main.id(), *tip)?, None)
         }
         // The branch left main where main and it last agreed.
-        (Some(tip), WorktreeStart::Main | WorktreeStart::Continue { .. }, _) => {
-            (repo.merge_base(main.id(), *tip).map_err(git)?, None)
-        }
+        (Some(tip), WorktreeStart::Main | WorktreeStart::Continue { .. }, _) => (
+            ancestry::merge_base(&repo, main.id(), *tip).map_err(git)?,
+            None,
+        ),
         // At the failed attempt's tip; its diff from where that branch left main holds
         // both attempts' work, so the scope check sees what the first one did too.
-        (None, WorktreeStart::Continue { .. }, Some((_, tip))) => {
-            (repo.merge_base(main.id(), *tip).map_err(git)?, Some(*tip))
-        }
+        (None, WorktreeStart::Continue { .. }, Some((_, tip))) => (
+            ancestry::merge_base(&repo, main.id(), *tip).map_err(git)?,
+            Some(*tip),
+        ),
         (None, WorktreeStart::Main | WorktreeStart::Continue { .. }, _) => {
             (main.id(), Some(main.id()))
         }
@@ -613,7 +616,7 @@ fn seal(place: &Place, workspace: &Workspace, subject: &str) -> Result<BranchWor
                     ))
                 })?
                 .id();
-            repo.merge_base(main, head).map_err(git)?
+            ancestry::merge_base(&repo, main, head).map_err(git)?
         }
     };
     // The diff's attribute lookups (a file's `diff` driver: `binary`, `-diff`) read the
