@@ -21,8 +21,15 @@ use git2::{Oid, Repository};
 
 /// The most commits the two walks read together before libgit2 takes over. A landing's merge
 /// base is a few commits back (main's moves since the branch left it); anything farther is
-/// rare enough to pay libgit2's walk.
+/// rare enough to pay libgit2's walk. A walk that cannot answer costs up to this many reads
+/// more than libgit2's alone (a branch that left main before a merge commit on it, until
+/// it lands).
 pub const MAX_STEPS: usize = 512;
+
+/// The most commits [`descends`] reads along the line before libgit2 decides. What landing
+/// asks (a candidate holding main's tip, main holding what flotilla last wrote) is a few
+/// commits back, and a false answer (nearly never asked of it) reads the whole bound first.
+pub const MAX_DESCENDS_STEPS: usize = 64;
 
 /// One first-parent walk: where it is, and what it has read.
 struct Line {
@@ -101,9 +108,9 @@ fn on_lines(repo: &Repository, a: Oid, b: Oid) -> Result<Option<Oid>, git2::Erro
 }
 
 /// Whether `tip` descends from `ancestor` (or is it), as `graph_descendant_of` says, `tip`
-/// included: `ancestor` on `tip`'s first-parent line is proof. Not found there within the
-/// bound: libgit2 decides, unless the line ran to its root through commits of one parent
-/// (then the line is all of `tip`'s history, and `ancestor` is not in it).
+/// included: `ancestor` on `tip`'s first-parent line is proof. Not found there within
+/// [`MAX_DESCENDS_STEPS`]: libgit2 decides, unless the line ran to its root through commits
+/// of one parent (then the line is all of `tip`'s history, and `ancestor` is not in it).
 pub fn descends(repo: &Repository, tip: Oid, ancestor: Oid) -> Result<bool, git2::Error> {
     match on_line(repo, tip, ancestor)? {
         Some(answer) => Ok(answer),
@@ -114,7 +121,7 @@ pub fn descends(repo: &Repository, tip: Oid, ancestor: Oid) -> Result<bool, git2
 /// [`descends`] read off `tip`'s first-parent line, or `None` when the line cannot tell.
 fn on_line(repo: &Repository, tip: Oid, ancestor: Oid) -> Result<Option<bool>, git2::Error> {
     let mut line = Line::new(tip);
-    for _ in 0..MAX_STEPS {
+    for _ in 0..MAX_DESCENDS_STEPS {
         match line.step(repo)? {
             Some(id) if id == ancestor => return Ok(Some(true)),
             Some(_) if line.branched => break,
@@ -136,15 +143,27 @@ pub fn first_parent_since(
     base: Oid,
     limit: usize,
 ) -> Result<Vec<Oid>, git2::Error> {
+    if let Some(mut since) = line_to(repo, tip, base)? {
+        since.truncate(limit);
+        return Ok(since);
+    }
+    let mut walk = repo.revwalk()?;
+    walk.set_sorting(git2::Sort::TOPOLOGICAL)?;
+    walk.push(tip)?;
+    walk.hide(base)?;
+    walk.simplify_first_parent()?;
+    walk.take(limit).collect()
+}
+
+/// `tip`'s first-parent line down to `base` (left out), or `None` when `base` is not on it
+/// within [`MAX_STEPS`] commits.
+fn line_to(repo: &Repository, tip: Oid, base: Oid) -> Result<Option<Vec<Oid>>, git2::Error> {
     let mut line = Line::new(tip);
     let mut since = Vec::new();
     for _ in 0..MAX_STEPS {
         let at = line.at;
         match at {
-            Some(id) if id == base => {
-                since.truncate(limit);
-                return Ok(since);
-            }
+            Some(id) if id == base => return Ok(Some(since)),
             Some(id) => {
                 since.push(id);
                 // A merge commit's first parent: the line goes on through it.
@@ -154,12 +173,7 @@ pub fn first_parent_since(
             None => break,
         }
     }
-    let mut walk = repo.revwalk()?;
-    walk.set_sorting(git2::Sort::TOPOLOGICAL)?;
-    walk.push(tip)?;
-    walk.hide(base)?;
-    walk.simplify_first_parent()?;
-    walk.take(limit).collect()
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -331,6 +345,9 @@ mod tests {
             first_parent_since(&r.repo, after[0], main[20], 2).unwrap(),
             vec![after[0], merged]
         );
+        // Read off the line where `base` is on it; the revwalk where it is not.
+        assert!(line_to(&r.repo, after[0], main[20]).unwrap().is_some());
+        assert!(line_to(&r.repo, after[0], main[25]).unwrap().is_none());
         assert_eq!(
             first_parent_since(&r.repo, after[0], branch[1], 2).unwrap(),
             walked(&r.repo, after[0], branch[1])[..2]
@@ -355,7 +372,7 @@ mod tests {
     #[test]
     fn random_histories_get_libgit2s_answers() {
         use rand::{Rng, SeedableRng};
-        let (mut decided, mut asked) = (0, 0);
+        let (mut decided, mut asked, mut lined, mut lines) = (0, 0, 0, 0);
         for seed in 0..3u64 {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
             let mut r = Repo::new();
@@ -378,6 +395,16 @@ mod tests {
                 for &b in ids.iter().step_by(4) {
                     decided += usize::from(r.agree(a, b));
                     asked += 1;
+                    // The rebase asks for the line since a merge base.
+                    if let Ok(base) = r.repo.merge_base(a, b) {
+                        assert_eq!(
+                            first_parent_since(&r.repo, a, base, usize::MAX).unwrap(),
+                            walked(&r.repo, a, base),
+                            "{a} since {base}"
+                        );
+                        lined += usize::from(line_to(&r.repo, a, base).unwrap().is_some());
+                        lines += 1;
+                    }
                 }
             }
         }
@@ -386,5 +413,6 @@ mod tests {
             decided > asked / 10 && decided < asked,
             "{decided} of {asked}"
         );
+        assert!(lined > lines / 10 && lined < lines, "{lined} of {lines}");
     }
 }

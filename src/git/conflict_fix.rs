@@ -78,8 +78,10 @@ pub(super) fn conflict_fix_base(
     main: git2::Oid,
     tip: git2::Oid,
 ) -> Result<git2::Oid, RepoError> {
+    // Most commits asked about here are not on main: libgit2's walk, not a first-parent
+    // line read to its bound before it (ADR-053).
     let on_main = |id: git2::Oid| -> Result<bool, RepoError> {
-        super::ancestry::descends(repo, main, id).map_err(git)
+        Ok(id == main || repo.graph_descendant_of(main, id).map_err(git)?)
     };
     let mut first = None;
     let mut current = Some(repo.find_commit(tip).map_err(git)?);
