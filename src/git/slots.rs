@@ -1050,15 +1050,12 @@ fn make_pool(pool: &Path, repo: &Path) -> bool {
     if repo_file.is_file() {
         return true;
     }
-    let (Some(pools), Some(key), Ok(canonical)) =
-        (pool.parent(), pool.file_name(), std::fs::canonicalize(repo))
-    else {
+    let (Some(new), Ok(canonical)) = (
+        beside_pool(pool, POOL_NEW_PREFIX),
+        std::fs::canonicalize(repo),
+    ) else {
         return false;
     };
-    let mut name = std::ffi::OsString::from(POOL_NEW_PREFIX);
-    name.push(key);
-    name.push(format!("-{:016x}", rand::random::<u64>()));
-    let new = pools.join(name);
     let made = std::fs::create_dir_all(&new)
         .and_then(|()| std::fs::write(new.join(POOL_REPO_FILE), canonical.as_os_str().as_bytes()))
         .and_then(|()| std::fs::rename(&new, pool));
@@ -1072,17 +1069,23 @@ fn make_pool(pool: &Path, repo: &Path) -> bool {
 /// Empties the repository pool `pool` (a run with `pool_budget_mb = 0` ended): moved
 /// aside first, so that no claim takes from what is being removed.
 pub fn empty_pool(pool: &Path) {
-    let (Some(pools), Some(key)) = (pool.parent(), pool.file_name()) else {
+    let Some(doomed) = beside_pool(pool, POOL_DOOMED_PREFIX) else {
         return;
     };
-    let mut name = std::ffi::OsString::from(POOL_DOOMED_PREFIX);
-    name.push(key);
-    name.push(format!("-{:016x}", rand::random::<u64>()));
-    let doomed = pools.join(name);
     if std::fs::rename(pool, &doomed).is_ok() {
         forget_watches_below(&doomed);
         let _ = remove_tree(&doomed);
     }
+}
+
+/// A name beside the repository pool `pool` for it being made or removed:
+/// `<prefix><key>-<random>`, which gc takes for a crash's once it is old.
+fn beside_pool(pool: &Path, prefix: &str) -> Option<PathBuf> {
+    let (pools, key) = (pool.parent()?, pool.file_name()?);
+    let mut name = std::ffi::OsString::from(prefix);
+    name.push(key);
+    name.push(format!("-{:016x}", rand::random::<u64>()));
+    Some(pools.join(name))
 }
 
 /// How many directories the repository pool `pool` holds, and the disk they took as they
