@@ -85,6 +85,7 @@ pub async fn serve(
     shutdown: CancellationToken,
     ready: Option<oneshot::Sender<Bound>>,
 ) -> anyhow::Result<()> {
+    crate::git::configure_libgit2();
     paths::ensure_private_dir(&options.state_dir).with_context(|| {
         format!(
             "cannot create the state directory {}",

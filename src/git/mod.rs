@@ -47,6 +47,18 @@ use self::target::TargetBranch;
 pub const FLOTILLA_NAME: &str = "flotilla";
 pub const FLOTILLA_EMAIL: &str = "flotilla@localhost";
 
+/// The daemon's process-wide libgit2 settings, set once before any repository is read.
+///
+/// Objects read are not hashed again to check them against their names (libgit2's
+/// `GIT_OPT_ENABLE_STRICT_HASH_VERIFICATION`, on by default; git itself does not do it on
+/// a read either). Only the user's own git and flotilla write to `.git`: every command run
+/// for a task sees it read-only (ADR-015), so no agent can plant an object under a name
+/// that is not its content's. The check cost a SHA-1 of every blob a workspace's checkout
+/// wrote and of every tree a landing read (ADR-054).
+pub fn configure_libgit2() {
+    git2::opts::strict_hash_verification(false);
+}
+
 /// One lock per repository, for the whole daemon: what changes a repository's `.git`
 /// (branches, worktree entries, main's ref, the checkout) is serialized per repository, so
 /// two runs on it never race on a ref or on `.git/worktrees`.
