@@ -302,7 +302,7 @@ fn reset(
     };
     let mut kept = match trusted {
         Some(kept) => kept,
-        None => clean(path, &old, stamp)?,
+        None => clean(path, &old, stamp)?.kept,
     };
     std::fs::write(&dot_git, link).map_err(|e| io("cannot write", &dot_git, e))?;
     let worktree = open()?;
@@ -403,12 +403,20 @@ fn remove_empty_parents(root: &Path, rel: &[u8]) {
     }
 }
 
+/// What [`clean`] left: which of the snapshot's entries are still there (by position), and
+/// the disk what is left below the root takes (allocated blocks, from the walk's own stats).
+struct Cleaned {
+    kept: Vec<bool>,
+    bytes: u64,
+}
+
 /// Deletes from the directory at `root` everything that is not exactly what `snapshot`
-/// recorded (taken no later than `stamp`), without following any link, and says which of
-/// the snapshot's entries are still there (by position). The root's `.git` always goes.
-fn clean(root: &Path, snapshot: &Snapshot, stamp: (i64, u32)) -> Result<Vec<bool>, RepoError> {
+/// recorded (taken no later than `stamp`), without following any link, and says what is
+/// left. The root's `.git` always goes.
+fn clean(root: &Path, snapshot: &Snapshot, stamp: (i64, u32)) -> Result<Cleaned, RepoError> {
     let dirs = snapshot.dirs();
     let mut kept = vec![false; snapshot.entries.len()];
+    let mut bytes: u64 = 0;
     let mut kept_dirs = Vec::new();
     let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(root.to_path_buf(), Vec::new())];
     while let Some((dir, rel)) = stack.pop() {
@@ -426,8 +434,10 @@ fn clean(root: &Path, snapshot: &Snapshot, stamp: (i64, u32)) -> Result<Vec<bool
             let meta = entry
                 .metadata()
                 .map_err(|e| io("cannot read", &entry.path(), e))?;
+            let blocks = meta.blocks().saturating_mul(512);
             if meta.is_dir() {
                 if is_dir(&dirs, &path) && path != b".git" {
+                    bytes = bytes.saturating_add(blocks);
                     stack.push((entry.path(), path));
                 } else {
                     let abs = entry.path();
@@ -438,6 +448,7 @@ fn clean(root: &Path, snapshot: &Snapshot, stamp: (i64, u32)) -> Result<Vec<bool
             match snapshot.find(&path) {
                 Some(i) if path != b".git" && untouched(&snapshot.entries[i], &meta, stamp) => {
                     kept[i] = true;
+                    bytes = bytes.saturating_add(blocks);
                 }
                 _ => {
                     let abs = entry.path();
@@ -450,11 +461,12 @@ fn clean(root: &Path, snapshot: &Snapshot, stamp: (i64, u32)) -> Result<Vec<bool
         }
     }
     // Emptied directories go (deepest first), as a fresh checkout would not make them;
-    // the checkout makes again those it needs.
+    // the checkout makes again those it needs. (Their blocks stay counted: a measure may
+    // be high, never low.)
     for dir in kept_dirs.iter().rev() {
         let _ = std::fs::remove_dir(dir);
     }
-    Ok(kept)
+    Ok(Cleaned { kept, bytes })
 }
 
 /// What `clean` does, from the seal's walk record instead of a walk (ADR-046 step a): the
@@ -1013,20 +1025,22 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
 
 /// The parked directory `dir` holding only what flotilla checked out and nothing an
 /// agent changed (`clean`, against its snapshot), and its walk record gone (it no longer
-/// describes the tree); then the disk it takes. None when any of it fails: a directory
-/// not measured whole is not pooled.
+/// describes the tree); then the disk it takes, the tree's measured by the clean's own
+/// walk. None when any of it fails: a directory not measured whole is not pooled.
 fn cleaned_size(dir: &Path) -> Option<u64> {
     // Not kept in memory: the closing sweep has just dropped its run's records.
     let snapshot = Snapshot::take(&dir.join("index")).ok()?;
     let stamp = mtime_of(&dir.join("index")).ok()?;
-    clean(&dir.join("tree"), &snapshot, stamp).ok()?;
+    let tree = dir.join("tree");
+    let in_tree = clean(&tree, &snapshot, stamp).ok()?.bytes;
     remove_file(&dir.join("walk")).ok()?;
-    measured_disk(dir)
+    Some(measured_disk(dir, &tree)?.saturating_add(in_tree))
 }
 
-/// The disk the files under `path` take (allocated blocks), links not followed; None if
-/// a directory or an entry cannot be read (never counted as empty).
-fn measured_disk(path: &Path) -> Option<u64> {
+/// The disk the files under `path` take (allocated blocks), links not followed, the
+/// directory `measured` counted as itself alone (its content measured already); None if a
+/// directory or an entry cannot be read (never counted as empty).
+fn measured_disk(path: &Path, measured: &Path) -> Option<u64> {
     let mut total: u64 = 0;
     let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -1034,7 +1048,7 @@ fn measured_disk(path: &Path) -> Option<u64> {
             let entry = entry.ok()?;
             let meta = entry.path().symlink_metadata().ok()?;
             total = total.saturating_add(meta.blocks().saturating_mul(512));
-            if meta.is_dir() {
+            if meta.is_dir() && entry.path() != measured {
                 stack.push(entry.path());
             }
         }
