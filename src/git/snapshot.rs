@@ -16,7 +16,7 @@
 //! It must not know worktree records, the journal or the actors.
 
 use std::collections::HashMap;
-use std::io::{BufWriter, Read, Write};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -307,39 +307,35 @@ impl Snapshot {
         let mut nonce = [0u8; NONCE_BYTES];
         getrandom::fill(&mut nonce)
             .map_err(|e| RepoError::Git(format!("no random bytes for a snapshot: {e}")))?;
-        let file = std::fs::File::create(&part).map_err(|e| io("cannot write", &part, e))?;
-        let mut out = BufWriter::with_capacity(1 << 16, file);
-        let mut len = 0u64;
-        let mut put = |bytes: &[u8]| {
-            len += bytes.len() as u64;
-            out.write_all(bytes)
-        };
-        let written = (|| {
-            put(MAGIC)?;
-            put(&nonce)?;
-            put(self.tree.as_bytes())?;
-            put(&(self.entries.len() as u64).to_le_bytes())?;
-            for e in &self.entries {
-                put(&(e.path.len() as u32).to_le_bytes())?;
-                put(&e.path)?;
-                put(e.id.as_bytes())?;
-                put(&e.mode.to_le_bytes())?;
-                put(&e.stat.ctime.0.to_le_bytes())?;
-                put(&e.stat.ctime.1.to_le_bytes())?;
-                put(&e.stat.mtime.0.to_le_bytes())?;
-                put(&e.stat.mtime.1.to_le_bytes())?;
-                put(&e.stat.dev.to_le_bytes())?;
-                put(&e.stat.ino.to_le_bytes())?;
-                put(&e.stat.uid.to_le_bytes())?;
-                put(&e.stat.gid.to_le_bytes())?;
-                put(&e.stat.size.to_le_bytes())?;
-            }
-            Ok::<_, std::io::Error>(())
-        })();
-        written
-            .and_then(|()| out.flush())
-            .map_err(|e| io("cannot write", &part, e))?;
-        drop(out);
+        // Built whole, then written at once: at 10,000 entries, thirteen small writes an
+        // entry through a buffer were most of a reset's snapshot cost.
+        let mut bytes = Vec::with_capacity(
+            MAGIC.len() + NONCE_BYTES + 20 + 8 + self.entries.iter().map(|e| 84 + e.path.len()).sum::<usize>(),
+        );
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&nonce);
+        bytes.extend_from_slice(self.tree.as_bytes());
+        bytes.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
+        for e in &self.entries {
+            bytes.extend_from_slice(&(e.path.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&e.path);
+            let mut fixed = [0u8; 80];
+            fixed[..20].copy_from_slice(e.id.as_bytes());
+            fixed[20..24].copy_from_slice(&e.mode.to_le_bytes());
+            fixed[24..32].copy_from_slice(&e.stat.ctime.0.to_le_bytes());
+            fixed[32..36].copy_from_slice(&e.stat.ctime.1.to_le_bytes());
+            fixed[36..44].copy_from_slice(&e.stat.mtime.0.to_le_bytes());
+            fixed[44..48].copy_from_slice(&e.stat.mtime.1.to_le_bytes());
+            fixed[48..56].copy_from_slice(&e.stat.dev.to_le_bytes());
+            fixed[56..64].copy_from_slice(&e.stat.ino.to_le_bytes());
+            fixed[64..68].copy_from_slice(&e.stat.uid.to_le_bytes());
+            fixed[68..72].copy_from_slice(&e.stat.gid.to_le_bytes());
+            fixed[72..80].copy_from_slice(&e.stat.size.to_le_bytes());
+            bytes.extend_from_slice(&fixed);
+        }
+        let len = bytes.len() as u64;
+        std::fs::write(&part, &bytes).map_err(|e| io("cannot write", &part, e))?;
+        drop(bytes);
         std::fs::rename(&part, path).map_err(|e| io("cannot write", path, e))?;
         let mut this = self;
         this.entries.shrink_to_fit();
