@@ -14,12 +14,13 @@
 //! of each file taken from its open handle (ADR-046's reset does the same for its writes).
 //! It must not know worktree records, the pool or the actors.
 
-use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
+
+use rustix::fs::{Mode, OFlags};
 
 use flotilla_actors::ports::RepoError;
 
@@ -52,43 +53,77 @@ pub fn checkout_plain(
     if !plain_entries(worktree, &tree, &[], &mut files)? {
         return Ok(None);
     }
-    let mut builder = std::fs::DirBuilder::new();
     // libgit2's checkout makes directories 0755 (less the umask), not 0777, and only
     // those a file needs (a hand-made tree may hold an empty one); one level at a time
     // below `path`, never `path` or above it: a worktree removed meanwhile (a sweep, a
-    // cancel) is not made again.
-    builder.mode(0o755);
-    let mut made: HashSet<&[u8]> = HashSet::new();
+    // cancel) is not made again. Everything is made relative to its directory's handle
+    // (the files come in the tree's order, a directory's whole content together), so no
+    // path is looked up again from the root at each file.
+    let root = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io("cannot open", path, e.into()))?;
+    // The directories open now, from the root down: each one's path length and handle;
+    // `open_path`, the deepest one's path (each of the others' is a prefix of it).
+    let mut open_dirs: Vec<(usize, OwnedFd)> = Vec::new();
+    let mut open_path: &[u8] = &[];
     let mut entries = Vec::with_capacity(files.len());
     for (rel, id, mode) in &files {
         let (rel, id, mode) = (rel.as_slice(), *id, *mode);
-        for (i, _) in rel.iter().enumerate().filter(|(_, b)| **b == b'/') {
-            if made.insert(&rel[..i]) {
-                let dir = path.join(OsStr::from_bytes(&rel[..i]));
-                builder
-                    .create(&dir)
-                    .map_err(|e| io("cannot create", &dir, e))?;
+        let at = |e: rustix::io::Errno| {
+            let abs = path.join(OsStr::from_bytes(rel));
+            io("cannot write", &abs, e.into())
+        };
+        let name_start = rel.iter().rposition(|b| *b == b'/').map_or(0, |i| i + 1);
+        // Closed: those not above this file.
+        while let Some((len, _)) = open_dirs.last() {
+            if *len < name_start && rel[*len] == b'/' && rel[..*len] == open_path[..*len] {
+                break;
             }
+            open_dirs.pop();
         }
-        let abs = path.join(OsStr::from_bytes(rel));
+        // Made and opened: those above it not open yet.
+        let mut from = open_dirs.last().map_or(0, |(len, _)| len + 1);
+        while from < name_start {
+            let end = from + rel[from..].iter().position(|b| *b == b'/').unwrap_or(0);
+            let name = &rel[from..end];
+            let parent = open_dirs.last().map_or(&root, |(_, fd)| fd);
+            rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o755)).map_err(at)?;
+            let dir = rustix::fs::openat(
+                parent,
+                name,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(at)?;
+            open_dirs.push((end, dir));
+            open_path = &rel[..end];
+            from = end + 1;
+        }
+        let dir = open_dirs.last().map_or(&root, |(_, fd)| fd);
+        let name = &rel[name_start..];
         let blob = worktree.find_blob(id).map_err(git)?;
         let meta = if mode == LINK {
-            std::os::unix::fs::symlink(OsStr::from_bytes(blob.content()), &abs)
-                .and_then(|()| std::fs::symlink_metadata(&abs))
+            rustix::fs::symlinkat(blob.content(), dir, name).map_err(at)?;
+            let abs = path.join(OsStr::from_bytes(rel));
+            std::fs::symlink_metadata(&abs).map_err(|e| io("cannot write", &abs, e))?
         } else {
             // The modes libgit2 gives (less the umask, as its `open` does).
             let bits = if mode == EXECUTABLE { 0o755 } else { 0o644 };
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(bits)
-                .open(&abs)
-                .and_then(|mut file| {
-                    file.write_all(blob.content())?;
-                    file.metadata()
-                })
-        }
-        .map_err(|e| io("cannot write", &abs, e))?;
+            let fd = rustix::fs::openat(
+                dir,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(bits),
+            )
+            .map_err(at)?;
+            let mut file = std::fs::File::from(fd);
+            file.write_all(blob.content())
+                .and_then(|()| file.metadata())
+                .map_err(|e| io("cannot write", &path.join(OsStr::from_bytes(rel)), e))?
+        };
         entries.push(Entry {
             path: rel.to_vec(),
             id,

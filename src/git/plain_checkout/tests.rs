@@ -62,6 +62,11 @@ const FILES: &[(&str, &[u8], i32)] = &[
     ("bin/run.sh", b"#!/bin/sh\necho hi\n", EXECUTABLE),
     ("link", b"a.txt", LINK),
     ("dir/sub/deep.txt", b"deep\n", FILE),
+    // Directories opened and closed in turn: a sibling of the same length, one deeper,
+    // and a file back up in their parent.
+    ("dir/sub/deeper/z.txt", b"z\n", FILE),
+    ("dir/sup/other.txt", b"other\n", FILE),
+    ("dir/top.txt", b"top\n", FILE),
     ("with space.md", b"# doc\n", FILE),
     (".gitignore", b"target/\n", FILE),
     (
@@ -106,7 +111,7 @@ fn a_plain_checkout_writes_what_libgit2s_would_and_an_index_git_finds_clean() {
             );
         }
     }
-    for dir_name in ["bin", "dir", "dir/sub", "a-b"] {
+    for dir_name in ["bin", "dir", "dir/sub", "dir/sub/deeper", "dir/sup", "a-b"] {
         assert_eq!(
             std::fs::metadata(path.join(dir_name))
                 .unwrap()
