@@ -1000,8 +1000,11 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
         if count >= MAX_POOLED || held_bytes.saturating_add(last) > budget_bytes {
             return;
         }
-        forget_watch(&entry.path().join("tree"));
-        let Some(bytes) = cleaned_size(&entry.path()) else {
+        // Its watch goes (an idle daemon holds none), saying first whether anything was
+        // written since the last seal: if not, the seal's walk record stands for a walk.
+        let unwritten = take_watch(&entry.path().join("tree"))
+            .is_some_and(|mut watch| watch.wrote_since_seal() == Some(false));
+        let Some(bytes) = cleaned_size(&entry.path(), unwritten) else {
             continue;
         };
         last = bytes;
@@ -1024,17 +1027,47 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
 }
 
 /// The parked directory `dir` holding only what flotilla checked out and nothing an
-/// agent changed (`clean`, against its snapshot), and its walk record gone (it no longer
-/// describes the tree); then the disk it takes, the tree's measured by the clean's own
-/// walk. None when any of it fails: a directory not measured whole is not pooled.
-fn cleaned_size(dir: &Path) -> Option<u64> {
+/// agent changed, and its walk record gone (it no longer describes the tree); then the
+/// disk it takes. None when any of it fails: a directory not measured whole is not pooled.
+///
+/// `unwritten`: its watch saw nothing written since the last seal, so the seal's walk
+/// record, where it is this tree's, is what a walk would find: its paths are deleted
+/// (`apply_walk`) and the tree's disk is counted from the snapshot (each file's size and
+/// each directory rounded up to 4 KiB: exact on tmpfs and ext4, high where a file system
+/// keeps small files inline). Otherwise `clean` walks and measures the tree by its stats.
+/// (The next run's reset walks a pooled tree whole either way, ADR-052.)
+fn cleaned_size(dir: &Path, unwritten: bool) -> Option<u64> {
     // Not kept in memory: the closing sweep has just dropped its run's records.
     let snapshot = Snapshot::take(&dir.join("index")).ok()?;
-    let stamp = mtime_of(&dir.join("index")).ok()?;
     let tree = dir.join("tree");
-    let in_tree = clean(&tree, &snapshot, stamp).ok()?.bytes;
+    let applied = match unwritten.then(|| parked_walk(dir)).flatten() {
+        Some(walk) => apply_walk(&tree, &snapshot, &walk).ok()?,
+        None => None,
+    };
+    let in_tree = match applied {
+        Some(kept) => recorded_disk(&snapshot, &kept),
+        None => {
+            let stamp = mtime_of(&dir.join("index")).ok()?;
+            clean(&tree, &snapshot, stamp).ok()?.bytes
+        }
+    };
     remove_file(&dir.join("walk")).ok()?;
     Some(measured_disk(dir, &tree)?.saturating_add(in_tree))
+}
+
+/// The disk the entries of `snapshot` still there (`kept`) and its directories take,
+/// each rounded up to 4 KiB.
+fn recorded_disk(snapshot: &Snapshot, kept: &[bool]) -> u64 {
+    const BLOCK: u64 = 4096;
+    let files = snapshot
+        .entries
+        .iter()
+        .zip(kept)
+        .filter(|(_, kept)| **kept)
+        .map(|(entry, _)| entry.stat.size.div_ceil(BLOCK).saturating_mul(BLOCK))
+        .fold(0u64, u64::saturating_add);
+    let dirs = (snapshot.dirs().len() as u64).saturating_mul(BLOCK);
+    files.saturating_add(dirs)
 }
 
 /// The disk the files under `path` take (allocated blocks), links not followed, the

@@ -782,6 +782,50 @@ fn disk_below(path: &std::path::Path) -> u64 {
         .sum()
 }
 
+/// Where the tree's watch saw nothing written since its seal, the pooled directory is
+/// cleaned by the seal's walk record and its disk counted from the snapshot (ADR-054):
+/// what the agent added or changed is gone, every other file of main is there, and the
+/// measure is the snapshot's sizes rounded up to 4 KiB (a walk would count a directory of
+/// 2,000 entries as more than one block).
+#[tokio::test]
+async fn a_pooled_directory_sealed_and_untouched_since_is_cleaned_by_its_record() {
+    let f = fixture_with(true);
+    let ws = f.prepare("t1").await;
+    std::fs::write(ws.path.join("many/big.bin"), vec![7u8; 24 << 20]).unwrap();
+    std::fs::write(ws.path.join("src/lib.rs"), "pub fn changed() {}\n").unwrap();
+    f.seal(&ws).await;
+    f.release_sealed(&ws).await;
+    assert!(f.parked_walk(&ws).is_some(), "trusted within its run");
+    f.close().await;
+    let pooled = f.pooled();
+    assert_eq!(pooled.len(), 1);
+    let tree = pooled[0].join("tree");
+    assert!(!tree.join("many/big.bin").exists());
+    assert!(!tree.join("src/lib.rs").exists(), "changed: gone");
+    let mut expected = disk_of(&tree) + disk_of(&pooled[0].join("index"));
+    for (file, _) in f.main_tree() {
+        let path = tree.join(&file);
+        if file == "src/lib.rs" {
+            continue;
+        }
+        let size = std::fs::symlink_metadata(&path)
+            .unwrap_or_else(|e| panic!("{file}: {e}"))
+            .len();
+        expected += size.div_ceil(4096) * 4096;
+    }
+    // Directories below the tree: src, tests, docs, docs/deep, many.
+    expected += 5 * 4096;
+    let bytes: u64 = std::fs::read_to_string(pooled[0].join("bytes"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(bytes, expected);
+
+    let g = f.next_run();
+    let next = g.prepare("t1").await;
+    assert_exactly_main(&g, &next);
+}
+
 /// A pooled directory git cannot reset any more (an object of its old tree pruned since)
 /// is made fresh instead of failing the attempt.
 #[tokio::test]
