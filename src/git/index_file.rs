@@ -61,7 +61,10 @@ fn write_entries<'e>(
 ) -> std::io::Result<()> {
     use sha1::Digest;
     let count = u32::try_from(entries.len()).map_err(|_| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "too many files for a git index")
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "too many files for a git index",
+        )
     })?;
     let mut hasher = sha1::Sha1::new();
     let mut chunk = Vec::with_capacity(CHUNK + 8 + 62 + 2 + 4096);

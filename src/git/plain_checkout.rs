@@ -20,7 +20,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags};
 
 use flotilla_actors::ports::RepoError;
 
@@ -33,6 +33,10 @@ const EXECUTABLE: i32 = 0o100755;
 const LINK: i32 = 0o120000;
 /// The longest path (and link target) written here: Linux's `PATH_MAX`.
 const MAX_PLAIN_PATH: usize = 4096;
+/// The deepest directory written here: each level above the file being written holds a
+/// handle open, and a hand-made tree thousands of levels deep would take the daemon's
+/// descriptors. Deeper trees are libgit2's.
+const MAX_PLAIN_DEPTH: usize = 64;
 const TREE: i32 = 0o040000;
 
 /// Checks out the worktree's HEAD into `path` (holding only its `.git` file) when that
@@ -50,7 +54,9 @@ pub fn checkout_plain(
         .and_then(|h| h.peel_to_tree())
         .map_err(git)?;
     let mut files = Vec::new();
-    if !plain_entries(worktree, &tree, &[], &mut files)? {
+    // Each file's whole path stays within `PATH_MAX`, as the watch and the walks need it.
+    let max_rel = MAX_PLAIN_PATH.saturating_sub(path.as_os_str().len() + 1);
+    if !plain_entries(worktree, &tree, &[], max_rel, &mut files)? {
         return Ok(None);
     }
     // libgit2's checkout makes directories 0755 (less the umask), not 0777, and only
@@ -90,7 +96,12 @@ pub fn checkout_plain(
             let end = from + rel[from..].iter().position(|b| *b == b'/').unwrap_or(0);
             let name = &rel[from..end];
             let parent = open_dirs.last().map_or(&root, |(_, fd)| fd);
-            rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o755)).map_err(at)?;
+            match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o755)) {
+                // Made already: a hand-made tree whose entries are out of git's order
+                // brings a directory back after another (opened below, never followed).
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(at(e)),
+            }
             let dir = rustix::fs::openat(
                 parent,
                 name,
@@ -105,10 +116,10 @@ pub fn checkout_plain(
         let dir = open_dirs.last().map_or(&root, |(_, fd)| fd);
         let name = &rel[name_start..];
         let blob = worktree.find_blob(id).map_err(git)?;
-        let meta = if mode == LINK {
+        let stat = if mode == LINK {
             rustix::fs::symlinkat(blob.content(), dir, name).map_err(at)?;
-            let abs = path.join(OsStr::from_bytes(rel));
-            std::fs::symlink_metadata(&abs).map_err(|e| io("cannot write", &abs, e))?
+            let stat = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(at)?;
+            Stat::of_raw(&stat)
         } else {
             // The modes libgit2 gives (less the umask, as its `open` does).
             let bits = if mode == EXECUTABLE { 0o755 } else { 0o644 };
@@ -120,15 +131,17 @@ pub fn checkout_plain(
             )
             .map_err(at)?;
             let mut file = std::fs::File::from(fd);
-            file.write_all(blob.content())
+            let meta = file
+                .write_all(blob.content())
                 .and_then(|()| file.metadata())
-                .map_err(|e| io("cannot write", &path.join(OsStr::from_bytes(rel)), e))?
+                .map_err(|e| io("cannot write", &path.join(OsStr::from_bytes(rel)), e))?;
+            Stat::of(&meta)
         };
         entries.push(Entry {
             path: rel.to_vec(),
             id,
             mode: mode as u32,
-            stat: Stat::of(&meta),
+            stat,
         });
     }
     // The index's order (bytes of the whole path), not the tree's (a directory sorts as
@@ -148,6 +161,7 @@ fn plain_entries(
     repo: &git2::Repository,
     tree: &git2::Tree<'_>,
     prefix: &[u8],
+    max_rel: usize,
     files: &mut Vec<(Vec<u8>, git2::Oid, i32)>,
 ) -> Result<bool, RepoError> {
     for entry in tree.iter() {
@@ -167,7 +181,7 @@ fn plain_entries(
         }
         rel.extend_from_slice(name);
         // A hand-made tree thousands of levels deep: libgit2's, not this recursion's.
-        if rel.len() > MAX_PLAIN_PATH {
+        if rel.len() > max_rel {
             return Ok(false);
         }
         // A link target the system call refuses (empty, a NUL, too long) that libgit2
@@ -181,8 +195,11 @@ fn plain_entries(
         }
         match mode {
             TREE => {
+                if rel.iter().filter(|b| **b == b'/').count() >= MAX_PLAIN_DEPTH {
+                    return Ok(false);
+                }
                 let sub = repo.find_tree(entry.id()).map_err(git)?;
-                if !plain_entries(repo, &sub, &rel, files)? {
+                if !plain_entries(repo, &sub, &rel, max_rel, files)? {
                     return Ok(false);
                 }
             }

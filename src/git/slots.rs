@@ -21,8 +21,8 @@
 //! The snapshot and the pool live under the run's root, which an agent's sandbox hides
 //! (only the workspace is writable, ADR-015). It must not know the journal or the actors.
 
-use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -1004,7 +1004,7 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
         // written since the last seal: if not, the seal's walk record stands for a walk.
         let unwritten = take_watch(&entry.path().join("tree"))
             .is_some_and(|mut watch| watch.wrote_since_seal() == Some(false));
-        let Some(bytes) = cleaned_size(&entry.path(), unwritten) else {
+        let Some((bytes, by_record)) = cleaned_size(&entry.path(), unwritten) else {
             continue;
         };
         last = bytes;
@@ -1018,6 +1018,9 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
         let mut pooled = run.to_owned();
         pooled.push("-");
         pooled.push(&name);
+        if by_record {
+            note_pooled_by_record(&pooled);
+        }
         if std::fs::rename(entry.path(), pool.join(pooled)).is_ok() {
             count += 1;
             held_bytes = held_bytes.saturating_add(bytes);
@@ -1032,11 +1035,12 @@ fn leave_parked(root: &Path, pool: &Path, repo: &Path, budget_bytes: u64) {
 ///
 /// `unwritten`: its watch saw nothing written since the last seal, so the seal's walk
 /// record, where it is this tree's, is what a walk would find: its paths are deleted
-/// (`apply_walk`) and the tree's disk is counted from the snapshot (each file's size and
-/// each directory rounded up to 4 KiB: exact on tmpfs and ext4, high where a file system
-/// keeps small files inline). Otherwise `clean` walks and measures the tree by its stats.
+/// (`apply_walk`) and the tree's disk is counted from the snapshot (each file's size
+/// rounded up to the file system's block: exact on tmpfs and ext4, high where a file
+/// system keeps small files inline) and its directories' stats. Otherwise `clean` walks
+/// and measures the tree by its stats.
 /// (The next run's reset walks a pooled tree whole either way, ADR-052.)
-fn cleaned_size(dir: &Path, unwritten: bool) -> Option<u64> {
+fn cleaned_size(dir: &Path, unwritten: bool) -> Option<(u64, bool)> {
     // Not kept in memory: the closing sweep has just dropped its run's records.
     let snapshot = Snapshot::take(&dir.join("index")).ok()?;
     let tree = dir.join("tree");
@@ -1044,30 +1048,67 @@ fn cleaned_size(dir: &Path, unwritten: bool) -> Option<u64> {
         Some(walk) => apply_walk(&tree, &snapshot, &walk).ok()?,
         None => None,
     };
-    let in_tree = match applied {
-        Some(kept) => recorded_disk(&snapshot, &kept),
+    let (in_tree, by_record) = match applied {
+        Some(kept) => (recorded_disk(&tree, &snapshot, &kept)?, true),
         None => {
             let stamp = mtime_of(&dir.join("index")).ok()?;
-            clean(&tree, &snapshot, stamp).ok()?.bytes
+            (clean(&tree, &snapshot, stamp).ok()?.bytes, false)
         }
     };
     remove_file(&dir.join("walk")).ok()?;
-    Some(measured_disk(dir, &tree)?.saturating_add(in_tree))
+    Some((
+        measured_disk(dir, &tree)?.saturating_add(in_tree),
+        by_record,
+    ))
 }
 
-/// The disk the entries of `snapshot` still there (`kept`) and its directories take,
-/// each rounded up to 4 KiB.
-fn recorded_disk(snapshot: &Snapshot, kept: &[bool]) -> u64 {
-    const BLOCK: u64 = 4096;
+/// The names of the last pooled directories cleaned by their seal's record rather than a
+/// walk (at most 64): which way a directory went, for the tests and a debugger.
+fn pooled_by_record_names() -> &'static Mutex<VecDeque<OsString>> {
+    static NAMES: OnceLock<Mutex<VecDeque<OsString>>> = OnceLock::new();
+    NAMES.get_or_init(Default::default)
+}
+
+fn note_pooled_by_record(name: &OsStr) {
+    if let Ok(mut names) = pooled_by_record_names().lock() {
+        if names.len() >= 64 {
+            names.pop_front();
+        }
+        names.push_back(name.to_owned());
+    }
+}
+
+/// Whether the pooled directory `name` (its name in the repository's pool) was cleaned by
+/// its seal's walk record, as far as this process remembers.
+pub fn pooled_by_record(name: &OsStr) -> bool {
+    pooled_by_record_names()
+        .lock()
+        .is_ok_and(|names| names.iter().any(|n| n == name))
+}
+
+/// The disk the entries of `snapshot` still in `tree` (`kept`) take, each file's size
+/// rounded up to the file system's block, and its directories (one `lstat` each, far
+/// fewer than the files; a large directory takes more than a block). None if a directory
+/// cannot be looked at.
+fn recorded_disk(tree: &Path, snapshot: &Snapshot, kept: &[bool]) -> Option<u64> {
+    let block = std::fs::symlink_metadata(tree).ok()?.blksize().max(512);
     let files = snapshot
         .entries
         .iter()
         .zip(kept)
         .filter(|(_, kept)| **kept)
-        .map(|(entry, _)| entry.stat.size.div_ceil(BLOCK).saturating_mul(BLOCK))
+        .map(|(entry, _)| entry.stat.size.div_ceil(block).saturating_mul(block))
         .fold(0u64, u64::saturating_add);
-    let dirs = (snapshot.dirs().len() as u64).saturating_mul(BLOCK);
-    files.saturating_add(dirs)
+    let mut dirs: u64 = 0;
+    for dir in snapshot.dirs() {
+        match std::fs::symlink_metadata(tree.join(OsStr::from_bytes(dir))) {
+            Ok(meta) => dirs = dirs.saturating_add(meta.blocks().saturating_mul(512)),
+            // Emptied by the record's deletions, and removed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return None,
+        }
+    }
+    Some(files.saturating_add(dirs))
 }
 
 /// The disk the files under `path` take (allocated blocks), links not followed, the

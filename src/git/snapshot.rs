@@ -56,6 +56,19 @@ pub struct Stat {
 }
 
 impl Stat {
+    /// The same, from an `fstatat` of the file (a link, stat'ed by its directory's handle).
+    pub fn of_raw(st: &rustix::fs::Stat) -> Stat {
+        Stat {
+            ctime: (st.st_ctime, st.st_ctime_nsec as u32),
+            mtime: (st.st_mtime, st.st_mtime_nsec as u32),
+            dev: st.st_dev,
+            ino: st.st_ino,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size as u64,
+        }
+    }
+
     pub fn of(meta: &std::fs::Metadata) -> Stat {
         Stat {
             ctime: (meta.ctime(), meta.ctime_nsec() as u32),

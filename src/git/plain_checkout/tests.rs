@@ -297,9 +297,35 @@ fn a_link_target_the_system_call_refuses_leaves_the_checkout_to_libgit2() {
         let head = commit(&repo, &[("l", target, LINK)]);
         let tree = repo.find_commit(head).unwrap().tree().unwrap();
         let mut files = Vec::new();
-        assert!(!plain_entries(&repo, &tree, &[], &mut files).unwrap());
+        assert!(!plain_entries(&repo, &tree, &[], MAX_PLAIN_PATH, &mut files).unwrap());
     }
     let (_dir, _repo, path) = emptied_worktree(&[("a.txt", b"x\n", FILE), ("l", b"a.txt", LINK)]);
     let worktree = git2::Repository::open(&path).unwrap();
     assert!(checkout_plain(&worktree, &path).unwrap().is_some());
+}
+
+/// A tree deeper than [`MAX_PLAIN_DEPTH`] is libgit2's (each level holds a handle open
+/// while its files are written), and a path too long for the worktree's place is too;
+/// a tree at the depth limit is still written here.
+#[test]
+fn a_tree_too_deep_or_a_path_too_long_for_its_place_leaves_the_checkout_to_libgit2() {
+    let deep = |levels: usize| format!("{}f.txt", "d/".repeat(levels));
+    let at_limit = deep(MAX_PLAIN_DEPTH);
+    let (_dir, _repo, path) = emptied_worktree(&[(at_limit.as_str(), b"x\n", FILE)]);
+    let worktree = git2::Repository::open(&path).unwrap();
+    assert!(checkout_plain(&worktree, &path).unwrap().is_some());
+    assert_eq!(std::fs::read(path.join(&at_limit)).unwrap(), b"x\n");
+
+    let too_deep = deep(MAX_PLAIN_DEPTH + 1);
+    let (_dir, _repo, path) = emptied_worktree(&[(too_deep.as_str(), b"x\n", FILE)]);
+    let worktree = git2::Repository::open(&path).unwrap();
+    assert!(checkout_plain(&worktree, &path).unwrap().is_none());
+
+    let dir = tempfile::tempdir().unwrap();
+    let repo = git2::Repository::init(dir.path()).unwrap();
+    let head = commit(&repo, &[("abcdefgh.txt", b"x\n", FILE)]);
+    let tree = repo.find_commit(head).unwrap().tree().unwrap();
+    let mut files = Vec::new();
+    assert!(plain_entries(&repo, &tree, &[], 12, &mut files).unwrap());
+    assert!(!plain_entries(&repo, &tree, &[], 11, &mut files).unwrap());
 }
