@@ -291,6 +291,11 @@ pub struct SandboxPolicy {
     /// `[sandbox] hidden`: hidden again after everything is shown, so that what the user
     /// hid stays hidden under a path shown read-only or writable.
     hidden: Vec<PathBuf>,
+    /// What the run hides whatever the configuration shows: the daemon's paths and the
+    /// user's checkout, and the checkout's `.git`, shown read-only. Hidden (and `.git`
+    /// shown read-only) again after a `writable` path that holds one of them.
+    run_hidden: Vec<PathBuf>,
+    repo_git: Option<PathBuf>,
     pub limits: ResourceLimits,
     /// The only TCP ports a command with the host's network may connect to (`None`: all).
     pub allow_tcp_ports: Option<Vec<u16>>,
@@ -340,10 +345,13 @@ impl SandboxPolicy {
             }
         }
         hide.extend(daemon_paths.iter().cloned());
+        let mut run_hidden: Vec<PathBuf> = daemon_paths.to_vec();
         if let Some(repo) = repo {
             hide.push(repo.to_path_buf());
             read_only.push(repo.join(".git"));
+            run_hidden.push(repo.to_path_buf());
         }
+        run_hidden.retain(|p| p.is_absolute() && p != Path::new("/"));
         let expand = |p: &String| match (p.strip_prefix("~/"), &home) {
             (Some(rest), Some(home)) => Some(home.join(rest)),
             (Some(_), None) => None,
@@ -376,6 +384,8 @@ impl SandboxPolicy {
             }),
             venvs,
             mark: None,
+            run_hidden,
+            repo_git: repo.map(|repo| repo.join(".git")),
         }
     }
 
@@ -665,10 +675,34 @@ impl SandboxPolicy {
         {
             push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
         }
+        let mut shown_writable = Vec::new();
         for path in &self.writable {
             if let Some(path) = existing(path).await {
                 push(&["--bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+                shown_writable.push(path);
             }
+        }
+        // A writable path that holds the state directory or the user's checkout (`~`,
+        // `~/code`) would show them again, `.git` writable with them: hidden again, and
+        // `.git` read-only again, before the command's own directory is shown.
+        let mut hid_again = false;
+        for path in &self.run_hidden {
+            if let Some(path) = existing(path).await
+                && shown_writable.iter().any(|shown| path.starts_with(shown))
+            {
+                if tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir()) {
+                    push(&["--tmpfs".as_ref(), path.as_os_str()]);
+                } else {
+                    push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()]);
+                }
+                hid_again = true;
+            }
+        }
+        if hid_again
+            && let Some(git) = &self.repo_git
+            && let Some(git) = existing(git).await
+        {
+            push(&["--ro-bind".as_ref(), git.as_os_str(), git.as_os_str()]);
         }
         push(&["--bind".as_ref(), cwd.as_os_str(), cwd.as_os_str()]);
         // What the user hid stays hidden even under a directory shown above (not the
@@ -1085,5 +1119,70 @@ mod tests {
         }
         let networked = policy.bwrap_args(&cwd, "sh", true).await;
         assert!(!networked.iter().any(|a| a == "--unshare-net"));
+    }
+
+    /// A `writable` path holding the state directory and the checkout (their parent) does
+    /// not show them: both hidden again after it, `.git` read-only again, and then the
+    /// command's own directory.
+    #[tokio::test]
+    async fn a_writable_path_over_the_state_dir_and_checkout_does_not_show_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("state");
+        let repo = tmp.path().join("repo");
+        let cwd = state.join("worktrees/run/t1-a1");
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        let (parent, state, repo, cwd) = (
+            tmp.path().canonicalize().unwrap(),
+            state.canonicalize().unwrap(),
+            repo.canonicalize().unwrap(),
+            cwd.canonicalize().unwrap(),
+        );
+        let config = SandboxConfig {
+            writable: vec![parent.to_string_lossy().into_owned()],
+            ..SandboxConfig::default()
+        };
+        let policy = SandboxPolicy::for_run(&config, std::slice::from_ref(&state), &repo);
+        let args: Vec<String> = policy
+            .bwrap_args(&cwd, "sh", false)
+            .await
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let last = |flag: &str, path: &Path| {
+            args.windows(2)
+                .rposition(|w| w[0] == flag && w[1] == path.to_string_lossy())
+                .unwrap_or_else(|| panic!("no {flag} {}: {args:?}", path.display()))
+        };
+        let shown = last("--bind", &parent);
+        let (state_again, repo_again) = (last("--tmpfs", &state), last("--tmpfs", &repo));
+        let git_again = last("--ro-bind", &repo.join(".git"));
+        let own = last("--bind", &cwd);
+        assert!(shown < state_again && shown < repo_again, "{args:?}");
+        assert!(
+            repo_again < git_again && git_again < own && state_again < own,
+            "{args:?}"
+        );
+
+        // A writable path beside them changes nothing of theirs.
+        let beside = tmp.path().join("cache");
+        std::fs::create_dir_all(&beside).unwrap();
+        let config = SandboxConfig {
+            writable: vec![
+                beside
+                    .canonicalize()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
+            ],
+            ..SandboxConfig::default()
+        };
+        let policy = SandboxPolicy::for_run(&config, std::slice::from_ref(&state), &repo);
+        let args = policy.bwrap_args(&cwd, "sh", false).await;
+        let tmpfs_state = args
+            .windows(2)
+            .filter(|w| w[0] == "--tmpfs" && w[1] == state.as_os_str())
+            .count();
+        assert_eq!(tmpfs_state, 1, "{args:?}");
     }
 }

@@ -222,6 +222,46 @@ git status --short >> out/loot.txt 2>&1; echo "status $?" >> out/loot.txt
     daemon.stop();
 }
 
+/// `[sandbox] writable` naming a directory that holds the checkout and the daemon's state
+/// (here their common temporary directory) shows neither: the checkout, its `.git` and the
+/// state directory stay as the run's profile has them.
+#[tokio::test]
+async fn a_writable_path_over_the_checkout_and_state_does_not_open_them() {
+    let daemon = InProcessDaemon::start(false);
+    let repo = git_repo();
+    let r = canonical(repo.path());
+    let over = r.parent().unwrap().to_path_buf();
+    let rd = r.display();
+    let mut config = run_config(
+        &attacker(&format!(
+            r#"
+echo pwned > {rd}/pwned.txt; echo "checkout $?" >> out/loot.txt
+echo planted > {rd}/.git/objects/planted; echo "objects $?" >> out/loot.txt
+printf '#!/bin/sh\ntouch /tmp/hook-ran\n' > {rd}/.git/hooks/pre-commit; echo "hook $?" >> out/loot.txt
+ls {rd}/.git/HEAD > /dev/null; echo "git reads $?" >> out/loot.txt
+"#
+        )),
+        1,
+    );
+    config["sandbox"]["writable"] = serde_json::json!([over.to_string_lossy()]);
+    let run = submit(&daemon.client, &r, config).await;
+    let events = follow_to_end(&daemon.client, &run, None).await;
+    assert_eq!(outcome(&events), Some(RunOutcome::Completed));
+
+    let loot = on_main(&r, "out/loot.txt").expect("the loot landed");
+    assert!(loot.contains("git reads 0"), "{loot}");
+    for refused in ["checkout", "objects", "hook"] {
+        assert!(
+            !loot.contains(&format!("{refused} 0")),
+            "{refused} succeeded: {loot}"
+        );
+    }
+    assert!(!r.join("pwned.txt").exists());
+    assert!(!r.join(".git/objects/planted").exists());
+    assert!(!r.join(".git/hooks/pre-commit").exists());
+    daemon.stop();
+}
+
 #[tokio::test]
 async fn a_sibling_attempts_workspace_is_out_of_reach() {
     let daemon = InProcessDaemon::start(false);
