@@ -1074,30 +1074,48 @@ mod tests {
         );
     }
 
+    /// A run's places under one temporary directory: (it, the state directory, the
+    /// checkout with its `.git`, an attempt's directory in the state directory), real paths.
+    fn run_places() -> (tempfile::TempDir, [PathBuf; 4]) {
+        let tmp = tempfile::tempdir().unwrap();
+        let cwd = tmp.path().join("state/worktrees/run/t1-a1");
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::create_dir_all(tmp.path().join("repo/.git")).unwrap();
+        let real = |p: &Path| p.canonicalize().unwrap();
+        let places = [
+            real(tmp.path()),
+            real(&tmp.path().join("state")),
+            real(&tmp.path().join("repo")),
+            real(&cwd),
+        ];
+        (tmp, places)
+    }
+
+    /// The bwrap arguments of `config`'s policy for a run on `repo` with the state
+    /// directory `state`, for a command in `cwd`.
+    async fn run_args(
+        config: &SandboxConfig,
+        state: &Path,
+        repo: &Path,
+        cwd: &Path,
+    ) -> Vec<String> {
+        SandboxPolicy::for_run(config, &[state.to_path_buf()], repo)
+            .bwrap_args(cwd, "sh", false)
+            .await
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
     #[tokio::test]
     async fn a_runs_profile_hides_the_state_dir_and_checkout_and_shows_git_read_only() {
-        let tmp = tempfile::tempdir().unwrap();
-        let state = tmp.path().join("state");
-        let repo = tmp.path().join("repo");
-        let cwd = state.join("worktrees/run/t1-a1");
-        std::fs::create_dir_all(&cwd).unwrap();
-        std::fs::create_dir_all(repo.join(".git")).unwrap();
-        let (state, repo, cwd) = (
-            state.canonicalize().unwrap(),
-            repo.canonicalize().unwrap(),
-            cwd.canonicalize().unwrap(),
-        );
+        let (_tmp, [_, state, repo, cwd]) = run_places();
         let policy = SandboxPolicy::for_run(
             &SandboxConfig::default(),
             std::slice::from_ref(&state),
             &repo,
         );
-        let args: Vec<String> = policy
-            .bwrap_args(&cwd, "sh", false)
-            .await
-            .into_iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args = run_args(&SandboxConfig::default(), &state, &repo, &cwd).await;
         let at = |flag: &str, path: &Path| {
             args.windows(2)
                 .position(|w| w[0] == flag && w[1] == path.to_string_lossy())
@@ -1126,29 +1144,12 @@ mod tests {
     /// command's own directory.
     #[tokio::test]
     async fn a_writable_path_over_the_state_dir_and_checkout_does_not_show_them() {
-        let tmp = tempfile::tempdir().unwrap();
-        let state = tmp.path().join("state");
-        let repo = tmp.path().join("repo");
-        let cwd = state.join("worktrees/run/t1-a1");
-        std::fs::create_dir_all(&cwd).unwrap();
-        std::fs::create_dir_all(repo.join(".git")).unwrap();
-        let (parent, state, repo, cwd) = (
-            tmp.path().canonicalize().unwrap(),
-            state.canonicalize().unwrap(),
-            repo.canonicalize().unwrap(),
-            cwd.canonicalize().unwrap(),
-        );
+        let (_tmp, [parent, state, repo, cwd]) = run_places();
         let config = SandboxConfig {
             writable: vec![parent.to_string_lossy().into_owned()],
             ..SandboxConfig::default()
         };
-        let policy = SandboxPolicy::for_run(&config, std::slice::from_ref(&state), &repo);
-        let args: Vec<String> = policy
-            .bwrap_args(&cwd, "sh", false)
-            .await
-            .into_iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args = run_args(&config, &state, &repo, &cwd).await;
         let last = |flag: &str, path: &Path| {
             args.windows(2)
                 .rposition(|w| w[0] == flag && w[1] == path.to_string_lossy())
@@ -1165,23 +1166,16 @@ mod tests {
         );
 
         // A writable path beside them changes nothing of theirs.
-        let beside = tmp.path().join("cache");
+        let beside = parent.join("cache");
         std::fs::create_dir_all(&beside).unwrap();
         let config = SandboxConfig {
-            writable: vec![
-                beside
-                    .canonicalize()
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned(),
-            ],
+            writable: vec![beside.to_string_lossy().into_owned()],
             ..SandboxConfig::default()
         };
-        let policy = SandboxPolicy::for_run(&config, std::slice::from_ref(&state), &repo);
-        let args = policy.bwrap_args(&cwd, "sh", false).await;
+        let args = run_args(&config, &state, &repo, &cwd).await;
         let tmpfs_state = args
             .windows(2)
-            .filter(|w| w[0] == "--tmpfs" && w[1] == state.as_os_str())
+            .filter(|w| w[0] == "--tmpfs" && w[1] == state.to_string_lossy())
             .count();
         assert_eq!(tmpfs_state, 1, "{args:?}");
     }
