@@ -635,9 +635,26 @@ impl SandboxPolicy {
                 }
             }
         }
+        // What the run hides whatever is shown (the state directory, the checkout), real
+        // paths, shallowest first; and the checkout's `.git`.
+        let mut run_hidden = Vec::new();
+        for path in &self.run_hidden {
+            if let Some(path) = existing(path).await {
+                run_hidden.push(path);
+            }
+        }
+        run_hidden.sort_by_key(|p| p.components().count());
+        let repo_git = match &self.repo_git {
+            Some(git) => existing(git).await,
+            None => None,
+        };
+        // Every path shown, read-only or writable: one that holds what the run hides shows
+        // it again (a socket on a read-only mount still accepts connections).
+        let mut shown = Vec::new();
         for path in &self.read_only {
             if let Some(path) = existing(path).await {
                 push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+                shown.push(path);
             }
         }
         // A virtualenv is shown only strictly inside the home directory, as it really is
@@ -675,21 +692,34 @@ impl SandboxPolicy {
         {
             push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
         }
-        let mut shown_writable = Vec::new();
         for path in &self.writable {
-            if let Some(path) = existing(path).await {
-                push(&["--bind".as_ref(), path.as_os_str(), path.as_os_str()]);
-                shown_writable.push(path);
-            }
-        }
-        // A writable path that holds the state directory or the user's checkout (`~`,
-        // `~/code`) would show them again, `.git` writable with them: hidden again, and
-        // `.git` read-only again, before the command's own directory is shown.
-        let mut hid_again = false;
-        for path in &self.run_hidden {
-            if let Some(path) = existing(path).await
-                && shown_writable.iter().any(|shown| path.starts_with(shown))
+            let Some(path) = existing(path).await else {
+                continue;
+            };
+            // Never `/` (however spelled), nor anything inside what the run hides or the
+            // checkout's `.git`: those stay as the run's profile has them.
+            if path == Path::new("/")
+                || run_hidden
+                    .iter()
+                    .chain(&repo_git)
+                    .any(|p| path.starts_with(p))
             {
+                tracing::warn!(
+                    path = %path.display(),
+                    "a [sandbox] writable path inside the state directory, the checkout or its \
+                     .git (or the root) is not shown"
+                );
+                continue;
+            }
+            push(&["--bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+            shown.push(path);
+        }
+        // A path shown that holds the state directory or the user's checkout (`~`,
+        // `~/code`, `~/.local`) would show them again, `.git` writable with them: hidden
+        // again, and `.git` read-only again, before the command's own directory is shown.
+        let mut hid_again = false;
+        for path in &run_hidden {
+            if shown.iter().any(|shown| path.starts_with(shown)) {
                 if tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir()) {
                     push(&["--tmpfs".as_ref(), path.as_os_str()]);
                 } else {
@@ -698,10 +728,7 @@ impl SandboxPolicy {
                 hid_again = true;
             }
         }
-        if hid_again
-            && let Some(git) = &self.repo_git
-            && let Some(git) = existing(git).await
-        {
+        if hid_again && let Some(git) = &repo_git {
             push(&["--ro-bind".as_ref(), git.as_os_str(), git.as_os_str()]);
         }
         push(&["--bind".as_ref(), cwd.as_os_str(), cwd.as_os_str()]);
@@ -1178,5 +1205,48 @@ mod tests {
             .filter(|w| w[0] == "--tmpfs" && w[1] == state.to_string_lossy())
             .count();
         assert_eq!(tmpfs_state, 1, "{args:?}");
+    }
+
+    /// A `read_only` path holding the state directory (its socket accepts connections on
+    /// a read-only mount) hides it again as a writable one does; a `writable` path inside
+    /// what the run hides, inside `.git`, or `/` however spelled, is not shown at all.
+    #[tokio::test]
+    async fn read_only_over_the_state_dir_and_writable_inside_what_is_hidden_show_nothing() {
+        let (_tmp, [parent, state, repo, cwd]) = run_places();
+        let config = SandboxConfig {
+            read_only: vec![parent.to_string_lossy().into_owned()],
+            ..SandboxConfig::default()
+        };
+        let args = run_args(&config, &state, &repo, &cwd).await;
+        let last = |flag: &str, path: &Path| {
+            args.windows(2)
+                .rposition(|w| w[0] == flag && w[1] == path.to_string_lossy())
+                .unwrap_or_else(|| panic!("no {flag} {}: {args:?}", path.display()))
+        };
+        let shown = last("--ro-bind", &parent);
+        assert!(shown < last("--tmpfs", &state) && last("--tmpfs", &state) < last("--bind", &cwd));
+        assert!(shown < last("--tmpfs", &repo), "{args:?}");
+
+        std::fs::create_dir_all(repo.join(".git/objects")).unwrap();
+        let inside = [
+            repo.join(".git/objects"),
+            repo.join(".git"),
+            state.join("worktrees"),
+            PathBuf::from("/.."),
+        ];
+        let config = SandboxConfig {
+            writable: inside
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
+            ..SandboxConfig::default()
+        };
+        let args = run_args(&config, &state, &repo, &cwd).await;
+        let binds: Vec<&String> = args
+            .windows(2)
+            .filter(|w| w[0] == "--bind")
+            .map(|w| &w[1])
+            .collect();
+        assert_eq!(binds, [&cwd.to_string_lossy().into_owned()], "{args:?}");
     }
 }
