@@ -1134,6 +1134,13 @@ mod tests {
             .collect()
     }
 
+    /// Where `flag path` last comes in `args`.
+    fn last_position(args: &[String], flag: &str, path: &Path) -> usize {
+        args.windows(2)
+            .rposition(|w| w[0] == flag && w[1] == path.to_string_lossy())
+            .unwrap_or_else(|| panic!("no {flag} {}: {args:?}", path.display()))
+    }
+
     #[tokio::test]
     async fn a_runs_profile_hides_the_state_dir_and_checkout_and_shows_git_read_only() {
         let (_tmp, [_, state, repo, cwd]) = run_places();
@@ -1177,11 +1184,7 @@ mod tests {
             ..SandboxConfig::default()
         };
         let args = run_args(&config, &state, &repo, &cwd).await;
-        let last = |flag: &str, path: &Path| {
-            args.windows(2)
-                .rposition(|w| w[0] == flag && w[1] == path.to_string_lossy())
-                .unwrap_or_else(|| panic!("no {flag} {}: {args:?}", path.display()))
-        };
+        let last = |flag: &str, path: &Path| last_position(&args, flag, path);
         let shown = last("--bind", &parent);
         let (state_again, repo_again) = (last("--tmpfs", &state), last("--tmpfs", &repo));
         let git_again = last("--ro-bind", &repo.join(".git"));
@@ -1218,11 +1221,7 @@ mod tests {
             ..SandboxConfig::default()
         };
         let args = run_args(&config, &state, &repo, &cwd).await;
-        let last = |flag: &str, path: &Path| {
-            args.windows(2)
-                .rposition(|w| w[0] == flag && w[1] == path.to_string_lossy())
-                .unwrap_or_else(|| panic!("no {flag} {}: {args:?}", path.display()))
-        };
+        let last = |flag: &str, path: &Path| last_position(&args, flag, path);
         let shown = last("--ro-bind", &parent);
         assert!(shown < last("--tmpfs", &state) && last("--tmpfs", &state) < last("--bind", &cwd));
         assert!(shown < last("--tmpfs", &repo), "{args:?}");
