@@ -28,8 +28,9 @@ pub struct RunStatus {
     /// The sandbox the run's commands are in (ADR-015), from its `RunStarted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
-    /// The run's warm trees (ADR-042): each one's disk use and commit, against the budget;
-    /// absent before the gate or a sweep first ran in one.
+    /// The warm trees of the run's repository, which its runs share (ADR-042, ADR-055):
+    /// each one's disk use and commit, against the budget; absent before a gate or a sweep
+    /// first ran in one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<String>,
     /// What the repository's pool holds for its next run (ADR-052): how many workspaces,

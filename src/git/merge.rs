@@ -80,12 +80,23 @@ impl GitMerge {
     }
 
     /// Commands run in warm trees under the scratch root, holding at most `budget_mb` MiB
-    /// together (ADR-042).
+    /// together (ADR-042): they go with the scratch root.
     pub fn with_warm(mut self, budget_mb: u64) -> Self {
         self.warm = Some(Arc::new(WarmTrees::new(
             self.scratch_root.clone(),
             budget_mb,
         )));
+        self
+    }
+
+    /// Commands run in the repository's warm trees, kept in the worktrees directory
+    /// `worktrees` for its next run, holding at most `budget_mb` MiB together (ADR-055);
+    /// under the scratch root when the repository's path cannot be resolved.
+    pub fn with_repository_warm(mut self, worktrees: &Path, budget_mb: u64) -> Self {
+        self.warm = Some(Arc::new(
+            WarmTrees::for_repository(worktrees, &self.repo, budget_mb)
+                .unwrap_or_else(|| WarmTrees::new(self.scratch_root.clone(), budget_mb)),
+        ));
         self
     }
 

@@ -1130,10 +1130,11 @@ fn measured_disk(path: &Path, measured: &Path) -> Option<u64> {
     Some(total)
 }
 
-/// Makes the repository's pool `pool` (its `.repo` naming the repository's canonical
-/// path) unless it is there: written under another name first and renamed into place, so
-/// that gc never finds a pool without its `.repo`. Whether it is there now.
-fn make_pool(pool: &Path, repo: &Path) -> bool {
+/// Makes the repository's pool `pool`, or any directory of [`repository_dir`]'s (its
+/// `.repo` naming the repository's canonical path), unless it is there: written under
+/// another name first and renamed into place, so that gc never finds one without its
+/// `.repo`. Whether it is there now.
+pub(super) fn make_pool(pool: &Path, repo: &Path) -> bool {
     let repo_file = pool.join(POOL_REPO_FILE);
     if repo_file.is_file() {
         return true;
@@ -1232,18 +1233,30 @@ pub fn describe_pool(worktrees: &Path, repo: &Path) -> Option<String> {
 /// The pool of the repository at `repo` in the worktrees directory `worktrees`: named by
 /// the SHA-1 of the repository's canonical path.
 pub fn repository_pool(worktrees: &Path, repo: &Path) -> Option<PathBuf> {
+    repository_dir(worktrees, POOL_DIR, repo)
+}
+
+/// The directory of the repository at `repo` among the worktrees directory's `kind`
+/// directories (its pool, [`POOL_DIR`]; its warm trees, `warm::WARM_DIR`): named by the
+/// SHA-1 of the repository's canonical path.
+pub fn repository_dir(worktrees: &Path, kind: &str, repo: &Path) -> Option<PathBuf> {
     let canonical = std::fs::canonicalize(repo).ok()?;
     let sum = <sha1::Sha1 as sha1::Digest>::digest(canonical.as_os_str().as_bytes());
     let key: String = sum[..8].iter().map(|b| format!("{b:02x}")).collect();
-    Some(worktrees.join(POOL_DIR).join(key))
+    Some(worktrees.join(kind).join(key))
 }
 
 /// The repository pools in the worktrees directory `worktrees` whose repository is gone
 /// (its path no repository, or its pool no longer the one its path names): what gc
 /// removes. With `remove`, they are removed too.
 pub fn stale_pools(worktrees: &Path, remove: bool) -> Vec<PathBuf> {
+    stale_repository_dirs(worktrees, POOL_DIR, remove)
+}
+
+/// [`stale_pools`] for any `kind` of per-repository directory ([`repository_dir`]).
+pub fn stale_repository_dirs(worktrees: &Path, kind: &str, remove: bool) -> Vec<PathBuf> {
     let mut stale = Vec::new();
-    let Ok(entries) = std::fs::read_dir(worktrees.join(POOL_DIR)) else {
+    let Ok(entries) = std::fs::read_dir(worktrees.join(kind)) else {
         return stale;
     };
     for entry in entries.flatten() {
@@ -1271,7 +1284,7 @@ pub fn stale_pools(worktrees: &Path, remove: bool) -> Vec<PathBuf> {
             .map(|bytes| PathBuf::from(OsStr::from_bytes(&bytes)));
         let live = repo.is_some_and(|repo| {
             git2::Repository::open(&repo).is_ok()
-                && repository_pool(worktrees, &repo).as_deref() == Some(pool.as_path())
+                && repository_dir(worktrees, kind, &repo).as_deref() == Some(pool.as_path())
         });
         if !live {
             if remove {

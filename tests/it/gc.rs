@@ -164,11 +164,25 @@ async fn a_dry_run_names_exactly_what_gc_removes_and_a_second_gc_finds_nothing()
     drop(daemon);
 }
 
-/// A finished run leaves its workspace for the repository's next run (ADR-052): `status`
-/// says so, and gc keeps a live repository's pool, neither removing it nor naming it.
+/// A finished run leaves its workspace for the repository's next run (ADR-052), and its
+/// gate's warm tree (ADR-055): `status` says so, and gc keeps a live repository's pool and
+/// warm trees, neither removing them nor naming them.
 #[tokio::test]
 async fn a_finished_runs_workspace_waits_in_its_repositorys_pool_through_gc() {
-    let (state, repo, daemon, run) = one_finished_run().await;
+    let mut config = run_config(ONE_TASK, 1);
+    config["merge"]["gate"] = serde_json::json!(["git rev-parse HEAD"]);
+    let (state, repo, daemon, run) = one_finished_run_with(config).await;
+    let warm = flotilla::git::slots::repository_dir(
+        &state.path().join("worktrees"),
+        flotilla::git::warm::WARM_DIR,
+        repo.path(),
+    )
+    .unwrap();
+    let warm_tree = flotilla::git::warm::tree_dir(&warm, flotilla_actors::ports::WarmSlot::Gate);
+    assert!(
+        warm_tree.join(".git").is_dir(),
+        "the gate's warm tree stays"
+    );
     let pool = flotilla::git::slots::repository_pool(&state.path().join("worktrees"), repo.path())
         .unwrap();
     let pooled = || {
@@ -200,10 +214,18 @@ async fn a_finished_runs_workspace_waits_in_its_repositorys_pool_through_gc() {
         "{line}"
     );
 
+    assert!(
+        status["warm"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("gate ")),
+        "{status}"
+    );
+
     for dry_run in [true, false] {
         let done = gc_json(state.path(), dry_run);
         assert_eq!(sorted(&done, "unknown"), Vec::<String>::new(), "{done}");
         assert_eq!(pooled(), 1, "kept by gc");
+        assert!(warm_tree.join(".git").is_dir(), "kept by gc");
     }
     drop(daemon);
 }

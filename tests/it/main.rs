@@ -56,6 +56,7 @@ mod supervision;
 mod target_branch;
 mod transcripts;
 mod warm_gate;
+mod warm_repository;
 mod worker;
 mod worktrees;
 

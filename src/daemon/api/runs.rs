@@ -240,6 +240,29 @@ pub(super) async fn list_runs(
     ))
 }
 
+/// `status`'s lines for what the run's repository keeps between runs: its warm trees
+/// (ADR-055; the run's own, in its scratch directory, where the repository's path did not
+/// resolve when it started) and its pool of workspaces (ADR-052).
+async fn repository_lines(
+    state: &AppState,
+    run: RunId,
+    repo: &std::path::Path,
+) -> (Option<String>, Option<String>) {
+    let scratch = state
+        .worktrees
+        .join(run.to_string())
+        .join(crate::git::worktrees::SCRATCH_DIR);
+    let (worktrees, repo) = (state.worktrees.clone(), repo.to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        let warm = crate::git::slots::repository_dir(&worktrees, crate::git::warm::WARM_DIR, &repo)
+            .and_then(|root| crate::git::warm::describe(&root))
+            .or_else(|| crate::git::warm::describe(&scratch));
+        (warm, crate::git::slots::describe_pool(&worktrees, &repo))
+    })
+    .await
+    .unwrap_or_default()
+}
+
 pub(super) async fn run_status(state: &AppState, id: &str) -> Result<RunStatus, ApiError> {
     let listed = resolve_listed(state, id).await?;
     // A finished run's status was folded once and kept (ADR-040): neither its config nor
@@ -247,13 +270,9 @@ pub(super) async fn run_status(state: &AppState, id: &str) -> Result<RunStatus, 
     if listed.outcome.is_some()
         && let Some(mut status) = summary::stored(&state.journal, listed.id).await
     {
-        // What waits in the repository's pool changes after the run (ADR-052).
-        let (worktrees, repo) = (state.worktrees.clone(), listed.repo.clone());
-        status.pool = tokio::task::spawn_blocking(move || {
-            crate::git::slots::describe_pool(&worktrees, &repo)
-        })
-        .await
-        .unwrap_or_default();
+        // What waits in the repository's pool and warm trees changes after the run
+        // (ADR-052, ADR-055).
+        (status.warm, status.pool) = repository_lines(state, listed.id, &listed.repo).await;
         return Ok(status);
     }
     let record = with_config(state, listed).await?;
@@ -280,19 +299,7 @@ pub(super) async fn run_status(state: &AppState, id: &str) -> Result<RunStatus, 
     if let Some(replay) = replay {
         state.status_replays.keep(run, replay);
     }
-    let scratch = state
-        .worktrees
-        .join(run.to_string())
-        .join(crate::git::worktrees::SCRATCH_DIR);
-    let (worktrees, repo) = (state.worktrees.clone(), record.repo.clone());
-    (status.warm, status.pool) = tokio::task::spawn_blocking(move || {
-        (
-            crate::git::warm::describe(&scratch),
-            crate::git::slots::describe_pool(&worktrees, &repo),
-        )
-    })
-    .await
-    .unwrap_or_default();
+    (status.warm, status.pool) = repository_lines(state, run, &record.repo).await;
     if let Some(damage) = unreadable {
         status.mark_damaged(damage);
     } else if let Some(problem) = problem.filter(|_| status.outcome_is_open()) {

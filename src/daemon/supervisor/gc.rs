@@ -171,10 +171,18 @@ async fn collect_garbage(
     let mut doomed: Vec<PathBuf> = Vec::new();
     // The repositories' pools of parked directories (ADR-052): only those of repositories
     // that are gone.
+    // Their warm trees (ADR-055) likewise.
     let (pools, remove_pools) = (root.clone(), !msg.dry_run);
-    if let Ok(stale) =
-        tokio::task::spawn_blocking(move || crate::git::slots::stale_pools(&pools, remove_pools))
-            .await
+    if let Ok(stale) = tokio::task::spawn_blocking(move || {
+        let mut stale = crate::git::slots::stale_pools(&pools, remove_pools);
+        stale.extend(crate::git::slots::stale_repository_dirs(
+            &pools,
+            crate::git::warm::WARM_DIR,
+            remove_pools,
+        ));
+        stale
+    })
+    .await
     {
         report
             .unknown
@@ -182,7 +190,9 @@ async fn collect_garbage(
     }
     while let Ok(Some(entry)) = entries.next_entry().await {
         let dir = entry.path();
-        if entry.file_name() == crate::git::slots::POOL_DIR {
+        if entry.file_name() == crate::git::slots::POOL_DIR
+            || entry.file_name() == crate::git::warm::WARM_DIR
+        {
             continue;
         }
         let uuid = entry

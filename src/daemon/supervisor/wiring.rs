@@ -226,10 +226,14 @@ pub(super) fn start_run(
     .watched(lifeline(Member::Planner))
     .start_on(thread);
     let merge_git = GitMerge::new(entry_repo.to_path_buf(), run_dir.join(SCRATCH_DIR), target);
-    // The gate and the sweeps in warm trees unless the run said otherwise (ADR-042).
-    let merge_git = Arc::new(match config.merge.warm_gate {
-        true => merge_git.with_warm(config.merge.warm_budget_mb),
-        false => merge_git,
+    // The gate and the sweeps in the repository's warm trees unless the run said otherwise
+    // (ADR-042, ADR-055): beside the run's directory, kept for the repository's next run.
+    let merge_git = Arc::new(match (config.merge.warm_gate, run_dir.parent()) {
+        (true, Some(worktrees)) => {
+            merge_git.with_repository_warm(worktrees, config.merge.warm_budget_mb)
+        }
+        (true, None) => merge_git.with_warm(config.merge.warm_budget_mb),
+        (false, _) => merge_git,
     });
     let reconciler = Reconciler::new(
         run,
