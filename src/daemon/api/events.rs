@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -29,6 +30,54 @@ pub(super) struct EventsQuery {
 /// backpressure), so ten replays of big runs cost ten pages, not ten journals.
 pub(crate) const REPLAY_PAGE: usize = 512;
 
+/// The event streams open at once, and how often the last of them ended (ADR-013): then
+/// glibc is asked to give back what they freed ([`give_memory_back`]), so that ten
+/// concurrent replays of finished runs do not leave the daemon's resident set above where
+/// it was before them.
+///
+/// [`give_memory_back`]: crate::daemon::supervisor::memory::give_memory_back
+pub(crate) struct OpenStreams {
+    open: AtomicUsize,
+    last_ended: AtomicUsize,
+}
+
+/// The daemon's event streams.
+pub(crate) static EVENT_STREAMS: OpenStreams = OpenStreams::new();
+
+impl OpenStreams {
+    pub(crate) const fn new() -> Self {
+        OpenStreams {
+            open: AtomicUsize::new(0),
+            last_ended: AtomicUsize::new(0),
+        }
+    }
+
+    /// One more stream, until the guard is dropped.
+    pub(crate) fn open(&'static self) -> OpenStream {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        OpenStream(self)
+    }
+}
+
+/// A stream counted in [`OpenStreams`] while it lives.
+pub(crate) struct OpenStream(&'static OpenStreams);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        self.0.last_ended.fetch_add(1, Ordering::AcqRel);
+        // malloc_trim walks the heap: off the runtime's threads where there is one.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(crate::daemon::supervisor::memory::give_memory_back);
+            }
+            Err(_) => crate::daemon::supervisor::memory::give_memory_back(),
+        }
+    }
+}
+
 /// The state of one event stream: the journal page by page up to its end, then live events,
 /// de-duplicated by seq. A notice (seq 0: not journaled) that comes while the stream still
 /// reads the journal goes out once it has caught up, or not at all if the run's end comes
@@ -47,6 +96,8 @@ pub(crate) struct Tail {
     /// The run had finished before the stream started: end when the journal is read.
     finished_before: bool,
     done: bool,
+    /// Counts the stream as open ([`Tail::counted`]).
+    _open: Option<OpenStream>,
 }
 
 impl Tail {
@@ -73,7 +124,14 @@ impl Tail {
             page,
             finished_before,
             done: false,
+            _open: None,
         }
+    }
+
+    /// Counted as open until it ends.
+    pub(crate) fn counted(mut self, open: OpenStream) -> Self {
+        self._open = Some(open);
+        self
     }
 
     pub(crate) fn stream(self) -> impl Stream<Item = Event> {
@@ -156,7 +214,8 @@ pub(super) async fn events(
         state.journal.clone(),
         REPLAY_PAGE,
         record.outcome.is_some(),
-    );
+    )
+    .counted(EVENT_STREAMS.open());
     let stream = tail
         .stream()
         .map(|e| {
@@ -228,6 +287,32 @@ mod tests {
 
     /// A finished run's replay, in pages of every size around its length and from any
     /// point, is exactly its journal after that point, in order.
+    #[tokio::test]
+    async fn memory_is_given_back_once_the_last_open_stream_ends() {
+        static STREAMS: OpenStreams = OpenStreams::new();
+        let (_dir, journal, run) = journal_with_run().await;
+        let tail = || {
+            let (hub, _) = tokio::sync::broadcast::channel(4);
+            Tail::new(
+                run,
+                0,
+                Vec::new(),
+                hub.subscribe(),
+                journal.clone(),
+                4,
+                true,
+            )
+            .counted(STREAMS.open())
+        };
+        let (first, second) = (tail(), tail());
+        let ended = || STREAMS.last_ended.load(Ordering::Acquire);
+        let _: Vec<Event> = first.stream().collect().await;
+        assert_eq!(ended(), 0, "another stream is still open");
+        drop(second);
+        assert_eq!(ended(), 1);
+        assert_eq!(STREAMS.open.load(Ordering::Acquire), 0);
+    }
+
     #[tokio::test]
     async fn a_paged_replay_of_a_finished_run_is_exactly_its_journal() {
         let (_dir, journal, run) = journal_with_run().await;

@@ -36,7 +36,7 @@
 
 mod gc;
 mod lifecycle;
-mod memory;
+pub(crate) mod memory;
 mod pauses;
 mod retire;
 mod wiring;
