@@ -1,5 +1,6 @@
-//! Warm trees (ADR-042): the persistent checkouts the merge gate and the Reconciler's sweeps
-//! run their commands in, one per [`WarmSlot`], under the run's scratch directory.
+//! Warm trees (ADR-042, ADR-055): the persistent checkouts the merge gate and the
+//! Reconciler's sweeps run their commands in, one per [`WarmSlot`], kept per repository
+//! ([`WARM_DIR`]) from one of its runs to the next.
 //!
 //! Each is a standalone repository, not a linked worktree of the target: its `.git` borrows
 //! the target's objects through `objects/info/alternates` and has no remote and no branch,
@@ -8,9 +9,12 @@
 //!
 //! What the daemon does here never trusts what a gate left:
 //! - the tree's `.git` is made anew before every run (a gate may have pointed it, or its
-//!   `core.worktree`, anywhere); only the index is carried over, and only the copy the
-//!   daemon took right after the last update, kept outside the tree (so a gate can neither
-//!   forge the stat data that makes git skip a file nor see the copy);
+//!   `core.worktree`, anywhere), and each submodule's git directory in it, and the update
+//!   writes each submodule's `.git` file anew; only the indexes are carried over, and only
+//!   the copies the daemon took right after the last update, kept outside the tree (so a
+//!   gate can neither forge the stat data that makes git skip a file nor see the copy);
+//! - which submodules there are, where, and from where comes from the target's own
+//!   `.git/modules`, never from the candidate's `.gitmodules`; no hook runs in an update;
 //! - the daemon writes no file inside the work tree: the update to a commit is a
 //!   `git checkout --force` plus `git clean` the caller runs in the sandbox, so a link the
 //!   gate planted leads nowhere the sandbox does not already allow;
@@ -41,8 +45,8 @@ pub const WARM_DIR: &str = ".warm";
 const MAX_MODULES: usize = 256;
 /// How deep submodules nest, and how many directories a submodule's name spans, at most.
 const MAX_MODULE_DEPTH: usize = 16;
-/// At most this many refs of a submodule are copied (what makes its commits reachable).
-const MAX_MODULE_REFS: usize = 65_536;
+/// The largest index the daemon copies out of a warm tree.
+const MAX_INDEX_BYTES: u64 = 1 << 30;
 
 /// A repository's (or a run's) warm trees: where they live, the disk they may hold, and
 /// one lease per slot.
@@ -65,6 +69,9 @@ fn leases(root: &Path) -> (Arc<tokio::sync::Mutex<()>>, Arc<tokio::sync::Mutex<(
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // A pair nobody holds any more (its runs are over) goes, so the map follows the live
+    // runs' repositories.
+    leases.retain(|_, (gate, sweep)| Arc::strong_count(gate) > 1 || Arc::strong_count(sweep) > 1);
     leases.entry(root.to_path_buf()).or_default().clone()
 }
 
@@ -199,13 +206,13 @@ fn usage_file(root: &Path, slot: WarmSlot) -> PathBuf {
 }
 
 /// The daemon's copies of the tree's submodules' indexes, and the list of the submodules
-/// the last prepare borrowed (`list`: their git directories, relative to the tree's `.git`).
+/// the last prepare borrowed (`list`: their git directories, relative to the tree).
 fn modules_dir(root: &Path, slot: WarmSlot) -> PathBuf {
     root.join(format!("warm-{}.modules", slot.name()))
 }
 
 /// The daemon's copy of the index of the submodule whose git directory is `module` (relative
-/// to the tree's `.git`, e.g. `modules/vendor/lib`), named by the hex of that path.
+/// to the tree, e.g. `.git/modules/vendor/lib`), named by the hex of that path.
 fn module_index_copy(root: &Path, slot: WarmSlot, module: &str) -> PathBuf {
     let name: String = module.bytes().map(|b| format!("{b:02x}")).collect();
     modules_dir(root, slot).join(name)
@@ -213,16 +220,27 @@ fn module_index_copy(root: &Path, slot: WarmSlot, module: &str) -> PathBuf {
 
 /// The shell line that brings a prepared tree to `commit` (a full hex id, checked by the
 /// caller): tracked files where they differ, untracked files removed, ignored ones kept;
-/// with `modules`, the same in every submodule the tree borrowed, at the commit the
-/// candidate records for it. Only submodules the daemon configured are updated (no
-/// `--init`): a URL the candidate's `.gitmodules` names is never fetched.
-fn update_line(commit: &str, modules: bool) -> String {
-    let mut line = format!("git checkout --quiet --force --detach {commit} && git clean -ffdq");
-    if modules {
-        line.push_str(
-            " && git submodule update --quiet --recursive --force \
-             && git submodule foreach --quiet --recursive 'git clean -ffdq'",
-        );
+/// then the same in each submodule of `modules`, at the commit recorded for it, through
+/// the git directory the prepare made. The submodule's `.git` file is written anew first
+/// (a gate may have put a git directory of its own there, hooks and all), and no hook or
+/// fsmonitor runs. Not `git submodule update`: it would follow the candidate's
+/// `.gitmodules` (`update = none`, a URL to fetch).
+fn update_line(commit: &str, modules: &[Module]) -> String {
+    const SAFE: &str = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false";
+    let mut line =
+        format!("{SAFE} checkout --quiet --force --detach {commit} && {SAFE} clean -ffdq");
+    for module in modules {
+        let depth = module.work.split('/').count();
+        let gitfile = format!("gitdir: {}{}", "../".repeat(depth), module.git_dir);
+        let (work, git_dir) = (sh_quote(&module.work), sh_quote(&module.git_dir));
+        let on = format!("{SAFE} --git-dir={git_dir} --work-tree={work}");
+        line.push_str(&format!(
+            " && rm -rf -- {work}/.git && mkdir -p -- {work} \
+             && printf '%s\\n' {} > {work}/.git \
+             && {on} checkout --quiet --force --detach {} && {on} clean -ffdq",
+            sh_quote(&gitfile),
+            module.commit,
+        ));
     }
     line
 }
@@ -294,19 +312,28 @@ pub fn prepare(
     remove_any(&git_dir)?;
     git2::Repository::init(&dir).map_err(git)?;
     let mut modules = Vec::new();
-    let lfs = git_lfs_installed();
+    let on = Borrowing {
+        root,
+        slot,
+        target_work: target.workdir().and_then(|w| std::fs::canonicalize(w).ok()),
+        lfs: git_lfs_installed(),
+    };
+    let tree = commit.tree().map_err(git)?;
     borrow(
-        &Borrowing { root, slot, lfs },
+        &on,
         &objects,
         target.commondir(),
         &git_dir,
+        ".git",
         "",
+        &tree,
         &mut modules,
     )?;
     let kept = modules_dir(root, slot);
     ensure_dir(&kept)?;
     let list = kept.join("list");
-    std::fs::write(&list, modules.join("\n")).map_err(|e| io("cannot write", &list, e))?;
+    let names: Vec<&str> = modules.iter().map(|m| m.git_dir.as_str()).collect();
+    std::fs::write(&list, names.join("\n")).map_err(|e| io("cannot write", &list, e))?;
     let copy = index_copy(root, slot);
     if let Some(head) = recorded_head(target, root, slot)
         && copy.is_file()
@@ -319,7 +346,7 @@ pub fn prepare(
     }
     let commit = commit.id().to_string();
     Ok(WarmTree {
-        update: update_line(&commit, !modules.is_empty()),
+        update: update_line(&commit, &modules),
         path: dir,
         commit,
         slot,
@@ -331,27 +358,44 @@ pub fn prepare(
 struct Borrowing<'a> {
     root: &'a Path,
     slot: WarmSlot,
+    /// The target's work tree, canonical (what an absolute `core.worktree` is under).
+    target_work: Option<PathBuf>,
     /// Whether the git directories get `git-lfs`'s filter.
     lfs: bool,
 }
 
-/// Makes the new git directory `git_dir` (at `at` under the tree's `.git`: "" for the
-/// `.git` itself, `modules/<name>/` for a submodule's) borrow the objects in `objects`
-/// (the canonical objects directory of the target's git directory `source`), and borrows
-/// each submodule `source` holds, recursively: a git directory of its own under
-/// `git_dir/modules/<name>`, borrowing the target's; the target's refs copied (so that
-/// `git submodule update` finds the recorded commit reachable and fetches nothing), the
-/// index the daemon kept, and `submodule.<name>.url` naming the target's git directory
-/// (read-only in the sandbox; a commit it lacks is fetched from there, never from the URL
-/// the candidate's `.gitmodules` names). Each git directory borrowed is pushed onto
-/// `modules`; nothing past [`MAX_MODULES`] or [`MAX_MODULE_DEPTH`].
+/// A submodule the tree checks out (ADR-055).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Module {
+    /// Its git directory, relative to the tree: `.git/modules/<name>`, a nested one's
+    /// under its parent's.
+    git_dir: String,
+    /// Its work tree, relative to the tree, where the target's checkout has it.
+    work: String,
+    /// The commit the candidate (or, nested, its parent's commit) records there.
+    commit: git2::Oid,
+}
+
+/// Makes the new git directory `git_dir` (at `at`, relative to the tree: `.git`, or a
+/// submodule's) borrow the objects in `objects` (the canonical objects directory of the
+/// target's git directory `source`), with git-lfs's filter when it is installed; then, for
+/// each submodule `source` holds whose path `recorded` (the tree the new git directory's
+/// work tree is checked out at, under `work`) records a commit of, which the target's
+/// copy has: a git directory of the tree's own under `git_dir/modules/<name>`, borrowing
+/// the target's, HEAD at that commit and the index the daemon kept, recursively. Its path
+/// is where the target's own checkout has it (its `core.worktree`, written by the user's
+/// git), never what the candidate's `.gitmodules` says. Each is pushed onto `modules`,
+/// a parent before its own; nothing past [`MAX_MODULES`] or [`MAX_MODULE_DEPTH`].
+#[allow(clippy::too_many_arguments)]
 fn borrow(
     on: &Borrowing<'_>,
     objects: &Path,
     source: &Path,
     git_dir: &Path,
     at: &str,
-    modules: &mut Vec<String>,
+    work: &str,
+    recorded: &git2::Tree<'_>,
+    modules: &mut Vec<Module>,
 ) -> Result<(), RepoError> {
     let alternates = git_dir.join("objects").join("info").join("alternates");
     std::fs::write(&alternates, format!("{}\n", objects.display()))
@@ -364,17 +408,53 @@ fn borrow(
             ("filter.lfs.smudge", "git-lfs smudge -- %f"),
             ("filter.lfs.clean", "git-lfs clean -- %f"),
             ("filter.lfs.required", "true"),
+            // An object the target lacks stays a pointer rather than failing the update
+            // (which would throw the repository's tree away); and nothing is downloaded,
+            // whatever URL a candidate's `.lfsconfig` names (local config comes first).
+            ("lfs.skipdownloaderrors", "true"),
+            ("lfs.url", "file:///dev/null"),
         ] {
             config.set_str(key, value).map_err(git)?;
         }
     }
-    let depth = at.matches("modules/").count();
-    if depth >= MAX_MODULE_DEPTH {
+    if at.matches("/modules/").count() >= MAX_MODULE_DEPTH {
         return Ok(());
     }
     for name in module_names(source, MAX_MODULES.saturating_sub(modules.len())) {
         let module_source = source.join("modules").join(&name);
-        let Ok(module_objects) = std::fs::canonicalize(module_source.join("objects")) else {
+        let module_at = format!("{at}/modules/{name}");
+        let Some(module_work) = module_work_path(on, &module_source, &module_at) else {
+            continue;
+        };
+        // Its path inside its parent's work tree, where the parent's tree records it.
+        let inside = match work {
+            "" => Some(module_work.as_str()),
+            parent => module_work
+                .strip_prefix(parent)
+                .and_then(|rest| rest.strip_prefix('/')),
+        };
+        let Some(commit) = inside.and_then(|inside| {
+            recorded
+                .get_path(Path::new(inside))
+                .ok()
+                .filter(|entry| entry.filemode() == 0o160000)
+                .map(|entry| entry.id())
+        }) else {
+            continue;
+        };
+        let (Ok(module_objects), Ok(module_repo)) = (
+            std::fs::canonicalize(module_source.join("objects")),
+            git2::Repository::open(&module_source),
+        ) else {
+            continue;
+        };
+        let Ok(module_tree) = module_repo.find_commit(commit).and_then(|c| c.tree()) else {
+            tracing::warn!(
+                submodule = %name,
+                %commit,
+                "the candidate records a commit the repository's copy of the submodule does \
+                 not have: not checked out in the warm tree"
+            );
             continue;
         };
         let module_git = git_dir.join("modules").join(&name);
@@ -386,42 +466,69 @@ fn borrow(
             .config()
             .and_then(|mut c| c.set_bool("core.bare", false))
             .map_err(git)?;
-        copy_refs(&module_source, &module_git)?;
-        // A HEAD at a commit: `git submodule update` reads it in a submodule already checked
-        // out, before `--force` checks the recorded commit out whatever HEAD is.
-        if let Some(head) = git2::Repository::open(&module_source)
-            .ok()
-            .and_then(|r| r.head().ok()?.peel_to_commit().ok().map(|c| c.id()))
-        {
-            let path = module_git.join("HEAD");
-            std::fs::write(&path, format!("{head}\n")).map_err(|e| io("cannot write", &path, e))?;
-        }
-        let at_module = format!("{at}modules/{name}");
-        let copy = module_index_copy(on.root, on.slot, &at_module);
+        let head = module_git.join("HEAD");
+        std::fs::write(&head, format!("{commit}\n")).map_err(|e| io("cannot write", &head, e))?;
+        let copy = module_index_copy(on.root, on.slot, &module_at);
         if copy.is_file() {
             let index = module_git.join("index");
             std::fs::copy(&copy, &index).map_err(|e| io("cannot write", &index, e))?;
         }
-        let url = std::fs::canonicalize(&module_source)
-            .map_err(|e| io("cannot read", &module_source, e))?;
-        config
-            .set_str(&format!("submodule.{name}.url"), &url.to_string_lossy())
-            .map_err(git)?;
-        // The fetch of a commit the copied refs do not reach is from a path.
-        config
-            .set_str("protocol.file.allow", "always")
-            .map_err(git)?;
-        modules.push(at_module.clone());
+        // For `git submodule status` and the like in the gate; nothing here fetches.
+        if let Ok(url) = std::fs::canonicalize(&module_source) {
+            config
+                .set_str(&format!("submodule.{name}.url"), &url.to_string_lossy())
+                .map_err(git)?;
+        }
+        modules.push(Module {
+            git_dir: module_at.clone(),
+            work: module_work.clone(),
+            commit,
+        });
         borrow(
             on,
             &module_objects,
             &module_source,
             &module_git,
-            &format!("{at_module}/"),
+            &module_at,
+            &module_work,
+            &module_tree,
             modules,
         )?;
     }
     Ok(())
+}
+
+/// Where the submodule whose git directory in the target is `module_source` (at `at` in the
+/// tree's layout, which mirrors the target's) has its work tree, relative to the top: its
+/// `core.worktree` as the user's git wrote it, relative to the git directory or absolute
+/// under the target's work tree. `None` when it is missing, leaves the top, or holds a
+/// control character.
+fn module_work_path(on: &Borrowing<'_>, module_source: &Path, at: &str) -> Option<String> {
+    let config = git2::Config::open(&module_source.join("config")).ok()?;
+    let worktree = config.get_string("core.worktree").ok()?;
+    let joined = if Path::new(&worktree).is_absolute() {
+        let under = Path::new(&worktree)
+            .strip_prefix(on.target_work.as_deref()?)
+            .ok()?;
+        under.to_str()?.to_string()
+    } else {
+        format!("{at}/{worktree}")
+    };
+    // Lexically, as git joins them.
+    let mut parts: Vec<&str> = Vec::new();
+    for part in joined.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part),
+        }
+    }
+    let path = parts.join("/");
+    let fine =
+        !path.is_empty() && parts.first() != Some(&".git") && !path.chars().any(char::is_control);
+    fine.then_some(path)
 }
 
 /// The submodules the git directory `source` holds (`modules/<name>`), at most `most`: a
@@ -461,53 +568,52 @@ fn module_names(source: &Path, most: usize) -> Vec<String> {
     names
 }
 
-/// Writes the refs of the git directory `source` into `git_dir`'s `packed-refs` (at most
-/// [`MAX_MODULE_REFS`]), so that what is reachable in the target's submodule is there too.
-fn copy_refs(source: &Path, git_dir: &Path) -> Result<(), RepoError> {
-    let repo = git2::Repository::open(source).map_err(git)?;
-    let mut text = String::new();
-    for reference in repo
-        .references()
-        .map_err(git)?
-        .flatten()
-        .take(MAX_MODULE_REFS)
-    {
-        if let (Ok(name), Some(id)) = (reference.name(), reference.target())
-            && name.starts_with("refs/")
-            && !name.contains(|c: char| c.is_whitespace() || c.is_control())
-        {
-            text.push_str(&format!("{id} {name}\n"));
-        }
-    }
-    let path = git_dir.join("packed-refs");
-    std::fs::write(&path, text).map_err(|e| io("cannot write", &path, e))
+/// `text` quoted for `sh`.
+fn sh_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
-/// Keeps the index the update just wrote, and the commit it is of, outside the tree.
-pub fn updated(root: &Path, tree: &Path, commit: &str, slot: WarmSlot) -> Result<(), RepoError> {
-    let index = tree.join(".git").join("index");
-    let copy = index_copy(root, slot);
-    let head = head_file(root, slot);
-    match std::fs::symlink_metadata(&index) {
-        Ok(meta) if meta.is_file() => {
-            std::fs::copy(&index, &copy).map_err(|e| io("cannot write", &copy, e))?;
+/// Copies the index git wrote at `index` (a path under `tree`) to `copy`, or removes the
+/// copy when there is none. Every directory on the way must be one, not a link, and the
+/// index at most [`MAX_INDEX_BYTES`]: the daemon reads it unsandboxed.
+fn keep_index(tree: &Path, index: &Path, copy: &Path) -> Result<(), RepoError> {
+    let real = index
+        .strip_prefix(tree)
+        .ok()
+        .map(|rel| {
+            let mut at = tree.to_path_buf();
+            let mut dirs = rel.components().collect::<Vec<_>>();
+            dirs.pop();
+            dirs.into_iter().all(|part| {
+                at.push(part);
+                std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir())
+            })
+        })
+        .unwrap_or(false);
+    match std::fs::symlink_metadata(index) {
+        Ok(meta) if real && meta.is_file() && meta.len() <= MAX_INDEX_BYTES => {
+            std::fs::copy(index, copy).map_err(|e| io("cannot write", copy, e))?;
+            Ok(())
         }
         // An empty commit's checkout has no index; nothing else leaves none.
-        _ => remove_any(&copy)?,
+        _ => remove_any(copy),
     }
-    // The submodules' indexes, as git just wrote them (nothing but git ran since the
-    // prepare made their git directories).
+}
+
+/// Keeps the indexes the update just wrote (the tree's and its submodules'), and the
+/// commit they are of, outside the tree.
+pub fn updated(root: &Path, tree: &Path, commit: &str, slot: WarmSlot) -> Result<(), RepoError> {
+    keep_index(
+        tree,
+        &tree.join(".git").join("index"),
+        &index_copy(root, slot),
+    )?;
     let list = std::fs::read_to_string(modules_dir(root, slot).join("list")).unwrap_or_default();
     for module in list.lines().filter(|l| !l.is_empty()) {
-        let index = tree.join(".git").join(module).join("index");
         let copy = module_index_copy(root, slot, module);
-        match std::fs::symlink_metadata(&index) {
-            Ok(meta) if meta.is_file() => {
-                std::fs::copy(&index, &copy).map_err(|e| io("cannot write", &copy, e))?;
-            }
-            _ => remove_any(&copy)?,
-        }
+        keep_index(tree, &tree.join(module).join("index"), &copy)?;
     }
+    let head = head_file(root, slot);
     std::fs::write(&head, format!("{commit}\n")).map_err(|e| io("cannot write", &head, e))
 }
 

@@ -340,7 +340,7 @@ impl ProcessRunner for NoUpdates {
         lines: Option<LineSink>,
     ) -> BoxFuture<'static, Result<CommandOutput, ProcessError>> {
         let command = match command.args.last() {
-            Some(line) if line.starts_with("git checkout") => {
+            Some(line) if line.starts_with("git ") && line.contains(" checkout ") => {
                 CommandSpec::shell("exit 1", command.cwd.clone())
             }
             _ => command,

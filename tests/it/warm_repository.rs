@@ -1,7 +1,8 @@
 //! A repository's warm trees (ADR-055), through `ScratchRun` as the merge gate runs it, with
 //! the real git side and the real sandboxed runner: they outlive the run that made them, so
 //! the repository's next run gates warm; submodules the user's checkout holds are checked
-//! out there at the commit each candidate records, from the target's own git directory;
+//! out there at the commit each candidate records, from the target's own git directory,
+//! whatever the candidate's `.gitmodules` says and whatever a gate left in them;
 //! LFS files are smudged from the target's LFS objects; gc keeps a live repository's trees
 //! and removes those of a repository that is gone.
 
@@ -197,7 +198,8 @@ fn with_submodule() -> WithSubmodule {
     std::fs::create_dir_all(&lib).unwrap();
     git(&lib, &["init", "-q", "-b", "main"]);
     std::fs::write(lib.join("l.txt"), "one\n").unwrap();
-    git(&lib, &["add", "l.txt"]);
+    std::fs::write(lib.join(".gitignore"), "build/\n").unwrap();
+    git(&lib, &["add", "l.txt", ".gitignore"]);
     git(&lib, &["commit", "-qm", "one"]);
     let lib_first = git(&lib, &["rev-parse", "HEAD"]);
     std::fs::write(lib.join("l.txt"), "two\n").unwrap();
@@ -288,6 +290,24 @@ async fn submodules_are_checked_out_at_the_commit_each_candidate_records() {
             ),
             "test \"$(cat vendor/lib/l.txt)\" = one",
             "test -z \"$(git status --porcelain)\"",
+            // Poisoned while the submodule's commit stays, and a build output kept.
+            "echo poisoned > vendor/lib/l.txt",
+            "mkdir -p vendor/lib/build && echo b > vendor/lib/build/out",
+        ],
+    )
+    .await;
+    assert_all_passed(&results);
+    assert_eq!(Path::new(&results[0].dir), warm_tree(&s.worktrees, &s.repo));
+
+    // The same candidate again: the submodule's tracked file is back, its ignored build
+    // output still there.
+    let results = gate(
+        &run,
+        &first,
+        &[
+            "test \"$(cat vendor/lib/l.txt)\" = one",
+            "test \"$(cat vendor/lib/build/out)\" = b",
+            "test -z \"$(git -C vendor/lib status --porcelain)\"",
         ],
     )
     .await;
@@ -361,45 +381,102 @@ async fn a_submodule_of_a_submodule_is_checked_out_too() {
     assert_eq!(Path::new(&results[0].dir), warm_tree(&worktrees, &repo));
 }
 
+/// A gate that puts a git directory of its own, with a hook, in place of a submodule's
+/// `.git` file: the next update runs no hook of it, and the submodule is the target's again.
 #[tokio::test]
-async fn a_candidates_gitmodules_url_is_never_fetched() {
+async fn a_git_directory_a_gate_plants_in_a_submodule_is_never_used() {
     let s = with_submodule();
-    // The candidate points the submodule at a URL of its own, and adds a second one the
-    // user never initialised.
-    let elsewhere = s.worktrees.parent().unwrap().join("elsewhere");
-    std::fs::create_dir_all(&elsewhere).unwrap();
-    git(&elsewhere, &["init", "-q"]);
-    let modules = format!(
-        "[submodule \"vendor/lib\"]\n\tpath = vendor/lib\n\turl = {0}\n\
-         [submodule \"other\"]\n\tpath = other\n\turl = {0}\n",
-        elsewhere.display()
-    );
-    let path = s.worktrees.parent().unwrap().join("gitmodules");
-    std::fs::write(&path, modules).unwrap();
-    let blob = git(&s.repo, &["hash-object", "-w", path.to_str().unwrap()]);
-    let cand = candidate(
-        &s.repo,
-        &[
-            format!("100644,{blob},.gitmodules"),
-            format!("160000,{},other", s.lib_second),
-        ],
-        "elsewhere",
-    );
+    let run = gate_run(&s.repo, &s.worktrees, "run");
+    let blob = git(&s.repo, &["hash-object", "-w", "--stdin"]);
+    let cand = candidate(&s.repo, &[format!("100644,{blob},c.txt")], "cand");
+    let hook = "#!/bin/sh\necho hooked > \"$GIT_WORK_TREE/../../hooked\"\necho poisoned > l.txt\n";
     let results = gate(
-        &gate_run(&s.repo, &s.worktrees, "run"),
+        &run,
         &cand,
         &[
-            // Still the target's copy of the library, at the recorded commit.
-            &format!(
-                "test \"$(git -C vendor/lib rev-parse HEAD)\" = {}",
-                s.lib_first
-            ),
-            // The submodule nobody initialised stays empty.
-            "test -d other && test -z \"$(ls -A other)\"",
+            "rm vendor/lib/.git && git init -q vendor/lib/planted",
+            "mv vendor/lib/planted/.git vendor/lib/.git && rmdir vendor/lib/planted",
+            &format!("printf '%s' '{hook}' > vendor/lib/.git/hooks/post-checkout"),
+            "chmod +x vendor/lib/.git/hooks/post-checkout",
+            "git config -f vendor/lib/.git/config core.fsmonitor 'echo fsmonitored > ../../fsmonitored'",
+            "git config -f vendor/lib/.git/config core.hooksPath .git/hooks",
         ],
     )
     .await;
     assert_all_passed(&results);
+    let results = gate(
+        &run,
+        &cand,
+        &[
+            "test ! -e hooked && test ! -e fsmonitored",
+            "test \"$(cat vendor/lib/l.txt)\" = one",
+            "test -f vendor/lib/.git",
+            &format!(
+                "test \"$(git -C vendor/lib rev-parse HEAD)\" = {}",
+                s.lib_first
+            ),
+        ],
+    )
+    .await;
+    assert_all_passed(&results);
+    assert_eq!(Path::new(&results[0].dir), warm_tree(&s.worktrees, &s.repo));
+}
+
+/// What a candidate's `.gitmodules` says is not followed: a URL of its own, `update = none`
+/// or `update = !command`, a second submodule nobody initialised.
+#[tokio::test]
+async fn a_candidates_gitmodules_is_not_followed() {
+    let s = with_submodule();
+    let elsewhere = s.worktrees.parent().unwrap().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    git(&elsewhere, &["init", "-q"]);
+    let run = gate_run(&s.repo, &s.worktrees, "run");
+    for (i, update) in ["none", "!touch commanded", "merge"]
+        .into_iter()
+        .enumerate()
+    {
+        let modules = format!(
+            "[submodule \"vendor/lib\"]\n\tpath = vendor/lib\n\turl = {0}\n\tupdate = {update}\n\
+             [submodule \"other\"]\n\tpath = other\n\turl = {0}\n",
+            elsewhere.display()
+        );
+        let path = s
+            .worktrees
+            .parent()
+            .unwrap()
+            .join(format!("gitmodules-{i}"));
+        std::fs::write(&path, modules).unwrap();
+        let blob = git(&s.repo, &["hash-object", "-w", path.to_str().unwrap()]);
+        // Each moves the submodule: to lib's second commit, back, and forth again.
+        let (lib, text) = match i % 2 {
+            0 => (&s.lib_second, "two"),
+            _ => (&s.lib_first, "one"),
+        };
+        let cand = candidate(
+            &s.repo,
+            &[
+                format!("100644,{blob},.gitmodules"),
+                format!("160000,{lib},vendor/lib"),
+                format!("160000,{},other", s.lib_second),
+            ],
+            "elsewhere",
+        );
+        let results = gate(
+            &run,
+            &cand,
+            &[
+                // The target's copy of the library, at the recorded commit.
+                &format!("test \"$(git -C vendor/lib rev-parse HEAD)\" = {lib}"),
+                &format!("test \"$(cat vendor/lib/l.txt)\" = {text}"),
+                "test ! -e commanded && test ! -e vendor/lib/commanded",
+                // The submodule nobody initialised stays empty.
+                "test -d other && test -z \"$(ls -A other)\"",
+            ],
+        )
+        .await;
+        assert_all_passed(&results);
+        assert_eq!(Path::new(&results[0].dir), warm_tree(&s.worktrees, &s.repo));
+    }
 }
 
 #[tokio::test]
@@ -420,8 +497,9 @@ async fn lfs_files_are_smudged_from_the_targets_lfs_objects() {
     assert!(stored.starts_with("version https://git-lfs"), "{stored}");
     let blob = git(&repo, &["hash-object", "-w", "--stdin"]);
     let cand = candidate(&repo, &[format!("100644,{blob},c.txt")], "cand");
+    let run = gate_run(&repo, &worktrees, "run");
     let results = gate(
-        &gate_run(&repo, &worktrees, "run"),
+        &run,
         &cand,
         &[
             "test \"$(cat data.bin)\" = \"the large file's content\"",
@@ -430,5 +508,37 @@ async fn lfs_files_are_smudged_from_the_targets_lfs_objects() {
     )
     .await;
     assert_all_passed(&results);
+    assert_eq!(Path::new(&results[0].dir), warm_tree(&worktrees, &repo));
     assert_checkout_untouched(&repo);
+
+    // A pointer to an object the repository lacks, and a `.lfsconfig` naming a server: the
+    // file stays a pointer, nothing is asked of that server, and the warm tree is kept.
+    let pointer = "version https://git-lfs.github.com/spec/v1\n\
+                   oid sha256:0000000000000000000000000000000000000000000000000000000000000001\n\
+                   size 12\n";
+    let path = tmp.path().join("pointer");
+    std::fs::write(&path, pointer).unwrap();
+    let missing = git(&repo, &["hash-object", "-w", path.to_str().unwrap()]);
+    std::fs::write(&path, "[lfs]\n\turl = http://127.0.0.1:9/attacker\n").unwrap();
+    let lfsconfig = git(&repo, &["hash-object", "-w", path.to_str().unwrap()]);
+    let cand = candidate(
+        &repo,
+        &[
+            format!("100644,{missing},missing.bin"),
+            format!("100644,{lfsconfig},.lfsconfig"),
+        ],
+        "missing",
+    );
+    let results = gate(
+        &run,
+        &cand,
+        &[
+            "head -1 missing.bin | grep -q '^version https://git-lfs'",
+            "test \"$(cat data.bin)\" = \"the large file's content\"",
+            "! grep -rqs attacker .git/lfs/logs",
+        ],
+    )
+    .await;
+    assert_all_passed(&results);
+    assert_eq!(Path::new(&results[0].dir), warm_tree(&worktrees, &repo));
 }
