@@ -4,8 +4,9 @@
 //! up the file's directories through the attribute cache); at 10,000 files that was half of
 //! a fresh checkout's CPU. When no attribute can be set anywhere (no `.gitattributes` in
 //! the tree, no `info/attributes`, no attributes file in the config's, the user's or the
-//! system's place) and the config asks for no conversion (`core.autocrlf`, `core.eol`,
-//! `filter.*`), every filter passes each blob through unchanged: the files are the blobs'
+//! system's place) and the config asks for no conversion (`core.autocrlf`, `core.eol`; a
+//! `filter.*` driver needs an attribute to apply), every filter passes each blob through
+//! unchanged: the files are the blobs'
 //! bytes, with git's modes, written here directly. Anything else (a submodule, a mode
 //! other than git's three, a name libgit2's path checks might refuse, a directory not
 //! empty) is left to libgit2's checkout, as before.
@@ -238,6 +239,12 @@ fn holds_only_dot_git(path: &Path) -> bool {
 /// No attribute can apply to any path but from the tree (checked as it is read), and the
 /// config asks for no conversion: what libgit2's filters then do is nothing. Whatever
 /// cannot be read counts as "maybe".
+///
+/// A filter driver in the config (`filter.lfs.*`, which installing git-lfs puts in the
+/// system's config) changes nothing here: a driver applies only to the paths whose `filter`
+/// attribute names it, and no attribute can be set (libgit2 runs no external driver
+/// either). Refusing it sent every first checkout on such a machine through libgit2's
+/// per-file attribute lookups (ADR-054, amendment).
 fn no_attributes_or_conversions(repo: &git2::Repository) -> bool {
     let Ok(config) = repo.config().and_then(|mut c| c.snapshot()) else {
         return false;
@@ -245,15 +252,11 @@ fn no_attributes_or_conversions(repo: &git2::Repository) -> bool {
     let absent = |key: &str| matches!(config.get_entry(key), Err(e) if e.code() == git2::ErrorCode::NotFound);
     let bool_or_absent =
         |key: &str, want: bool| absent(key) || config.get_bool(key).ok() == Some(want);
-    let filters = config
-        .entries(Some("filter\\..*"))
-        .map(|mut entries| entries.next().is_none());
     absent("core.attributesfile")
         && absent("core.eol")
         && bool_or_absent("core.autocrlf", false)
         && bool_or_absent("core.symlinks", true)
         && bool_or_absent("core.ignorecase", false)
-        && filters.unwrap_or(false)
         && !repo.commondir().join("info/attributes").exists()
         && !repo.path().join("info/attributes").exists()
         && no_file_in_search_path(git2::ConfigLevel::System, "gitattributes")

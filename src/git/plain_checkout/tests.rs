@@ -151,6 +151,32 @@ fn a_plain_checkout_writes_what_libgit2s_would_and_an_index_git_finds_clean() {
     assert!(dirty.is_empty(), "{dirty:?}");
 }
 
+/// A filter driver in the config (git-lfs's, as installing git-lfs writes it into the
+/// system's config) applies to no path when no attribute names it: the checkout stays
+/// plain, and writes what libgit2's does.
+#[test]
+fn a_filter_driver_no_attribute_names_leaves_the_checkout_plain() {
+    let (_dir, repo, path) = emptied_worktree(FILES);
+    {
+        let mut config = repo.config().unwrap();
+        config
+            .set_str("filter.lfs.smudge", "git-lfs smudge -- %f")
+            .unwrap();
+        config
+            .set_str("filter.lfs.process", "git-lfs filter-process")
+            .unwrap();
+        config.set_bool("filter.lfs.required", true).unwrap();
+    }
+    let worktree = git2::Repository::open(&path).unwrap();
+    let snapshot = checkout_plain(&worktree, &path).unwrap();
+    assert!(snapshot.is_some(), "plain, with a filter driver configured");
+    for (name, bytes, mode) in FILES {
+        if *mode != LINK {
+            assert_eq!(std::fs::read(path.join(name)).unwrap(), *bytes, "{name}");
+        }
+    }
+}
+
 #[test]
 fn an_attributes_file_or_a_conversion_in_the_config_leaves_the_checkout_to_libgit2() {
     let with = |extra: &[(&str, &[u8], i32)]| {
@@ -192,9 +218,9 @@ fn an_attributes_file_or_a_conversion_in_the_config_leaves_the_checkout_to_libgi
         assert!(checkout_plain(&worktree, &path).unwrap().is_none());
         untouched(&path);
     }
-    // `info/attributes`, `core.autocrlf`, `core.eol`, a filter driver, a file already there.
+    // `info/attributes`, `core.autocrlf`, `core.eol`, a file already there.
     type Spoil = fn(&git2::Repository, &Path);
-    let spoils: [(&str, Spoil); 5] = [
+    let spoils: [(&str, Spoil); 4] = [
         ("info/attributes", |repo, _| {
             std::fs::create_dir_all(repo.path().join("info")).unwrap();
             std::fs::write(repo.path().join("info/attributes"), "*.txt text\n").unwrap();
@@ -207,12 +233,6 @@ fn an_attributes_file_or_a_conversion_in_the_config_leaves_the_checkout_to_libgi
         }),
         ("core.eol", |repo, _| {
             repo.config().unwrap().set_str("core.eol", "crlf").unwrap();
-        }),
-        ("filter", |repo, _| {
-            repo.config()
-                .unwrap()
-                .set_str("filter.lfs.smudge", "git-lfs smudge -- %f")
-                .unwrap();
         }),
         ("a file", |_, path| {
             std::fs::write(path.join("left.txt"), "left\n").unwrap();
