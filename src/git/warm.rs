@@ -224,25 +224,94 @@ fn module_index_copy(root: &Path, slot: WarmSlot, module: &str) -> PathBuf {
 /// the git directory the prepare made. The submodule's `.git` file is written anew first
 /// (a gate may have put a git directory of its own there, hooks and all), and no hook or
 /// fsmonitor runs. Not `git submodule update`: it would follow the candidate's
-/// `.gitmodules` (`update = none`, a URL to fetch).
-fn update_line(commit: &str, modules: &[Module]) -> String {
+/// `.gitmodules` (`update = none`, a URL to fetch). The directories of submodules not
+/// borrowed (`emptied`, the top's; each module's own) are emptied. Attributes come from
+/// the commit checked out, not from a `.gitattributes` a gate left untracked in the work
+/// tree (one naming `eol=crlf` or an encoding would have the checkout rewrite a tracked
+/// file that `git status` then calls clean): `--attr-source` where git has it (2.40), a
+/// clean of untracked and ignored `.gitattributes` files first where it does not.
+fn update_line(commit: &str, emptied: &[String], modules: &[Module]) -> String {
     const SAFE: &str = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false";
-    let mut line =
-        format!("{SAFE} checkout --quiet --force --detach {commit} && {SAFE} clean -ffdq");
+    let attrs = |commit: &str, on: &str| match git_has_attr_source() {
+        true => (format!("{on} --attr-source={commit}"), String::new()),
+        false => (
+            on.to_string(),
+            format!("{on} clean -ffdqx -- ':(glob)**/.gitattributes' && "),
+        ),
+    };
+    let empty = |paths: &[String]| -> String {
+        paths
+            .iter()
+            .map(|p| format!(" && rm -rf -- {0} && mkdir -p -- {0}", sh_quote(p)))
+            .collect()
+    };
+    let (checkout, pre) = attrs(commit, SAFE);
+    let mut line = format!(
+        "{pre}{checkout} checkout --quiet --force --detach {commit} && {SAFE} clean -ffdq{}",
+        empty(emptied)
+    );
     for module in modules {
         let depth = module.work.split('/').count();
         let gitfile = format!("gitdir: {}{}", "../".repeat(depth), module.git_dir);
         let (work, git_dir) = (sh_quote(&module.work), sh_quote(&module.git_dir));
         let on = format!("{SAFE} --git-dir={git_dir} --work-tree={work}");
+        let (checkout, pre) = attrs(&module.commit.to_string(), &on);
         line.push_str(&format!(
             " && rm -rf -- {work}/.git && mkdir -p -- {work} \
              && printf '%s\\n' {} > {work}/.git \
-             && {on} checkout --quiet --force --detach {} && {on} clean -ffdq",
+             && {pre}{checkout} checkout --quiet --force --detach {} && {on} clean -ffdq{}",
             sh_quote(&gitfile),
             module.commit,
+            empty(&module.emptied),
         ));
     }
     line
+}
+
+/// Whether the host's `git` takes `--attr-source` (git 2.40 and later), asked once.
+fn git_has_attr_source() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::process::Command::new("git")
+            .args(["--attr-source=HEAD", "version"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// The submodule paths (gitlinks) `tree` records, at most [`MAX_GITLINKS`] (`None` past
+/// it), each a path git would check out (no empty, `.`, `..` or `.git` component, no
+/// control character).
+fn gitlinks(tree: &git2::Tree<'_>) -> Option<Vec<String>> {
+    let mut found = Vec::new();
+    let mut over = false;
+    let _ = tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+        if entry.filemode() == 0o160000
+            && let Ok(name) = entry.name()
+        {
+            if found.len() >= MAX_GITLINKS {
+                over = true;
+                return git2::TreeWalkResult::Abort;
+            }
+            let path = format!("{dir}{name}");
+            if plain_path(&path) {
+                found.push(path);
+            }
+        }
+        git2::TreeWalkResult::Ok
+    });
+    (!over).then_some(found)
+}
+
+/// A relative path with no empty, `.`, `..` or `.git` component and no control character.
+fn plain_path(path: &str) -> bool {
+    !path.chars().any(char::is_control)
+        && path
+            .split('/')
+            .all(|part| !matches!(part, "" | "." | "..") && !part.eq_ignore_ascii_case(".git"))
 }
 
 /// Whether `git-lfs` is on the daemon's `PATH` (and so in the sandbox, which shows the
@@ -319,6 +388,7 @@ pub fn prepare(
         lfs: git_lfs_installed(),
     };
     let tree = commit.tree().map_err(git)?;
+    let mut emptied = Vec::new();
     borrow(
         &on,
         &objects,
@@ -328,6 +398,7 @@ pub fn prepare(
         "",
         &tree,
         &mut modules,
+        &mut emptied,
     )?;
     let kept = modules_dir(root, slot);
     ensure_dir(&kept)?;
@@ -346,7 +417,7 @@ pub fn prepare(
     }
     let commit = commit.id().to_string();
     Ok(WarmTree {
-        update: update_line(&commit, &modules),
+        update: update_line(&commit, &emptied, &modules),
         path: dir,
         commit,
         slot,
@@ -374,7 +445,15 @@ struct Module {
     work: String,
     /// The commit the candidate (or, nested, its parent's commit) records there.
     commit: git2::Oid,
+    /// The other submodules that commit records (none the tree borrows: never
+    /// initialised, or at a commit the target's copy lacks), relative to the tree: emptied
+    /// at each update, so that nothing a gate left there survives it.
+    emptied: Vec<String>,
 }
+
+/// At most this many submodule paths a commit records are emptied at an update; a commit
+/// recording more is gated in a scratch checkout.
+const MAX_GITLINKS: usize = 4096;
 
 /// Makes the new git directory `git_dir` (at `at`, relative to the tree: `.git`, or a
 /// submodule's) borrow the objects in `objects` (the canonical objects directory of the
@@ -396,6 +475,7 @@ fn borrow(
     work: &str,
     recorded: &git2::Tree<'_>,
     modules: &mut Vec<Module>,
+    emptied: &mut Vec<String>,
 ) -> Result<(), RepoError> {
     let alternates = git_dir.join("objects").join("info").join("alternates");
     std::fs::write(&alternates, format!("{}\n", objects.display()))
@@ -417,10 +497,23 @@ fn borrow(
             config.set_str(key, value).map_err(git)?;
         }
     }
-    if at.matches("/modules/").count() >= MAX_MODULE_DEPTH {
-        return Ok(());
-    }
-    for name in module_names(source, MAX_MODULES.saturating_sub(modules.len())) {
+    let within = |inside: &str| match work {
+        "" => inside.to_string(),
+        parent => format!("{parent}/{inside}"),
+    };
+    let recorded_links = gitlinks(recorded).ok_or_else(|| {
+        RepoError::Git(format!(
+            "the commit records more than {MAX_GITLINKS} submodules: not in a warm tree"
+        ))
+    })?;
+    // Every submodule path it records is emptied at the update but those borrowed below.
+    let mut borrowed: Vec<String> = Vec::new();
+    let deep = at.matches("/modules/").count() >= MAX_MODULE_DEPTH;
+    let names = match deep {
+        true => Vec::new(),
+        false => module_names(source, MAX_MODULES.saturating_sub(modules.len())),
+    };
+    for name in names {
         let module_source = source.join("modules").join(&name);
         let module_at = format!("{at}/modules/{name}");
         let Some(module_work) = module_work_path(on, &module_source, &module_at) else {
@@ -479,11 +572,15 @@ fn borrow(
                 .set_str(&format!("submodule.{name}.url"), &url.to_string_lossy())
                 .map_err(git)?;
         }
+        let index = modules.len();
         modules.push(Module {
             git_dir: module_at.clone(),
             work: module_work.clone(),
             commit,
+            emptied: Vec::new(),
         });
+        borrowed.push(module_work.clone());
+        let mut its_emptied = Vec::new();
         borrow(
             on,
             &module_objects,
@@ -493,8 +590,16 @@ fn borrow(
             &module_work,
             &module_tree,
             modules,
+            &mut its_emptied,
         )?;
+        modules[index].emptied = its_emptied;
     }
+    emptied.extend(
+        recorded_links
+            .iter()
+            .map(|inside| within(inside))
+            .filter(|path| !borrowed.contains(path)),
+    );
     Ok(())
 }
 
@@ -507,9 +612,18 @@ fn module_work_path(on: &Borrowing<'_>, module_source: &Path, at: &str) -> Optio
     let config = git2::Config::open(&module_source.join("config")).ok()?;
     let worktree = config.get_string("core.worktree").ok()?;
     let joined = if Path::new(&worktree).is_absolute() {
-        let under = Path::new(&worktree)
-            .strip_prefix(on.target_work.as_deref()?)
-            .ok()?;
+        let under = on
+            .target_work
+            .as_deref()
+            .and_then(|top| Path::new(&worktree).strip_prefix(top).ok());
+        let Some(under) = under else {
+            tracing::warn!(
+                submodule = %module_source.display(),
+                %worktree,
+                "a submodule's work tree is not under the repository's: not in the warm tree"
+            );
+            return None;
+        };
         under.to_str()?.to_string()
     } else {
         format!("{at}/{worktree}")
@@ -526,9 +640,7 @@ fn module_work_path(on: &Borrowing<'_>, module_source: &Path, at: &str) -> Optio
         }
     }
     let path = parts.join("/");
-    let fine =
-        !path.is_empty() && parts.first() != Some(&".git") && !path.chars().any(char::is_control);
-    fine.then_some(path)
+    plain_path(&path).then_some(path)
 }
 
 /// The submodules the git directory `source` holds (`modules/<name>`), at most `most`: a

@@ -76,6 +76,11 @@ async fn gate(run: &ScratchRun, commit: &str, lines: &[&str]) -> Vec<CommandResu
     .unwrap()
 }
 
+/// A gate command checking that the submodule at `vendor/lib` is at `commit`.
+fn lib_at(commit: &str) -> String {
+    format!("test \"$(git -C vendor/lib rev-parse HEAD)\" = {commit}")
+}
+
 fn assert_all_passed(results: &[CommandResult]) {
     assert!(!results.is_empty());
     for r in results {
@@ -241,10 +246,7 @@ async fn submodules_are_checked_out_at_the_commit_each_candidate_records() {
         &run,
         &first,
         &[
-            &format!(
-                "test \"$(git -C vendor/lib rev-parse HEAD)\" = {}",
-                s.lib_first
-            ),
+            &lib_at(&s.lib_first),
             "test \"$(cat vendor/lib/l.txt)\" = one",
             "test -z \"$(git status --porcelain)\"",
             // What a gate leaves in the submodule: a changed file, an untracked one.
@@ -265,10 +267,7 @@ async fn submodules_are_checked_out_at_the_commit_each_candidate_records() {
         &run,
         &second,
         &[
-            &format!(
-                "test \"$(git -C vendor/lib rev-parse HEAD)\" = {}",
-                s.lib_second
-            ),
+            &lib_at(&s.lib_second),
             "test \"$(cat vendor/lib/l.txt)\" = two",
             "test ! -e vendor/lib/junk",
             "test -z \"$(git status --porcelain)\"",
@@ -284,10 +283,7 @@ async fn submodules_are_checked_out_at_the_commit_each_candidate_records() {
         &run,
         &first,
         &[
-            &format!(
-                "test \"$(git -C vendor/lib rev-parse HEAD)\" = {}",
-                s.lib_first
-            ),
+            &lib_at(&s.lib_first),
             "test \"$(cat vendor/lib/l.txt)\" = one",
             "test -z \"$(git status --porcelain)\"",
             // Poisoned while the submodule's commit stays, and a build output kept.
@@ -411,15 +407,52 @@ async fn a_git_directory_a_gate_plants_in_a_submodule_is_never_used() {
             "test ! -e hooked && test ! -e fsmonitored",
             "test \"$(cat vendor/lib/l.txt)\" = one",
             "test -f vendor/lib/.git",
-            &format!(
-                "test \"$(git -C vendor/lib rev-parse HEAD)\" = {}",
-                s.lib_first
-            ),
+            &lib_at(&s.lib_first),
         ],
     )
     .await;
     assert_all_passed(&results);
     assert_eq!(Path::new(&results[0].dir), warm_tree(&s.worktrees, &s.repo));
+}
+
+/// A `.gitattributes` a gate leaves untracked does not change how the next update writes
+/// a tracked file: the file is the commit's bytes, and `git status` tells the truth.
+#[tokio::test]
+async fn an_attributes_file_a_gate_leaves_does_not_convert_tracked_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, worktrees) = (tmp.path().join("repo"), tmp.path().join("worktrees"));
+    init_repo(&repo);
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    std::fs::write(repo.join("src/a.txt"), "one\ntwo\n").unwrap();
+    git(&repo, &["add", "src/a.txt"]);
+    git(&repo, &["commit", "-qm", "a"]);
+    let blob = git(&repo, &["hash-object", "-w", "--stdin"]);
+    let cand = candidate(&repo, &[format!("100644,{blob},c.txt")], "cand");
+    let run = gate_run(&repo, &worktrees, "run");
+    let results = gate(
+        &run,
+        &cand,
+        &[
+            "printf '*.txt eol=crlf\\n' > src/.gitattributes",
+            "echo changed >> src/a.txt",
+        ],
+    )
+    .await;
+    assert_all_passed(&results);
+    for _ in 0..2 {
+        let results = gate(
+            &run,
+            &cand,
+            &[
+                "test ! -e src/.gitattributes",
+                "printf 'one\\ntwo\\n' | cmp - src/a.txt",
+                "test -z \"$(git status --porcelain)\"",
+            ],
+        )
+        .await;
+        assert_all_passed(&results);
+        assert_eq!(Path::new(&results[0].dir), warm_tree(&worktrees, &repo));
+    }
 }
 
 /// What a candidate's `.gitmodules` says is not followed: a URL of its own, `update = none`
@@ -466,11 +499,15 @@ async fn a_candidates_gitmodules_is_not_followed() {
             &cand,
             &[
                 // The target's copy of the library, at the recorded commit.
-                &format!("test \"$(git -C vendor/lib rev-parse HEAD)\" = {lib}"),
+                &lib_at(lib),
                 &format!("test \"$(cat vendor/lib/l.txt)\" = {text}"),
                 "test ! -e commanded && test ! -e vendor/lib/commanded",
-                // The submodule nobody initialised stays empty.
+                // The submodule nobody initialised is empty: also of what the last gate
+                // left there, a git directory with an fsmonitor among it.
                 "test -d other && test -z \"$(ls -A other)\"",
+                "echo evil > other/evil.sh && git init -q other",
+                "git config -f other/.git/config core.fsmonitor 'echo ran > ../monitored'",
+                "test ! -e monitored",
             ],
         )
         .await;
