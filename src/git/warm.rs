@@ -113,11 +113,6 @@ impl WarmTrees {
         })
     }
 
-    /// Where the trees are.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     /// Waits for the slot's lease, then readies its tree for `commit` in the target
     /// repository at `repo` ([`MergeGit::warm`]).
     ///

@@ -81,6 +81,14 @@ fn lib_at(commit: &str) -> String {
     format!("test \"$(git -C vendor/lib rev-parse HEAD)\" = {commit}")
 }
 
+/// Runs `lines` as one gate at `commit`: each passes, and in `tree` (the repository's warm
+/// tree, not a scratch checkout).
+async fn gate_in(run: &ScratchRun, commit: &str, lines: &[&str], tree: &Path) {
+    let results = gate(run, commit, lines).await;
+    assert_all_passed(&results);
+    assert_eq!(Path::new(&results[0].dir), tree);
+}
+
 fn assert_all_passed(results: &[CommandResult]) {
     assert!(!results.is_empty());
     for r in results {
@@ -136,19 +144,18 @@ async fn the_repositorys_next_run_gates_in_the_tree_the_last_run_left() {
     let blob = git(&repo, &["hash-object", "-w", "--stdin"]);
     let first = candidate(&repo, &[format!("100644,{blob},c.txt")], "first");
 
-    let results = gate(
+    gate_in(
         &gate_run(&repo, &worktrees, "run-1"),
         &first,
         &["mkdir -p target && echo built > target/out"],
+        &warm_tree(&worktrees, &repo),
     )
     .await;
-    assert_all_passed(&results);
-    assert_eq!(Path::new(&results[0].dir), warm_tree(&worktrees, &repo));
 
     // Another run of the repository: a GitMerge of its own, the first run's scratch gone.
     let _ = std::fs::remove_dir_all(worktrees.join("run-1"));
     let second = candidate(&repo, &[format!("100644,{blob},d.txt")], "second");
-    let results = gate(
+    gate_in(
         &gate_run(&repo, &worktrees, "run-2"),
         &second,
         &[
@@ -156,10 +163,9 @@ async fn the_repositorys_next_run_gates_in_the_tree_the_last_run_left() {
             &format!("test \"$(git rev-parse HEAD)\" = {second}"),
             "test ! -e c.txt && test -e d.txt",
         ],
+        &warm_tree(&worktrees, &repo),
     )
     .await;
-    assert_all_passed(&results);
-    assert_eq!(Path::new(&results[0].dir), warm_tree(&worktrees, &repo));
     let root =
         flotilla::git::slots::repository_dir(&worktrees, flotilla::git::warm::WARM_DIR, &repo)
             .unwrap();
@@ -242,7 +248,7 @@ async fn submodules_are_checked_out_at_the_commit_each_candidate_records() {
     let run = gate_run(&s.repo, &s.worktrees, "run");
     let blob = git(&s.repo, &["hash-object", "-w", "--stdin"]);
     let first = candidate(&s.repo, &[format!("100644,{blob},c.txt")], "first");
-    let results = gate(
+    gate_in(
         &run,
         &first,
         &[
@@ -252,10 +258,9 @@ async fn submodules_are_checked_out_at_the_commit_each_candidate_records() {
             // What a gate leaves in the submodule: a changed file, an untracked one.
             "echo poisoned > vendor/lib/l.txt && echo junk > vendor/lib/junk",
         ],
+        &warm_tree(&s.worktrees, &s.repo),
     )
     .await;
-    assert_all_passed(&results);
-    assert_eq!(Path::new(&results[0].dir), warm_tree(&s.worktrees, &s.repo));
 
     // The next candidate moves the submodule to lib's second commit.
     let second = candidate(
@@ -263,7 +268,7 @@ async fn submodules_are_checked_out_at_the_commit_each_candidate_records() {
         &[format!("160000,{},vendor/lib", s.lib_second)],
         "bump lib",
     );
-    let results = gate(
+    gate_in(
         &run,
         &second,
         &[
@@ -273,13 +278,12 @@ async fn submodules_are_checked_out_at_the_commit_each_candidate_records() {
             "test -z \"$(git status --porcelain)\"",
             "echo poisoned > vendor/lib/l.txt",
         ],
+        &warm_tree(&s.worktrees, &s.repo),
     )
     .await;
-    assert_all_passed(&results);
-    assert_eq!(Path::new(&results[0].dir), warm_tree(&s.worktrees, &s.repo));
 
     // Back at the first commit: the tracked file the gate changed is rewritten.
-    let results = gate(
+    gate_in(
         &run,
         &first,
         &[
@@ -290,14 +294,13 @@ async fn submodules_are_checked_out_at_the_commit_each_candidate_records() {
             "echo poisoned > vendor/lib/l.txt",
             "mkdir -p vendor/lib/build && echo b > vendor/lib/build/out",
         ],
+        &warm_tree(&s.worktrees, &s.repo),
     )
     .await;
-    assert_all_passed(&results);
-    assert_eq!(Path::new(&results[0].dir), warm_tree(&s.worktrees, &s.repo));
 
     // The same candidate again: the submodule's tracked file is back, its ignored build
     // output still there.
-    let results = gate(
+    gate_in(
         &run,
         &first,
         &[
@@ -305,10 +308,9 @@ async fn submodules_are_checked_out_at_the_commit_each_candidate_records() {
             "test \"$(cat vendor/lib/build/out)\" = b",
             "test -z \"$(git -C vendor/lib status --porcelain)\"",
         ],
+        &warm_tree(&s.worktrees, &s.repo),
     )
     .await;
-    assert_all_passed(&results);
-    assert_eq!(Path::new(&results[0].dir), warm_tree(&s.worktrees, &s.repo));
     assert_checkout_untouched(&s.repo);
     assert_eq!(
         git(&s.repo.join("vendor/lib"), &["rev-parse", "HEAD"]),
@@ -364,17 +366,16 @@ async fn a_submodule_of_a_submodule_is_checked_out_too() {
     let worktrees = tmp.path().join("worktrees");
     let blob = git(&repo, &["hash-object", "-w", "--stdin"]);
     let cand = candidate(&repo, &[format!("100644,{blob},c.txt")], "cand");
-    let results = gate(
+    gate_in(
         &gate_run(&repo, &worktrees, "run"),
         &cand,
         &[
             "test \"$(cat vendor/lib/deps/inner/i.txt)\" = content",
             "test -z \"$(git status --porcelain)\"",
         ],
+        &warm_tree(&worktrees, &repo),
     )
     .await;
-    assert_all_passed(&results);
-    assert_eq!(Path::new(&results[0].dir), warm_tree(&worktrees, &repo));
 }
 
 /// A gate that puts a git directory of its own, with a hook, in place of a submodule's
@@ -400,7 +401,7 @@ async fn a_git_directory_a_gate_plants_in_a_submodule_is_never_used() {
     )
     .await;
     assert_all_passed(&results);
-    let results = gate(
+    gate_in(
         &run,
         &cand,
         &[
@@ -409,10 +410,9 @@ async fn a_git_directory_a_gate_plants_in_a_submodule_is_never_used() {
             "test -f vendor/lib/.git",
             &lib_at(&s.lib_first),
         ],
+        &warm_tree(&s.worktrees, &s.repo),
     )
     .await;
-    assert_all_passed(&results);
-    assert_eq!(Path::new(&results[0].dir), warm_tree(&s.worktrees, &s.repo));
 }
 
 /// A `.gitattributes` a gate leaves untracked does not change how the next update writes
@@ -440,7 +440,7 @@ async fn an_attributes_file_a_gate_leaves_does_not_convert_tracked_files() {
     .await;
     assert_all_passed(&results);
     for _ in 0..2 {
-        let results = gate(
+        gate_in(
             &run,
             &cand,
             &[
@@ -448,10 +448,9 @@ async fn an_attributes_file_a_gate_leaves_does_not_convert_tracked_files() {
                 "printf 'one\\ntwo\\n' | cmp - src/a.txt",
                 "test -z \"$(git status --porcelain)\"",
             ],
+            &warm_tree(&worktrees, &repo),
         )
         .await;
-        assert_all_passed(&results);
-        assert_eq!(Path::new(&results[0].dir), warm_tree(&worktrees, &repo));
     }
 }
 
@@ -494,7 +493,7 @@ async fn a_candidates_gitmodules_is_not_followed() {
             ],
             "elsewhere",
         );
-        let results = gate(
+        gate_in(
             &run,
             &cand,
             &[
@@ -509,10 +508,9 @@ async fn a_candidates_gitmodules_is_not_followed() {
                 "git config -f other/.git/config core.fsmonitor 'echo ran > ../monitored'",
                 "test ! -e monitored",
             ],
+            &warm_tree(&s.worktrees, &s.repo),
         )
         .await;
-        assert_all_passed(&results);
-        assert_eq!(Path::new(&results[0].dir), warm_tree(&s.worktrees, &s.repo));
     }
 }
 
@@ -535,17 +533,16 @@ async fn lfs_files_are_smudged_from_the_targets_lfs_objects() {
     let blob = git(&repo, &["hash-object", "-w", "--stdin"]);
     let cand = candidate(&repo, &[format!("100644,{blob},c.txt")], "cand");
     let run = gate_run(&repo, &worktrees, "run");
-    let results = gate(
+    gate_in(
         &run,
         &cand,
         &[
             "test \"$(cat data.bin)\" = \"the large file's content\"",
             "test -z \"$(git status --porcelain)\"",
         ],
+        &warm_tree(&worktrees, &repo),
     )
     .await;
-    assert_all_passed(&results);
-    assert_eq!(Path::new(&results[0].dir), warm_tree(&worktrees, &repo));
     assert_checkout_untouched(&repo);
 
     // A pointer to an object the repository lacks, and a `.lfsconfig` naming a server: the
@@ -566,7 +563,7 @@ async fn lfs_files_are_smudged_from_the_targets_lfs_objects() {
         ],
         "missing",
     );
-    let results = gate(
+    gate_in(
         &run,
         &cand,
         &[
@@ -574,8 +571,7 @@ async fn lfs_files_are_smudged_from_the_targets_lfs_objects() {
             "test \"$(cat data.bin)\" = \"the large file's content\"",
             "! grep -rqs attacker .git/lfs/logs",
         ],
+        &warm_tree(&worktrees, &repo),
     )
     .await;
-    assert_all_passed(&results);
-    assert_eq!(Path::new(&results[0].dir), warm_tree(&worktrees, &repo));
 }
